@@ -1,0 +1,95 @@
+// The table of gradient builders and the GradContext helpers they share.
+#include "importer/grad/grad_registry.h"
+
+#include <map>
+
+#include "importer/grad/builders.h"
+
+namespace pt {
+
+std::string GradContext::next_name(const std::string& op) {
+  return fwd_.name + "_grad/" + op + "_" + std::to_string(count_++);
+}
+
+Value* GradContext::emit(const std::string& op, std::vector<Value*> inputs, Dims dims, AttrMap attrs,
+                         const Value* dtype_like) {
+  const Value* like = dtype_like ? dtype_like : (fwd_.inputs.empty() ? nullptr : fwd_.inputs[0]);
+  DType dt = like ? like->dtype : DType::kFloat32;
+  std::string name = next_name(op);
+  Value* out = g_.add_value(name, dt, std::move(dims), ValueKind::kActivation);
+  Node* n = g_.add_node(op, name, std::move(inputs), {out}, std::move(attrs), Phase::kBackward);
+  n->forward = &fwd_;
+  if (op.find("Grad") != std::string::npos || op == "ReduceSumToShape") n->domain = "pipetrain";
+  return out;
+}
+
+Value* GradContext::reduce_to(Value* grad, const Dims& target) {
+  if (grad->dims == target) return grad;
+  return emit("ReduceSumToShape", {grad}, target, {}, grad);
+}
+
+Value* GradContext::const_ints(const std::vector<int64_t>& v) {
+  Value* c = g_.add_value(next_name("shape"), DType::kInt64, {static_cast<int64_t>(v.size())}, ValueKind::kConstant);
+  c->data = std::make_shared<HostTensor>(HostTensor::from<int64_t>(c->dims, v));
+  return c;
+}
+
+Value* GradContext::const_scalar(double v, const Value* like) {
+  Value* c = g_.add_value(next_name("scalar"), like->dtype, {}, ValueKind::kConstant);
+  HostTensor t(like->dtype, {});
+  if (like->dtype == DType::kFloat64) t.as<double>()[0] = v;
+  else t.as<float>()[0] = static_cast<float>(v);
+  c->data = std::make_shared<HostTensor>(std::move(t));
+  return c;
+}
+
+Value* GradContext::reshape(Value* v, const Dims& dims) {
+  if (v->dims == dims) return v;
+  std::vector<int64_t> shape(dims.begin(), dims.end());
+  return emit("Reshape", {v, const_ints(shape)}, dims, {}, v);
+}
+
+namespace {
+
+const std::map<std::string, GradBuilder>& table() {
+  static const std::map<std::string, GradBuilder> t = {
+      {"Gemm", grad::gemm},
+      {"MatMul", grad::matmul},
+      {"Add", grad::add},
+      {"Sub", grad::sub},
+      {"Mul", grad::mul},
+      {"Div", grad::div},
+      {"Relu", grad::relu},
+      {"Sigmoid", grad::sigmoid},
+      {"Tanh", grad::tanh},
+      {"Neg", grad::neg},
+      {"Exp", grad::exp},
+      {"Log", grad::log},
+      {"Sqrt", grad::sqrt},
+      {"Softmax", grad::softmax},
+      {"LogSoftmax", grad::log_softmax},
+      {"Reshape", grad::reshape},
+      {"Flatten", grad::reshape},
+      {"Identity", grad::reshape},
+      {"Transpose", grad::transpose},
+      {"SoftmaxCrossEntropyLoss", grad::softmax_cross_entropy},
+      {"MSELoss", grad::mse_loss},
+      {"Equal", grad::no_gradient},
+      {"Less", grad::no_gradient},
+      {"Greater", grad::no_gradient},
+      {"Not", grad::no_gradient},
+      {"Shape", grad::no_gradient},
+  };
+  return t;
+}
+
+}  // namespace
+
+GradBuilder find_grad_builder(const std::string& op) {
+  auto it = table().find(op);
+  return it == table().end() ? nullptr : it->second;
+}
+
+bool has_grad_builder(const std::string& op) { return find_grad_builder(op) != nullptr; }
+
+}  // namespace pt

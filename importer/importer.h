@@ -1,0 +1,49 @@
+// Public entry points of the importer: load an ONNX file into a Graph with static shapes, and
+// write a trained model back. No ONNX types leak through this header.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "importer/ir.h"
+#include "kernels/registry.h"
+
+namespace pt {
+
+struct OnnxModel;  // the source ModelProto and its external-data bookkeeping (onnx_model.h)
+
+struct ImportOptions {
+  int64_t batch_size = 32;          // binds the symbolic batch dimension of every model input
+  DeviceKind device = DeviceKind::kCpu;  // the unsupported-op report asks the registry for it
+  std::vector<std::string> freeze;  // initializer names kept fixed
+  bool for_training = true;         // also require a gradient builder for every op
+};
+
+struct ImportedModel {
+  std::string path;   // as given
+  std::string stem;   // file name without ".onnx"
+  std::unique_ptr<Graph> graph;
+  std::shared_ptr<const OnnxModel> source;
+  std::string producer;     // producer_name + version
+  int64_t source_opset = 0; // default-domain opset before any conversion
+  bool converted = false;   // true when ONNX's version converter raised the opset
+};
+
+// Loads, validates (onnx::checker, structural checks), converts old opsets, reads external data
+// (confined to the model's folder), binds the batch dimension, infers shapes, folds shape
+// subgraphs and checks every op against the kernel registry. Errors name the file and node.
+Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts);
+
+// Writes `out_path`: the source model with the initializers named in `values` replaced (same
+// dtype and dims required); everything else unchanged. External-data models keep external data,
+// written beside out_path as <out file name>.data. Written to a temporary file, then renamed.
+Status export_onnx(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
+                   const std::string& out_path);
+
+// The ops the importer can fold when their inputs are constant (shape subgraphs).
+bool is_foldable_op(const std::string& op);
+
+}  // namespace pt

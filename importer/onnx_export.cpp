@@ -1,0 +1,87 @@
+// Writing the trained model: the source ModelProto with trainable initializers replaced, every
+// other field untouched; external data stays external. Temporary files, then rename.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "importer/importer.h"
+#include "importer/onnx_model.h"
+
+namespace pt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Status write_atomically(const fs::path& path, const std::string& bytes) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return invalid_input(path.string() + ": cannot be written");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) return invalid_input(path.string() + ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return invalid_input(path.string() + ": cannot rename the temporary file: " + ec.message());
+  return Status::ok();
+}
+
+}  // namespace
+
+Status export_onnx(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
+                   const std::string& out_path) {
+  std::error_code ec;
+  if (fs::exists(out_path, ec) && fs::equivalent(out_path, model.path, ec))
+    return invalid_input(out_path + ": refusing to overwrite the input model");
+  onnx::ModelProto proto = model.source->proto;
+  const fs::path out(out_path);
+  const std::string data_name = out.filename().string() + ".data";
+  std::string external;  // bytes of the new external data file
+  std::set<std::string> done;
+  for (auto& t : *proto.mutable_graph()->mutable_initializer()) {
+    const bool was_external = t.data_location() == onnx::TensorProto::EXTERNAL;
+    auto it = values.find(t.name());
+    if (it != values.end()) {
+      const HostTensor& v = it->second;
+      Dims dims(t.dims().begin(), t.dims().end());
+      if (static_cast<DType>(t.data_type()) != v.dtype() || dims != v.dims())
+        return internal_error("export: initializer '" + t.name() + "' is " + dims_str(dims) + ", the new value " +
+                              dims_str(v.dims()));
+      tensor_to_proto(v, &t);
+      done.insert(t.name());
+    } else if (was_external) {
+      ASSIGN_OR_RETURN(std::string bytes, read_external_data(t, model.source->dir, model.path));
+      t.clear_external_data();
+      t.set_data_location(onnx::TensorProto::DEFAULT);
+      t.set_raw_data(std::move(bytes));
+    }
+    if (was_external) {
+      // Keep it external, in the new data file, 64-byte aligned.
+      while (external.size() % 64) external.push_back('\0');
+      const size_t offset = external.size();
+      external += t.raw_data();
+      const size_t length = t.raw_data().size();
+      t.clear_raw_data();
+      t.set_data_location(onnx::TensorProto::EXTERNAL);
+      auto add = [&](const char* k, const std::string& v) {
+        auto* e = t.add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      };
+      add("location", data_name);
+      add("offset", std::to_string(offset));
+      add("length", std::to_string(length));
+    }
+  }
+  for (const auto& [name, v] : values)
+    if (!done.count(name)) return internal_error("export: '" + name + "' is not an initializer of " + model.path);
+  if (!external.empty()) RETURN_IF_ERROR(write_atomically(out.parent_path() / data_name, external));
+  std::string bytes;
+  if (!proto.SerializeToString(&bytes)) return internal_error("export: the model does not serialise (over 2 GB?)");
+  return write_atomically(out, bytes);
+}
+
+}  // namespace pt

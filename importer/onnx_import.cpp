@@ -1,0 +1,321 @@
+// Loading an ONNX file into the IR: parsing, structural checks, onnx::checker, opset conversion,
+// external data, batch binding, then shape inference, folding and the unsupported-op report.
+#include <onnx/checker.h>
+#include <onnx/version_converter/convert.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <map>
+#include <set>
+
+#include "importer/grad/grad_registry.h"
+#include "importer/importer.h"
+#include "importer/onnx_model.h"
+#include "importer/shape_infer.h"
+
+namespace pt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kConvertTarget = 13;
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::string node_label(const onnx::NodeProto& n, int index) {
+  std::string name = n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
+  return "node '" + name + "' (" + n.op_type() + ")";
+}
+
+Expected<onnx::ModelProto> parse_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return invalid_input(path + ": no such file");
+  if (fs::is_directory(path, ec)) return invalid_input(path + ": is a directory, not an ONNX file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_input(path + ": cannot be read (permission denied?)");
+  google::protobuf::io::IstreamInputStream zin(&in);
+  google::protobuf::io::CodedInputStream cin(&zin);
+  cin.SetTotalBytesLimit(INT32_MAX);
+  onnx::ModelProto m;
+  if (!m.ParseFromCodedStream(&cin) || !cin.ConsumedEntireMessage())
+    return invalid_input(path + ": not an ONNX model (the bytes do not parse as a ModelProto)");
+  if (!m.has_graph() || m.ir_version() == 0)
+    return invalid_input(path + ": not an ONNX model (no graph or no IR version)");
+  return m;
+}
+
+// Duplicate outputs, dangling inputs and cycles, named precisely (the checker only says
+// "not topologically sorted"). Reorders the nodes topologically when they are not.
+Status check_structure(onnx::GraphProto* g, const std::string& path) {
+  std::map<std::string, std::string> defined;  // name -> who defines it
+  for (const auto& i : g->input()) defined[i.name()] = "graph input";
+  for (const auto& t : g->initializer()) defined[t.name()] = "initializer";
+  std::map<std::string, int> producer;
+  for (int i = 0; i < g->node_size(); ++i) {
+    for (const auto& o : g->node(i).output()) {
+      if (o.empty()) continue;
+      if (producer.count(o))
+        return invalid_input(path + ": " + node_label(g->node(i), i) + " writes output '" + o +
+                             "', which " + node_label(g->node(producer[o]), producer[o]) + " also writes");
+      if (defined.count(o) && defined[o] == "initializer")
+        return invalid_input(path + ": " + node_label(g->node(i), i) + " writes '" + o + "', which is also an initializer");
+      producer[o] = i;
+    }
+  }
+  for (int i = 0; i < g->node_size(); ++i)
+    for (const auto& in : g->node(i).input())
+      if (!in.empty() && !defined.count(in) && !producer.count(in))
+        return invalid_input(path + ": " + node_label(g->node(i), i) + " reads '" + in +
+                             "', which no node, graph input or initializer defines");
+  for (const auto& o : g->output())
+    if (!defined.count(o.name()) && !producer.count(o.name()))
+      return invalid_input(path + ": graph output '" + o.name() + "' is not produced by any node");
+  // Kahn's algorithm; leftovers are on a cycle.
+  const int n = g->node_size();
+  std::vector<int> indeg(n, 0);
+  std::vector<std::vector<int>> users(n);
+  for (int i = 0; i < n; ++i)
+    for (const auto& in : g->node(i).input()) {
+      auto it = producer.find(in);
+      if (!in.empty() && it != producer.end() && !defined.count(in)) {
+        ++indeg[i];
+        users[it->second].push_back(i);
+      }
+    }
+  std::vector<int> order, ready;
+  for (int i = n - 1; i >= 0; --i)
+    if (indeg[i] == 0) ready.push_back(i);
+  while (!ready.empty()) {
+    std::sort(ready.begin(), ready.end(), std::greater<>());  // keep the file's order when possible
+    int i = ready.back();
+    ready.pop_back();
+    order.push_back(i);
+    for (int u : users[i])
+      if (--indeg[u] == 0) ready.push_back(u);
+  }
+  if (static_cast<int>(order.size()) != n) {
+    std::string names;
+    int shown = 0;
+    for (int i = 0; i < n && shown < 6; ++i)
+      if (indeg[i] > 0) {
+        names += (shown++ ? ", " : "") + node_label(g->node(i), i);
+      }
+    return invalid_input(path + ": the graph has a cycle through " + names);
+  }
+  bool sorted = true;
+  for (int i = 0; i < n; ++i) sorted &= order[i] == i;
+  if (!sorted) {
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    for (int i : order) *nodes.Add() = g->node(i);
+    g->mutable_node()->Swap(&nodes);
+  }
+  return Status::ok();
+}
+
+int64_t default_opset(const onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  return 0;
+}
+
+Expected<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::string& where) {
+  switch (a.type()) {
+    case onnx::AttributeProto::INT: return Attribute(a.i());
+    case onnx::AttributeProto::FLOAT: return Attribute(a.f());
+    case onnx::AttributeProto::STRING: return Attribute(a.s());
+    case onnx::AttributeProto::INTS: return Attribute(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+    case onnx::AttributeProto::FLOATS: return Attribute(std::vector<float>(a.floats().begin(), a.floats().end()));
+    case onnx::AttributeProto::STRINGS: return Attribute(std::vector<std::string>(a.strings().begin(), a.strings().end()));
+    case onnx::AttributeProto::TENSOR: {
+      ASSIGN_OR_RETURN(HostTensor t, tensor_from_proto(a.t(), where));
+      return Attribute(std::make_shared<const HostTensor>(std::move(t)));
+    }
+    default:
+      return unsupported(where + ": attribute '" + a.name() + "' has a kind this tool does not read (graphs, sparse tensors)");
+  }
+}
+
+// Constant node -> its value.
+Expected<HostTensor> constant_value(const Node& n, const std::string& where) {
+  if (const HostTensor* t = n.attrs.get_tensor("value")) return *t;
+  const auto& all = n.attrs.all();
+  if (all.count("value_float")) { float v = n.attrs.get_float("value_float", 0); return HostTensor::from<float>({}, std::span<const float>(&v, 1)); }
+  if (all.count("value_int")) { int64_t v = n.attrs.get_int("value_int", 0); return HostTensor::from<int64_t>({}, std::span<const int64_t>(&v, 1)); }
+  if (all.count("value_floats")) { auto v = n.attrs.get_floats("value_floats"); return HostTensor::from<float>({static_cast<int64_t>(v.size())}, v); }
+  if (all.count("value_ints")) { auto v = n.attrs.get_ints("value_ints"); return HostTensor::from<int64_t>({static_cast<int64_t>(v.size())}, v); }
+  return unsupported(where + ": Constant without a tensor, float(s) or int(s) value (sparse and string constants are not supported)");
+}
+
+Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std::string& path, Dims* dims, DType* dtype) {
+  if (!vi.type().has_tensor_type())
+    return unsupported(path + ": graph input '" + vi.name() + "' is not a tensor");
+  const auto& tt = vi.type().tensor_type();
+  *dtype = static_cast<DType>(tt.elem_type());
+  if (!tt.has_shape()) return invalid_input(path + ": graph input '" + vi.name() + "' has no shape");
+  dims->clear();
+  for (int d = 0; d < tt.shape().dim_size(); ++d) {
+    const auto& dim = tt.shape().dim(d);
+    if (dim.has_dim_value() && dim.dim_value() > 0) {
+      dims->push_back(dim.dim_value());
+    } else if (d == 0) {
+      dims->push_back(batch);  // the symbolic batch dimension
+    } else {
+      return invalid_input(path + ": graph input '" + vi.name() + "' dimension " + std::to_string(d) +
+                           " is symbolic ('" + dim.dim_param() + "'); only the first (batch) dimension may be");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts) {
+  ASSIGN_OR_RETURN(onnx::ModelProto proto, parse_file(path));
+  onnx::ModelProto original = proto;  // exported as it came, with new initializer values
+  auto src = std::make_shared<OnnxModel>();
+  src->dir = fs::path(path).parent_path().string();
+  ImportedModel out;
+  out.path = path;
+  out.stem = fs::path(path).stem().string();
+  out.producer = proto.producer_name() + (proto.producer_version().empty() ? "" : " " + proto.producer_version());
+  RETURN_IF_ERROR(check_structure(proto.mutable_graph(), path));
+  try {
+    onnx::checker::check_model(proto);
+  } catch (const std::exception& e) {
+    return invalid_input(path + ": onnx checker: " + one_line(e.what()));
+  }
+  out.source_opset = default_opset(proto);
+  if (out.source_opset == 0) return invalid_input(path + ": the model imports no opset of the default ONNX domain");
+  if (out.source_opset > kMaxOpset)
+    return unsupported(path + ": opset " + std::to_string(out.source_opset) + " is newer than this tool supports (" +
+                       std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+  if (out.source_opset < kMinOpset) {
+    try {
+      proto = onnx::version_conversion::ConvertVersion(proto, kConvertTarget);
+    } catch (const std::exception& e) {
+      return unsupported(path + ": opset " + std::to_string(out.source_opset) + " model could not be converted to opset " +
+                         std::to_string(kConvertTarget) + " by ONNX's version converter: " + one_line(e.what()));
+    }
+    out.converted = true;
+  }
+  const int64_t opset = default_opset(proto);
+  for (const auto& o : proto.opset_import())
+    if (!(o.domain().empty() || o.domain() == "ai.onnx")) {
+      bool used = false;
+      for (const auto& n : proto.graph().node()) used |= n.domain() == o.domain();
+      if (used) return unsupported(path + ": ops of domain '" + o.domain() + "' are not supported");
+    }
+
+  // Early unsupported-op report, before any work: every offending node at once.
+  {
+    std::vector<std::string> bad;
+    std::set<std::string> bad_ops;
+    for (int i = 0; i < proto.graph().node_size(); ++i) {
+      const auto& n = proto.graph().node(i);
+      const std::string& op = n.op_type();
+      bool ok = op == "Constant" || is_foldable_op(op) ||
+                (has_shape_fn(op) && !supported_dtypes(op, opts.device).empty());
+      if (ok && opts.for_training && !is_foldable_op(op) && op != "Constant") ok = has_grad_builder(op);
+      if (!ok) {
+        std::string name = n.name().empty() ? op + "_" + std::to_string(i) : n.name();
+        bad.push_back("'" + name + "' (" + op + ", opset " + std::to_string(opset) + ")");
+        bad_ops.insert(op);
+      }
+    }
+    if (!bad.empty()) {
+      std::string list;
+      for (size_t i = 0; i < bad.size() && i < 20; ++i) list += (i ? ", " : "") + bad[i];
+      if (bad.size() > 20) list += ", ... (" + std::to_string(bad.size() - 20) + " more)";
+      std::string ops;
+      for (const auto& o : bad_ops) ops += (ops.empty() ? "" : ", ") + o;
+      return unsupported(path + ": " + std::to_string(bad.size()) + " node(s) use ops not supported " +
+                         (opts.for_training ? "for training " : "") + "on " + device_kind_name(opts.device) +
+                         " (" + ops + "): " + list);
+    }
+  }
+
+  auto g = std::make_unique<Graph>();
+  g->opset = opset;
+  const auto& gp = proto.graph();
+  std::set<std::string> init_names;
+  for (const auto& t : gp.initializer()) init_names.insert(t.name());
+  std::set<std::string> frozen(opts.freeze.begin(), opts.freeze.end());
+  for (const auto& f : frozen)
+    if (!init_names.count(f)) return invalid_input("--freeze: '" + f + "' is not an initializer of " + path);
+
+  for (const auto& vi : gp.input()) {
+    if (init_names.count(vi.name())) continue;  // old models list initializers as inputs
+    Dims dims;
+    DType dt;
+    RETURN_IF_ERROR(bind_input_dims(vi, opts.batch_size, path, &dims, &dt));
+    g->inputs.push_back(g->add_value(vi.name(), dt, dims, ValueKind::kInput));
+  }
+  for (const auto& t : gp.initializer()) {
+    onnx::TensorProto tp = t;
+    if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+      ASSIGN_OR_RETURN(std::string bytes, read_external_data(tp, src->dir, path));
+      tp.clear_external_data();
+      tp.set_data_location(onnx::TensorProto::DEFAULT);
+      tp.set_raw_data(std::move(bytes));
+    }
+    ASSIGN_OR_RETURN(HostTensor ht, tensor_from_proto(tp, path));
+    bool trainable = is_floating(ht.dtype()) && !frozen.count(t.name());
+    Value* v = g->add_value(t.name(), ht.dtype(), ht.dims(), trainable ? ValueKind::kParameter : ValueKind::kConstant);
+    v->data = std::make_shared<HostTensor>(std::move(ht));
+  }
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const auto& np = gp.node(i);
+    std::string where = path + ": " + node_label(np, i);
+    std::vector<Value*> ins;
+    for (const auto& in : np.input()) {
+      if (in.empty()) { ins.push_back(nullptr); continue; }
+      Value* v = g->find_value(in);
+      PT_CHECK(v) << "structure check missed '" << in << "'";
+      ins.push_back(v);
+    }
+    AttrMap attrs;
+    for (const auto& a : np.attribute()) {
+      ASSIGN_OR_RETURN(Attribute av, convert_attribute(a, where));
+      attrs.set(a.name(), std::move(av));
+    }
+    std::vector<Value*> outs;
+    for (const auto& o : np.output())
+      outs.push_back(o.empty() ? nullptr : g->add_value(o, DType::kUndefined, {}, ValueKind::kActivation));
+    Node* n = g->add_node(np.op_type(), np.name().empty() ? np.op_type() + "_" + std::to_string(i) : np.name(),
+                          std::move(ins), std::move(outs), std::move(attrs));
+    n->since_version = static_cast<int>(opset);
+    if (n->op_type == "Constant") {
+      ASSIGN_OR_RETURN(HostTensor c, constant_value(*n, where));
+      Value* v = n->outputs.at(0);
+      v->dtype = c.dtype();
+      v->dims = c.dims();
+      v->kind = ValueKind::kConstant;
+      v->data = std::make_shared<HostTensor>(std::move(c));
+    }
+  }
+  for (const auto& o : gp.output()) g->outputs.push_back(g->find_value(o.name()));
+
+  RETURN_IF_ERROR(infer_and_fold(*g, path, opts.device));
+
+  // Float initializers that feed no computation after folding are constants, not parameters.
+  for (Value* v : g->values_of_kind(ValueKind::kParameter))
+    if (v->consumers.empty()) v->kind = ValueKind::kConstant;
+
+  src->proto = std::move(original);
+  out.graph = std::move(g);
+  out.source = std::move(src);
+  return out;
+}
+
+}  // namespace pt

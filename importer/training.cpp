@@ -1,0 +1,190 @@
+// Loss attachment, reverse-mode autodiff over the IR, and the optimizer's update nodes.
+#include "importer/training.h"
+
+#include <algorithm>
+#include <set>
+
+#include "importer/grad/grad_registry.h"
+#include "importer/shape_infer.h"
+
+namespace pt {
+
+namespace {
+
+Value* scalar_one(Graph& g, DType dt) {
+  Value* c = g.add_value("loss_grad_seed", dt, {}, ValueKind::kConstant);
+  HostTensor t(dt, {});
+  if (dt == DType::kFloat64) t.as<double>()[0] = 1.0;
+  else t.as<float>()[0] = 1.0f;
+  c->data = std::make_shared<HostTensor>(std::move(t));
+  return c;
+}
+
+}  // namespace
+
+Expected<LossInfo> attach_loss(Graph& g, LossKind kind) {
+  if (g.outputs.empty()) return invalid_input("the model has no outputs to attach a loss to");
+  LossInfo info;
+  // A model that already computes its loss.
+  for (Value* out : g.outputs) {
+    Node* p = out->producer;
+    if (p && p->op_type == "SoftmaxCrossEntropyLoss" && out == p->outputs[0] && kind != LossKind::kMse) {
+      if (!out->dims.empty()) return invalid_input("the model's SoftmaxCrossEntropyLoss '" + p->name + "' has reduction 'none'; a scalar loss is needed");
+      Value* labels = p->inputs[1];
+      if (labels->kind != ValueKind::kInput) return invalid_input("the model's SoftmaxCrossEntropyLoss '" + p->name + "' labels are not a graph input");
+      labels->kind = ValueKind::kLabel;
+      std::erase(g.inputs, labels);
+      if (p->outputs.size() < 2 || !p->outputs[1]) {
+        Value* lp = g.add_value(p->name + "/log_prob", p->inputs[0]->dtype, p->inputs[0]->dims, ValueKind::kActivation);
+        p->outputs.resize(2);
+        p->outputs[1] = lp;
+        lp->producer = p;
+      }
+      p->phase = Phase::kLoss;
+      info.kind = LossKind::kCrossEntropy;
+      info.output = info.logits = p->inputs[0];
+      info.labels = labels;
+      info.loss = out;
+      info.num_classes = p->inputs[0]->dims.at(1);
+      info.description = "the model's own SoftmaxCrossEntropyLoss '" + p->name + "' (output '" + out->name + "')";
+      g.loss = out;
+      return info;
+    }
+  }
+  Value* out = g.outputs[0];
+  if (!is_floating(out->dtype)) return invalid_input("model output '" + out->name + "' is " + dtype_name(out->dtype) + ", not a float tensor");
+  const bool nc = out->dims.size() == 2;
+  if (kind == LossKind::kAuto) kind = nc ? LossKind::kCrossEntropy : LossKind::kMse;
+  info.kind = kind;
+  info.output = info.logits = out;
+  std::string note;
+  if (kind == LossKind::kCrossEntropy) {
+    if (!nc) return invalid_input("--loss cross-entropy needs an output shaped [N, C]; '" + out->name + "' is " + dims_str(out->dims));
+    // Cross-entropy wants logits: read through a final Softmax / LogSoftmax.
+    if (Node* p = out->producer; p && (p->op_type == "Softmax" || p->op_type == "LogSoftmax") &&
+                                 p->attrs.get_int("axis", 1) == 1) {
+      info.logits = p->inputs[0];
+      note = " (reading logits '" + info.logits->name + "' before the final " + p->op_type + ")";
+    }
+    info.num_classes = out->dims[1];
+    info.labels = g.add_value("labels", DType::kInt64, {out->dims[0]}, ValueKind::kLabel);
+    Value* loss = g.add_value("loss", out->dtype, {}, ValueKind::kActivation);
+    Value* logp = g.add_value("loss/log_prob", out->dtype, out->dims, ValueKind::kActivation);
+    AttrMap m;
+    m.set("reduction", std::string("mean"));
+    g.add_node("SoftmaxCrossEntropyLoss", "loss/SoftmaxCrossEntropyLoss", {info.logits, info.labels}, {loss, logp}, m, Phase::kLoss);
+    info.loss = loss;
+    info.description = "softmax cross-entropy (mean over the batch, int64 labels in [0, " +
+                       std::to_string(info.num_classes) + ")) on output '" + out->name + "' " + dims_str(out->dims) + note;
+  } else {
+    info.labels = g.add_value("targets", out->dtype, out->dims, ValueKind::kLabel);
+    Value* loss = g.add_value("loss", out->dtype, {}, ValueKind::kActivation);
+    AttrMap m;
+    m.set("reduction", std::string("mean"));
+    g.add_node("MSELoss", "loss/MSELoss", {out, info.labels}, {loss}, m, Phase::kLoss);
+    info.loss = loss;
+    info.description = "mean squared error on output '" + out->name + "' " + dims_str(out->dims);
+  }
+  g.loss = info.loss;
+  return info;
+}
+
+Expected<std::map<Value*, Value*>> build_gradients(Graph& g, const std::vector<std::pair<Value*, Value*>>& seeds,
+                                                  const std::vector<Value*>& wrt) {
+  // Values that depend on `wrt` (forward reach), and nodes the seeds depend on (backward reach).
+  std::set<const Value*> depends(wrt.begin(), wrt.end());
+  const size_t n_fwd = g.nodes().size();
+  std::vector<Node*> fwd;
+  for (size_t i = 0; i < n_fwd; ++i) fwd.push_back(g.nodes()[i].get());
+  for (Node* n : fwd) {
+    bool any = false;
+    for (Value* v : n->inputs) any |= v && depends.count(v);
+    if (any)
+      for (Value* v : n->outputs)
+        if (v) depends.insert(v);
+  }
+  std::map<Value*, Value*> grad;  // accumulated gradient per value
+  auto accumulate = [&](Value* v, Value* d, Node* fwd_node) {
+    auto it = grad.find(v);
+    if (it == grad.end()) {
+      grad[v] = d;
+      return;
+    }
+    Value* sum = g.add_value(v->name + "_grad/sum", d->dtype, v->dims, ValueKind::kActivation);
+    Node* add = g.add_node("Add", v->name + "_grad/accumulate_" + std::to_string(sum->id), {it->second, d}, {sum}, {}, Phase::kBackward);
+    add->forward = fwd_node;
+    it->second = sum;
+  };
+  for (auto& [v, d] : seeds) {
+    if (d->dims != v->dims) return internal_error("gradient seed for '" + v->name + "' has dims " + dims_str(d->dims));
+    accumulate(v, d, v->producer);
+  }
+  for (size_t k = n_fwd; k-- > 0;) {
+    Node* n = fwd[k];
+    if (n->phase == Phase::kBackward || n->phase == Phase::kUpdate) continue;
+    std::vector<Value*> dy;
+    bool any_dy = false;
+    for (Value* o : n->outputs) {
+      Value* d = nullptr;
+      if (o) {
+        auto it = grad.find(o);
+        if (it != grad.end()) d = it->second;
+      }
+      dy.push_back(d);
+      any_dy |= d != nullptr;
+    }
+    if (!any_dy) continue;
+    std::vector<bool> needs;
+    bool any_need = false;
+    for (Value* v : n->inputs) {
+      bool need = v && depends.count(v) && is_floating(v->dtype);
+      needs.push_back(need);
+      any_need |= need;
+    }
+    if (!any_need) continue;
+    GradBuilder b = find_grad_builder(n->op_type);
+    if (!b) return unsupported(n->describe() + ": no gradient builder for op " + n->op_type);
+    GradContext ctx(g, *n, dy, needs);
+    RETURN_IF_ERROR(b(ctx).with_context(n->describe() + ": gradient: "));
+    for (size_t i = 0; i < n->inputs.size(); ++i)
+      if (ctx.dx()[i]) {
+        if (ctx.dx()[i]->dims != n->inputs[i]->dims)
+          return internal_error(n->describe() + ": gradient of input '" + n->inputs[i]->name + "' has dims " +
+                                dims_str(ctx.dx()[i]->dims) + ", the input " + dims_str(n->inputs[i]->dims));
+        accumulate(n->inputs[i], ctx.dx()[i], n);
+      }
+  }
+  std::map<Value*, Value*> out;
+  for (Value* w : wrt) {
+    auto it = grad.find(w);
+    if (it != grad.end()) out[w] = it->second;
+  }
+  return out;
+}
+
+Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd) {
+  TrainingGraph tg;
+  ASSIGN_OR_RETURN(tg.loss, attach_loss(g, kind));
+  std::vector<Value*> params = g.values_of_kind(ValueKind::kParameter);
+  Value* seed = scalar_one(g, tg.loss.loss->dtype);
+  ASSIGN_OR_RETURN(tg.grads, build_gradients(g, {{tg.loss.loss, seed}}, params));
+  for (Value* p : params) {
+    if (tg.grads.count(p)) tg.params.push_back(p);
+    else tg.unused_params.push_back(p->name);
+  }
+  if (tg.params.empty()) return invalid_input("the model has no trainable parameters that reach the loss");
+  tg.lr = g.add_value("lr", tg.loss.loss->dtype, {}, ValueKind::kHyper);
+  for (Value* p : tg.params) {
+    Value* v = g.add_value(p->name + ".momentum", p->dtype, p->dims, ValueKind::kState);
+    v->data = std::make_shared<HostTensor>(p->dtype, p->dims);
+    tg.momentum[p] = v;
+    AttrMap m;
+    m.set("momentum", sgd.momentum);
+    m.set("weight_decay", sgd.weight_decay);
+    Node* u = g.add_node("SGDMomentum", p->name + "/update", {p, tg.grads[p], v, tg.lr}, {}, m, Phase::kUpdate);
+    u->domain = "pipetrain";
+  }
+  return tg;
+}
+
+}  // namespace pt

@@ -1,0 +1,52 @@
+// Turning a forward Graph into a training graph: attach a loss to the model's output, build the
+// backward pass by graph rewrites (importer/grad/), and append the optimizer update nodes.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "importer/ir.h"
+
+namespace pt {
+
+enum class LossKind { kAuto, kCrossEntropy, kMse };
+
+struct LossInfo {
+  LossKind kind = LossKind::kCrossEntropy;
+  Value* output = nullptr;  // the model output the loss reads
+  Value* logits = nullptr;  // what the loss node consumes (the output, or the input of a final Softmax)
+  Value* labels = nullptr;  // kLabel value fed by the data loader
+  Value* loss = nullptr;    // scalar
+  int64_t num_classes = 0;  // cross-entropy only
+  std::string description;  // one line for the user: which output, which loss, why
+};
+
+// Appends the loss. kAuto: a model that already ends in SoftmaxCrossEntropyLoss uses it; an output
+// shaped [N, C] gets softmax cross-entropy (mean, int64 labels [N]); other shapes get MSE.
+Expected<LossInfo> attach_loss(Graph& g, LossKind kind);
+
+// Reverse-mode autodiff. Seeds pair a value with its incoming gradient; returns the gradient of
+// every value in `wrt` that the seeds depend on (absent: no path). Gradients nobody needs are never
+// built. Emitted nodes have Phase kBackward and point at the forward node they serve.
+Expected<std::map<Value*, Value*>> build_gradients(Graph& g, const std::vector<std::pair<Value*, Value*>>& seeds,
+                                                  const std::vector<Value*>& wrt);
+
+struct SgdOptions {
+  float momentum = 0.9f;     // gamma of v = gamma v + (1 - gamma) g
+  float weight_decay = 0.0f;
+};
+
+struct TrainingGraph {
+  LossInfo loss;
+  std::vector<Value*> params;                 // trainable parameters with a gradient
+  std::map<Value*, Value*> grads;             // param -> gradient
+  std::map<Value*, Value*> momentum;          // param -> momentum buffer (kState)
+  Value* lr = nullptr;                        // kHyper scalar
+  std::vector<std::string> unused_params;     // trainable but not reaching the loss
+};
+
+// attach_loss + build_gradients(loss, 1) + one SGDMomentum update node per parameter.
+Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd);
+
+}  // namespace pt

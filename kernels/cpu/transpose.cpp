@@ -1,0 +1,92 @@
+// Transpose CPU kernel. Dims are coalesced first (size-1 dims dropped, dims that stay adjacent
+// merged), so most permutations reduce to a plain or batched 2-D transpose, done in cache blocks;
+// anything else is a gather loop over the output.
+#include <algorithm>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_util.h"
+
+namespace pt::cpu {
+namespace {
+
+constexpr int64_t kTile = 32;
+
+// out (cols, rows) = in (rows, cols)^T, tile by tile.
+template <typename T>
+void transpose_2d(const T* in, T* out, int64_t rows, int64_t cols, bool parallel) {
+  const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
+#pragma omp parallel for if (parallel && tr * tc > 1)
+  for (int64_t t = 0; t < tr * tc; ++t) {
+    const int64_t i0 = (t / tc) * kTile, j0 = (t % tc) * kTile;
+    const int64_t i1 = std::min(i0 + kTile, rows), j1 = std::min(j0 + kTile, cols);
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t i = i0; i < i1; ++i) out[j * rows + i] = in[i * cols + j];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+Status transpose(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Transpose", 1, 1));
+  const TensorView& x = call.inputs[0];
+  const TensorView& y = call.outputs[0];
+  const int r = x.rank();
+  std::vector<int64_t> perm = call.attrs.get_ints("perm");
+  if (perm.empty() && r > 0)
+    for (int i = r - 1; i >= 0; --i) perm.push_back(i);
+  if (static_cast<int>(perm.size()) != r)
+    return invalid_input("Transpose: perm has " + std::to_string(perm.size()) +
+                         " entries for an input of rank " + std::to_string(r));
+  std::vector<bool> seen(r, false);
+  Dims out(r);
+  for (int k = 0; k < r; ++k) {
+    if (perm[k] < 0 || perm[k] >= r || seen[perm[k]])
+      return invalid_input("Transpose: perm is not a permutation of 0.." + std::to_string(r - 1));
+    seen[perm[k]] = true;
+    out[k] = x.dims[perm[k]];
+  }
+  RETURN_IF_ERROR(check_same_dims("Transpose", "output", y.dims, out));
+  const T* px = x.as<T>();
+  T* py = y.as<T>();
+  const int64_t n = x.size();
+  if (n == 0) return Status::ok();
+
+  const Dims rs = row_major_strides(x.dims);
+  Dims s(r);
+  for (int k = 0; k < r; ++k) s[k] = rs[perm[k]];
+  const StridedLoop<1> loop(out, {s});
+  const Dims& sz = loop.sizes;
+  const Dims& st = loop.strides[0];
+  const bool par = n > kParallelThreshold;
+  if (loop.rank() == 2 && st[0] == 1 && st[1] == sz[0]) {
+    transpose_2d(px, py, sz[1], sz[0], par);
+    return Status::ok();
+  }
+  if (loop.rank() == 3 && st[1] == 1 && st[2] == sz[1] && st[0] == sz[1] * sz[2]) {
+    const int64_t mat = sz[1] * sz[2];
+    const bool small = mat < 4 * kTile * kTile;  // many small matrices: one thread each
+#pragma omp parallel for if (par && small)
+    for (int64_t b = 0; b < sz[0]; ++b)
+      transpose_2d(px + b * mat, py + b * mat, sz[2], sz[1], par && !small);
+    return Status::ok();
+  }
+  const int64_t inner = loop.inner(), si = loop.inner_stride(0);
+  loop.for_each_row(par, [&](int64_t row, const std::array<int64_t, 1>& o) {
+    const T* src = px + o[0];
+    T* dst = py + row * inner;
+    if (si == 1) {
+      std::copy(src, src + inner, dst);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * si];
+    }
+  });
+  return Status::ok();
+}
+
+template Status transpose<float>(const KernelCall& call);
+template Status transpose<double>(const KernelCall& call);
+template Status transpose<int64_t>(const KernelCall& call);
+
+}  // namespace pt::cpu

@@ -1,0 +1,53 @@
+// The kernel registry: the single answer to "is this op supported on this device for this dtype",
+// asked by the importer (unsupported-op report), the partitioner and the runtime. Kernels are
+// plain functions registered from one explicit table (kernels/registry.cpp), no static
+// initialisers. Kernels know tensors and attributes, never graphs or stages.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/attribute.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace pt {
+
+enum class DeviceKind { kCpu, kCuda };
+const char* device_kind_name(DeviceKind d);
+
+// One kernel invocation. Outputs are preallocated by the caller with their inferred dims; an
+// absent optional input has data == nullptr. Kernels that update state in place (optimizer
+// steps) write through their input views.
+struct KernelCall {
+  std::span<const TensorView> inputs;
+  std::span<const TensorView> outputs;
+  const AttrMap& attrs;
+  void* stream = nullptr;  // CUDA stream (cudaStream_t) for kCuda kernels; unused on the CPU
+};
+
+using KernelFn = Status (*)(const KernelCall&);
+
+struct KernelEntry {
+  const char* op;     // ONNX op type, or an internal op of the "pipetrain" domain (ReluGrad, ...)
+  DeviceKind device;
+  DType dtype;        // dtype of input 0: the type the kernel computes in
+  KernelFn fn;
+};
+
+// The kernel for (op, device, dtype), or nullptr.
+KernelFn find_kernel(std::string_view op, DeviceKind device, DType dtype);
+bool has_kernel(std::string_view op, DeviceKind device, DType dtype);
+// Every op with a kernel on `device` for some dtype, sorted (for "known ops" hints).
+std::vector<std::string> supported_ops(DeviceKind device);
+// All entries (CPU table, then CUDA table when built with CUDA).
+std::span<const KernelEntry> all_kernels();
+
+// True when this binary was built with the CUDA backend and a CUDA device is present.
+bool cuda_available();
+// One line on why CUDA is not available (no backend compiled, no GPU found, driver error), or "".
+std::string cuda_unavailable_reason();
+
+}  // namespace pt

@@ -1,0 +1,192 @@
+// .npy reading and writing, dataset validation, batch gathering.
+#include "runtime/data.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace pt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Expected<DType> npy_dtype(const std::string& descr, const std::string& path) {
+  static const std::pair<const char*, DType> table[] = {
+      {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64}, {"<i8", DType::kInt64}, {"<i4", DType::kInt32},
+      {"|u1", DType::kUint8},   {"|i1", DType::kInt8},    {"|b1", DType::kBool},  {"<u1", DType::kUint8}};
+  for (auto& [d, t] : table)
+    if (descr == d) return t;
+  return invalid_input(path + ": unsupported .npy dtype '" + descr + "' (float32, float64, int64, int32, uint8, int8, bool)");
+}
+
+std::string header_value(const std::string& h, const std::string& key) {
+  auto p = h.find("'" + key + "'");
+  if (p == std::string::npos) return "";
+  p = h.find(':', p);
+  if (p == std::string::npos) return "";
+  ++p;
+  while (p < h.size() && h[p] == ' ') ++p;
+  if (h[p] == '\'') {
+    auto e = h.find('\'', p + 1);
+    return h.substr(p + 1, e - p - 1);
+  }
+  if (h[p] == '(') return h.substr(p, h.find(')', p) - p + 1);
+  auto e = h.find_first_of(",}", p);
+  return h.substr(p, e - p);
+}
+
+}  // namespace
+
+Expected<HostTensor> read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_input(path + ": cannot be opened");
+  char magic[8];
+  in.read(magic, 8);
+  if (in.gcount() != 8 || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    return invalid_input(path + ": not a .npy file (bad magic)");
+  uint32_t hlen = 0;
+  if (magic[6] == 1) {
+    uint16_t h16;
+    in.read(reinterpret_cast<char*>(&h16), 2);
+    hlen = h16;
+  } else {
+    in.read(reinterpret_cast<char*>(&hlen), 4);
+  }
+  std::string h(hlen, '\0');
+  in.read(h.data(), hlen);
+  if (!in) return invalid_input(path + ": truncated .npy header");
+  if (header_value(h, "fortran_order") == "True") return invalid_input(path + ": Fortran-order arrays are not supported");
+  ASSIGN_OR_RETURN(DType dt, npy_dtype(header_value(h, "descr"), path));
+  std::string shape = header_value(h, "shape");
+  Dims dims;
+  std::stringstream ss(shape.size() > 2 ? shape.substr(1, shape.size() - 2) : "");
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    if (tok.find_first_not_of(' ') == std::string::npos) continue;
+    dims.push_back(std::stoll(tok));
+  }
+  HostTensor t(dt, dims);
+  in.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(t.bytes()));
+  if (static_cast<size_t>(in.gcount()) != t.bytes())
+    return invalid_input(path + ": truncated: header says " + dims_str(dims) + " " + dtype_name(dt) + " (" +
+                         std::to_string(t.bytes()) + " bytes), the file holds " + std::to_string(in.gcount()));
+  return t;
+}
+
+Status write_npy(const std::string& path, const HostTensor& t) {
+  const char* descr = nullptr;
+  switch (t.dtype()) {
+    case DType::kFloat32: descr = "<f4"; break;
+    case DType::kFloat64: descr = "<f8"; break;
+    case DType::kInt64: descr = "<i8"; break;
+    case DType::kInt32: descr = "<i4"; break;
+    case DType::kUint8: descr = "|u1"; break;
+    case DType::kBool: descr = "|b1"; break;
+    default: return internal_error("write_npy: unsupported dtype");
+  }
+  std::string shape = "(";
+  for (size_t i = 0; i < t.dims().size(); ++i) shape += std::to_string(t.dims()[i]) + (t.dims().size() == 1 || i + 1 < t.dims().size() ? "," : "");
+  shape += ")";
+  std::string h = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) return invalid_input(path + ": cannot be written");
+    out.write("\x93NUMPY\x01\x00", 8);
+    uint16_t hl = static_cast<uint16_t>(h.size());
+    out.write(reinterpret_cast<const char*>(&hl), 2);
+    out.write(h.data(), h.size());
+    out.write(static_cast<const char*>(t.data()), t.bytes());
+    if (!out) return invalid_input(path + ": write failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return invalid_input(path + ": rename failed: " + ec.message());
+  return Status::ok();
+}
+
+Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return invalid_input("--data " + dir + ": not a folder (expected x.npy and y.npy inside, or 'synthetic')");
+  const std::string xp = (fs::path(dir) / "x.npy").string(), yp = (fs::path(dir) / "y.npy").string();
+  for (const auto& p : {xp, yp})
+    if (!fs::exists(p)) return invalid_input("--data " + dir + ": " + fs::path(p).filename().string() + " is missing");
+  Dataset d;
+  d.source = dir + " (x.npy + y.npy)";
+  ASSIGN_OR_RETURN(d.x, read_npy(xp));
+  ASSIGN_OR_RETURN(d.y, read_npy(yp));
+  if (d.x.dims().empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
+  const int64_t n = d.x.dims()[0];
+  if (d.x.dtype() != spec.input_dtype)
+    return invalid_input(xp + ": dtype " + dtype_name(d.x.dtype()) + ", the model input wants " + dtype_name(spec.input_dtype));
+  Dims sample(d.x.dims().begin() + 1, d.x.dims().end());
+  if (sample != spec.sample_dims) {
+    if (numel(sample) != numel(spec.sample_dims))
+      return invalid_input(xp + ": samples are " + dims_str(sample) + " (" + std::to_string(numel(sample)) +
+                           " values), the model input wants " + dims_str(spec.sample_dims) + " (" +
+                           std::to_string(numel(spec.sample_dims)) + ")");
+    Dims nd = spec.sample_dims;
+    nd.insert(nd.begin(), n);
+    d.x.reshape(nd);
+  }
+  if (d.y.dims().empty() || d.y.dims()[0] != n)
+    return invalid_input(yp + ": holds " + (d.y.dims().empty() ? std::string("a scalar") : std::to_string(d.y.dims()[0])) +
+                         " labels for " + std::to_string(n) + " samples in x.npy");
+  if (d.y.dtype() != spec.label_dtype) {
+    if (spec.label_dtype == DType::kInt64 && d.y.dtype() == DType::kInt32) d.y = cast_tensor(d.y, DType::kInt64);
+    else
+      return invalid_input(yp + ": dtype " + dtype_name(d.y.dtype()) + ", the loss wants " + dtype_name(spec.label_dtype) +
+                           (spec.label_dtype == DType::kInt64 ? " class labels" : " targets"));
+  }
+  Dims ls(d.y.dims().begin() + 1, d.y.dims().end());
+  if (numel(ls) != numel(spec.label_sample_dims))
+    return invalid_input(yp + ": each label is " + dims_str(ls) + ", the loss wants " + dims_str(spec.label_sample_dims));
+  Dims lnd = spec.label_sample_dims;
+  lnd.insert(lnd.begin(), n);
+  d.y.reshape(lnd);
+  if (spec.num_classes > 0) {
+    const int64_t* y = d.y.as<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      if (y[i] < 0 || y[i] >= spec.num_classes)
+        return invalid_input(yp + ": label " + std::to_string(y[i]) + " of sample " + std::to_string(i) +
+                             " is outside [0, " + std::to_string(spec.num_classes) + ")");
+  }
+  return d;
+}
+
+Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed) {
+  Dataset d;
+  d.source = "synthetic";
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Dims xd = spec.sample_dims;
+  xd.insert(xd.begin(), n);
+  d.x = HostTensor(DType::kFloat32, xd);
+  for (int64_t i = 0; i < d.x.size(); ++i) d.x.as<float>()[i] = normal(rng);
+  Dims yd = spec.label_sample_dims;
+  yd.insert(yd.begin(), n);
+  d.y = HostTensor(spec.label_dtype, yd);
+  if (spec.num_classes > 0) {
+    std::uniform_int_distribution<int64_t> cls(0, spec.num_classes - 1);
+    for (int64_t i = 0; i < d.y.size(); ++i) d.y.as<int64_t>()[i] = cls(rng);
+  } else {
+    for (int64_t i = 0; i < d.y.size(); ++i) d.y.as<float>()[i] = normal(rng);
+  }
+  return d;
+}
+
+void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, HostTensor* x, HostTensor* y) {
+  const int64_t b = x->dims()[0];
+  const size_t xs = d.x.bytes() / d.size(), ys = d.y.bytes() / d.size();
+  for (int64_t i = 0; i < b; ++i) {
+    int64_t s = order[(begin + i) % order.size()];
+    std::memcpy(static_cast<char*>(x->data()) + i * xs, static_cast<const char*>(d.x.data()) + s * xs, xs);
+    std::memcpy(static_cast<char*>(y->data()) + i * ys, static_cast<const char*>(d.y.data()) + s * ys, ys);
+  }
+}
+
+}  // namespace pt

@@ -1,0 +1,44 @@
+// Training data: .npy folders (x.npy + y.npy) and synthetic data, checked against the model's
+// input and label shapes before training starts.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace pt {
+
+// Reads a .npy file (format 1.0-3.0, C order, little-endian bool/int/float dtypes).
+Expected<HostTensor> read_npy(const std::string& path);
+// Writes a .npy file (for tests and tools), atomically.
+Status write_npy(const std::string& path, const HostTensor& t);
+
+struct Dataset {
+  std::string source;  // "models/digits/train (x.npy + y.npy)", "synthetic"
+  HostTensor x;        // [N, ...sample]
+  HostTensor y;        // [N] int64 labels or [N, ...] float targets
+  int64_t size() const { return x.empty() ? 0 : x.dims()[0]; }
+};
+
+// What the model wants per sample; the loader checks the data against it.
+struct DataSpec {
+  Dims sample_dims;      // model input dims without the batch dimension
+  DType input_dtype = DType::kFloat32;
+  DType label_dtype = DType::kInt64;
+  Dims label_sample_dims;  // [] for class labels
+  int64_t num_classes = 0;  // > 0 for class labels
+};
+
+// Loads DIR/x.npy and DIR/y.npy; samples whose element count matches the model input are
+// reshaped to it. Errors name the file and what is wrong.
+Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec);
+// Random inputs (N(0,1)) and labels, deterministic in `seed`.
+Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed);
+
+// Copies samples order[begin .. begin+count) (wrapping around) into the batch tensors.
+void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, HostTensor* x, HostTensor* y);
+
+}  // namespace pt

@@ -1,0 +1,186 @@
+// The single-stage training loop and evaluation.
+#include "runtime/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+namespace pt {
+
+namespace {
+
+double scalar_of(const HostTensor& t) { return t.get_double(0); }
+
+void set_scalar(HostTensor& t, double v) {
+  if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
+  else t.as<float>()[0] = static_cast<float>(v);
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, DeviceKind device) {
+  if (g.inputs.size() != 1)
+    return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
+  std::unique_ptr<Trainer> t(new Trainer(g, tg));
+  ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device));
+  t->input_ = g.inputs[0];
+  t->batch_ = t->input_->dims.at(0);
+  return t;
+}
+
+std::map<std::string, HostTensor> Trainer::parameters() const {
+  std::map<std::string, HostTensor> out;
+  for (Value* p : tg_.params) out[p->name] = ex_->tensor(p);
+  return out;
+}
+
+Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
+  EvalResult r;
+  const int64_t n = d.size();
+  if (n == 0) return r;
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  HostTensor& x = ex_->tensor(input_);
+  HostTensor& y = ex_->tensor(tg_.loss.labels);
+  const HostTensor& out = ex_->tensor(tg_.loss.output);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  const bool ce = tg_.loss.kind == LossKind::kCrossEntropy;
+  const int64_t per = out.size() / batch_;
+  for (int64_t b = 0; b < n; b += batch_) {
+    gather_batch(d, order, b, &x, &y);
+    RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
+    const int64_t real = std::min(batch_, n - b);
+    for (int64_t i = 0; i < real; ++i) {
+      if (ce) {
+        // log-softmax in double on the model output (probabilities when it ended in Softmax).
+        const bool probs = tg_.loss.output != tg_.loss.logits;
+        double mx = -INFINITY;
+        int64_t arg = 0;
+        for (int64_t c = 0; c < per; ++c) {
+          double v = out.get_double(i * per + c);
+          if (v > mx) { mx = v; arg = c; }
+        }
+        int64_t label = y.as<int64_t>()[i];
+        double lp;
+        if (probs) {
+          lp = std::log(std::max(out.get_double(i * per + label), 1e-30));
+        } else {
+          double s = 0;
+          for (int64_t c = 0; c < per; ++c) s += std::exp(out.get_double(i * per + c) - mx);
+          lp = out.get_double(i * per + label) - mx - std::log(s);
+        }
+        loss_sum += -lp;
+        correct += arg == label;
+      } else {
+        double s = 0;
+        for (int64_t c = 0; c < per; ++c) {
+          double e = out.get_double(i * per + c) - y.get_double(i * per + c);
+          s += e * e;
+        }
+        loss_sum += s / per;
+      }
+    }
+  }
+  r.samples = n;
+  r.loss = loss_sum / n;
+  r.accuracy = ce ? static_cast<double>(correct) / n : -1;
+  return r;
+}
+
+Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
+  const int64_t n = train.size();
+  if (n == 0) return invalid_input("the training set is empty");
+  const int64_t per_epoch = std::max<int64_t>(1, n / batch_);  // the last partial batch is dropped
+  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
+  const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
+  HostTensor& x = ex_->tensor(input_);
+  HostTensor& y = ex_->tensor(tg_.loss.labels);
+  const HostTensor& loss = ex_->tensor(tg_.loss.loss);
+  set_scalar(ex_->tensor(tg_.lr), cfg.lr);
+
+  std::ofstream csv;
+  const std::string partial = cfg.metrics_path + ".partial";
+  if (!cfg.metrics_path.empty()) {
+    csv.open(partial, std::ios::trunc);
+    if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
+    csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
+  }
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(cfg.seed);
+  TrainResult r;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto window = t0;
+  int64_t window_steps = 0;
+  double window_loss = 0;
+  for (int64_t step = 1; step <= total; ++step) {
+    const int64_t epoch = (step - 1) / per_epoch;  // 0-based
+    const int64_t in_epoch = (step - 1) % per_epoch;
+    if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
+    gather_batch(train, order, in_epoch * batch_, &x, &y);
+    RETURN_IF_ERROR(ex_->run());
+    const double l = scalar_of(loss);
+    if (!std::isfinite(l))
+      return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
+                                               std::to_string(l) + " (try a smaller --lr)");
+    if (step == 1) r.first_loss = l;
+    r.last_loss = l;
+    ++window_steps;
+    window_loss += l;
+    const bool epoch_end = in_epoch == per_epoch - 1 || step == total;
+    EvalResult ev;
+    if (epoch_end && val && val->size() > 0) {
+      ASSIGN_OR_RETURN(ev, evaluate(*val));
+      r.val = ev;
+    }
+    const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+    const double sps = elapsed > 0 ? static_cast<double>(step * batch_) / elapsed : 0;
+    if (csv.is_open()) {
+      char line[256];
+      std::snprintf(line, sizeof line, "%lld,%lld,%.9g,%.9g,%.1f,", static_cast<long long>(step),
+                    static_cast<long long>(epoch + 1), l, static_cast<double>(cfg.lr), sps);
+      csv << line;
+      if (ev.samples) {
+        std::snprintf(line, sizeof line, "%.9g,%.6g", ev.loss, ev.accuracy);
+        csv << line;
+      } else {
+        csv << ",";
+      }
+      csv << "\n";
+    }
+    if (!cfg.quiet && (step % log_every == 0 || step == total || ev.samples)) {
+      const double wsec = std::chrono::duration<double>(clock::now() - window).count();
+      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s", static_cast<long long>(step),
+                  static_cast<long long>(total), static_cast<long long>(epoch + 1), window_loss / window_steps,
+                  wsec > 0 ? window_steps * batch_ / wsec : 0.0);
+      if (ev.samples) {
+        std::printf("  val_loss %.4f", ev.loss);
+        if (ev.accuracy >= 0) std::printf("  val_acc %.2f%%", 100 * ev.accuracy);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      window = clock::now();
+      window_steps = 0;
+      window_loss = 0;
+    }
+    r.steps = step;
+  }
+  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  r.samples_per_s = r.seconds > 0 ? static_cast<double>(r.steps * batch_) / r.seconds : 0;
+  if (csv.is_open()) {
+    csv.close();
+    std::error_code ec;
+    std::filesystem::rename(partial, cfg.metrics_path, ec);
+    if (ec) return invalid_input(cfg.metrics_path + ": rename failed: " + ec.message());
+  }
+  return r;
+}
+
+}  // namespace pt

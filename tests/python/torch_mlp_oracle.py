@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+# PyTorch oracle for the whole-training-step test: exports a 4-Linear MLP to ONNX, writes fixed
+# data, trains it 20 steps by hand with the SpecTrain-form momentum SGD, and saves the per-step
+# losses and final weights keyed by ONNX initializer name.  Run: /usr/bin/python3 THIS OUTDIR
+#
+# OUTDIR/mlp.onnx                 model: input "x" float32 [batch,16] -> "logits" [batch,5]
+# OUTDIR/data/{x,y}.npy           x float32 [40,16], y int64 [40]
+# OUTDIR/initial_weights.npz      initializers of mlp.onnx (ONNX names), for reference
+# OUTDIR/expected_losses.npy      float64 [20], loss of step i+1 (forward before its update)
+# OUTDIR/expected_weights.npz     final weights, keyed by ONNX initializer name
+# OUTDIR/expected_logits.npy      float32 [40,5], trained model's logits on data/x.npy
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+STEPS, BATCH, N = 20, 8, 40
+LR, GAMMA, WD = 0.1, 0.9, 1e-4
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} OUTDIR")
+    out = sys.argv[1]
+    os.makedirs(os.path.join(out, "data"), exist_ok=True)
+
+    torch.manual_seed(1234)
+    model = nn.Sequential(
+        nn.Linear(16, 32), nn.ReLU(),
+        nn.Linear(32, 24), nn.ReLU(),
+        nn.Linear(24, 12), nn.ReLU(),
+        nn.Linear(12, 5),
+    ).float().eval()   # no dropout/batchnorm: eval and train modes compute the same thing
+
+    onnx_path = os.path.join(out, "mlp.onnx")
+    torch.onnx.export(model, torch.zeros(1, 16), onnx_path, opset_version=13,
+                      do_constant_folding=True, input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+
+    # Map each torch parameter to the ONNX initializer holding exactly its initial values.
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(onnx_path).graph.initializer}
+    params = list(model.named_parameters())
+    onnx_name = {}
+    for pname, p in params:
+        w = p.detach().numpy()
+        hits = [n for n, a in inits.items() if a.shape == w.shape and a.dtype == w.dtype
+                and np.array_equal(a, w)]
+        assert len(hits) == 1, f"parameter {pname}: {len(hits)} matching initializers {hits}"
+        onnx_name[pname] = hits[0]
+    assert len(set(onnx_name.values())) == len(params), "two parameters map to one initializer"
+    np.savez(os.path.join(out, "initial_weights.npz"), **inits)
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((N, 16)).astype(np.float32)
+    y = rng.integers(0, 5, size=N).astype(np.int64)
+    np.save(os.path.join(out, "data", "x.npy"), x)
+    np.save(os.path.join(out, "data", "y.npy"), y)
+
+    # Hand-written SpecTrain-form update: g = grad + wd*w; v = gamma*v + (1-gamma)*g; w -= lr*v.
+    vel = {n: torch.zeros_like(p) for n, p in params}
+    losses = []
+    for i in range(STEPS):
+        lo = (BATCH * i) % N          # in order, no shuffling: the data cycles every 5 steps
+        xb, yb = torch.from_numpy(x[lo:lo + BATCH]), torch.from_numpy(y[lo:lo + BATCH])
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(xb), yb)   # mean over the mini-batch
+        loss.backward()
+        losses.append(float(loss.item()))
+        with torch.no_grad():
+            for n, p in params:
+                g = p.grad + WD * p
+                vel[n].mul_(GAMMA).add_((1.0 - GAMMA) * g)
+                p.sub_(LR * vel[n])
+
+    np.save(os.path.join(out, "expected_losses.npy"), np.asarray(losses, dtype=np.float64))
+    final = {onnx_name[n]: p.detach().numpy().copy() for n, p in params}
+    np.savez(os.path.join(out, "expected_weights.npz"), **final)
+    with torch.no_grad():
+        np.save(os.path.join(out, "expected_logits.npy"),
+                model(torch.from_numpy(x)).numpy().astype(np.float32))
+
+    print(f"wrote {onnx_path}, data/x.npy {list(x.shape)}, data/y.npy {list(y.shape)}")
+    print("parameters -> initializers: " +
+          ", ".join(f"{p}->{onnx_name[p]}" for p, _ in params))
+    print(f"losses: step 1 {losses[0]:.6f}, step {STEPS} {losses[-1]:.6f} "
+          f"(lr={LR} gamma={GAMMA} wd={WD} batch={BATCH} steps={STEPS})")
+    print(f"wrote expected_losses.npy, expected_weights.npz ({len(final)} tensors), "
+          f"expected_logits.npy, initial_weights.npz in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+#!/usr/bin/python3
+# Builds onnx-pipetrain's bundled default model and data set: a small dense classifier for
+# sklearn's digits (models/digits_mlp.onnx) and its train/val split as x.npy + y.npy folders.
+# Deterministic and idempotent. Run: /usr/bin/python3 tools/make_default_model.py [MODELS_DIR]
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+from sklearn.datasets import load_digits
+
+DATA_SEED = 20240601   # fixed shuffle of the 1,797 digits
+N_TRAIN = 1437         # the remaining 360 are the validation split
+
+
+def build_model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(64, 64), nn.ReLU(),
+        nn.Linear(64, 32), nn.ReLU(),
+        nn.Linear(32, 10),
+    ).eval()
+
+
+def export(model, path):
+    dummy = torch.zeros(1, 64, dtype=torch.float32)
+    torch.onnx.export(
+        model, dummy, path, opset_version=13, do_constant_folding=True,
+        input_names=["input"], output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def write_npy(path, arr):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    np.save(path, arr)
+    print(f"wrote {path}  {arr.dtype} {list(arr.shape)}")
+
+
+def main():
+    models_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "models")
+    models_dir = os.path.normpath(models_dir)
+    os.makedirs(models_dir, exist_ok=True)
+
+    onnx_path = os.path.join(models_dir, "digits_mlp.onnx")
+    export(build_model(), onnx_path)
+    print(f"wrote {onnx_path}  ({os.path.getsize(onnx_path)} bytes; input 'input' "
+          f"float32 [batch,64] -> 'logits' [batch,10])")
+
+    digits = load_digits()
+    x = (digits.data.astype(np.float32) / np.float32(16.0)).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    perm = np.random.default_rng(DATA_SEED).permutation(len(x))
+    x, y = np.ascontiguousarray(x[perm]), np.ascontiguousarray(y[perm])
+    for split, sl in (("train", slice(0, N_TRAIN)), ("val", slice(N_TRAIN, None))):
+        write_npy(os.path.join(models_dir, "digits", split, "x.npy"), x[sl])
+        write_npy(os.path.join(models_dir, "digits", split, "y.npy"), y[sl])
+
+
+if __name__ == "__main__":
+    main()

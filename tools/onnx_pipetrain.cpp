@@ -1,0 +1,211 @@
+// The onnx-pipetrain command line: parses flags (CLI11), then imports the model, builds the
+// training graph, trains, and writes the run folder. Exit codes: 0 ok, 2 bad input or usage,
+// 3 diverged, 1 internal error.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "importer/importer.h"
+#include "importer/training.h"
+#include "partitioner/plan.h"
+#include "runtime/data.h"
+#include "runtime/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Options {
+  std::string model;
+  int gpus = 1;
+  std::string device = "auto";
+  std::string data = "synthetic";
+  std::string val_data;
+  int64_t epochs = 1;
+  int64_t steps = 0;
+  int64_t batch_size = 32;
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  std::string loss = "auto";
+  std::vector<std::string> freeze;
+  uint64_t seed = 0;
+  std::string out;
+  bool quiet = false;
+  bool no_shuffle = false;
+  int64_t log_every = 0;
+};
+
+int fail(const pt::Status& s) {
+  std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
+  return pt::exit_code_for(s);
+}
+
+void say(const Options& o, const std::string& line) {
+  if (!o.quiet) std::printf("%s\n", line.c_str());
+}
+
+std::string human_count(int64_t n) {
+  char b[32];
+  if (n >= 1000000) std::snprintf(b, sizeof b, "%.2fM", n / 1e6);
+  else if (n >= 1000) std::snprintf(b, sizeof b, "%.1fk", n / 1e3);
+  else std::snprintf(b, sizeof b, "%lld", static_cast<long long>(n));
+  return b;
+}
+
+int run(const Options& o) {
+  using namespace pt;
+  // Devices: this build trains on CPU stages; CUDA training arrives with the CUDA backend.
+  if (o.gpus < 1) return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
+  if (o.gpus > 1)
+    return fail(unsupported("--gpus " + std::to_string(o.gpus) +
+                            ": pipelines of several stages are not implemented in this version yet; use --gpus 1"));
+  if (o.device == "cuda")
+    return fail(unsupported("--device cuda: training on CUDA is not implemented in this version yet (" +
+                            (cuda_available() ? std::string("a GPU is present") : cuda_unavailable_reason()) +
+                            "); use --device cpu"));
+  if (o.device == "auto") say(o, "notice: training on 1 CPU stage (" + (cuda_available() ? std::string("CUDA training is not implemented yet") : cuda_unavailable_reason()) + ")");
+  const DeviceKind device = DeviceKind::kCpu;
+
+  ImportOptions io;
+  io.batch_size = o.batch_size;
+  io.device = device;
+  io.freeze = o.freeze;
+  auto imported = import_onnx(o.model, io);
+  if (!imported) return fail(imported.status());
+  ImportedModel& m = *imported;
+  Graph& g = *m.graph;
+  say(o, "model: " + o.model + " (opset " + std::to_string(m.source_opset) +
+             (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
+             (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
+
+  LossKind lk = o.loss == "mse" ? LossKind::kMse : o.loss == "cross-entropy" ? LossKind::kCrossEntropy : LossKind::kAuto;
+  SgdOptions sgd{o.momentum, o.weight_decay};
+  auto tg = build_training_graph(g, lk, sgd);
+  if (!tg) return fail(tg.status().with_context(o.model + ": "));
+  int64_t params = 0;
+  for (Value* p : tg->params) params += p->size();
+  say(o, "loss: " + tg->loss.description);
+  say(o, "parameters: " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
+             (o.freeze.empty() ? "" : " (" + std::to_string(o.freeze.size()) + " frozen)"));
+  for (const auto& u : tg->unused_params) say(o, "notice: parameter '" + u + "' does not reach the loss; it stays as it is");
+  Plan plan = plan_single_stage(g, device);
+  {
+    const StagePlan& s = plan.stages[0];
+    char line[256];
+    std::snprintf(line, sizeof line, "plan: 1 stage on %s: %zu nodes, %.1f MFLOP forward + %.1f MFLOP backward per step, %.1f MB activations",
+                  device_kind_name(s.device), s.nodes.size(), s.forward_flops / 1e6, s.backward_flops / 1e6,
+                  s.activation_bytes / 1e6);
+    say(o, line);
+  }
+
+  DataSpec spec;
+  Value* in = g.inputs.at(0);
+  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
+  spec.input_dtype = in->dtype;
+  spec.label_dtype = tg->loss.labels->dtype;
+  spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
+  spec.num_classes = tg->loss.num_classes;
+  Dataset train, val;
+  if (o.data == "synthetic") {
+    train = synthetic_dataset(spec, std::max<int64_t>(o.batch_size * 16, 512), o.seed);
+    say(o, "notice: --data synthetic: random inputs and labels, so loss and accuracy mean nothing");
+  } else {
+    auto d = load_npy_dataset(o.data, spec);
+    if (!d) return fail(d.status());
+    train = std::move(*d);
+  }
+  if (!o.val_data.empty()) {
+    auto d = load_npy_dataset(o.val_data, spec);
+    if (!d) return fail(d.status().with_context("--val-data: "));
+    val = std::move(*d);
+  }
+  say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
+             (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
+
+  const fs::path out_dir = o.out.empty() ? fs::path("runs") / m.stem : fs::path(o.out);
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return fail(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
+
+  auto trainer = Trainer::create(g, *tg, device);
+  if (!trainer) return fail(trainer.status());
+  TrainConfig tc;
+  tc.epochs = o.epochs;
+  tc.steps = o.steps;
+  tc.lr = o.lr;
+  tc.seed = o.seed;
+  tc.shuffle = !o.no_shuffle;
+  tc.log_every = o.log_every;
+  tc.quiet = o.quiet;
+  tc.metrics_path = (out_dir / "metrics.csv").string();
+  auto result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
+  if (!result) return fail(result.status());
+
+  const fs::path trained = out_dir / (m.stem + ".trained.onnx");
+  Status st = export_onnx(m, (*trainer)->parameters(), trained.string());
+  if (!st.is_ok()) return fail(st);
+
+  char line[512];
+  std::snprintf(line, sizeof line, "done: %lld steps in %.2f s (%.0f samples/s), loss %.4f -> %.4f",
+                static_cast<long long>(result->steps), result->seconds, result->samples_per_s, result->first_loss,
+                result->last_loss);
+  say(o, line);
+  if (result->val.samples) {
+    if (result->val.accuracy >= 0)
+      std::snprintf(line, sizeof line, "validation: loss %.4f, accuracy %.2f%% on %lld samples", result->val.loss,
+                    100 * result->val.accuracy, static_cast<long long>(result->val.samples));
+    else
+      std::snprintf(line, sizeof line, "validation: loss %.4f on %lld samples", result->val.loss,
+                    static_cast<long long>(result->val.samples));
+    say(o, line);
+  }
+  say(o, "wrote: " + trained.string() + ", " + (out_dir / "metrics.csv").string());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
+  app.add_option("model", o.model, "the ONNX model to train")->required();
+  app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->capture_default_str();
+  app.add_option("--device", o.device, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
+  app.add_option("--data", o.data, "folder with x.npy + y.npy, or 'synthetic'")->capture_default_str();
+  app.add_option("--val-data", o.val_data, "validation folder (x.npy + y.npy)");
+  auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
+  auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(CLI::PositiveNumber);
+  ep->excludes(sp);
+  app.add_option("--batch-size", o.batch_size, "samples per mini-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--momentum", o.momentum, "gamma of v = gamma v + (1 - gamma) g")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
+  app.add_option("--freeze", o.freeze, "initializers kept fixed (comma-separated)")->delimiter(',');
+  app.add_option("--seed", o.seed, "seed for data order and synthetic data")->capture_default_str();
+  app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
+  app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)");
+  app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
+  app.add_flag("--quiet", o.quiet, "print errors only");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "onnx-pipetrain: error: %s\n", e.what());
+    std::fprintf(stderr, "run 'onnx-pipetrain --help' for the flags\n");
+    return 2;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "onnx-pipetrain: internal error: %s\n", e.what());
+    return 1;
+  }
+}

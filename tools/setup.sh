@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what onnx-pipetrain needs to build and test, from Debian packages (and PyPI only for what
+# Debian lacks). Idempotent: when everything is present it prints nothing and returns at once.
+set -euo pipefail
+
+debs=(cmake g++ make pkg-config
+      libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
+      libcli11-dev libgtest-dev libgmock-dev libopenblas-dev
+      python3-torch python3-onnx python3-numpy python3-sklearn python3-protobuf)
+
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
