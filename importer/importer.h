@@ -43,6 +43,9 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
 Status export_onnx(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
                    const std::string& out_path);
 
+// Reads a serialized TensorProto file (as in ONNX's backend test data: input_0.pb, ...).
+Expected<HostTensor> read_tensor_file(const std::string& path);
+
 // The ops the importer can fold when their inputs are constant (shape subgraphs).
 bool is_foldable_op(const std::string& op);
 

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "importer/importer.h"
 #include "importer/onnx_model.h"
 
 namespace pt {
@@ -80,6 +81,16 @@ void tensor_to_proto(const HostTensor& value, onnx::TensorProto* t) {
   t->clear_external_data();
   t->set_data_location(onnx::TensorProto::DEFAULT);
   t->set_raw_data(value.data(), value.bytes());
+}
+
+Expected<HostTensor> read_tensor_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_input(path + ": cannot be opened");
+  onnx::TensorProto t;
+  if (!t.ParseFromIstream(&in)) return invalid_input(path + ": not a serialized TensorProto");
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    return unsupported(path + ": tensor files with external data are not supported");
+  return tensor_from_proto(t, path);
 }
 
 Expected<std::string> read_external_data(const onnx::TensorProto& t, const std::string& dir,

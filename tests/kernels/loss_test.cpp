@@ -233,6 +233,17 @@ TYPED_TEST(LossTest, SoftmaxCrossEntropyLabelOutOfRange) {
   PT_EXPECT_OK(run_kernel("SoftmaxCrossEntropyLoss", dtype_of<T>(), {x.view(), labels2.view()}, {loss.view()}, attrs));
 }
 
+TYPED_TEST(LossTest, SoftmaxCrossEntropyInt32Labels) {
+  using T = TypeParam;
+  auto x = Buf<T>::from_doubles({3, 4}, random_values(12, 1150));
+  auto l64 = Buf<int64_t>({3}, {2, 0, 3});
+  auto l32 = Buf<int32_t>({3}, {2, 0, 3});
+  auto a = Buf<T>::output({}), b = Buf<T>::output({});
+  PT_ASSERT_OK(run_kernel("SoftmaxCrossEntropyLoss", dtype_of<T>(), {x.view(), l64.view()}, {a.view()}));
+  PT_ASSERT_OK(run_kernel("SoftmaxCrossEntropyLoss", dtype_of<T>(), {x.view(), l32.view()}, {b.view()}));
+  expect_close(b, a.values(), "int32 labels", 0, 0);
+}
+
 TYPED_TEST(LossTest, MSELossAndGrad) {
   using T = TypeParam;
   uint32_t seed = 1000;
