@@ -101,10 +101,28 @@ HostTensor::HostTensor(const HostTensor& o) : HostTensor(o.dtype_, o.dims_) {
 }
 
 HostTensor& HostTensor::operator=(const HostTensor& o) {
-  if (this != &o) {
-    HostTensor t(o);
-    *this = std::move(t);
+  if (this == &o) return *this;
+  if (buf_ && dtype_ == o.dtype_ && dims_ == o.dims_) {
+    if (o.buf_) std::memcpy(buf_.get(), o.buf_.get(), bytes());
+    return *this;
   }
+  HostTensor t(o);
+  dtype_ = t.dtype_;
+  dims_ = std::move(t.dims_);
+  buf_ = std::move(t.buf_);
+  return *this;
+}
+
+HostTensor& HostTensor::operator=(HostTensor&& o) noexcept {
+  if (this == &o) return *this;
+  if (buf_ && o.buf_ && dtype_ == o.dtype_ && dims_ == o.dims_) {
+    std::memcpy(buf_.get(), o.buf_.get(), bytes());
+    return *this;
+  }
+  dtype_ = o.dtype_;
+  dims_ = std::move(o.dims_);
+  buf_ = std::move(o.buf_);
+  o.dtype_ = DType::kUndefined;
   return *this;
 }
 

@@ -29,6 +29,8 @@ struct TensorView {
 };
 
 // Owning host tensor. Copyable (deep copy); the buffer is 64-byte aligned for SIMD kernels.
+// Assigning a tensor of the same dtype and dims (copy or move) copies into the existing storage,
+// so views taken of it (the executor's prepared kernel calls) stay valid.
 class HostTensor {
  public:
   HostTensor() = default;
@@ -36,7 +38,7 @@ class HostTensor {
   HostTensor(const HostTensor& o);
   HostTensor& operator=(const HostTensor& o);
   HostTensor(HostTensor&&) noexcept = default;
-  HostTensor& operator=(HostTensor&&) noexcept = default;
+  HostTensor& operator=(HostTensor&& o) noexcept;
 
   template <typename T>
   static HostTensor from(Dims dims, std::span<const T> values) {

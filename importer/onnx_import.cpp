@@ -1,6 +1,7 @@
 // Loading an ONNX file into the IR: parsing, structural checks, onnx::checker, opset conversion,
 // external data, batch binding, then shape inference, folding and the unsupported-op report.
 #include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
 #include <algorithm>
@@ -190,6 +191,15 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   out.stem = fs::path(path).stem().string();
   out.producer = proto.producer_name() + (proto.producer_version().empty() ? "" : " " + proto.producer_version());
   RETURN_IF_ERROR(check_structure(proto.mutable_graph(), path));
+  // External data is read (confined to the model's folder) before the checker, which would
+  // otherwise look for it relative to the working directory.
+  for (auto& tp : *proto.mutable_graph()->mutable_initializer()) {
+    if (tp.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    ASSIGN_OR_RETURN(std::string bytes, read_external_data(tp, src->dir, path));
+    tp.clear_external_data();
+    tp.set_data_location(onnx::TensorProto::DEFAULT);
+    tp.set_raw_data(std::move(bytes));
+  }
   try {
     onnx::checker::check_model(proto);
   } catch (const std::exception& e) {
@@ -201,7 +211,17 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     return unsupported(path + ": opset " + std::to_string(out.source_opset) + " is newer than this tool supports (" +
                        std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
   if (out.source_opset < kMinOpset) {
+    // The converter's broadcast adapters need static dims: bind the batch dimension first.
+    std::set<std::string> inits;
+    for (const auto& t : proto.graph().initializer()) inits.insert(t.name());
+    for (auto& vi : *proto.mutable_graph()->mutable_input()) {
+      if (inits.count(vi.name()) || !vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) continue;
+      auto* shape = vi.mutable_type()->mutable_tensor_type()->mutable_shape();
+      if (shape->dim_size() > 0 && !(shape->dim(0).has_dim_value() && shape->dim(0).dim_value() > 0))
+        shape->mutable_dim(0)->set_dim_value(opts.batch_size);
+    }
     try {
+      onnx::shape_inference::InferShapes(proto);  // the adapters read intermediate shapes
       proto = onnx::version_conversion::ConvertVersion(proto, kConvertTarget);
     } catch (const std::exception& e) {
       return unsupported(path + ": opset " + std::to_string(out.source_opset) + " model could not be converted to opset " +
@@ -262,14 +282,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     g->inputs.push_back(g->add_value(vi.name(), dt, dims, ValueKind::kInput));
   }
   for (const auto& t : gp.initializer()) {
-    onnx::TensorProto tp = t;
-    if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-      ASSIGN_OR_RETURN(std::string bytes, read_external_data(tp, src->dir, path));
-      tp.clear_external_data();
-      tp.set_data_location(onnx::TensorProto::DEFAULT);
-      tp.set_raw_data(std::move(bytes));
-    }
-    ASSIGN_OR_RETURN(HostTensor ht, tensor_from_proto(tp, path));
+    ASSIGN_OR_RETURN(HostTensor ht, tensor_from_proto(t, path));
     bool trainable = is_floating(ht.dtype()) && !frozen.count(t.name());
     Value* v = g->add_value(t.name(), ht.dtype(), ht.dims(), trainable ? ValueKind::kParameter : ValueKind::kConstant);
     v->data = std::make_shared<HostTensor>(std::move(ht));

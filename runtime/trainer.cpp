@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -37,6 +38,16 @@ std::map<std::string, HostTensor> Trainer::parameters() const {
   std::map<std::string, HostTensor> out;
   for (Value* p : tg_.params) out[p->name] = ex_->tensor(p);
   return out;
+}
+
+Expected<HostTensor> Trainer::forward(const HostTensor& x) {
+  HostTensor& in = ex_->tensor(input_);
+  if (x.dims() != in.dims() || x.dtype() != in.dtype())
+    return invalid_input("forward: input is " + dims_str(x.dims()) + " " + dtype_name(x.dtype()) + ", the model wants " +
+                         dims_str(in.dims()) + " " + dtype_name(in.dtype()));
+  std::memcpy(in.data(), x.data(), x.bytes());
+  RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
+  return ex_->tensor(tg_.loss.output);
 }
 
 Expected<EvalResult> Trainer::evaluate(const Dataset& d) {

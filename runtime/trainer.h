@@ -46,6 +46,8 @@ class Trainer {
   Expected<TrainResult> train(const Dataset& train, const Dataset* val, const TrainConfig& cfg);
   // Forward only over every sample (the last partial batch padded, padding not counted).
   Expected<EvalResult> evaluate(const Dataset& d);
+  // The model output for one batch of inputs (dims of the model input), with the current weights.
+  Expected<HostTensor> forward(const HostTensor& x);
   // Current values of the trainable parameters, by initializer name.
   std::map<std::string, HostTensor> parameters() const;
   int64_t batch_size() const { return batch_; }

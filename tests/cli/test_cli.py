@@ -1,0 +1,295 @@
+"""End-to-end tests of the onnx-pipetrain command line: every refusal (exit code 2 and a one-line
+message naming the file, node or flag), opset handling, shape folding, --freeze, and the
+whole-training-step oracle against PyTorch. Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain
+/usr/bin/python3 -m unittest tests/cli/test_cli.py"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
+PY = "/usr/bin/python3"
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def mlp_model(path, opset=13, in_dims=("batch", 8), n_out=3, ends_in_softmax=False, ir=None):
+    rng = np.random.default_rng(3)
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32) * 0.3, "W1")
+    b1 = numpy_helper.from_array(np.zeros(16, np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((n_out, 16)).astype(np.float32) * 0.3, "W2")
+    b2 = numpy_helper.from_array(np.zeros(n_out, np.float32), "b2")
+    out = "probs" if ends_in_softmax else "y"
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], name="fc1", transB=1),
+             helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+             helper.make_node("Gemm", ["hr", "W2", "b2"], ["y" if not ends_in_softmax else "z"], name="fc2", transB=1)]
+    if ends_in_softmax:
+        nodes.append(helper.make_node("Softmax", ["z"], ["probs"], name="softmax", axis=1))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_dims))],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, [in_dims[0], n_out])],
+                          [w1, b1, w2, b2])
+    if ir is not None and ir < 4:  # old IR: initializers must also be graph inputs
+        for t in (w1, b1, w2, b2):
+            g.input.append(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="test_cli")
+    if ir:
+        m.ir_version = ir
+    onnx.save(m, path)
+    return path
+
+
+def write_data(folder, n=64, feat=8, classes=3, x_dtype=np.float32, y_dtype=np.int64, y_max=None, y_n=None):
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(5)
+    np.save(os.path.join(folder, "x.npy"), rng.standard_normal((n, feat)).astype(x_dtype))
+    y = rng.integers(0, classes if y_max is None else y_max, size=(n if y_n is None else y_n,))
+    np.save(os.path.join(folder, "y.npy"), y.astype(y_dtype))
+    return folder
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-cli-")
+        cls.dir = cls.tmp.name
+        subprocess.run([PY, os.path.join(ROOT, "tests", "python", "make_external_data_model.py"), cls.dir],
+                       check=True, capture_output=True)
+        cls.model = mlp_model(os.path.join(cls.dir, "mlp.onnx"))
+        cls.data = write_data(os.path.join(cls.dir, "data"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def refuse(self, args, *needles):
+        rc, out, err = run(*args)
+        self.assertEqual(rc, 2, f"exit code for {args}: {rc}\nstdout: {out}\nstderr: {err}")
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertTrue(lines, "no error message")
+        self.assertIn("error", lines[0])
+        for n in needles:
+            self.assertIn(n, lines[0], f"message does not name {n!r}: {lines[0]}")
+        return lines[0]
+
+    # --- the model file -------------------------------------------------------------------
+    def test_missing_file(self):
+        self.refuse([os.path.join(self.dir, "nope.onnx")], "nope.onnx", "no such file")
+
+    def test_directory(self):
+        self.refuse([self.dir], "is a directory")
+
+    def test_not_onnx(self):
+        self.refuse([os.path.join(self.dir, "bad", "not_onnx.onnx")], "not_onnx.onnx", "not an ONNX model")
+
+    def test_unreadable(self):
+        if os.geteuid() == 0:
+            self.skipTest("running as root: permission bits do not stop reads")
+        p = os.path.join(self.dir, "unreadable.onnx")
+        mlp_model(p)
+        os.chmod(p, 0)
+        self.refuse([p], "unreadable.onnx", "cannot be read")
+
+    def test_checker_failure(self):
+        self.refuse([os.path.join(self.dir, "bad", "checker_fail.onnx")], "checker_fail.onnx", "onnx checker",
+                    "gemm_one_input")
+
+    def test_cycle(self):
+        self.refuse([os.path.join(self.dir, "bad", "cycle.onnx")], "cycle.onnx", "cycle", "add_a", "relu_b")
+
+    def test_dangling_input(self):
+        self.refuse([os.path.join(self.dir, "bad", "dangling.onnx")], "dangling.onnx", "add_ghost", "ghost")
+
+    def test_duplicate_output(self):
+        self.refuse([os.path.join(self.dir, "bad", "dup_output.onnx")], "dup_output.onnx", "'t'", "relu_t",
+                    "sigmoid_t")
+
+    def test_unsupported_ops_listed_once(self):
+        line = self.refuse([os.path.join(self.dir, "bad", "unsupported_op.onnx")], "unsupported_op.onnx",
+                           "'hardmax' (Hardmax, opset 13)", "'det' (Det, opset 13)", "cpu")
+        self.assertIn("2 node(s)", line)
+
+    # --- external data --------------------------------------------------------------------
+    def test_external_absolute(self):
+        self.refuse([os.path.join(self.dir, "bad", "abs.onnx")], "abs.onnx", "W1", "absolute path")
+
+    def test_external_dotdot(self):
+        self.refuse([os.path.join(self.dir, "bad", "dotdot.onnx")], "dotdot.onnx", "'..'")
+
+    def test_external_symlink(self):
+        self.refuse([os.path.join(self.dir, "bad", "symlink.onnx")], "symlink.onnx", "symbolic link", "outside")
+
+    def test_external_overrun(self):
+        self.refuse([os.path.join(self.dir, "bad", "overrun.onnx")], "overrun.onnx", "beyond the file's end")
+
+    def test_external_data_trains_and_stays_external(self):
+        out = os.path.join(self.dir, "ext_run")
+        rc, so, se = run(os.path.join(self.dir, "ext", "model.onnx"), "--steps", 5, "--loss", "mse", "--out", out,
+                         "--quiet")
+        self.assertEqual(rc, 0, se)
+        trained = os.path.join(out, "model.trained.onnx")
+        m = onnx.load(trained, load_external_data=False)
+        self.assertTrue(all(t.data_location == TensorProto.EXTERNAL for t in m.graph.initializer))
+        self.assertTrue(os.path.exists(trained + ".data"))
+        onnx.checker.check_model(trained)
+        # re-import the trained model: it trains again
+        rc, so, se = run(trained, "--steps", 1, "--loss", "mse", "--out", os.path.join(self.dir, "ext_run2"),
+                         "--quiet")
+        self.assertEqual(rc, 0, se)
+
+    # --- opsets and shapes ----------------------------------------------------------------
+    def test_opset_7_to_17(self):
+        for opset in (7, 9, 11, 13, 17):
+            p = mlp_model(os.path.join(self.dir, f"mlp_op{opset}.onnx"), opset=opset)
+            rc, so, se = run(p, "--data", self.data, "--steps", 3, "--out", os.path.join(self.dir, f"op{opset}"),
+                             "--quiet")
+            self.assertEqual(rc, 0, f"opset {opset}: {se}")
+
+    def test_opset_6_converted(self):
+        p = mlp_model(os.path.join(self.dir, "mlp_op6.onnx"), opset=6, ir=3)
+        rc, so, se = run(p, "--data", self.data, "--steps", 3, "--out", os.path.join(self.dir, "op6"))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("converted to", so)
+
+    def test_opset_too_new(self):
+        p = mlp_model(os.path.join(self.dir, "mlp_op18.onnx"), opset=18)
+        self.refuse([p], "mlp_op18.onnx", "opset 18")
+
+    def test_symbolic_non_batch_dim(self):
+        p = mlp_model(os.path.join(self.dir, "mlp_sym.onnx"), in_dims=("batch", "features"))
+        self.refuse([p], "mlp_sym.onnx", "'x'", "dimension 1", "features")
+
+    def test_shape_subgraph_folding(self):
+        # x.view(x.size(0), -1) as torch.onnx.export emits it: Shape, Gather, Unsqueeze, Concat, Reshape.
+        import torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(12, 3)
+
+            def forward(self, x):
+                return self.fc(torch.relu(x).view(x.size(0), -1))
+
+        torch.manual_seed(0)
+        p = os.path.join(self.dir, "view.onnx")
+        torch.onnx.export(Net(), torch.zeros(2, 3, 4), p, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, opset_version=13)
+        ops = {n.op_type for n in onnx.load(p).graph.node}
+        self.assertTrue({"Shape", "Reshape"} <= ops, ops)
+        d = os.path.join(self.dir, "view_data")
+        os.makedirs(d, exist_ok=True)
+        np.save(os.path.join(d, "x.npy"), np.random.default_rng(0).standard_normal((16, 3, 4)).astype(np.float32))
+        np.save(os.path.join(d, "y.npy"), np.arange(16, dtype=np.int64) % 3)
+        rc, so, se = run(p, "--data", d, "--steps", 4, "--batch-size", 8, "--out", os.path.join(self.dir, "view"))
+        self.assertEqual(rc, 0, se)
+
+    def test_softmax_output_uses_logits(self):
+        p = mlp_model(os.path.join(self.dir, "mlp_softmax.onnx"), ends_in_softmax=True)
+        rc, so, se = run(p, "--data", self.data, "--steps", 2, "--out", os.path.join(self.dir, "sm"))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("before the final Softmax", so)
+
+    # --- flags ----------------------------------------------------------------------------
+    def test_help_lists_flags_with_defaults(self):
+        rc, so, se = run("--help")
+        self.assertEqual(rc, 0)
+        for flag in ("--gpus", "--device", "--data", "--epochs", "--steps", "--batch-size", "--lr", "--momentum",
+                     "--weight-decay", "--loss", "--freeze", "--seed", "--out", "--quiet"):
+            self.assertIn(flag, so)
+        self.assertIn("32", so)  # --batch-size default
+
+    def test_unknown_flag(self):
+        self.refuse([self.model, "--no-such-flag"], "--no-such-flag")
+
+    def test_bad_values(self):
+        self.refuse([self.model, "--batch-size", "0"], "--batch-size")
+        self.refuse([self.model, "--loss", "hinge"], "--loss")
+        self.refuse([self.model, "--device", "tpu"], "--device")
+        self.refuse([self.model, "--lr", "abc"], "--lr")
+
+    def test_several_stages_not_yet(self):
+        self.refuse([self.model, "--gpus", "4"], "--gpus 4")
+
+    def test_freeze_unknown(self):
+        self.refuse([self.model, "--freeze", "W9"], "--freeze", "W9")
+
+    def test_freeze_keeps_weights(self):
+        out = os.path.join(self.dir, "frozen")
+        rc, so, se = run(self.model, "--data", self.data, "--steps", 5, "--freeze", "W1,b2", "--out", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        before = {t.name: numpy_helper.to_array(t) for t in onnx.load(self.model).graph.initializer}
+        after = {t.name: numpy_helper.to_array(t) for t in onnx.load(os.path.join(out, "mlp.trained.onnx")).graph.initializer}
+        np.testing.assert_array_equal(before["W1"], after["W1"])
+        np.testing.assert_array_equal(before["b2"], after["b2"])
+        self.assertFalse(np.array_equal(before["W2"], after["W2"]))
+
+    # --- data -----------------------------------------------------------------------------
+    def test_data_wrong_dtype(self):
+        d = write_data(os.path.join(self.dir, "d_f64"), x_dtype=np.float64)
+        self.refuse([self.model, "--data", d], "x.npy", "float64")
+
+    def test_data_wrong_sample_shape(self):
+        d = write_data(os.path.join(self.dir, "d_shape"), feat=7)
+        self.refuse([self.model, "--data", d], "x.npy", "[7]", "[8]")
+
+    def test_labels_out_of_range(self):
+        d = write_data(os.path.join(self.dir, "d_range"), y_max=9)
+        self.refuse([self.model, "--data", d], "y.npy", "outside [0, 3)")
+
+    def test_label_count(self):
+        d = write_data(os.path.join(self.dir, "d_count"), y_n=10)
+        self.refuse([self.model, "--data", d], "y.npy", "10 labels", "64 samples")
+
+    def test_label_dtype(self):
+        d = write_data(os.path.join(self.dir, "d_ydtype"), y_dtype=np.float32)
+        self.refuse([self.model, "--data", d], "y.npy", "float32")
+
+    def test_data_missing_folder(self):
+        self.refuse([self.model, "--data", os.path.join(self.dir, "nowhere")], "--data", "nowhere")
+
+    def test_run_folder_and_input_untouched(self):
+        before = read_bytes(self.model)
+        out = os.path.join(self.dir, "runf")
+        rc, so, se = run(self.model, "--data", self.data, "--epochs", 2, "--out", out)
+        self.assertEqual(rc, 0, se)
+        self.assertEqual(read_bytes(self.model), before)
+        self.assertEqual(sorted(os.listdir(out)), ["metrics.csv", "mlp.trained.onnx"])
+        for needle in ("loss:", "parameters:", "step ", "done:"):
+            self.assertIn(needle, so)
+        lines = read_bytes(os.path.join(out, "metrics.csv")).decode().splitlines()
+        self.assertTrue(lines[0].startswith("step,epoch,loss"))
+        self.assertEqual(len(lines), 1 + 2 * (64 // 32))
+
+    # --- the whole training step against PyTorch ------------------------------------------
+    def test_pytorch_oracle(self):
+        o = os.path.join(self.dir, "oracle")
+        subprocess.run([PY, os.path.join(ROOT, "tests", "python", "torch_mlp_oracle.py"), o], check=True,
+                       capture_output=True)
+        rc, so, se = run(os.path.join(o, "mlp.onnx"), "--data", os.path.join(o, "data"), "--steps", 20,
+                         "--batch-size", 8, "--lr", 0.1, "--momentum", 0.9, "--weight-decay", 1e-4,
+                         "--loss", "cross-entropy", "--no-shuffle", "--out", os.path.join(o, "run"), "--quiet")
+        self.assertEqual(rc, 0, se)
+        p = subprocess.run([PY, os.path.join(ROOT, "tests", "python", "check_training_oracle.py"), o,
+                            os.path.join(o, "run", "mlp.trained.onnx"), os.path.join(o, "run", "metrics.csv")],
+                           capture_output=True, text=True)
+        sys.stdout.write(p.stdout)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,207 @@
+// Forward of every supported op against ONNX's own node test data (model.onnx plus serialized
+// input/output TensorProtos): import, feed the inputs to the CPU executor, compare every output.
+// Cases the tool legitimately cannot run (data-dependent shapes, unsupported types) are skipped
+// with the importer's message, and the summary says how many.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "importer/importer.h"
+#include "runtime/executor.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kNodeDataDir = "/usr/include/onnx/backend/test/data/node";
+// Cases that must run (not be skipped). Measured: 98 run once every kernel is in; the margin
+// leaves room for a case or two that a newer ONNX release renames.
+constexpr int kMinCasesRun = 90;
+constexpr double kAtol = 1e-5;
+constexpr double kRtol = 1e-4;
+
+// Directory-name prefixes of the ops under test ("test_<prefix>" or "test_<prefix>_...").
+const char* const kOpPrefixes[] = {
+    "gemm", "matmul", "add", "sub", "mul", "div", "relu", "sigmoid", "tanh", "neg", "exp", "log",
+    "sqrt", "softmax", "logsoftmax", "flatten", "reshape", "identity", "transpose", "sce",
+    "softmax_cross_entropy",
+};
+
+bool is_case_under_test(const std::string& name) {
+  if (name == "test_constant") return true;
+  for (const char* p : kOpPrefixes) {
+    const std::string base = std::string("test_") + p;
+    if (name == base || name.rfind(base + "_", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> sorted_entries(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0) out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// input_0.pb, input_1.pb, ... (or output_*) until the first missing index.
+Expected<std::vector<HostTensor>> read_tensors(const fs::path& dir, const std::string& stem) {
+  std::vector<HostTensor> out;
+  for (int k = 0;; ++k) {
+    const fs::path p = dir / (stem + "_" + std::to_string(k) + ".pb");
+    if (!fs::exists(p)) break;
+    ASSIGN_OR_RETURN(HostTensor t, read_tensor_file(p.string()));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// First mismatch of `got` against `want`, or "" when they agree.
+std::string compare(const HostTensor& got, const HostTensor& want) {
+  std::ostringstream os;
+  if (got.dtype() != want.dtype()) {
+    os << "dtype " << dtype_name(got.dtype()) << ", expected " << dtype_name(want.dtype());
+    return os.str();
+  }
+  if (got.dims() != want.dims()) {
+    os << "dims " << dims_str(got.dims()) << ", expected " << dims_str(want.dims());
+    return os.str();
+  }
+  const bool fp = is_floating(want.dtype());
+  for (int64_t i = 0; i < want.size(); ++i) {
+    if (fp) {
+      const double g = got.get_double(i), w = want.get_double(i);
+      const bool both_nan = std::isnan(g) && std::isnan(w);
+      const bool same_inf = std::isinf(g) && std::isinf(w) && (g > 0) == (w > 0);
+      if (both_nan || same_inf) continue;
+      if (!(std::fabs(g - w) <= kAtol + kRtol * std::fabs(w))) {
+        os << "element " << i << ": got " << g << ", expected " << w;
+        return os.str();
+      }
+    } else if (got.get_int(i) != want.get_int(i)) {
+      os << "element " << i << ": got " << got.get_int(i) << ", expected " << want.get_int(i);
+      return os.str();
+    }
+  }
+  return "";
+}
+
+// Copies `src` into the executor's buffer of `v` (the prepared kernels hold views of that
+// buffer, so it must be written through, not replaced).
+std::string feed(Executor& ex, const Value* v, const HostTensor& src) {
+  HostTensor& dst = ex.tensor(v);
+  if (dst.dtype() != src.dtype() || dst.dims() != src.dims())
+    return "input '" + v->name + "' is " + dtype_name(dst.dtype()) + " " + dims_str(dst.dims()) + ", data is " +
+           dtype_name(src.dtype()) + " " + dims_str(src.dims());
+  if (src.bytes()) std::memcpy(dst.data(), src.data(), src.bytes());
+  return "";
+}
+
+enum class Outcome { kPassed, kFailed, kSkipped };
+
+// Runs one case; `why` gets the failure or skip reason.
+Outcome run_case(const fs::path& dir, std::string* why) {
+  const std::vector<std::string> sets = sorted_entries(dir, "test_data_set_");
+  if (sets.empty()) {
+    *why = "no test_data_set_* folder";
+    return Outcome::kFailed;
+  }
+  auto first_inputs = read_tensors(dir / sets[0], "input");
+  if (!first_inputs) {
+    *why = first_inputs.status().message();
+    return Outcome::kFailed;
+  }
+  int64_t batch = 1;
+  if (!first_inputs->empty() && !(*first_inputs)[0].dims().empty() && (*first_inputs)[0].dims()[0] > 0)
+    batch = (*first_inputs)[0].dims()[0];
+  auto model = import_onnx((dir / "model.onnx").string(), ImportOptions{.batch_size = batch, .for_training = false});
+  if (!model) {
+    const Status& st = model.status();
+    *why = st.message();
+    const bool out_of_scope = st.code() == StatusCode::kUnsupported ||
+                              st.message().find("must be known before training") != std::string::npos;
+    return out_of_scope ? Outcome::kSkipped : Outcome::kFailed;
+  }
+  const Graph& g = *model->graph;
+  for (const std::string& set : sets) {
+    const fs::path sd = dir / set;
+    auto inputs = read_tensors(sd, "input");
+    auto outputs = read_tensors(sd, "output");
+    if (!inputs || !outputs) {
+      *why = set + ": " + (!inputs ? inputs.status() : outputs.status()).message();
+      return Outcome::kFailed;
+    }
+    if (inputs->size() != g.inputs.size() || outputs->size() != g.outputs.size()) {
+      *why = set + ": " + std::to_string(inputs->size()) + " inputs / " + std::to_string(outputs->size()) +
+             " outputs in the data, the graph has " + std::to_string(g.inputs.size()) + " / " +
+             std::to_string(g.outputs.size());
+      return Outcome::kFailed;
+    }
+    auto ex = Executor::create(g, DeviceKind::kCpu);
+    if (!ex) {
+      *why = "executor: " + ex.status().message();
+      return Outcome::kFailed;
+    }
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      std::string err = feed(**ex, g.inputs[i], (*inputs)[i]);
+      if (!err.empty()) {
+        *why = set + ": " + err;
+        return Outcome::kFailed;
+      }
+    }
+    if (Status st = (*ex)->run(); !st.is_ok()) {
+      *why = set + ": run: " + st.message();
+      return Outcome::kFailed;
+    }
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      std::string err = compare((*ex)->tensor(g.outputs[i]), (*outputs)[i]);
+      if (!err.empty()) {
+        *why = set + ": output " + std::to_string(i) + " '" + g.outputs[i]->name + "': " + err;
+        return Outcome::kFailed;
+      }
+    }
+  }
+  return Outcome::kPassed;
+}
+
+TEST(NodeTestData, ForwardMatchesOnnxReference) {
+  if (!fs::is_directory(kNodeDataDir)) GTEST_SKIP() << kNodeDataDir << " is not installed";
+  std::vector<std::string> cases;
+  for (const std::string& n : sorted_entries(kNodeDataDir, "test_"))
+    if (is_case_under_test(n)) cases.push_back(n);
+  int ran = 0, passed = 0;
+  std::vector<std::string> skipped;
+  for (const std::string& name : cases) {
+    std::string why;
+    switch (run_case(fs::path(kNodeDataDir) / name, &why)) {
+      case Outcome::kPassed:
+        ++ran;
+        ++passed;
+        break;
+      case Outcome::kFailed:
+        ++ran;
+        ADD_FAILURE() << name << ": " << why;
+        break;
+      case Outcome::kSkipped:
+        skipped.push_back(name + ": " + why);
+        break;
+    }
+  }
+  std::cout << "node test data: " << ran << " cases ran, " << passed << " passed, " << skipped.size()
+            << " skipped\n";
+  for (const std::string& s : skipped) std::cout << "  skipped " << s << "\n";
+  EXPECT_GE(ran, kMinCasesRun) << "fewer node test cases ran than expected";
+}
+
+}  // namespace
+}  // namespace pt

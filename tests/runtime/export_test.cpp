@@ -1,0 +1,134 @@
+// The exported model: passes onnx.checker, keeps everything but the trained initializers, re-imports,
+// and its forward (our re-import, and an independent numpy evaluator) equals the trainer's forward.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "importer/importer.h"
+#include "importer/training.h"
+#include "runtime/data.h"
+#include "runtime/executor.h"
+#include "runtime/trainer.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  const char* name;
+  LossKind loss;
+};
+
+class ExportTest : public ::testing::TestWithParam<Case> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("pipetrain-export-" + std::to_string(::getpid())));
+    fs::create_directories(*dir_);
+    const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/make_external_data_model.py " +
+                            dir_->string() + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static fs::path* dir_;
+};
+fs::path* ExportTest::dir_ = nullptr;
+
+std::string model_path(const std::string& name, const fs::path& dir) {
+  if (name == "external") return (dir / "ext" / "model.onnx").string();
+  return PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx";
+}
+
+TEST_P(ExportTest, TrainedModelRoundTrips) {
+  const Case c = GetParam();
+  const std::string src = model_path(c.name, *dir_);
+  const int64_t batch = 4;
+  ImportOptions io;
+  io.batch_size = batch;
+  auto m = import_onnx(src, io);
+  ASSERT_TRUE(m) << m.status().message();
+  auto tg = build_training_graph(*m->graph, c.loss, SgdOptions{0.9f, 1e-4f});
+  ASSERT_TRUE(tg) << tg.status().message();
+  auto trainer = Trainer::create(*m->graph, *tg, DeviceKind::kCpu);
+  ASSERT_TRUE(trainer) << trainer.status().message();
+  DataSpec spec;
+  Value* in = m->graph->inputs[0];
+  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
+  spec.label_dtype = tg->loss.labels->dtype;
+  spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
+  spec.num_classes = tg->loss.num_classes;
+  Dataset data = synthetic_dataset(spec, 64, 11);
+  TrainConfig cfg;
+  cfg.steps = 10;
+  cfg.lr = 0.1f;
+  cfg.quiet = true;
+  auto r = (*trainer)->train(data, nullptr, cfg);
+  ASSERT_TRUE(r) << r.status().message();
+
+  const fs::path out = *dir_ / (std::string(c.name) + "_out");
+  fs::create_directories(out);
+  const fs::path trained = out / "model.trained.onnx";
+  ASSERT_TRUE(export_onnx(*m, (*trainer)->parameters(), trained.string()).is_ok());
+  if (std::string(c.name) == "external") EXPECT_TRUE(fs::exists(trained.string() + ".data"));
+
+  // A batch of inputs, the trainer's forward with the trained weights.
+  HostTensor x(DType::kFloat32, in->dims);
+  for (int64_t i = 0; i < x.size(); ++i) x.as<float>()[i] = static_cast<float>((i * 37 % 101) / 50.0 - 1.0);
+  auto y_trainer = (*trainer)->forward(x);
+  ASSERT_TRUE(y_trainer) << y_trainer.status().message();
+
+  // Re-import the exported model: the same forward, bit for bit.
+  ImportOptions fo;
+  fo.batch_size = batch;
+  fo.for_training = false;
+  auto back = import_onnx(trained.string(), fo);
+  ASSERT_TRUE(back) << back.status().message();
+  auto ex = Executor::create(*back->graph, DeviceKind::kCpu);
+  ASSERT_TRUE(ex) << ex.status().message();
+  (*ex)->tensor(back->graph->inputs[0]) = x;
+  ASSERT_TRUE((*ex)->run().is_ok());
+  const HostTensor& y = (*ex)->tensor(back->graph->outputs[0]);
+  ASSERT_EQ(y.dims(), y_trainer->dims());
+  for (int64_t i = 0; i < y.size(); ++i) ASSERT_EQ(y.as<float>()[i], y_trainer->as<float>()[i]) << "element " << i;
+  // The weights really changed.
+  auto orig = import_onnx(src, fo);
+  ASSERT_TRUE(orig);
+  auto ex0 = Executor::create(*orig->graph, DeviceKind::kCpu);
+  ASSERT_TRUE(ex0);
+  (*ex0)->tensor(orig->graph->inputs[0]) = x;
+  ASSERT_TRUE((*ex0)->run().is_ok());
+  double diff = 0;
+  for (int64_t i = 0; i < y.size(); ++i)
+    diff = std::max(diff, std::abs(double((*ex0)->tensor(orig->graph->outputs[0]).as<float>()[i]) - y.as<float>()[i]));
+  EXPECT_GT(diff, 1e-4) << "training did not change the model's output";
+
+  // onnx.checker, unchanged structure, and an independent evaluator's forward.
+  ASSERT_TRUE(write_npy((out / "x.npy").string(), x).is_ok());
+  ASSERT_TRUE(write_npy((out / "y.npy").string(), y).is_ok());
+  const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/check_exported_model.py " + src + " " +
+                          trained.string() + " " + (out / "x.npy").string() + " " + (out / "y.npy").string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ExportTest,
+                         ::testing::Values(Case{"external", LossKind::kMse}, Case{"digits", LossKind::kCrossEntropy}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Npy, RoundTrip) {
+  const fs::path p = fs::temp_directory_path() / "pipetrain-npy-roundtrip.npy";
+  std::vector<int64_t> v = {1, -2, 3, 4, 5, 6};
+  HostTensor t = HostTensor::from<int64_t>({2, 3}, v);
+  ASSERT_TRUE(write_npy(p.string(), t).is_ok());
+  auto back = read_npy(p.string());
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->dims(), (Dims{2, 3}));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(back->as<int64_t>()[i], v[i]);
+  fs::remove(p);
+}
+
+}  // namespace
+}  // namespace pt
