@@ -1,5 +1,6 @@
 // TensorProto <-> HostTensor conversion and confined reading of external tensor data.
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 
 #include "importer/importer.h"
@@ -15,10 +16,22 @@ Expected<HostTensor> tensor_from_proto(const onnx::TensorProto& t, const std::st
     return unsupported(what + ": tensor '" + t.name() + "' has unsupported data type " +
                        std::to_string(t.data_type()));
   Dims dims(t.dims().begin(), t.dims().end());
-  for (int64_t d : dims)
+  int64_t count = 1;
+  for (int64_t d : dims) {
     if (d < 0) return invalid_input(what + ": tensor '" + t.name() + "' has a negative dimension");
+    if (d > 0 && count > (int64_t{1} << 40) / d)
+      return invalid_input(what + ": tensor '" + t.name() + "' has implausible dims " + dims_str(dims));
+    count *= d;
+  }
+  // Check the stored size against the dims before allocating anything.
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+  const int64_t stored = t.has_raw_data() ? static_cast<int64_t>(t.raw_data().size() / dtype_size(dt))
+                         : std::max({t.float_data_size(), t.double_data_size(), t.int32_data_size(),
+                                     t.int64_data_size(), t.uint64_data_size()});
+  if (stored != count || (t.has_raw_data() && t.raw_data().size() != bytes))
+    return invalid_input(what + ": tensor '" + t.name() + "' holds " + std::to_string(stored) + " values, its dims " +
+                         dims_str(dims) + " need " + std::to_string(count));
   HostTensor out(dt, dims);
-  const size_t bytes = out.bytes();
   auto mismatch = [&](size_t have) {
     return invalid_input(what + ": tensor '" + t.name() + "' holds " + std::to_string(have) +
                          " bytes, its dims " + dims_str(dims) + " need " + std::to_string(bytes));

@@ -1,47 +1,43 @@
-// Single-stage plans and the analytic FLOP count per node.
+// Plan helpers and single-stage plans.
 #include "partitioner/plan.h"
+
+#include "partitioner/cost_model.h"
 
 namespace pt {
 
-double node_flops(const Node& n) {
-  auto out_elems = [&]() -> double {
-    double s = 0;
-    for (const Value* v : n.outputs)
-      if (v) s += static_cast<double>(v->size());
-    return s;
-  };
-  if (n.op_type == "Gemm") {
-    const Value* a = n.inputs[0];
-    const int64_t k = n.attrs.get_int("transA", 0) ? a->dims[0] : a->dims[1];
-    return 2.0 * out_elems() * static_cast<double>(k);
+const char* schedule_name(Schedule s) { return s == Schedule::kGPipe ? "gpipe" : "1f1b"; }
+
+const char* weight_mode_name(WeightMode w) {
+  switch (w) {
+    case WeightMode::kSpecTrain: return "spectrain";
+    case WeightMode::kStash: return "stash";
+    case WeightMode::kStale: return "stale";
   }
-  if (n.op_type == "MatMul") {
-    const Value* a = n.inputs[0];
-    return 2.0 * out_elems() * static_cast<double>(a->dims.back());
-  }
-  if (n.op_type == "Reshape" || n.op_type == "Flatten" || n.op_type == "Identity") return 0;
-  if (n.op_type == "SGDMomentum") return 5.0 * static_cast<double>(n.inputs[0]->size());
-  return out_elems();
+  return "?";
 }
 
-Plan plan_single_stage(const Graph& g, DeviceKind device) {
+Plan plan_single_stage(const Graph& g, const DeviceSpec& device) {
   Plan p;
   StagePlan s;
   s.device = device;
   for (auto& n : g.nodes()) {
     s.nodes.push_back(n.get());
-    const double f = node_flops(*n);
-    if (n->phase == Phase::kBackward) s.backward_flops += f;
-    else if (n->phase != Phase::kUpdate) s.forward_flops += f;
-    for (const Value* v : n->outputs)
-      if (v) s.activation_bytes += static_cast<int64_t>(v->bytes());
+    if (n->phase == Phase::kForward || n->phase == Phase::kLoss) s.forward_nodes.push_back(n.get());
   }
   for (Value* v : g.values_of_kind(ValueKind::kParameter)) {
     s.params.push_back(v);
     s.param_count += v->size();
     s.param_bytes += static_cast<int64_t>(v->bytes());
   }
+  for (const auto& [node, c] : node_costs(g, device)) {
+    s.fwd_ms += 1e3 * c.fwd_s;
+    s.bwd_ms += 1e3 * c.bwd_s;
+    s.update_ms += 1e3 * c.update_s;
+    s.memory_bytes += c.saved_bytes + c.param_bytes * 3;  // weights, gradients, momentum
+  }
   p.stages.push_back(std::move(s));
+  p.bottleneck_ms = p.stages[0].stage_ms();
+  p.imbalance = 1.0;
   return p;
 }
 

@@ -1,36 +1,56 @@
-// The Plan handed from the partitioner to the runtime: stages with their nodes, parameters and
-// boundary tensors, with an analytic cost estimate per stage. This first version builds
-// single-stage plans; the cost-model partitioner fills in several stages.
+// The Plan handed from the partitioner to the runtime: contiguous stages of the training graph,
+// each with its nodes (forward, loss, backward, update), parameters, boundary tensors and the cost
+// model's prediction; plus the pipeline-level prediction.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "importer/ir.h"
-#include "kernels/registry.h"
+#include "partitioner/device_spec.h"
 
 namespace pt {
 
+enum class Schedule { k1F1B, kGPipe };
+enum class WeightMode { kSpecTrain, kStash, kStale };
+const char* schedule_name(Schedule s);
+const char* weight_mode_name(WeightMode w);
+
 struct StagePlan {
   int index = 0;
-  DeviceKind device = DeviceKind::kCpu;
-  std::vector<const Node*> nodes;        // forward, loss, backward and update nodes of the stage
+  DeviceSpec device;
+  std::vector<const Node*> nodes;        // every node of the stage, in execution order
+  std::vector<const Node*> forward_nodes;  // the forward (and loss) nodes that define the stage
   std::vector<const Value*> params;
+  std::vector<const Value*> recv;        // activations from earlier stages (gradients go back up)
+  std::vector<const Value*> send;        // activations to later stages
   int64_t param_count = 0;
   int64_t param_bytes = 0;
-  double forward_flops = 0;
-  double backward_flops = 0;
-  int64_t activation_bytes = 0;          // every non-persistent value computed by the stage
+  double fwd_ms = 0, bwd_ms = 0, update_ms = 0;
+  double comm_ms = 0;                    // sending activations + receiving-side gradients
+  int64_t send_bytes = 0, recv_bytes = 0;  // per mini-batch, activations only
+  int64_t memory_bytes = 0;              // predicted peak (DESIGN.md section 5)
+  double stage_ms() const { return fwd_ms + bwd_ms + update_ms + comm_ms; }
+  // Measured after training (ms per mini-batch); < 0 when not measured.
+  double measured_fwd_ms = -1, measured_bwd_ms = -1;
 };
 
 struct Plan {
+  std::string model;
+  Schedule schedule = Schedule::k1F1B;
+  WeightMode weights = WeightMode::kSpecTrain;
+  int micro_batches = 1;
+  int64_t batch_size = 0;
+  LinkSpec link;
   std::vector<StagePlan> stages;
+  bool manual = false;                   // from --split-at / --balance
+  double bottleneck_ms = 0;
+  double imbalance = 0;                  // max stage time / mean stage time
+  double predicted_samples_per_s = 0;
+  double single_device_samples_per_s = 0;  // the whole model on stage 0's device
 };
 
-// Multiply-adds counted as 2 FLOPs; elementwise ops as one FLOP per output element.
-double node_flops(const Node& n);
-
-// One stage holding the whole training graph.
-Plan plan_single_stage(const Graph& g, DeviceKind device);
+// One stage holding the whole training graph (no cost model needed).
+Plan plan_single_stage(const Graph& g, const DeviceSpec& device);
 
 }  // namespace pt

@@ -92,13 +92,14 @@ int run(const Options& o) {
   say(o, "parameters: " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
              (o.freeze.empty() ? "" : " (" + std::to_string(o.freeze.size()) + " frozen)"));
   for (const auto& u : tg->unused_params) say(o, "notice: parameter '" + u + "' does not reach the loss; it stays as it is");
-  Plan plan = plan_single_stage(g, device);
+  DeviceSpec cpu_spec;
+  cpu_spec.name = "cpu";
+  Plan plan = plan_single_stage(g, cpu_spec);
   {
     const StagePlan& s = plan.stages[0];
     char line[256];
-    std::snprintf(line, sizeof line, "plan: 1 stage on %s: %zu nodes, %.1f MFLOP forward + %.1f MFLOP backward per step, %.1f MB activations",
-                  device_kind_name(s.device), s.nodes.size(), s.forward_flops / 1e6, s.backward_flops / 1e6,
-                  s.activation_bytes / 1e6);
+    std::snprintf(line, sizeof line, "plan: 1 stage on %s: %zu nodes (%zu forward), %.2f M parameters",
+                  s.device.name.c_str(), s.nodes.size(), s.forward_nodes.size(), s.param_count / 1e6);
     say(o, line);
   }
 

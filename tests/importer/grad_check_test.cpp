@@ -1,6 +1,6 @@
 // Finite-difference checks, in double, of every gradient builder (importer/grad/) together with the
 // CPU backward kernels: L = sum(dY * Y) for a random seed dY, analytic dL/dX from
-// build_gradients + the executor, numeric dL/dX by central differences. Broadcasting, transposes,
+// build_gradients + the executor, numeric dL/dX by central differences (eps 1e-6). Broadcasting, transposes,
 // opset-dependent softmax axes, gradient accumulation and pruning are covered.
 #include <gtest/gtest.h>
 
@@ -78,8 +78,9 @@ class GradCheck {
   }
 
   // Builds the gradients of L = sum_k sum(dY_k * Y_k) w.r.t. `wrt`, runs them, and compares each
-  // element with central differences of L.
-  void check(const std::vector<Value*>& ys, const std::vector<Value*>& wrt) {
+  // element (or, when `max_checked` > 0, that many sampled elements per value, the first and the
+  // last included) with central differences of L.
+  void check(const std::vector<Value*>& ys, const std::vector<Value*>& wrt, int64_t max_checked = 0) {
     std::vector<std::pair<Value*, Value*>> seeds;
     for (Value* y : ys) {
       ASSERT_EQ(y->dtype, DType::kFloat64) << y->name;
@@ -99,16 +100,25 @@ class GradCheck {
     Status st = ex.run();
     ASSERT_TRUE(st.is_ok()) << st.message();
 
-    auto loss = [&]() {
+    // The outputs after a forward pass. Numeric gradients sum dY * (Y+ - Y-) element by element,
+    // so that the many outputs a perturbation leaves alone cancel exactly instead of adding the
+    // rounding noise of a large L.
+    auto forward = [&]() {
       Status s = ex.run([](Phase p) { return p == Phase::kForward || p == Phase::kLoss; });
       EXPECT_TRUE(s.is_ok()) << s.message();
-      double l = 0;
-      for (auto& [y, dy] : seeds) {
-        const double* py = ex.tensor(y).as<double>();
-        const double* pd = ex.tensor(dy).as<double>();
-        for (int64_t i = 0; i < y->size(); ++i) l += pd[i] * py[i];
+      std::vector<HostTensor> out;
+      for (auto& sd : seeds) out.push_back(ex.tensor(sd.first));
+      return out;
+    };
+    auto loss_delta = [&](const std::vector<HostTensor>& plus, const std::vector<HostTensor>& minus) {
+      double d = 0;
+      for (size_t k = 0; k < seeds.size(); ++k) {
+        const double* pd = ex.tensor(seeds[k].second).as<double>();
+        const double* pp = plus[k].as<double>();
+        const double* pm = minus[k].as<double>();
+        for (int64_t i = 0; i < plus[k].size(); ++i) d += pd[i] * (pp[i] - pm[i]);
       }
-      return l;
+      return d;
     };
     for (Value* w : wrt) {
       auto it = grads->find(w);
@@ -117,14 +127,14 @@ class GradCheck {
       const HostTensor analytic = ex.tensor(it->second);  // copy: later forward runs leave it alone
       double* pw = ex.tensor(w).as<double>();
       int mismatches = 0;
-      for (int64_t i = 0; i < w->size(); ++i) {
+      for (int64_t i : checked_elements(w->size(), max_checked)) {
         const double orig = pw[i];
         pw[i] = orig + kEps;
-        const double lp = loss();
+        const std::vector<HostTensor> yp = forward();
         pw[i] = orig - kEps;
-        const double lm = loss();
+        const std::vector<HostTensor> ym = forward();
         pw[i] = orig;
-        const double numeric = (lp - lm) / (2 * kEps);
+        const double numeric = loss_delta(yp, ym) / (2 * kEps);
         const double a = analytic.as<double>()[i];
         if (!(std::fabs(a - numeric) <= kAtol + kRtol * std::fabs(numeric)) && ++mismatches <= kMaxReportedMismatches)
           ADD_FAILURE() << "d/d" << w->name << " " << dims_str(w->dims) << " element " << i << ": analytic " << a
@@ -135,6 +145,18 @@ class GradCheck {
   }
 
  private:
+  std::vector<int64_t> checked_elements(int64_t n, int64_t max_checked) {
+    std::vector<int64_t> idx;
+    if (max_checked <= 0 || n <= max_checked) {
+      for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+      return idx;
+    }
+    std::set<int64_t> pick = {0, n - 1};
+    std::uniform_int_distribution<int64_t> u(0, n - 1);
+    while (static_cast<int64_t>(pick.size()) < max_checked) pick.insert(u(rng_));
+    return {pick.begin(), pick.end()};
+  }
+
   void set_contents(Value* v, HostTensor t) {
     if (v->kind == ValueKind::kInput) fed_.push_back({v, std::move(t)});
     else v->data = std::make_shared<HostTensor>(std::move(t));
@@ -185,7 +207,8 @@ TEST(GradCheck, GemmBiasShapes) {
   const BiasCase cases[] = {
       {"C [N]", true, {n}, 1.0f, 1.0f},      {"C [M, 1]", true, {m, 1}, 1.0f, 0.5f},
       {"C [M, N]", true, {m, n}, 2.0f, 1.0f}, {"C scalar", true, {}, 0.5f, 3.0f},
-      {"C [1]", true, {1}, 1.0f, 2.0f},      {"no C", false, {}, 1.5f, 1.0f},
+      {"C [1]", true, {1}, 1.0f, 2.0f},      {"C [1, N]", true, {1, n}, 1.0f, -1.0f},
+      {"C [1, 1]", true, {1, 1}, 0.5f, 0.5f}, {"no C", false, {}, 1.5f, 1.0f},
   };
   uint32_t seed = 200;
   for (const BiasCase& bc : cases) {
@@ -432,6 +455,91 @@ TEST(GradCheck, LossAfterModel) {
   Value* labels = c.ints("labels", {4}, {4, 0, 2, 1}, ValueKind::kInput);
   Node* n = c.node("SoftmaxCrossEntropyLoss", {id, labels}, 2, attrs_of({{"reduction", std::string("mean")}}));
   c.check({n->outputs[0]}, {x, w, b});
+}
+
+// ---- Large tensors: the kernels' multi-threaded paths (above kParallelThreshold elements) ------
+
+TEST(GradCheck, LargeTensorsSampled) {
+  constexpr int64_t kSampled = 24;
+  uint32_t seed = 1300;
+  {
+    SCOPED_TRACE(seed_trace(seed, "Add [64, 640] + [640] (column sums)"));
+    GradCheck c(seed++);
+    Value* a = c.value("A", {64, 640});
+    Value* b = c.value("B", {640});
+    c.check({c.op1("Add", {a, b})}, {a, b}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "Mul [640, 64] * [640, 1] (row sums)"));
+    GradCheck c(seed++);
+    Value* a = c.value("A", {640, 64});
+    Value* b = c.value("B", {640, 1});
+    c.check({c.op1("Mul", {a, b})}, {a, b}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "Div [8, 1, 80, 64] / [5, 1, 64] (general reduction)"));
+    GradCheck c(seed++);
+    Value* a = c.value("A", {8, 1, 80, 64});
+    Value* b = c.value("B", {5, 1, 64}, ValueKind::kParameter, kAwayFromZero);
+    c.check({c.op1("Div", {a, b})}, {a, b}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "Gemm [200, 8] x [8, 200] + [200] -> Sigmoid"));
+    GradCheck c(seed++);
+    Value* a = c.value("A", {200, 8});
+    Value* b = c.value("B", {8, 200});
+    Value* bias = c.value("C", {200});
+    Value* y = c.op1("Sigmoid", {c.op1("Gemm", {a, b, bias}, attrs_of({{"alpha", 0.5f}}))});
+    c.check({y}, {a, b, bias}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "Relu, Tanh, Exp on [200, 200]"));
+    GradCheck c(seed++);
+    Value* x = c.value("x", {200, 200}, ValueKind::kParameter, kAwayFromZero);
+    Value* y = c.op1("Exp", {c.op1("Tanh", {c.op1("Relu", {x})})});
+    c.check({y}, {x}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "Transpose [40, 30, 40] perm [2, 0, 1]"));
+    GradCheck c(seed++);
+    Value* x = c.value("x", {40, 30, 40});
+    Value* y = c.op1("Transpose", {x}, attrs_of({{"perm", std::vector<int64_t>{2, 0, 1}}}));
+    c.check({y}, {x}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "Softmax and LogSoftmax [4, 100, 100] axis 1"));
+    GradCheck c(seed++);
+    Value* x = c.value("x", {4, 100, 100}, ValueKind::kParameter, {-2, 2});
+    Value* y1 = c.op1("Softmax", {x}, attrs_of({{"axis", int64_t{1}}}));
+    Value* y2 = c.op1("LogSoftmax", {x}, attrs_of({{"axis", int64_t{1}}}), 11);
+    c.check({y1, y2}, {x}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "MatMul [4, 100, 90] @ [90, 100]"));
+    GradCheck c(seed++);
+    Value* a = c.value("A", {4, 100, 90});
+    Value* b = c.value("B", {90, 100});
+    c.check({c.op1("MatMul", {a, b})}, {a, b}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "SoftmaxCrossEntropyLoss [400, 100] mean, weights, ignore_index"));
+    GradCheck c(seed++);
+    Value* scores = c.value("scores", {400, 100}, ValueKind::kParameter, {-2, 2});
+    std::vector<int64_t> lv(400);
+    for (int64_t i = 0; i < 400; ++i) lv[i] = (i * 37) % 100;
+    Value* labels = c.ints("labels", {400}, lv, ValueKind::kInput);
+    Value* w = c.value("weights", {100}, ValueKind::kConstant, kPositive);
+    AttrMap at = attrs_of({{"reduction", std::string("mean")}, {"ignore_index", int64_t{74}}});
+    Node* n = c.node("SoftmaxCrossEntropyLoss", {scores, labels, w}, 2, at);
+    c.check({n->outputs[0]}, {scores}, kSampled);
+  }
+  {
+    SCOPED_TRACE(seed_trace(seed, "MSELoss [200, 200] mean"));
+    GradCheck c(seed++);
+    Value* pred = c.value("pred", {200, 200});
+    Value* target = c.value("target", {200, 200}, ValueKind::kInput);
+    c.check({c.op1("MSELoss", {pred, target}, attrs_of({{"reduction", std::string("mean")}}))}, {pred}, kSampled);
+  }
 }
 
 // ---- Pruning -------------------------------------------------------------------------------------

@@ -73,7 +73,9 @@ TEST_P(ExportTest, TrainedModelRoundTrips) {
   fs::create_directories(out);
   const fs::path trained = out / "model.trained.onnx";
   ASSERT_TRUE(export_onnx(*m, (*trainer)->parameters(), trained.string()).is_ok());
-  if (std::string(c.name) == "external") EXPECT_TRUE(fs::exists(trained.string() + ".data"));
+  if (std::string(c.name) == "external") {
+    EXPECT_TRUE(fs::exists(trained.string() + ".data"));
+  }
 
   // A batch of inputs, the trainer's forward with the trained weights.
   HostTensor x(DType::kFloat32, in->dims);

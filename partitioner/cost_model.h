@@ -1,0 +1,42 @@
+// The cost model: per forward node, forward and backward time on a device (roofline: the larger
+// of flops / peak and bytes / bandwidth, plus a per-kernel overhead), the bytes it keeps for
+// backward, and its parameters. Backward nodes are charged to the forward node they serve.
+// Measured profiles (--profile) replace the analytic times node by node.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "importer/ir.h"
+#include "partitioner/device_spec.h"
+
+namespace pt {
+
+struct NodeCost {
+  double fwd_s = 0;
+  double bwd_s = 0;             // all backward nodes serving this node
+  double update_s = 0;          // optimizer update of the parameters it reads first
+  double fwd_flops = 0, bwd_flops = 0;
+  int64_t param_bytes = 0;      // parameters first read by this node
+  int64_t param_count = 0;
+  int64_t saved_bytes = 0;      // activations kept from forward until backward (per mini-batch)
+  int64_t workspace_bytes = 0;  // transient buffers of the forward and backward
+};
+
+// Multiply-adds count as 2 FLOPs; elementwise ops as one FLOP per output element.
+double node_flops(const Node& n);
+// Bytes read and written by a node (inputs + outputs).
+double node_bytes(const Node& n);
+
+// Measured seconds per node name, forward and backward (from --profile).
+struct Profile {
+  std::map<std::string, double> fwd_s, bwd_s;
+};
+
+// Costs of every forward-phase and loss-phase node of a training graph, in graph order, with the
+// backward and update nodes that serve it folded in. `profile` may be null.
+std::vector<std::pair<const Node*, NodeCost>> node_costs(const Graph& g, const DeviceSpec& d,
+                                                         const Profile* profile = nullptr);
+
+}  // namespace pt

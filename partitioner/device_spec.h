@@ -1,0 +1,43 @@
+// What the cost model knows about hardware: device specs (peak FLOP/s, memory bandwidth and size,
+// per-kernel overhead) and links between devices (bandwidth, latency).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/registry.h"
+
+namespace pt {
+
+struct DeviceSpec {
+  std::string name;            // "H100-SXM", "cpu (measured)", ...
+  DeviceKind kind = DeviceKind::kCpu;
+  double peak_flops = 0;       // FP32 FLOP/s
+  double mem_bandwidth = 0;    // bytes/s
+  double memory_bytes = 0;     // usable device memory
+  double kernel_overhead_s = 0;  // fixed cost per kernel launch
+};
+
+struct LinkSpec {
+  std::string name;            // "pcie3", "nvlink4", "host", "network"
+  double bandwidth = 0;        // bytes/s, one direction
+  double latency_s = 0;
+};
+
+// Built-in GPU specs: H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti (case-insensitive).
+Expected<DeviceSpec> builtin_device_spec(const std::string& name);
+std::vector<std::string> builtin_device_names();
+// Reads a JSON device spec (--device-spec FILE): {"name", "peak_tflops", "mem_bandwidth_gbs", "memory_gb",
+// "kernel_overhead_us"}.
+Expected<DeviceSpec> load_device_spec(const std::string& path);
+// The CPU measured by a short micro-benchmark (GEMM FLOP/s, copy bandwidth), cached per machine in
+// `cache_dir` (empty: no cache). `threads` is the stage's share of cores.
+DeviceSpec measure_cpu_spec(const std::string& cache_dir, int threads);
+
+// Built-in links: pcie3, pcie4, pcie5 (x16), nvlink2, nvlink3, nvlink4, host (shared memory),
+// network (100 Gb/s).
+Expected<LinkSpec> builtin_link_spec(const std::string& name);
+std::vector<std::string> builtin_link_names();
+
+}  // namespace pt
