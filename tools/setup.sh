@@ -5,7 +5,8 @@ set -euo pipefail
 
 debs=(cmake g++ make pkg-config
       libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
-      libcli11-dev libgtest-dev libgmock-dev libopenblas-dev
+      libcli11-dev libgtest-dev libgmock-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev
+      graphviz chromium
       python3-torch python3-onnx python3-numpy python3-sklearn python3-protobuf)
 
 missing=()
