@@ -30,6 +30,7 @@ struct StagePlan {
   double comm_ms = 0;                    // sending activations + receiving-side gradients
   int64_t send_bytes = 0, recv_bytes = 0;  // per mini-batch, activations only
   int64_t memory_bytes = 0;              // predicted peak (DESIGN.md section 5)
+  int64_t saved_bytes = 0;               // activations kept for backward, per mini-batch in flight
   double stage_ms() const { return fwd_ms + bwd_ms + update_ms + comm_ms; }
   // Measured after training (ms per mini-batch); < 0 when not measured.
   double measured_fwd_ms = -1, measured_bwd_ms = -1;

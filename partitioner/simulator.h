@@ -9,6 +9,10 @@
 
 namespace pt {
 
+// One busy interval. Compute events (kForward, kBackward, kUpdate) run on `stage`; kSend is the
+// activation transfer from `stage` to stage + 1, kRecv the gradient transfer from stage + 1 back
+// to `stage` (both on the link between them); in data parallelism kSend is `stage`'s share of the
+// ring all-reduce. micro_batch is 0 except under GPipe.
 struct SimEvent {
   int stage = 0;
   int mini_batch = 0;
@@ -25,8 +29,20 @@ struct SimResult {
   std::vector<int64_t> peak_memory_bytes;  // per stage
 };
 
-// Simulates `mini_batches` mini-batches of the plan's schedule.
+// Simulates `mini_batches` mini-batches of the plan's schedule. Compute times are the stages'
+// fwd_ms, bwd_ms and update_ms (per mini-batch; a GPipe micro-batch takes 1/M of them); transfers
+// take bytes / link.bandwidth + link.latency_s on their own link (overlapping compute; a link
+// bandwidth <= 0 counts as infinite). Asynchronous 1F1B: stage k runs N - k forwards before its
+// first backward, then alternates, updating after every backward. GPipe: all M micro-batch
+// forwards, all backwards, then the update (a flush). samples_per_s is measured over the later
+// half of the mini-batches; peak memory is the plan's memory_bytes corrected by the simulated
+// in-flight activations (saved_bytes each).
 SimResult simulate(const Plan& plan, int mini_batches);
+
+// Data parallelism: each of `devices` replicas runs the whole single-stage plan on batch/devices
+// samples (compute scales by 1/devices), then a ring all-reduce of the gradients taking
+// 2 (N-1)/N param_bytes / bandwidth + 2 (N-1) latency, then the update. Simulates 8 mini-batches.
+SimResult simulate_data_parallel(const Plan& single_stage_plan, int devices, const LinkSpec& link);
 
 struct WhatIfRow {
   std::string scheme;             // "1f1b", "gpipe (M=4)", "data-parallel"
@@ -35,6 +51,9 @@ struct WhatIfRow {
   double bubble_fraction = 0;
   int64_t peak_memory_bytes = 0;
 };
+
+// The what-if table (--whatif): one line per row, with the speedup over the first one-device row.
+std::string what_if_table(const std::vector<WhatIfRow>& rows);
 
 // Chrome trace event format (Perfetto, chrome://tracing) of a simulated or measured schedule.
 std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan);

@@ -1,0 +1,353 @@
+// The what-if simulator: every pass and transfer is an operation on one resource (a stage's
+// device, or one direction of a link) with a fixed order per resource, as the schedule dictates;
+// an operation starts when its resource is free and its inputs have arrived.
+#include "partitioner/simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace pt {
+namespace {
+
+// Transfer time in ms of `bytes` over `link`; nothing to send costs nothing, not even latency.
+double transfer_ms(double bytes, const LinkSpec& link) {
+  if (bytes <= 0) return 0;
+  const double bw_s = link.bandwidth > 0 ? bytes / link.bandwidth : 0;
+  return 1e3 * (bw_s + std::max(0.0, link.latency_s));
+}
+
+// Fixed-order list scheduling: operations run on their resource in the order they were queued.
+class Engine {
+ public:
+  explicit Engine(int resources) : queue_(resources) {}
+
+  int add(int resource, double dur_ms, SimEvent ev) {
+    ops_.push_back(Op{resource, std::max(0.0, dur_ms), {}, ev});
+    queue_[resource].push_back(static_cast<int>(ops_.size()) - 1);
+    return static_cast<int>(ops_.size()) - 1;
+  }
+  void depend(int op, int on) { ops_[op].deps.push_back(on); }
+  const SimEvent& event(int op) const { return ops_[op].ev; }
+  double duration(int op) const { return ops_[op].dur; }
+
+  // Runs every queue to the end; a cycle in the dependencies is a bug in a schedule builder.
+  void run() {
+    std::vector<size_t> next(queue_.size(), 0);
+    std::vector<double> free_at(queue_.size(), 0);
+    size_t done = 0;
+    while (done < ops_.size()) {
+      bool progress = false;
+      for (size_t r = 0; r < queue_.size(); ++r) {
+        while (next[r] < queue_[r].size()) {
+          Op& op = ops_[queue_[r][next[r]]];
+          double ready = free_at[r];
+          bool ok = true;
+          for (int d : op.deps) {
+            if (!ops_[d].done) { ok = false; break; }
+            ready = std::max(ready, ops_[d].ev.end_ms);
+          }
+          if (!ok) break;
+          op.ev.start_ms = ready;
+          op.ev.end_ms = ready + op.dur;
+          op.done = true;
+          free_at[r] = op.ev.end_ms;
+          ++next[r];
+          ++done;
+          progress = true;
+        }
+      }
+      PT_CHECK(progress) << "simulator: schedule deadlocks";
+    }
+  }
+
+  // The events worth drawing: every compute pass, and transfers that take time.
+  std::vector<SimEvent> events() const {
+    std::vector<SimEvent> out;
+    for (const Op& op : ops_) {
+      const bool compute = op.ev.kind == SimEvent::kForward || op.ev.kind == SimEvent::kBackward;
+      if (compute || op.dur > 0) out.push_back(op.ev);
+    }
+    std::sort(out.begin(), out.end(), [](const SimEvent& a, const SimEvent& b) {
+      return a.start_ms != b.start_ms ? a.start_ms < b.start_ms : a.stage < b.stage;
+    });
+    return out;
+  }
+
+ private:
+  struct Op {
+    int resource;
+    double dur;
+    std::vector<int> deps;
+    SimEvent ev;
+    bool done = false;
+  };
+  std::vector<Op> ops_;
+  std::vector<std::vector<int>> queue_;
+};
+
+SimEvent make_event(int stage, int mb, int micro, SimEvent::Kind kind) {
+  SimEvent e;
+  e.stage = stage;
+  e.mini_batch = mb;
+  e.micro_batch = micro;
+  e.kind = kind;
+  return e;
+}
+
+bool is_compute(SimEvent::Kind k) {
+  return k == SimEvent::kForward || k == SimEvent::kBackward || k == SimEvent::kUpdate;
+}
+
+// Makespan, steady-state throughput and bubble over mini-batches (i0, i1]: the window between the
+// completion of mini-batch i0 and that of i1 (all of the run when the window is empty).
+void measure(SimResult& res, int stages, int mini_batches, int64_t batch, int i0, int i1) {
+  std::vector<double> done(mini_batches, 0);
+  res.makespan_ms = 0;
+  for (const SimEvent& e : res.events) {
+    done[e.mini_batch] = std::max(done[e.mini_batch], e.end_ms);
+    res.makespan_ms = std::max(res.makespan_ms, e.end_ms);
+  }
+  double t0 = 0, t1 = res.makespan_ms;
+  int counted = mini_batches;
+  if (i0 >= 0 && i1 > i0 && i1 < mini_batches && done[i1] > done[i0]) {
+    t0 = done[i0];
+    t1 = done[i1];
+    counted = i1 - i0;
+  }
+  const double samples = static_cast<double>(batch > 0 ? batch : 1);
+  res.samples_per_s = t1 > t0 ? counted * samples / ((t1 - t0) * 1e-3) : 0;
+  double busy = 0;
+  for (const SimEvent& e : res.events) {
+    if (!is_compute(e.kind)) continue;
+    busy += std::max(0.0, std::min(e.end_ms, t1) - std::max(e.start_ms, t0));
+  }
+  const double total = stages * (t1 - t0);
+  res.bubble_fraction = total > 0 ? std::max(0.0, 1.0 - busy / total) : 0;
+}
+
+// Peak memory: the plan's prediction, with the activations it assumed in flight replaced by the
+// largest number the simulation kept (bytes of saved activations, micro-batches counted 1/M).
+void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vector<int>>& order,
+                  const Engine& eng, double planned_in_flight_of_stage0, bool gpipe) {
+  const int n = static_cast<int>(plan.stages.size());
+  res.peak_memory_bytes.assign(n, 0);
+  const double micro = gpipe ? std::max(1, plan.micro_batches) : 1;
+  for (int k = 0; k < n; ++k) {
+    const StagePlan& s = plan.stages[k];
+    int in_flight = 0, peak = 0;
+    for (int op : order[k]) {
+      if (eng.event(op).kind == SimEvent::kForward) peak = std::max(peak, ++in_flight);
+      if (eng.event(op).kind == SimEvent::kBackward) --in_flight;
+    }
+    const double planned = gpipe ? 1.0 : planned_in_flight_of_stage0 - k;
+    const double simulated = peak / micro;
+    res.peak_memory_bytes[k] =
+        s.memory_bytes + static_cast<int64_t>((simulated - planned) * static_cast<double>(s.saved_bytes));
+  }
+}
+
+}  // namespace
+
+SimResult simulate(const Plan& plan, int mini_batches) {
+  SimResult res;
+  const int n = static_cast<int>(plan.stages.size());
+  const int t = std::max(1, mini_batches);
+  if (n == 0) return res;
+  const bool gpipe = plan.schedule == Schedule::kGPipe;
+  const int m = gpipe ? std::max(1, plan.micro_batches) : 1;
+  // Resources: stage k's device is k, the link k -> k+1 carries activations on n + k and
+  // gradients on 2n + k.
+  Engine eng(3 * n);
+  // fwd[k][i*m + j], bwd likewise; the transfers that leave them.
+  const int passes = t * m;
+  std::vector<std::vector<int>> fwd(n, std::vector<int>(passes)), bwd = fwd;
+  std::vector<std::vector<int>> order(n);
+  auto f_dur = [&](int k) { return plan.stages[k].fwd_ms / m; };
+  auto b_dur = [&](int k) { return plan.stages[k].bwd_ms / m; };
+  // Compute operations, stage by stage in the schedule's order.
+  for (int k = 0; k < n; ++k) {
+    auto F = [&](int i, int j) {
+      const int op = eng.add(k, f_dur(k), make_event(k, i, j, SimEvent::kForward));
+      fwd[k][i * m + j] = op;
+      order[k].push_back(op);
+    };
+    auto B = [&](int i, int j) {
+      const int op = eng.add(k, b_dur(k), make_event(k, i, j, SimEvent::kBackward));
+      bwd[k][i * m + j] = op;
+      order[k].push_back(op);
+    };
+    auto U = [&](int i) {
+      const int op = eng.add(k, plan.stages[k].update_ms, make_event(k, i, 0, SimEvent::kUpdate));
+      eng.depend(op, order[k].back());
+      order[k].push_back(op);
+    };
+    if (gpipe) {
+      for (int i = 0; i < t; ++i) {
+        for (int j = 0; j < m; ++j) F(i, j);
+        for (int j = m - 1; j >= 0; --j) B(i, j);
+        U(i);
+      }
+    } else {
+      const int warm = std::min(n - k, t);  // forwards before the first backward
+      int next_f = 0;
+      for (; next_f < warm; ++next_f) F(next_f, 0);
+      for (int i = 0; i < t; ++i) {
+        B(i, 0);
+        U(i);
+        if (next_f < t) F(next_f++, 0);
+      }
+    }
+  }
+  // Transfers, queued on each link in the order their producing passes run.
+  for (int k = 0; k < n; ++k) {
+    for (int op : order[k]) {
+      const SimEvent e = eng.event(op);  // a copy: adding operations moves them
+      const int p = e.mini_batch * m + e.micro_batch;
+      if (e.kind == SimEvent::kForward) {
+        if (k + 1 < n) {
+          const double ms = transfer_ms(static_cast<double>(plan.stages[k].send_bytes) / m, plan.link);
+          const int x = eng.add(n + k, ms, make_event(k, e.mini_batch, e.micro_batch, SimEvent::kSend));
+          eng.depend(x, op);
+          eng.depend(fwd[k + 1][p], x);
+        } else {
+          eng.depend(bwd[k][p], op);  // the loss turns around on the last stage
+        }
+      } else if (e.kind == SimEvent::kBackward) {
+        eng.depend(op, fwd[k][p]);
+        if (k > 0) {
+          // The gradient of what stage k-1 sent has the same size.
+          const double ms = transfer_ms(static_cast<double>(plan.stages[k - 1].send_bytes) / m, plan.link);
+          const int x = eng.add(2 * n + k - 1, ms, make_event(k - 1, e.mini_batch, e.micro_batch, SimEvent::kRecv));
+          eng.depend(x, op);
+          eng.depend(bwd[k - 1][p], x);
+        }
+      }
+    }
+  }
+  eng.run();
+  res.events = eng.events();
+  // Steady state: skip the n warm-up mini-batches and the n-1 whose stage-0 backward is in the drain.
+  const int i0 = gpipe ? 0 : n - 1;
+  const int i1 = gpipe ? t - 1 : t - n;
+  measure(res, n, t, plan.batch_size, i0, i1);
+  track_memory(res, plan, order, eng, n, gpipe);
+  return res;
+}
+
+SimResult simulate_data_parallel(const Plan& single_stage_plan, int devices, const LinkSpec& link) {
+  SimResult res;
+  PT_CHECK(!single_stage_plan.stages.empty()) << "data-parallel simulation needs a one-stage plan";
+  const int n = std::max(1, devices);
+  const int t = 8;
+  StagePlan whole;  // the sum of the plan's stages: the whole model on one device
+  for (const StagePlan& s : single_stage_plan.stages) {
+    whole.fwd_ms += s.fwd_ms;
+    whole.bwd_ms += s.bwd_ms;
+    whole.update_ms += s.update_ms;
+    whole.param_bytes += s.param_bytes;
+    whole.memory_bytes += s.memory_bytes;
+    whole.saved_bytes += s.saved_bytes;
+  }
+  const double ring = n > 1 ? 1e3 * (2.0 * (n - 1) / n *
+                                         (link.bandwidth > 0 ? whole.param_bytes / link.bandwidth : 0) +
+                                     2.0 * (n - 1) * std::max(0.0, link.latency_s))
+                            : 0;
+  // Resources: replica d computes on d and all-reduces on n + d.
+  Engine eng(2 * n);
+  std::vector<int> last(n, -1);
+  for (int i = 0; i < t; ++i) {
+    std::vector<int> b(n), ar(n);
+    for (int d = 0; d < n; ++d) {
+      eng.add(d, whole.fwd_ms / n, make_event(d, i, 0, SimEvent::kForward));
+      b[d] = eng.add(d, whole.bwd_ms / n, make_event(d, i, 0, SimEvent::kBackward));
+    }
+    for (int d = 0; d < n; ++d) {
+      ar[d] = eng.add(n + d, ring, make_event(d, i, 0, SimEvent::kSend));
+      for (int e = 0; e < n; ++e) eng.depend(ar[d], b[e]);  // the ring needs every replica
+    }
+    for (int d = 0; d < n; ++d) {
+      const int u = eng.add(d, whole.update_ms, make_event(d, i, 0, SimEvent::kUpdate));
+      eng.depend(u, ar[d]);
+    }
+  }
+  eng.run();
+  res.events = eng.events();
+  measure(res, n, t, single_stage_plan.batch_size, 0, t - 1);
+  const int64_t act_share = static_cast<int64_t>(static_cast<double>(whole.saved_bytes) * (1.0 - 1.0 / n));
+  res.peak_memory_bytes.assign(n, whole.memory_bytes - act_share);
+  return res;
+}
+
+std::string what_if_table(const std::vector<WhatIfRow>& rows) {
+  double base = 0;
+  for (const WhatIfRow& r : rows) {
+    if (r.devices == 1 && r.samples_per_s > 0) { base = r.samples_per_s; break; }
+  }
+  if (base == 0 && !rows.empty()) base = rows.front().samples_per_s;
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-16s %7s %12s %8s %8s %12s\n", "scheme", "devices", "samples/s",
+                "speedup", "bubble", "peak mem MB");
+  out += line;
+  for (const WhatIfRow& r : rows) {
+    std::snprintf(line, sizeof line, "%-16s %7d %12.1f %7.2fx %7.1f%% %12.1f\n", r.scheme.c_str(), r.devices,
+                  r.samples_per_s, base > 0 ? r.samples_per_s / base : 0.0, 100.0 * r.bubble_fraction,
+                  static_cast<double>(r.peak_memory_bytes) / 1e6);
+    out += line;
+  }
+  return out;
+}
+
+std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan) {
+  int n = static_cast<int>(plan.stages.size());
+  for (const SimEvent& e : events) n = std::max(n, e.stage + 1);
+  const bool gpipe = plan.schedule == Schedule::kGPipe;
+  nlohmann::json list = nlohmann::json::array();
+  auto meta = [&](int tid, const std::string& name) {
+    list.push_back({{"ph", "M"}, {"pid", 0}, {"tid", tid}, {"name", "thread_name"}, {"args", {{"name", name}}}});
+    list.push_back({{"ph", "M"}, {"pid", 0}, {"tid", tid}, {"name", "thread_sort_index"}, {"args", {{"sort_index", tid}}}});
+  };
+  list.push_back({{"ph", "M"}, {"pid", 0}, {"name", "process_name"},
+                  {"args", {{"name", plan.model.empty() ? std::string("pipeline") : plan.model}}}});
+  std::vector<bool> has_tid(3 * n, false);
+  for (const SimEvent& e : events) {
+    const int tid = e.kind == SimEvent::kSend ? n + e.stage : e.kind == SimEvent::kRecv ? 2 * n + e.stage : e.stage;
+    has_tid[tid] = true;
+  }
+  for (int k = 0; k < n; ++k) {
+    const std::string dev = k < static_cast<int>(plan.stages.size()) ? plan.stages[k].device.name : "";
+    meta(k, "stage " + std::to_string(k) + (dev.empty() ? "" : " (" + dev + ")"));
+    if (has_tid[n + k]) meta(n + k, "link " + std::to_string(k) + "->" + std::to_string(k + 1) + " activations");
+    if (has_tid[2 * n + k]) meta(2 * n + k, "link " + std::to_string(k + 1) + "->" + std::to_string(k) + " gradients");
+  }
+  for (const SimEvent& e : events) {
+    std::string id = std::to_string(e.mini_batch);
+    if (gpipe) id += "." + std::to_string(e.micro_batch);
+    std::string name, cat;
+    int tid = e.stage;
+    switch (e.kind) {
+      case SimEvent::kForward: name = "F" + id; cat = "forward"; break;
+      case SimEvent::kBackward: name = "B" + id; cat = "backward"; break;
+      case SimEvent::kUpdate: name = "U" + std::to_string(e.mini_batch); cat = "update"; break;
+      case SimEvent::kSend: name = "send F" + id; cat = "comm"; tid = n + e.stage; break;
+      case SimEvent::kRecv: name = "grad B" + id; cat = "comm"; tid = 2 * n + e.stage; break;
+    }
+    list.push_back({{"name", name},
+                    {"cat", cat},
+                    {"ph", "X"},
+                    {"pid", 0},
+                    {"tid", tid},
+                    {"ts", e.start_ms * 1e3},
+                    {"dur", (e.end_ms - e.start_ms) * 1e3},
+                    {"args", {{"stage", e.stage}, {"mini_batch", e.mini_batch}, {"micro_batch", e.micro_batch}}}});
+  }
+  nlohmann::json doc = {{"traceEvents", list}, {"displayTimeUnit", "ms"},
+                        {"otherData", {{"model", plan.model}, {"schedule", schedule_name(plan.schedule)}}}};
+  return doc.dump(1) + "\n";
+}
+
+}  // namespace pt
