@@ -204,6 +204,22 @@ class CliTest(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.assertIn("before the final Softmax", so)
 
+    def test_model_with_its_own_loss(self):
+        rng = np.random.default_rng(4)
+        w = numpy_helper.from_array(rng.standard_normal((3, 8)).astype(np.float32), "W")
+        nodes = [helper.make_node("Gemm", ["x", "W"], ["z"], name="fc", transB=1),
+                 helper.make_node("SoftmaxCrossEntropyLoss", ["z", "labels"], ["loss"], name="sce",
+                                  reduction="mean")]
+        g = helper.make_graph(nodes, "own_loss",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8]),
+                               helper.make_tensor_value_info("labels", TensorProto.INT64, ["n"])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], [w])
+        p = os.path.join(self.dir, "own_loss.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+        rc, so, se = run(p, "--data", self.data, "--steps", 4, "--out", os.path.join(self.dir, "own"))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("the model's own SoftmaxCrossEntropyLoss 'sce'", so)
+
     # --- flags ----------------------------------------------------------------------------
     def test_help_lists_flags_with_defaults(self):
         rc, so, se = run("--help")

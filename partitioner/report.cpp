@@ -1,0 +1,216 @@
+// The terminal report (one row per stage, then the pipeline numbers), the helpers every report
+// format shares, and write_reports, which writes all of them atomically into the run folder.
+#include "partitioner/report.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "partitioner/report_util.h"
+
+namespace pt {
+namespace report_detail {
+
+Summary summarize(const Plan& p) {
+  Summary s;
+  s.stages = static_cast<int>(p.stages.size());
+  double sum = 0;
+  for (int k = 0; k < s.stages; ++k) {
+    const double ms = p.stages[k].stage_ms();
+    sum += ms;
+    if (ms > p.stages[s.bottleneck_stage].stage_ms()) s.bottleneck_stage = k;
+    s.measured = s.measured || is_measured(p.stages[k]);
+  }
+  const double max_ms = s.stages ? p.stages[s.bottleneck_stage].stage_ms() : 0;
+  s.bottleneck_ms = p.bottleneck_ms > 0 ? p.bottleneck_ms : max_ms;
+  s.imbalance = p.imbalance > 0 ? p.imbalance : (sum > 0 ? max_ms / (sum / s.stages) : 0);
+  const double batch = static_cast<double>(p.batch_size > 0 ? p.batch_size : 1);
+  s.samples_per_s = p.predicted_samples_per_s > 0 ? p.predicted_samples_per_s
+                    : s.bottleneck_ms > 0         ? batch * 1e3 / s.bottleneck_ms
+                                                  : 0;
+  s.single_device_samples_per_s = p.single_device_samples_per_s;
+  s.speedup = s.single_device_samples_per_s > 0 ? s.samples_per_s / s.single_device_samples_per_s : 0;
+  return s;
+}
+
+bool is_measured(const StagePlan& s) { return s.measured_fwd_ms >= 0 && s.measured_bwd_ms >= 0; }
+
+double measured_error(const StagePlan& s) {
+  if (!is_measured(s)) return 0;
+  const double meas = s.measured_fwd_ms + s.measured_bwd_ms;
+  return meas > 0 ? (s.fwd_ms + s.bwd_ms - meas) / meas : 0;
+}
+
+std::string first_node(const StagePlan& s) { return s.forward_nodes.empty() ? "-" : s.forward_nodes.front()->name; }
+std::string last_node(const StagePlan& s) { return s.forward_nodes.empty() ? "-" : s.forward_nodes.back()->name; }
+
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < static_cast<int>(sizeof buf)) return std::string(buf, std::max(0, n));
+  std::string big(static_cast<size_t>(n) + 1, '\0');
+  va_start(ap, fmt);
+  std::vsnprintf(big.data(), big.size(), fmt, ap);
+  va_end(ap);
+  big.resize(static_cast<size_t>(n));
+  return big;
+}
+
+std::string human_count(double n) {
+  if (n >= 1e9) return format("%.2fG", n / 1e9);
+  if (n >= 1e6) return format("%.2fM", n / 1e6);
+  if (n >= 1e3) return format("%.1fK", n / 1e3);
+  return format("%.0f", n);
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1e9) return format("%.2f GB", b / 1e9);
+  if (b >= 1e6) return format("%.1f MB", b / 1e6);
+  if (b >= 1e3) return format("%.1f KB", b / 1e3);
+  return format("%.0f B", b);
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string truncate(const std::string& s, size_t width) {
+  if (s.size() <= width || width < 4) return s;
+  return s.substr(0, width - 3) + "...";
+}
+
+const char* stage_color(int k) {
+  static const char* kPalette[] = {"#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69",
+                                   "#fccde5", "#ffed6f", "#bc80bd", "#ccebc5", "#d9d9d9", "#e5c494"};
+  constexpr int n = sizeof kPalette / sizeof kPalette[0];
+  return kPalette[((k % n) + n) % n];
+}
+
+const SimResult& simulation_of(const ReportInputs& r, SimResult& storage) {
+  if (r.sim) return *r.sim;
+  const int n = static_cast<int>(r.plan->stages.size());
+  storage = simulate(*r.plan, std::max(8, 3 * n));
+  return storage;
+}
+
+}  // namespace report_detail
+
+using namespace report_detail;
+
+std::string report_text(const ReportInputs& r) {
+  PT_CHECK(r.plan != nullptr) << "report_text needs a plan";
+  const Plan& p = *r.plan;
+  const Summary sum = summarize(p);
+  std::string out;
+  out += format("Partition of %s: %d stage%s, %s schedule, %s weights", p.model.empty() ? "model" : p.model.c_str(),
+                sum.stages, sum.stages == 1 ? "" : "s", schedule_name(p.schedule), weight_mode_name(p.weights));
+  if (p.schedule == Schedule::kGPipe) out += format(", %d micro-batches", p.micro_batches);
+  if (p.batch_size > 0) out += format(", batch %lld", static_cast<long long>(p.batch_size));
+  if (!p.link.name.empty() && sum.stages > 1)
+    out += format(", link %s (%.1f GB/s, %.1f us)", p.link.name.c_str(), p.link.bandwidth / 1e9, p.link.latency_s * 1e6);
+  out += p.manual ? " [manual]\n" : "\n";
+
+  size_t dev_w = 6, node_w = 10;
+  for (const StagePlan& s : p.stages) {
+    dev_w = std::max(dev_w, std::min<size_t>(18, s.device.name.size()));
+    node_w = std::max(node_w, std::min<size_t>(40, first_node(s).size() + last_node(s).size() + 4));
+  }
+  const int dw = static_cast<int>(dev_w), nw = static_cast<int>(node_w);
+  out += format("%5s  %-*s  %-*s %9s %9s %9s %10s %9s", "stage", dw, "device", nw, "first -> last node", "params",
+                "fwd ms", "bwd ms", "memory MB", "sent MB");
+  if (sum.measured) out += format(" %10s %10s %8s", "meas fwd", "meas bwd", "error");
+  out += "\n";
+  for (const StagePlan& s : p.stages) {
+    const std::string nodes = truncate(first_node(s) + " -> " + last_node(s), node_w);
+    out += format("%5d  %-*s  %-*s %9s %9.3f %9.3f %10.1f %9.2f", s.index, dw, truncate(s.device.name, dev_w).c_str(),
+                  nw, nodes.c_str(), human_count(static_cast<double>(s.param_count)).c_str(), s.fwd_ms, s.bwd_ms,
+                  static_cast<double>(s.memory_bytes) / 1e6, static_cast<double>(s.send_bytes) / 1e6);
+    if (is_measured(s))
+      out += format(" %10.3f %10.3f %+7.1f%%", s.measured_fwd_ms, s.measured_bwd_ms, 100 * measured_error(s));
+    else if (sum.measured)
+      out += format(" %10s %10s %8s", "-", "-", "-");
+    out += "\n";
+  }
+  out += format("bottleneck %.3f ms (stage %d), imbalance %.2f (max/mean stage time)\n", sum.bottleneck_ms,
+                sum.bottleneck_stage, sum.imbalance);
+  out += format("predicted %.1f samples/s", sum.samples_per_s);
+  if (sum.speedup > 0)
+    out += format(", %.2fx over one device (%.1f samples/s)", sum.speedup, sum.single_device_samples_per_s);
+  out += "\n";
+  if (r.sim && !r.sim->events.empty())
+    out += format("simulated %s: %.1f samples/s steady state, bubble %.1f%%, makespan %.2f ms\n",
+                  schedule_name(p.schedule), r.sim->samples_per_s, 100 * r.sim->bubble_fraction, r.sim->makespan_ms);
+  if (r.automatic) {
+    const Summary a = summarize(*r.automatic);
+    const double ratio = a.bottleneck_ms > 0 ? sum.bottleneck_ms / a.bottleneck_ms : 0;
+    out += format("manual plan: bottleneck %.3f ms vs automatic %.3f ms (%.2fx%s); automatic predicts %.1f samples/s\n",
+                  sum.bottleneck_ms, a.bottleneck_ms, ratio,
+                  ratio > 1.0005 ? ", manual is slower" : ratio < 0.9995 ? ", manual is faster" : ", equal",
+                  a.samples_per_s);
+  }
+  return out;
+}
+
+namespace {
+
+Status write_atomically(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return internal_error(tmp.string() + ": cannot open for writing");
+    f << text;
+    f.flush();
+    if (!f) return internal_error(tmp.string() + ": write failed");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return internal_error(path.string() + ": cannot rename the temporary file into place");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status write_reports(const ReportInputs& r, const std::string& dir) {
+  PT_CHECK(r.plan != nullptr) << "write_reports needs a plan";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return internal_error(dir + ": cannot create the run folder (" + ec.message() + ")");
+  SimResult storage;
+  ReportInputs with_sim = r;
+  with_sim.sim = &simulation_of(r, storage);
+  const std::filesystem::path d(dir);
+  const std::pair<const char*, std::string> files[] = {
+      {"partition.txt", report_text(with_sim)},
+      {"partition.json", report_json(with_sim)},
+      {"partition.html", report_html(with_sim)},
+      {"partition.dot", report_dot(with_sim)},
+      {"trace.json", trace_json(with_sim.sim->events, *r.plan)},
+  };
+  for (const auto& [name, text] : files) {
+    Status s = write_atomically(d / name, text);
+    if (!s.is_ok()) return s;
+  }
+  return Status::ok();
+}
+
+}  // namespace pt

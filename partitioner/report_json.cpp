@@ -1,0 +1,115 @@
+// partition.json: the machine-readable partition report (DESIGN.md section 3). The schema is
+// documented field by field in docs/partition-json.md; keep the two in step.
+#include <nlohmann/json.hpp>
+
+#include "partitioner/report.h"
+#include "partitioner/report_util.h"
+
+namespace pt {
+
+using namespace report_detail;
+using nlohmann::json;
+
+namespace {
+
+json names_of(const std::vector<const Value*>& values) {
+  json out = json::array();
+  for (const Value* v : values) out.push_back(v->name);
+  return out;
+}
+
+json stage_json(const StagePlan& s) {
+  json nodes = json::array();
+  for (const Node* n : s.forward_nodes) nodes.push_back(n->name);
+  json j = {
+      {"index", s.index},
+      {"device", s.device.name},
+      {"device_spec",
+       {{"name", s.device.name},
+        {"kind", s.device.kind == DeviceKind::kCpu ? "cpu" : "cuda"},
+        {"peak_flops", s.device.peak_flops},
+        {"mem_bandwidth", s.device.mem_bandwidth},
+        {"memory_bytes", s.device.memory_bytes},
+        {"kernel_overhead_s", s.device.kernel_overhead_s}}},
+      {"nodes", nodes},
+      {"first_node", first_node(s)},
+      {"last_node", last_node(s)},
+      {"param_count", s.param_count},
+      {"param_bytes", s.param_bytes},
+      {"params", names_of(s.params)},
+      {"fwd_ms", s.fwd_ms},
+      {"bwd_ms", s.bwd_ms},
+      {"update_ms", s.update_ms},
+      {"comm_ms", s.comm_ms},
+      {"stage_ms", s.stage_ms()},
+      {"memory_bytes", s.memory_bytes},
+      {"saved_bytes", s.saved_bytes},
+      {"send_bytes", s.send_bytes},
+      {"recv_bytes", s.recv_bytes},
+      {"send", names_of(s.send)},
+      {"recv", names_of(s.recv)},
+  };
+  if (is_measured(s))
+    j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};
+  return j;
+}
+
+json summary_json(const Plan& p) {
+  const Summary s = summarize(p);
+  json stages = json::array();
+  for (const StagePlan& st : p.stages)
+    stages.push_back({{"index", st.index},
+                      {"device", st.device.name},
+                      {"first_node", first_node(st)},
+                      {"last_node", last_node(st)},
+                      {"node_count", st.forward_nodes.size()},
+                      {"stage_ms", st.stage_ms()}});
+  return {{"bottleneck_ms", s.bottleneck_ms},
+          {"bottleneck_stage", s.bottleneck_stage},
+          {"imbalance", s.imbalance},
+          {"predicted_samples_per_s", s.samples_per_s},
+          {"stages", stages}};
+}
+
+}  // namespace
+
+std::string report_json(const ReportInputs& r) {
+  PT_CHECK(r.plan != nullptr) << "report_json needs a plan";
+  const Plan& p = *r.plan;
+  const Summary sum = summarize(p);
+  json stages = json::array();
+  for (const StagePlan& s : p.stages) stages.push_back(stage_json(s));
+  json doc = {
+      {"schema_version", 1},
+      {"model", p.model},
+      {"devices", sum.stages},
+      {"schedule", schedule_name(p.schedule)},
+      {"weights", weight_mode_name(p.weights)},
+      {"micro_batches", p.micro_batches},
+      {"batch_size", p.batch_size},
+      {"link", {{"name", p.link.name}, {"bandwidth", p.link.bandwidth}, {"latency_s", p.link.latency_s}}},
+      {"manual", p.manual},
+      {"stages", stages},
+      {"bottleneck_ms", sum.bottleneck_ms},
+      {"bottleneck_stage", sum.bottleneck_stage},
+      {"imbalance", sum.imbalance},
+      {"predicted_samples_per_s", sum.samples_per_s},
+      {"single_device_samples_per_s", sum.single_device_samples_per_s},
+      {"speedup", sum.speedup},
+      {"has_measured", sum.measured},
+  };
+  if (r.automatic) {
+    json a = summary_json(*r.automatic);
+    const double ab = a["bottleneck_ms"].get<double>();
+    a["manual_over_automatic"] = ab > 0 ? sum.bottleneck_ms / ab : 0.0;
+    doc["automatic"] = a;
+  }
+  if (r.sim && !r.sim->events.empty())
+    doc["simulation"] = {{"makespan_ms", r.sim->makespan_ms},
+                         {"samples_per_s", r.sim->samples_per_s},
+                         {"bubble_fraction", r.sim->bubble_fraction},
+                         {"peak_memory_bytes", r.sim->peak_memory_bytes}};
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace pt
