@@ -20,6 +20,7 @@ struct ImportOptions {
   DeviceKind device = DeviceKind::kCpu;  // the unsupported-op report asks the registry for it
   std::vector<std::string> freeze;  // initializer names kept fixed
   bool for_training = true;         // also require a gradient builder for every op
+  uint64_t seed = 0;                // seeds the random ops (Dropout masks)
 };
 
 struct ImportedModel {

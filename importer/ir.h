@@ -84,6 +84,7 @@ class Graph {
   std::vector<Value*> inputs;   // model inputs (kInput)
   std::vector<Value*> outputs;  // model outputs
   Value* loss = nullptr;        // scalar training loss, once attached
+  Value* rng_step = nullptr;    // int64 scalar (kHyper) the runtime sets each step; -1 in evaluation
   int64_t opset = 0;            // default-domain opset of the source model
 
  private:

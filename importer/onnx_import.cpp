@@ -179,6 +179,33 @@ Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std:
   return Status::ok();
 }
 
+// Dropout nodes read the runtime's step counter (their masks are a function of seed, step and
+// element index) instead of their constant ratio / training_mode inputs, which became attributes;
+// each gets a mask output for its gradient.
+void lower_random_ops(Graph& g, uint64_t seed) {
+  for (auto& up : g.nodes()) {
+    Node* n = up.get();
+    if (n->op_type != "Dropout") continue;
+    if (!g.rng_step) {
+      g.rng_step = g.add_value("rng_step", DType::kInt64, {}, ValueKind::kHyper);
+      g.rng_step->data = std::make_shared<HostTensor>(DType::kInt64, Dims{});
+      g.rng_step->data->as<int64_t>()[0] = -1;
+    }
+    for (size_t i = 1; i < n->inputs.size(); ++i)
+      if (n->inputs[i]) std::erase(n->inputs[i]->consumers, n);
+    n->inputs.resize(2);
+    n->inputs[1] = g.rng_step;
+    g.rng_step->consumers.push_back(n);
+    if (n->outputs.size() < 2 || !n->outputs[1]) {
+      Value* mask = g.add_value(n->name + "/mask", DType::kBool, n->inputs[0]->dims, ValueKind::kActivation);
+      n->outputs.resize(2);
+      n->outputs[1] = mask;
+      mask->producer = n;
+    }
+    n->attrs.set("seed", static_cast<int64_t>((seed * 0x9e3779b97f4a7c15ULL) ^ static_cast<uint64_t>(n->id + 1)));
+  }
+}
+
 }  // namespace
 
 Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts) {
@@ -320,6 +347,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   for (const auto& o : gp.output()) g->outputs.push_back(g->find_value(o.name()));
 
   RETURN_IF_ERROR(infer_and_fold(*g, path, opts.device));
+  lower_random_ops(*g, opts.seed);
 
   // Float initializers that feed no computation after folding are constants, not parameters.
   for (Value* v : g->values_of_kind(ValueKind::kParameter))

@@ -40,12 +40,17 @@ std::map<std::string, HostTensor> Trainer::parameters() const {
   return out;
 }
 
+void Trainer::set_step(int64_t step) {
+  if (g_.rng_step) ex_->tensor(g_.rng_step).as<int64_t>()[0] = step;
+}
+
 Expected<HostTensor> Trainer::forward(const HostTensor& x) {
   HostTensor& in = ex_->tensor(input_);
   if (x.dims() != in.dims() || x.dtype() != in.dtype())
     return invalid_input("forward: input is " + dims_str(x.dims()) + " " + dtype_name(x.dtype()) + ", the model wants " +
                          dims_str(in.dims()) + " " + dtype_name(in.dtype()));
   std::memcpy(in.data(), x.data(), x.bytes());
+  set_step(-1);
   RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
   return ex_->tensor(tg_.loss.output);
 }
@@ -65,6 +70,7 @@ Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
   const int64_t per = out.size() / batch_;
   for (int64_t b = 0; b < n; b += batch_) {
     gather_batch(d, order, b, &x, &y);
+    set_step(-1);
     RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
     const int64_t real = std::min(batch_, n - b);
     for (int64_t i = 0; i < real; ++i) {
@@ -136,6 +142,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     const int64_t in_epoch = (step - 1) % per_epoch;
     if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
     gather_batch(train, order, in_epoch * batch_, &x, &y);
+    set_step(step);
     RETURN_IF_ERROR(ex_->run());
     const double l = scalar_of(loss);
     if (!std::isfinite(l))

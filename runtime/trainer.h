@@ -54,6 +54,8 @@ class Trainer {
 
  private:
   Trainer(const Graph& g, const TrainingGraph& tg) : g_(g), tg_(tg) {}
+  // The step random ops (Dropout) draw their masks for; -1: evaluation (identity).
+  void set_step(int64_t step);
   const Graph& g_;
   const TrainingGraph& tg_;
   std::unique_ptr<Executor> ex_;

@@ -74,6 +74,7 @@ int run(const Options& o) {
   io.batch_size = o.batch_size;
   io.device = device;
   io.freeze = o.freeze;
+  io.seed = o.seed;
   auto imported = import_onnx(o.model, io);
   if (!imported) return fail(imported.status());
   ImportedModel& m = *imported;

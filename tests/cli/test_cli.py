@@ -220,6 +220,35 @@ class CliTest(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.assertIn("the model's own SoftmaxCrossEntropyLoss 'sce'", so)
 
+    def _dropout_model(self, opset):
+        import torch
+
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+                                  torch.nn.Linear(32, 3))
+        p = os.path.join(self.dir, f"dropout{opset}.onnx")
+        torch.onnx.export(net, torch.zeros(2, 8), p, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, opset_version=opset,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+        self.assertIn("Dropout", {n.op_type for n in onnx.load(p).graph.node})
+        return p
+
+    def test_dropout_training_is_seeded(self):
+        for opset in (11, 13):
+            p = self._dropout_model(opset)
+            weights = []
+            for run_i, seed in enumerate((1, 1, 2)):
+                out = os.path.join(self.dir, f"drop{opset}_{run_i}")
+                rc, so, se = run(p, "--data", self.data, "--val-data", self.data, "--steps", 6, "--seed", seed,
+                                 "--out", out, "--quiet")
+                self.assertEqual(rc, 0, se)
+                m = onnx.load(os.path.join(out, f"dropout{opset}.trained.onnx"))
+                weights.append({t.name: numpy_helper.to_array(t) for t in m.graph.initializer})
+            for k in weights[0]:
+                np.testing.assert_array_equal(weights[0][k], weights[1][k], f"opset {opset}: same seed, {k} differs")
+            self.assertTrue(any(not np.array_equal(weights[0][k], weights[2][k]) for k in weights[0]),
+                            f"opset {opset}: a different seed gives the same weights")
+
     # --- flags ----------------------------------------------------------------------------
     def test_help_lists_flags_with_defaults(self):
         rc, so, se = run("--help")
