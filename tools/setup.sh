@@ -7,7 +7,8 @@ debs=(cmake g++ make pkg-config
       libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
       libcli11-dev libgtest-dev libgmock-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev
       graphviz chromium
-      python3-torch python3-onnx python3-numpy python3-sklearn python3-protobuf)
+      python3-torch python3-onnx python3-numpy python3-sklearn python3-protobuf
+      python3-pip python3-flatbuffers python3-coloredlogs python3-sympy python3-packaging)
 
 missing=()
 for p in "${debs[@]}"; do
@@ -21,4 +22,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo_cmd apt-get update -qq
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ONNX Runtime (a test oracle) is not packaged by Debian: from PyPI, for Debian's python3, without
+# letting pip replace any Debian package (its dependencies come from apt above).
+if ! /usr/bin/python3 -c "import onnxruntime" 2>/dev/null; then
+  echo "setup: installing onnxruntime (PyPI) for /usr/bin/python3"
+  /usr/bin/python3 -m pip install -q --no-deps --break-system-packages --root-user-action=ignore \
+    onnxruntime==1.18.1
 fi

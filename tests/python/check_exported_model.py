@@ -155,9 +155,14 @@ def run_numpy(model, feeds):
 
 
 def run_model(path, model, feeds):
+    # ONNX Runtime when installed (tools/setup.sh installs it); PIPETRAIN_REQUIRE_ORT=1 makes it
+    # mandatory, so that CI cannot silently fall back to the numpy evaluator.
+    import os
     try:
         import onnxruntime as ort
     except ImportError:
+        if os.environ.get("PIPETRAIN_REQUIRE_ORT") == "1":
+            raise SystemExit("FAIL: onnxruntime is required (PIPETRAIN_REQUIRE_ORT=1) but not importable")
         return run_numpy(model, feeds), "numpy reference evaluator"
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds), f"onnxruntime {ort.__version__}"
