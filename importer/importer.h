@@ -31,6 +31,7 @@ struct ImportedModel {
   std::string producer;     // producer_name + version
   int64_t source_opset = 0; // default-domain opset before any conversion
   bool converted = false;   // true when ONNX's version converter raised the opset
+  std::string hash;         // FNV-1a 64 of the file's bytes, hex (cache keys)
 };
 
 // Loads, validates (onnx::checker, structural checks), converts old opsets, reads external data

@@ -5,6 +5,7 @@
 #include <onnx/version_converter/convert.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <google/protobuf/io/coded_stream.h>
@@ -54,6 +55,18 @@ Expected<onnx::ModelProto> parse_file(const std::string& path) {
   if (!m.has_graph() || m.ir_version() == 0)
     return invalid_input(path + ": not an ONNX model (no graph or no IR version)");
   return m;
+}
+
+std::string file_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ULL;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 // Duplicate outputs, dangling inputs and cycles, named precisely (the checker only says
@@ -216,6 +229,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   ImportedModel out;
   out.path = path;
   out.stem = fs::path(path).stem().string();
+  out.hash = file_hash(path);
   out.producer = proto.producer_name() + (proto.producer_version().empty() ? "" : " " + proto.producer_version());
   RETURN_IF_ERROR(check_structure(proto.mutable_graph(), path));
   // External data is read (confined to the model's folder) before the checker, which would
@@ -313,6 +327,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     bool trainable = is_floating(ht.dtype()) && !frozen.count(t.name());
     Value* v = g->add_value(t.name(), ht.dtype(), ht.dims(), trainable ? ValueKind::kParameter : ValueKind::kConstant);
     v->data = std::make_shared<HostTensor>(std::move(ht));
+    v->from_initializer = true;
   }
   for (int i = 0; i < gp.node_size(); ++i) {
     const auto& np = gp.node(i);
@@ -348,6 +363,12 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
 
   RETURN_IF_ERROR(infer_and_fold(*g, path, opts.device));
   lower_random_ops(*g, opts.seed);
+  // BatchNormalization in training mode updates its running mean and variance in place: they are
+  // state (persistent, not trained by SGD, exported), not parameters.
+  for (auto& n : g->nodes())
+    if (n->op_type == "BatchNormalization" && n->attrs.get_int("_training", 0))
+      for (size_t i = 3; i < 5 && i < n->inputs.size(); ++i)
+        if (n->inputs[i] && n->inputs[i]->from_initializer) n->inputs[i]->kind = ValueKind::kState;
 
   // Float initializers that feed no computation after folding are constants, not parameters.
   for (Value* v : g->values_of_kind(ValueKind::kParameter))

@@ -8,6 +8,8 @@
 
 #include "importer/fold.h"
 #include "importer/importer.h"
+#include "importer/shapes_tensor.h"
+#include "importer/shapes_cnn.h"
 
 namespace pt {
 
@@ -306,14 +308,13 @@ Status concat(Node& n, const std::string& where) {
 
 Status cast(Node& n, const std::string& where) {
   RETURN_IF_ERROR(need_inputs(n, 1, 1, where));
+  RETURN_IF_ERROR(shapes::check_cast(n, where));
   set_out(n, 0, static_cast<DType>(n.attrs.get_int("to", 1)), n.inputs[0]->dims);
   return Status::ok();
 }
 
 Status slice(Node& n, const std::string& where) {
-  // Shapes only when folded: the folder computes the output directly.
-  RETURN_IF_ERROR(need_inputs(n, 1, 5, where));
-  return Status::ok();
+  return shapes::slice(n, where);  // the folder recomputes the output of constant slices
 }
 
 Status constant_of_shape(Node& n, const std::string& where) {
@@ -349,6 +350,30 @@ Status not_op(Node& n, const std::string& where) {
   return Status::ok();
 }
 
+// Dropout: ratio and training mode come from inputs (opset 12+) or the ratio attribute (before),
+// normalised into attributes; the importer then rewires the node to the runtime's step counter.
+Status dropout(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need_inputs(n, 1, 3, where));
+  if (!n.attrs.has("_training")) {
+    float ratio = n.attrs.get_float("ratio", 0.5f);
+    bool training = n.since_version < 12;  // exporters emit Dropout only for training before opset 12
+    if (n.inputs.size() > 1 && n.inputs[1]) {
+      if (!n.inputs[1]->is_constant()) return invalid_input(where + ": ratio must be a constant");
+      ratio = static_cast<float>(n.inputs[1]->data->get_double(0));
+    }
+    if (n.inputs.size() > 2 && n.inputs[2]) {
+      if (!n.inputs[2]->is_constant()) return invalid_input(where + ": training_mode must be a constant");
+      training = n.inputs[2]->data->get_int(0) != 0;
+    }
+    if (ratio < 0 || ratio >= 1) return invalid_input(where + ": ratio " + std::to_string(ratio) + " is outside [0, 1)");
+    n.attrs.set("ratio", ratio);
+    n.attrs.set("_training", static_cast<int64_t>(training));
+  }
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  set_out(n, 1, DType::kBool, n.inputs[0]->dims);
+  return Status::ok();
+}
+
 Status range_op(Node& n, const std::string& where) {
   RETURN_IF_ERROR(need_inputs(n, 3, 3, where));
   return Status::ok();  // folded: the folder computes the length
@@ -366,7 +391,18 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"SoftmaxCrossEntropyLoss", sce_loss}, {"MSELoss", mse_loss},
       {"Shape", shape_op}, {"Gather", gather}, {"Unsqueeze", unsqueeze}, {"Squeeze", squeeze},
       {"Concat", concat}, {"Cast", cast}, {"Slice", slice}, {"ConstantOfShape", constant_of_shape},
+      {"Dropout", dropout},
       {"Where", where_op}, {"Expand", expand}, {"Not", not_op}, {"Range", range_op},
+      {"Clip", shapes::clip}, {"LeakyRelu", shapes::unary}, {"Elu", shapes::unary}, {"Selu", shapes::unary},
+      {"HardSigmoid", shapes::unary}, {"HardSwish", shapes::unary}, {"Erf", shapes::unary},
+      {"Softplus", shapes::unary}, {"Reciprocal", shapes::unary}, {"Abs", shapes::unary},
+      {"PRelu", shapes::prelu}, {"Pow", shapes::pow},
+      {"ReduceSum", shapes::reduce}, {"ReduceMean", shapes::reduce}, {"ReduceMax", shapes::reduce},
+      {"Sum", shapes::variadic}, {"Mean", shapes::variadic}, {"Split", shapes::split}, {"Tile", shapes::tile},
+      {"Pad", shapes::pad}, {"LayerNormalization", shapes::layer_norm},
+      {"Conv", shapes::conv}, {"MaxPool", shapes::max_pool}, {"AveragePool", shapes::average_pool},
+      {"GlobalAveragePool", shapes::global_pool}, {"GlobalMaxPool", shapes::global_pool}, {"LRN", shapes::lrn},
+      {"BatchNormalization", shapes::batch_norm},
   };
   return m;
 }

@@ -1,80 +1,234 @@
-// Analytic per-node costs (roofline) with the backward and update nodes folded into the forward
-// node they serve.
+// Analytic per-node costs (roofline: the larger of flops / peak and bytes / bandwidth, plus a
+// kernel overhead), FLOP counts read from each node's attributes and dims (any rank, unknown dims
+// tolerated), and the bytes backward keeps: the forward values backward nodes actually read.
 #include "partitioner/cost_model.h"
 
 #include <algorithm>
-#include <map>
+#include <set>
 
 namespace pt {
 
-double node_flops(const Node& n) {
-  double out = 0;
-  for (const Value* v : n.outputs)
-    if (v) out += static_cast<double>(v->size());
-  if (n.op_type == "Gemm") {
-    const Value* a = n.inputs[0];
-    const int64_t k = n.attrs.get_int("transA", 0) ? a->dims[0] : a->dims[1];
-    return 2.0 * out * static_cast<double>(k);
-  }
-  if (n.op_type == "MatMul") return 2.0 * out * static_cast<double>(n.inputs[0]->dims.back());
-  if (n.op_type == "Reshape" || n.op_type == "Flatten" || n.op_type == "Identity") return 0;
-  if (n.op_type == "SGDMomentum") return 5.0 * static_cast<double>(n.inputs[0]->size());
-  return out;
+double cost_value_bytes(const Value* v) {
+  if (!v) return 0;
+  double n = 1;
+  for (int64_t d : v->dims) n *= static_cast<double>(d > 0 ? d : (d == 0 ? 0 : 1));
+  const size_t size = dtype_size(v->dtype);
+  return n * static_cast<double>(size ? size : 4);  // undefined dtype: assume float32
 }
 
-double node_bytes(const Node& n) {
-  double b = 0;
-  for (const Value* v : n.inputs)
-    if (v) b += static_cast<double>(v->bytes());
-  for (const Value* v : n.outputs)
-    if (v) b += static_cast<double>(v->bytes());
-  return b;
+bool is_forward_phase(const Node& n) { return n.phase == Phase::kForward || n.phase == Phase::kLoss; }
+
+bool may_be_kept_for_backward(const Value* v) {
+  if (!v) return false;
+  if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) return true;
+  return v->kind == ValueKind::kActivation && v->producer && is_forward_phase(*v->producer);
 }
 
 namespace {
 
-double roofline_s(const Node& n, const DeviceSpec& d) {
+// Elements of a value; unknown (negative) dims count as 1 so that a half-inferred graph still
+// gets finite, if rough, costs.
+double elems(const Value* v) {
+  if (!v) return 0;
+  double n = 1;
+  for (int64_t d : v->dims) n *= static_cast<double>(d > 0 ? d : (d == 0 ? 0 : 1));
+  return n;
+}
+
+double value_bytes(const Value* v) { return cost_value_bytes(v); }
+
+int64_t dim(const Value* v, size_t i, int64_t dflt = 1) {
+  if (!v || i >= v->dims.size() || v->dims[i] <= 0) return dflt;
+  return v->dims[i];
+}
+
+const Value* input(const Node& n, size_t i) { return i < n.inputs.size() ? n.inputs[i] : nullptr; }
+const Value* output(const Node& n, size_t i) { return i < n.outputs.size() ? n.outputs[i] : nullptr; }
+
+double out_elems(const Node& n) {
+  double out = 0;
+  for (const Value* v : n.outputs) out += elems(v);
+  return out;
+}
+
+double product(const std::vector<int64_t>& v) {
+  double p = 1;
+  for (int64_t x : v) p *= static_cast<double>(std::max<int64_t>(x, 1));
+  return p;
+}
+
+// Multiply-add FLOPs of a Conv without its bias: 2 * N * Cout * out_spatial * (Cin / group) * kernel,
+// i.e. 2 * |Y| * |W| / Cout (W is [Cout, Cin / group, k...], any number of spatial dims).
+double conv_core_flops(const Node& n) {
+  const Value* w = input(n, 1);
+  if (!w) return 0;
+  return 2.0 * elems(output(n, 0)) * elems(w) / static_cast<double>(dim(w, 0));
+}
+
+// ConvTranspose scatters every input element through W ([Cin, Cout / group, k...]).
+double conv_transpose_core_flops(const Node& n) {
+  const Value* w = input(n, 1);
+  if (!w) return 0;
+  return 2.0 * elems(input(n, 0)) * elems(w) / static_cast<double>(dim(w, 0));
+}
+
+double pool_flops(const Node& n) {
+  const std::vector<int64_t> k = n.attrs.get_ints("kernel_shape");
+  return elems(output(n, 0)) * (k.empty() ? 1.0 : product(k));
+}
+
+const std::set<std::string>& data_movement_ops() {
+  static const std::set<std::string> s = {"Reshape", "Flatten", "Identity", "Transpose", "Concat",
+                                          "Split",   "Slice",   "Pad",      "Squeeze",   "Unsqueeze",
+                                          "Gather",  "Shape",   "Expand",   "Tile",      "Cast"};
+  return s;
+}
+
+// Backward ops of the heavy forward ops: every gradient output that has the shape of the
+// forward's data or weight input costs one forward's multiply-adds; the bias gradient is a sum.
+double heavy_grad_flops(const Node& n, double core, const Node& fwd) {
+  double f = 0;
+  for (const Value* o : n.outputs) {
+    if (!o) continue;
+    const bool big = (input(fwd, 0) && o->dims == input(fwd, 0)->dims) || (input(fwd, 1) && o->dims == input(fwd, 1)->dims);
+    f += big ? core : elems(output(fwd, 0));
+  }
+  return f;
+}
+
+}  // namespace
+
+double node_flops(const Node& n) {
+  const std::string& op = n.op_type;
+  const double out = out_elems(n);
+  if (op == "Gemm") {
+    const Value* a = input(n, 0);
+    const int64_t k = n.attrs.get_int("transA", 0) ? dim(a, 0) : dim(a, 1);
+    return 2.0 * elems(output(n, 0)) * static_cast<double>(k) + (input(n, 2) ? elems(output(n, 0)) : 0);
+  }
+  if (op == "MatMul") {
+    const Value* a = input(n, 0);
+    const int64_t k = a && !a->dims.empty() ? std::max<int64_t>(a->dims.back(), 1) : 1;
+    return 2.0 * elems(output(n, 0)) * static_cast<double>(k);
+  }
+  if (op == "Conv") return conv_core_flops(n) + (input(n, 2) ? elems(output(n, 0)) : 0);
+  if (op == "ConvTranspose") return conv_transpose_core_flops(n) + (input(n, 2) ? elems(output(n, 0)) : 0);
+  if (op == "MaxPool" || op == "AveragePool" || op == "LpPool") return pool_flops(n);
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "ReduceSum" || op == "ReduceMean" ||
+      op == "ReduceMax" || op == "ReduceSumToShape")
+    return elems(input(n, 0));
+  if (op == "BatchNormalization") return 5.0 * elems(input(n, 0));
+  if (op == "LRN") return elems(output(n, 0)) * (static_cast<double>(n.attrs.get_int("size", 5)) + 5.0);
+  if (op == "Softmax" || op == "LogSoftmax") return 5.0 * out;
+  if (op == "SoftmaxGrad" || op == "LogSoftmaxGrad") return 4.0 * out;
+  if (op == "SoftmaxCrossEntropyLoss") return 6.0 * elems(input(n, 0));
+  if (op == "SoftmaxCrossEntropyLossGrad") return 3.0 * out;
+  if (op == "MSELoss") return 3.0 * elems(input(n, 0));
+  if (op == "MSELossGrad") return 2.0 * out;
+  if (op == "Dropout") return 2.0 * elems(output(n, 0));
+  if (op == "SGDMomentum") {
+    const bool decay = n.attrs.get_float("weight_decay", 0.0f) != 0.0f;
+    return (decay ? 7.0 : 5.0) * elems(input(n, 0));
+  }
+  if (data_movement_ops().count(op)) return 0;
+  // Dedicated backward ops of the ops above (ConvGrad, MaxPoolGrad, ...), by the forward they serve.
+  if (n.forward && op.size() > n.forward->op_type.size() && op.compare(0, n.forward->op_type.size(), n.forward->op_type) == 0 &&
+      op.find("Grad") != std::string::npos) {
+    const Node& f = *n.forward;
+    if (f.op_type == "Conv") return heavy_grad_flops(n, conv_core_flops(f), f);
+    if (f.op_type == "ConvTranspose") return heavy_grad_flops(n, conv_transpose_core_flops(f), f);
+    if (f.op_type == "BatchNormalization") return 8.0 * elems(input(f, 0));
+    if (f.op_type != "Gemm" && f.op_type != "MatMul") return std::max(node_flops(f), out);
+  }
+  return out;  // elementwise: one FLOP per output element
+}
+
+double node_bytes(const Node& n) {
+  double b = 0;
+  for (const Value* v : n.inputs) b += value_bytes(v);
+  for (const Value* v : n.outputs) b += value_bytes(v);
+  // In-place optimizer steps write the parameter and the momentum they read.
+  if (n.op_type == "SGDMomentum") b += value_bytes(input(n, 0)) + value_bytes(input(n, 2));
+  return b;
+}
+
+double node_time_s(const Node& n, const DeviceSpec& d) {
   const double f = d.peak_flops > 0 ? node_flops(n) / d.peak_flops : 0;
   const double m = d.mem_bandwidth > 0 ? node_bytes(n) / d.mem_bandwidth : 0;
   return std::max(f, m) + d.kernel_overhead_s;
 }
 
-}  // namespace
+static int64_t conv_workspace_bytes(const Node& n) {
+  if (n.op_type != "Conv" && n.op_type != "ConvTranspose") return 0;
+  const Value* w = input(n, 1);
+  const Value* spatial = n.op_type == "Conv" ? output(n, 0) : input(n, 0);
+  if (!w || !spatial || spatial->dims.size() < 3) return 0;
+  // One image's im2col (or col2im) buffer: (Cin / group) * kernel * out_spatial elements.
+  double per_col = elems(w) / static_cast<double>(dim(w, 0));
+  double sp = 1;
+  for (size_t i = 2; i < spatial->dims.size(); ++i) sp *= static_cast<double>(dim(spatial, i));
+  return static_cast<int64_t>(per_col * sp * static_cast<double>(std::max<size_t>(dtype_size(w->dtype), 1)));
+}
 
 std::vector<std::pair<const Node*, NodeCost>> node_costs(const Graph& g, const DeviceSpec& d, const Profile* profile) {
   std::vector<std::pair<const Node*, NodeCost>> out;
   std::map<const Node*, size_t> index;
   for (auto& n : g.nodes())
-    if (n->phase == Phase::kForward || n->phase == Phase::kLoss) {
+    if (is_forward_phase(*n)) {
       index[n.get()] = out.size();
       NodeCost c;
       c.fwd_flops = node_flops(*n);
-      c.fwd_s = roofline_s(*n, d);
+      c.fwd_s = node_time_s(*n, d);
       if (profile) {
         auto it = profile->fwd_s.find(n->name);
         if (it != profile->fwd_s.end()) c.fwd_s = it->second;
       }
-      for (const Value* v : n->outputs)
-        if (v) c.saved_bytes += static_cast<int64_t>(v->bytes());
+      c.workspace_bytes = conv_workspace_bytes(*n);
       out.emplace_back(n.get(), c);
     }
-  // Parameters are charged to their first forward consumer; so is their update.
+  // Parameters (and loader-fed inputs kept for backward) are charged to their first forward consumer;
+  // so is the parameter's update.
   std::map<const Value*, const Node*> first_use;
   for (auto& [n, c] : out)
     for (const Value* v : n->inputs)
-      if (v && v->kind == ValueKind::kParameter && !first_use.count(v)) {
+      if (v && !first_use.count(v) &&
+          (v->kind == ValueKind::kParameter || v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel)) {
         first_use[v] = n;
-        c.param_bytes += static_cast<int64_t>(v->bytes());
-        c.param_count += v->size();
+        if (v->kind == ValueKind::kParameter) {
+          c.param_bytes += static_cast<int64_t>(value_bytes(v));
+          c.param_count += static_cast<int64_t>(elems(v));
+        }
       }
+  // Values the optimizer consumes are parameter gradients: counted with the parameters, not as
+  // workspace.
+  std::set<const Value*> param_grads;
+  for (auto& n : g.nodes())
+    if (n->phase == Phase::kUpdate)
+      for (const Value* v : n->inputs) param_grads.insert(v);
+  std::set<const Value*> saved;  // forward values some backward node reads
   for (auto& n : g.nodes()) {
-    if (n->phase == Phase::kBackward && n->forward && index.count(n->forward)) {
+    if (n->phase == Phase::kBackward) {
+      for (const Value* v : n->inputs)
+        if (may_be_kept_for_backward(v)) saved.insert(v);
+      if (!n->forward || !index.count(n->forward)) continue;
       NodeCost& c = out[index[n->forward]].second;
       c.bwd_flops += node_flops(*n);
-      c.bwd_s += roofline_s(*n, d);
+      c.bwd_s += node_time_s(*n, d);
+      for (const Value* v : n->outputs)
+        if (v && !param_grads.count(v)) c.workspace_bytes += static_cast<int64_t>(value_bytes(v));
     } else if (n->phase == Phase::kUpdate && !n->inputs.empty() && first_use.count(n->inputs[0])) {
-      out[index[first_use[n->inputs[0]]]].second.update_s += roofline_s(*n, d);
+      out[index[first_use[n->inputs[0]]]].second.update_s += node_time_s(*n, d);
     }
+  }
+  for (auto& [n, c] : out) {
+    for (const Value* v : n->outputs)
+      if (v) {
+        if (saved.count(v)) c.saved_bytes += static_cast<int64_t>(value_bytes(v));
+        else c.workspace_bytes += static_cast<int64_t>(value_bytes(v));
+      }
+    for (const Value* v : n->inputs)
+      if (v && (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) && saved.count(v) && first_use[v] == n)
+        c.saved_bytes += static_cast<int64_t>(value_bytes(v));
   }
   if (profile)
     for (auto& [n, c] : out) {

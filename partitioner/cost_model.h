@@ -20,14 +20,27 @@ struct NodeCost {
   double fwd_flops = 0, bwd_flops = 0;
   int64_t param_bytes = 0;      // parameters first read by this node
   int64_t param_count = 0;
-  int64_t saved_bytes = 0;      // activations kept from forward until backward (per mini-batch)
-  int64_t workspace_bytes = 0;  // transient buffers of the forward and backward
+  // Activations kept from forward until backward (per mini-batch): this node's outputs that some
+  // backward node reads (and loader-fed inputs, charged to their first consumer), not every output.
+  int64_t saved_bytes = 0;
+  // Transient buffers: unsaved outputs, backward intermediates other than parameter gradients,
+  // one image's im2col buffer for Conv.
+  int64_t workspace_bytes = 0;
 };
 
 // Multiply-adds count as 2 FLOPs; elementwise ops as one FLOP per output element.
 double node_flops(const Node& n);
-// Bytes read and written by a node (inputs + outputs).
+// Bytes read and written by a node (inputs + outputs; in-place optimizer steps also count the
+// state they write back).
 double node_bytes(const Node& n);
+// Roofline time of one node on `d`: max(flops / peak, bytes / bandwidth) + kernel overhead.
+double node_time_s(const Node& n, const DeviceSpec& d);
+// Bytes of a value as the cost model counts them (unknown dims count as 1, unknown dtype as 4 B).
+double cost_value_bytes(const Value* v);
+// Forward and loss nodes define stages; backward and update nodes follow them.
+bool is_forward_phase(const Node& n);
+// Values backward may keep from forward: activations of forward / loss nodes, model inputs, labels.
+bool may_be_kept_for_backward(const Value* v);
 
 // Measured seconds per node name, forward and backward (from --profile).
 struct Profile {

@@ -29,10 +29,15 @@ struct LinkSpec {
 Expected<DeviceSpec> builtin_device_spec(const std::string& name);
 std::vector<std::string> builtin_device_names();
 // Reads a JSON device spec (--device-spec FILE): {"name", "peak_tflops", "mem_bandwidth_gbs", "memory_gb",
-// "kernel_overhead_us"}.
+// "kernel_overhead_us"}. peak_tflops: FP32 10^12 FLOP/s; mem_bandwidth_gbs: 10^9 bytes/s;
+// memory_gb: GiB (2^30 bytes, as vendors quote memory sizes); kernel_overhead_us optional (5);
+// "name" optional (the file's stem); "kind" optional, "cuda" (default) or "cpu". Errors name the
+// file and the field.
 Expected<DeviceSpec> load_device_spec(const std::string& path);
 // The CPU measured by a short micro-benchmark (GEMM FLOP/s, copy bandwidth), cached per machine in
-// `cache_dir` (empty: no cache). `threads` is the stage's share of cores.
+// `cache_dir` (empty: no cache) as cpu_spec_<host>_<threads>t.json. `threads` is the stage's share
+// of cores. memory_bytes is MemAvailable from /proc/meminfo, read fresh every call. Takes < 0.3 s
+// when not cached.
 DeviceSpec measure_cpu_spec(const std::string& cache_dir, int threads);
 
 // Built-in links: pcie3, pcie4, pcie5 (x16), nvlink2, nvlink3, nvlink4, host (shared memory),

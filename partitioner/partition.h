@@ -12,6 +12,13 @@
 
 namespace pt {
 
+// Which topological order of the forward nodes the stages are contiguous ranges of.
+//   kGraph:  the graph's own order (ONNX order, what the user sees).
+//   kBranch: a depth-first topological order that finishes a branch before starting a sibling.
+//   kAuto:   automatic plans try both and keep the better (the DP is exact for each order, so the
+//            result is optimal over both orders' contiguous splits); manual plans use kGraph.
+enum class NodeOrder { kAuto, kGraph, kBranch };
+
 struct PartitionOptions {
   std::vector<DeviceSpec> devices;     // one per stage, in pipeline order (heterogeneous allowed)
   LinkSpec link;                       // between adjacent stages
@@ -22,13 +29,33 @@ struct PartitionOptions {
   const Profile* profile = nullptr;
   std::vector<std::string> split_at;   // manual: first node name of stages 1..N-1
   std::vector<int> balance;            // manual: forward nodes per stage
+  NodeOrder order = NodeOrder::kAuto;
 };
 
 // The automatic (or, with split_at / balance, the manual) plan. An infeasible memory budget is an
 // error naming the stage, how far over it is, and what would fit.
+//
+// Cost of stage k (devices[k]): forward + backward + update of its nodes on devices[k], plus
+// comm: for every activation it receives (once per receiving stage, skip connections included)
+// bytes / bandwidth + latency for the activation and again for its gradient sent back (when it
+// has one). Charging both directions of a transfer to the receiving stage makes a stage's cost a
+// function of its own node range, so the dynamic program over (prefix, stage count) is exact:
+// it returns the minimum bottleneck over all contiguous splits of the order, subject to memory.
+// Predicted throughput: 1F1B batch / bottleneck; GPipe (the graph's batch is one micro-batch)
+// M * batch / ((M + N - 1) * max_k(fwd_k + bwd_k + comm_k) + max_k update_k).
 Expected<Plan> partition(const Graph& g, const PartitionOptions& opts);
 
-// Predicted memory of a stage (DESIGN.md section 5) for the schedule and weight mode.
+// The forward (and loss) nodes in the order `order` names (kAuto: kBranch).
+std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
+
+// Predicted memory of a stage (DESIGN.md section 5) for the schedule and weight mode, from its
+// param_bytes, saved_bytes and workspace_bytes:
+//   param_bytes * (2 [weights, gradients] + optimizer_state_copies + copies)
+//   + saved_bytes * in_flight + workspace_bytes,
+// in_flight = N - k (1F1B) or M (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1
+// (stash: one version per other mini-batch in flight), 0 (stale, and GPipe).
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts);
+int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts);
+int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts);
 
 }  // namespace pt

@@ -1,6 +1,8 @@
 // Plan helpers and single-stage plans.
 #include "partitioner/plan.h"
 
+#include <algorithm>
+
 #include "partitioner/cost_model.h"
 
 namespace pt {
@@ -33,11 +35,24 @@ Plan plan_single_stage(const Graph& g, const DeviceSpec& device) {
     s.fwd_ms += 1e3 * c.fwd_s;
     s.bwd_ms += 1e3 * c.bwd_s;
     s.update_ms += 1e3 * c.update_s;
-    s.memory_bytes += c.saved_bytes + c.param_bytes * 3;  // weights, gradients, momentum
+    s.saved_bytes += c.saved_bytes;
+    s.workspace_bytes = std::max(s.workspace_bytes, c.workspace_bytes);
   }
+  // One stage, no pipeline: one mini-batch in flight, no weight copies; weights, gradients and momentum.
+  s.in_flight = 1;
+  s.weight_copies = 0;
+  s.memory_bytes = s.param_bytes * 3 + s.saved_bytes + s.workspace_bytes;
+  for (const Value* v : g.inputs)
+    if (v && !v->dims.empty() && v->dims[0] > 0) {
+      p.batch_size = v->dims[0];
+      break;
+    }
+  if (p.batch_size == 0) p.batch_size = 1;
+  p.order = "graph";
   p.stages.push_back(std::move(s));
   p.bottleneck_ms = p.stages[0].stage_ms();
   p.imbalance = 1.0;
+  if (p.bottleneck_ms > 0) p.predicted_samples_per_s = p.single_device_samples_per_s = 1e3 * p.batch_size / p.bottleneck_ms;
   return p;
 }
 

@@ -27,10 +27,19 @@ struct StagePlan {
   int64_t param_count = 0;
   int64_t param_bytes = 0;
   double fwd_ms = 0, bwd_ms = 0, update_ms = 0;
-  double comm_ms = 0;                    // sending activations + receiving-side gradients
-  int64_t send_bytes = 0, recv_bytes = 0;  // per mini-batch, activations only
+  // Transfers are charged to the receiving stage: receiving its `recv` activations and sending
+  // their gradients back, one message each, once per receiving stage (see partition.h).
+  double comm_ms = 0;
+  int64_t send_bytes = 0, recv_bytes = 0;  // per mini-batch, activations only; send_bytes counts
+                                           // a value once per stage that receives it
+  int64_t grad_send_bytes = 0;           // gradients of `recv` sent back per mini-batch
   int64_t memory_bytes = 0;              // predicted peak (DESIGN.md section 5)
-  int64_t saved_bytes = 0;               // activations kept for backward, per mini-batch in flight
+  // The parts of memory_bytes: param_bytes * (2 + optimizer copies + weight_copies)
+  // + saved_bytes * in_flight + workspace_bytes.
+  int64_t saved_bytes = 0;               // activations kept for backward, per mini-batch
+  int64_t workspace_bytes = 0;           // largest transient need of one node
+  int in_flight = 1;                     // mini-batches (GPipe: micro-batches) whose activations are kept
+  int weight_copies = 0;                 // SpecTrain's predicted copy, or stashed versions
   double stage_ms() const { return fwd_ms + bwd_ms + update_ms + comm_ms; }
   // Measured after training (ms per mini-batch); < 0 when not measured.
   double measured_fwd_ms = -1, measured_bwd_ms = -1;
@@ -45,6 +54,8 @@ struct Plan {
   LinkSpec link;
   std::vector<StagePlan> stages;
   bool manual = false;                   // from --split-at / --balance
+  std::string order;                     // node order the stages cut: "graph" or "branch"
+                                         // (partition.h); "graph" for single-stage plans
   double bottleneck_ms = 0;
   double imbalance = 0;                  // max stage time / mean stage time
   double predicted_samples_per_s = 0;

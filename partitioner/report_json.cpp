@@ -8,7 +8,7 @@
 namespace pt {
 
 using namespace report_detail;
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps the documented field order
 
 namespace {
 
@@ -89,6 +89,7 @@ std::string report_json(const ReportInputs& r) {
       {"batch_size", p.batch_size},
       {"link", {{"name", p.link.name}, {"bandwidth", p.link.bandwidth}, {"latency_s", p.link.latency_s}}},
       {"manual", p.manual},
+      {"node_order", p.order},
       {"stages", stages},
       {"bottleneck_ms", sum.bottleneck_ms},
       {"bottleneck_stage", sum.bottleneck_stage},

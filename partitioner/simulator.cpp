@@ -129,13 +129,12 @@ void measure(SimResult& res, int stages, int mini_batches, int64_t batch, int i0
   res.bubble_fraction = total > 0 ? std::max(0.0, 1.0 - busy / total) : 0;
 }
 
-// Peak memory: the plan's prediction, with the activations it assumed in flight replaced by the
-// largest number the simulation kept (bytes of saved activations, micro-batches counted 1/M).
+// Peak memory: the plan's prediction, with the saved_bytes * in_flight it assumed replaced by the
+// largest number of passes (mini-batches; GPipe: micro-batches) the simulation kept in flight.
 void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vector<int>>& order,
-                  const Engine& eng, double planned_in_flight_of_stage0, bool gpipe) {
+                  const Engine& eng) {
   const int n = static_cast<int>(plan.stages.size());
   res.peak_memory_bytes.assign(n, 0);
-  const double micro = gpipe ? std::max(1, plan.micro_batches) : 1;
   for (int k = 0; k < n; ++k) {
     const StagePlan& s = plan.stages[k];
     int in_flight = 0, peak = 0;
@@ -143,10 +142,7 @@ void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vecto
       if (eng.event(op).kind == SimEvent::kForward) peak = std::max(peak, ++in_flight);
       if (eng.event(op).kind == SimEvent::kBackward) --in_flight;
     }
-    const double planned = gpipe ? 1.0 : planned_in_flight_of_stage0 - k;
-    const double simulated = peak / micro;
-    res.peak_memory_bytes[k] =
-        s.memory_bytes + static_cast<int64_t>((simulated - planned) * static_cast<double>(s.saved_bytes));
+    res.peak_memory_bytes[k] = s.memory_bytes + static_cast<int64_t>(peak - s.in_flight) * s.saved_bytes;
   }
 }
 
@@ -219,8 +215,10 @@ SimResult simulate(const Plan& plan, int mini_batches) {
       } else if (e.kind == SimEvent::kBackward) {
         eng.depend(op, fwd[k][p]);
         if (k > 0) {
-          // The gradient of what stage k-1 sent has the same size.
-          const double ms = transfer_ms(static_cast<double>(plan.stages[k - 1].send_bytes) / m, plan.link);
+          // The gradients of what stage k received (the size of what stage k-1 sent when unknown).
+          const int64_t bytes = plan.stages[k].grad_send_bytes > 0 ? plan.stages[k].grad_send_bytes
+                                                                   : plan.stages[k - 1].send_bytes;
+          const double ms = transfer_ms(static_cast<double>(bytes) / m, plan.link);
           const int x = eng.add(2 * n + k - 1, ms, make_event(k - 1, e.mini_batch, e.micro_batch, SimEvent::kRecv));
           eng.depend(x, op);
           eng.depend(bwd[k - 1][p], x);
@@ -234,7 +232,7 @@ SimResult simulate(const Plan& plan, int mini_batches) {
   const int i0 = gpipe ? 0 : n - 1;
   const int i1 = gpipe ? t - 1 : t - n;
   measure(res, n, t, plan.batch_size, i0, i1);
-  track_memory(res, plan, order, eng, n, gpipe);
+  track_memory(res, plan, order, eng);
   return res;
 }
 
@@ -250,7 +248,7 @@ SimResult simulate_data_parallel(const Plan& single_stage_plan, int devices, con
     whole.update_ms += s.update_ms;
     whole.param_bytes += s.param_bytes;
     whole.memory_bytes += s.memory_bytes;
-    whole.saved_bytes += s.saved_bytes;
+    whole.saved_bytes += s.saved_bytes * s.in_flight;  // one mini-batch's activations
   }
   const double ring = n > 1 ? 1e3 * (2.0 * (n - 1) / n *
                                          (link.bandwidth > 0 ? whole.param_bytes / link.bandwidth : 0) +

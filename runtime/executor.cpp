@@ -1,6 +1,8 @@
 // Executor: buffer allocation, kernel resolution, the run loop.
 #include "runtime/executor.h"
 
+#include <chrono>
+
 namespace pt {
 
 Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind device,
@@ -35,6 +37,19 @@ Status Executor::run(const std::function<bool(Phase)>& filter) {
     if (filter && !filter(s.node->phase)) continue;
     Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs});
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
+  }
+  return Status::ok();
+}
+
+Status Executor::run_timed(std::vector<double>* seconds) {
+  using clock = std::chrono::steady_clock;
+  for (const Step& s : steps_) {
+    const auto t0 = clock::now();
+    Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs});
+    if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    if (static_cast<size_t>(s.node->id) >= seconds->size()) seconds->resize(s.node->id + 1, 0.0);
+    (*seconds)[s.node->id] += dt;
   }
   return Status::ok();
 }

@@ -23,7 +23,8 @@ class Executor {
 
   // Runs the prepared nodes whose phase passes `filter` (all when null), in order.
   Status run(const std::function<bool(Phase)>& filter = nullptr);
-  // Number of prepared nodes per phase (for summaries).
+  // Runs every prepared node once, adding each node's wall time (seconds) to seconds[node->id].
+  Status run_timed(std::vector<double>* seconds);
   size_t node_count() const { return steps_.size(); }
 
  private:

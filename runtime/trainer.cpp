@@ -55,6 +55,13 @@ Expected<HostTensor> Trainer::forward(const HostTensor& x) {
   return ex_->tensor(tg_.loss.output);
 }
 
+std::map<std::string, HostTensor> Trainer::trained_initializers() const {
+  std::map<std::string, HostTensor> out = parameters();
+  for (const Value* v : g_.values_of_kind(ValueKind::kState))
+    if (v->from_initializer) out[v->name] = ex_->tensor(v);
+  return out;
+}
+
 Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
   EvalResult r;
   const int64_t n = d.size();

@@ -50,6 +50,8 @@ class Trainer {
   Expected<HostTensor> forward(const HostTensor& x);
   // Current values of the trainable parameters, by initializer name.
   std::map<std::string, HostTensor> parameters() const;
+  // What export writes back: the parameters and the model's own state (BatchNorm running stats).
+  std::map<std::string, HostTensor> trained_initializers() const;
   int64_t batch_size() const { return batch_; }
 
  private:

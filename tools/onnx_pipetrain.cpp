@@ -11,7 +11,9 @@
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
+#include "tools/plan_step.h"
 #include "runtime/data.h"
+#include "runtime/profiler.h"
 #include "runtime/trainer.h"
 
 namespace fs = std::filesystem;
@@ -37,6 +39,16 @@ struct Options {
   bool quiet = false;
   bool no_shuffle = false;
   int64_t log_every = 0;
+  bool plan_only = false;
+  bool whatif = false;
+  bool profile = false;
+  std::string schedule = "1f1b";
+  std::string weights = "spectrain";
+  int micro_batches = 4;
+  std::vector<std::string> device_spec;
+  std::string link;
+  std::vector<std::string> split_at;
+  std::vector<int> balance;
 };
 
 int fail(const pt::Status& s) {
@@ -60,15 +72,14 @@ int run(const Options& o) {
   using namespace pt;
   // Devices: this build trains on CPU stages; CUDA training arrives with the CUDA backend.
   if (o.gpus < 1) return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
-  if (o.gpus > 1)
-    return fail(unsupported("--gpus " + std::to_string(o.gpus) +
-                            ": pipelines of several stages are not implemented in this version yet; use --gpus 1"));
-  if (o.device == "cuda")
+  if (o.device == "cuda" && !o.plan_only)
     return fail(unsupported("--device cuda: training on CUDA is not implemented in this version yet (" +
                             (cuda_available() ? std::string("a GPU is present") : cuda_unavailable_reason()) +
-                            "); use --device cpu"));
-  if (o.device == "auto") say(o, "notice: training on 1 CPU stage (" + (cuda_available() ? std::string("CUDA training is not implemented yet") : cuda_unavailable_reason()) + ")");
-  const DeviceKind device = DeviceKind::kCpu;
+                            "); use --device cpu, or --plan-only with --device-spec"));
+  const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+  if (o.device == "auto")
+    say(o, "notice: " + std::to_string(o.gpus) + " CPU stage" + (o.gpus > 1 ? "s" : "") + " (" +
+               (cuda_available() ? std::string("CUDA training is not implemented yet") : cuda_unavailable_reason()) + ")");
 
   ImportOptions io;
   io.batch_size = o.batch_size;
@@ -93,16 +104,33 @@ int run(const Options& o) {
   say(o, "parameters: " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
              (o.freeze.empty() ? "" : " (" + std::to_string(o.freeze.size()) + " frozen)"));
   for (const auto& u : tg->unused_params) say(o, "notice: parameter '" + u + "' does not reach the loss; it stays as it is");
-  DeviceSpec cpu_spec;
-  cpu_spec.name = "cpu";
-  Plan plan = plan_single_stage(g, cpu_spec);
-  {
-    const StagePlan& s = plan.stages[0];
-    char line[256];
-    std::snprintf(line, sizeof line, "plan: 1 stage on %s: %zu nodes (%zu forward), %.2f M parameters",
-                  s.device.name.c_str(), s.nodes.size(), s.forward_nodes.size(), s.param_count / 1e6);
-    say(o, line);
-  }
+  const fs::path out_dir = o.out.empty() ? fs::path("runs") / m.stem : fs::path(o.out);
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return fail(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
+
+  PlanFlags pf;
+  pf.stages = o.gpus;
+  pf.device = device;
+  pf.device_specs = o.device_spec;
+  pf.link = o.link;
+  pf.schedule = o.schedule;
+  pf.weights = o.weights;
+  pf.micro_batches = o.micro_batches;
+  pf.split_at = o.split_at;
+  pf.balance = o.balance;
+  pf.profile = o.profile;
+  pf.whatif = o.whatif;
+  pf.out_dir = out_dir.string();
+  pf.quiet = o.quiet;
+  auto planned = plan_and_report(m, g, pf);
+  if (!planned) return fail(planned.status());
+  say(o, "reports: " + (out_dir / "partition.{txt,json,html,dot}").string() + ", " + (out_dir / "trace.json").string());
+  if (o.plan_only) return 0;
+  if (o.gpus > 1)
+    return fail(unsupported("--gpus " + std::to_string(o.gpus) +
+                            ": training on several pipeline stages is not implemented in this version yet; the plan "
+                            "is in " + out_dir.string() + " (use --plan-only, or --gpus 1 to train)"));
 
   DataSpec spec;
   Value* in = g.inputs.at(0);
@@ -128,11 +156,6 @@ int run(const Options& o) {
   say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
              (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
 
-  const fs::path out_dir = o.out.empty() ? fs::path("runs") / m.stem : fs::path(o.out);
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) return fail(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
-
   auto trainer = Trainer::create(g, *tg, device);
   if (!trainer) return fail(trainer.status());
   TrainConfig tc;
@@ -147,8 +170,23 @@ int run(const Options& o) {
   auto result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
   if (!result) return fail(result.status());
 
+  {
+    // Measured stage times beside the predicted ones.
+    ProfileOptions po;
+    po.warmup = 1;
+    po.repeats = 3;
+    auto measured = profile_graph(g, device, po);
+    if (measured) {
+      StagePlan& s0 = planned->plan.stages[0];
+      s0.measured_fwd_ms = s0.measured_bwd_ms = 0;
+      for (auto& [k, v] : measured->fwd_s) s0.measured_fwd_ms += 1e3 * v;
+      for (auto& [k, v] : measured->bwd_s) s0.measured_bwd_ms += 1e3 * v;
+      Status rs = rewrite_reports(*planned, g, out_dir.string());
+      if (!rs.is_ok()) return fail(rs);
+    }
+  }
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
-  Status st = export_onnx(m, (*trainer)->parameters(), trained.string());
+  Status st = export_onnx(m, (*trainer)->trained_initializers(), trained.string());
   if (!st.is_ok()) return fail(st);
 
   char line[512];
@@ -192,6 +230,16 @@ int main(int argc, char** argv) {
   app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
   app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)");
   app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
+  app.add_flag("--plan-only", o.plan_only, "partition and write the reports, no training");
+  app.add_flag("--whatif", o.whatif, "with the plan: predicted throughput, bubble and memory for 1..N devices per scheme");
+  app.add_flag("--profile", o.profile, "measure every node on the real device before partitioning (cached in the run folder)");
+  app.add_option("--schedule", o.schedule, "1f1b | gpipe")->check(CLI::IsMember({"1f1b", "gpipe"}))->capture_default_str();
+  app.add_option("--weights", o.weights, "spectrain | stash | stale")->check(CLI::IsMember({"spectrain", "stash", "stale"}))->capture_default_str();
+  app.add_option("--micro-batches", o.micro_batches, "GPipe: micro-batches per mini-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--device-spec", o.device_spec, "device per stage: a built-in GPU (H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti) or a JSON file; one for all or one per stage")->delimiter(',');
+  app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network (default: host for CPU stages, pcie4 for GPUs)");
+  app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
+  app.add_option("--balance", o.balance, "manual plan: forward nodes per stage, e.g. 3,5,4")->delimiter(',');
   app.add_flag("--quiet", o.quiet, "print errors only");
   try {
     app.parse(argc, argv);

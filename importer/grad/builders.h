@@ -24,6 +24,43 @@ Status reshape(GradContext& c);      // Reshape, Flatten, Identity (and any view
 Status transpose(GradContext& c);
 Status softmax_cross_entropy(GradContext& c);
 Status mse_loss(GradContext& c);
+Status dropout(GradContext& c);
 Status no_gradient(GradContext& c);  // comparisons, shape ops
+// Ops of issue 3: activation_grad.cpp, reduce_grad.cpp, tensor_grad.cpp, layernorm_grad.cpp.
+Status clip(GradContext& c);
+Status leaky_relu(GradContext& c);
+Status elu(GradContext& c);
+Status selu(GradContext& c);
+Status hard_sigmoid(GradContext& c);
+Status hard_swish(GradContext& c);
+Status erf(GradContext& c);
+Status softplus(GradContext& c);
+Status abs(GradContext& c);
+Status reciprocal(GradContext& c);
+Status pow(GradContext& c);
+Status prelu(GradContext& c);
+Status reduce_sum(GradContext& c);
+Status reduce_mean(GradContext& c);
+Status reduce_max(GradContext& c);
+Status sum(GradContext& c);
+Status mean(GradContext& c);
+Status concat(GradContext& c);
+Status split(GradContext& c);
+Status slice(GradContext& c);
+Status expand(GradContext& c);
+Status tile(GradContext& c);
+Status pad(GradContext& c);
+Status gather(GradContext& c);
+Status where(GradContext& c);
+Status cast(GradContext& c);
+Status layer_norm(GradContext& c);
+// Convolution, pooling, normalisation: conv_grad.cpp, pool_grad.cpp, batchnorm_grad.cpp, lrn_grad.cpp.
+Status conv(GradContext& c);
+Status max_pool(GradContext& c);
+Status average_pool(GradContext& c);
+Status global_average_pool(GradContext& c);
+Status global_max_pool(GradContext& c);
+Status batch_norm(GradContext& c);
+Status lrn(GradContext& c);
 
 }  // namespace pt::grad

@@ -23,6 +23,20 @@ Value* GradContext::emit(const std::string& op, std::vector<Value*> inputs, Dims
   return out;
 }
 
+std::vector<Value*> GradContext::emit_multi(const std::string& op, std::vector<Value*> inputs,
+                                            std::vector<Dims> dims, AttrMap attrs, const Value* dtype_like) {
+  const Value* like = dtype_like ? dtype_like : (fwd_.inputs.empty() ? nullptr : fwd_.inputs[0]);
+  DType dt = like ? like->dtype : DType::kFloat32;
+  std::string name = next_name(op);
+  std::vector<Value*> outs;
+  for (size_t i = 0; i < dims.size(); ++i)
+    outs.push_back(g_.add_value(name + "/out" + std::to_string(i), dt, std::move(dims[i]), ValueKind::kActivation));
+  Node* n = g_.add_node(op, name, std::move(inputs), outs, std::move(attrs), Phase::kBackward);
+  n->forward = &fwd_;
+  if (op.find("Grad") != std::string::npos) n->domain = "pipetrain";
+  return outs;
+}
+
 Value* GradContext::reduce_to(Value* grad, const Dims& target) {
   if (grad->dims == target) return grad;
   return emit("ReduceSumToShape", {grad}, target, {}, grad);
@@ -74,11 +88,50 @@ const std::map<std::string, GradBuilder>& table() {
       {"Transpose", grad::transpose},
       {"SoftmaxCrossEntropyLoss", grad::softmax_cross_entropy},
       {"MSELoss", grad::mse_loss},
+      {"Dropout", grad::dropout},
       {"Equal", grad::no_gradient},
       {"Less", grad::no_gradient},
       {"Greater", grad::no_gradient},
       {"Not", grad::no_gradient},
       {"Shape", grad::no_gradient},
+      {"Clip", grad::clip},
+      {"LeakyRelu", grad::leaky_relu},
+      {"Elu", grad::elu},
+      {"Selu", grad::selu},
+      {"HardSigmoid", grad::hard_sigmoid},
+      {"HardSwish", grad::hard_swish},
+      {"Erf", grad::erf},
+      {"Softplus", grad::softplus},
+      {"Abs", grad::abs},
+      {"Reciprocal", grad::reciprocal},
+      {"Pow", grad::pow},
+      {"PRelu", grad::prelu},
+      {"ReduceSum", grad::reduce_sum},
+      {"ReduceMean", grad::reduce_mean},
+      {"ReduceMax", grad::reduce_max},
+      {"Sum", grad::sum},
+      {"Mean", grad::mean},
+      {"Concat", grad::concat},
+      {"Split", grad::split},
+      {"Slice", grad::slice},
+      {"Squeeze", grad::reshape},
+      {"Unsqueeze", grad::reshape},
+      {"Expand", grad::expand},
+      {"Tile", grad::tile},
+      {"Pad", grad::pad},
+      {"Gather", grad::gather},
+      {"Where", grad::where},
+      {"Cast", grad::cast},
+      {"LayerNormalization", grad::layer_norm},
+      {"Conv", grad::conv},
+      {"MaxPool", grad::max_pool},
+      {"AveragePool", grad::average_pool},
+      {"GlobalAveragePool", grad::global_average_pool},
+      {"GlobalMaxPool", grad::global_max_pool},
+      {"BatchNormalization", grad::batch_norm},
+      {"LRN", grad::lrn},
+      {"ConstantOfShape", grad::no_gradient},
+      {"Range", grad::no_gradient},
   };
   return t;
 }

@@ -27,6 +27,9 @@ class GradContext {
   // input 0 when null) and returns that output.
   Value* emit(const std::string& op, std::vector<Value*> inputs, Dims dims, AttrMap attrs = {},
               const Value* dtype_like = nullptr);
+  // Like emit, with one output per entry of `dims` (all of one dtype); returns them in order.
+  std::vector<Value*> emit_multi(const std::string& op, std::vector<Value*> inputs, std::vector<Dims> dims,
+                                 AttrMap attrs = {}, const Value* dtype_like = nullptr);
   // Sums `grad` down to `target` dims (undoing numpy broadcasting); returns grad when equal.
   Value* reduce_to(Value* grad, const Dims& target);
   // Reshapes `v` to `dims` (no-op when equal).

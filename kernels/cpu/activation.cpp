@@ -91,6 +91,8 @@ Status broadcast_binary(const KernelCall& call, const char* op, F f) {
         case DType::kFloat64: conv[i] = static_cast<T>(static_cast<const double*>(b.data)[i]); break;
         case DType::kInt64: conv[i] = static_cast<T>(static_cast<const int64_t*>(b.data)[i]); break;
         case DType::kInt32: conv[i] = static_cast<T>(static_cast<const int32_t*>(b.data)[i]); break;
+        case DType::kUint32: conv[i] = static_cast<T>(static_cast<const uint32_t*>(b.data)[i]); break;
+        case DType::kUint64: conv[i] = static_cast<T>(static_cast<const uint64_t*>(b.data)[i]); break;
         default: return unsupported(std::string(op) + ": second input of type " + dtype_name(b.dtype));
       }
     }

@@ -19,6 +19,8 @@ PT_DECLARE_CPU_KERNEL(exp_op);
 PT_DECLARE_CPU_KERNEL(log_op);
 PT_DECLARE_CPU_KERNEL(sqrt_op);
 PT_DECLARE_CPU_KERNEL(relu_grad);
+PT_DECLARE_CPU_KERNEL(dropout);
+PT_DECLARE_CPU_KERNEL(dropout_grad);
 PT_DECLARE_CPU_KERNEL(sigmoid_grad);
 PT_DECLARE_CPU_KERNEL(tanh_grad);
 PT_DECLARE_CPU_KERNEL(copy_input);  // also int64, int32
@@ -53,6 +55,96 @@ PT_DECLARE_CPU_KERNEL(mse_loss_grad);                    // (dLoss, pred, target
 
 // optimizer.cpp: (W, G, V, lr) -> nothing; W and V updated in place.
 PT_DECLARE_CPU_KERNEL(sgd_momentum);
+
+// activation.cpp: Clip, LeakyRelu, Elu, Selu, HardSigmoid, HardSwish, Erf, Softplus, Reciprocal,
+// Abs (also int64), broadcasting PRelu and Pow (Pow also int64; exponent of any numeric type).
+// Backward ops take (dY, X[, ...]) -> dX; PReluGrad (dY, X, slope) -> dX, dSlope unreduced.
+PT_DECLARE_CPU_KERNEL(clip);
+PT_DECLARE_CPU_KERNEL(leaky_relu);
+PT_DECLARE_CPU_KERNEL(elu);
+PT_DECLARE_CPU_KERNEL(selu);
+PT_DECLARE_CPU_KERNEL(hard_sigmoid);
+PT_DECLARE_CPU_KERNEL(hard_swish);
+PT_DECLARE_CPU_KERNEL(erf_op);
+PT_DECLARE_CPU_KERNEL(softplus_op);
+PT_DECLARE_CPU_KERNEL(reciprocal);
+PT_DECLARE_CPU_KERNEL(abs_op);
+PT_DECLARE_CPU_KERNEL(prelu);
+PT_DECLARE_CPU_KERNEL(pow_op);
+PT_DECLARE_CPU_KERNEL(clip_grad);  // (dY, X[, min, max])
+PT_DECLARE_CPU_KERNEL(leaky_relu_grad);
+PT_DECLARE_CPU_KERNEL(elu_grad);
+PT_DECLARE_CPU_KERNEL(selu_grad);
+PT_DECLARE_CPU_KERNEL(hard_sigmoid_grad);
+PT_DECLARE_CPU_KERNEL(hard_swish_grad);
+PT_DECLARE_CPU_KERNEL(erf_grad);
+PT_DECLARE_CPU_KERNEL(softplus_grad);
+PT_DECLARE_CPU_KERNEL(abs_grad);
+PT_DECLARE_CPU_KERNEL(prelu_grad);
+
+// reduce_ops.cpp: ReduceSum/Mean/Max over attr _axes (ReduceSum, ReduceMax also int64);
+// ReduceMaxGrad (dY, X, Y) -> dX; variadic broadcasting Sum (also int64) and Mean.
+PT_DECLARE_CPU_KERNEL(reduce_sum);
+PT_DECLARE_CPU_KERNEL(reduce_mean);
+PT_DECLARE_CPU_KERNEL(reduce_max);
+PT_DECLARE_CPU_KERNEL(reduce_max_grad);
+PT_DECLARE_CPU_KERNEL(sum_op);
+PT_DECLARE_CPU_KERNEL(mean_op);
+
+// tensor_ops.cpp: data movement for float, double, int64, int32, bool (Pad: no bool); the
+// backward ops SliceGrad (dY) -> dX, PadGrad (dY) -> dX, GatherGrad (dY, indices) -> dData for
+// float and double. Comparisons take their input type and write bool.
+PT_DECLARE_CPU_KERNEL(concat);
+PT_DECLARE_CPU_KERNEL(split);
+PT_DECLARE_CPU_KERNEL(slice);
+PT_DECLARE_CPU_KERNEL(slice_grad);
+PT_DECLARE_CPU_KERNEL(expand);
+PT_DECLARE_CPU_KERNEL(tile);
+PT_DECLARE_CPU_KERNEL(pad);
+PT_DECLARE_CPU_KERNEL(pad_grad);
+PT_DECLARE_CPU_KERNEL(gather);
+PT_DECLARE_CPU_KERNEL(gather_grad);
+PT_DECLARE_CPU_KERNEL(equal);
+PT_DECLARE_CPU_KERNEL(less);
+PT_DECLARE_CPU_KERNEL(greater);
+Status where_op(const KernelCall& call);  // registered under bool (the condition); any value type
+Status not_op(const KernelCall& call);    // bool
+Status cast_op(const KernelCall& call);   // registered per input type; converts to the output's
+bool cast_supported(DType t);             // the element types cast_op reads and writes
+
+// layernorm.cpp: LayerNormalization (X, scale[, B]) -> Y[, mean, inv_std_dev] over dims[axis:];
+// LayerNormalizationGrad (dY, X, scale) -> dX, dScale, dB (statistics recomputed from X).
+PT_DECLARE_CPU_KERNEL(layer_norm);
+PT_DECLARE_CPU_KERNEL(layer_norm_grad);
+
+// conv.cpp: Conv (X, W[, B]) -> Y (attrs kernel_shape, strides, dilations, pads explicit, group);
+// ConvGradInput (dY, W) -> dX, ConvGradWeight (dY, X) -> dW, ConvGradBias (dY) -> dB.
+PT_DECLARE_CPU_KERNEL(conv);
+PT_DECLARE_CPU_KERNEL(conv_grad_input);
+PT_DECLARE_CPU_KERNEL(conv_grad_weight);
+PT_DECLARE_CPU_KERNEL(conv_grad_bias);
+
+// pool.cpp: MaxPool (X) -> Y[, Indices], AveragePool, GlobalAveragePool, GlobalMaxPool;
+// MaxPoolGrad (dY, X) -> dX, AveragePoolGrad (dY) -> dX, GlobalAveragePoolGrad (dY) -> dX,
+// GlobalMaxPoolGrad (dY, X) -> dX.
+PT_DECLARE_CPU_KERNEL(max_pool);
+PT_DECLARE_CPU_KERNEL(average_pool);
+PT_DECLARE_CPU_KERNEL(global_average_pool);
+PT_DECLARE_CPU_KERNEL(global_max_pool);
+PT_DECLARE_CPU_KERNEL(max_pool_grad);
+PT_DECLARE_CPU_KERNEL(average_pool_grad);
+PT_DECLARE_CPU_KERNEL(global_average_pool_grad);
+PT_DECLARE_CPU_KERNEL(global_max_pool_grad);
+
+// batchnorm.cpp: BatchNormalization (X, scale, B, mean, var) -> Y[, mean, var, saved_mean,
+// saved_var] (attr _training; running mean/var inputs updated in place when training);
+// BatchNormalizationGrad (dY, X, scale[, mean, var]) -> dX, dScale, dB (each optional).
+PT_DECLARE_CPU_KERNEL(batch_normalization);
+PT_DECLARE_CPU_KERNEL(batch_normalization_grad);
+
+// lrn.cpp: LRN (X) -> Y across channels; LRNGrad (dY, X) -> dX.
+PT_DECLARE_CPU_KERNEL(lrn);
+PT_DECLARE_CPU_KERNEL(lrn_grad);
 
 #undef PT_DECLARE_CPU_KERNEL
 

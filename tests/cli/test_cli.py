@@ -313,7 +313,9 @@ class CliTest(unittest.TestCase):
         rc, so, se = run(self.model, "--data", self.data, "--epochs", 2, "--out", out)
         self.assertEqual(rc, 0, se)
         self.assertEqual(read_bytes(self.model), before)
-        self.assertEqual(sorted(os.listdir(out)), ["metrics.csv", "mlp.trained.onnx"])
+        self.assertEqual(sorted(os.listdir(out)), ["metrics.csv", "mlp.trained.onnx", "partition.dot",
+                                                   "partition.html", "partition.json", "partition.txt",
+                                                   "trace.json"])
         for needle in ("loss:", "parameters:", "step ", "done:"):
             self.assertIn(needle, so)
         lines = read_bytes(os.path.join(out, "metrics.csv")).decode().splitlines()

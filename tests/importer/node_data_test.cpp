@@ -34,6 +34,29 @@ const char* const kOpPrefixes[] = {
     "gemm", "matmul", "add", "sub", "mul", "div", "relu", "sigmoid", "tanh", "neg", "exp", "log",
     "sqrt", "softmax", "logsoftmax", "flatten", "reshape", "identity", "transpose", "sce",
     "softmax_cross_entropy",
+    // Activations, pointwise math, reductions, data movement, LayerNorm
+    "clip", "leakyrelu", "elu", "selu", "prelu", "hardsigmoid", "hardswish", "erf", "softplus", "pow",
+    "reciprocal", "abs", "reduce_mean", "reduce_sum", "reduce_max", "sum", "mean", "concat", "split", "slice",
+    "squeeze", "unsqueeze", "expand", "tile", "constant_pad", "edge_pad", "reflect_pad", "gather", "where",
+    "equal", "less", "greater", "not", "cast", "constantofshape", "layer_normalization",
+    // Convolution, pooling, normalisation
+    "conv", "basic_conv", "maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "lrn", "batchnorm",
+};
+
+// Cases whose reference follows a convention the tool deliberately does not use by default: the
+// node's attribute is set to ONNX's convention before running, and the summary names the case.
+struct AttrOverride {
+  const char* case_name;
+  const char* op;
+  const char* attr;
+  int64_t value;
+  const char* reason;
+};
+const AttrOverride kAttrOverrides[] = {
+    {"test_batchnorm_epsilon_training_mode", "BatchNormalization", "_unbiased_running_var", 0,
+     "running variance from the biased batch variance (ONNX's reference; PyTorch's unbiased one is the default)"},
+    {"test_batchnorm_example_training_mode", "BatchNormalization", "_unbiased_running_var", 0,
+     "running variance from the biased batch variance (ONNX's reference; PyTorch's unbiased one is the default)"},
 };
 
 bool is_case_under_test(const std::string& name) {
@@ -151,6 +174,10 @@ Outcome run_case(const fs::path& dir, std::string* why) {
     }
   }
   const Graph& g = *model->graph;
+  for (const AttrOverride& o : kAttrOverrides)
+    if (dir.filename().string() == o.case_name)
+      for (const auto& n : g.nodes())
+        if (n->op_type == o.op) n->attrs.set(o.attr, o.value);
   for (const std::string& set : sets) {
     const fs::path sd = dir / set;
     auto inputs = read_tensors(sd, "input");
@@ -218,6 +245,8 @@ TEST(NodeTestData, ForwardMatchesOnnxReference) {
   std::cout << "node test data: " << ran << " cases ran, " << passed << " passed, " << skipped.size()
             << " skipped\n";
   for (const std::string& s : skipped) std::cout << "  skipped " << s << "\n";
+  for (const AttrOverride& o : kAttrOverrides)
+    std::cout << "  ran " << o.case_name << " with " << o.attr << " = " << o.value << ": " << o.reason << "\n";
   EXPECT_GE(ran, kMinCasesRun) << "fewer node test cases ran than expected";
 }
 

@@ -1,0 +1,345 @@
+// Shape functions of the activation, reduction, data-movement and LayerNorm ops (see the header).
+#include "importer/shapes_tensor.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace pt::shapes {
+
+namespace {
+
+Status need(const Node& n, size_t min, size_t max, const std::string& where) {
+  if (n.inputs.size() < min || n.inputs.size() > max)
+    return invalid_input(where + ": expects " + std::to_string(min) +
+                         (max != min ? " to " + std::to_string(max) : "") + " inputs, has " +
+                         std::to_string(n.inputs.size()));
+  for (size_t i = 0; i < min; ++i)
+    if (!n.inputs[i]) return invalid_input(where + ": required input " + std::to_string(i) + " is empty");
+  return Status::ok();
+}
+
+void set_out(Node& n, size_t i, DType dt, Dims dims) {
+  if (i < n.outputs.size() && n.outputs[i]) {
+    n.outputs[i]->dtype = dt;
+    n.outputs[i]->dims = std::move(dims);
+  }
+}
+
+bool present(const Node& n, size_t i) { return i < n.inputs.size() && n.inputs[i] != nullptr; }
+
+// A constant integer vector from input i, or an error naming the tensor.
+Expected<std::vector<int64_t>> const_ints(const Node& n, size_t i, const std::string& where, const char* what) {
+  const Value* v = n.inputs.at(i);
+  if (!v->is_constant() || !v->data)
+    return invalid_input(where + ": " + what + " input '" + v->name + "' must be known before training (a constant " +
+                         "or a foldable shape computation), but it is computed from data at run time");
+  std::vector<int64_t> out(v->data->size());
+  for (int64_t k = 0; k < v->data->size(); ++k) out[k] = v->data->get_int(k);
+  return out;
+}
+
+Status axis_in_range(int64_t* a, int64_t rank, const std::string& where) {
+  if (*a < -rank || *a >= rank)
+    return invalid_input(where + ": axis " + std::to_string(*a) + " is out of range for rank " + std::to_string(rank));
+  if (*a < 0) *a += rank;
+  return Status::ok();
+}
+
+// Axes made non-negative, checked, in the order given (duplicates rejected).
+Expected<std::vector<int64_t>> normalize_axes(std::vector<int64_t> axes, int64_t rank, const std::string& where) {
+  std::vector<bool> seen(rank, false);
+  for (int64_t& a : axes) {
+    RETURN_IF_ERROR(axis_in_range(&a, rank, where));
+    if (seen[a]) return invalid_input(where + ": axis " + std::to_string(a) + " appears twice");
+    seen[a] = true;
+  }
+  return axes;
+}
+
+Status broadcast_all(const Node& n, size_t first, const std::string& where, Dims* out) {
+  *out = n.inputs.at(first)->dims;
+  for (size_t i = first + 1; i < n.inputs.size(); ++i) {
+    if (!n.inputs[i]) continue;
+    Dims b;
+    if (!broadcast_dims(*out, n.inputs[i]->dims, &b))
+      return invalid_input(where + ": input shapes " + dims_str(*out) + " and " + dims_str(n.inputs[i]->dims) +
+                           " do not broadcast");
+    *out = b;
+  }
+  return Status::ok();
+}
+
+bool kernel_type(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kInt64 || t == DType::kInt32 ||
+         t == DType::kInt8 || t == DType::kUint8 || t == DType::kBool;
+}
+
+}  // namespace
+
+Status unary(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 1, where));
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status clip(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 3, where));
+  for (size_t i = 1; i < 3; ++i)
+    if (present(n, i)) {
+      if (n.inputs[i]->size() != 1)
+        return invalid_input(where + ": " + (i == 1 ? "min" : "max") + " must be a scalar, is " +
+                             dims_str(n.inputs[i]->dims));
+      if (n.inputs[i]->dtype != n.inputs[0]->dtype)
+        return invalid_input(where + ": " + (i == 1 ? "min" : "max") + " has another type than the input");
+    }
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status prelu(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 2, where));
+  Dims b;
+  if (!broadcast_dims(n.inputs[0]->dims, n.inputs[1]->dims, &b) || b != n.inputs[0]->dims)
+    return invalid_input(where + ": slope " + dims_str(n.inputs[1]->dims) + " does not broadcast to X " +
+                         dims_str(n.inputs[0]->dims));
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status pow(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 2, where));
+  Dims out;
+  RETURN_IF_ERROR(broadcast_all(n, 0, where, &out));
+  set_out(n, 0, n.inputs[0]->dtype, out);
+  return Status::ok();
+}
+
+Status reduce(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 2, where));
+  const Dims& d = n.inputs[0]->dims;
+  const int64_t r = static_cast<int64_t>(d.size());
+  // Axes from the input (ReduceSum from opset 13, the others from 18) or the attribute.
+  std::vector<int64_t> axes = n.attrs.get_ints("axes");
+  if (present(n, 1)) {
+    ASSIGN_OR_RETURN(axes, const_ints(n, 1, where, "axes"));
+  }
+  ASSIGN_OR_RETURN(axes, normalize_axes(axes, r, where));
+  const bool keep = n.attrs.get_int("keepdims", 1) != 0;
+  const bool noop = n.attrs.get_int("noop_with_empty_axes", 0) != 0;
+  if (axes.empty() && !noop)
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  std::sort(axes.begin(), axes.end());
+  n.attrs.set("_axes", axes);
+  Dims out;
+  for (int64_t i = 0; i < r; ++i) {
+    const bool red = std::binary_search(axes.begin(), axes.end(), i);
+    if (!red) out.push_back(d[i]);
+    else if (keep) out.push_back(1);
+  }
+  set_out(n, 0, n.inputs[0]->dtype, out);
+  return Status::ok();
+}
+
+Status variadic(Node& n, const std::string& where) {
+  if (n.inputs.empty() || !n.inputs[0]) return invalid_input(where + ": needs at least one input");
+  for (const Value* v : n.inputs)
+    if (!v || v->dtype != n.inputs[0]->dtype) return invalid_input(where + ": inputs must be present and of one type");
+  Dims out;
+  RETURN_IF_ERROR(broadcast_all(n, 0, where, &out));
+  set_out(n, 0, n.inputs[0]->dtype, out);
+  return Status::ok();
+}
+
+Status split(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 2, where));
+  const Dims& d = n.inputs[0]->dims;
+  int64_t axis = n.attrs.get_int("axis", 0);
+  RETURN_IF_ERROR(axis_in_range(&axis, static_cast<int64_t>(d.size()), where));
+  n.attrs.set("axis", axis);
+  const int64_t len = d[axis];
+  const int64_t k = static_cast<int64_t>(n.outputs.size());
+  std::vector<int64_t> sizes = n.attrs.get_ints("split");  // attribute before opset 13
+  if (present(n, 1)) {
+    ASSIGN_OR_RETURN(sizes, const_ints(n, 1, where, "split"));
+  }
+  if (sizes.empty()) {
+    if (n.attrs.has("num_outputs")) {  // opset 18: ceil-sized chunks, the last one smaller
+      const int64_t parts = n.attrs.get_int("num_outputs", k);
+      if (parts != k || parts <= 0) return invalid_input(where + ": num_outputs does not match the outputs");
+      const int64_t chunk = (len + parts - 1) / parts;
+      for (int64_t i = 0; i < parts; ++i) sizes.push_back(std::max<int64_t>(0, std::min(chunk, len - i * chunk)));
+    } else {
+      if (k == 0 || len % k) return invalid_input(where + ": dim " + std::to_string(len) + " does not split into " +
+                                                  std::to_string(k) + " equal parts");
+      sizes.assign(k, len / k);
+    }
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) return invalid_input(where + ": negative split size");
+    total += s;
+  }
+  if (static_cast<int64_t>(sizes.size()) != k || total != len)
+    return invalid_input(where + ": split sizes " + dims_str(Dims(sizes)) + " do not cover dim " + std::to_string(len) +
+                         " with " + std::to_string(k) + " outputs");
+  n.attrs.set("_split", sizes);
+  for (int64_t i = 0; i < k; ++i) {
+    Dims o = d;
+    o[axis] = sizes[i];
+    set_out(n, i, n.inputs[0]->dtype, o);
+  }
+  return Status::ok();
+}
+
+Status slice(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 5, where));
+  const Dims& d = n.inputs[0]->dims;
+  const int64_t r = static_cast<int64_t>(d.size());
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (n.inputs.size() > 1) {  // opset 10+: inputs
+    if (!present(n, 1) || !present(n, 2)) return invalid_input(where + ": starts and ends are required");
+    ASSIGN_OR_RETURN(starts, const_ints(n, 1, where, "starts"));
+    ASSIGN_OR_RETURN(ends, const_ints(n, 2, where, "ends"));
+    if (present(n, 3)) {
+      ASSIGN_OR_RETURN(axes, const_ints(n, 3, where, "axes"));
+    }
+    if (present(n, 4)) {
+      ASSIGN_OR_RETURN(steps, const_ints(n, 4, where, "steps"));
+    }
+  } else {
+    starts = n.attrs.get_ints("starts");
+    ends = n.attrs.get_ints("ends");
+    axes = n.attrs.get_ints("axes");
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    return invalid_input(where + ": starts, ends, axes and steps differ in length");
+  ASSIGN_OR_RETURN(axes, normalize_axes(axes, r, where));
+  std::vector<int64_t> st(r, 0), sp(r, 1);
+  Dims out = d;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t a = axes[i], dim = d[a], step = steps[i];
+    if (step == 0) return invalid_input(where + ": step 0");
+    // Clamped as the ONNX reference does (int64 extremes stand for "to the end").
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s = s < std::numeric_limits<int64_t>::min() + dim ? -1 - dim : s + dim;
+    if (e < 0) e = e < std::numeric_limits<int64_t>::min() + dim ? -1 - dim : e + dim;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+    } else {
+      s = std::clamp<int64_t>(s, 0, std::max<int64_t>(dim - 1, 0));
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+    }
+    const int64_t len = step > 0 ? std::max<int64_t>(0, (e - s + step - 1) / step)
+                                 : std::max<int64_t>(0, (s - e + (-step) - 1) / (-step));
+    out[a] = len;
+    st[a] = len > 0 ? s : 0;
+    sp[a] = step;
+  }
+  n.attrs.set("_starts", st);
+  n.attrs.set("_steps", sp);
+  set_out(n, 0, n.inputs[0]->dtype, out);
+  return Status::ok();
+}
+
+Status tile(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 2, where));
+  const Dims& d = n.inputs[0]->dims;
+  ASSIGN_OR_RETURN(std::vector<int64_t> rep, const_ints(n, 1, where, "repeats"));
+  if (rep.size() != d.size())
+    return invalid_input(where + ": repeats has " + std::to_string(rep.size()) + " entries for rank " +
+                         std::to_string(d.size()));
+  Dims out(d.size());
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (rep[i] < 0) return invalid_input(where + ": negative repeat");
+    out[i] = d[i] * rep[i];
+  }
+  n.attrs.set("_repeats", rep);
+  set_out(n, 0, n.inputs[0]->dtype, out);
+  return Status::ok();
+}
+
+Status pad(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 4, where));
+  const Dims& d = n.inputs[0]->dims;
+  const int64_t r = static_cast<int64_t>(d.size());
+  const std::string mode = n.attrs.get_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    return unsupported(where + ": mode '" + mode + "' (supported: constant, reflect, edge)");
+  std::vector<int64_t> pads = n.attrs.get_ints("pads");  // attribute before opset 11
+  double value = n.attrs.get_float("value", 0.0f);
+  std::vector<int64_t> axes;
+  if (present(n, 1)) {
+    ASSIGN_OR_RETURN(pads, const_ints(n, 1, where, "pads"));
+  }
+  if (present(n, 2)) {
+    const Value* v = n.inputs[2];
+    if (!v->is_constant() || !v->data || v->size() != 1)
+      return invalid_input(where + ": constant_value must be a scalar known before training");
+    value = v->data->get_double(0);
+  }
+  if (present(n, 3)) {
+    ASSIGN_OR_RETURN(axes, const_ints(n, 3, where, "axes"));
+    ASSIGN_OR_RETURN(axes, normalize_axes(axes, r, where));
+  } else {
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  }
+  const int64_t na = static_cast<int64_t>(axes.size());
+  if (static_cast<int64_t>(pads.size()) != 2 * na)
+    return invalid_input(where + ": pads has " + std::to_string(pads.size()) + " entries, expected " +
+                         std::to_string(2 * na));
+  std::vector<int64_t> full(2 * r, 0);
+  Dims out = d;
+  for (int64_t i = 0; i < na; ++i) {
+    const int64_t a = axes[i];
+    full[a] = pads[i];
+    full[a + r] = pads[i + na];
+    out[a] = d[a] + pads[i] + pads[i + na];
+    if (out[a] < 0) return invalid_input(where + ": pads crop dim " + std::to_string(a) + " below zero");
+    if (mode == "reflect" && (pads[i] >= d[a] || pads[i + na] >= d[a]) && d[a] > 1)
+      return invalid_input(where + ": reflect pads of dim " + std::to_string(a) + " must be smaller than it");
+  }
+  n.attrs.set("_pads", full);
+  n.attrs.set("_value", static_cast<float>(value));
+  set_out(n, 0, n.inputs[0]->dtype, out);
+  return Status::ok();
+}
+
+Status layer_norm(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 3, where));
+  const Dims& d = n.inputs[0]->dims;
+  const int64_t r = static_cast<int64_t>(d.size());
+  int64_t axis = n.attrs.get_int("axis", -1);
+  RETURN_IF_ERROR(axis_in_range(&axis, r, where));
+  n.attrs.set("axis", axis);
+  if (n.attrs.get_int("stash_type", 1) != 1)
+    return unsupported(where + ": stash_type " + std::to_string(n.attrs.get_int("stash_type", 1)) +
+                       " (statistics are computed in double; only the default 1 is accepted)");
+  int64_t cols = 1;
+  for (int64_t i = axis; i < r; ++i) cols *= d[i];
+  for (size_t i = 1; i < 3; ++i)
+    if (present(n, i) && n.inputs[i]->size() != cols)
+      return unsupported(where + ": " + (i == 1 ? "Scale " : "B ") + dims_str(n.inputs[i]->dims) +
+                         " must have the normalized dims' " + std::to_string(cols) + " elements");
+  Dims stat = d;
+  for (int64_t i = axis; i < r; ++i) stat[i] = 1;
+  set_out(n, 0, n.inputs[0]->dtype, d);
+  set_out(n, 1, n.inputs[0]->dtype, stat);
+  set_out(n, 2, n.inputs[0]->dtype, stat);
+  return Status::ok();
+}
+
+Status check_cast(const Node& n, const std::string& where) {
+  const Value* x = n.inputs.empty() ? nullptr : n.inputs[0];
+  if (!x || (x->is_constant() && x->data)) return Status::ok();  // folded
+  const DType to = static_cast<DType>(n.attrs.get_int("to", 1));
+  if (!kernel_type(x->dtype) || !kernel_type(to))
+    return unsupported(where + ": Cast from " + dtype_name(x->dtype) + " to " + dtype_name(to) +
+                       " (supported: float32, float64, int64, int32, int8, uint8, bool)");
+  return Status::ok();
+}
+
+}  // namespace pt::shapes

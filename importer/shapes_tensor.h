@@ -1,0 +1,28 @@
+// Shape functions of the activation, reduction, data-movement and LayerNorm ops (issue 3), used by
+// the table in shape_infer.cpp. Each sets its node's output dtypes and dims and normalises the
+// attributes its kernel reads: shape-like inputs (axes, pads, repeats, split sizes, Slice
+// starts/ends) must be constants and are copied into `_`-prefixed attributes, so kernels never
+// read shape inputs and opset differences end here.
+#pragma once
+
+#include <string>
+
+#include "importer/ir.h"
+
+namespace pt::shapes {
+
+Status unary(Node& n, const std::string& where);        // LeakyRelu, Elu, Selu, Erf, Abs, ...
+Status clip(Node& n, const std::string& where);         // min/max: attributes (< 11) or inputs
+Status prelu(Node& n, const std::string& where);        // slope broadcasts to X
+Status pow(Node& n, const std::string& where);          // broadcasting; exponent of any numeric type
+Status reduce(Node& n, const std::string& where);       // ReduceSum/Mean/Max -> `_axes`
+Status variadic(Node& n, const std::string& where);     // Sum, Mean
+Status split(Node& n, const std::string& where);        // -> `_split`
+Status slice(Node& n, const std::string& where);        // -> `_starts`, `_steps` (one per dim)
+Status tile(Node& n, const std::string& where);         // -> `_repeats`
+Status pad(Node& n, const std::string& where);          // -> `_pads` (begins, ends), `_value`
+Status layer_norm(Node& n, const std::string& where);   // Y, optional Mean and InvStdDev
+// Cast of a computed value: unsupported (not wrong results) for element types the kernel lacks.
+Status check_cast(const Node& n, const std::string& where);
+
+}  // namespace pt::shapes

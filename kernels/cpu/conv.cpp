@@ -1,0 +1,439 @@
+// Conv (1-D to 3-D; groups and depthwise, dilations, strides, explicit pads, optional bias) and its
+// backward ops: ConvGradInput (dY, W) -> dX, ConvGradWeight (dY, X) -> dW, ConvGradBias (dY) -> dB.
+// float32 runs oneDNN primitives, cached per shape; float64 (the gradient tests) and any shape
+// oneDNN refuses run im2col + BLAS GEMM per sample and group.
+#include <cblas.h>
+
+#include <dnnl.hpp>
+
+#include <array>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_util.h"
+#include "kernels/window.h"
+
+namespace pt::cpu {
+namespace {
+
+// Everything a convolution pass depends on.
+struct ConvShape {
+  Window w;          // input N, C, spatial extents; kernel, stride, dilation, pads; output extents
+  int64_t m = 0;     // output channels
+  int64_t g = 1;     // groups
+  bool bias = false;
+};
+
+// Checks X [N, C, in...], W [M, C/g, k...] and Y [N, M, out...] against the attributes.
+Status conv_shape(const char* op, const AttrMap& attrs, const Dims& x, const Dims& wd, const Dims& y,
+                  ConvShape* cs) {
+  if (wd.size() != x.size())
+    return invalid_input(std::string(op) + ": W " + dims_str(wd) + " and X " + dims_str(x) + " differ in rank");
+  const Dims kernel(wd.begin() + 2, wd.end());
+  RETURN_IF_ERROR(window_from_attrs(op, attrs, x, &kernel, false, &cs->w));
+  for (int i = 0; i < cs->w.nd; ++i)
+    if (cs->w.k[kMaxSpatial - cs->w.nd + i] != kernel[i])
+      return invalid_input(std::string(op) + ": kernel_shape does not match W " + dims_str(wd));
+  cs->m = wd[0];
+  cs->g = attrs.get_int("group", 1);
+  if (cs->g < 1 || cs->w.c % cs->g != 0 || cs->m % cs->g != 0 || wd[1] * cs->g != cs->w.c)
+    return invalid_input(std::string(op) + ": group " + std::to_string(cs->g) + " does not fit X " + dims_str(x) +
+                         " and W " + dims_str(wd));
+  return check_same_dims(op, "output", y, window_output_dims(cs->w, cs->m));
+}
+
+// ---- im2col + GEMM (float64, and float32 fallback) --------------------------------------------
+
+void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+             const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Calls fn(row, out_index, in_index or -1 for padding) for every (channel-in-group, kernel offset)
+// row of the column matrix [cg * K, OUT] and every output position.
+template <typename Fn>
+void for_each_col(const Window& w, int64_t cg, Fn&& fn) {
+  const int64_t K = w.k_size();
+#pragma omp parallel for collapse(2) if (cg * K * w.out_size() > kParallelThreshold)
+  for (int64_t ci = 0; ci < cg; ++ci)
+    for (int64_t kk = 0; kk < K; ++kk) {
+      const int64_t kd = kk / (w.k[1] * w.k[2]), kh = (kk / w.k[2]) % w.k[1], kw = kk % w.k[2];
+      const int64_t row = ci * K + kk;
+      int64_t o = 0;
+      for (int64_t od = 0; od < w.out[0]; ++od) {
+        const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+        for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+          const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+          const bool inside = id >= 0 && id < w.in[0] && ih >= 0 && ih < w.in[1];
+          const int64_t base = ci * w.in_size() + (id * w.in[1] + ih) * w.in[2];
+          for (int64_t ow = 0; ow < w.out[2]; ++ow, ++o) {
+            const int64_t iw = ow * w.s[2] - w.pb[2] + kw * w.d[2];
+            fn(row, o, inside && iw >= 0 && iw < w.in[2] ? base + iw : int64_t{-1});
+          }
+        }
+      }
+    }
+}
+
+template <typename T>
+void im2col(const Window& w, int64_t cg, const T* x, T* col) {
+  const int64_t out = w.out_size();
+  for_each_col(w, cg, [&](int64_t row, int64_t o, int64_t i) { col[row * out + o] = i < 0 ? T(0) : x[i]; });
+}
+
+// dx += col2im(col). Threads own input channels: kernel offsets of one channel overlap in dx.
+template <typename T>
+void col2im_add(const Window& w, int64_t cg, const T* col, T* dx) {
+  const int64_t out = w.out_size(), K = w.k_size();
+#pragma omp parallel for if (cg * K * out > kParallelThreshold)
+  for (int64_t ci = 0; ci < cg; ++ci) {
+    for (int64_t kk = 0; kk < K; ++kk) {
+      const int64_t kd = kk / (w.k[1] * w.k[2]), kh = (kk / w.k[2]) % w.k[1], kw = kk % w.k[2];
+      const T* c = col + (ci * K + kk) * out;
+      int64_t o = 0;
+      for (int64_t od = 0; od < w.out[0]; ++od) {
+        const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+        for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+          const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+          const bool inside = id >= 0 && id < w.in[0] && ih >= 0 && ih < w.in[1];
+          T* base = dx + ci * w.in_size() + (id * w.in[1] + ih) * w.in[2];
+          for (int64_t ow = 0; ow < w.out[2]; ++ow, ++o) {
+            const int64_t iw = ow * w.s[2] - w.pb[2] + kw * w.d[2];
+            if (inside && iw >= 0 && iw < w.in[2]) base[iw] += c[o];
+          }
+        }
+      }
+    }
+  }
+}
+
+enum class Pass { kForward, kGradInput, kGradWeight };
+
+// y = conv(x, wt) + b (kForward); dx = conv^T(dy, wt) (kGradInput); dw = corr(dy, x) (kGradWeight).
+template <typename T>
+void conv_gemm(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T* b, const T* dy, T* out) {
+  const Window& w = cs.w;
+  const int64_t cg = w.c / cs.g, mg = cs.m / cs.g, K = w.k_size(), OUT = w.out_size(), IN = w.in_size();
+  const int64_t rows = cg * K;
+  std::vector<T> col(static_cast<size_t>(rows * OUT));
+  if (pass == Pass::kGradInput)
+    for (int64_t i = 0; i < w.n * w.c * IN; ++i) out[i] = T(0);
+  if (pass == Pass::kGradWeight)
+    for (int64_t i = 0; i < cs.m * rows; ++i) out[i] = T(0);
+  for (int64_t n = 0; n < w.n; ++n)
+    for (int64_t g = 0; g < cs.g; ++g) {
+      const int64_t xoff = (n * w.c + g * cg) * IN, yoff = (n * cs.m + g * mg) * OUT;
+      const T* wg = wt ? wt + g * mg * rows : nullptr;  // (mg, cg*K)
+      switch (pass) {
+        case Pass::kForward: {
+          im2col(w, cg, x + xoff, col.data());
+          T* y = out + yoff;  // (mg, OUT)
+          gemm_rm(false, false, mg, OUT, rows, T(1), wg, rows, col.data(), OUT, T(0), y, OUT);
+          if (b)
+            for (int64_t mi = 0; mi < mg; ++mi)
+              for (int64_t o = 0; o < OUT; ++o) y[mi * OUT + o] += b[g * mg + mi];
+          break;
+        }
+        case Pass::kGradInput:
+          gemm_rm(true, false, rows, OUT, mg, T(1), wg, rows, dy + yoff, OUT, T(0), col.data(), OUT);
+          col2im_add(w, cg, col.data(), out + xoff);
+          break;
+        case Pass::kGradWeight:
+          im2col(w, cg, x + xoff, col.data());
+          gemm_rm(false, true, mg, rows, OUT, T(1), dy + yoff, OUT, col.data(), OUT, T(1), out + g * mg * rows,
+                  rows);
+          break;
+      }
+    }
+}
+
+// ---- oneDNN (float32) --------------------------------------------------------------------------
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One primitive argument: the caller's plain-layout tensor (`user`, handle set per call) and, when
+// oneDNN prefers a blocked layout, its own buffer in that layout with the reorder between them.
+struct DnnlArg {
+  int arg = 0;
+  bool output = false;
+  dnnl::memory user, inner;  // inner's buffer is the calling thread's scratch slot `slot`
+  dnnl::reorder reorder;
+  bool reordered = false;
+  int slot = 0;
+};
+
+// Per-thread buffers for the blocked-layout copies, grown to the largest seen: they serve every
+// cached primitive, so memory does not grow with the number of convolution shapes.
+class Scratch {
+ public:
+  ~Scratch() {
+    for (void* p : p_) std::free(p);
+  }
+  void* get(int slot, size_t bytes) {
+    if (bytes > n_[slot]) {
+      std::free(p_[slot]);
+      n_[slot] = (bytes + 63) / 64 * 64;
+      p_[slot] = std::aligned_alloc(64, n_[slot]);
+      PT_CHECK(p_[slot]) << "out of memory for a " << n_[slot] << "-byte convolution buffer";
+    }
+    return p_[slot];
+  }
+
+ private:
+  std::array<void*, 4> p_{};
+  std::array<size_t, 4> n_{};
+};
+
+// One cached primitive with its arguments; a call sets the handles and runs under `mu`.
+struct DnnlConv {
+  std::mutex mu;
+  dnnl::primitive prim;
+  std::vector<DnnlArg> args;  // in the order of the pass's data pointers (see run_dnnl)
+};
+
+std::vector<int64_t> cache_key(Pass pass, const ConvShape& cs) {
+  const Window& w = cs.w;
+  std::vector<int64_t> k = {static_cast<int64_t>(pass), w.nd, w.n, w.c, cs.m, cs.g, cs.bias};
+  for (const auto* a : {&w.in, &w.k, &w.s, &w.d, &w.pb, &w.pe}) k.insert(k.end(), a->begin(), a->end());
+  return k;
+}
+
+void add_arg(DnnlConv* e, int arg, const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md,
+             bool output) {
+  dnnl::engine& eng = dnnl_engine();
+  DnnlArg a;
+  a.arg = arg;
+  a.output = output;
+  a.user = dnnl::memory(user_md, eng, DNNL_MEMORY_NONE);
+  if (prim_md == user_md) {
+    a.inner = a.user;
+  } else {
+    a.inner = dnnl::memory(prim_md, eng, DNNL_MEMORY_NONE);
+    a.reorder = output ? dnnl::reorder(a.inner, a.user) : dnnl::reorder(a.user, a.inner);
+    a.reordered = true;
+    for (const DnnlArg& b : e->args) a.slot += b.reordered;
+  }
+  e->args.push_back(std::move(a));
+}
+
+// The cached primitive for (pass, shape), or nullptr when oneDNN has none (remembered too).
+// oneDNN chooses the layouts (format_tag::any): blocked layouts run its fast kernels, and the
+// reorders to and from the caller's NCHW tensors cost far less than the plain-layout kernels.
+DnnlConv* dnnl_conv(Pass pass, const ConvShape& cs) {
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, std::unique_ptr<DnnlConv>> cache;
+  const std::vector<int64_t> key = cache_key(pass, cs);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  using md = dnnl::memory::desc;
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  const Window& w = cs.w;
+  const int off = kMaxSpatial - w.nd;
+  dnnl::memory::dims xd = {w.n, w.c}, yd = {w.n, cs.m}, wd, strides, dil, pl, pr;
+  if (cs.g > 1) wd = {cs.g, cs.m / cs.g, w.c / cs.g};
+  else wd = {cs.m, w.c};
+  for (int i = off; i < kMaxSpatial; ++i) {
+    xd.push_back(w.in[i]);
+    yd.push_back(w.out[i]);
+    wd.push_back(w.k[i]);
+    strides.push_back(w.s[i]);
+    dil.push_back(w.d[i] - 1);
+    pl.push_back(w.pb[i]);
+    pr.push_back(w.pe[i]);
+  }
+  const tag act = w.nd == 1 ? tag::ncw : w.nd == 2 ? tag::nchw : tag::ncdhw;
+  const tag wtag = cs.g > 1 ? (w.nd == 1 ? tag::goiw : w.nd == 2 ? tag::goihw : tag::goidhw)
+                            : (w.nd == 1 ? tag::oiw : w.nd == 2 ? tag::oihw : tag::oidhw);
+  const md x_md(xd, dt::f32, act), y_md(yd, dt::f32, act), w_md(wd, dt::f32, wtag), b_md({cs.m}, dt::f32, tag::x);
+  const md x_any(xd, dt::f32, tag::any), y_any(yd, dt::f32, tag::any), w_any(wd, dt::f32, tag::any);
+  auto entry = std::make_unique<DnnlConv>();
+  dnnl::engine& eng = dnnl_engine();
+  try {
+    const auto algo = dnnl::algorithm::convolution_direct;
+    const auto prop = dnnl::prop_kind::forward_training;
+    auto fwd_d = cs.bias && pass == Pass::kForward
+                     ? dnnl::convolution_forward::desc(prop, algo, x_any, w_any, b_md, y_any, strides, dil, pl, pr)
+                     : dnnl::convolution_forward::desc(prop, algo, x_any, w_any, y_any, strides, dil, pl, pr);
+    dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, eng);
+    switch (pass) {
+      case Pass::kForward:
+        entry->prim = dnnl::convolution_forward(fwd_pd);
+        add_arg(entry.get(), DNNL_ARG_SRC, x_md, fwd_pd.src_desc(), false);
+        add_arg(entry.get(), DNNL_ARG_WEIGHTS, w_md, fwd_pd.weights_desc(), false);
+        if (cs.bias) add_arg(entry.get(), DNNL_ARG_BIAS, b_md, b_md, false);
+        add_arg(entry.get(), DNNL_ARG_DST, y_md, fwd_pd.dst_desc(), true);
+        break;
+      case Pass::kGradInput: {
+        dnnl::convolution_backward_data::desc d(algo, x_any, w_any, y_any, strides, dil, pl, pr);
+        dnnl::convolution_backward_data::primitive_desc pd(d, eng, fwd_pd);
+        entry->prim = dnnl::convolution_backward_data(pd);
+        add_arg(entry.get(), DNNL_ARG_DIFF_DST, y_md, pd.diff_dst_desc(), false);
+        add_arg(entry.get(), DNNL_ARG_WEIGHTS, w_md, pd.weights_desc(), false);
+        add_arg(entry.get(), DNNL_ARG_DIFF_SRC, x_md, pd.diff_src_desc(), true);
+        break;
+      }
+      case Pass::kGradWeight: {
+        dnnl::convolution_backward_weights::desc d(algo, x_any, w_any, y_any, strides, dil, pl, pr);
+        dnnl::convolution_backward_weights::primitive_desc pd(d, eng, fwd_pd);
+        entry->prim = dnnl::convolution_backward_weights(pd);
+        add_arg(entry.get(), DNNL_ARG_DIFF_DST, y_md, pd.diff_dst_desc(), false);
+        add_arg(entry.get(), DNNL_ARG_SRC, x_md, pd.src_desc(), false);
+        add_arg(entry.get(), DNNL_ARG_DIFF_WEIGHTS, w_md, pd.diff_weights_desc(), true);
+        break;
+      }
+    }
+  } catch (const dnnl::error&) {
+    entry.reset();
+  }
+  DnnlConv* p = entry.get();
+  cache.emplace(key, std::move(entry));
+  return p;
+}
+
+// Runs a cached primitive; false (and nothing written) when oneDNN has none for this shape.
+// `ptrs` follow the argument order of dnnl_conv: forward (x, w, [b], y); grad input (dy, w, dx);
+// grad weight (dy, x, dw).
+Expected<bool> run_dnnl(Pass pass, const ConvShape& cs, std::initializer_list<const float*> ptrs) {
+  DnnlConv* prim = dnnl_conv(pass, cs);
+  if (!prim) return false;
+  DnnlConv& e = *prim;
+  std::lock_guard<std::mutex> lock(e.mu);
+  thread_local dnnl::stream stream(dnnl_engine());
+  thread_local Scratch scratch;
+  PT_CHECK(ptrs.size() == e.args.size()) << "oneDNN convolution: " << ptrs.size() << " tensors for "
+                                         << e.args.size() << " arguments";
+  try {
+    std::unordered_map<int, dnnl::memory> args;
+    size_t i = 0;
+    for (const float* p : ptrs) {
+      DnnlArg& a = e.args[i++];
+      a.user.set_data_handle(const_cast<float*>(p));
+      if (a.reordered) a.inner.set_data_handle(scratch.get(a.slot, a.inner.get_desc().get_size()));
+      if (a.reordered && !a.output) a.reorder.execute(stream, a.user, a.inner);
+      args[a.arg] = a.inner;
+    }
+    e.prim.execute(stream, args);
+    for (DnnlArg& a : e.args)
+      if (a.reordered && a.output) a.reorder.execute(stream, a.inner, a.user);
+    stream.wait();
+  } catch (const dnnl::error& err) {
+    return internal_error(std::string("oneDNN convolution failed: ") + err.what());
+  }
+  return true;
+}
+
+template <typename T>
+Status run_conv(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T* b, const T* dy, T* out) {
+  if (cs.w.n == 0) return Status::ok();
+  if constexpr (std::is_same_v<T, float>) {
+    Expected<bool> done = false;
+    switch (pass) {
+      case Pass::kForward:
+        done = b ? run_dnnl(pass, cs, {x, wt, b, out}) : run_dnnl(pass, cs, {x, wt, out});
+        break;
+      case Pass::kGradInput: done = run_dnnl(pass, cs, {dy, wt, out}); break;
+      case Pass::kGradWeight: done = run_dnnl(pass, cs, {dy, x, out}); break;
+    }
+    if (!done) return done.status();
+    if (*done) return Status::ok();
+  }
+  conv_gemm(pass, cs, x, wt, b, dy, out);
+  return Status::ok();
+}
+
+}  // namespace
+
+template <typename T>
+Status conv(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Conv", 2, 1));
+  const TensorView& x = call.inputs[0];  // (N, C, in...)
+  const TensorView& w = call.inputs[1];  // (M, C/g, k...)
+  const TensorView& y = call.outputs[0];  // (N, M, out...)
+  ConvShape cs;
+  RETURN_IF_ERROR(conv_shape("Conv", call.attrs, x.dims, w.dims, y.dims, &cs));
+  const T* b = nullptr;
+  if (has_input(call, 2)) {
+    RETURN_IF_ERROR(check_same_dims("Conv", "B", call.inputs[2].dims, Dims{cs.m}));
+    b = call.inputs[2].as<T>();
+    cs.bias = true;
+  }
+  return run_conv<T>(Pass::kForward, cs, x.as<T>(), w.as<T>(), b, nullptr, y.as<T>());
+}
+
+template <typename T>
+Status conv_grad_input(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "ConvGradInput", 2, 1));
+  const TensorView& dy = call.inputs[0];  // (N, M, out...)
+  const TensorView& w = call.inputs[1];   // (M, C/g, k...)
+  const TensorView& dx = call.outputs[0];  // (N, C, in...)
+  ConvShape cs;
+  RETURN_IF_ERROR(conv_shape("ConvGradInput", call.attrs, dx.dims, w.dims, dy.dims, &cs));
+  return run_conv<T>(Pass::kGradInput, cs, nullptr, w.as<T>(), nullptr, dy.as<T>(), dx.as<T>());
+}
+
+template <typename T>
+Status conv_grad_weight(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "ConvGradWeight", 2, 1));
+  const TensorView& dy = call.inputs[0];  // (N, M, out...)
+  const TensorView& x = call.inputs[1];   // (N, C, in...)
+  const TensorView& dw = call.outputs[0];  // (M, C/g, k...)
+  ConvShape cs;
+  RETURN_IF_ERROR(conv_shape("ConvGradWeight", call.attrs, x.dims, dw.dims, dy.dims, &cs));
+  if (cs.w.n == 0) {
+    for (int64_t i = 0; i < dw.size(); ++i) dw.as<T>()[i] = T(0);
+    return Status::ok();
+  }
+  return run_conv<T>(Pass::kGradWeight, cs, x.as<T>(), nullptr, nullptr, dy.as<T>(), dw.as<T>());
+}
+
+template <typename T>
+Status conv_grad_bias(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "ConvGradBias", 1, 1));
+  const TensorView& dy = call.inputs[0];  // (N, M, spatial...)
+  const TensorView& db = call.outputs[0];  // (M)
+  if (dy.rank() < 2) return invalid_input("ConvGradBias: dY " + dims_str(dy.dims) + " has rank below 2");
+  RETURN_IF_ERROR(check_same_dims("ConvGradBias", "output", db.dims, Dims{dy.dims[1]}));
+  const int64_t n = dy.dims[0], m = dy.dims[1], sp = m ? dy.size() / std::max<int64_t>(n * m, 1) : 0;
+  const T* pdy = dy.as<T>();
+  T* pdb = db.as<T>();
+#pragma omp parallel for if (dy.size() > kParallelThreshold)
+  for (int64_t c = 0; c < m; ++c) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const T* p = pdy + (i * m + c) * sp;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < sp; ++j) s += p[j];
+    }
+    pdb[c] = static_cast<T>(s);
+  }
+  return Status::ok();
+}
+
+template Status conv<float>(const KernelCall&);
+template Status conv<double>(const KernelCall&);
+template Status conv_grad_input<float>(const KernelCall&);
+template Status conv_grad_input<double>(const KernelCall&);
+template Status conv_grad_weight<float>(const KernelCall&);
+template Status conv_grad_weight<double>(const KernelCall&);
+template Status conv_grad_bias<float>(const KernelCall&);
+template Status conv_grad_bias<double>(const KernelCall&);
+
+}  // namespace pt::cpu

@@ -1,0 +1,151 @@
+// LayerNormalization (opset 17) on the CPU and its backward op. X is viewed as (rows, cols) with
+// cols = prod(dims[axis:]); statistics are computed in double per row. The backward op recomputes
+// mean and 1/stddev from X (one extra pass over a row already in cache) so that the forward node
+// needs no extra outputs.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_util.h"
+
+namespace pt::cpu {
+namespace {
+
+struct LnShape {
+  int64_t rows = 1, cols = 1;
+};
+
+Status ln_shape(const char* op, const TensorView& x, const TensorView& scale, int64_t axis, LnShape* s) {
+  if (axis < 0 || axis > x.rank() || (x.rank() > 0 && axis == x.rank()))
+    return invalid_input(std::string(op) + ": axis " + std::to_string(axis) + " out of range for rank " +
+                         std::to_string(x.rank()));
+  *s = LnShape{};
+  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? s->rows : s->cols) *= x.dims[d];
+  if (scale.size() != s->cols)
+    return invalid_input(std::string(op) + ": scale has " + std::to_string(scale.size()) + " elements, the " +
+                         "normalized dims " + std::to_string(s->cols));
+  return Status::ok();
+}
+
+template <typename T>
+void row_stats(const T* xr, int64_t cols, double eps, double* mean, double* inv_std) {
+  double m = 0;
+  for (int64_t j = 0; j < cols; ++j) m += xr[j];
+  m /= static_cast<double>(cols);
+  double v = 0;
+  for (int64_t j = 0; j < cols; ++j) {
+    const double d = xr[j] - m;
+    v += d * d;
+  }
+  v /= static_cast<double>(cols);
+  *mean = m;
+  *inv_std = 1.0 / std::sqrt(v + eps);
+}
+
+}  // namespace
+
+// (X, scale[, B]) -> Y[, mean, inv_std_dev]; mean and inv_std_dev shaped dims[:axis] + 1s.
+template <typename T>
+Status layer_norm(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "LayerNormalization", 2, 1));
+  const TensorView& x = call.inputs[0];
+  const TensorView& scale = call.inputs[1];
+  const int64_t axis = call.attrs.get_int("axis", -1);
+  const double eps = call.attrs.get_float("epsilon", 1e-5f);
+  LnShape s;
+  RETURN_IF_ERROR(ln_shape("LayerNormalization", x, scale, axis, &s));
+  RETURN_IF_ERROR(check_same_dims("LayerNormalization", "Y", call.outputs[0].dims, x.dims));
+  const bool has_b = has_input(call, 2);
+  if (has_b && call.inputs[2].size() != s.cols)
+    return invalid_input("LayerNormalization: B has " + std::to_string(call.inputs[2].size()) + " elements, the " +
+                         "normalized dims " + std::to_string(s.cols));
+  const T* px = x.as<T>();                              // (rows, cols)
+  const T* pg = scale.as<T>();                          // (cols)
+  const T* pb = has_b ? call.inputs[2].as<T>() : nullptr;  // (cols)
+  T* py = call.outputs[0].as<T>();                      // (rows, cols)
+  T* pm = call.outputs.size() > 1 && call.outputs[1].data ? call.outputs[1].as<T>() : nullptr;  // (rows)
+  T* pi = call.outputs.size() > 2 && call.outputs[2].data ? call.outputs[2].as<T>() : nullptr;  // (rows)
+#pragma omp parallel for if (x.size() > kParallelThreshold && s.rows > 1)
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const T* xr = px + r * s.cols;
+    T* yr = py + r * s.cols;
+    double m, inv;
+    row_stats(xr, s.cols, eps, &m, &inv);
+    for (int64_t j = 0; j < s.cols; ++j) {
+      const double v = (xr[j] - m) * inv * pg[j] + (pb ? static_cast<double>(pb[j]) : 0.0);
+      yr[j] = static_cast<T>(v);
+    }
+    if (pm) pm[r] = static_cast<T>(m);
+    if (pi) pi[r] = static_cast<T>(inv);
+  }
+  return Status::ok();
+}
+
+// (dY, X, scale) -> dX, dScale, dB. With xhat = (x - mean) * inv and g = dY * scale:
+// dX = inv * (g - mean(g) - xhat * mean(g * xhat)), dScale = sum_rows dY * xhat, dB = sum_rows dY.
+template <typename T>
+Status layer_norm_grad(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "LayerNormalizationGrad", 3, 1));
+  const TensorView& dy = call.inputs[0];
+  const TensorView& x = call.inputs[1];
+  const TensorView& scale = call.inputs[2];
+  const int64_t axis = call.attrs.get_int("axis", -1);
+  const double eps = call.attrs.get_float("epsilon", 1e-5f);
+  LnShape s;
+  RETURN_IF_ERROR(ln_shape("LayerNormalizationGrad", x, scale, axis, &s));
+  RETURN_IF_ERROR(check_same_dims("LayerNormalizationGrad", "dY", dy.dims, x.dims));
+  RETURN_IF_ERROR(check_same_dims("LayerNormalizationGrad", "dX", call.outputs[0].dims, x.dims));
+  const T* pdy = dy.as<T>();     // (rows, cols)
+  const T* px = x.as<T>();       // (rows, cols)
+  const T* pg = scale.as<T>();   // (cols)
+  T* pdx = call.outputs[0].data ? call.outputs[0].as<T>() : nullptr;                           // (rows, cols)
+  T* pds = call.outputs.size() > 1 && call.outputs[1].data ? call.outputs[1].as<T>() : nullptr;  // (cols)
+  T* pdb = call.outputs.size() > 2 && call.outputs[2].data ? call.outputs[2].as<T>() : nullptr;  // (cols)
+  if ((pds && call.outputs[1].size() != s.cols) || (pdb && call.outputs[2].size() != s.cols))
+    return invalid_input("LayerNormalizationGrad: dScale / dB do not have the normalized size");
+  std::vector<double> ds(pds ? s.cols : 0, 0.0), db(pdb ? s.cols : 0, 0.0);
+#pragma omp parallel if (x.size() > kParallelThreshold && s.rows > 1)
+  {
+    std::vector<double> lds(ds.size(), 0.0), ldb(db.size(), 0.0);
+#pragma omp for
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const T* xr = px + r * s.cols;
+      const T* dyr = pdy + r * s.cols;
+      double m, inv;
+      row_stats(xr, s.cols, eps, &m, &inv);
+      double mg = 0, mgx = 0;
+      for (int64_t j = 0; j < s.cols; ++j) {
+        const double xh = (xr[j] - m) * inv, g = static_cast<double>(dyr[j]) * pg[j];
+        mg += g;
+        mgx += g * xh;
+        if (pds) lds[j] += static_cast<double>(dyr[j]) * xh;
+        if (pdb) ldb[j] += dyr[j];
+      }
+      mg /= static_cast<double>(s.cols);
+      mgx /= static_cast<double>(s.cols);
+      if (pdx) {
+        T* dxr = pdx + r * s.cols;
+        for (int64_t j = 0; j < s.cols; ++j) {
+          const double xh = (xr[j] - m) * inv, g = static_cast<double>(dyr[j]) * pg[j];
+          dxr[j] = static_cast<T>(inv * (g - mg - xh * mgx));
+        }
+      }
+    }
+#pragma omp critical
+    {
+      for (size_t j = 0; j < ds.size(); ++j) ds[j] += lds[j];
+      for (size_t j = 0; j < db.size(); ++j) db[j] += ldb[j];
+    }
+  }
+  for (int64_t j = 0; pds && j < s.cols; ++j) pds[j] = static_cast<T>(ds[j]);
+  for (int64_t j = 0; pdb && j < s.cols; ++j) pdb[j] = static_cast<T>(db[j]);
+  return Status::ok();
+}
+
+template Status layer_norm<float>(const KernelCall& call);
+template Status layer_norm<double>(const KernelCall& call);
+template Status layer_norm_grad<float>(const KernelCall& call);
+template Status layer_norm_grad<double>(const KernelCall& call);
+
+}  // namespace pt::cpu

@@ -1,0 +1,333 @@
+// Pooling: MaxPool (optional int64 Indices output, storage_order), AveragePool (count_include_pad),
+// GlobalAveragePool, GlobalMaxPool, and their backward ops MaxPoolGrad (dY, X) -> dX,
+// AveragePoolGrad (dY) -> dX, GlobalAveragePoolGrad (dY) -> dX, GlobalMaxPoolGrad (dY, X) -> dX.
+// Windows come from kernels/window.h (pads explicit; ceil_mode only decides the output extent,
+// which the caller's output dims carry). Threads own (n, c) planes.
+// Max ties: the first maximum in the window's row-major scan wins, in the forward and in
+// MaxPoolGrad alike (the backward recomputes the choice from X), so the subgradient is the one
+// of the value the forward returned. Padding never wins; NaN never replaces a number.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_util.h"
+#include "kernels/window.h"
+
+namespace pt::cpu {
+namespace {
+
+// Valid kernel offsets [lo, hi) of output coordinate o along dim j: 0 <= o*s - pb + k*d < in.
+inline void k_range(const Window& w, int j, int64_t o, int64_t* lo, int64_t* hi) {
+  const int64_t start = o * w.s[j] - w.pb[j];
+  const int64_t d = w.d[j];
+  int64_t a = start >= 0 ? 0 : (-start + d - 1) / d;
+  int64_t b = w.in[j] - start <= 0 ? 0 : (w.in[j] - start + d - 1) / d;
+  *lo = std::min(a, w.k[j]);
+  *hi = std::min(b, w.k[j]);
+  if (*hi < *lo) *hi = *lo;
+}
+
+// Calls fn(o, first_in_index, lo[3], hi[3]) for every output position of one plane; the input
+// index of offset (kd, kh, kw) is first + (kd*d0*in1 + kh*d1)*in2 + kw*d2 (first may be negative).
+template <typename Fn>
+inline void for_each_window(const Window& w, Fn&& fn) {
+  int64_t o = 0;
+  int64_t lo[3], hi[3];
+  for (int64_t od = 0; od < w.out[0]; ++od) {
+    k_range(w, 0, od, &lo[0], &hi[0]);
+    for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+      k_range(w, 1, oh, &lo[1], &hi[1]);
+      for (int64_t ow = 0; ow < w.out[2]; ++ow, ++o) {
+        k_range(w, 2, ow, &lo[2], &hi[2]);
+        const int64_t first = ((od * w.s[0] - w.pb[0]) * w.in[1] + (oh * w.s[1] - w.pb[1])) * w.in[2] +
+                              (ow * w.s[2] - w.pb[2]);
+        fn(o, first, lo, hi);
+      }
+    }
+  }
+}
+
+// Index (within the plane) of the first maximum of a window, or -1 when it holds no input.
+template <typename T>
+inline int64_t window_argmax(const Window& w, const T* x, int64_t first, const int64_t* lo, const int64_t* hi) {
+  int64_t arg = -1;
+  T best = -std::numeric_limits<T>::infinity();
+  for (int64_t kd = lo[0]; kd < hi[0]; ++kd)
+    for (int64_t kh = lo[1]; kh < hi[1]; ++kh) {
+      const int64_t row = first + (kd * w.d[0] * w.in[1] + kh * w.d[1]) * w.in[2];
+      for (int64_t kw = lo[2]; kw < hi[2]; ++kw) {
+        const int64_t i = row + kw * w.d[2];
+        if (arg < 0 || x[i] > best) {
+          best = x[i];
+          arg = i;
+        }
+      }
+    }
+  return arg;
+}
+
+// Elements AveragePool divides by: the valid ones, or with count_include_pad every position of
+// the window inside the padded input.
+inline int64_t avg_count(const Window& w, int64_t o_linear, const int64_t* lo, const int64_t* hi,
+                         bool include_pad) {
+  if (!include_pad) return (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]);
+  const int64_t oc[3] = {o_linear / (w.out[1] * w.out[2]), (o_linear / w.out[2]) % w.out[1], o_linear % w.out[2]};
+  int64_t cnt = 1;
+  for (int j = 0; j < 3; ++j) {
+    const int64_t start = oc[j] * w.s[j] - w.pb[j];
+    int64_t c = 0;
+    for (int64_t k = 0; k < w.k[j]; ++k) {
+      const int64_t i = start + k * w.d[j];
+      c += i >= -w.pb[j] && i < w.in[j] + w.pe[j];
+    }
+    cnt *= c;
+  }
+  return cnt;
+}
+
+Status pool_window(const char* op, const KernelCall& call, const Dims& x, const Dims& y, Window* w) {
+  RETURN_IF_ERROR(window_from_attrs(op, call.attrs, x, nullptr, call.attrs.get_int("ceil_mode", 0) != 0, w));
+  return check_same_dims(op, "output", y, window_output_dims(*w, w->c));
+}
+
+inline bool par_planes(const Window& w) { return w.n * w.c > 1 && w.n * w.c * w.in_size() > kParallelThreshold; }
+
+}  // namespace
+
+template <typename T>
+Status max_pool(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "MaxPool", 1, 1));
+  const TensorView& x = call.inputs[0];   // (N, C, in...)
+  const TensorView& y = call.outputs[0];  // (N, C, out...)
+  Window w;
+  RETURN_IF_ERROR(pool_window("MaxPool", call, x.dims, y.dims, &w));
+  int64_t* idx = nullptr;  // (N, C, out...) flat input indices
+  if (call.outputs.size() > 1 && call.outputs[1].data) {
+    RETURN_IF_ERROR(check_same_dims("MaxPool", "Indices", call.outputs[1].dims, y.dims));
+    idx = call.outputs[1].as<int64_t>();
+  }
+  const bool col_major = call.attrs.get_int("storage_order", 0) != 0;
+  const T* px = x.as<T>();
+  T* py = y.as<T>();
+  const int64_t in = w.in_size(), out = w.out_size();
+#pragma omp parallel for if (par_planes(w))
+  for (int64_t p = 0; p < w.n * w.c; ++p) {
+    const T* xp = px + p * in;
+    T* yp = py + p * out;
+    for_each_window(w, [&](int64_t o, int64_t first, const int64_t* lo, const int64_t* hi) {
+      const int64_t a = window_argmax(w, xp, first, lo, hi);
+      yp[o] = a < 0 ? -std::numeric_limits<T>::infinity() : xp[a];
+      if (idx) {
+        int64_t flat = a;
+        if (col_major && a >= 0) {
+          const int64_t id = a / (w.in[1] * w.in[2]), ih = (a / w.in[2]) % w.in[1], iw = a % w.in[2];
+          flat = id + w.in[0] * (ih + w.in[1] * iw);
+        }
+        idx[p * out + o] = a < 0 ? -1 : p * in + flat;
+      }
+    });
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status max_pool_grad(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "MaxPoolGrad", 2, 1));
+  const TensorView& dy = call.inputs[0];  // (N, C, out...)
+  const TensorView& x = call.inputs[1];   // (N, C, in...)
+  const TensorView& dx = call.outputs[0];  // (N, C, in...)
+  RETURN_IF_ERROR(check_same_dims("MaxPoolGrad", "output", dx.dims, x.dims));
+  Window w;
+  RETURN_IF_ERROR(pool_window("MaxPoolGrad", call, x.dims, dy.dims, &w));
+  const T* px = x.as<T>();
+  const T* pdy = dy.as<T>();
+  T* pdx = dx.as<T>();
+  const int64_t in = w.in_size(), out = w.out_size();
+#pragma omp parallel for if (par_planes(w))
+  for (int64_t p = 0; p < w.n * w.c; ++p) {
+    const T* xp = px + p * in;
+    const T* dyp = pdy + p * out;
+    T* dxp = pdx + p * in;
+    for (int64_t i = 0; i < in; ++i) dxp[i] = T(0);
+    for_each_window(w, [&](int64_t o, int64_t first, const int64_t* lo, const int64_t* hi) {
+      const int64_t a = window_argmax(w, xp, first, lo, hi);
+      if (a >= 0) dxp[a] += dyp[o];
+    });
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status average_pool(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "AveragePool", 1, 1));
+  const TensorView& x = call.inputs[0];   // (N, C, in...)
+  const TensorView& y = call.outputs[0];  // (N, C, out...)
+  Window w;
+  RETURN_IF_ERROR(pool_window("AveragePool", call, x.dims, y.dims, &w));
+  const bool include_pad = call.attrs.get_int("count_include_pad", 0) != 0;
+  const T* px = x.as<T>();
+  T* py = y.as<T>();
+  const int64_t in = w.in_size(), out = w.out_size();
+#pragma omp parallel for if (par_planes(w))
+  for (int64_t p = 0; p < w.n * w.c; ++p) {
+    const T* xp = px + p * in;
+    T* yp = py + p * out;
+    for_each_window(w, [&](int64_t o, int64_t first, const int64_t* lo, const int64_t* hi) {
+      T s = 0;
+      for (int64_t kd = lo[0]; kd < hi[0]; ++kd)
+        for (int64_t kh = lo[1]; kh < hi[1]; ++kh) {
+          const T* row = xp + first + (kd * w.d[0] * w.in[1] + kh * w.d[1]) * w.in[2];
+          for (int64_t kw = lo[2]; kw < hi[2]; ++kw) s += row[kw * w.d[2]];
+        }
+      const int64_t cnt = avg_count(w, o, lo, hi, include_pad);
+      yp[o] = cnt > 0 ? s / static_cast<T>(cnt) : T(0);
+    });
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status average_pool_grad(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "AveragePoolGrad", 1, 1));
+  const TensorView& dy = call.inputs[0];   // (N, C, out...)
+  const TensorView& dx = call.outputs[0];  // (N, C, in...)
+  Window w;
+  RETURN_IF_ERROR(pool_window("AveragePoolGrad", call, dx.dims, dy.dims, &w));
+  const bool include_pad = call.attrs.get_int("count_include_pad", 0) != 0;
+  const T* pdy = dy.as<T>();
+  T* pdx = dx.as<T>();
+  const int64_t in = w.in_size(), out = w.out_size();
+#pragma omp parallel for if (par_planes(w))
+  for (int64_t p = 0; p < w.n * w.c; ++p) {
+    const T* dyp = pdy + p * out;
+    T* dxp = pdx + p * in;
+    for (int64_t i = 0; i < in; ++i) dxp[i] = T(0);
+    for_each_window(w, [&](int64_t o, int64_t first, const int64_t* lo, const int64_t* hi) {
+      const int64_t cnt = avg_count(w, o, lo, hi, include_pad);
+      if (cnt == 0) return;
+      const T g = dyp[o] / static_cast<T>(cnt);
+      for (int64_t kd = lo[0]; kd < hi[0]; ++kd)
+        for (int64_t kh = lo[1]; kh < hi[1]; ++kh) {
+          T* row = dxp + first + (kd * w.d[0] * w.in[1] + kh * w.d[1]) * w.in[2];
+          for (int64_t kw = lo[2]; kw < hi[2]; ++kw) row[kw * w.d[2]] += g;
+        }
+    });
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// [N, C, spatial...] as planes x plane size; Y must be [N, C, 1, ...].
+Status global_geometry(const char* op, const Dims& x, const Dims& y, int64_t* planes, int64_t* size) {
+  if (x.size() < 2) return invalid_input(std::string(op) + ": input " + dims_str(x) + " has rank below 2");
+  Dims want = {x[0], x[1]};
+  want.resize(x.size(), 1);
+  RETURN_IF_ERROR(check_same_dims(op, "pooled tensor", y, want));
+  *planes = x[0] * x[1];
+  *size = *planes ? numel(x) / *planes : 0;
+  return Status::ok();
+}
+
+}  // namespace
+
+template <typename T>
+Status global_average_pool(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "GlobalAveragePool", 1, 1));
+  int64_t planes, size;
+  RETURN_IF_ERROR(global_geometry("GlobalAveragePool", call.inputs[0].dims, call.outputs[0].dims, &planes, &size));
+  const T* px = call.inputs[0].as<T>();  // (planes, size)
+  T* py = call.outputs[0].as<T>();       // (planes)
+#pragma omp parallel for if (planes > 1 && planes * size > kParallelThreshold)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = px + p * size;
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < size; ++i) s += xp[i];
+    py[p] = size ? s / static_cast<T>(size) : T(0);
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status global_average_pool_grad(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "GlobalAveragePoolGrad", 1, 1));
+  int64_t planes, size;
+  RETURN_IF_ERROR(global_geometry("GlobalAveragePoolGrad", call.outputs[0].dims, call.inputs[0].dims, &planes, &size));
+  const T* pdy = call.inputs[0].as<T>();  // (planes)
+  T* pdx = call.outputs[0].as<T>();       // (planes, size)
+#pragma omp parallel for if (planes > 1 && planes * size > kParallelThreshold)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T g = pdy[p] / static_cast<T>(size);
+    T* dxp = pdx + p * size;
+#pragma omp simd
+    for (int64_t i = 0; i < size; ++i) dxp[i] = g;
+  }
+  return Status::ok();
+}
+
+namespace {
+
+template <typename T>
+inline int64_t plane_argmax(const T* x, int64_t size) {
+  int64_t arg = size ? 0 : -1;
+  for (int64_t i = 1; i < size; ++i)
+    if (x[i] > x[arg]) arg = i;
+  return arg;
+}
+
+}  // namespace
+
+template <typename T>
+Status global_max_pool(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "GlobalMaxPool", 1, 1));
+  int64_t planes, size;
+  RETURN_IF_ERROR(global_geometry("GlobalMaxPool", call.inputs[0].dims, call.outputs[0].dims, &planes, &size));
+  const T* px = call.inputs[0].as<T>();  // (planes, size)
+  T* py = call.outputs[0].as<T>();       // (planes)
+#pragma omp parallel for if (planes > 1 && planes * size > kParallelThreshold)
+  for (int64_t p = 0; p < planes; ++p) {
+    const int64_t a = plane_argmax(px + p * size, size);
+    py[p] = a < 0 ? -std::numeric_limits<T>::infinity() : px[p * size + a];
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status global_max_pool_grad(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "GlobalMaxPoolGrad", 2, 1));
+  int64_t planes, size;
+  RETURN_IF_ERROR(check_same_dims("GlobalMaxPoolGrad", "output", call.outputs[0].dims, call.inputs[1].dims));
+  RETURN_IF_ERROR(global_geometry("GlobalMaxPoolGrad", call.inputs[1].dims, call.inputs[0].dims, &planes, &size));
+  const T* pdy = call.inputs[0].as<T>();  // (planes)
+  const T* px = call.inputs[1].as<T>();   // (planes, size)
+  T* pdx = call.outputs[0].as<T>();       // (planes, size)
+#pragma omp parallel for if (planes > 1 && planes * size > kParallelThreshold)
+  for (int64_t p = 0; p < planes; ++p) {
+    T* dxp = pdx + p * size;
+    for (int64_t i = 0; i < size; ++i) dxp[i] = T(0);
+    const int64_t a = plane_argmax(px + p * size, size);
+    if (a >= 0) dxp[a] = pdy[p];
+  }
+  return Status::ok();
+}
+
+template Status max_pool<float>(const KernelCall&);
+template Status max_pool<double>(const KernelCall&);
+template Status max_pool_grad<float>(const KernelCall&);
+template Status max_pool_grad<double>(const KernelCall&);
+template Status average_pool<float>(const KernelCall&);
+template Status average_pool<double>(const KernelCall&);
+template Status average_pool_grad<float>(const KernelCall&);
+template Status average_pool_grad<double>(const KernelCall&);
+template Status global_average_pool<float>(const KernelCall&);
+template Status global_average_pool<double>(const KernelCall&);
+template Status global_average_pool_grad<float>(const KernelCall&);
+template Status global_average_pool_grad<double>(const KernelCall&);
+template Status global_max_pool<float>(const KernelCall&);
+template Status global_max_pool<double>(const KernelCall&);
+template Status global_max_pool_grad<float>(const KernelCall&);
+template Status global_max_pool_grad<double>(const KernelCall&);
+
+}  // namespace pt::cpu

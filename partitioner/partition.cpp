@@ -1,0 +1,703 @@
+// The partition algorithm: a dynamic program over (prefix of the node order, stage count), exact
+// for the order (see partition.h for the cost it minimises); the branch-keeping order; manual
+// plans (--split-at, --balance); and the infeasible-memory error with what would fit.
+#include "partitioner/partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace pt {
+
+int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts) {
+  if (opts.schedule == Schedule::kGPipe) return std::max(1, opts.micro_batches);
+  return std::max(1, num_stages - stage);
+}
+
+int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts) {
+  if (opts.schedule == Schedule::kGPipe) return 0;
+  switch (opts.weights) {
+    case WeightMode::kSpecTrain: return 1;
+    case WeightMode::kStash: return std::max(0, num_stages - stage - 1);
+    case WeightMode::kStale: return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+double memory_of(double param_bytes, double saved, double workspace, int stage, int num_stages,
+                 const PartitionOptions& opts, double act_scale) {
+  const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts);
+  return param_bytes * copies + act_scale * (saved * stage_in_flight(stage, num_stages, opts) + workspace);
+}
+
+}  // namespace
+
+int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts) {
+  return static_cast<int64_t>(memory_of(static_cast<double>(s.param_bytes), static_cast<double>(s.saved_bytes),
+                                        static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0));
+}
+
+std::vector<const Node*> forward_order(const Graph& g, NodeOrder order) {
+  std::vector<const Node*> fwd;
+  for (auto& n : g.nodes())
+    if (is_forward_phase(*n)) fwd.push_back(n.get());
+  if (order == NodeOrder::kGraph) return fwd;
+  // Kahn's algorithm with a stack: the most recently readied node runs next, so a branch is
+  // followed to its end (or to a join still waiting for a sibling) before a sibling starts.
+  std::unordered_map<const Node*, int> index;
+  for (size_t i = 0; i < fwd.size(); ++i) index[fwd[i]] = static_cast<int>(i);
+  std::vector<std::vector<int>> succ(fwd.size());
+  std::vector<int> indeg(fwd.size(), 0);
+  for (size_t i = 0; i < fwd.size(); ++i) {
+    std::set<int> preds;
+    for (const Value* v : fwd[i]->inputs)
+      if (v && v->producer && index.count(v->producer)) preds.insert(index[v->producer]);
+    indeg[i] = static_cast<int>(preds.size());
+    for (int p : preds) succ[p].push_back(static_cast<int>(i));
+  }
+  std::vector<int> stack;
+  for (size_t i = fwd.size(); i-- > 0;)
+    if (indeg[i] == 0) stack.push_back(static_cast<int>(i));
+  std::vector<const Node*> out;
+  while (!stack.empty()) {
+    const int u = stack.back();
+    stack.pop_back();
+    out.push_back(fwd[u]);
+    for (auto it = succ[u].rbegin(); it != succ[u].rend(); ++it)
+      if (--indeg[*it] == 0) stack.push_back(*it);
+  }
+  PT_CHECK(out.size() == fwd.size()) << "forward nodes are not a DAG";
+  return out;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A forward (or loss) node at a position of the order, with what its stage needs.
+struct Pos {
+  const Node* node = nullptr;
+  std::vector<int> reads;  // activations of forward nodes this node or its backward nodes read
+  std::vector<int> kept;   // values its backward nodes read (kept from forward until backward)
+  double param_bytes = 0;
+  int64_t param_count = 0;
+  double workspace = 0;
+  std::vector<const Value*> params;  // first consumed here
+};
+
+struct Val {
+  const Value* v = nullptr;
+  int producer_pos = -1;  // -1: not produced by a forward node
+  double bytes = 0;
+  bool has_grad = false;  // its producer has backward nodes, so a gradient flows back
+};
+
+// The partition problem over one order: positions, values, and per-device-class costs.
+struct Problem {
+  std::vector<Pos> pos;
+  std::vector<Val> vals;
+  std::vector<DeviceSpec> classes;       // distinct device speeds
+  std::vector<int> class_of;             // per given device
+  std::vector<std::vector<double>> fwd, bwd, upd, prefix;  // [class][position]
+  std::vector<double> prefix_params;
+  std::unordered_map<const Node*, int> pos_of;
+  LinkSpec link;
+  int n() const { return static_cast<int>(pos.size()); }
+};
+
+bool same_speed(const DeviceSpec& a, const DeviceSpec& b) {
+  return a.peak_flops == b.peak_flops && a.mem_bandwidth == b.mem_bandwidth && a.kernel_overhead_s == b.kernel_overhead_s &&
+         a.kind == b.kind;
+}
+
+// Where a non-forward node runs: the position it is charged to (backward: its forward node's;
+// update: its parameter's first consumer's; otherwise the last position).
+int owner_position(const Problem& P, const Node& n, const std::unordered_map<const Value*, int>& param_owner) {
+  if (n.phase == Phase::kBackward && n.forward) {
+    auto it = P.pos_of.find(n.forward);
+    if (it != P.pos_of.end()) return it->second;
+  }
+  if (n.phase == Phase::kUpdate && !n.inputs.empty()) {
+    auto it = param_owner.find(n.inputs[0]);
+    if (it != param_owner.end()) return it->second;
+  }
+  if (n.phase == Phase::kComm && !n.inputs.empty() && n.inputs[0] && n.inputs[0]->producer) {
+    auto it = P.pos_of.find(n.inputs[0]->producer);
+    if (it != P.pos_of.end()) return it->second;
+  }
+  return P.n() - 1;
+}
+
+Problem build_problem(const Graph& g, const std::vector<const Node*>& order, const PartitionOptions& opts,
+                      std::unordered_map<const Value*, int>* param_owner_out) {
+  Problem P;
+  P.link = opts.link;
+  for (const DeviceSpec& d : opts.devices) {
+    int c = -1;
+    for (size_t i = 0; i < P.classes.size(); ++i)
+      if (same_speed(P.classes[i], d)) c = static_cast<int>(i);
+    if (c < 0) {
+      c = static_cast<int>(P.classes.size());
+      P.classes.push_back(d);
+    }
+    P.class_of.push_back(c);
+  }
+  const int n = static_cast<int>(order.size());
+  P.pos.resize(n);
+  for (int p = 0; p < n; ++p) {
+    P.pos[p].node = order[p];
+    P.pos_of[order[p]] = p;
+  }
+  P.vals.resize(g.values().size());
+  for (auto& v : g.values()) {
+    PT_CHECK(v->id >= 0 && v->id < static_cast<int>(P.vals.size())) << "value id " << v->id;
+    Val& x = P.vals[v->id];
+    x.v = v.get();
+    x.bytes = cost_value_bytes(v.get());
+    if (v->kind == ValueKind::kActivation && v->producer) {
+      auto it = P.pos_of.find(v->producer);
+      if (it != P.pos_of.end()) x.producer_pos = it->second;
+    }
+  }
+  auto add_unique = [](std::vector<int>& list, int id) {
+    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+  };
+  std::unordered_map<const Value*, int>& param_owner = *param_owner_out;
+  for (int p = 0; p < n; ++p)
+    for (const Value* v : order[p]->inputs) {
+      if (!v) continue;
+      if (P.vals[v->id].producer_pos >= 0) add_unique(P.pos[p].reads, v->id);
+      if (v->kind == ValueKind::kParameter && !param_owner.count(v)) {
+        param_owner[v] = p;
+        P.pos[p].param_bytes += cost_value_bytes(v);
+        P.pos[p].param_count += std::max<int64_t>(0, v->size());
+        P.pos[p].params.push_back(v);
+      }
+    }
+  // Costs per device class: forward and backward from the cost model (profile included), update
+  // by parameter ownership in this order; workspace is device-independent.
+  const size_t nc = P.classes.size();
+  P.fwd.assign(nc, std::vector<double>(n, 0));
+  P.bwd = P.fwd;
+  P.upd = P.fwd;
+  for (size_t c = 0; c < nc; ++c) {
+    for (const auto& [node, cost] : node_costs(g, P.classes[c], opts.profile)) {
+      const int p = P.pos_of.at(node);
+      P.fwd[c][p] = cost.fwd_s;
+      P.bwd[c][p] = cost.bwd_s;
+      if (c == 0) P.pos[p].workspace = static_cast<double>(cost.workspace_bytes);
+    }
+  }
+  for (auto& node : g.nodes()) {
+    if (is_forward_phase(*node)) continue;
+    const int p = owner_position(P, *node, param_owner);
+    if (node->phase == Phase::kBackward) {
+      const bool charged = node->forward && P.pos_of.count(node->forward);
+      for (const Value* v : node->inputs) {
+        if (!v) continue;
+        if (may_be_kept_for_backward(v)) add_unique(P.pos[p].kept, v->id);
+        if (P.vals[v->id].producer_pos >= 0) add_unique(P.pos[p].reads, v->id);
+      }
+      if (!charged)  // the cost model charges backward nodes to their forward node only
+        for (size_t c = 0; c < nc; ++c) P.bwd[c][p] += node_time_s(*node, P.classes[c]);
+    } else if (node->phase == Phase::kUpdate) {
+      for (size_t c = 0; c < nc; ++c) P.upd[c][p] += node_time_s(*node, P.classes[c]);
+    }
+  }
+  // A value has a gradient when it depends on a parameter and reaches the loss (what
+  // build_gradients differentiates); graph order is topological for forward nodes.
+  std::vector<char> depends(P.vals.size(), 0), reaches(P.vals.size(), 0);
+  for (auto& v : g.values()) depends[v->id] = v->kind == ValueKind::kParameter;
+  for (auto& node : g.nodes()) {
+    if (!is_forward_phase(*node)) continue;
+    bool any = false;
+    for (const Value* v : node->inputs) any |= v && depends[v->id];
+    if (any)
+      for (const Value* v : node->outputs)
+        if (v) depends[v->id] = 1;
+  }
+  if (g.loss) reaches[g.loss->id] = 1;
+  for (size_t k = g.nodes().size(); k-- > 0;) {
+    const Node& node = *g.nodes()[k];
+    if (!is_forward_phase(node)) continue;
+    bool any = false;
+    for (const Value* v : node.outputs) any |= v && reaches[v->id];
+    if (any)
+      for (const Value* v : node.inputs)
+        if (v) reaches[v->id] = 1;
+  }
+  for (Val& x : P.vals)
+    if (x.producer_pos >= 0) x.has_grad = depends[x.v->id] && reaches[x.v->id] && is_floating(x.v->dtype);
+  P.prefix.assign(nc, std::vector<double>(n + 1, 0));
+  for (size_t c = 0; c < nc; ++c)
+    for (int p = 0; p < n; ++p) P.prefix[c][p + 1] = P.prefix[c][p] + P.fwd[c][p] + P.bwd[c][p] + P.upd[c][p];
+  P.prefix_params.assign(n + 1, 0);
+  for (int p = 0; p < n; ++p) P.prefix_params[p + 1] = P.prefix_params[p] + P.pos[p].param_bytes;
+  return P;
+}
+
+// A stage [i, j) grown one position at a time; everything it tracks is monotone in j.
+class StageSweep {
+ public:
+  StageSweep(const Problem& P, std::vector<int>* recv_mark, std::vector<int>* kept_mark, int* epoch)
+      : P_(P), recv_mark_(*recv_mark), kept_mark_(*kept_mark), epoch_(*epoch) {}
+
+  void start(int i) {
+    i_ = j_ = i;
+    ++epoch_;
+    recv_bytes_ = grad_bytes_ = saved_ = workspace_ = 0;
+    recv_count_ = grad_count_ = 0;
+  }
+  void add() {
+    const Pos& p = P_.pos[j_];
+    for (int id : p.reads) {
+      const Val& x = P_.vals[id];
+      if (x.producer_pos >= i_ || recv_mark_[id] == epoch_) continue;
+      recv_mark_[id] = epoch_;
+      recv_bytes_ += x.bytes;
+      ++recv_count_;
+      if (x.has_grad) {
+        grad_bytes_ += x.bytes;
+        ++grad_count_;
+      }
+    }
+    for (int id : p.kept)
+      if (kept_mark_[id] != epoch_) {
+        kept_mark_[id] = epoch_;
+        saved_ += P_.vals[id].bytes;
+      }
+    workspace_ = std::max(workspace_, p.workspace);
+    ++j_;
+  }
+  double comm_s() const {
+    if (!(P_.link.bandwidth > 0)) return (recv_count_ + grad_count_) * P_.link.latency_s;
+    return (recv_bytes_ + grad_bytes_) / P_.link.bandwidth + (recv_count_ + grad_count_) * P_.link.latency_s;
+  }
+  double time_s(int cls) const { return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s(); }
+  double param_bytes() const { return P_.prefix_params[j_] - P_.prefix_params[i_]; }
+  double saved() const { return saved_; }
+  double workspace() const { return workspace_; }
+  double recv_bytes() const { return recv_bytes_; }
+  double grad_bytes() const { return grad_bytes_; }
+
+ private:
+  const Problem& P_;
+  std::vector<int>& recv_mark_;
+  std::vector<int>& kept_mark_;
+  int& epoch_;
+  int i_ = 0, j_ = 0;
+  double recv_bytes_ = 0, grad_bytes_ = 0, saved_ = 0, workspace_ = 0;
+  int recv_count_ = 0, grad_count_ = 0;
+};
+
+enum class Objective { kTime, kOverflow };
+
+struct Solution {
+  bool feasible = false;
+  double value = kInf;
+  std::vector<int> starts;  // first position of every stage (starts[0] == 0)
+};
+
+// The largest stage time of one split under kTime rules; kInf when a stage does not fit.
+double split_time(const Problem& P, const std::vector<int>& starts, const std::vector<int>& device_index,
+                  const PartitionOptions& opts, double act_scale) {
+  const int n = P.n(), N = static_cast<int>(starts.size());
+  std::vector<int> recv_mark(P.vals.size(), 0), kept_mark(P.vals.size(), 0);
+  int epoch = 0;
+  StageSweep sw(P, &recv_mark, &kept_mark, &epoch);
+  double worst = 0;
+  for (int k = 0; k < N; ++k) {
+    const int end = k + 1 < N ? starts[k + 1] : n;
+    if (end <= starts[k]) return kInf;
+    sw.start(starts[k]);
+    for (int p = starts[k]; p < end; ++p) sw.add();
+    const int dev = device_index[k];
+    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale) > opts.devices[dev].memory_bytes)
+      return kInf;
+    worst = std::max(worst, sw.time_s(P.class_of[dev]));
+  }
+  return worst;
+}
+
+// An upper bound on the optimum for pruning: the split with equal compute per stage (on the
+// first device's speeds), when it fits.
+double equal_compute_bound(const Problem& P, const std::vector<int>& device_index, const PartitionOptions& opts,
+                           double act_scale) {
+  const int n = P.n(), N = static_cast<int>(device_index.size());
+  if (N == 0 || N > n) return kInf;
+  const std::vector<double>& pre = P.prefix[P.class_of[device_index[0]]];
+  std::vector<int> starts{0};
+  for (int k = 1; k < N; ++k) {
+    const double target = pre[n] * k / N;
+    int p = static_cast<int>(std::lower_bound(pre.begin(), pre.end(), target) - pre.begin());
+    p = std::clamp(p, starts.back() + 1, n - (N - k));
+    starts.push_back(p);
+  }
+  return split_time(P, starts, device_index, opts, act_scale);
+}
+
+// Minimises the largest stage value over all splits of the order into devices.size() non-empty
+// contiguous stages. kTime: stage time, subject to memory <= the stage device's memory.
+// kOverflow: memory - device memory (no constraint): the split closest to fitting.
+// `device_index` maps stage k to the given device it runs on.
+Solution solve(const Problem& P, const std::vector<int>& device_index, const PartitionOptions& opts, double act_scale,
+               Objective obj) {
+  const int n = P.n(), N = static_cast<int>(device_index.size());
+  Solution sol;
+  if (N == 0 || N > n) return sol;
+  std::vector<std::vector<double>> dp(N + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<int>> arg(N + 1, std::vector<int>(n + 1, -1));
+  dp[0][0] = -kInf;
+  std::vector<int> recv_mark(P.vals.size(), 0), kept_mark(P.vals.size(), 0);
+  int epoch = 0;
+  StageSweep sw(P, &recv_mark, &kept_mark, &epoch);
+  // Stage times only grow with j, so a sweep stops once it passes a known feasible bottleneck;
+  // the slack keeps the bound's own split reachable.
+  const double bound = obj == Objective::kTime ? equal_compute_bound(P, device_index, opts, act_scale) * (1 + 1e-9) : kInf;
+  for (int k = 0; k < N; ++k) {
+    const int dev = device_index[k];
+    const int cls = P.class_of[dev];
+    const double cap = opts.devices[dev].memory_bytes;
+    const int last_end = n - (N - k - 1);  // leave one position for each later stage
+    for (int i = k; i < last_end; ++i) {
+      if (dp[k][i] == kInf || dp[k][i] > bound) continue;
+      sw.start(i);
+      for (int j = i + 1; j <= last_end; ++j) {
+        sw.add();
+        const double mem = memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale);
+        double value;
+        if (obj == Objective::kTime) {
+          if (mem > cap) break;  // memory only grows with j
+          value = sw.time_s(cls);
+          if (value > bound) break;
+        } else {
+          value = mem - cap;
+        }
+        const double cand = std::max(dp[k][i], value);
+        if (cand < dp[k + 1][j]) {
+          dp[k + 1][j] = cand;
+          arg[k + 1][j] = i;
+        }
+      }
+    }
+  }
+  if (dp[N][n] == kInf) return sol;
+  sol.feasible = obj == Objective::kTime || dp[N][n] <= 0;
+  sol.value = dp[N][n];
+  sol.starts.assign(N, 0);
+  for (int k = N, j = n; k > 0; --k) {
+    sol.starts[k - 1] = arg[k][j];
+    j = arg[k][j];
+  }
+  return sol;
+}
+
+std::vector<int> identity_devices(size_t n) {
+  std::vector<int> d(n);
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<int>(i);
+  return d;
+}
+
+int64_t graph_batch(const Graph& g) {
+  for (const Value* v : g.inputs)
+    if (v && !v->dims.empty() && v->dims[0] > 0) return v->dims[0];
+  return 1;
+}
+
+// The Plan for a split of the order: every field, from the same per-position numbers the DP used.
+Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts, const PartitionOptions& opts,
+                const std::unordered_map<const Value*, int>& param_owner) {
+  const int n = P.n(), N = static_cast<int>(starts.size());
+  std::vector<int> stage_of_pos(n);
+  for (int k = 0; k < N; ++k) {
+    const int end = k + 1 < N ? starts[k + 1] : n;
+    for (int p = starts[k]; p < end; ++p) stage_of_pos[p] = k;
+  }
+  Plan plan;
+  plan.schedule = opts.schedule;
+  plan.weights = opts.weights;
+  plan.micro_batches = std::max(1, opts.micro_batches);
+  plan.batch_size = graph_batch(g);
+  plan.link = opts.link;
+  plan.stages.resize(N);
+  for (int k = 0; k < N; ++k) {
+    StagePlan& s = plan.stages[k];
+    s.index = k;
+    s.device = opts.devices[k];
+    const int end = k + 1 < N ? starts[k + 1] : n;
+    const int cls = P.class_of[k];
+    std::vector<int> recv_mark(P.vals.size(), 0), kept_mark(P.vals.size(), 0);
+    int epoch = 0;
+    StageSweep sw(P, &recv_mark, &kept_mark, &epoch);
+    sw.start(starts[k]);
+    std::set<int> recv_seen;
+    for (int p = starts[k]; p < end; ++p) {
+      const Pos& x = P.pos[p];
+      sw.add();
+      s.forward_nodes.push_back(x.node);
+      s.nodes.push_back(x.node);
+      s.fwd_ms += 1e3 * P.fwd[cls][p];
+      s.bwd_ms += 1e3 * P.bwd[cls][p];
+      s.update_ms += 1e3 * P.upd[cls][p];
+      for (const Value* v : x.params) s.params.push_back(v);
+      s.param_count += x.param_count;
+      for (int id : x.reads)
+        if (P.vals[id].producer_pos < starts[k] && recv_seen.insert(id).second) s.recv.push_back(P.vals[id].v);
+    }
+    s.comm_ms = 1e3 * sw.comm_s();
+    s.param_bytes = static_cast<int64_t>(sw.param_bytes());
+    s.recv_bytes = static_cast<int64_t>(sw.recv_bytes());
+    s.grad_send_bytes = static_cast<int64_t>(sw.grad_bytes());
+    s.saved_bytes = static_cast<int64_t>(sw.saved());
+    s.workspace_bytes = static_cast<int64_t>(sw.workspace());
+    s.in_flight = stage_in_flight(k, N, opts);
+    s.weight_copies = stage_weight_copies(k, N, opts);
+    s.memory_bytes = stage_memory_bytes(s, N, opts);
+  }
+  // Sends: each value once in the list, its bytes once per stage that receives it.
+  for (int k = 0; k < N; ++k)
+    for (const Value* v : plan.stages[k].recv) {
+      StagePlan& src = plan.stages[stage_of_pos[P.vals[v->id].producer_pos]];
+      if (std::find(src.send.begin(), src.send.end(), v) == src.send.end()) src.send.push_back(v);
+      src.send_bytes += static_cast<int64_t>(P.vals[v->id].bytes);
+    }
+  // Backward, update and other nodes follow their position's stage, in graph order.
+  std::vector<std::vector<const Node*>> tail(N);
+  for (auto& node : g.nodes())
+    if (!is_forward_phase(*node)) tail[stage_of_pos[owner_position(P, *node, param_owner)]].push_back(node.get());
+  for (int k = 0; k < N; ++k) {
+    auto& nodes = plan.stages[k].nodes;
+    for (const Node* x : tail[k])
+      if (x->phase != Phase::kUpdate) nodes.push_back(x);
+    for (const Node* x : tail[k])
+      if (x->phase == Phase::kUpdate) nodes.push_back(x);
+  }
+  double sum = 0, worst = 0, worst_no_update = 0, worst_update = 0;
+  for (const StagePlan& s : plan.stages) {
+    sum += s.stage_ms();
+    worst = std::max(worst, s.stage_ms());
+    worst_no_update = std::max(worst_no_update, s.fwd_ms + s.bwd_ms + s.comm_ms);
+    worst_update = std::max(worst_update, s.update_ms);
+  }
+  plan.bottleneck_ms = worst;
+  plan.imbalance = sum > 0 ? worst / (sum / N) : 1.0;
+  const double b = static_cast<double>(plan.batch_size);
+  const double M = plan.micro_batches;
+  const double whole_ms = 1e3 * P.prefix[P.class_of[0]][n];
+  double upd_ms = 0;
+  for (int p = 0; p < n; ++p) upd_ms += 1e3 * P.upd[P.class_of[0]][p];
+  if (opts.schedule == Schedule::kGPipe) {
+    const double step_ms = (M + N - 1) * worst_no_update + worst_update;
+    plan.predicted_samples_per_s = step_ms > 0 ? 1e3 * M * b / step_ms : 0;
+    const double single_ms = M * (whole_ms - upd_ms) + upd_ms;
+    plan.single_device_samples_per_s = single_ms > 0 ? 1e3 * M * b / single_ms : 0;
+  } else {
+    plan.predicted_samples_per_s = worst > 0 ? 1e3 * b / worst : 0;
+    plan.single_device_samples_per_s = whole_ms > 0 ? 1e3 * b / whole_ms : 0;
+  }
+  return plan;
+}
+
+// A stage's backward may not wait on the backward of an earlier stage (gradients flow from later
+// stages to earlier ones only). The graph order always satisfies this; a reordering may not,
+// when a value read by two nodes sees their gradients summed in the wrong stage.
+bool backward_flows_backwards(const Plan& plan) {
+  std::unordered_map<const Node*, int> stage;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes) stage[n] = s.index;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes) {
+      if (n->phase != Phase::kBackward) continue;
+      for (const Value* v : n->inputs)
+        if (v && v->producer && v->producer->phase == Phase::kBackward && stage.count(v->producer) &&
+            stage[v->producer] < s.index)
+          return false;
+    }
+  return true;
+}
+
+std::string mb(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f MB", bytes / 1e6);
+  if (bytes > 0 && bytes < 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", bytes / 1e6);
+  return buf;
+}
+
+std::string stage_span(const StagePlan& s) {
+  if (s.forward_nodes.empty()) return "no nodes";
+  if (s.forward_nodes.size() == 1) return "node '" + s.forward_nodes.front()->name + "'";
+  return "nodes '" + s.forward_nodes.front()->name + "' .. '" + s.forward_nodes.back()->name + "', " +
+         std::to_string(s.forward_nodes.size()) + " forward nodes";
+}
+
+// The infeasible-memory error: the worst stage of `shown` (a plan that does not fit), how far over
+// it is, what its memory is made of, and what would fit.
+Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const PartitionOptions& opts,
+                    const std::string& what, bool automatic_fits) {
+  const int N = static_cast<int>(shown.stages.size());
+  const StagePlan* worst = nullptr;
+  double worst_over = -kInf;
+  for (const StagePlan& s : shown.stages) {
+    const double over = static_cast<double>(s.memory_bytes) - s.device.memory_bytes;
+    if (over > worst_over) {
+      worst_over = over;
+      worst = &s;
+    }
+  }
+  PT_CHECK(worst) << "empty plan";
+  const StagePlan& s = *worst;
+  const double fixed = static_cast<double>(s.param_bytes) *
+                       (2.0 + std::max(0, opts.optimizer_state_copies) + s.weight_copies);
+  std::string msg = "out of memory: " + what + " stage " + std::to_string(s.index) + " of stages 0.." +
+                    std::to_string(N - 1) + " (" + s.device.name + ", " + stage_span(s) + ") needs " +
+                    mb(static_cast<double>(s.memory_bytes)) + ", " + mb(worst_over) + " over its " +
+                    mb(s.device.memory_bytes) + " (weights, gradients, optimizer state" +
+                    (s.weight_copies ? " and " + std::to_string(s.weight_copies) + " weight cop" + (s.weight_copies == 1 ? "y" : "ies") : std::string()) +
+                    " " + mb(fixed) + "; activations " + mb(static_cast<double>(s.saved_bytes)) + " x " +
+                    std::to_string(s.in_flight) + (opts.schedule == Schedule::kGPipe ? " micro-batches" : " mini-batches") +
+                    " in flight; workspace " + mb(static_cast<double>(s.workspace_bytes)) + ").";
+  if (automatic_fits) return invalid_input(msg + " The automatic partition (no --split-at / --balance) fits.");
+  // More devices like these (the list repeated), same batch.
+  std::vector<std::string> fits;
+  const int n = P.n();
+  const int max_devices = std::min(n, std::max(4 * N, N + 32));
+  for (int m = N + 1; m <= max_devices; ++m) {
+    std::vector<int> dev(m);
+    for (int k = 0; k < m; ++k) dev[k] = k % N;
+    if (solve(P, dev, opts, 1.0, Objective::kTime).feasible) {
+      fits.push_back(std::to_string(m) + " devices like these" + (N > 1 ? " (the list repeated)" : "") +
+                     " at this batch size");
+      break;
+    }
+  }
+  if (fits.empty())
+    fits.push_back(max_devices > N ? "no number of these devices up to " + std::to_string(max_devices) + " fits" : "");
+  // A smaller batch on these devices: activations and workspace scale linearly with the batch.
+  const int64_t batch = graph_batch(g);
+  int64_t lo = 0, hi = batch - 1;  // largest feasible batch in [1, batch - 1]; 0: none
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (solve(P, identity_devices(N), opts, static_cast<double>(mid) / static_cast<double>(batch), Objective::kTime).feasible)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  if (batch > 1) {
+    if (lo > 0)
+      fits.push_back("a batch size of " + std::to_string(lo) + " or less (now " + std::to_string(batch) + ") on these " +
+                     std::to_string(N) + " devices");
+    else
+      fits.push_back("no batch size fits these " + std::to_string(N) + " devices (the weights and optimizer state alone do not)");
+  }
+  std::string tail;
+  for (const std::string& f : fits)
+    if (!f.empty()) tail += (tail.empty() ? "" : "; or ") + f;
+  return invalid_input(msg + (tail.empty() ? "" : " What would fit: " + tail + "."));
+}
+
+Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOptions& opts) {
+  const int n = P.n(), N = static_cast<int>(opts.devices.size());
+  if (!opts.split_at.empty() && !opts.balance.empty()) return invalid_input("--split-at and --balance cannot be combined; give one");
+  std::vector<int> starts{0};
+  if (!opts.balance.empty()) {
+    if (static_cast<int>(opts.balance.size()) != N)
+      return invalid_input("--balance has " + std::to_string(opts.balance.size()) + " entries for " + std::to_string(N) +
+                           " stages; give one count of forward nodes per stage");
+    int64_t sum = 0;
+    for (size_t k = 0; k < opts.balance.size(); ++k) {
+      if (opts.balance[k] < 1) return invalid_input("--balance entry " + std::to_string(k) + " is " + std::to_string(opts.balance[k]) + "; every stage needs at least one forward node");
+      sum += opts.balance[k];
+    }
+    if (sum != n)
+      return invalid_input("--balance sums to " + std::to_string(sum) + " but the model has " + std::to_string(n) +
+                           " forward nodes (loss included); the counts must add up to " + std::to_string(n));
+    for (size_t k = 0; k + 1 < opts.balance.size(); ++k) starts.push_back(starts.back() + opts.balance[k]);
+    return starts;
+  }
+  if (static_cast<int>(opts.split_at.size()) != N - 1)
+    return invalid_input("--split-at names " + std::to_string(opts.split_at.size()) + " nodes for " + std::to_string(N) +
+                         " stages; name the first node of each stage but the first (" + std::to_string(N - 1) + " names)");
+  std::unordered_map<std::string, int> by_name;
+  for (int p = 0; p < n; ++p) by_name.emplace(P.pos[p].node->name, p);
+  for (const std::string& name : opts.split_at) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      std::string known;
+      for (int p = 0; p < n && p < 8; ++p) known += (p ? ", " : "") + P.pos[p].node->name;
+      return invalid_input("--split-at: no forward node named '" + name + "' (the forward nodes are " + known +
+                           (n > 8 ? ", ... (" + std::to_string(n) + " in all)" : "") + ")");
+    }
+    if (it->second == 0) return invalid_input("--split-at: '" + name + "' is the first forward node; it already starts stage 0");
+    if (it->second <= starts.back())
+      return invalid_input("--split-at: '" + name + "' comes before (or is) '" + P.pos[starts.back()].node->name +
+                           "' in the model's order; name the nodes in order");
+    starts.push_back(it->second);
+  }
+  return starts;
+}
+
+bool fits(const Plan& p) {
+  for (const StagePlan& s : p.stages)
+    if (static_cast<double>(s.memory_bytes) > s.device.memory_bytes) return false;
+  return true;
+}
+
+}  // namespace
+
+Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
+  const int N = static_cast<int>(opts.devices.size());
+  if (N == 0) return invalid_input("partition: no devices given");
+  const bool manual = !opts.split_at.empty() || !opts.balance.empty();
+  std::vector<NodeOrder> orders;
+  if (opts.order != NodeOrder::kAuto) orders = {opts.order};
+  else if (manual) orders = {NodeOrder::kGraph};
+  else orders = {NodeOrder::kGraph, NodeOrder::kBranch};
+  const char* const names[] = {"auto", "graph", "branch"};
+
+  Expected<Plan> best = internal_error("no plan");
+  for (NodeOrder order : orders) {
+    std::unordered_map<const Value*, int> param_owner;
+    const std::vector<const Node*> ord = forward_order(g, order);
+    if (static_cast<int>(ord.size()) < N)
+      return invalid_input(std::to_string(N) + " stages need at least " + std::to_string(N) + " forward nodes; the model has " +
+                           std::to_string(ord.size()));
+    const Problem P = build_problem(g, ord, opts, &param_owner);
+    if (manual) {
+      ASSIGN_OR_RETURN(std::vector<int> starts, manual_starts(P, opts));
+      Plan plan = build_plan(g, P, starts, opts, param_owner);
+      plan.manual = true;
+      plan.order = names[static_cast<int>(order)];
+      if (!fits(plan)) {
+        const bool auto_fits = solve(P, identity_devices(N), opts, 1.0, Objective::kTime).feasible;
+        return memory_error(g, P, plan, opts, "the manual partition does not fit:", auto_fits);
+      }
+      return plan;
+    }
+    const Solution sol = solve(P, identity_devices(N), opts, 1.0, Objective::kTime);
+    if (!sol.feasible) continue;
+    Plan plan = build_plan(g, P, sol.starts, opts, param_owner);
+    plan.order = names[static_cast<int>(order)];
+    if (opts.order == NodeOrder::kAuto && !backward_flows_backwards(plan)) continue;
+    if (!best.has_value() || plan.bottleneck_ms < best->bottleneck_ms * (1 - 1e-12)) best = std::move(plan);
+  }
+  if (!best.has_value()) {
+    // Explained in the first order tried (the graph's own, unless one was asked for).
+    std::unordered_map<const Value*, int> param_owner;
+    const Problem P = build_problem(g, forward_order(g, orders.front()), opts, &param_owner);
+    const Solution closest = solve(P, identity_devices(N), opts, 1.0, Objective::kOverflow);
+    PT_CHECK(closest.starts.size() == static_cast<size_t>(N)) << "overflow DP found no split";
+    const Plan shown = build_plan(g, P, closest.starts, opts, param_owner);
+    return memory_error(g, P, shown, opts,
+                        "no split of the " + std::to_string(P.n()) + " forward nodes into " + std::to_string(N) +
+                            " stages fits the devices' memory; in the closest one,",
+                        false);
+  }
+  return best;
+}
+
+}  // namespace pt

@@ -1,0 +1,157 @@
+// Flags -> device specs, link, partition options; then partition, simulate, report.
+#include "tools/plan_step.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "partitioner/report.h"
+#include "runtime/profiler.h"
+
+namespace pt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  fs::path d = xdg && *xdg ? fs::path(xdg) : home && *home ? fs::path(home) / ".cache" : fs::temp_directory_path();
+  d /= "onnx-pipetrain";
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  return ec ? std::string() : d.string();
+}
+
+Expected<DeviceSpec> spec_from_flag(const std::string& s) {
+  std::error_code ec;
+  if (fs::exists(s, ec) || s.find(".json") != std::string::npos) return load_device_spec(s);
+  auto b = builtin_device_spec(s);
+  if (!b) return b.status().with_context("--device-spec: ");
+  return b;
+}
+
+Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profile) {
+  PartitionOptions o;
+  if (f.device_specs.empty()) {
+    if (f.device == DeviceKind::kCpu) {
+      const int cores = std::max(1u, std::thread::hardware_concurrency());
+      DeviceSpec cpu = measure_cpu_spec(cache_dir(), std::max(1, cores / f.stages));
+      cpu.memory_bytes /= f.stages;  // the stages share the host's memory
+      o.devices.assign(f.stages, cpu);
+    } else {
+      return invalid_input("--device cuda: name the GPU with --device-spec (H100, A100, ... or a JSON file)");
+    }
+  } else if (f.device_specs.size() == 1 || static_cast<int>(f.device_specs.size()) == f.stages) {
+    for (int k = 0; k < f.stages; ++k) {
+      ASSIGN_OR_RETURN(DeviceSpec d, spec_from_flag(f.device_specs[f.device_specs.size() == 1 ? 0 : k]));
+      o.devices.push_back(d);
+    }
+  } else {
+    return invalid_input("--device-spec: " + std::to_string(f.device_specs.size()) + " specs for " +
+                         std::to_string(f.stages) + " stages (give one for all, or one per stage)");
+  }
+  std::string link = f.link;
+  if (link.empty()) link = o.devices[0].kind == DeviceKind::kCpu ? "host" : "pcie4";
+  auto l = builtin_link_spec(link);
+  if (!l) return l.status().with_context("--link: ");
+  o.link = *l;
+  o.schedule = f.schedule == "gpipe" ? Schedule::kGPipe : Schedule::k1F1B;
+  o.weights = f.weights == "stash" ? WeightMode::kStash : f.weights == "stale" ? WeightMode::kStale : WeightMode::kSpecTrain;
+  o.micro_batches = o.schedule == Schedule::kGPipe ? f.micro_batches : 1;
+  o.profile = profile;
+  o.split_at = f.split_at;
+  o.balance = f.balance;
+  return o;
+}
+
+}  // namespace
+
+Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& f) {
+  PlanOutcome out;
+  if (f.profile) {
+    ProfileOptions po;
+    po.cache_path = (fs::path(f.out_dir) / "profile.json").string();
+    po.key = m.hash + "/batch" + std::to_string(g.inputs.empty() ? 0 : g.inputs[0]->dims[0]) + "/" +
+             device_kind_name(f.device);
+    if (!f.quiet) std::printf("profiling every node on the %s (cached in %s)\n", device_kind_name(f.device), po.cache_path.c_str());
+    ASSIGN_OR_RETURN(out.profile, profile_graph(g, f.device, po));
+    out.have_profile = true;
+  }
+  ASSIGN_OR_RETURN(out.options, options_from(f, out.have_profile ? &out.profile : nullptr));
+  out.options.profile = out.have_profile ? &out.profile : nullptr;
+  ASSIGN_OR_RETURN(out.plan, partition(g, out.options));
+  out.plan.model = m.path;
+  ReportInputs r;
+  r.plan = &out.plan;
+  r.graph = &g;
+  if (out.plan.manual) {
+    PartitionOptions ao = out.options;
+    ao.split_at.clear();
+    ao.balance.clear();
+    auto automatic = partition(g, ao);
+    if (automatic) {
+      out.automatic = std::move(*automatic);
+      out.automatic.model = m.path;
+      r.automatic = &out.automatic;
+    }
+  }
+  out.sim = simulate(out.plan, 2 * static_cast<int>(out.plan.stages.size()) + 2);
+  r.sim = &out.sim;
+  if (!f.quiet) std::printf("%s", report_text(r).c_str());
+  RETURN_IF_ERROR(write_reports(r, f.out_dir));
+  if (f.whatif) {
+    std::vector<WhatIfRow> rows;
+    for (int d = 1; d <= f.stages; ++d) {
+      PlanFlags fd = f;
+      fd.stages = d;
+      fd.split_at.clear();
+      fd.balance.clear();
+      if (fd.device_specs.size() > 1) fd.device_specs.resize(1);
+      for (const char* sched : {"1f1b", "gpipe"}) {
+        fd.schedule = sched;
+        auto o = options_from(fd, out.options.profile);
+        if (!o) return o.status();
+        auto p = partition(g, *o);
+        if (!p) {
+          rows.push_back({std::string(sched) + " (does not fit)", d, 0, 0, 0});
+          continue;
+        }
+        SimResult s = simulate(*p, 4 * d + 4);
+        int64_t peak = 0;
+        for (int64_t b : s.peak_memory_bytes) peak = std::max(peak, b);
+        rows.push_back({sched == std::string("gpipe") ? "gpipe (M=" + std::to_string(o->micro_batches) + ")" : sched, d,
+                        s.samples_per_s, s.bubble_fraction, peak});
+        if (d == 1) break;  // one device: both schedules are sequential training
+      }
+      if (d > 1) {
+        auto o = options_from(fd, out.options.profile);
+        PlanFlags f1 = fd;
+        f1.stages = 1;
+        auto o1 = options_from(f1, out.options.profile);
+        auto p1 = o1 ? partition(g, *o1) : Expected<Plan>(o1.status());
+        if (p1 && o) {
+          SimResult s = simulate_data_parallel(*p1, d, o->link);
+          int64_t peak = 0;
+          for (int64_t b : s.peak_memory_bytes) peak = std::max(peak, b);
+          rows.push_back({"data-parallel", d, s.samples_per_s, s.bubble_fraction, peak});
+        }
+      }
+    }
+    if (!f.quiet) std::printf("%s", what_if_table(rows).c_str());
+  }
+  return out;
+}
+
+Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_dir) {
+  ReportInputs r;
+  r.plan = &p.plan;
+  r.graph = &g;
+  r.sim = &p.sim;
+  if (p.plan.manual && !p.automatic.stages.empty()) r.automatic = &p.automatic;
+  return write_reports(r, out_dir);
+}
+
+}  // namespace pt

@@ -1,0 +1,46 @@
+// The CLI's planning step: device specs and link from the flags, optional profiling, the
+// partition (automatic, or manual compared with automatic), the simulator, the reports and the
+// what-if table. Library code does the work; this file only turns flags into calls.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "importer/importer.h"
+#include "partitioner/partition.h"
+#include "partitioner/simulator.h"
+
+namespace pt {
+
+struct PlanFlags {
+  int stages = 1;
+  DeviceKind device = DeviceKind::kCpu;
+  std::vector<std::string> device_specs;  // builtin names or JSON files; one for all, or one per stage
+  std::string link;                       // builtin link name; "" = default for the device
+  std::string schedule = "1f1b";
+  std::string weights = "spectrain";
+  int micro_batches = 4;
+  std::vector<std::string> split_at;
+  std::vector<int> balance;
+  bool profile = false;
+  bool whatif = false;
+  std::string out_dir;
+  bool quiet = false;
+};
+
+struct PlanOutcome {
+  Plan plan;
+  Plan automatic;        // == plan unless manual
+  SimResult sim;
+  PartitionOptions options;
+  Profile profile;
+  bool have_profile = false;
+};
+
+// Plans `g` (a training graph), prints the report table, writes the reports into out_dir.
+Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& f);
+
+// Rewrites the reports with measured stage times.
+Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_dir);
+
+}  // namespace pt
