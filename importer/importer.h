@@ -21,6 +21,9 @@ struct ImportOptions {
   std::vector<std::string> freeze;  // initializer names kept fixed
   bool for_training = true;         // also require a gradient builder for every op
   uint64_t seed = 0;                // seeds the random ops (Dropout masks)
+  // Graph inputs given values at import: they become constants (so that shape-like inputs such as
+  // Reshape's shape or Slice's starts can be fed, as ONNX's node tests do).
+  std::map<std::string, HostTensor> constant_inputs;
 };
 
 struct ImportedModel {

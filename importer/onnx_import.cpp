@@ -317,6 +317,11 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
 
   for (const auto& vi : gp.input()) {
     if (init_names.count(vi.name())) continue;  // old models list initializers as inputs
+    if (auto c = opts.constant_inputs.find(vi.name()); c != opts.constant_inputs.end()) {
+      Value* v = g->add_value(vi.name(), c->second.dtype(), c->second.dims(), ValueKind::kConstant);
+      v->data = std::make_shared<HostTensor>(c->second);
+      continue;
+    }
     Dims dims;
     DType dt;
     RETURN_IF_ERROR(bind_input_dims(vi, opts.batch_size, path, &dims, &dt));

@@ -20,7 +20,13 @@ TEST(CpuRegistry, EveryOpHasFloatAndDouble) {
   }
   for (const char* op : {"Add", "Sub", "Mul", "Div", "Identity", "Reshape", "Flatten", "Transpose"})
     EXPECT_TRUE(has_kernel(op, DeviceKind::kCpu, DType::kInt64)) << op;
-  EXPECT_FALSE(has_kernel("Conv", DeviceKind::kCpu, DType::kFloat32));
+  EXPECT_FALSE(has_kernel("NoSuchOp", DeviceKind::kCpu, DType::kFloat32));
+  for (const char* op : {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
+                         "LRN", "ConvGradInput", "ConvGradWeight", "ConvGradBias", "MaxPoolGrad", "AveragePoolGrad",
+                         "GlobalAveragePoolGrad", "GlobalMaxPoolGrad", "BatchNormalizationGrad", "LRNGrad"}) {
+    EXPECT_TRUE(has_kernel(op, DeviceKind::kCpu, DType::kFloat32)) << op;
+    EXPECT_TRUE(has_kernel(op, DeviceKind::kCpu, DType::kFloat64)) << op;
+  }
   EXPECT_FALSE(has_kernel("Relu", DeviceKind::kCpu, DType::kFloat16));
 }
 
