@@ -195,15 +195,28 @@ Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std:
 // Dropout nodes read the runtime's step counter (their masks are a function of seed, step and
 // element index) instead of their constant ratio / training_mode inputs, which became attributes;
 // each gets a mask output for its gradient.
+// BatchNormalization nodes that train read it too (input 5), to use their running statistics in
+// evaluation passes (step -1).
+Value* step_value(Graph& g) {
+  if (!g.rng_step) {
+    g.rng_step = g.add_value("rng_step", DType::kInt64, {}, ValueKind::kHyper);
+    g.rng_step->data = std::make_shared<HostTensor>(DType::kInt64, Dims{});
+    g.rng_step->data->as<int64_t>()[0] = -1;
+  }
+  return g.rng_step;
+}
+
 void lower_random_ops(Graph& g, uint64_t seed) {
   for (auto& up : g.nodes()) {
     Node* n = up.get();
-    if (n->op_type != "Dropout") continue;
-    if (!g.rng_step) {
-      g.rng_step = g.add_value("rng_step", DType::kInt64, {}, ValueKind::kHyper);
-      g.rng_step->data = std::make_shared<HostTensor>(DType::kInt64, Dims{});
-      g.rng_step->data->as<int64_t>()[0] = -1;
+    if (n->op_type == "BatchNormalization" && n->attrs.get_int("_training", 0)) {
+      n->inputs.resize(6);
+      n->inputs[5] = step_value(g);
+      g.rng_step->consumers.push_back(n);
+      continue;
     }
+    if (n->op_type != "Dropout") continue;
+    step_value(g);
     for (size_t i = 1; i < n->inputs.size(); ++i)
       if (n->inputs[i]) std::erase(n->inputs[i]->consumers, n);
     n->inputs.resize(2);

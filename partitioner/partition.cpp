@@ -521,6 +521,10 @@ bool backward_flows_backwards(const Plan& plan) {
   return true;
 }
 
+std::string plural(int64_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
 std::string mb(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.0f MB", bytes / 1e6);
@@ -559,7 +563,8 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
                     mb(s.device.memory_bytes) + " (weights, gradients, optimizer state" +
                     (s.weight_copies ? " and " + std::to_string(s.weight_copies) + " weight cop" + (s.weight_copies == 1 ? "y" : "ies") : std::string()) +
                     " " + mb(fixed) + "; activations " + mb(static_cast<double>(s.saved_bytes)) + " x " +
-                    std::to_string(s.in_flight) + (opts.schedule == Schedule::kGPipe ? " micro-batches" : " mini-batches") +
+                    (opts.schedule == Schedule::kGPipe ? plural(s.in_flight, "micro-batch", "micro-batches")
+                                                       : plural(s.in_flight, "mini-batch", "mini-batches")) +
                     " in flight; workspace " + mb(static_cast<double>(s.workspace_bytes)) + ").";
   if (automatic_fits) return invalid_input(msg + " The automatic partition (no --split-at / --balance) fits.");
   // More devices like these (the list repeated), same batch.
@@ -575,8 +580,6 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
       break;
     }
   }
-  if (fits.empty())
-    fits.push_back(max_devices > N ? "no number of these devices up to " + std::to_string(max_devices) + " fits" : "");
   // A smaller batch on these devices: activations and workspace scale linearly with the batch.
   const int64_t batch = graph_batch(g);
   int64_t lo = 0, hi = batch - 1;  // largest feasible batch in [1, batch - 1]; 0: none
@@ -587,17 +590,14 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
     else
       hi = mid - 1;
   }
-  if (batch > 1) {
-    if (lo > 0)
-      fits.push_back("a batch size of " + std::to_string(lo) + " or less (now " + std::to_string(batch) + ") on these " +
-                     std::to_string(N) + " devices");
-    else
-      fits.push_back("no batch size fits these " + std::to_string(N) + " devices (the weights and optimizer state alone do not)");
-  }
+  if (lo > 0)
+    fits.push_back("a batch size of " + std::to_string(lo) + " or less (now " + std::to_string(batch) + ") on " + (N == 1 ? std::string("this device") : "these " + std::to_string(N) + " devices"));
+  if (fits.empty())
+    return invalid_input(msg + " Neither more devices like these (up to " + std::to_string(std::max(max_devices, N)) +
+                         ") nor a smaller batch fits: use devices with more memory.");
   std::string tail;
-  for (const std::string& f : fits)
-    if (!f.empty()) tail += (tail.empty() ? "" : "; or ") + f;
-  return invalid_input(msg + (tail.empty() ? "" : " What would fit: " + tail + "."));
+  for (const std::string& f : fits) tail += (tail.empty() ? "" : "; or ") + f;
+  return invalid_input(msg + " What would fit: " + tail + ".");
 }
 
 Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOptions& opts) {
@@ -693,8 +693,8 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
     PT_CHECK(closest.starts.size() == static_cast<size_t>(N)) << "overflow DP found no split";
     const Plan shown = build_plan(g, P, closest.starts, opts, param_owner);
     return memory_error(g, P, shown, opts,
-                        "no split of the " + std::to_string(P.n()) + " forward nodes into " + std::to_string(N) +
-                            " stages fits the devices' memory; in the closest one,",
+                        "no split of the " + plural(P.n(), "forward node", "forward nodes") + " into " +
+                            plural(N, "stage", "stages") + " fits the devices' memory; in the closest one,",
                         false);
   }
   return best;

@@ -29,7 +29,7 @@ Status bn_geometry(const char* op, const KernelCall& call, size_t first_param, B
   g->c = x[1];
   g->s = 1;
   for (size_t i = 2; i < x.size(); ++i) g->s *= x[i];
-  for (size_t i = first_param; i < call.inputs.size(); ++i)
+  for (size_t i = first_param; i < call.inputs.size() && i < first_param + 4; ++i)
     if (has_input(call, i)) RETURN_IF_ERROR(check_same_dims(op, "a per-channel input", call.inputs[i].dims, Dims{g->c}));
   return Status::ok();
 }
@@ -74,7 +74,11 @@ Status batch_normalization(const KernelCall& call) {
   BnGeometry g;
   RETURN_IF_ERROR(bn_geometry("BatchNormalization", call, 1, &g));
   RETURN_IF_ERROR(check_same_dims("BatchNormalization", "Y", call.outputs[0].dims, call.inputs[0].dims));
-  const bool training = call.attrs.get_int("_training", 0) != 0;
+  // Input 5 (optional) is the runtime's step counter: -1 marks an evaluation pass, which uses
+  // (and keeps) the running statistics even for a node that trains.
+  const bool eval_pass = call.inputs.size() > 5 && call.inputs[5].data && call.inputs[5].dtype == DType::kInt64 &&
+                         call.inputs[5].as<int64_t>()[0] < 0;
+  const bool training = call.attrs.get_int("_training", 0) != 0 && !eval_pass;
   const double eps = call.attrs.get_float("epsilon", 1e-5f);
   const double momentum = call.attrs.get_float("momentum", 0.9f);
   const T* x = call.inputs[0].as<T>();          // (N, C, S)

@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "importer/shape_infer.h"
 #include "importer/training.h"
+#include "partitioner/partition.h"
 #include "partitioner/cost_model.h"
 #include "partitioner/device_spec.h"
 
@@ -212,6 +214,62 @@ TEST(CostModel, SavedBytesAreWhatBackwardReads) {
   EXPECT_DOUBLE_EQ(costs[0].second.bwd_flops, 2.0 * 32 * 64 * 8);  // dW1 only: x needs no gradient
   EXPECT_DOUBLE_EQ(costs[2].second.bwd_flops, 2 * (2.0 * 8 * 64 * 10));  // dr and dW2
   EXPECT_GT(costs[0].second.update_s, 0);
+}
+
+// A small CNN through the real importer pieces: Conv -> Relu -> MaxPool -> Flatten -> Gemm. The
+// Conv's backward (input and weight gradients) costs two forwards' multiply-adds plus the bias
+// sum; the partition puts each backward node with its forward node.
+TEST(CostModel, CnnTrainingGraphCostsAndPartitions) {
+  Graph g;
+  Value* x = g.add_value("x", DType::kFloat32, {4, 3, 16, 16}, ValueKind::kInput);
+  g.inputs = {x};
+  auto param = [&](const std::string& name, Dims d) { return g.add_value(name, DType::kFloat32, d, ValueKind::kParameter); };
+  auto node = [&](const std::string& op, std::vector<Value*> in, AttrMap attrs = {}) -> Value* {
+    Value* out = g.add_value(op + ".out", DType::kUndefined, {}, ValueKind::kActivation);
+    Node* n = g.add_node(op, op, in, {out}, attrs);
+    n->since_version = 13;
+    Status st = infer_node(*n, "test");
+    if (!st.is_ok()) return nullptr;
+    return out;
+  };
+  AttrMap conv;
+  conv.set("kernel_shape", std::vector<int64_t>{3, 3});
+  conv.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  Value* c = node("Conv", {x, param("w", {8, 3, 3, 3}), param("b", {8})}, conv);
+  if (!c) GTEST_SKIP() << "no Conv shape function in this build";
+  AttrMap pool;
+  pool.set("kernel_shape", std::vector<int64_t>{2, 2});
+  pool.set("strides", std::vector<int64_t>{2, 2});
+  Value* p = node("MaxPool", {node("Relu", {c})}, pool);
+  ASSERT_NE(p, nullptr);
+  Value* f = node("Flatten", {p});
+  ASSERT_NE(f, nullptr);
+  Value* y = node("Gemm", {f, param("fc", {8 * 8 * 8, 10})});
+  ASSERT_NE(y, nullptr);
+  g.outputs = {y};
+  auto tg = build_training_graph(g, LossKind::kCrossEntropy, SgdOptions{});
+  if (!tg.has_value()) GTEST_SKIP() << "CNN gradients not in this build: " << tg.status().message();
+  DeviceSpec d = builtin_device_spec("V100").value();
+  auto costs = node_costs(g, d);
+  ASSERT_EQ(costs[0].first->op_type, "Conv");
+  const double core = 2.0 * 4 * 8 * 16 * 16 * 3 * 9;
+  EXPECT_DOUBLE_EQ(costs[0].second.fwd_flops, core + 4 * 8 * 16 * 16);
+  // x needs no gradient: dW (one forward's multiply-adds) and db (a sum over Y).
+  EXPECT_DOUBLE_EQ(costs[0].second.bwd_flops, core + 4 * 8 * 16 * 16);
+  EXPECT_GT(costs[0].second.workspace_bytes, 0);
+  EXPECT_EQ(costs[0].second.saved_bytes, static_cast<int64_t>(x->bytes()));
+  PartitionOptions opts;
+  opts.devices.assign(2, d);
+  opts.link = builtin_link_spec("pcie3").value();
+  auto plan = partition(g, opts);
+  ASSERT_TRUE(plan.has_value()) << plan.status().message();
+  for (const StagePlan& s : plan->stages)
+    for (const Node* n : s.nodes)
+      if (n->phase == Phase::kBackward) {
+        bool found = false;
+        for (const Node* m : s.forward_nodes) found |= m == n->forward;
+        EXPECT_TRUE(found) << n->describe();
+      }
 }
 
 }  // namespace
