@@ -48,6 +48,9 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
 Status export_onnx(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
                    const std::string& out_path);
 
+// The names of a model's graph inputs that are not initializers, in order (no validation).
+Expected<std::vector<std::string>> onnx_input_names(const std::string& path);
+
 // Reads a serialized TensorProto file (as in ONNX's backend test data: input_0.pb, ...).
 Expected<HostTensor> read_tensor_file(const std::string& path);
 

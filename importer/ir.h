@@ -85,7 +85,7 @@ class Graph {
   std::vector<Value*> inputs;   // model inputs (kInput)
   std::vector<Value*> outputs;  // model outputs
   Value* loss = nullptr;        // scalar training loss, once attached
-  Value* rng_step = nullptr;    // int64 scalar (kHyper) the runtime sets each step; -1 in evaluation
+  Value* rng_step = nullptr;    // int64 scalar (kHyper): the step (Dropout masks); -1 = evaluation pass
   int64_t opset = 0;            // default-domain opset of the source model
 
  private:

@@ -180,7 +180,7 @@ Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std:
   dims->clear();
   for (int d = 0; d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
-    if (dim.has_dim_value() && dim.dim_value() > 0) {
+    if (dim.has_dim_value()) {
       dims->push_back(dim.dim_value());
     } else if (d == 0) {
       dims->push_back(batch);  // the symbolic batch dimension
@@ -201,7 +201,7 @@ Value* step_value(Graph& g) {
   if (!g.rng_step) {
     g.rng_step = g.add_value("rng_step", DType::kInt64, {}, ValueKind::kHyper);
     g.rng_step->data = std::make_shared<HostTensor>(DType::kInt64, Dims{});
-    g.rng_step->data->as<int64_t>()[0] = -1;
+    g.rng_step->data->as<int64_t>()[0] = 0;  // the graph's own semantics until a runtime says -1 (evaluation)
   }
   return g.rng_step;
 }
@@ -233,6 +233,16 @@ void lower_random_ops(Graph& g, uint64_t seed) {
 }
 
 }  // namespace
+
+Expected<std::vector<std::string>> onnx_input_names(const std::string& path) {
+  ASSIGN_OR_RETURN(onnx::ModelProto proto, parse_file(path));
+  std::set<std::string> inits;
+  for (const auto& t : proto.graph().initializer()) inits.insert(t.name());
+  std::vector<std::string> names;
+  for (const auto& vi : proto.graph().input())
+    if (!inits.count(vi.name())) names.push_back(vi.name());
+  return names;
+}
 
 Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts) {
   ASSIGN_OR_RETURN(onnx::ModelProto proto, parse_file(path));

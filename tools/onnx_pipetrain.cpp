@@ -94,6 +94,9 @@ int run(const Options& o) {
              (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
              (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
 
+  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != o.batch_size)
+    say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
+               "; training with batches of that size (--batch-size " + std::to_string(o.batch_size) + " ignored)");
   LossKind lk = o.loss == "mse" ? LossKind::kMse : o.loss == "cross-entropy" ? LossKind::kCrossEntropy : LossKind::kAuto;
   SgdOptions sgd{o.momentum, o.weight_decay};
   auto tg = build_training_graph(g, lk, sgd);

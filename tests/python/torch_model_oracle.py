@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""PyTorch oracle of one training step for the model families of tools/export_models.py.
+
+Run: /usr/bin/python3 tests/python/torch_model_oracle.py NAME OUTDIR [--opset 13] [--bin PATH]
+     [--batch 8] [--keep-going]
+(NAME: lenet_bn resnet18 vgg11_bn mobilenet_v2 googlenet snn transformer; PATH defaults to
+$PIPETRAIN_BIN, then build/tools/onnx-pipetrain.)
+
+1. Builds the torch module with the constructors and seed of tools/export_models.py and every
+   dropout ratio forced to 0 (Dropout, the AlphaDropout pattern, the attention's dropout): torch's
+   random masks cannot be reproduced by another implementation, so the oracle compares the
+   deterministic part; the Dropout nodes stay in the graph (ratio 0, training_mode 1).
+2. Makes every tensor distinct before export: BatchNorm weight/bias/running_mean/running_var and
+   every constant-valued parameter (zero biases, LayerNorm's ones and zeros) get seeded random
+   values. Without this, dozens of initializers hold the same zeros/ones and the torch -> ONNX
+   name map (by value) would be ambiguous, and a gamma/beta bug would hide behind gamma=1, beta=0.
+3. Exports in training mode (TrainingMode.TRAINING, no constant folding) at --opset to
+   OUTDIR/model.onnx and writes fixed data OUTDIR/data/{x,y}.npy (batch 8: normal images or
+   int64 tokens in [1,100) with trailing zeros = padding; int64 labels).
+4. One torch step, computed in float64 from the same float32 weights and data (the expected
+   values; torch's float32 CPU convolutions alone differ from it by up to ~1e-1 in the update of
+   MobileNet-V2 at batch 8, so a float32 reference would measure torch's rounding, not ours; the
+   float32 step's own errors are printed alongside): model.train(); loss = cross_entropy(logits, y) (mean); grad += wd*w;
+   v = (1-g)*grad (v0 = 0); w -= lr*v with lr 0.1, g 0.9, wd 1e-4; BatchNorm running statistics
+   are updated by torch's forward (momentum 0.1 = ONNX momentum 0.9, unbiased variance).
+5. Maps torch parameters and float buffers to ONNX initializers: same name and values, else the one
+   initializer with identical values (the exporter renames some and, at opset 13, reaches shared
+   ones through Identity nodes). num_batches_tracked (int64) is ignored.
+6. Runs onnx-pipetrain MODEL --data OUTDIR/data --steps 1 --batch-size 8 --lr 0.1 --momentum 0.9
+   --weight-decay 1e-4 --no-shuffle --loss cross-entropy --out OUTDIR/run --quiet and compares
+   every initializer of OUTDIR/run/model.trained.onnx: mapped ones with torch's values after the
+   step, the others with their initial values; and metrics.csv's step-1 loss with torch's loss.
+
+Metrics, per tensor: value  max|a-b| / (max|b| + 1e-6)              <= 1e-4 (1e-3 batch stats)
+                     update max|(a-w0)-(b-w0)| / (max|b-w0| + 1e-6)  <= 1e-3 (1e-2 batch stats)
+After one step from v0 = 0 the update is only lr*(1-g)*grad, so the value metric alone would pass
+a wrong gradient; the update metric is required too. It has one floor: a difference within 8
+float32 ulps of the tensor's largest |w0| counts as rounding (stored float32 weights cannot resolve
+a smaller update); such tensors are counted in the summary. "Batch stats" = the ONNX graph has a
+BatchNormalization node. Writes OUTDIR/expected.npz, OUTDIR/oracle_summary.json. Exit 0 pass, 1 fail.
+"""
+import argparse
+import copy
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import export_models as em  # noqa: E402
+
+LR, GAMMA, WD = 0.1, 0.9, 1e-4
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-6)) if b.size else 0.0
+
+
+def make_distinct(model, seed=1):
+    """Seeded random values for BatchNorm affine/buffers and constant-valued parameters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                c = mod.num_features
+                if mod.affine:
+                    mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                    mod.bias.copy_(0.1 * torch.randn(c, generator=g))
+                if mod.track_running_stats:
+                    mod.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+                    mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
+        for _, p in model.named_parameters():
+            if p.numel() > 1 and float(p.max() - p.min()) == 0.0:
+                base = float(p.flatten()[0])
+                p.copy_(base + 0.05 * torch.randn(p.shape, generator=g))
+
+
+def make_data(name, batch, seed=7):
+    rng = np.random.default_rng(seed)
+    if name == "transformer":
+        x = rng.integers(1, em.VOCAB, size=(batch, em.SEQ)).astype(np.int64)
+        for i in range(batch):          # trailing padding of 0..5 tokens, some rows unpadded
+            n_pad = i % 6
+            if n_pad:
+                x[i, em.SEQ - n_pad:] = 0
+    else:
+        x = rng.standard_normal((batch,) + em.INPUT_SHAPE[name]).astype(np.float32)
+    y = rng.integers(0, em.NUM_CLASSES[name], size=batch).astype(np.int64)
+    return x, y
+
+
+def named_keys(named):
+    return [n for n, _ in named]
+
+
+def torch_step(model, keys, x, y):
+    """One step on model (float32 or float64); returns ({key: value after the step}, loss)."""
+    dtype = next(model.parameters()).dtype
+    model.train()
+    params = list(model.named_parameters())
+    model.zero_grad(set_to_none=True)
+    xt = torch.from_numpy(x)
+    if xt.is_floating_point():
+        xt = xt.to(dtype)
+    loss = F.cross_entropy(model(xt), torch.from_numpy(y))
+    loss.backward()
+    with torch.no_grad():
+        for _, p in params:
+            g = (p.grad if p.grad is not None else torch.zeros_like(p)) + WD * p
+            p.sub_(LR * (1.0 - GAMMA) * g)
+    state = dict(params)
+    state.update({n: b for n, b in model.named_buffers()})
+    return {k: state[k].detach().double().numpy().copy() for k in keys}, float(loss.item())
+
+
+def map_to_initializers(named, inits):
+    """{torch name: onnx initializer name}; raises if a tensor matches no or several initializers."""
+    out, problems = {}, []
+    for tname, t in named:
+        w = t.detach().numpy()
+        if tname in inits and inits[tname].shape == w.shape and np.array_equal(inits[tname], w):
+            out[tname] = tname
+            continue
+        hits = [n for n, a in inits.items()
+                if a.shape == w.shape and a.dtype == w.dtype and np.array_equal(a, w)]
+        if len(hits) == 1:
+            out[tname] = hits[0]
+        else:
+            problems.append(f"{tname} {list(w.shape)}: {len(hits)} matching initializers {hits[:4]}")
+    if problems:
+        raise RuntimeError("cannot map torch tensors to ONNX initializers:\n  " + "\n  ".join(problems))
+    dup = [n for n in set(out.values()) if list(out.values()).count(n) > 1]
+    if dup:
+        raise RuntimeError(f"several torch tensors map to one initializer: {dup}")
+    return out
+
+
+def read_loss(metrics_csv, step=1):
+    with open(metrics_csv, newline="") as f:
+        for r in csv.DictReader(f):
+            if int(r["step"]) == step:
+                return float(r["loss"])
+    raise ValueError(f"{metrics_csv}: no row for step {step}")
+
+
+def default_bin():
+    return os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
+
+
+def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print):
+    """Returns the summary dict (summary['pass'] is the verdict)."""
+    binary = binary or default_bin()
+    os.makedirs(os.path.join(outdir, "data"), exist_ok=True)
+    t0 = time.time()
+    model = em.build_module(name, dropout=0.0)
+    make_distinct(model)
+    onnx_path = os.path.join(outdir, "model.onnx")
+    em.export_torch(model, name, opset, "train", onnx_path)
+    m = onnx.load(onnx_path)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    has_bn = any(n.op_type == "BatchNormalization" for n in m.graph.node)
+    tol_v, tol_u = (1e-3, 1e-2) if has_bn else (1e-4, 1e-3)
+
+    named = [(n, p) for n, p in model.named_parameters()]
+    named += [(n, b) for n, b in model.named_buffers() if b.dtype.is_floating_point]
+    name_map = map_to_initializers(named, inits)
+    w0 = {name_map[n]: t.detach().numpy().copy() for n, t in named}
+
+    x, y = make_data(name, batch)
+    np.save(os.path.join(outdir, "data", "x.npy"), x)
+    np.save(os.path.join(outdir, "data", "y.npy"), y)
+
+    # one torch step in the paper's form, in float64 (the expected values) and in float32 (only
+    # to show how far torch's own float32 result is from it: the conditioning of the model)
+    exp64, loss64 = torch_step(copy.deepcopy(model).double(), named_keys(named), x, y)
+    exp32, loss32 = torch_step(model, named_keys(named), x, y)
+    expected = {name_map[n]: v for n, v in exp64.items()}
+    np.savez(os.path.join(outdir, "expected.npz"),
+             **{k: v.astype(np.float32) for k, v in expected.items()})
+    t_torch = time.time() - t0
+
+    run_dir = os.path.join(outdir, "run")
+    cmd = [binary, onnx_path, "--data", os.path.join(outdir, "data"), "--steps", "1",
+           "--batch-size", str(batch), "--lr", str(LR), "--momentum", str(GAMMA),
+           "--weight-decay", str(WD), "--no-shuffle", "--loss", "cross-entropy",
+           "--out", run_dir, "--quiet"]
+    t1 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    t_bin = time.time() - t1
+    summary = {"model": name, "opset": opset, "batch_stats": has_bn, "tol_value": tol_v,
+               "tol_update": tol_u, "torch_loss": loss64, "torch32_loss": loss32, "rc": p.returncode,
+               "seconds_torch": round(t_torch, 2), "seconds_bin": round(t_bin, 2),
+               "cmd": " ".join(cmd), "failures": []}
+    fails = summary["failures"]
+    if p.returncode != 0:
+        fails.append(f"onnx-pipetrain exit {p.returncode}: {(p.stderr or p.stdout).strip()[-2000:]}")
+        summary["pass"] = False
+        log(f"FAIL {name} opset {opset}: " + fails[-1])
+        _write(outdir, summary)
+        return summary
+
+    trained_path = os.path.join(run_dir, "model.trained.onnx")
+    got = {i.name: numpy_helper.to_array(i) for i in onnx.load(trained_path).graph.initializer}
+    worst_v = worst_u = 0.0
+    worst_v_name = worst_u_name = ""
+    floored = []
+    ref_v = ref_u = 0.0
+    inv_map = {v: k for k, v in name_map.items()}
+    log(f"{name} opset {opset}: {len(expected)} mapped tensors, {len(inits) - len(expected)} other "
+        f"initializers; tolerances value {tol_v:g}, update {tol_u:g}")
+    for iname in sorted(inits):
+        b0 = inits[iname]
+        if iname not in got:
+            fails.append(f"initializer '{iname}' missing from the trained model")
+            continue
+        a = got[iname]
+        if a.shape != b0.shape:
+            fails.append(f"initializer '{iname}' shape {list(a.shape)} != {list(b0.shape)}")
+            continue
+        if iname not in expected:        # not a torch parameter/buffer: must be unchanged
+            if not np.array_equal(a, b0):
+                fails.append(f"non-parameter initializer '{iname}' changed (rel {rel(a, b0):.3e})")
+            continue
+        b = expected[iname]
+        ev = rel(a, b)
+        du_a = a.astype(np.float64) - w0[iname]
+        du_b = b.astype(np.float64) - w0[iname]
+        eu = rel(du_a, du_b)
+        diff = float(np.max(np.abs(du_a - du_b))) if du_b.size else 0.0
+        floor = 8 * EPS32 * float(np.max(np.abs(w0[iname]))) if du_b.size else 0.0
+        ok_v = bool(np.isfinite(a).all()) and ev <= tol_v
+        ok_u = eu <= tol_u or diff <= floor
+        if eu > tol_u and diff <= floor:
+            floored.append(iname)
+        if ev > worst_v:
+            worst_v, worst_v_name = ev, iname
+        if eu > worst_u and not (eu > tol_u and diff <= floor):
+            worst_u, worst_u_name = eu, iname
+        t32 = exp32[inv_map[iname]]
+        ref_v = max(ref_v, rel(t32, b))
+        ref_u = max(ref_u, rel(t32 - w0[iname], du_b))
+        if not (ok_v and ok_u):
+            fails.append(f"'{iname}' {list(b.shape)}: value rel err {ev:.3e}, update rel err {eu:.3e}"
+                         f" (max|update| expected {np.max(np.abs(du_b)):.3e}, got "
+                         f"{np.max(np.abs(du_a)):.3e})")
+    try:
+        got_loss = read_loss(os.path.join(run_dir, "metrics.csv"), 1)
+        el = rel(got_loss, summary["torch_loss"])
+        summary.update(loss=got_loss, loss_rel_err=el)
+        if not el <= tol_v:
+            fails.append(f"step-1 loss {got_loss:.7f} vs torch {summary['torch_loss']:.7f} "
+                         f"(rel err {el:.3e})")
+    except (OSError, ValueError, KeyError) as ex:
+        fails.append(f"cannot read the loss: {ex}")
+    summary.update(worst_value_rel_err=worst_v, worst_value_tensor=worst_v_name,
+                   worst_update_rel_err=worst_u, worst_update_tensor=worst_u_name,
+                   update_within_rounding=len(floored), torch32_worst_value_rel_err=ref_v,
+                   torch32_worst_update_rel_err=ref_u)
+    summary["pass"] = not fails
+    log(f"  loss got {summary.get('loss', float('nan')):.7f} torch {summary['torch_loss']:.7f} "
+        f"rel {summary.get('loss_rel_err', float('nan')):.3e}")
+    log(f"  worst value rel err {worst_v:.3e} ({worst_v_name}); worst update rel err {worst_u:.3e} "
+        f"({worst_u_name}); {len(floored)} tensor(s) with updates within float32 rounding")
+    log(f"  (torch's own float32 step vs its float64 step: worst value rel err {ref_v:.3e}, "
+        f"worst update rel err {ref_u:.3e})")
+    log(f"  torch {t_torch:.1f} s, onnx-pipetrain {t_bin:.1f} s")
+    for f_ in fails[:40]:
+        log("  - " + f_)
+    if len(fails) > 40:
+        log(f"  ... {len(fails) - 40} more")
+    log(("PASS" if not fails else f"FAIL ({len(fails)} mismatches)") + f" {name} opset {opset}")
+    _write(outdir, summary)
+    return summary
+
+
+def _write(outdir, summary):
+    with open(os.path.join(outdir, "oracle_summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="one-step PyTorch oracle for a model family")
+    ap.add_argument("name", choices=em.TORCH_MODELS)
+    ap.add_argument("outdir")
+    ap.add_argument("--opset", type=int, default=13)
+    ap.add_argument("--bin", default=None)
+    ap.add_argument("--batch", type=int, default=8)
+    a = ap.parse_args()
+    s = run_oracle(a.name, a.outdir, a.opset, a.bin, a.batch)
+    return 0 if s["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
