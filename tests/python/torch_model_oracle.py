@@ -17,10 +17,13 @@ $PIPETRAIN_BIN, then build/tools/onnx-pipetrain.)
 3. Exports in training mode (TrainingMode.TRAINING, no constant folding) at --opset to
    OUTDIR/model.onnx and writes fixed data OUTDIR/data/{x,y}.npy (batch 8: normal images or
    int64 tokens in [1,100) with trailing zeros = padding; int64 labels).
-4. One torch step, computed in float64 from the same float32 weights and data (the expected
-   values; torch's float32 CPU convolutions alone differ from it by up to ~1e-1 in the update of
-   MobileNet-V2 at batch 8, so a float32 reference would measure torch's rounding, not ours; the
-   float32 step's own errors are printed alongside): model.train(); loss = cross_entropy(logits, y) (mean); grad += wd*w;
+4. One torch step, computed twice from the same float32 weights and data: in float64 and in
+   float32. Each tensor is compared with the closer of the two (both are torch's answer; which one
+   is closer is counted and printed). Why both: deep BatchNorm nets at batch 8 amplify rounding,
+   so torch's float32 step alone is up to ~1e-1 away from its float64 step in some updates
+   (MobileNet-V2), where a float32-only reference would measure torch's rounding, not ours; and
+   GoogLeNet's max-pools at 2x2/1x1 cross a kink between float32 and float64 (the argmax flips),
+   where float32 code agrees with torch's float32 step, not with the float64 one. model.train(); loss = cross_entropy(logits, y) (mean); grad += wd*w;
    v = (1-g)*grad (v0 = 0); w -= lr*v with lr 0.1, g 0.9, wd 1e-4; BatchNorm running statistics
    are updated by torch's forward (momentum 0.1 = ONNX momentum 0.9, unbiased variance).
 5. Maps torch parameters and float buffers to ONNX initializers: same name and values, else the one
@@ -156,6 +159,22 @@ def read_loss(metrics_csv, step=1):
     raise ValueError(f"{metrics_csv}: no row for step {step}")
 
 
+def compare(a, b, w0, tol_v, tol_u):
+    """Value and update errors of trained a against reference b (both from w0)."""
+    ev = rel(a, b)
+    du_a = a.astype(np.float64) - w0
+    du_b = np.asarray(b, np.float64) - w0
+    eu = rel(du_a, du_b)
+    diff = float(np.max(np.abs(du_a - du_b))) if du_b.size else 0.0
+    floor = 8 * EPS32 * float(np.max(np.abs(w0))) if du_b.size else 0.0
+    floored = eu > tol_u and diff <= floor
+    ok = bool(np.isfinite(a).all()) and ev <= tol_v and (eu <= tol_u or floored)
+    return {"ev": ev, "eu": eu, "floored": floored, "ok": ok,
+            "score": max(ev / tol_v, 0.0 if floored else eu / tol_u),
+            "max_ub": float(np.max(np.abs(du_b))) if du_b.size else 0.0,
+            "max_ua": float(np.max(np.abs(du_a))) if du_a.size else 0.0}
+
+
 def default_bin():
     return os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 
@@ -218,6 +237,7 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print):
     worst_v_name = worst_u_name = ""
     floored = []
     ref_v = ref_u = 0.0
+    used32 = []
     inv_map = {v: k for k, v in name_map.items()}
     log(f"{name} opset {opset}: {len(expected)} mapped tensors, {len(inits) - len(expected)} other "
         f"initializers; tolerances value {tol_v:g}, update {tol_u:g}")
@@ -234,31 +254,27 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print):
             if not np.array_equal(a, b0):
                 fails.append(f"non-parameter initializer '{iname}' changed (rel {rel(a, b0):.3e})")
             continue
-        b = expected[iname]
-        ev = rel(a, b)
-        du_a = a.astype(np.float64) - w0[iname]
-        du_b = b.astype(np.float64) - w0[iname]
-        eu = rel(du_a, du_b)
-        diff = float(np.max(np.abs(du_a - du_b))) if du_b.size else 0.0
-        floor = 8 * EPS32 * float(np.max(np.abs(w0[iname]))) if du_b.size else 0.0
-        ok_v = bool(np.isfinite(a).all()) and ev <= tol_v
-        ok_u = eu <= tol_u or diff <= floor
-        if eu > tol_u and diff <= floor:
+        b64, b32 = expected[iname], exp32[inv_map[iname]]
+        r64, r32 = compare(a, b64, w0[iname], tol_v, tol_u), compare(a, b32, w0[iname], tol_v, tol_u)
+        ref_v = max(ref_v, rel(b32, b64))
+        ref_u = max(ref_u, rel(b32 - w0[iname], b64 - w0[iname]))
+        r, which = (r64, 64) if r64["score"] <= r32["score"] else (r32, 32)
+        if which == 32:
+            used32.append(iname)
+        if r["floored"]:
             floored.append(iname)
-        if ev > worst_v:
-            worst_v, worst_v_name = ev, iname
-        if eu > worst_u and not (eu > tol_u and diff <= floor):
-            worst_u, worst_u_name = eu, iname
-        t32 = exp32[inv_map[iname]]
-        ref_v = max(ref_v, rel(t32, b))
-        ref_u = max(ref_u, rel(t32 - w0[iname], du_b))
-        if not (ok_v and ok_u):
-            fails.append(f"'{iname}' {list(b.shape)}: value rel err {ev:.3e}, update rel err {eu:.3e}"
-                         f" (max|update| expected {np.max(np.abs(du_b)):.3e}, got "
-                         f"{np.max(np.abs(du_a)):.3e})")
+        if r["ev"] > worst_v:
+            worst_v, worst_v_name = r["ev"], iname
+        if r["eu"] > worst_u and not r["floored"]:
+            worst_u, worst_u_name = r["eu"], iname
+        if not r["ok"]:
+            fails.append(f"'{iname}' {list(b64.shape)}: value rel err {r64['ev']:.3e} (float32 torch "
+                         f"{r32['ev']:.3e}), update rel err {r64['eu']:.3e} (float32 torch "
+                         f"{r32['eu']:.3e}); max|update| expected {r64['max_ub']:.3e}, got "
+                         f"{r64['max_ua']:.3e}")
     try:
         got_loss = read_loss(os.path.join(run_dir, "metrics.csv"), 1)
-        el = rel(got_loss, summary["torch_loss"])
+        el = min(rel(got_loss, summary["torch_loss"]), rel(got_loss, summary["torch32_loss"]))
         summary.update(loss=got_loss, loss_rel_err=el)
         if not el <= tol_v:
             fails.append(f"step-1 loss {got_loss:.7f} vs torch {summary['torch_loss']:.7f} "
@@ -268,12 +284,14 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print):
     summary.update(worst_value_rel_err=worst_v, worst_value_tensor=worst_v_name,
                    worst_update_rel_err=worst_u, worst_update_tensor=worst_u_name,
                    update_within_rounding=len(floored), torch32_worst_value_rel_err=ref_v,
-                   torch32_worst_update_rel_err=ref_u)
+                   torch32_worst_update_rel_err=ref_u,
+                   tensors_closer_to_float32_torch=len(used32))
     summary["pass"] = not fails
     log(f"  loss got {summary.get('loss', float('nan')):.7f} torch {summary['torch_loss']:.7f} "
         f"rel {summary.get('loss_rel_err', float('nan')):.3e}")
     log(f"  worst value rel err {worst_v:.3e} ({worst_v_name}); worst update rel err {worst_u:.3e} "
         f"({worst_u_name}); {len(floored)} tensor(s) with updates within float32 rounding")
+    log(f"  {len(used32)} tensor(s) closer to torch's float32 step than to its float64 step")
     log(f"  (torch's own float32 step vs its float64 step: worst value rel err {ref_v:.3e}, "
         f"worst update rel err {ref_u:.3e})")
     log(f"  torch {t_torch:.1f} s, onnx-pipetrain {t_bin:.1f} s")
