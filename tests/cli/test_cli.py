@@ -322,6 +322,77 @@ class CliTest(unittest.TestCase):
         self.assertTrue(lines[0].startswith("step,epoch,loss"))
         self.assertEqual(len(lines), 1 + 2 * (64 // 32))
 
+    # --- planning and reports -------------------------------------------------------------
+    def test_plan_only_reports(self):
+        import json
+        out = os.path.join(self.dir, "plan4")
+        rc, so, se = run(self.model, "--gpus", 3, "--plan-only", "--whatif", "--out", out)
+        self.assertEqual(rc, 0, se)
+        for f in ("partition.txt", "partition.json", "partition.html", "partition.dot", "trace.json"):
+            self.assertTrue(os.path.exists(os.path.join(out, f)), f)
+        self.assertFalse(os.path.exists(os.path.join(out, "mlp.trained.onnx")), "--plan-only trained")
+        j = json.load(open(os.path.join(out, "partition.json")))
+        for k in ("model", "devices", "schedule", "stages", "bottleneck_ms", "predicted_samples_per_s", "imbalance"):
+            self.assertIn(k, j)
+        self.assertEqual(len(j["stages"]), 3)
+        nodes = [n for st in j["stages"] for n in st["nodes"]]
+        self.assertEqual(nodes, ["fc1", "relu", "fc2", "loss/SoftmaxCrossEntropyLoss"])
+        for st in j["stages"]:
+            for k in ("index", "device", "nodes", "param_count", "param_bytes", "fwd_ms", "bwd_ms", "memory_bytes",
+                      "send_bytes", "recv_bytes"):
+                self.assertIn(k, st)
+        self.assertEqual(sum(st["param_count"] for st in j["stages"]), 16 * 8 + 16 + 3 * 16 + 3)
+        self.assertIn("bottleneck", so)
+        self.assertIn("data-parallel", so)   # the what-if table
+        json.load(open(os.path.join(out, "trace.json")))
+
+    def test_training_writes_measured_times(self):
+        import json
+        out = os.path.join(self.dir, "measured")
+        rc, so, se = run(self.model, "--data", self.data, "--steps", 3, "--out", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        st = json.load(open(os.path.join(out, "partition.json")))["stages"][0]
+        self.assertIn("measured", st)
+        self.assertGreater(st["measured"]["fwd_ms"], 0)
+
+    def test_manual_plans(self):
+        out = os.path.join(self.dir, "manual")
+        rc, so, se = run(self.model, "--gpus", 2, "--plan-only", "--split-at", "fc2", "--out", out)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("automatic", so)
+        rc, so, se = run(self.model, "--gpus", 2, "--plan-only", "--balance", "2,2", "--out", out)
+        self.assertEqual(rc, 0, se)
+        self.refuse([self.model, "--gpus", "2", "--plan-only", "--split-at", "nope", "--out", out], "nope")
+        self.refuse([self.model, "--gpus", "2", "--plan-only", "--balance", "1,1", "--out", out], "balance")
+
+    def test_plan_flag_refusals(self):
+        out = os.path.join(self.dir, "planbad")
+        self.refuse([self.model, "--gpus", "2", "--plan-only", "--device-spec", "TPUv9", "--out", out], "TPUv9")
+        self.refuse([self.model, "--gpus", "2", "--plan-only", "--link", "carrier-pigeon", "--out", out],
+                    "carrier-pigeon")
+        self.refuse([self.model, "--gpus", "3", "--plan-only", "--device-spec", "h100,a100", "--out", out],
+                    "--device-spec")
+        spec = os.path.join(self.dir, "tiny.json")
+        with open(spec, "w") as f:
+            f.write('{"name": "tiny", "peak_tflops": 1, "mem_bandwidth_gbs": 10, "memory_gb": 0.00001}')
+        line = self.refuse([self.model, "--gpus", "2", "--plan-only", "--device-spec", spec, "--batch-size", "4096",
+                            "--out", out], "stage", "over")
+        self.assertIn("would fit", line)
+        with open(spec, "w") as f:
+            f.write('{"name": "broken", "peak_tflops": "fast"}')
+        self.refuse([self.model, "--gpus", "2", "--plan-only", "--device-spec", spec, "--out", out], "tiny.json")
+
+    def test_profile_is_cached(self):
+        out = os.path.join(self.dir, "prof")
+        rc, so, se = run(self.model, "--gpus", 2, "--plan-only", "--profile", "--out", out)
+        self.assertEqual(rc, 0, se)
+        cache = os.path.join(out, "profile.json")
+        self.assertTrue(os.path.exists(cache))
+        before = read_bytes(cache)
+        rc, so, se = run(self.model, "--gpus", 2, "--plan-only", "--profile", "--out", out)
+        self.assertEqual(rc, 0, se)
+        self.assertEqual(read_bytes(cache), before)
+
     # --- the whole training step against PyTorch ------------------------------------------
     def test_pytorch_oracle(self):
         o = os.path.join(self.dir, "oracle")
