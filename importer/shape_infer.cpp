@@ -1,4 +1,5 @@
 // Shape functions for every accepted op, and the infer-and-fold pass.
+#include "importer/shape_util.h"
 #include "importer/shape_infer.h"
 
 #include <algorithm>
@@ -15,24 +16,11 @@ namespace pt {
 
 namespace {
 
+using shape::need_inputs;
+using shape::set_out;
+
+
 using ShapeFn = Status (*)(Node&, const std::string&);
-
-Status need_inputs(const Node& n, size_t min, size_t max, const std::string& where) {
-  size_t present = n.inputs.size();
-  if (present < min || present > max)
-    return invalid_input(where + ": expects " + std::to_string(min) +
-                         (max != min ? " to " + std::to_string(max) : "") + " inputs, has " + std::to_string(present));
-  for (size_t i = 0; i < min; ++i)
-    if (!n.inputs[i]) return invalid_input(where + ": required input " + std::to_string(i) + " is empty");
-  return Status::ok();
-}
-
-void set_out(Node& n, size_t i, DType dt, Dims dims) {
-  if (i < n.outputs.size() && n.outputs[i]) {
-    n.outputs[i]->dtype = dt;
-    n.outputs[i]->dims = std::move(dims);
-  }
-}
 
 Status normalize_axis(int64_t* axis, int64_t rank, const std::string& where, bool allow_rank = false) {
   int64_t hi = allow_rank ? rank : rank - 1;

@@ -1,6 +1,7 @@
 // Shape functions of Conv, the pooling ops, LRN and BatchNormalization (see shapes_cnn.h). The
 // window arithmetic is kernels/window.h, which the kernels use too, so both agree on every
 // output extent.
+#include "importer/shape_util.h"
 #include "importer/shapes_cnn.h"
 
 #include <algorithm>
@@ -10,21 +11,9 @@
 namespace pt::shapes {
 namespace {
 
-Status need(const Node& n, size_t min, size_t max, const std::string& where) {
-  if (n.inputs.size() < min || n.inputs.size() > max)
-    return invalid_input(where + ": expects " + std::to_string(min) + (max != min ? " to " + std::to_string(max) : "") +
-                         " inputs, has " + std::to_string(n.inputs.size()));
-  for (size_t i = 0; i < min; ++i)
-    if (!n.inputs[i]) return invalid_input(where + ": required input " + std::to_string(i) + " is empty");
-  return Status::ok();
-}
+using shape::set_out;
+constexpr auto need = shape::need_inputs;
 
-void set_out(Node& n, size_t i, DType dt, Dims dims) {
-  if (i < n.outputs.size() && n.outputs[i]) {
-    n.outputs[i]->dtype = dt;
-    n.outputs[i]->dims = std::move(dims);
-  }
-}
 
 Status check_float(const Node& n, const std::string& where) {
   const DType dt = n.inputs[0]->dtype;

@@ -1,4 +1,5 @@
 // Shape functions of the activation, reduction, data-movement and LayerNorm ops (see the header).
+#include "importer/shape_util.h"
 #include "importer/shapes_tensor.h"
 
 #include <algorithm>
@@ -8,24 +9,10 @@ namespace pt::shapes {
 
 namespace {
 
-Status need(const Node& n, size_t min, size_t max, const std::string& where) {
-  if (n.inputs.size() < min || n.inputs.size() > max)
-    return invalid_input(where + ": expects " + std::to_string(min) +
-                         (max != min ? " to " + std::to_string(max) : "") + " inputs, has " +
-                         std::to_string(n.inputs.size()));
-  for (size_t i = 0; i < min; ++i)
-    if (!n.inputs[i]) return invalid_input(where + ": required input " + std::to_string(i) + " is empty");
-  return Status::ok();
-}
+using shape::present;
+using shape::set_out;
+constexpr auto need = shape::need_inputs;
 
-void set_out(Node& n, size_t i, DType dt, Dims dims) {
-  if (i < n.outputs.size() && n.outputs[i]) {
-    n.outputs[i]->dtype = dt;
-    n.outputs[i]->dims = std::move(dims);
-  }
-}
-
-bool present(const Node& n, size_t i) { return i < n.inputs.size() && n.inputs[i] != nullptr; }
 
 // A constant integer vector from input i, or an error naming the tensor.
 Expected<std::vector<int64_t>> const_ints(const Node& n, size_t i, const std::string& where, const char* what) {

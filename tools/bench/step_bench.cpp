@@ -1,0 +1,354 @@
+// Training-step benchmark of one ONNX model on a CPU stage: import, training graph (softmax
+// cross-entropy, SGD momentum 0.9, lr 0.01), then median / p10 / p90 milliseconds per step and the
+// peak resident memory. Validates before it times: the first loss is finite and the loss falls over
+// 20 steps on one fixed batch. tools/bench/step_vs_torch.py runs it beside PyTorch for the ratio.
+//
+// A step is what Trainer::train does per batch (copy the batch in, set the Dropout step, run every
+// node: forward, loss, backward, update); the Executor is driven directly to time single steps.
+#include <cblas.h>  // OpenBLAS: openblas_set_num_threads, openblas_get_num_threads
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "importer/importer.h"
+#include "importer/training.h"
+#include "runtime/data.h"
+#include "runtime/executor.h"
+
+namespace pt {
+namespace {
+
+struct Options {
+  std::string model;
+  int64_t batch_size = 32;
+  int64_t steps = 20;
+  int64_t warmup = 3;
+  int threads = 0;  // 0: leave OpenMP's and OpenBLAS's defaults
+  int64_t vocab = 100;  // int64 model inputs: tokens drawn from [0, vocab)
+  bool per_node = false;
+  bool json = false;
+};
+
+constexpr float kLr = 0.01f;
+constexpr float kMomentum = 0.9f;
+constexpr int kValidationSteps = 20;
+constexpr int kTopNodes = 15;
+
+int usage(const std::string& why) {
+  std::fprintf(stderr,
+               "step_bench: error: %s\n"
+               "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
+               "                  [--vocab V] [--per-node] [--json]\n",
+               why.c_str());
+  return 2;
+}
+
+// Parses the flags; returns 0 when fine, else the exit code (after printing why).
+int parse(int argc, char** argv, Options* o) {
+  auto int_flag = [&](int& i, const std::string& name, int64_t min, int64_t* out) -> bool {
+    if (i + 1 >= argc) return false;
+    char* end = nullptr;
+    const long long v = std::strtoll(argv[++i], &end, 10);
+    if (!end || *end || v < min) {
+      std::fprintf(stderr, "step_bench: error: %s %s: must be an integer >= %lld\n", name.c_str(), argv[i],
+                   static_cast<long long>(min));
+      return false;
+    }
+    *out = v;
+    return true;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    int64_t v = 0;
+    if (a == "--batch-size") {
+      if (!int_flag(i, a, 1, &o->batch_size)) return 2;
+    } else if (a == "--steps") {
+      if (!int_flag(i, a, 1, &o->steps)) return 2;
+    } else if (a == "--warmup") {
+      if (!int_flag(i, a, 0, &o->warmup)) return 2;
+    } else if (a == "--threads") {
+      if (!int_flag(i, a, 1, &v)) return 2;
+      o->threads = static_cast<int>(v);
+    } else if (a == "--vocab") {
+      if (!int_flag(i, a, 1, &o->vocab)) return 2;
+    } else if (a == "--per-node") {
+      o->per_node = true;
+    } else if (a == "--json") {
+      o->json = true;
+    } else if (a == "-h" || a == "--help") {
+      return usage("help requested");
+    } else if (!a.empty() && a[0] == '-') {
+      return usage("unknown flag " + a);
+    } else if (o->model.empty()) {
+      o->model = a;
+    } else {
+      return usage("more than one model given (" + o->model + ", " + a + ")");
+    }
+  }
+  if (o->model.empty()) return usage("no model given");
+  return 0;
+}
+
+// Peak resident set of this process in KiB (VmHWM of /proc/self/status); -1 when unreadable.
+long peak_rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  return -1;
+}
+
+// Nearest-rank percentile of sorted values, q in [0, 1].
+double percentile(const std::vector<double>& sorted, double q) {
+  const size_t n = sorted.size();
+  size_t k = static_cast<size_t>(std::ceil(q * n));
+  k = std::clamp<size_t>(k, 1, n);
+  return sorted[k - 1];
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+// Samples for the model input: synthetic_dataset's N(0,1) floats and valid class labels, or, for
+// an int64 input (token ids), tokens uniform in [0, vocab) with synthetic_dataset's labels.
+Dataset make_data(const Value* in, const TrainingGraph& tg, int64_t n, int64_t vocab, uint64_t seed) {
+  DataSpec spec;
+  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
+  spec.label_dtype = tg.loss.labels->dtype;
+  spec.label_sample_dims.assign(tg.loss.labels->dims.begin() + 1, tg.loss.labels->dims.end());
+  spec.num_classes = tg.loss.num_classes;
+  Dataset d = synthetic_dataset(spec, n, seed);
+  if (in->dtype == DType::kInt64) {
+    Dims xd = spec.sample_dims;
+    xd.insert(xd.begin(), n);
+    d.x = HostTensor(DType::kInt64, xd);
+    std::mt19937_64 rng(seed + 1);
+    std::uniform_int_distribution<int64_t> tok(0, vocab - 1);
+    for (int64_t i = 0; i < d.x.size(); ++i) d.x.as<int64_t>()[i] = tok(rng);
+    d.source = "synthetic (int64 tokens in [0, " + std::to_string(vocab) + "))";
+  }
+  return d;
+}
+
+struct NodeTime {
+  const Node* node;
+  double seconds;  // mean per step
+};
+
+int run(const Options& o) {
+  if (o.threads > 0) {
+    omp_set_num_threads(o.threads);
+    openblas_set_num_threads(o.threads);
+  }
+  ImportOptions io;
+  io.batch_size = o.batch_size;
+  auto imported = import_onnx(o.model, io);
+  if (!imported) {
+    std::fprintf(stderr, "FAIL: import: %s\n", imported.status().message().c_str());
+    return 1;
+  }
+  Graph& g = *imported->graph;
+  const size_t forward_nodes = g.nodes().size();
+  auto tg = build_training_graph(g, LossKind::kCrossEntropy, SgdOptions{kMomentum, 0.0f});
+  if (!tg) {
+    std::fprintf(stderr, "FAIL: training graph: %s\n", tg.status().message().c_str());
+    return 1;
+  }
+  if (g.inputs.size() != 1) {
+    std::fprintf(stderr, "FAIL: the model has %zu data inputs; step_bench feeds exactly one\n", g.inputs.size());
+    return 1;
+  }
+  Value* in = g.inputs[0];
+  const int64_t batch = in->dims.at(0);
+  if (batch != o.batch_size)
+    std::fprintf(stderr, "notice: the model's batch dimension is fixed at %lld (--batch-size %lld ignored)\n",
+                 static_cast<long long>(batch), static_cast<long long>(o.batch_size));
+  auto created = Executor::create(g, DeviceKind::kCpu);
+  if (!created) {
+    std::fprintf(stderr, "FAIL: executor: %s\n", created.status().message().c_str());
+    return 1;
+  }
+  Executor& ex = **created;
+  HostTensor& x = ex.tensor(in);
+  HostTensor& y = ex.tensor(tg->loss.labels);
+  const HostTensor& loss = ex.tensor(tg->loss.loss);
+  {
+    HostTensor& lr = ex.tensor(tg->lr);
+    if (lr.dtype() == DType::kFloat64) lr.as<double>()[0] = kLr;
+    else lr.as<float>()[0] = kLr;
+  }
+  int64_t step_no = 0;
+  auto set_step = [&] {
+    ++step_no;
+    if (g.rng_step) ex.tensor(g.rng_step).as<int64_t>()[0] = step_no;
+  };
+
+  // Eight distinct batches for the timed steps; the first one is the fixed validation batch.
+  const Dataset data = make_data(in, *tg, 8 * batch, o.vocab, /*seed=*/0);
+  std::vector<int64_t> order(data.size());
+  std::iota(order.begin(), order.end(), 0);
+
+  // Validation: finite first loss, falling loss over 20 steps on one repeated batch.
+  std::vector<double> val_losses;
+  gather_batch(data, order, 0, &x, &y);
+  for (int i = 0; i < kValidationSteps; ++i) {
+    set_step();
+    Status st = ex.run();
+    if (!st.is_ok()) {
+      std::printf("FAIL: training step %d: %s\n", i + 1, st.message().c_str());
+      return 1;
+    }
+    val_losses.push_back(loss.get_double(0));
+    if (!std::isfinite(val_losses.back())) {
+      std::printf("FAIL: loss at validation step %d is %g (not finite)\n", i + 1, val_losses.back());
+      return 1;
+    }
+  }
+  // Dropout makes single steps noisy: compare the means of the first and last five steps.
+  const double first5 = std::accumulate(val_losses.begin(), val_losses.begin() + 5, 0.0) / 5;
+  const double last5 = std::accumulate(val_losses.end() - 5, val_losses.end(), 0.0) / 5;
+  if (!(last5 < first5)) {
+    std::printf("FAIL: the loss does not fall over %d steps on one batch: mean of steps 1-5 %.5f, of steps 16-20 "
+                "%.5f (first %.5f, last %.5f)\n",
+                kValidationSteps, first5, last5, val_losses.front(), val_losses.back());
+    return 1;
+  }
+
+  // Warm-up, then timed steps over the eight batches.
+  using clock = std::chrono::steady_clock;
+  std::vector<double> ms;
+  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+    const auto t0 = clock::now();
+    gather_batch(data, order, (i % 8) * batch, &x, &y);
+    set_step();
+    Status st = ex.run();
+    const double dt = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    if (!st.is_ok()) {
+      std::printf("FAIL: timed step %lld: %s\n", static_cast<long long>(i + 1), st.message().c_str());
+      return 1;
+    }
+    if (!std::isfinite(loss.get_double(0))) {
+      std::printf("FAIL: loss at timed step %lld is not finite\n", static_cast<long long>(i + 1));
+      return 1;
+    }
+    if (i >= o.warmup) ms.push_back(dt);
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double med = median(ms), p10 = percentile(sorted, 0.10), p90 = percentile(sorted, 0.90);
+
+  // Per-node times: mean over a few more steps, each node timed on its own.
+  std::vector<NodeTime> top;
+  std::vector<std::pair<std::string, double>> by_op;
+  double node_total = 0;
+  if (o.per_node) {
+    const int reps = static_cast<int>(std::clamp<int64_t>(o.steps / 2, 1, 5));
+    std::vector<double> sec(g.nodes().size(), 0.0);
+    for (int r = 0; r < reps; ++r) {
+      gather_batch(data, order, (r % 8) * batch, &x, &y);
+      set_step();
+      Status st = ex.run_timed(&sec);
+      if (!st.is_ok()) {
+        std::printf("FAIL: timed per-node step: %s\n", st.message().c_str());
+        return 1;
+      }
+    }
+    std::map<std::string, double> ops;
+    for (const auto& n : g.nodes()) {
+      const double s = static_cast<size_t>(n->id) < sec.size() ? sec[n->id] / reps : 0.0;
+      node_total += s;
+      top.push_back({n.get(), s});
+      ops[n->op_type + " (" + phase_name(n->phase) + ")"] += s;
+    }
+    std::sort(top.begin(), top.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
+    if (top.size() > kTopNodes) top.resize(kTopNodes);
+    by_op.assign(ops.begin(), ops.end());
+    std::sort(by_op.begin(), by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    if (by_op.size() > kTopNodes) by_op.resize(kTopNodes);
+  }
+  const long rss = peak_rss_kib();
+  const int omp_threads = omp_get_max_threads(), blas_threads = openblas_get_num_threads();
+
+  if (o.json) {
+    std::printf("{\"model\": \"%s\", \"batch\": %lld, \"nodes\": %zu, \"forward_nodes\": %zu, \"steps\": %zu, "
+                "\"warmup\": %lld, \"omp_threads\": %d, \"blas_threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, "
+                "\"p90_ms\": %.4f, \"steps_per_s\": %.4f, \"peak_rss_kib\": %ld, \"loss_first\": %.6f, "
+                "\"loss_step20\": %.6f, \"loss_first5_mean\": %.6f, \"loss_last5_mean\": %.6f",
+                json_escape(o.model).c_str(), static_cast<long long>(batch), g.nodes().size(), forward_nodes,
+                ms.size(), static_cast<long long>(o.warmup), omp_threads, blas_threads, med, p10, p90, 1e3 / med,
+                rss, val_losses.front(), val_losses.back(), first5, last5);
+    if (o.per_node) {
+      std::printf(", \"per_node_total_ms\": %.4f, \"top_nodes\": [", 1e3 * node_total);
+      for (size_t i = 0; i < top.size(); ++i)
+        std::printf("%s{\"name\": \"%s\", \"op\": \"%s\", \"phase\": \"%s\", \"ms\": %.4f, \"share\": %.4f}",
+                    i ? ", " : "", json_escape(top[i].node->name).c_str(), top[i].node->op_type.c_str(),
+                    phase_name(top[i].node->phase), 1e3 * top[i].seconds,
+                    node_total > 0 ? top[i].seconds / node_total : 0.0);
+      std::printf("], \"top_ops\": [");
+      for (size_t i = 0; i < by_op.size(); ++i)
+        std::printf("%s{\"op\": \"%s\", \"ms\": %.4f, \"share\": %.4f}", i ? ", " : "", by_op[i].first.c_str(),
+                    1e3 * by_op[i].second, node_total > 0 ? by_op[i].second / node_total : 0.0);
+      std::printf("]");
+    }
+    std::printf("}\n");
+    return 0;
+  }
+  std::printf("model: %s (%zu forward nodes, %zu in the training graph), batch %lld, input %s %s\n", o.model.c_str(),
+              forward_nodes, g.nodes().size(), static_cast<long long>(batch), dims_str(in->dims).c_str(),
+              dtype_name(in->dtype));
+  std::printf("data: %s\n", data.source.c_str());
+  std::printf("threads: OpenMP %d, OpenBLAS %d\n", omp_threads, blas_threads);
+  std::printf("validation: ok (loss %.4f at step 1, %.4f at step %d; mean of steps 1-5 %.4f > 16-20 %.4f)\n",
+              val_losses.front(), val_losses.back(), kValidationSteps, first5, last5);
+  std::printf("step: median %.3f ms, p10 %.3f ms, p90 %.3f ms over %zu steps (after %lld warm-up); %.2f steps/s\n",
+              med, p10, p90, ms.size(), static_cast<long long>(o.warmup), 1e3 / med);
+  std::printf("peak resident memory: %.1f MiB (VmHWM)\n", rss / 1024.0);
+  if (o.per_node) {
+    std::printf("\nper node (mean of timed steps; sum %.3f ms):\n", 1e3 * node_total);
+    std::printf("  %-10s %-9s %9s %7s  %s\n", "op", "phase", "ms", "share", "node");
+    for (const NodeTime& t : top)
+      std::printf("  %-10s %-9s %9.3f %6.1f%%  %s\n", t.node->op_type.c_str(), phase_name(t.node->phase),
+                  1e3 * t.seconds, node_total > 0 ? 100 * t.seconds / node_total : 0.0, t.node->name.c_str());
+    std::printf("\nper op type and phase:\n");
+    for (const auto& [k, s] : by_op)
+      std::printf("  %-32s %9.3f %6.1f%%\n", k.c_str(), 1e3 * s, node_total > 0 ? 100 * s / node_total : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pt
+
+int main(int argc, char** argv) {
+  pt::Options o;
+  if (int rc = pt::parse(argc, argv, &o)) return rc;
+  try {
+    return pt::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "step_bench: internal error: %s\n", e.what());
+    return 1;
+  }
+}

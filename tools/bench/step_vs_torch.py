@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""Training-step time of onnx-pipetrain against PyTorch eager on the CPU, same model, batch,
+optimizer and threads, measured in one run (issue 3, "CPU performance").
+
+Run: /usr/bin/python3 tools/bench/step_vs_torch.py [--build DIR] [--threads T] [--only NAME]
+     [--steps N] [--warmup W] [--per-node] [--json FILE]
+
+For each model (LeNet-5-BN batch 64 at 1x28x28; torchvision ResNet-18 at 3x32x32 batch 32; the
+Transformer encoder classifier, batch 32, 64 int64 tokens from a vocabulary of 100) it
+  1. exports the module of tools/export_models.py (torch.manual_seed(0), training mode, opset 13,
+     do_constant_folding=False, dropout as in the model) to a temporary folder;
+  2. times PyTorch eager in a subprocess of its own (so that ru_maxrss is that model's alone):
+     torch.set_num_threads(T), one fixed batch, SGD(lr 0.01, momentum 0.9, dampening 0.9: the
+     v = 0.9 v + 0.1 g of onnx-pipetrain's SGDMomentum), zero_grad + forward + cross-entropy +
+     backward + step per step;
+  3. runs step_bench (tools/bench/step_bench.cpp) on the exported model with the same threads.
+Both sides validate before they time (first loss finite; mean loss of steps 16-20 below that of
+steps 1-5 on one repeated batch) and report the median of N timed steps after W warm-up steps.
+Prints a table: ms/step of both, the ratio ours/torch (target <= 1.0) and the peak resident memory
+of both processes (torch: ru_maxrss; onnx-pipetrain: VmHWM).
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+# name -> (export_models name, batch, sample shape or ("tokens", seq, vocab))
+MODELS = {
+    "lenet_bn": ("lenet_bn", 64, (1, 28, 28)),
+    "resnet18": ("resnet18", 32, (3, 32, 32)),
+    "transformer": ("transformer", 32, ("tokens", 64, 100)),
+}
+LR, MOMENTUM = 0.01, 0.9
+VALIDATION_STEPS = 20
+
+
+def make_batch(name, seed=0):
+    import torch
+    from export_models import NUM_CLASSES
+    _, batch, shape = MODELS[name]
+    g = torch.Generator().manual_seed(seed)
+    if shape[0] == "tokens":
+        x = torch.randint(0, shape[2], (batch, shape[1]), generator=g)
+    else:
+        x = torch.randn((batch,) + tuple(shape), generator=g)
+    y = torch.randint(0, NUM_CLASSES[MODELS[name][0]], (batch,), generator=g)
+    return x, y
+
+
+def export(name, path):
+    import torch
+    from export_models import build_module
+    model = build_module(MODELS[name][0])   # torch.manual_seed(0) inside
+    model.train()
+    x, _ = make_batch(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, x, path, opset_version=13, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def torch_steps(name, threads, steps, warmup):
+    """One process per model: validate, warm up, time; returns a dict (printed as JSON)."""
+    import torch
+    import torch.nn.functional as F
+    from export_models import build_module
+    torch.set_num_threads(threads)
+    model = build_module(MODELS[name][0])
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, dampening=MOMENTUM)
+    x, y = make_batch(name)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    losses = [step() for _ in range(VALIDATION_STEPS)]
+    first5, last5 = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    out = {"loss_first": losses[0], "loss_step20": losses[-1], "loss_first5_mean": first5,
+           "loss_last5_mean": last5, "threads": torch.get_num_threads()}
+    if not all(map(lambda v: v == v and abs(v) != float("inf"), losses)):
+        out["error"] = f"torch loss not finite: {losses}"
+        return out
+    if not last5 < first5:
+        out["error"] = f"torch loss does not fall: mean of steps 1-5 {first5:.5f}, 16-20 {last5:.5f}"
+        return out
+    for _ in range(warmup):
+        step()
+    ms = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        ms.append(1e3 * (time.perf_counter() - t0))
+    ms_sorted = sorted(ms)
+    pick = lambda q: ms_sorted[min(len(ms), max(1, math.ceil(q * len(ms)))) - 1]   # nearest rank
+    out.update(median_ms=statistics.median(ms), p10_ms=pick(0.10), p90_ms=pick(0.90),
+               peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return out
+
+
+def run_ours(build, model_path, name, threads, steps, warmup, per_node):
+    exe = os.path.join(build, "tools", "bench", "step_bench")
+    cmd = [exe, model_path, "--batch-size", str(MODELS[name][1]), "--steps", str(steps), "--warmup",
+           str(warmup), "--threads", str(threads), "--json"]
+    if per_node:
+        cmd.append("--per-node")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        msg = (p.stdout + p.stderr).strip().splitlines()
+        return {"error": msg[-1] if msg else f"step_bench exited {p.returncode}", "cmd": cmd}
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["cmd"] = cmd
+    return r
+
+
+def subprocess_json(args):
+    p = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True)
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        err = (p.stdout + p.stderr).strip().splitlines()
+        return {"error": err[-1] if err else f"exit {p.returncode}"}
+    return json.loads(lines[-1])
+
+
+def fmt(v, spec):
+    return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build-bench"), help="CMake build folder with step_bench")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", choices=sorted(MODELS), action="append", help="model(s) to run (default: all)")
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per side")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--per-node", action="store_true", help="also print step_bench's top nodes per model")
+    ap.add_argument("--json", help="write all results to this file")
+    # Internal: the subprocesses.
+    ap.add_argument("--_export", nargs=2, metavar=("NAME", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--_torch", metavar="NAME", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+
+    if a._export:
+        export(*a._export)
+        print(json.dumps({"ok": True}))
+        return 0
+    if a._torch:
+        print(json.dumps(torch_steps(a._torch, a.threads, a.steps, a.warmup)))
+        return 0
+
+    exe = os.path.join(a.build, "tools", "bench", "step_bench")
+    if not os.access(exe, os.X_OK):
+        print(f"step_vs_torch: error: {exe} not found; build it: cmake --build {a.build} --target step_bench",
+              file=sys.stderr)
+        return 2
+    names = a.only or list(MODELS)
+    t_start = time.time()
+    print(f"threads {a.threads}, {a.warmup} warm-up + {a.steps} timed steps per side, "
+          f"load average at start {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}",
+          flush=True)
+    results = {}
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="step_vs_torch.") as tmp:
+        for name in names:
+            path = os.path.join(tmp, f"{name}.op13.train.onnx")
+            r = {"name": name, "batch": MODELS[name][1]}
+            ex = subprocess_json(["--_export", name, path])
+            if "error" in ex:
+                r["error"] = f"export: {ex['error']}"
+            else:
+                r["torch"] = subprocess_json(["--_torch", name, "--threads", str(a.threads), "--steps",
+                                              str(a.steps), "--warmup", str(a.warmup)])
+                r["ours"] = run_ours(a.build, path, name, a.threads, a.steps, a.warmup, a.per_node)
+            results[name] = r
+            t, o = r.get("torch", {}), r.get("ours", {})
+            for side, d in (("torch", t), ("onnx-pipetrain", o)):
+                if "error" in d:
+                    print(f"{name}: {side}: FAIL: {d['error']}", flush=True)
+            if "error" in r:
+                print(f"{name}: FAIL: {r['error']}", flush=True)
+            if any("error" in d for d in (r, t, o)):
+                failed = True
+                continue
+            print(f"{name}: ok (losses torch {t['loss_first']:.4f} -> {t['loss_step20']:.4f}, ours "
+                  f"{o['loss_first']:.4f} -> {o['loss_step20']:.4f} over {VALIDATION_STEPS} steps on one batch)",
+                  flush=True)
+            if a.per_node and "top_nodes" in o:
+                print(f"  top nodes of onnx-pipetrain (sum {o['per_node_total_ms']:.2f} ms):")
+                for n in o["top_nodes"]:
+                    print(f"    {n['op']:<24} {n['phase']:<9} {n['ms']:9.3f} ms {100 * n['share']:5.1f}%  {n['name']}")
+                print("  by op type and phase:")
+                for n in o["top_ops"]:
+                    print(f"    {n['op']:<34} {n['ms']:9.3f} ms {100 * n['share']:5.1f}%")
+
+    print()
+    hdr = (f"| {'model':<11} | {'batch':>5} | {'torch ms/step':>13} | {'ours ms/step':>12} | {'ratio':>5} | "
+           f"{'torch p10-p90':>13} | {'ours p10-p90':>13} | {'torch RSS MiB':>13} | {'ours RSS MiB':>12} |")
+    print(hdr)
+    print("|" + "|".join("-" * (len(c) + 0) for c in hdr.split("|")[1:-1]) + "|")
+    for name, r in results.items():
+        t, o = r.get("torch", {}), r.get("ours", {})
+        ratio = o["median_ms"] / t["median_ms"] if "median_ms" in o and "median_ms" in t else None
+        tr = f"{fmt(t.get('p10_ms'), '.1f')}-{fmt(t.get('p90_ms'), '.1f')}"
+        orr = f"{fmt(o.get('p10_ms'), '.1f')}-{fmt(o.get('p90_ms'), '.1f')}"
+        trss = t["peak_rss_kib"] / 1024 if "peak_rss_kib" in t else None
+        orss = o["peak_rss_kib"] / 1024 if "peak_rss_kib" in o else None
+        print(f"| {name:<11} | {r['batch']:>5} | {fmt(t.get('median_ms'), '.2f'):>13} | "
+              f"{fmt(o.get('median_ms'), '.2f'):>12} | {fmt(ratio, '.2f'):>5} | {tr:>13} | {orr:>13} | "
+              f"{fmt(trss, '.0f'):>13} | {fmt(orss, '.0f'):>12} |")
+        r["ratio"] = ratio
+    la = os.getloadavg()
+    print(f"\nratio = onnx-pipetrain / torch median ms per step (target <= 1.0); {time.time() - t_start:.0f} s, "
+          f"load average at end {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
