@@ -14,38 +14,6 @@
 namespace pt::cpu {
 namespace {
 
-template <typename T, typename F>
-Status unary(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
-  const TensorView& x = call.inputs[0];
-  const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, x.dims));
-  const T* px = x.as<T>();  // (n)
-  T* py = y.as<T>();        // (n)
-  const int64_t n = x.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
-  return Status::ok();
-}
-
-// dX = f(dY, X); inputs (dY, X, ...), output dX, all the same shape.
-template <typename T, typename F>
-Status grad_from_input(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
-  const TensorView& dy = call.inputs[0];
-  const TensorView& x = call.inputs[1];
-  const TensorView& dx = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "X", x.dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "output", dx.dims, dy.dims));
-  const T* pdy = dy.as<T>();  // (n)
-  const T* px = x.as<T>();    // (n)
-  T* pdx = dx.as<T>();        // (n)
-  const int64_t n = dy.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], px[i]);
-  return Status::ok();
-}
-
 template <typename T>
 T softplus(T x) {  // log(1 + e^x) without overflow
   return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
@@ -122,50 +90,50 @@ template <typename T>
 Status clip(const KernelCall& call) {
   T lo, hi;
   clip_bounds<T>(call, 1, &lo, &hi);
-  return unary<T>(call, "Clip", [lo, hi](T x) { return x < lo ? lo : (x > hi ? hi : x); });
+  return map_unary<T>(call, "Clip", [lo, hi](T x) { return x < lo ? lo : (x > hi ? hi : x); });
 }
 template <typename T>
 Status leaky_relu(const KernelCall& call) {
   const T a = static_cast<T>(call.attrs.get_float("alpha", 0.01f));
-  return unary<T>(call, "LeakyRelu", [a](T x) { return x >= T(0) ? x : a * x; });
+  return map_unary<T>(call, "LeakyRelu", [a](T x) { return x >= T(0) ? x : a * x; });
 }
 template <typename T>
 Status elu(const KernelCall& call) {
   const T a = static_cast<T>(call.attrs.get_float("alpha", 1.0f));
-  return unary<T>(call, "Elu", [a](T x) { return x >= T(0) ? x : a * std::expm1(x); });
+  return map_unary<T>(call, "Elu", [a](T x) { return x >= T(0) ? x : a * std::expm1(x); });
 }
 template <typename T>
 Status selu(const KernelCall& call) {
   const T a = call.attrs.has("alpha") ? static_cast<T>(call.attrs.get_float("alpha", 0)) : static_cast<T>(kSeluAlpha);
   const T g = call.attrs.has("gamma") ? static_cast<T>(call.attrs.get_float("gamma", 0)) : static_cast<T>(kSeluGamma);
-  return unary<T>(call, "Selu", [a, g](T x) { return x > T(0) ? g * x : g * a * std::expm1(x); });
+  return map_unary<T>(call, "Selu", [a, g](T x) { return x > T(0) ? g * x : g * a * std::expm1(x); });
 }
 template <typename T>
 Status hard_sigmoid(const KernelCall& call) {
   const T a = static_cast<T>(call.attrs.get_float("alpha", 0.2f));
   const T b = static_cast<T>(call.attrs.get_float("beta", 0.5f));
-  return unary<T>(call, "HardSigmoid", [a, b](T x) { return std::max(T(0), std::min(T(1), a * x + b)); });
+  return map_unary<T>(call, "HardSigmoid", [a, b](T x) { return std::max(T(0), std::min(T(1), a * x + b)); });
 }
 template <typename T>
 Status hard_swish(const KernelCall& call) {
-  return unary<T>(call, "HardSwish",
+  return map_unary<T>(call, "HardSwish",
                   [](T x) { return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))); });
 }
 template <typename T>
 Status erf_op(const KernelCall& call) {
-  return unary<T>(call, "Erf", [](T x) { return std::erf(x); });
+  return map_unary<T>(call, "Erf", [](T x) { return std::erf(x); });
 }
 template <typename T>
 Status softplus_op(const KernelCall& call) {
-  return unary<T>(call, "Softplus", [](T x) { return softplus(x); });
+  return map_unary<T>(call, "Softplus", [](T x) { return softplus(x); });
 }
 template <typename T>
 Status reciprocal(const KernelCall& call) {
-  return unary<T>(call, "Reciprocal", [](T x) { return T(1) / x; });
+  return map_unary<T>(call, "Reciprocal", [](T x) { return T(1) / x; });
 }
 template <typename T>
 Status abs_op(const KernelCall& call) {
-  return unary<T>(call, "Abs", [](T x) { return x < T(0) ? -x : x; });
+  return map_unary<T>(call, "Abs", [](T x) { return x < T(0) ? -x : x; });
 }
 template <typename T>
 Status prelu(const KernelCall& call) {
@@ -192,37 +160,37 @@ Status clip_grad(const KernelCall& call) {
   T lo, hi;
   clip_bounds<T>(call, 2, &lo, &hi);
   // Inside [min, max] (bounds included, as PyTorch's clamp) the gradient passes.
-  return grad_from_input<T>(call, "ClipGrad", [lo, hi](T dy, T x) { return x >= lo && x <= hi ? dy : T(0); });
+  return map_grad<T>(call, "ClipGrad", [lo, hi](T dy, T x) { return x >= lo && x <= hi ? dy : T(0); });
 }
 template <typename T>
 Status leaky_relu_grad(const KernelCall& call) {
   const T a = static_cast<T>(call.attrs.get_float("alpha", 0.01f));
-  return grad_from_input<T>(call, "LeakyReluGrad", [a](T dy, T x) { return x > T(0) ? dy : a * dy; });
+  return map_grad<T>(call, "LeakyReluGrad", [a](T dy, T x) { return x > T(0) ? dy : a * dy; });
 }
 template <typename T>
 Status elu_grad(const KernelCall& call) {
   const T a = static_cast<T>(call.attrs.get_float("alpha", 1.0f));
-  return grad_from_input<T>(call, "EluGrad", [a](T dy, T x) { return x > T(0) ? dy : dy * a * std::exp(x); });
+  return map_grad<T>(call, "EluGrad", [a](T dy, T x) { return x > T(0) ? dy : dy * a * std::exp(x); });
 }
 template <typename T>
 Status selu_grad(const KernelCall& call) {
   const T a = call.attrs.has("alpha") ? static_cast<T>(call.attrs.get_float("alpha", 0)) : static_cast<T>(kSeluAlpha);
   const T g = call.attrs.has("gamma") ? static_cast<T>(call.attrs.get_float("gamma", 0)) : static_cast<T>(kSeluGamma);
-  return grad_from_input<T>(call, "SeluGrad",
+  return map_grad<T>(call, "SeluGrad",
                             [a, g](T dy, T x) { return x > T(0) ? g * dy : dy * g * a * std::exp(x); });
 }
 template <typename T>
 Status hard_sigmoid_grad(const KernelCall& call) {
   const T a = static_cast<T>(call.attrs.get_float("alpha", 0.2f));
   const T b = static_cast<T>(call.attrs.get_float("beta", 0.5f));
-  return grad_from_input<T>(call, "HardSigmoidGrad", [a, b](T dy, T x) {
+  return map_grad<T>(call, "HardSigmoidGrad", [a, b](T dy, T x) {
     const T v = a * x + b;
     return v > T(0) && v < T(1) ? a * dy : T(0);
   });
 }
 template <typename T>
 Status hard_swish_grad(const KernelCall& call) {
-  return grad_from_input<T>(call, "HardSwishGrad", [](T dy, T x) {
+  return map_grad<T>(call, "HardSwishGrad", [](T dy, T x) {
     if (x < T(-3)) return T(0);
     if (x > T(3)) return dy;
     return dy * (x / T(3) + T(0.5));
@@ -231,16 +199,16 @@ Status hard_swish_grad(const KernelCall& call) {
 template <typename T>
 Status erf_grad(const KernelCall& call) {
   const T k = static_cast<T>(1.12837916709551257389615890312154517);  // 2 / sqrt(pi)
-  return grad_from_input<T>(call, "ErfGrad", [k](T dy, T x) { return dy * k * std::exp(-x * x); });
+  return map_grad<T>(call, "ErfGrad", [k](T dy, T x) { return dy * k * std::exp(-x * x); });
 }
 template <typename T>
 Status softplus_grad(const KernelCall& call) {
-  return grad_from_input<T>(call, "SoftplusGrad", [](T dy, T x) { return dy * sigmoid_of(x); });
+  return map_grad<T>(call, "SoftplusGrad", [](T dy, T x) { return dy * sigmoid_of(x); });
 }
 template <typename T>
 Status abs_grad(const KernelCall& call) {
   // Sign(0) = 0: the subgradient PyTorch uses.
-  return grad_from_input<T>(call, "AbsGrad",
+  return map_grad<T>(call, "AbsGrad",
                             [](T dy, T x) { return x > T(0) ? dy : (x < T(0) ? -dy : T(0)); });
 }
 

@@ -39,6 +39,40 @@ inline Status check_same_dims(const char* op, const char* what, const Dims& got,
   return Status::ok();
 }
 
+// y = f(x) elementwise over same-shape input 0 and output 0.
+template <typename T, typename F>
+Status map_unary(const KernelCall& call, const char* op, F f) {
+  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
+  const TensorView& x = call.inputs[0];
+  const TensorView& y = call.outputs[0];
+  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, x.dims));
+  const T* px = x.as<T>();  // (n)
+  T* py = y.as<T>();        // (n)
+  const int64_t n = x.size();
+#pragma omp parallel for simd if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+  return Status::ok();
+}
+
+// dX = f(dY, Z) elementwise; inputs (dY, Z), output dX, all the same shape. Z is the forward
+// output Y or input X, as the op's backward needs.
+template <typename T, typename F>
+Status map_grad(const KernelCall& call, const char* op, F f) {
+  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  const TensorView& dy = call.inputs[0];
+  const TensorView& z = call.inputs[1];
+  const TensorView& dx = call.outputs[0];
+  RETURN_IF_ERROR(check_same_dims(op, "the second input", z.dims, dy.dims));
+  RETURN_IF_ERROR(check_same_dims(op, "output", dx.dims, dy.dims));
+  const T* pdy = dy.as<T>();  // (n)
+  const T* pz = z.as<T>();    // (n)
+  T* pdx = dx.as<T>();        // (n)
+  const int64_t n = dy.size();
+#pragma omp parallel for simd if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], pz[i]);
+  return Status::ok();
+}
+
 // Element strides of `in` broadcast (right-aligned) to `out`: 0 on broadcast dims. `in` must be
 // broadcast-compatible with `out`.
 inline Dims broadcast_strides(const Dims& in, const Dims& out) {

@@ -10,38 +10,6 @@
 namespace pt::cpu {
 namespace {
 
-template <typename T, typename F>
-Status unary(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
-  const TensorView& x = call.inputs[0];
-  const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, x.dims));
-  const T* px = x.as<T>();  // (n)
-  T* py = y.as<T>();        // (n)
-  const int64_t n = x.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
-  return Status::ok();
-}
-
-// dX = f(dY, Y) elementwise; inputs (dY, Y), output dX, all the same shape.
-template <typename T, typename F>
-Status unary_grad(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
-  const TensorView& dy = call.inputs[0];
-  const TensorView& y = call.inputs[1];
-  const TensorView& dx = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "Y", y.dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "output", dx.dims, dy.dims));
-  const T* pdy = dy.as<T>();  // (n)
-  const T* py = y.as<T>();    // (n)
-  T* pdx = dx.as<T>();        // (n)
-  const int64_t n = dy.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], py[i]);
-  return Status::ok();
-}
-
 template <typename T>
 T stable_sigmoid(T x) {
   if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
@@ -53,44 +21,44 @@ T stable_sigmoid(T x) {
 
 template <typename T>
 Status relu(const KernelCall& call) {
-  return unary<T>(call, "Relu", [](T x) { return x > T(0) ? x : T(0); });
+  return map_unary<T>(call, "Relu", [](T x) { return x > T(0) ? x : T(0); });
 }
 template <typename T>
 Status sigmoid(const KernelCall& call) {
-  return unary<T>(call, "Sigmoid", [](T x) { return stable_sigmoid(x); });
+  return map_unary<T>(call, "Sigmoid", [](T x) { return stable_sigmoid(x); });
 }
 template <typename T>
 Status tanh_op(const KernelCall& call) {
-  return unary<T>(call, "Tanh", [](T x) { return std::tanh(x); });
+  return map_unary<T>(call, "Tanh", [](T x) { return std::tanh(x); });
 }
 template <typename T>
 Status neg(const KernelCall& call) {
-  return unary<T>(call, "Neg", [](T x) { return -x; });
+  return map_unary<T>(call, "Neg", [](T x) { return -x; });
 }
 template <typename T>
 Status exp_op(const KernelCall& call) {
-  return unary<T>(call, "Exp", [](T x) { return std::exp(x); });
+  return map_unary<T>(call, "Exp", [](T x) { return std::exp(x); });
 }
 template <typename T>
 Status log_op(const KernelCall& call) {
-  return unary<T>(call, "Log", [](T x) { return std::log(x); });
+  return map_unary<T>(call, "Log", [](T x) { return std::log(x); });
 }
 template <typename T>
 Status sqrt_op(const KernelCall& call) {
-  return unary<T>(call, "Sqrt", [](T x) { return std::sqrt(x); });
+  return map_unary<T>(call, "Sqrt", [](T x) { return std::sqrt(x); });
 }
 
 template <typename T>
 Status relu_grad(const KernelCall& call) {
-  return unary_grad<T>(call, "ReluGrad", [](T dy, T y) { return y > T(0) ? dy : T(0); });
+  return map_grad<T>(call, "ReluGrad", [](T dy, T y) { return y > T(0) ? dy : T(0); });
 }
 template <typename T>
 Status sigmoid_grad(const KernelCall& call) {
-  return unary_grad<T>(call, "SigmoidGrad", [](T dy, T y) { return dy * y * (T(1) - y); });
+  return map_grad<T>(call, "SigmoidGrad", [](T dy, T y) { return dy * y * (T(1) - y); });
 }
 template <typename T>
 Status tanh_grad(const KernelCall& call) {
-  return unary_grad<T>(call, "TanhGrad", [](T dy, T y) { return dy * (T(1) - y * y); });
+  return map_grad<T>(call, "TanhGrad", [](T dy, T y) { return dy * (T(1) - y * y); });
 }
 
 template <typename T>
