@@ -1,6 +1,7 @@
 // .npy reading and writing, dataset validation, batch gathering.
 #include "runtime/data.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -111,10 +112,10 @@ Status write_npy(const std::string& path, const HostTensor& t) {
 
 Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return invalid_input("--data " + dir + ": not a folder (expected x.npy and y.npy inside, or 'synthetic')");
+  if (!fs::is_directory(dir, ec)) return invalid_input(dir + ": not a folder (expected x.npy and y.npy inside, or 'synthetic')");
   const std::string xp = (fs::path(dir) / "x.npy").string(), yp = (fs::path(dir) / "y.npy").string();
   for (const auto& p : {xp, yp})
-    if (!fs::exists(p)) return invalid_input("--data " + dir + ": " + fs::path(p).filename().string() + " is missing");
+    if (!fs::exists(p)) return invalid_input(dir + ": " + fs::path(p).filename().string() + " is missing");
   Dataset d;
   d.source = dir + " (x.npy + y.npy)";
   ASSIGN_OR_RETURN(d.x, read_npy(xp));
@@ -177,6 +178,32 @@ Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed) {
     for (int64_t i = 0; i < d.y.size(); ++i) d.y.as<float>()[i] = normal(rng);
   }
   return d;
+}
+
+Dataset split_validation(Dataset* train, double fraction, uint64_t seed) {
+  const int64_t n = train->size();
+  const int64_t nv = std::clamp<int64_t>(static_cast<int64_t>(n * fraction + 0.5), 0, n - 1);
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(seed ^ 0x5eed5eedULL);
+  std::shuffle(order.begin(), order.end(), rng);
+  auto take = [&](const HostTensor& src, int64_t from, int64_t count) {
+    Dims d = src.dims();
+    d[0] = count;
+    HostTensor t(src.dtype(), d);
+    const size_t per = src.bytes() / static_cast<size_t>(n);
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(static_cast<char*>(t.data()) + i * per, static_cast<const char*>(src.data()) + order[from + i] * per, per);
+    return t;
+  };
+  Dataset val;
+  val.source = "the last " + std::to_string(nv) + " samples of a seeded shuffle of " + train->source;
+  val.x = take(train->x, n - nv, nv);
+  val.y = take(train->y, n - nv, nv);
+  HostTensor tx = take(train->x, 0, n - nv), ty = take(train->y, 0, n - nv);
+  train->x = std::move(tx);
+  train->y = std::move(ty);
+  return val;
 }
 
 void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, HostTensor* x, HostTensor* y) {

@@ -35,6 +35,15 @@ struct DataSpec {
 // Loads DIR/x.npy and DIR/y.npy; samples whose element count matches the model input are
 // reshaped to it. Errors name the file and what is wrong.
 Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec);
+// Any supported format, detected: a folder of x.npy + y.npy; MNIST-style IDX (plain or gzip): a
+// folder holding one *images*idx3* and one *labels*idx1* file, or a prefix such as
+// .../fashion-mnist/train; CIFAR-10/100 binary batches: a .bin file, or a folder of data_batch_*.bin
+// (or CIFAR-100's train.bin). Image bytes are scaled to [0, 1]. Dataset::source names the format.
+Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec);
+
+// Splits off the last `fraction` of a seeded shuffle as a validation set (--val-split).
+Dataset split_validation(Dataset* train, double fraction, uint64_t seed);
+
 // Random inputs (N(0,1)) and labels, deterministic in `seed`.
 Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed);
 

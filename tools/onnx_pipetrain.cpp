@@ -26,6 +26,7 @@ struct Options {
   std::string device = "auto";
   std::string data = "synthetic";
   std::string val_data;
+  double val_split = 0;
   int64_t epochs = 1;
   int64_t steps = 0;
   int64_t batch_size = 32;
@@ -147,14 +148,17 @@ int run(const Options& o) {
     train = synthetic_dataset(spec, std::max<int64_t>(o.batch_size * 16, 512), o.seed);
     say(o, "notice: --data synthetic: random inputs and labels, so loss and accuracy mean nothing");
   } else {
-    auto d = load_npy_dataset(o.data, spec);
-    if (!d) return fail(d.status());
+    auto d = load_dataset(o.data, spec);
+    if (!d) return fail(d.status().with_context("--data: "));
     train = std::move(*d);
   }
   if (!o.val_data.empty()) {
-    auto d = load_npy_dataset(o.val_data, spec);
+    auto d = load_dataset(o.val_data, spec);
     if (!d) return fail(d.status().with_context("--val-data: "));
     val = std::move(*d);
+  } else if (o.val_split > 0) {
+    if (train.size() < 2) return fail(invalid_input("--val-split: the training set has fewer than 2 samples"));
+    val = split_validation(&train, o.val_split, o.seed);
   }
   say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
              (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
@@ -218,8 +222,10 @@ int main(int argc, char** argv) {
   app.add_option("model", o.model, "the ONNX model to train")->required();
   app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->capture_default_str();
   app.add_option("--device", o.device, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
-  app.add_option("--data", o.data, "folder with x.npy + y.npy, or 'synthetic'")->capture_default_str();
-  app.add_option("--val-data", o.val_data, "validation folder (x.npy + y.npy)");
+  app.add_option("--data", o.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
+  auto* vd = app.add_option("--val-data", o.val_data, "validation set (same formats as --data)");
+  app.add_option("--val-split", o.val_split, "hold out this fraction of --data for validation (seeded)")
+      ->check(CLI::Range(0.0, 0.9))->excludes(vd);
   auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(CLI::PositiveNumber);
   ep->excludes(sp);

@@ -307,6 +307,60 @@ class CliTest(unittest.TestCase):
     def test_data_missing_folder(self):
         self.refuse([self.model, "--data", os.path.join(self.dir, "nowhere")], "--data", "nowhere")
 
+    def _idx(self, folder, n=64, gz=True, truncate=False):
+        import gzip
+        import struct
+        os.makedirs(folder, exist_ok=True)
+        rng = np.random.default_rng(9)
+        imgs = rng.integers(0, 256, size=(n, 2, 4), dtype=np.uint8)   # 8 pixels: fits the [N, 8] model
+        labels = rng.integers(0, 3, size=(n,), dtype=np.uint8)
+        img_bytes = struct.pack(">HBBIII", 0, 8, 3, n, 2, 4) + imgs.tobytes()
+        lab_bytes = struct.pack(">HBBI", 0, 8, 1, n) + labels.tobytes()
+        if truncate:
+            img_bytes = img_bytes[:-20]
+        opener = gzip.open if gz else open
+        ext = ".gz" if gz else ""
+        with opener(os.path.join(folder, "train-images-idx3-ubyte" + ext), "wb") as f:
+            f.write(img_bytes)
+        with opener(os.path.join(folder, "train-labels-idx1-ubyte" + ext), "wb") as f:
+            f.write(lab_bytes)
+        return folder
+
+    def test_idx_data(self):
+        for gz in (True, False):
+            d = self._idx(os.path.join(self.dir, f"idx{int(gz)}"), gz=gz)
+            rc, so, se = run(self.model, "--data", os.path.join(d, "train"), "--val-split", "0.25", "--epochs", 2,
+                             "--out", os.path.join(self.dir, f"idxrun{int(gz)}"))
+            self.assertEqual(rc, 0, se)
+            self.assertIn("(IDX)", so)
+            self.assertIn("validation: the last 16 samples", so)
+
+    def test_idx_truncated(self):
+        d = self._idx(os.path.join(self.dir, "idx_trunc"), truncate=True)
+        self.refuse([self.model, "--data", d], "train-images-idx3-ubyte.gz", "truncated", "record 61")
+
+    def test_cifar_data(self):
+        # CIFAR-10 records on a model with a [N, 3, 32, 32] input (Flatten + Gemm).
+        rng = np.random.default_rng(2)
+        w = numpy_helper.from_array(rng.standard_normal((10, 3072)).astype(np.float32) * 0.01, "W")
+        g = helper.make_graph([helper.make_node("Flatten", ["x"], ["f"], name="flat"),
+                               helper.make_node("Gemm", ["f", "W"], ["y"], name="fc", transB=1)], "cifar",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 10])], [w])
+        p = os.path.join(self.dir, "cifar.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+        d = os.path.join(self.dir, "cifar-10-batches-bin")
+        os.makedirs(d, exist_ok=True)
+        for b in (1, 2):
+            recs = np.concatenate([rng.integers(0, 10, (40, 1)), rng.integers(0, 256, (40, 3072))], axis=1)
+            recs.astype(np.uint8).tofile(os.path.join(d, f"data_batch_{b}.bin"))
+        rc, so, se = run(p, "--data", d, "--steps", 3, "--out", os.path.join(self.dir, "cifar_run"))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("CIFAR-10 binary (2 files), 80 samples", so)
+        with open(os.path.join(d, "data_batch_2.bin"), "ab") as f:
+            f.write(b"\0" * 100)
+        self.refuse([p, "--data", d], "data_batch_2.bin", "CIFAR", "record 40")
+
     def test_run_folder_and_input_untouched(self):
         before = read_bytes(self.model)
         out = os.path.join(self.dir, "runf")
