@@ -1,6 +1,8 @@
 // The single-stage training loop and evaluation.
 #include "runtime/trainer.h"
 
+#include "runtime/curves.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -139,6 +141,8 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(cfg.seed);
   TrainResult r;
+  Curves curves;
+  curves.title = cfg.title;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto window = t0;
@@ -156,6 +160,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
                                                std::to_string(l) + " (try a smaller --lr)");
     if (step == 1) r.first_loss = l;
+    curves.train_loss.push_back({static_cast<double>(step), l});
     r.last_loss = l;
     ++window_steps;
     window_loss += l;
@@ -164,6 +169,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     if (epoch_end && val && val->size() > 0) {
       ASSIGN_OR_RETURN(ev, evaluate(*val));
       r.val = ev;
+      curves.val_loss.push_back({static_cast<double>(step), ev.loss});
+      if (ev.accuracy >= 0) curves.val_accuracy.push_back({static_cast<double>(step), ev.accuracy});
+      if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
     }
     const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
     const double sps = elapsed > 0 ? static_cast<double>(step * batch_) / elapsed : 0;
@@ -197,6 +205,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     }
     r.steps = step;
   }
+  if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   r.samples_per_s = r.seconds > 0 ? static_cast<double>(r.steps * batch_) / r.seconds : 0;
   if (csv.is_open()) {

@@ -23,6 +23,8 @@ struct TrainConfig {
   int64_t log_every = 0;    // 0: about 10 lines per run
   bool quiet = false;
   std::string metrics_path;  // metrics.csv; written as <path>.partial, renamed when done
+  std::string curves_path;   // curves.svg, refreshed at every validation and at the end
+  std::string title;         // of the curves
 };
 
 struct EvalResult {

@@ -174,6 +174,8 @@ int run(const Options& o) {
   tc.log_every = o.log_every;
   tc.quiet = o.quiet;
   tc.metrics_path = (out_dir / "metrics.csv").string();
+  tc.curves_path = (out_dir / "curves.svg").string();
+  tc.title = m.stem + ": " + tg->loss.description.substr(0, tg->loss.description.find(" on output"));
   auto result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
   if (!result) return fail(result.status());
 
@@ -210,7 +212,8 @@ int run(const Options& o) {
                     static_cast<long long>(result->val.samples));
     say(o, line);
   }
-  say(o, "wrote: " + trained.string() + ", " + (out_dir / "metrics.csv").string());
+  say(o, "wrote: " + trained.string() + ", " + (out_dir / "metrics.csv").string() + ", " +
+             (out_dir / "curves.svg").string());
   return 0;
 }
 

@@ -367,7 +367,7 @@ class CliTest(unittest.TestCase):
         rc, so, se = run(self.model, "--data", self.data, "--epochs", 2, "--out", out)
         self.assertEqual(rc, 0, se)
         self.assertEqual(read_bytes(self.model), before)
-        self.assertEqual(sorted(os.listdir(out)), ["metrics.csv", "mlp.trained.onnx", "partition.dot",
+        self.assertEqual(sorted(os.listdir(out)), ["curves.svg", "metrics.csv", "mlp.trained.onnx", "partition.dot",
                                                    "partition.html", "partition.json", "partition.txt",
                                                    "trace.json"])
         for needle in ("loss:", "parameters:", "step ", "done:"):

@@ -1,0 +1,28 @@
+// curves.svg: training loss against steps, with validation loss and accuracy when there are any;
+// a self-contained SVG written beside metrics.csv and refreshed as training goes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace pt {
+
+struct CurvePoint {
+  double step = 0;
+  double value = 0;
+};
+
+struct Curves {
+  std::string title;
+  std::vector<CurvePoint> train_loss;
+  std::vector<CurvePoint> val_loss;
+  std::vector<CurvePoint> val_accuracy;  // in [0, 1]
+};
+
+std::string curves_svg(const Curves& c);
+// Writes curves_svg(c) to `path` through a temporary file and a rename.
+Status write_curves_svg(const Curves& c, const std::string& path);
+
+}  // namespace pt
