@@ -12,6 +12,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <unistd.h>
 
 namespace pt {
 
@@ -146,6 +147,8 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto window = t0;
+  auto last_bar = t0;
+  const bool tty = !cfg.quiet && isatty(fileno(stdout));
   int64_t window_steps = 0;
   double window_loss = 0;
   for (int64_t step = 1; step <= total; ++step) {
@@ -188,7 +191,24 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       }
       csv << "\n";
     }
-    if (!cfg.quiet && (step % log_every == 0 || step == total || ev.samples)) {
+    // On a terminal: one progress line redrawn in place (at most every 0.1 s); otherwise, and at
+    // every validation, plain lines.
+    if (tty && !ev.samples && step != total) {
+      const auto now = clock::now();
+      if (std::chrono::duration<double>(now - last_bar).count() >= 0.1) {
+        last_bar = now;
+        const double frac = static_cast<double>(step) / static_cast<double>(total);
+        const double eta = elapsed / std::max(frac, 1e-9) - elapsed;
+        constexpr int kWidth = 30;
+        const int filled = static_cast<int>(frac * kWidth);
+        std::printf("\r[%.*s%*s] %3.0f%%  epoch %lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs\033[K",
+                    filled, "##############################", kWidth - filled, "", 100 * frac,
+                    static_cast<long long>(epoch + 1), static_cast<long long>(step), static_cast<long long>(total), l,
+                    sps, eta);
+        std::fflush(stdout);
+      }
+    } else if (!cfg.quiet && (step % log_every == 0 || step == total || ev.samples)) {
+      if (tty) std::printf("\r\033[K");
       const double wsec = std::chrono::duration<double>(clock::now() - window).count();
       std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s", static_cast<long long>(step),
                   static_cast<long long>(total), static_cast<long long>(epoch + 1), window_loss / window_steps,
