@@ -40,7 +40,7 @@ struct Value {
   std::vector<Node*> consumers;
   // Initial contents for kParameter / kConstant / kState values.
   std::shared_ptr<HostTensor> data;
-  bool from_initializer = false;  // an initializer of the source model (exported after training)
+  bool from_initializer = false;  // an initializer or Constant-node weight of the source model (exported)
 
   bool is_constant() const { return kind == ValueKind::kConstant; }
   int64_t size() const { return numel(dims); }

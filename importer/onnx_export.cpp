@@ -76,6 +76,21 @@ Status export_onnx(const ImportedModel& model, const std::map<std::string, HostT
       add("length", std::to_string(length));
     }
   }
+  // Weights that came from Constant nodes go back into those nodes' value tensors.
+  for (auto& n : *proto.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "Constant" || n.output_size() != 1) continue;
+    auto it = values.find(n.output(0));
+    if (it == values.end()) continue;
+    for (auto& a : *n.mutable_attribute())
+      if (a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) {
+        Dims dims(a.t().dims().begin(), a.t().dims().end());
+        if (static_cast<DType>(a.t().data_type()) != it->second.dtype() || dims != it->second.dims())
+          return internal_error("export: Constant '" + n.output(0) + "' is " + dims_str(dims) + ", the new value " +
+                                dims_str(it->second.dims()));
+        tensor_to_proto(it->second, a.mutable_t());
+        done.insert(it->first);
+      }
+  }
   for (const auto& [name, v] : values)
     if (!done.count(name)) return internal_error("export: '" + name + "' is not an initializer of " + model.path);
   if (!external.empty()) RETURN_IF_ERROR(write_atomically(out.parent_path() / data_name, external));

@@ -335,8 +335,11 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   std::set<std::string> init_names;
   for (const auto& t : gp.initializer()) init_names.insert(t.name());
   std::set<std::string> frozen(opts.freeze.begin(), opts.freeze.end());
+  std::set<std::string> trainable_names = init_names;  // initializers and Constant-node tensors
+  for (const auto& n : gp.node())
+    if (n.op_type() == "Constant" && n.output_size() == 1) trainable_names.insert(n.output(0));
   for (const auto& f : frozen)
-    if (!init_names.count(f)) return invalid_input("--freeze: '" + f + "' is not an initializer of " + path);
+    if (!trainable_names.count(f)) return invalid_input("--freeze: '" + f + "' is not an initializer of " + path);
 
   for (const auto& vi : gp.input()) {
     if (init_names.count(vi.name())) continue;  // old models list initializers as inputs
@@ -383,7 +386,11 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
       Value* v = n->outputs.at(0);
       v->dtype = c.dtype();
       v->dims = c.dims();
-      v->kind = ValueKind::kConstant;
+      // Weights that converters feed through Constant nodes train like initializers; scalars
+      // (the constants of formulas such as Gelu's 0.5) stay constants.
+      const bool weight = is_floating(c.dtype()) && c.size() > 1 && !frozen.count(v->name);
+      v->kind = weight ? ValueKind::kParameter : ValueKind::kConstant;
+      v->from_initializer = weight;
       v->data = std::make_shared<HostTensor>(std::move(c));
     }
   }

@@ -50,6 +50,15 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("Flatten", copy_input),
     PT_CPU_I64("Flatten", copy_input),
     PT_CPU_I32("Flatten", copy_input),
+    // Masks (bool) and bytes move through the copy ops too (attention masks, image data).
+    {"Identity", DeviceKind::kCpu, DType::kBool, &cpu::copy_input<bool>},
+    {"Reshape", DeviceKind::kCpu, DType::kBool, &cpu::copy_input<bool>},
+    {"Flatten", DeviceKind::kCpu, DType::kBool, &cpu::copy_input<bool>},
+    {"Squeeze", DeviceKind::kCpu, DType::kBool, &cpu::copy_input<bool>},
+    {"Unsqueeze", DeviceKind::kCpu, DType::kBool, &cpu::copy_input<bool>},
+    {"Identity", DeviceKind::kCpu, DType::kUint8, &cpu::copy_input<uint8_t>},
+    {"Reshape", DeviceKind::kCpu, DType::kUint8, &cpu::copy_input<uint8_t>},
+    {"Flatten", DeviceKind::kCpu, DType::kUint8, &cpu::copy_input<uint8_t>},
     PT_CPU_F("Transpose", transpose),
     PT_CPU_I64("Transpose", transpose),
     // Matrix products and softmax

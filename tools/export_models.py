@@ -27,7 +27,9 @@ BatchNormalization and Dropout) and in evaluation mode (the default: BatchNorm f
                 computed in forward, mean-pool over the sequence, Linear(64, 5);
                 input int64 tokens [N,16]
 
-Every export has a dynamic batch axis on input "x" and output "logits".
+Every export has a dynamic batch axis on input "x" and output "logits". A training-mode export's
+BatchNorm running statistics are those after the exporter's one tracing forward (torch updates
+them while tracing in training mode), not the constructor's 0 and 1.
 
 onnx.helper graphs in the style of other converters and old opsets (7 to 9), written once each:
 
@@ -51,7 +53,6 @@ TORCH_MODELS, example_input() are used by tests/python/torch_model_oracle.py and
 tests/models/test_models.py.
 """
 import argparse
-import io
 import math
 import os
 import sys
@@ -61,7 +62,6 @@ import numpy as np
 import onnx
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
 
 OPSETS = (11, 13, 17)
@@ -200,7 +200,10 @@ def example_input(name, batch=2, seed=0):
 
 
 def export_torch(model, name, opset, mode, path_or_file):
-    """torch.onnx.export in 'train' (TrainingMode.TRAINING, no constant folding) or 'eval' mode."""
+    """torch.onnx.export in 'train' (TrainingMode.TRAINING, no constant folding) or 'eval' mode.
+    Note: in training mode the exporter's tracing forward (on example_input) updates the module's
+    BatchNorm running statistics and num_batches_tracked once, and the ONNX file holds those
+    updated values; main() therefore builds a fresh module for every file."""
     model.train(mode == "train")
     kw = dict(opset_version=opset, input_names=["x"], output_names=["logits"],
               dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
@@ -422,9 +425,9 @@ def main(argv=None):
             print(f"{name:22s} opset {m.opset_import[0].version:2d} helper {os.path.getsize(path):>10d} B "
                   f"{path}  ops: {' '.join(describe(m))}")
             continue
-        model = build_module(name)
         for opset in a.opsets:
             for mode in a.modes:
+                model = build_module(name)   # fresh: a training-mode export mutates BN buffers
                 path = os.path.join(a.outdir, f"{name}.op{opset}.{mode}.onnx")
                 try:
                     export_torch(model, name, opset, mode, path)

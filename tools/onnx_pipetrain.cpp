@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
 #include "tools/plan_step.h"
 #include "runtime/data.h"
+#include "runtime/pipeline.h"
 #include "runtime/profiler.h"
 #include "runtime/trainer.h"
 
@@ -46,6 +48,9 @@ struct Options {
   std::string schedule = "1f1b";
   std::string weights = "spectrain";
   int micro_batches = 4;
+  bool micro_batches_given = false;
+  std::string staleness = "paper";
+  bool trace = false;
   std::vector<std::string> device_spec;
   std::string link;
   std::vector<std::string> split_at;
@@ -83,7 +88,15 @@ int run(const Options& o) {
                (cuda_available() ? std::string("CUDA training is not implemented yet") : cuda_unavailable_reason()) + ")");
 
   ImportOptions io;
-  io.batch_size = o.batch_size;
+  // GPipe builds the graph for one micro-batch.
+  const bool gpipe = o.schedule == "gpipe";
+  if (!gpipe && o.micro_batches_given && o.micro_batches != 1)
+    return fail(invalid_input("--micro-batches " + std::to_string(o.micro_batches) + ": micro-batches need --schedule gpipe"));
+  const int micro = gpipe ? o.micro_batches : 1;
+  if (o.batch_size % micro != 0)
+    return fail(invalid_input("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of --micro-batches " +
+                              std::to_string(micro)));
+  io.batch_size = o.batch_size / micro;
   io.device = device;
   io.freeze = o.freeze;
   io.seed = o.seed;
@@ -95,7 +108,7 @@ int run(const Options& o) {
              (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
              (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
 
-  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != o.batch_size)
+  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size)
     say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
                "; training with batches of that size (--batch-size " + std::to_string(o.batch_size) + " ignored)");
   LossKind lk = o.loss == "mse" ? LossKind::kMse : o.loss == "cross-entropy" ? LossKind::kCrossEntropy : LossKind::kAuto;
@@ -131,10 +144,6 @@ int run(const Options& o) {
   if (!planned) return fail(planned.status());
   say(o, "reports: " + (out_dir / "partition.{txt,json,html,dot}").string() + ", " + (out_dir / "trace.json").string());
   if (o.plan_only) return 0;
-  if (o.gpus > 1)
-    return fail(unsupported("--gpus " + std::to_string(o.gpus) +
-                            ": training on several pipeline stages is not implemented in this version yet; the plan "
-                            "is in " + out_dir.string() + " (use --plan-only, or --gpus 1 to train)"));
 
   DataSpec spec;
   Value* in = g.inputs.at(0);
@@ -163,8 +172,6 @@ int run(const Options& o) {
   say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
              (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
 
-  auto trainer = Trainer::create(g, *tg, device);
-  if (!trainer) return fail(trainer.status());
   TrainConfig tc;
   tc.epochs = o.epochs;
   tc.steps = o.steps;
@@ -176,10 +183,15 @@ int run(const Options& o) {
   tc.metrics_path = (out_dir / "metrics.csv").string();
   tc.curves_path = (out_dir / "curves.svg").string();
   tc.title = m.stem + ": " + tg->loss.description.substr(0, tg->loss.description.find(" on output"));
-  auto result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
-  if (!result) return fail(result.status());
-
-  {
+  std::map<std::string, HostTensor> trained_values;
+  std::unique_ptr<PipelineTrainer> pipeline;
+  Expected<TrainResult> result = internal_error("not trained");
+  if (o.gpus == 1 && !gpipe) {
+    auto trainer = Trainer::create(g, *tg, device);
+    if (!trainer) return fail(trainer.status());
+    result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
+    if (!result) return fail(result.status());
+    trained_values = (*trainer)->trained_initializers();
     // Measured stage times beside the predicted ones.
     ProfileOptions po;
     po.warmup = 1;
@@ -190,12 +202,47 @@ int run(const Options& o) {
       s0.measured_fwd_ms = s0.measured_bwd_ms = 0;
       for (auto& [k, v] : measured->fwd_s) s0.measured_fwd_ms += 1e3 * v;
       for (auto& [k, v] : measured->bwd_s) s0.measured_bwd_ms += 1e3 * v;
-      Status rs = rewrite_reports(*planned, g, out_dir.string());
-      if (!rs.is_ok()) return fail(rs);
+    }
+  } else {
+    PipelineOptions po;
+    po.schedule = gpipe ? Schedule::kGPipe : Schedule::k1F1B;
+    po.weights = o.weights == "stash" ? WeightMode::kStash : o.weights == "stale" ? WeightMode::kStale : WeightMode::kSpecTrain;
+    po.staleness = o.staleness == "exact" ? Staleness::kExact : Staleness::kPaper;
+    po.micro_batches = micro;
+    po.threads_per_stage = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.gpus);
+    auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
+    if (!pipe) return fail(pipe.status());
+    say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
+                                                "1F1B, " + o.weights + " weights" +
+                                                    (o.weights == "spectrain" ? " (" + o.staleness + " staleness)" : "")) +
+               ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : ""));
+    result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
+    if (!result) return fail(result.status());
+    trained_values = (*pipe)->trained_initializers();
+    for (const StageStats& st : (*pipe)->stage_stats()) {
+      char b[256];
+      std::snprintf(b, sizeof b, "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch", st.stage,
+                    100 * st.busy_fraction, st.fwd_ms, st.bwd_ms);
+      say(o, b);
+      if (st.stage < static_cast<int>(planned->plan.stages.size())) {
+        planned->plan.stages[st.stage].measured_fwd_ms = st.fwd_ms;
+        planned->plan.stages[st.stage].measured_bwd_ms = st.bwd_ms;
+      }
+    }
+    pipeline = std::move(*pipe);
+  }
+  // The reports again, with measured stage times; with --trace, trace.json then holds the passes
+  // as they ran instead of the simulated schedule.
+  if (Status rs = rewrite_reports(*planned, g, out_dir.string()); !rs.is_ok()) return fail(rs);
+  if (o.trace) {
+    if (!pipeline) {
+      say(o, "notice: --trace records pipelined runs; trace.json keeps the simulated schedule of this single-stage run");
+    } else if (Status ts = pipeline->write_chrome_trace((out_dir / "trace.json").string()); !ts.is_ok()) {
+      return fail(ts);
     }
   }
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
-  Status st = export_onnx(m, (*trainer)->trained_initializers(), trained.string());
+  Status st = export_onnx(m, trained_values, trained.string());
   if (!st.is_ok()) return fail(st);
 
   char line[512];
@@ -247,7 +294,10 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", o.profile, "measure every node on the real device before partitioning (cached in the run folder)");
   app.add_option("--schedule", o.schedule, "1f1b | gpipe")->check(CLI::IsMember({"1f1b", "gpipe"}))->capture_default_str();
   app.add_option("--weights", o.weights, "spectrain | stash | stale")->check(CLI::IsMember({"spectrain", "stash", "stale"}))->capture_default_str();
-  app.add_option("--micro-batches", o.micro_batches, "GPipe: micro-batches per mini-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  auto* mb = app.add_option("--micro-batches", o.micro_batches, "GPipe: micro-batches per mini-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--spectrain-staleness", o.staleness, "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0")
+      ->check(CLI::IsMember({"paper", "exact"}))->capture_default_str();
+  app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
   app.add_option("--device-spec", o.device_spec, "device per stage: a built-in GPU (H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti) or a JSON file; one for all or one per stage")->delimiter(',');
   app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network (default: host for CPU stages, pcie4 for GPUs)");
   app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
@@ -255,6 +305,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", o.quiet, "print errors only");
   try {
     app.parse(argc, argv);
+    o.micro_batches_given = mb->count() > 0;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

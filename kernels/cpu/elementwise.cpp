@@ -92,6 +92,8 @@ PT_INSTANTIATE(tanh_grad);
 PT_INSTANTIATE(copy_input);
 template Status copy_input<int64_t>(const KernelCall& call);
 template Status copy_input<int32_t>(const KernelCall& call);
+template Status copy_input<bool>(const KernelCall& call);
+template Status copy_input<uint8_t>(const KernelCall& call);
 
 #undef PT_INSTANTIATE
 

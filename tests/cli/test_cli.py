@@ -267,8 +267,36 @@ class CliTest(unittest.TestCase):
         self.refuse([self.model, "--device", "tpu"], "--device")
         self.refuse([self.model, "--lr", "abc"], "--lr")
 
-    def test_several_stages_not_yet(self):
-        self.refuse([self.model, "--gpus", "4"], "--gpus 4")
+    def _weights(self, out, stem="mlp"):
+        m = onnx.load(os.path.join(out, f"{stem}.trained.onnx"))
+        return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+    def test_pipelined_training(self):
+        import json
+        common = ["--data", self.data, "--steps", 12, "--batch-size", 8, "--no-shuffle", "--lr", 0.1]
+        for weights in ("spectrain", "stash", "stale"):
+            out = os.path.join(self.dir, f"pipe_{weights}")
+            rc, so, se = run(self.model, "--gpus", 3, "--weights", weights, "--trace", "--out", out, *common)
+            self.assertEqual(rc, 0, se)
+            self.assertIn("stage 2: busy", so)
+            events = json.load(open(os.path.join(out, "trace.json")))["traceEvents"]
+            passes = [e for e in events if e.get("ph") == "X" and e["name"][0] in "FB"]
+            self.assertEqual(len(passes), 3 * 12 * 2, "one forward and one backward per stage and mini-batch")
+            self.assertTrue(all("staleness" in e["args"] and "version" in e["args"] for e in passes))
+        # GPipe over 2 stages with 2 micro-batches is sequential training on the whole mini-batch.
+        seq = os.path.join(self.dir, "seq")
+        rc, so, se = run(self.model, "--out", seq, "--quiet", *common)
+        self.assertEqual(rc, 0, se)
+        gp = os.path.join(self.dir, "gpipe")
+        rc, so, se = run(self.model, "--gpus", 2, "--schedule", "gpipe", "--micro-batches", 2, "--out", gp, "--quiet",
+                         *common)
+        self.assertEqual(rc, 0, se)
+        a, b = self._weights(gp), self._weights(seq)
+        for k in b:
+            err = np.abs(a[k] - b[k]).max() / (np.abs(b[k]).max() + 1e-6)
+            self.assertLess(err, 1e-5, f"GPipe differs from sequential training in {k}: {err}")
+        self.refuse([self.model, "--micro-batches", "2"], "--micro-batches", "gpipe")
+        self.refuse([self.model, "--schedule", "gpipe", "--micro-batches", "3", "--batch-size", "8"], "multiple")
 
     def test_freeze_unknown(self):
         self.refuse([self.model, "--freeze", "W9"], "--freeze", "W9")

@@ -107,7 +107,13 @@ class ModelsTest(unittest.TestCase):
         w1 = {i.name: numpy_helper.to_array(i) for i in tm.graph.initializer}
         self.assertEqual(sorted(w0), sorted(w1), "initializer names changed")
         changed = [n for n in w0 if w0[n].dtype.kind == "f" and not np.array_equal(w0[n], w1[n])]
-        self.assertTrue(changed, "no float initializer changed after training")
+
+        def constants(m):  # weights that converters feed through Constant nodes
+            return {n.output[0]: numpy_helper.to_array(a.t) for n in m.graph.node if n.op_type == "Constant"
+                    for a in n.attribute if a.name == "value"}
+        c0, c1 = constants(orig), constants(tm)
+        changed += [n for n in c0 if c0[n].dtype.kind == "f" and c0[n].size > 1 and not np.array_equal(c0[n], c1[n])]
+        self.assertTrue(changed, "no float initializer or Constant-node weight changed after training")
         onnx.checker.check_model(trained)
         if ort is None:
             return

@@ -153,6 +153,16 @@ Dataset make_data(const Value* in, const TrainingGraph& tg, int64_t n, int64_t v
   return d;
 }
 
+// "[32, 64, 64] x [64, 128]": the dims of a node's inputs, so that a slow node can be reproduced.
+std::string input_dims(const Node* n) {
+  std::string out;
+  for (const Value* v : n->inputs) {
+    if (!out.empty()) out += " x ";
+    out += v ? dims_str(v->dims) : "-";
+  }
+  return out;
+}
+
 struct NodeTime {
   const Node* node;
   double seconds;  // mean per step
@@ -177,6 +187,8 @@ int run(const Options& o) {
     std::fprintf(stderr, "FAIL: training graph: %s\n", tg.status().message().c_str());
     return 1;
   }
+  for (const auto& u : tg->unused_params)
+    std::fprintf(stderr, "notice: parameter '%s' does not reach the loss; it stays as it is\n", u.c_str());
   if (g.inputs.size() != 1) {
     std::fprintf(stderr, "FAIL: the model has %zu data inputs; step_bench feeds exactly one\n", g.inputs.size());
     return 1;
@@ -303,9 +315,9 @@ int run(const Options& o) {
     if (o.per_node) {
       std::printf(", \"per_node_total_ms\": %.4f, \"top_nodes\": [", 1e3 * node_total);
       for (size_t i = 0; i < top.size(); ++i)
-        std::printf("%s{\"name\": \"%s\", \"op\": \"%s\", \"phase\": \"%s\", \"ms\": %.4f, \"share\": %.4f}",
+        std::printf("%s{\"name\": \"%s\", \"op\": \"%s\", \"phase\": \"%s\", \"inputs\": \"%s\", \"ms\": %.4f, \"share\": %.4f}",
                     i ? ", " : "", json_escape(top[i].node->name).c_str(), top[i].node->op_type.c_str(),
-                    phase_name(top[i].node->phase), 1e3 * top[i].seconds,
+                    phase_name(top[i].node->phase), input_dims(top[i].node).c_str(), 1e3 * top[i].seconds,
                     node_total > 0 ? top[i].seconds / node_total : 0.0);
       std::printf("], \"top_ops\": [");
       for (size_t i = 0; i < by_op.size(); ++i)
@@ -328,13 +340,14 @@ int run(const Options& o) {
   std::printf("peak resident memory: %.1f MiB (VmHWM)\n", rss / 1024.0);
   if (o.per_node) {
     std::printf("\nper node (mean of timed steps; sum %.3f ms):\n", 1e3 * node_total);
-    std::printf("  %-10s %-9s %9s %7s  %s\n", "op", "phase", "ms", "share", "node");
+    std::printf("  %-24s %-9s %9s %7s  %s\n", "op", "phase", "ms", "share", "node");
     for (const NodeTime& t : top)
-      std::printf("  %-10s %-9s %9.3f %6.1f%%  %s\n", t.node->op_type.c_str(), phase_name(t.node->phase),
-                  1e3 * t.seconds, node_total > 0 ? 100 * t.seconds / node_total : 0.0, t.node->name.c_str());
+      std::printf("  %-24s %-9s %9.3f %6.1f%%  %s %s\n", t.node->op_type.c_str(), phase_name(t.node->phase),
+                  1e3 * t.seconds, node_total > 0 ? 100 * t.seconds / node_total : 0.0, t.node->name.c_str(),
+                  input_dims(t.node).c_str());
     std::printf("\nper op type and phase:\n");
     for (const auto& [k, s] : by_op)
-      std::printf("  %-32s %9.3f %6.1f%%\n", k.c_str(), 1e3 * s, node_total > 0 ? 100 * s / node_total : 0.0);
+      std::printf("  %-36s %9.3f %6.1f%%\n", k.c_str(), 1e3 * s, node_total > 0 ? 100 * s / node_total : 0.0);
   }
   return 0;
 }

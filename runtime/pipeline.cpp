@@ -1,0 +1,475 @@
+// The pipelined trainer: splits the training graph into stage workers by the plan, wires the
+// channels for activations (downstream) and gradients (upstream), runs one thread per stage and
+// coordinates metrics, validation and the trace.
+#include "runtime/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/pipeline_stage.h"
+
+namespace pt {
+
+const char* staleness_name(Staleness s) { return s == Staleness::kExact ? "exact" : "paper"; }
+
+int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode) {
+  const int gap = num_stages - stage - 1;
+  if (mode == Staleness::kExact) return backward ? 0 : gap;
+  return backward ? stage / 2 : stage / 2 + gap;
+}
+
+struct PipelineTrainer::Impl {
+  Impl(const Graph& graph, const TrainingGraph& training) : g(graph), tg(training) {}
+  const Graph& g;
+  const TrainingGraph& tg;
+  PipelineOptions opts;
+  std::vector<std::unique_ptr<Stage>> stages;
+  std::vector<std::unique_ptr<Channel>> channels;
+  std::unique_ptr<Executor> eval;  // the whole forward, for evaluation
+  int64_t graph_batch = 0;
+
+  void load_eval_weights();
+  Expected<EvalResult> run_eval(const Dataset& d);
+};
+
+namespace {
+
+bool forward_phase(Phase p) { return p == Phase::kForward || p == Phase::kLoss; }
+
+void set_scalar(HostTensor& t, double v) {
+  if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
+  else t.as<float>()[0] = static_cast<float>(v);
+}
+
+struct ById {
+  bool operator()(const Value* a, const Value* b) const { return a->id < b->id; }
+};
+
+}  // namespace
+
+PipelineTrainer::PipelineTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PipelineTrainer::~PipelineTrainer() = default;
+
+Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& g, const TrainingGraph& tg,
+                                                                   const Plan& plan, const PipelineOptions& opts) {
+  if (g.inputs.size() != 1)
+    return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
+  if (plan.stages.empty()) return invalid_input("the plan has no stages");
+  if (opts.micro_batches < 1) return invalid_input("--micro-batches must be at least 1");
+  if (opts.schedule != Schedule::kGPipe && opts.micro_batches != 1)
+    return invalid_input("--micro-batches applies to --schedule gpipe only");
+  auto impl = std::make_unique<Impl>(g, tg);
+  impl->opts = opts;
+  impl->graph_batch = g.inputs[0]->dims.at(0);
+  const int N = static_cast<int>(plan.stages.size());
+
+  std::unordered_map<const Node*, int> stage_of;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes) {
+      if (!stage_of.emplace(n, s.index).second) return internal_error(n->describe() + " is in two stages of the plan");
+    }
+  for (auto& n : g.nodes())
+    if (n->phase != Phase::kComm && !stage_of.count(n.get()))
+      return internal_error(n->describe() + " is in no stage of the plan");
+
+  // Who updates each parameter, and who owns each piece of model state.
+  std::unordered_map<const Value*, int> param_stage, state_stage;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes)
+      if (n->phase == Phase::kUpdate) param_stage[n->inputs.at(0)] = s.index;
+
+  std::map<std::pair<int, int>, std::set<const Value*, ById>> fwd_flow, bwd_flow;
+  for (const StagePlan& sp : plan.stages) {
+    auto st = std::make_unique<Stage>();
+    st->index = sp.index;
+    st->num_stages = N;
+    st->opts = opts;
+    st->nodes = sp.nodes;
+    st->input = g.inputs[0];
+    st->labels = tg.loss.labels;
+    st->lr = tg.lr;
+    st->rng_step = g.rng_step;
+    std::set<const Value*, ById> saved, state;
+    for (const Node* n : sp.nodes) {
+      if (n->phase == Phase::kUpdate) {
+        st->params.push_back(n->inputs.at(0));
+        st->grads.push_back(n->inputs.at(1));
+        st->momentum.push_back(n->inputs.at(2));
+        continue;
+      }
+      for (const Value* v : n->inputs) {
+        if (!v) continue;
+        if (v == st->input) st->reads_input = true;
+        if (v == st->labels) st->reads_labels = true;
+        if (v->kind == ValueKind::kParameter) {
+          auto it = param_stage.find(v);
+          if (it != param_stage.end() && it->second != sp.index)
+            return unsupported("parameter '" + v->name + "' is read by " + n->describe() + " in stage " +
+                               std::to_string(sp.index) + " and updated in stage " + std::to_string(it->second) +
+                               ": weights shared across stages are not supported; keep its readers in one stage");
+        }
+        if (v->kind == ValueKind::kState && v->from_initializer) {
+          auto [it, fresh] = state_stage.emplace(v, sp.index);
+          if (!fresh && it->second != sp.index)
+            return unsupported("model state '" + v->name + "' is used in stages " + std::to_string(it->second) +
+                               " and " + std::to_string(sp.index) + "; keep its readers in one stage");
+          state.insert(v);
+        }
+        if (n->phase == Phase::kBackward) {
+          const bool fwd_act = v->kind == ValueKind::kActivation && v->producer && forward_phase(v->producer->phase);
+          if (fwd_act || v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) saved.insert(v);
+        }
+        if (!v->producer) continue;
+        const int from = stage_of.at(v->producer);
+        if (from == sp.index) continue;
+        if (forward_phase(v->producer->phase)) {
+          if (from > sp.index)
+            return unsupported(n->describe() + " in stage " + std::to_string(sp.index) + " reads '" + v->name +
+                               "' computed by the forward of later stage " + std::to_string(from));
+          fwd_flow[{from, sp.index}].insert(v);
+        } else {
+          if (from < sp.index)
+            return unsupported(n->describe() + " in stage " + std::to_string(sp.index) + " reads gradient '" + v->name +
+                               "' computed by earlier stage " + std::to_string(from) + "; gradients must flow upstream");
+          bwd_flow[{from, sp.index}].insert(v);
+        }
+      }
+      for (const Value* v : n->outputs)
+        if (v && v == tg.loss.loss) st->loss = v;
+    }
+    st->saved.assign(saved.begin(), saved.end());
+    st->state.assign(state.begin(), state.end());
+    ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes));
+    impl->stages.push_back(std::move(st));
+  }
+  // Channels hold what is in flight between two stages at most: N - k mini-batches (1F1B) or M
+  // micro-batches (GPipe).
+  const int capacity = std::max(N, opts.micro_batches) + 1;
+  auto wire = [&](const auto& flows, bool forward) {
+    for (const auto& [ends, values] : flows) {
+      impl->channels.push_back(std::make_unique<Channel>(std::vector<const Value*>(values.begin(), values.end()), capacity));
+      Channel* c = impl->channels.back().get();
+      Stage& from = *impl->stages[ends.first];
+      Stage& to = *impl->stages[ends.second];
+      (forward ? from.fwd_out : from.bwd_out).push_back(c);
+      (forward ? to.fwd_in : to.bwd_in).push_back(c);
+    }
+  };
+  wire(fwd_flow, true);
+  wire(bwd_flow, false);
+  for (auto& st : impl->stages) st->prepare();
+
+  std::vector<const Node*> fwd_nodes;
+  for (auto& n : g.nodes())
+    if (n->phase == Phase::kForward) fwd_nodes.push_back(n.get());
+  ASSIGN_OR_RETURN(impl->eval, Executor::create(g, DeviceKind::kCpu, fwd_nodes));
+  return std::unique_ptr<PipelineTrainer>(new PipelineTrainer(std::move(impl)));
+}
+
+int PipelineTrainer::num_stages() const { return static_cast<int>(impl_->stages.size()); }
+
+int64_t PipelineTrainer::samples_per_step() const {
+  return impl_->graph_batch * (impl_->opts.schedule == Schedule::kGPipe ? impl_->opts.micro_batches : 1);
+}
+
+std::map<std::string, HostTensor> PipelineTrainer::parameters() const {
+  std::map<std::string, HostTensor> out;
+  for (auto& st : impl_->stages)
+    for (size_t i = 0; i < st->params.size(); ++i) out[st->params[i]->name] = st->master(i);
+  return out;
+}
+
+std::map<std::string, HostTensor> PipelineTrainer::trained_initializers() const {
+  std::map<std::string, HostTensor> out = parameters();
+  for (auto& st : impl_->stages)
+    for (const Value* v : st->state) out[v->name] = st->ex->tensor(v);
+  return out;
+}
+
+std::vector<PassRecord> PipelineTrainer::trace() const {
+  std::vector<PassRecord> out;
+  for (auto& st : impl_->stages) out.insert(out.end(), st->trace.begin(), st->trace.end());
+  return out;
+}
+
+std::vector<StageStats> PipelineTrainer::stage_stats() const {
+  std::vector<StageStats> out;
+  for (auto& st : impl_->stages) out.push_back(st->stats);
+  return out;
+}
+
+Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
+  nlohmann::json events = nlohmann::json::array();
+  for (auto& st : impl_->stages) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", st->index},
+                      {"args", {{"name", "stage " + std::to_string(st->index)}}}});
+    for (const PassRecord& r : st->trace) {
+      std::string name = (r.backward ? "B" : "F") + std::to_string(r.mini_batch);
+      if (impl_->opts.schedule == Schedule::kGPipe) name += "." + std::to_string(r.micro_batch);
+      events.push_back({{"name", name},
+                        {"cat", r.backward ? "backward" : "forward"},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", r.stage},
+                        {"ts", 1e3 * r.start_ms},
+                        {"dur", 1e3 * (r.end_ms - r.start_ms)},
+                        {"args", {{"mini_batch", r.mini_batch}, {"micro_batch", r.micro_batch},
+                                  {"version", r.version}, {"staleness", r.staleness}}}});
+    }
+  }
+  nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  const std::string partial = path + ".partial";
+  {
+    std::ofstream f(partial, std::ios::trunc);
+    if (!f) return invalid_input(path + ": cannot be written");
+    f << doc.dump(1) << "\n";
+    if (!f) return invalid_input(path + ": write failed");
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) return invalid_input(path + ": rename failed: " + ec.message());
+  return Status::ok();
+}
+
+void PipelineTrainer::Impl::load_eval_weights() {
+  for (auto& st : stages) {
+    for (size_t i = 0; i < st->params.size(); ++i) eval->tensor(st->params[i]) = st->master(i);
+    for (const Value* v : st->state) eval->tensor(v) = st->ex->tensor(v);
+  }
+}
+
+Expected<EvalResult> PipelineTrainer::Impl::run_eval(const Dataset& d) {
+  // As Trainer::evaluate: the last partial batch padded (wrapping around), padding not counted.
+  EvalResult r;
+  const int64_t n = d.size();
+  if (n == 0) return r;
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  HostTensor& x = eval->tensor(g.inputs[0]);
+  HostTensor& y = eval->tensor(tg.loss.labels);
+  const HostTensor& out = eval->tensor(tg.loss.output);
+  if (g.rng_step) eval->tensor(g.rng_step).as<int64_t>()[0] = -1;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  const bool ce = tg.loss.kind == LossKind::kCrossEntropy;
+  const bool probs = tg.loss.output != tg.loss.logits;
+  const int64_t per = out.size() / graph_batch;
+  for (int64_t b = 0; b < n; b += graph_batch) {
+    gather_batch(d, order, b, &x, &y);
+    RETURN_IF_ERROR(eval->run());
+    const int64_t real = std::min(graph_batch, n - b);
+    for (int64_t i = 0; i < real; ++i) {
+      if (ce) {
+        double mx = -INFINITY;
+        int64_t arg = 0;
+        for (int64_t c = 0; c < per; ++c) {
+          const double v = out.get_double(i * per + c);
+          if (v > mx) {
+            mx = v;
+            arg = c;
+          }
+        }
+        const int64_t label = y.as<int64_t>()[i];
+        double lp;
+        if (probs) {
+          lp = std::log(std::max(out.get_double(i * per + label), 1e-30));
+        } else {
+          double s = 0;
+          for (int64_t c = 0; c < per; ++c) s += std::exp(out.get_double(i * per + c) - mx);
+          lp = out.get_double(i * per + label) - mx - std::log(s);
+        }
+        loss_sum += -lp;
+        correct += arg == label;
+      } else {
+        double s = 0;
+        for (int64_t c = 0; c < per; ++c) {
+          const double e = out.get_double(i * per + c) - y.get_double(i * per + c);
+          s += e * e;
+        }
+        loss_sum += s / per;
+      }
+    }
+  }
+  r.samples = n;
+  r.loss = loss_sum / n;
+  r.accuracy = ce ? static_cast<double>(correct) / n : -1;
+  return r;
+}
+
+Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
+  impl_->load_eval_weights();
+  return impl_->run_eval(d);
+}
+
+Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
+  Impl& I = *impl_;
+  const int64_t n = train.size();
+  const int64_t batch = samples_per_step();
+  const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
+  if (n == 0) return invalid_input("the training set is empty");
+  const int64_t per_epoch = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
+  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
+  const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
+  const bool validate = val && val->size() > 0;
+
+  // The sample order of every epoch, drawn exactly as the single-stage trainer draws it.
+  std::vector<std::vector<int64_t>> orders;
+  {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(cfg.seed);
+    const int64_t epochs = (total + per_epoch - 1) / per_epoch;
+    for (int64_t e = 0; e < epochs; ++e) {
+      if (cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
+      orders.push_back(order);
+    }
+  }
+  RunShared sh;
+  sh.data = &train;
+  sh.epoch_orders = &orders;
+  sh.per_epoch = per_epoch;
+  sh.total_steps = total;
+  sh.mini_batch = batch;
+  sh.graph_batch = I.graph_batch;
+  sh.snapshot_step.assign(total, 0);
+  for (int64_t s = 0; s < total; ++s)
+    sh.snapshot_step[s] = validate && (s % per_epoch == per_epoch - 1 || s == total - 1);
+  sh.losses.assign(total * M, 0.0);
+  sh.loss_ready.assign(total * M, 0);
+  for (auto& c : I.channels) sh.channels.push_back(c.get());
+  for (auto& st : I.stages) set_scalar(st->ex->tensor(I.tg.lr), cfg.lr);
+
+  std::ofstream csv;
+  const std::string partial = cfg.metrics_path + ".partial";
+  if (!cfg.metrics_path.empty()) {
+    csv.open(partial, std::ios::trunc);
+    if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
+    csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
+  }
+
+  using clock = std::chrono::steady_clock;
+  sh.t0 = clock::now();
+  std::vector<std::thread> threads;
+  for (auto& st : I.stages) threads.emplace_back([&sh, s = st.get()] { s->run(sh); });
+  auto join_all = [&] {
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
+  };
+
+  TrainResult r;
+  Status failure = Status::ok();
+  auto window = sh.t0;
+  int64_t window_steps = 0;
+  double window_loss = 0;
+  for (int64_t step = 1; step <= total && failure.is_ok(); ++step) {
+    const int64_t s0 = step - 1;
+    double l = 0;
+    {
+      std::unique_lock<std::mutex> lock(sh.mu);
+      sh.cv.wait(lock, [&] {
+        if (sh.abort) return true;
+        for (int j = 0; j < M; ++j)
+          if (!sh.loss_ready[s0 * M + j]) return false;
+        return true;
+      });
+      if (sh.abort) break;
+      for (int j = 0; j < M; ++j) l += sh.losses[s0 * M + j];
+      l /= M;
+    }
+    if (!std::isfinite(l)) {
+      failure = Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
+                                                  std::to_string(l) + " (try a smaller --lr)");
+      sh.fail(failure);
+      break;
+    }
+    if (step == 1) r.first_loss = l;
+    r.last_loss = l;
+    ++window_steps;
+    window_loss += l;
+    const int64_t epoch = s0 / per_epoch;
+    EvalResult ev;
+    if (sh.snapshot_step[s0]) {
+      // The weights after this step's update at every stage.
+      std::vector<std::vector<std::pair<const Value*, HostTensor>>> snap;
+      {
+        std::unique_lock<std::mutex> lock(sh.mu);
+        sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == static_cast<int>(I.stages.size()); });
+        if (sh.abort) break;
+        snap = std::move(sh.snapshots[s0]);
+        sh.snapshots.erase(s0);
+      }
+      for (auto& per_stage : snap)
+        for (auto& [v, t] : per_stage) I.eval->tensor(v) = t;
+      auto e = I.run_eval(*val);
+      if (!e) {
+        failure = e.status();
+        sh.fail(failure);
+        break;
+      }
+      ev = *e;
+      r.val = ev;
+    }
+    const double elapsed = std::chrono::duration<double>(clock::now() - sh.t0).count();
+    const double sps = elapsed > 0 ? static_cast<double>(step * batch) / elapsed : 0;
+    if (csv.is_open()) {
+      char line[256];
+      std::snprintf(line, sizeof line, "%lld,%lld,%.9g,%.9g,%.1f,", static_cast<long long>(step),
+                    static_cast<long long>(epoch + 1), l, static_cast<double>(cfg.lr), sps);
+      csv << line;
+      if (ev.samples) {
+        std::snprintf(line, sizeof line, "%.9g,%.6g", ev.loss, ev.accuracy);
+        csv << line;
+      } else {
+        csv << ",";
+      }
+      csv << "\n";
+    }
+    if (!cfg.quiet && (step % log_every == 0 || step == total || ev.samples)) {
+      const double wsec = std::chrono::duration<double>(clock::now() - window).count();
+      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s", static_cast<long long>(step),
+                  static_cast<long long>(total), static_cast<long long>(epoch + 1), window_loss / window_steps,
+                  wsec > 0 ? window_steps * batch / wsec : 0.0);
+      if (ev.samples) {
+        std::printf("  val_loss %.4f", ev.loss);
+        if (ev.accuracy >= 0) std::printf("  val_acc %.2f%%", 100 * ev.accuracy);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      window = clock::now();
+      window_steps = 0;
+      window_loss = 0;
+    }
+    r.steps = step;
+  }
+  join_all();
+  r.seconds = std::chrono::duration<double>(clock::now() - sh.t0).count();
+  for (auto& st : I.stages)  // busy time over the whole run, not the stage's own end
+    if (r.seconds > 0) {
+      const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
+                            static_cast<double>(std::max<int64_t>(1, st->stats.updates));
+      st->stats.busy_fraction = busy_s / r.seconds;
+    }
+  if (!failure.is_ok()) return failure;
+  if (!sh.error.is_ok()) return sh.error;
+  r.samples_per_s = r.seconds > 0 ? static_cast<double>(r.steps * batch) / r.seconds : 0;
+  if (csv.is_open()) {
+    csv.close();
+    std::error_code ec;
+    std::filesystem::rename(partial, cfg.metrics_path, ec);
+    if (ec) return invalid_input(cfg.metrics_path + ": rename failed: " + ec.message());
+  }
+  return r;
+}
+
+}  // namespace pt

@@ -1,0 +1,93 @@
+// Pipelined training on N in-process CPU stages (DESIGN.md section 4): asynchronous 1F1B with
+// SpecTrain weight prediction, weight stashing or stale weights, and synchronous GPipe. One thread
+// and one Executor per stage; activations and gradients travel through bounded channels keyed by
+// mini-batch, so results never depend on thread timing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "importer/training.h"
+#include "partitioner/plan.h"
+#include "runtime/data.h"
+#include "runtime/trainer.h"
+
+namespace pt {
+
+// SpecTrain's version differences: kPaper s_fwd(k) = floor(k/2) + N-k-1, s_bwd(k) = floor(k/2)
+// (the official implementation); kExact the 1F1B gaps s_fwd(k) = N-k-1, s_bwd(k) = 0.
+enum class Staleness { kPaper, kExact };
+const char* staleness_name(Staleness s);
+
+// The version difference SpecTrain predicts over for `stage` of `num_stages` in one pass.
+int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode);
+
+struct PipelineOptions {
+  Schedule schedule = Schedule::k1F1B;
+  WeightMode weights = WeightMode::kSpecTrain;  // 1F1B only; GPipe is synchronous
+  Staleness staleness = Staleness::kPaper;
+  int micro_batches = 1;  // GPipe: micro-batches per mini-batch; the graph is built for one micro-batch
+  // OpenMP threads of each stage's kernels (its share of the cores); 0 leaves the default.
+  // OpenBLAS keeps its own, process-wide thread count.
+  int threads_per_stage = 0;
+};
+
+// One forward or backward pass of one stage, as it ran.
+struct PassRecord {
+  int stage = 0;
+  bool backward = false;
+  int64_t mini_batch = 0;  // 0-based (step - 1)
+  int micro_batch = 0;     // GPipe; 0 for 1F1B
+  int64_t version = 0;     // updates applied to the weights the pass started from (stash: the stashed version)
+  int staleness = 0;       // s SpecTrain predicted over (0 when nothing is predicted)
+  double start_ms = 0, end_ms = 0;  // since the start of train()
+};
+
+struct StageStats {
+  int stage = 0;
+  double busy_fraction = 0;     // time in passes and updates / wall time of train()
+  double fwd_ms = 0, bwd_ms = 0;  // measured per mini-batch (GPipe: summed over micro-batches)
+  double update_ms = 0;         // per update
+  int64_t forwards = 0, backwards = 0, updates = 0;
+};
+
+class PipelineTrainer {
+ public:
+  // g: a training graph from build_training_graph (tg); plan: partition(g, ...) of that graph.
+  // For GPipe, g is built for the micro-batch (mini-batch / M). Errors: a parameter read by
+  // nodes of two stages, a value flowing against the pipeline, more than one model input.
+  static Expected<std::unique_ptr<PipelineTrainer>> create(const Graph& g, const TrainingGraph& tg, const Plan& plan,
+                                                           const PipelineOptions& opts);
+  ~PipelineTrainer();
+
+  // Same contract as Trainer::train: metrics.csv has one row per mini-batch with its loss (GPipe:
+  // the mean over its micro-batches); validation runs at each epoch end on the weights after that
+  // mini-batch's update at every stage. One step consumes samples_per_step() samples.
+  Expected<TrainResult> train(const Dataset& train, const Dataset* val, const TrainConfig& cfg);
+  // Forward over every sample with the current master weights (sequential pass, rng_step -1).
+  Expected<EvalResult> evaluate(const Dataset& d);
+
+  // Master weights by initializer name (never the predicted or stashed copies).
+  std::map<std::string, HostTensor> parameters() const;
+  // Master weights plus the model's own state (BatchNorm running statistics).
+  std::map<std::string, HostTensor> trained_initializers() const;
+
+  int num_stages() const;
+  int64_t samples_per_step() const;  // mini-batch size: graph batch * micro-batches
+  // Every pass of the last train(), per stage in the order it ran (stage 0 first).
+  std::vector<PassRecord> trace() const;
+  std::vector<StageStats> stage_stats() const;
+  // Writes trace() in Chrome trace format (one row per stage; args: mini-batch, version, s).
+  Status write_chrome_trace(const std::string& path) const;
+
+  struct Impl;
+
+ private:
+  explicit PipelineTrainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pt

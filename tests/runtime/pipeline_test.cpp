@@ -1,0 +1,419 @@
+// The pipelined trainer against single-stage training: GPipe equals large-batch sequential
+// training, 1F1B on one stage equals it bit for bit, the recorded weight versions and SpecTrain
+// staleness follow DESIGN.md section 4, and results do not depend on thread timing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "importer/importer.h"
+#include "importer/training.h"
+#include "partitioner/partition.h"
+#include "runtime/data.h"
+#include "runtime/pipeline.h"
+#include "runtime/trainer.h"
+
+namespace pt {
+namespace {
+
+struct Model {
+  ImportedModel m;
+  TrainingGraph tg;
+  Graph& g() { return *m.graph; }
+};
+
+std::unique_ptr<Model> digits_model(int64_t batch) {
+  auto out = std::make_unique<Model>();
+  ImportOptions io;
+  io.batch_size = batch;
+  auto m = import_onnx(PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx", io);
+  EXPECT_TRUE(m) << m.status().message();
+  if (!m) return nullptr;
+  out->m = std::move(*m);
+  auto tg = build_training_graph(out->g(), LossKind::kCrossEntropy, SgdOptions{0.9f, 1e-4f});
+  EXPECT_TRUE(tg) << tg.status().message();
+  if (!tg) return nullptr;
+  out->tg = std::move(*tg);
+  return out;
+}
+
+Dataset digits_data(Model& md, int64_t n, uint64_t seed) {
+  DataSpec spec;
+  Value* in = md.g().inputs[0];
+  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
+  spec.label_dtype = md.tg.loss.labels->dtype;
+  spec.num_classes = md.tg.loss.num_classes;
+  return synthetic_dataset(spec, n, seed);
+}
+
+// The digits MLP has 6 forward nodes (3 Gemm, 2 Relu, the loss); balance splits them.
+std::vector<int> balance_for(int stages) {
+  switch (stages) {
+    case 1: return {6};
+    case 2: return {3, 3};
+    case 3: return {2, 2, 2};
+    default: return {2, 1, 2, 1};
+  }
+}
+
+Plan make_plan(Model& md, int stages, Schedule schedule, WeightMode weights, int micro) {
+  PartitionOptions opts;
+  for (int k = 0; k < stages; ++k) {
+    DeviceSpec d;
+    d.name = "cpu" + std::to_string(k);
+    d.kind = DeviceKind::kCpu;
+    d.peak_flops = 1e11;
+    d.mem_bandwidth = 1e10;
+    d.memory_bytes = 1e12;
+    d.kernel_overhead_s = 1e-6;
+    opts.devices.push_back(d);
+  }
+  opts.link.name = "host";
+  opts.link.bandwidth = 1e10;
+  opts.link.latency_s = 1e-6;
+  opts.schedule = schedule;
+  opts.weights = weights;
+  opts.micro_batches = micro;
+  opts.balance = balance_for(stages);
+  auto plan = partition(md.g(), opts);
+  EXPECT_TRUE(plan) << plan.status().message();
+  return plan ? std::move(*plan) : Plan{};
+}
+
+TrainConfig config(int64_t steps) {
+  TrainConfig cfg;
+  cfg.steps = steps;
+  cfg.lr = 0.1f;
+  cfg.seed = 5;
+  cfg.shuffle = false;
+  cfg.quiet = true;
+  return cfg;
+}
+
+std::map<std::string, HostTensor> sequential_weights(int64_t batch, const Dataset& data, int64_t steps) {
+  auto md = digits_model(batch);
+  auto t = Trainer::create(md->g(), md->tg, DeviceKind::kCpu);
+  EXPECT_TRUE(t) << t.status().message();
+  auto r = (*t)->train(data, nullptr, config(steps));
+  EXPECT_TRUE(r) << r.status().message();
+  return (*t)->parameters();
+}
+
+struct PipeRun {
+  std::map<std::string, HostTensor> weights;
+  std::vector<PassRecord> trace;
+  TrainResult result;
+};
+
+PipeRun pipeline_weights(int64_t graph_batch, int stages, const PipelineOptions& po, const Dataset& data,
+                         int64_t steps) {
+  auto md = digits_model(graph_batch);
+  Plan plan = make_plan(*md, stages, po.schedule, po.weights, po.micro_batches);
+  EXPECT_EQ(static_cast<int>(plan.stages.size()), stages);
+  auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+  EXPECT_TRUE(p) << p.status().message();
+  if (!p) return {};
+  auto r = (*p)->train(data, nullptr, config(steps));
+  EXPECT_TRUE(r) << r.status().message();
+  PipeRun out;
+  out.weights = (*p)->parameters();
+  out.trace = (*p)->trace();
+  if (r) out.result = *r;
+  return out;
+}
+
+// max |a - b| / max |b| over each tensor.
+double max_relative_diff(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (auto& [name, tb] : b) {
+    auto it = a.find(name);
+    EXPECT_NE(it, a.end()) << name;
+    if (it == a.end()) continue;
+    const HostTensor& ta = it->second;
+    EXPECT_EQ(ta.size(), tb.size()) << name;
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < tb.size(); ++i) {
+      d = std::max(d, std::abs(ta.get_double(i) - tb.get_double(i)));
+      m = std::max(m, std::abs(tb.get_double(i)));
+    }
+    worst = std::max(worst, d / std::max(m, 1e-12));
+  }
+  return worst;
+}
+
+bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto& [name, tb] : b) {
+    auto it = a.find(name);
+    if (it == a.end() || it->second.bytes() != tb.bytes()) return false;
+    if (std::memcmp(it->second.data(), tb.data(), tb.bytes()) != 0) return false;
+  }
+  return true;
+}
+
+TEST(PipelineStaleness, Formulas) {
+  // N = 4: paper s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact N-k-1 and 0.
+  const int paper_fwd[] = {3, 2, 2, 1}, paper_bwd[] = {0, 0, 1, 1}, exact_fwd[] = {3, 2, 1, 0};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(spectrain_staleness(k, 4, false, Staleness::kPaper), paper_fwd[k]);
+    EXPECT_EQ(spectrain_staleness(k, 4, true, Staleness::kPaper), paper_bwd[k]);
+    EXPECT_EQ(spectrain_staleness(k, 4, false, Staleness::kExact), exact_fwd[k]);
+    EXPECT_EQ(spectrain_staleness(k, 4, true, Staleness::kExact), 0);
+  }
+}
+
+struct GPipeCase {
+  int stages;
+  int micro;
+};
+
+class PipelineGPipe : public ::testing::TestWithParam<GPipeCase> {};
+
+TEST_P(PipelineGPipe, EqualsSequentialOnTheWholeMiniBatch) {
+  const auto [stages, micro] = GetParam();
+  const int64_t batch = 8, steps = 10;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 96, 3);
+  auto seq = sequential_weights(batch, data, steps);
+  PipelineOptions po;
+  po.schedule = Schedule::kGPipe;
+  po.micro_batches = micro;
+  PipeRun run = pipeline_weights(batch / micro, stages, po, data, steps);
+  EXPECT_LE(max_relative_diff(run.weights, seq), 1e-5) << stages << " stages, " << micro << " micro-batches";
+  std::map<std::string, HostTensor> initial;
+  for (Value* p : probe->tg.params) initial[p->name] = *p->data;
+  EXPECT_GT(max_relative_diff(seq, initial), 1e-3);  // the weights did move
+  // One forward and one backward per micro-batch per stage; every pass on the current version.
+  EXPECT_EQ(run.trace.size(), static_cast<size_t>(2 * stages * micro * steps));
+  for (const PassRecord& r : run.trace) EXPECT_EQ(r.version, r.mini_batch);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipeline, PipelineGPipe,
+                         ::testing::Values(GPipeCase{2, 2}, GPipeCase{2, 4}, GPipeCase{3, 2}, GPipeCase{3, 4}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.stages) + "stages_" + std::to_string(info.param.micro) + "micro";
+                         });
+
+class PipelineOneStage : public ::testing::TestWithParam<WeightMode> {};
+
+TEST_P(PipelineOneStage, EqualsSequentialBitForBit) {
+  const int64_t batch = 8, steps = 10;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 64, 4);
+  auto seq = sequential_weights(batch, data, steps);
+  PipelineOptions po;
+  po.weights = GetParam();
+  PipeRun run = pipeline_weights(batch, 1, po, data, steps);
+  EXPECT_TRUE(bitwise_equal(run.weights, seq)) << weight_mode_name(GetParam()) << ": max rel diff "
+                                               << max_relative_diff(run.weights, seq);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipeline, PipelineOneStage,
+                         ::testing::Values(WeightMode::kSpecTrain, WeightMode::kStash, WeightMode::kStale),
+                         [](const auto& info) { return std::string(weight_mode_name(info.param)); });
+
+struct TraceCase {
+  WeightMode weights;
+  Staleness staleness;
+};
+
+class PipelineTrace : public ::testing::TestWithParam<TraceCase> {};
+
+TEST_P(PipelineTrace, VersionsAndStalenessFollowTheSchedule) {
+  const auto [weights, staleness] = GetParam();
+  const int N = 4;
+  const int64_t batch = 4, steps = 12;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 64, 6);
+  PipelineOptions po;
+  po.weights = weights;
+  po.staleness = staleness;
+  PipeRun run = pipeline_weights(batch, N, po, data, steps);
+  ASSERT_EQ(run.trace.size(), static_cast<size_t>(2 * N * steps));
+  for (int k = 0; k < N; ++k) {
+    std::vector<PassRecord> mine;
+    for (const PassRecord& r : run.trace)
+      if (r.stage == k) mine.push_back(r);
+    ASSERT_EQ(mine.size(), static_cast<size_t>(2 * steps));
+    // Order: N-k-1 warm-up forwards, then F, B alternating, then the drain of backwards.
+    const int warm = N - k - 1;
+    int64_t f = 0, b = 0;
+    std::vector<std::pair<bool, int64_t>> want;
+    while (f < warm) want.push_back({false, f++});
+    while (f < steps) {
+      want.push_back({false, f++});
+      want.push_back({true, b++});
+    }
+    while (b < steps) want.push_back({true, b++});
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const PassRecord& r = mine[i];
+      ASSERT_EQ(r.backward, want[i].first) << "stage " << k << " pass " << i;
+      ASSERT_EQ(r.mini_batch, want[i].second) << "stage " << k << " pass " << i;
+      const int64_t fwd_version = std::max<int64_t>(0, r.mini_batch - warm);
+      if (!r.backward) {
+        EXPECT_EQ(r.version, fwd_version) << "stage " << k << " F" << r.mini_batch;
+      } else if (weights == WeightMode::kStash) {
+        EXPECT_EQ(r.version, fwd_version) << "stage " << k << " B" << r.mini_batch;
+      } else {
+        EXPECT_EQ(r.version, r.mini_batch) << "stage " << k << " B" << r.mini_batch;
+      }
+      const int s = weights == WeightMode::kSpecTrain ? spectrain_staleness(k, N, r.backward, staleness) : 0;
+      EXPECT_EQ(r.staleness, s) << "stage " << k << (r.backward ? " B" : " F") << r.mini_batch;
+    }
+  }
+  EXPECT_TRUE(std::isfinite(run.result.last_loss));
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipeline, PipelineTrace,
+                         ::testing::Values(TraceCase{WeightMode::kSpecTrain, Staleness::kPaper},
+                                           TraceCase{WeightMode::kSpecTrain, Staleness::kExact},
+                                           TraceCase{WeightMode::kStash, Staleness::kPaper},
+                                           TraceCase{WeightMode::kStale, Staleness::kPaper}),
+                         [](const auto& info) {
+                           return std::string(weight_mode_name(info.param.weights)) + "_" +
+                                  staleness_name(info.param.staleness);
+                         });
+
+TEST(PipelineDeterminism, SameSeedSameWeights) {
+  const int64_t batch = 4, steps = 20;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 64, 7);
+  PipelineOptions po;
+  po.weights = WeightMode::kSpecTrain;
+  PipeRun a = pipeline_weights(batch, 3, po, data, steps);
+  PipeRun b = pipeline_weights(batch, 3, po, data, steps);
+  EXPECT_TRUE(bitwise_equal(a.weights, b.weights));
+  EXPECT_EQ(a.result.last_loss, b.result.last_loss);
+}
+
+TEST(PipelineModes, WeightModesDifferAndTrain) {
+  // Stale, stash and spectrain see different weights on a 3-stage pipeline; each still learns.
+  const int64_t batch = 8, steps = 40;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 64, 8);
+  std::vector<std::map<std::string, HostTensor>> ws;
+  for (WeightMode m : {WeightMode::kSpecTrain, WeightMode::kStash, WeightMode::kStale}) {
+    PipelineOptions po;
+    po.weights = m;
+    PipeRun run = pipeline_weights(batch, 3, po, data, steps);
+    EXPECT_LT(run.result.last_loss, run.result.first_loss) << weight_mode_name(m);
+    ws.push_back(run.weights);
+  }
+  EXPECT_GT(max_relative_diff(ws[0], ws[1]), 1e-6);
+  EXPECT_GT(max_relative_diff(ws[1], ws[2]), 1e-6);
+}
+
+TEST(PipelineEval, ValidationAndMetrics) {
+  const int64_t batch = 8;
+  auto md = digits_model(batch);
+  Dataset data = digits_data(*md, 64, 9), val = digits_data(*md, 20, 10);
+  Plan plan = make_plan(*md, 2, Schedule::k1F1B, WeightMode::kSpecTrain, 1);
+  PipelineOptions po;
+  po.threads_per_stage = 1;
+  auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+  ASSERT_TRUE(p) << p.status().message();
+  TrainConfig cfg = config(0);
+  cfg.metrics_path = (std::filesystem::temp_directory_path() / ("pipetrain-pipe-metrics-" + std::to_string(::getpid()) + ".csv")).string();
+  cfg.epochs = 2;
+  auto r = (*p)->train(data, &val, cfg);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->steps, 16);
+  EXPECT_EQ(r->val.samples, 20);
+  auto e = (*p)->evaluate(val);
+  ASSERT_TRUE(e) << e.status().message();
+  // The epoch-end validation saw the weights after the last update: the final weights.
+  EXPECT_DOUBLE_EQ(e->loss, r->val.loss);
+  auto stats = (*p)->stage_stats();
+  ASSERT_EQ(stats.size(), 2u);
+  for (const StageStats& s : stats) {
+    EXPECT_EQ(s.forwards, 16);
+    EXPECT_EQ(s.backwards, 16);
+    EXPECT_GT(s.busy_fraction, 0);
+    EXPECT_LE(s.busy_fraction, 1.0);
+  }
+  EXPECT_EQ((*p)->trained_initializers().size(), 6u);
+  std::ifstream csv(cfg.metrics_path);
+  std::string line;
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 17);  // header + one row per mini-batch
+  std::filesystem::remove(cfg.metrics_path);
+  const std::string trace = cfg.metrics_path + ".trace.json";
+  EXPECT_TRUE((*p)->write_chrome_trace(trace).is_ok());
+  EXPECT_TRUE(std::filesystem::exists(trace));
+  std::filesystem::remove(trace);
+}
+
+TEST(PipelineErrors, DivergenceStopsEveryStage) {
+  const int64_t batch = 8;
+  auto md = digits_model(batch);
+  Dataset data = digits_data(*md, 64, 13);
+  Plan plan = make_plan(*md, 3, Schedule::k1F1B, WeightMode::kSpecTrain, 1);
+  auto p = PipelineTrainer::create(md->g(), md->tg, plan, PipelineOptions{});
+  ASSERT_TRUE(p) << p.status().message();
+  TrainConfig cfg = config(200);
+  cfg.lr = 1e30f;
+  auto r = (*p)->train(data, nullptr, cfg);  // returns (the stages are aborted, not left waiting)
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kDiverged) << r.status().message();
+}
+
+// 1F1B on 2, 3, 4 stages in every weight mode against tests/python/pipeline_reference.py, an
+// independent float64 reference that keeps each stage's weight versions explicitly.
+TEST(PipelineReference, MatchesExplicitVersionReference) {
+  if (std::system("/usr/bin/python3 -c 'import numpy, onnx' 2> /dev/null") != 0) GTEST_SKIP() << "numpy/onnx missing";
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pipetrain-pipeline-ref-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const int64_t batch = 8, steps = 20;
+  const float lr = 0.1f;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 64, 12);
+  ASSERT_TRUE(write_npy((dir / "x.npy").string(), data.x).is_ok());
+  ASSERT_TRUE(write_npy((dir / "y.npy").string(), data.y).is_ok());
+  std::ofstream(dir / "model.txt") << PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx\n";
+  std::ofstream cases(dir / "cases.txt");
+  struct Mode {
+    WeightMode w;
+    Staleness s;
+    const char* name;
+  };
+  const Mode modes[] = {{WeightMode::kSpecTrain, Staleness::kPaper, "spectrain paper"},
+                        {WeightMode::kSpecTrain, Staleness::kExact, "spectrain exact"},
+                        {WeightMode::kStash, Staleness::kPaper, "stash paper"},
+                        {WeightMode::kStale, Staleness::kPaper, "stale paper"}};
+  for (int n : {2, 3, 4})
+    for (const Mode& m : modes) {
+      PipelineOptions po;
+      po.weights = m.w;
+      po.staleness = m.s;
+      auto md = digits_model(batch);
+      Plan plan = make_plan(*md, n, po.schedule, po.weights, 1);
+      auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+      ASSERT_TRUE(p) << p.status().message();
+      TrainConfig cfg = config(steps);
+      cfg.lr = lr;
+      auto r = (*p)->train(data, nullptr, cfg);
+      ASSERT_TRUE(r) << r.status().message();
+      std::string name = std::to_string(n) + "_" + weight_mode_name(m.w) + "_" + staleness_name(m.s);
+      fs::create_directories(dir / name);
+      for (auto& [pname, t] : (*p)->parameters())
+        ASSERT_TRUE(write_npy((dir / name / (pname + ".npy")).string(), t).is_ok());
+      std::string bal;
+      for (int c : balance_for(n)) bal += (bal.empty() ? "" : ",") + std::to_string(c);
+      cases << name << " " << n << " " << bal << " " << m.name << " " << steps << " " << batch << " " << lr
+            << " 0.9 0.0001\n";
+    }
+  cases.close();
+  const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pt
