@@ -65,11 +65,20 @@ Status transpose(const KernelCall& call) {
     return Status::ok();
   }
   if (loop.rank() == 3 && st[1] == 1 && st[2] == sz[1] && st[0] == sz[1] * sz[2]) {
-    const int64_t mat = sz[1] * sz[2];
-    const bool small = mat < 4 * kTile * kTile;  // many small matrices: one thread each
-#pragma omp parallel for if (par && small)
-    for (int64_t b = 0; b < sz[0]; ++b)
-      transpose_2d(px + b * mat, py + b * mat, sz[2], sz[1], par && !small);
+    // A batch of matrices: one parallel region over every (matrix, tile) pair, so that many
+    // small matrices do not each open a region of their own.
+    const int64_t mat = sz[1] * sz[2], rows = sz[2], cols = sz[1];
+    const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile, tiles = tr * tc;
+#pragma omp parallel for if (par)
+    for (int64_t w = 0; w < sz[0] * tiles; ++w) {
+      const int64_t b = w / tiles, t = w % tiles;
+      const T* in = px + b * mat;
+      T* o = py + b * mat;
+      const int64_t i0 = (t / tc) * kTile, j0 = (t % tc) * kTile;
+      const int64_t i1 = std::min(i0 + kTile, rows), j1 = std::min(j0 + kTile, cols);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < i1; ++i) o[j * rows + i] = in[i * cols + j];
+    }
     return Status::ok();
   }
   const int64_t inner = loop.inner(), si = loop.inner_stride(0);
