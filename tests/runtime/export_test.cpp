@@ -29,6 +29,10 @@ class ExportTest : public ::testing::TestWithParam<Case> {
     const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/make_external_data_model.py " +
                             dir_->string() + " > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    // A CNN as PyTorch exports it for inference (BatchNorm folded into Conv).
+    const std::string cnn = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tools/export_models.py " + dir_->string() +
+                            " --only lenet_bn --opsets 13 --modes eval > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cnn.c_str()), 0) << cnn;
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -40,6 +44,7 @@ fs::path* ExportTest::dir_ = nullptr;
 
 std::string model_path(const std::string& name, const fs::path& dir) {
   if (name == "external") return (dir / "ext" / "model.onnx").string();
+  if (name == "lenet") return (dir / "lenet_bn.op13.eval.onnx").string();
   return PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx";
 }
 
@@ -117,7 +122,8 @@ TEST_P(ExportTest, TrainedModelRoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ExportTest,
-                         ::testing::Values(Case{"external", LossKind::kMse}, Case{"digits", LossKind::kCrossEntropy}),
+                         ::testing::Values(Case{"external", LossKind::kMse}, Case{"digits", LossKind::kCrossEntropy},
+                                           Case{"lenet", LossKind::kCrossEntropy}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Npy, RoundTrip) {
