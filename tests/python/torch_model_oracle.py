@@ -112,8 +112,11 @@ def named_keys(named):
     return [n for n, _ in named]
 
 
-def torch_step(model, keys, x, y):
-    """One step on model (float32 or float64); returns ({key: value after the step}, loss)."""
+def torch_step(model, keys, x, y, micro=1):
+    """One step on model (float32 or float64); returns ({key: value after the step}, loss).
+    micro > 1 is GPipe's step: the batch in `micro` equal micro-batches, forward and backward of
+    each in order (BatchNorm: statistics per micro-batch, running statistics updated once per
+    micro-batch), gradients accumulated as the mean of the micro-batch losses, one update."""
     dtype = next(model.parameters()).dtype
     model.train()
     params = list(model.named_parameters())
@@ -121,8 +124,13 @@ def torch_step(model, keys, x, y):
     xt = torch.from_numpy(x)
     if xt.is_floating_point():
         xt = xt.to(dtype)
-    loss = F.cross_entropy(model(xt), torch.from_numpy(y))
-    loss.backward()
+    yt = torch.from_numpy(y)
+    total = 0.0
+    for xc, yc in zip(torch.chunk(xt, micro), torch.chunk(yt, micro)):
+        part = F.cross_entropy(model(xc), yc) / micro
+        part.backward()
+        total += float(part.item())
+    loss = torch.tensor(total)
     with torch.no_grad():
         for _, p in params:
             g = (p.grad if p.grad is not None else torch.zeros_like(p)) + WD * p
@@ -182,7 +190,7 @@ def default_bin():
     return os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 
 
-def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print):
+def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print, gpus=1, micro=1):
     """Returns the summary dict (summary['pass'] is the verdict)."""
     binary = binary or default_bin()
     os.makedirs(os.path.join(outdir, "data"), exist_ok=True)
@@ -207,8 +215,8 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print):
 
     # one torch step in the paper's form, in float64 (the expected values) and in float32 (only
     # to show how far torch's own float32 result is from it: the conditioning of the model)
-    exp64, loss64 = torch_step(copy.deepcopy(model).double(), named_keys(named), x, y)
-    exp32, loss32 = torch_step(model, named_keys(named), x, y)
+    exp64, loss64 = torch_step(copy.deepcopy(model).double(), named_keys(named), x, y, micro)
+    exp32, loss32 = torch_step(model, named_keys(named), x, y, micro)
     expected = {name_map[n]: v for n, v in exp64.items()}
     np.savez(os.path.join(outdir, "expected.npz"),
              **{k: v.astype(np.float32) for k, v in expected.items()})
@@ -219,6 +227,8 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print):
            "--batch-size", str(batch), "--lr", str(LR), "--momentum", str(GAMMA),
            "--weight-decay", str(WD), "--no-shuffle", "--loss", "cross-entropy",
            "--out", run_dir, "--quiet"]
+    if gpus > 1 or micro > 1:
+        cmd += ["--gpus", str(gpus), "--schedule", "gpipe", "--micro-batches", str(micro)]
     t1 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     t_bin = time.time() - t1
@@ -319,8 +329,10 @@ def main():
     ap.add_argument("--opset", type=int, default=13)
     ap.add_argument("--bin", default=None)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--gpus", type=int, default=1, help="pipeline stages (with --micro-batches: GPipe)")
+    ap.add_argument("--micro-batches", type=int, default=1, help="GPipe micro-batches (BatchNorm per micro-batch)")
     a = ap.parse_args()
-    s = run_oracle(a.name, a.outdir, a.opset, a.bin, a.batch)
+    s = run_oracle(a.name, a.outdir, a.opset, a.bin, a.batch, gpus=a.gpus, micro=a.micro_batches)
     return 0 if s["pass"] else 1
 
 

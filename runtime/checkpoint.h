@@ -1,0 +1,71 @@
+// Training checkpoints of a single-stage run: every persistent buffer plus the loop's position
+// (step, data order, shuffle RNG), in one checksummed file written atomically (temporary file,
+// fsync, rename), so a run killed at any moment resumes from its newest intact checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace pt {
+
+// What must be the same to resume: a checkpoint of one run does not continue another.
+struct CheckpointMeta {
+  std::string model_hash;  // ImportedModel::hash
+  int64_t batch_size = 0;
+  float lr = 0;
+  float momentum = 0;
+  float weight_decay = 0;
+  uint64_t seed = 0;
+  std::string loss;        // "cross-entropy" | "mse" (resolved, not "auto")
+  bool shuffle = true;
+  int64_t data_samples = 0;
+  std::string data_hash;   // FNV-1a 64 of the training set's x and y bytes, hex
+};
+
+// Empty when the two agree; otherwise one clause per difference, naming the flag and both values
+// ("--batch-size: 32 in the checkpoint, 16 now").
+std::string describe_mismatch(const CheckpointMeta& saved, const CheckpointMeta& now);
+
+struct Checkpoint {
+  CheckpointMeta meta;
+  int64_t step = 0;                  // steps completed
+  int64_t epoch = 0;                 // 0-based epoch the next step belongs to
+  std::vector<int64_t> order;        // the data order of that epoch
+  int64_t position = 0;              // mini-batches of that epoch already done
+  std::string rng;                   // the shuffle std::mt19937_64, as operator<< writes it
+  double first_loss = 0;             // of step 1 (TrainResult)
+  int64_t val_samples = 0;           // the last validation (TrainResult::val)
+  double val_loss = 0, val_accuracy = -1;
+  std::vector<std::string> metrics;  // metrics.csv rows of steps 1..step, without the header or '\n'
+  std::map<std::string, HostTensor> tensors;  // parameters, momentum, BatchNorm running stats
+};
+
+// File layout (little-endian): "PTCKPT\r\n" (8 bytes), u32 version (1), u32 0, u64 JSON bytes,
+// u64 tensor bytes, u64 FNV-1a 64 of everything after the header; then the JSON section (meta,
+// loop state, metrics rows, and per tensor its name, dtype, dims, offset and bytes); then the raw
+// tensor bytes. Written to PATH.tmp, fsync'ed, renamed to PATH, and the folder fsync'ed.
+Status write_checkpoint(const std::string& path, const Checkpoint& c);
+// Reads and verifies (magic, version, sizes, checksum) a checkpoint; a truncated or torn file is
+// an error naming the file and what is wrong.
+Expected<Checkpoint> read_checkpoint(const std::string& path);
+
+// "DIR/step-<step>.ckpt".
+std::string checkpoint_path(const std::string& dir, int64_t step);
+// The step-<k>.ckpt files of dir, oldest (lowest step) first; temporary files are not listed.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// The newest checkpoint of dir that reads back intact; each damaged newer one is skipped with a
+// line in *notices. No intact one: an error naming the folder.
+Expected<Checkpoint> read_newest_checkpoint(const std::string& dir, std::vector<std::string>* notices,
+                                            std::string* path = nullptr);
+// Removes all but the newest `keep` checkpoints of dir, and leftover temporary files.
+Status prune_checkpoints(const std::string& dir, int keep);
+
+// FNV-1a 64 of bytes, continuing from h.
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
+
+}  // namespace pt
