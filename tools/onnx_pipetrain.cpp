@@ -12,6 +12,7 @@
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
+#include "tools/omp_env.h"
 #include "tools/plan_step.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
@@ -267,6 +268,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pt::ensure_passive_omp_wait(argv);
   Options o;
   CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
   app.add_option("model", o.model, "the ONNX model to train")->required();

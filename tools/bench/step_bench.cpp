@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/omp_env.h"
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "runtime/data.h"
@@ -356,6 +357,7 @@ int run(const Options& o) {
 }  // namespace pt
 
 int main(int argc, char** argv) {
+  pt::ensure_passive_omp_wait(argv);
   pt::Options o;
   if (int rc = pt::parse(argc, argv, &o)) return rc;
   try {
