@@ -35,11 +35,13 @@ struct Checkpoint {
   CheckpointMeta meta;
   int64_t step = 0;                  // steps completed
   int64_t epoch = 0;                 // 0-based epoch the next step belongs to
-  std::vector<int64_t> order;        // the data order of that epoch
+  std::vector<int64_t> order;        // the data order as it stands (reshuffled first when position is 0)
   int64_t position = 0;              // mini-batches of that epoch already done
   std::string rng;                   // the shuffle std::mt19937_64, as operator<< writes it
-  double first_loss = 0;             // of step 1 (TrainResult)
-  int64_t val_samples = 0;           // the last validation (TrainResult::val)
+  double first_loss = 0, last_loss = 0;  // of step 1 and of step `step` (TrainResult)
+  // The last end-of-epoch validation (TrainResult::val). The metrics rows, too, leave out the extra
+  // validation a run does after its last step, so a resumed run writes what an uninterrupted one would.
+  int64_t val_samples = 0;
   double val_loss = 0, val_accuracy = -1;
   std::vector<std::string> metrics;  // metrics.csv rows of steps 1..step, without the header or '\n'
   std::map<std::string, HostTensor> tensors;  // parameters, momentum, BatchNorm running stats

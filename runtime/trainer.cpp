@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <unistd.h>
 
 namespace pt {
@@ -23,6 +25,24 @@ double scalar_of(const HostTensor& t) { return t.get_double(0); }
 void set_scalar(HostTensor& t, double v) {
   if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
   else t.as<float>()[0] = static_cast<float>(v);
+}
+
+// The curves of the steps before a resume, from their metrics.csv rows
+// (step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy).
+void curves_from_rows(const std::vector<std::string>& rows, Curves* c) {
+  for (const std::string& row : rows) {
+    std::vector<std::string> f;
+    std::stringstream ss(row);
+    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
+    if (f.size() < 3) continue;
+    const double step = std::strtod(f[0].c_str(), nullptr);
+    c->train_loss.push_back({step, std::strtod(f[2].c_str(), nullptr)});
+    if (f.size() > 5 && !f[5].empty()) c->val_loss.push_back({step, std::strtod(f[5].c_str(), nullptr)});
+    if (f.size() > 6 && !f[6].empty()) {
+      const double acc = std::strtod(f[6].c_str(), nullptr);
+      if (acc >= 0) c->val_accuracy.push_back({step, acc});
+    }
+  }
 }
 
 }  // namespace
@@ -120,6 +140,37 @@ Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
   return r;
 }
 
+
+std::vector<const Value*> Trainer::persistent_values() const {
+  std::vector<const Value*> out;
+  for (ValueKind k : {ValueKind::kParameter, ValueKind::kState})
+    for (const Value* v : g_.values_of_kind(k)) out.push_back(v);
+  return out;
+}
+
+CheckpointMeta Trainer::checkpoint_meta(const Dataset& train, const TrainConfig& cfg) const {
+  CheckpointMeta m;
+  m.model_hash = cfg.checkpoint.model_hash;
+  m.batch_size = batch_;
+  m.lr = cfg.lr;
+  for (const auto& n : g_.nodes()) {
+    if (n->op_type != "SGDMomentum") continue;
+    m.momentum = n->attrs.get_float("momentum", 0);
+    m.weight_decay = n->attrs.get_float("weight_decay", 0);
+    break;
+  }
+  m.seed = cfg.seed;
+  m.loss = tg_.loss.kind == LossKind::kMse ? "mse" : "cross-entropy";
+  m.shuffle = cfg.shuffle;
+  m.data_samples = train.size();
+  uint64_t h = fnv1a64(train.x.data(), train.x.bytes());
+  h = fnv1a64(train.y.data(), train.y.bytes(), h);
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  m.data_hash = b;
+  return m;
+}
+
 Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   const int64_t n = train.size();
   if (n == 0) return invalid_input("the training set is empty");
@@ -131,19 +182,92 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   const HostTensor& loss = ex_->tensor(tg_.loss.loss);
   set_scalar(ex_->tensor(tg_.lr), cfg.lr);
 
+  const CheckpointOptions& ck = cfg.checkpoint;
+  // Hashing the training set costs a pass over it: only done when a checkpoint is read or written.
+  std::optional<CheckpointMeta> meta;
+  auto run_meta = [&]() -> const CheckpointMeta& {
+    if (!meta) meta = checkpoint_meta(train, cfg);
+    return *meta;
+  };
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(cfg.seed);
+  TrainResult r;
+  // What checkpoints carry: the metrics.csv rows and the last validation as a run to any later
+  // total would have them (without the extra validation after the last step of this run).
+  std::vector<std::string> rows;
+  EvalResult epoch_val;
+  Curves curves;
+  curves.title = cfg.title;
+  int64_t start = 0;  // steps already done (by the checkpoint resumed from)
+  if (!ck.resume.empty()) {
+    Checkpoint c;
+    std::string path = ck.resume;
+    if (std::filesystem::is_directory(ck.resume)) {
+      ASSIGN_OR_RETURN(c, read_newest_checkpoint(ck.resume, &r.notices, &path));
+    } else {
+      ASSIGN_OR_RETURN(c, read_checkpoint(ck.resume));
+    }
+    for (const std::string& s : r.notices)
+      if (!cfg.quiet) std::printf("notice: %s\n", s.c_str());
+    if (c.step > total)
+      return invalid_input(path + ": the checkpoint is at step " + std::to_string(c.step) + ", past the " +
+                           std::to_string(total) + " steps of this run (--steps and --epochs are totals)");
+    RETURN_IF_ERROR(restore(c, run_meta(), n, per_epoch, path));
+    order = c.order;
+    std::istringstream is(c.rng);
+    is >> rng;
+    if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
+    start = c.step;
+    r.resumed_from = c.step;
+    r.steps = c.step;
+    r.first_loss = c.first_loss;
+    r.last_loss = c.last_loss;
+    r.val.samples = c.val_samples;
+    r.val.loss = c.val_loss;
+    r.val.accuracy = c.val_accuracy;
+    epoch_val = r.val;
+    rows = std::move(c.metrics);
+
+    curves_from_rows(rows, &curves);
+    if (!cfg.quiet)
+      std::printf("resumed: %s (step %lld of %lld)\n", path.c_str(), static_cast<long long>(start),
+                  static_cast<long long>(total));
+  }
+  auto save = [&](int64_t step) -> Status {
+    Checkpoint c;
+    c.meta = run_meta();
+    c.step = step;
+    c.epoch = step / per_epoch;
+    c.position = step % per_epoch;
+    c.order = order;
+    std::ostringstream os;
+    os << rng;
+    c.rng = os.str();
+    c.first_loss = r.first_loss;
+    c.last_loss = r.last_loss;
+    c.val_samples = epoch_val.samples;
+    c.val_loss = epoch_val.loss;
+    c.val_accuracy = epoch_val.accuracy;
+    c.metrics = rows;
+    for (const Value* v : persistent_values()) c.tensors.emplace(v->name, ex_->tensor(v));
+    std::error_code ec;
+    std::filesystem::create_directories(ck.dir, ec);
+    if (ec) return invalid_input(ck.dir + ": cannot create the checkpoints folder: " + ec.message());
+    const std::string path = checkpoint_path(ck.dir, step);
+    RETURN_IF_ERROR(write_checkpoint(path, c));
+    r.last_checkpoint = path;
+    return prune_checkpoints(ck.dir, ck.keep);
+  };
+
   std::ofstream csv;
   const std::string partial = cfg.metrics_path + ".partial";
   if (!cfg.metrics_path.empty()) {
     csv.open(partial, std::ios::trunc);
     if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
     csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
+    for (const std::string& row : rows) csv << row << "\n";
   }
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(cfg.seed);
-  TrainResult r;
-  Curves curves;
-  curves.title = cfg.title;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto window = t0;
@@ -151,7 +275,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   const bool tty = !cfg.quiet && isatty(fileno(stdout));
   int64_t window_steps = 0;
   double window_loss = 0;
-  for (int64_t step = 1; step <= total; ++step) {
+  for (int64_t step = start + 1; step <= total; ++step) {
     const int64_t epoch = (step - 1) / per_epoch;  // 0-based
     const int64_t in_epoch = (step - 1) % per_epoch;
     if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
@@ -177,19 +301,21 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
     }
     const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-    const double sps = elapsed > 0 ? static_cast<double>(step * batch_) / elapsed : 0;
-    if (csv.is_open()) {
+    const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch_) / elapsed : 0;
+    {
       char line[256];
       std::snprintf(line, sizeof line, "%lld,%lld,%.9g,%.9g,%.1f,", static_cast<long long>(step),
                     static_cast<long long>(epoch + 1), l, static_cast<double>(cfg.lr), sps);
-      csv << line;
+      std::string row = line;
       if (ev.samples) {
         std::snprintf(line, sizeof line, "%.9g,%.6g", ev.loss, ev.accuracy);
-        csv << line;
+        if (csv.is_open()) csv << row << line << "\n";
       } else {
-        csv << ",";
+        if (csv.is_open()) csv << row << ",\n";
       }
-      csv << "\n";
+      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1;
+      if (ev.samples && !run_end_only) epoch_val = ev;
+      rows.push_back(ev.samples && !run_end_only ? row + line : row + ",");
     }
     // On a terminal: one progress line redrawn in place (at most every 0.1 s); otherwise, and at
     // every validation, plain lines.
@@ -198,7 +324,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       if (std::chrono::duration<double>(now - last_bar).count() >= 0.1) {
         last_bar = now;
         const double frac = static_cast<double>(step) / static_cast<double>(total);
-        const double eta = elapsed / std::max(frac, 1e-9) - elapsed;
+        const double eta = elapsed / std::max(static_cast<double>(step - start) / total, 1e-9) - elapsed;
         constexpr int kWidth = 30;
         const int filled = static_cast<int>(frac * kWidth);
         std::printf("\r[%.*s%*s] %3.0f%%  epoch %lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs\033[K",
@@ -224,10 +350,17 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       window_loss = 0;
     }
     r.steps = step;
+    // A stop request is honoured here, at a mini-batch boundary.
+    const bool stop = cfg.stop && cfg.stop->load() && step < total;
+    if (!ck.dir.empty() && (stop || (ck.every > 0 && (step % ck.every == 0 || step == total)))) RETURN_IF_ERROR(save(step));
+    if (stop) {
+      r.interrupted = true;
+      break;
+    }
   }
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  r.samples_per_s = r.seconds > 0 ? static_cast<double>(r.steps * batch_) / r.seconds : 0;
+  r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch_) / r.seconds : 0;
   if (csv.is_open()) {
     csv.close();
     std::error_code ec;
@@ -235,6 +368,42 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     if (ec) return invalid_input(cfg.metrics_path + ": rename failed: " + ec.message());
   }
   return r;
+}
+
+Status Trainer::restore(const Checkpoint& c, const CheckpointMeta& now, int64_t n, int64_t per_epoch,
+                        const std::string& path) {
+  if (std::string d = describe_mismatch(c.meta, now); !d.empty())
+    return invalid_input(path + ": this checkpoint is of another run: " + d);
+  if (static_cast<int64_t>(c.order.size()) != n || c.step < 0 || c.position != c.step % per_epoch ||
+      c.epoch != c.step / per_epoch)
+    return invalid_input(path + ": the data order or position does not fit " + std::to_string(n) + " samples");
+  std::vector<bool> seen(n, false);
+  for (int64_t i : c.order) {
+    if (i < 0 || i >= n || seen[i]) return invalid_input(path + ": the data order is not a permutation");
+    seen[i] = true;
+  }
+  const std::vector<const Value*> values = persistent_values();
+  for (const Value* v : values) {
+    auto it = c.tensors.find(v->name);
+    if (it == c.tensors.end())
+      return invalid_input(path + ": the checkpoint lacks '" + v->name + "' (trained with another --freeze?)");
+    HostTensor& dst = ex_->tensor(v);
+    if (it->second.dtype() != dst.dtype() || it->second.dims() != dst.dims())
+      return invalid_input(path + ": '" + v->name + "' is " + dims_str(it->second.dims()) + " " +
+                           dtype_name(it->second.dtype()) + " in the checkpoint, " + dims_str(dst.dims()) + " " +
+                           dtype_name(dst.dtype()) + " in the model");
+  }
+  if (c.tensors.size() != values.size()) {
+    for (const auto& [name, t] : c.tensors)
+      if (std::none_of(values.begin(), values.end(), [&](const Value* v) { return v->name == name; }))
+        return invalid_input(path + ": the checkpoint holds '" + name +
+                             "', which this model does not train (trained with another --freeze?)");
+  }
+  for (const Value* v : values) {
+    const HostTensor& src = c.tensors.at(v->name);
+    if (src.bytes()) std::memcpy(ex_->tensor(v).data(), src.data(), src.bytes());
+  }
+  return Status::ok();
 }
 
 }  // namespace pt

@@ -3,16 +3,28 @@
 // pieces (runtime/executor.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "importer/training.h"
+#include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 
 namespace pt {
+
+// Checkpoints of a single-stage run (runtime/checkpoint.h).
+struct CheckpointOptions {
+  std::string dir;         // where step-<k>.ckpt go (RUN/checkpoints); empty: none, not even on stop
+  int64_t every = 0;       // write one every N steps and after the last; 0: only when stopped
+  int keep = 3;            // the newest K are kept
+  std::string resume;      // a .ckpt file, or a folder whose newest intact checkpoint is used; empty: fresh
+  std::string model_hash;  // ImportedModel::hash: recorded, and a resume of another model is refused
+};
 
 struct TrainConfig {
   int64_t epochs = 1;
@@ -25,6 +37,10 @@ struct TrainConfig {
   std::string metrics_path;  // metrics.csv; written as <path>.partial, renamed when done
   std::string curves_path;   // curves.svg, refreshed at every validation and at the end
   std::string title;         // of the curves
+  CheckpointOptions checkpoint;
+  // Polled after every mini-batch: when set, the loop writes a checkpoint (if checkpoint.dir is
+  // set) and returns early with TrainResult::interrupted (the CLI sets it from SIGINT).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct EvalResult {
@@ -38,6 +54,10 @@ struct TrainResult {
   double first_loss = 0, last_loss = 0;
   double seconds = 0, samples_per_s = 0;
   EvalResult val;  // samples == 0 when there is no validation set
+  int64_t resumed_from = 0;     // the step of the checkpoint the run continued from; 0: fresh
+  bool interrupted = false;     // stopped by TrainConfig::stop before the last step
+  std::string last_checkpoint;  // the newest checkpoint this run wrote; empty: none
+  std::vector<std::string> notices;  // damaged checkpoints skipped on resume, ...
 };
 
 class Trainer {
@@ -60,6 +80,13 @@ class Trainer {
   Trainer(const Graph& g, const TrainingGraph& tg) : g_(g), tg_(tg) {}
   // The step random ops (Dropout) draw their masks for; -1: evaluation (identity).
   void set_step(int64_t step);
+  // The values a checkpoint holds: parameters and state (momentum, BatchNorm running stats).
+  std::vector<const Value*> persistent_values() const;
+  // The flags and data a checkpoint of this run records and a resume must match.
+  CheckpointMeta checkpoint_meta(const Dataset& train, const TrainConfig& cfg) const;
+  // Checks c against this run (flags, data size, tensor names, dtypes and dims), then copies its
+  // tensors into the executor's buffers; nothing is copied when a check fails.
+  Status restore(const Checkpoint& c, const CheckpointMeta& now, int64_t n, int64_t per_epoch, const std::string& path);
   const Graph& g_;
   const TrainingGraph& tg_;
   std::unique_ptr<Executor> ex_;

@@ -1,8 +1,10 @@
 // The onnx-pipetrain command line: parses flags (CLI11), then imports the model, builds the
 // training graph, trains, and writes the run folder. Exit codes: 0 ok, 2 bad input or usage,
-// 3 diverged, 1 internal error.
+// 3 diverged, 1 internal error, 130 stopped by SIGINT (after writing a checkpoint and the model).
 #include <CLI/CLI.hpp>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -56,7 +58,22 @@ struct Options {
   std::string link;
   std::vector<std::string> split_at;
   std::vector<int> balance;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  bool resume = false;      // --resume given
+  std::string resume_path;  // its value; empty: the run folder's newest intact checkpoint
 };
+
+constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report a run stopped by Ctrl-C
+
+// Set by the SIGINT handler, polled by the trainer at every mini-batch boundary. The handler
+// restores the default action, so a second Ctrl-C ends the process at once.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the stop flag is set from a signal handler");
+extern "C" void on_sigint(int) {
+  g_stop.store(true);
+  std::signal(SIGINT, SIG_DFL);
+}
 
 int fail(const pt::Status& s) {
   std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
@@ -97,6 +114,10 @@ int run(const Options& o) {
   if (o.batch_size % micro != 0)
     return fail(invalid_input("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of --micro-batches " +
                               std::to_string(micro)));
+  if ((o.gpus > 1 || gpipe) && (o.checkpoint_every > 0 || o.resume))
+    return fail(unsupported(std::string(o.resume ? "--resume" : "--checkpoint-every") +
+                            ": pipelined runs cannot checkpoint yet (--gpus " + std::to_string(o.gpus) +
+                            (gpipe ? ", --schedule gpipe" : "") + "); checkpoints need --gpus 1 with --schedule 1f1b"));
   io.batch_size = o.batch_size / micro;
   io.device = device;
   io.freeze = o.freeze;
@@ -184,20 +205,38 @@ int run(const Options& o) {
   tc.metrics_path = (out_dir / "metrics.csv").string();
   tc.curves_path = (out_dir / "curves.svg").string();
   tc.title = m.stem + ": " + tg->loss.description.substr(0, tg->loss.description.find(" on output"));
+  tc.checkpoint.dir = (out_dir / "checkpoints").string();
+  tc.checkpoint.every = o.checkpoint_every;
+  tc.checkpoint.keep = o.keep_checkpoints;
+  tc.checkpoint.model_hash = m.hash;
+  if (o.resume) {
+    fs::path from = o.resume_path.empty() ? fs::path(tc.checkpoint.dir) : fs::path(o.resume_path);
+    // A run folder stands for its checkpoints folder.
+    if (fs::is_directory(from) && fs::is_directory(from / "checkpoints")) from /= "checkpoints";
+    if (!fs::exists(from))
+      return fail(invalid_input(
+          o.resume_path.empty()
+              ? from.string() + ": no checkpoint to resume from (train with --checkpoint-every N first)"
+              : "--resume " + o.resume_path + ": no such checkpoint file or folder"));
+    tc.checkpoint.resume = from.string();
+  }
   std::map<std::string, HostTensor> trained_values;
   std::unique_ptr<PipelineTrainer> pipeline;
   Expected<TrainResult> result = internal_error("not trained");
   if (o.gpus == 1 && !gpipe) {
     auto trainer = Trainer::create(g, *tg, device);
     if (!trainer) return fail(trainer.status());
+    tc.stop = &g_stop;
+    std::signal(SIGINT, on_sigint);
     result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
+    std::signal(SIGINT, SIG_DFL);
     if (!result) return fail(result.status());
     trained_values = (*trainer)->trained_initializers();
-    // Measured stage times beside the predicted ones.
+    // Measured stage times beside the predicted ones (not after Ctrl-C: the user wants out).
     ProfileOptions po;
     po.warmup = 1;
     po.repeats = 3;
-    auto measured = profile_graph(g, device, po);
+    auto measured = result->interrupted ? Expected<Profile>(internal_error("interrupted")) : profile_graph(g, device, po);
     if (measured) {
       StagePlan& s0 = planned->plan.stages[0];
       s0.measured_fwd_ms = s0.measured_bwd_ms = 0;
@@ -262,6 +301,12 @@ int run(const Options& o) {
   }
   say(o, "wrote: " + trained.string() + ", " + (out_dir / "metrics.csv").string() + ", " +
              (out_dir / "curves.svg").string());
+  if (!result->last_checkpoint.empty()) say(o, "checkpoint: " + result->last_checkpoint);
+  if (result->interrupted) {
+    std::fprintf(stderr, "onnx-pipetrain: interrupted at step %lld; wrote %s and the model; continue with --resume\n",
+                 static_cast<long long>(result->steps), result->last_checkpoint.c_str());
+    return kExitInterrupted;
+  }
   return 0;
 }
 
@@ -304,10 +349,23 @@ int main(int argc, char** argv) {
   app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network (default: host for CPU stages, pcie4 for GPUs)");
   app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
   app.add_option("--balance", o.balance, "manual plan: forward nodes per stage, e.g. 3,5,4")->delimiter(',');
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "write RUN/checkpoints/step-<k>.ckpt every N steps and after the last (single stage only)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "keep the newest K checkpoints")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  auto* resume = app.add_option("--resume", o.resume_path,
+                                "continue from the newest intact checkpoint of the run folder, or from PATH (a .ckpt "
+                                "file or a folder); --steps/--epochs stay totals; write --resume=PATH before the model")
+                     ->expected(0, 1)->type_name("[PATH]");
   app.add_flag("--quiet", o.quiet, "print errors only");
+  app.footer("Ctrl-C (SIGINT) stops a single-stage run at the next mini-batch, writes a checkpoint and the trained "
+             "model, and exits 130.\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
+             "resume), 3 diverged, 130 stopped by SIGINT.");
   try {
     app.parse(argc, argv);
     o.micro_batches_given = mb->count() > 0;
+    o.resume = resume->count() > 0;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
