@@ -269,6 +269,26 @@ int run(const Options& o) {
         planned->plan.stages[st.stage].measured_bwd_ms = st.bwd_ms;
       }
     }
+    {
+      // Pipeline efficiency: the throughput reached against the bound the slowest stage sets
+      // (its measured forward + backward + update time per mini-batch), and the cost model's
+      // prediction.
+      double slowest = 0;
+      int which = 0;
+      for (const StageStats& st : (*pipe)->stage_stats()) {
+        const double t = st.fwd_ms + st.bwd_ms + st.update_ms;
+        if (t > slowest) { slowest = t; which = st.stage; }
+      }
+      if (slowest > 0 && result->samples_per_s > 0) {
+        const double bound = static_cast<double>((*pipe)->samples_per_step()) / (slowest * 1e-3);
+        char b[320];
+        std::snprintf(b, sizeof b,
+                      "pipeline efficiency: %.0f%% of the slowest stage's bound (stage %d, %.3f ms per mini-batch: "
+                      "%.0f samples/s); the cost model predicted %.0f samples/s",
+                      100 * result->samples_per_s / bound, which, slowest, bound, planned->plan.predicted_samples_per_s);
+        say(o, b);
+      }
+    }
     pipeline = std::move(*pipe);
   }
   // The reports again, with measured stage times; with --trace, trace.json then holds the passes
