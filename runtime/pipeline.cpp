@@ -3,6 +3,8 @@
 // coordinates metrics, validation and the trace.
 #include "runtime/pipeline.h"
 
+#include "runtime/curves.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -351,6 +353,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   for (auto& st : I.stages) set_scalar(st->ex->tensor(I.tg.lr), cfg.lr);
 
   std::ofstream csv;
+  Curves curves;
+  curves.title = cfg.title;
   const std::string partial = cfg.metrics_path + ".partial";
   if (!cfg.metrics_path.empty()) {
     csv.open(partial, std::ios::trunc);
@@ -394,6 +398,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       break;
     }
     if (step == 1) r.first_loss = l;
+    curves.train_loss.push_back({static_cast<double>(step), l});
     r.last_loss = l;
     ++window_steps;
     window_loss += l;
@@ -419,6 +424,15 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       }
       ev = *e;
       r.val = ev;
+      curves.val_loss.push_back({static_cast<double>(step), ev.loss});
+      if (ev.accuracy >= 0) curves.val_accuracy.push_back({static_cast<double>(step), ev.accuracy});
+      if (!cfg.curves_path.empty()) {
+        if (Status cs = write_curves_svg(curves, cfg.curves_path); !cs.is_ok()) {
+          failure = cs;
+          sh.fail(failure);
+          break;
+        }
+      }
     }
     const double elapsed = std::chrono::duration<double>(clock::now() - sh.t0).count();
     const double sps = elapsed > 0 ? static_cast<double>(step * batch) / elapsed : 0;
@@ -463,6 +477,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (!failure.is_ok()) return failure;
   if (!sh.error.is_ok()) return sh.error;
   r.samples_per_s = r.seconds > 0 ? static_cast<double>(r.steps * batch) / r.seconds : 0;
+  if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
   if (csv.is_open()) {
     csv.close();
     std::error_code ec;

@@ -279,6 +279,8 @@ class CliTest(unittest.TestCase):
             rc, so, se = run(self.model, "--gpus", 3, "--weights", weights, "--trace", "--out", out, *common)
             self.assertEqual(rc, 0, se)
             self.assertIn("stage 2: busy", so)
+            self.assertIn("pipeline efficiency", so)
+            self.assertTrue(os.path.exists(os.path.join(out, "curves.svg")), "pipelined run without curves.svg")
             events = json.load(open(os.path.join(out, "trace.json")))["traceEvents"]
             passes = [e for e in events if e.get("ph") == "X" and e["name"][0] in "FB"]
             self.assertEqual(len(passes), 3 * 12 * 2, "one forward and one backward per stage and mini-batch")
