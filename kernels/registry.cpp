@@ -1,6 +1,9 @@
 // The kernel table: every (op, device, dtype) this build can run, in one explicit list.
 #include "kernels/registry.h"
 
+#include <cblas.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <set>
 
@@ -10,6 +13,12 @@
 #endif
 
 namespace pt {
+
+void set_cpu_kernel_threads(int threads) {
+  if (threads < 1) return;
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+}
 
 const char* device_kind_name(DeviceKind d) { return d == DeviceKind::kCpu ? "cpu" : "cuda"; }
 

@@ -45,6 +45,10 @@ std::vector<std::string> supported_ops(DeviceKind device);
 // All entries (CPU table, then CUDA table when built with CUDA).
 std::span<const KernelEntry> all_kernels();
 
+// Threads of the CPU kernels: OpenMP regions started by the calling thread, and OpenBLAS's
+// process-wide pool (so that N pipeline stages sharing the cores do not oversubscribe them).
+void set_cpu_kernel_threads(int threads);
+
 // True when this binary was built with the CUDA backend and a CUDA device is present.
 bool cuda_available();
 // One line on why CUDA is not available (no backend compiled, no GPU found, driver error), or "".

@@ -312,7 +312,7 @@ void Stage::post_snapshot(RunShared& sh, int64_t step) {
 }
 
 void Stage::run(RunShared& sh) {
-  if (opts.threads_per_stage > 0) omp_set_num_threads(opts.threads_per_stage);  // this thread's regions only
+  if (opts.threads_per_stage > 0) set_cpu_kernel_threads(opts.threads_per_stage);  // OpenMP: this thread's regions
   trace.clear();
   stats = StageStats{};
   stats.stage = index;
