@@ -4,6 +4,7 @@
 #include "runtime/pipeline.h"
 
 #include "runtime/curves.h"
+#include "runtime/progress.h"
 
 #include <algorithm>
 #include <chrono>
@@ -373,9 +374,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
 
   TrainResult r;
   Status failure = Status::ok();
-  auto window = sh.t0;
-  int64_t window_steps = 0;
-  double window_loss = 0;
+  Progress progress(cfg.quiet, total, log_every, batch);
   for (int64_t step = 1; step <= total && failure.is_ok(); ++step) {
     const int64_t s0 = step - 1;
     double l = 0;
@@ -400,8 +399,6 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     if (step == 1) r.first_loss = l;
     curves.train_loss.push_back({static_cast<double>(step), l});
     r.last_loss = l;
-    ++window_steps;
-    window_loss += l;
     const int64_t epoch = s0 / per_epoch;
     EvalResult ev;
     if (sh.snapshot_step[s0]) {
@@ -436,34 +433,9 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     }
     const double elapsed = std::chrono::duration<double>(clock::now() - sh.t0).count();
     const double sps = elapsed > 0 ? static_cast<double>(step * batch) / elapsed : 0;
-    if (csv.is_open()) {
-      char line[256];
-      std::snprintf(line, sizeof line, "%lld,%lld,%.9g,%.9g,%.1f,", static_cast<long long>(step),
-                    static_cast<long long>(epoch + 1), l, static_cast<double>(cfg.lr), sps);
-      csv << line;
-      if (ev.samples) {
-        std::snprintf(line, sizeof line, "%.9g,%.6g", ev.loss, ev.accuracy);
-        csv << line;
-      } else {
-        csv << ",";
-      }
-      csv << "\n";
-    }
-    if (!cfg.quiet && (step % log_every == 0 || step == total || ev.samples)) {
-      const double wsec = std::chrono::duration<double>(clock::now() - window).count();
-      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s", static_cast<long long>(step),
-                  static_cast<long long>(total), static_cast<long long>(epoch + 1), window_loss / window_steps,
-                  wsec > 0 ? window_steps * batch / wsec : 0.0);
-      if (ev.samples) {
-        std::printf("  val_loss %.4f", ev.loss);
-        if (ev.accuracy >= 0) std::printf("  val_acc %.2f%%", 100 * ev.accuracy);
-      }
-      std::printf("\n");
-      std::fflush(stdout);
-      window = clock::now();
-      window_steps = 0;
-      window_loss = 0;
-    }
+    if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, cfg.lr, sps, ev.samples ? &ev : nullptr) << "\n";
+    const double eta = elapsed / std::max(static_cast<double>(step) / total, 1e-9) - elapsed;
+    progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
     r.steps = step;
   }
   join_all();

@@ -2,6 +2,7 @@
 #include "runtime/trainer.h"
 
 #include "runtime/curves.h"
+#include "runtime/progress.h"
 
 #include <algorithm>
 #include <chrono>
@@ -270,11 +271,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   }
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  auto window = t0;
-  auto last_bar = t0;
-  const bool tty = !cfg.quiet && isatty(fileno(stdout));
-  int64_t window_steps = 0;
-  double window_loss = 0;
+  Progress progress(cfg.quiet, total, log_every, batch_);
   for (int64_t step = start + 1; step <= total; ++step) {
     const int64_t epoch = (step - 1) / per_epoch;  // 0-based
     const int64_t in_epoch = (step - 1) % per_epoch;
@@ -289,8 +286,6 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     if (step == 1) r.first_loss = l;
     curves.train_loss.push_back({static_cast<double>(step), l});
     r.last_loss = l;
-    ++window_steps;
-    window_loss += l;
     const bool epoch_end = in_epoch == per_epoch - 1 || step == total;
     EvalResult ev;
     if (epoch_end && val && val->size() > 0) {
@@ -303,52 +298,16 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
     const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch_) / elapsed : 0;
     {
-      char line[256];
-      std::snprintf(line, sizeof line, "%lld,%lld,%.9g,%.9g,%.1f,", static_cast<long long>(step),
-                    static_cast<long long>(epoch + 1), l, static_cast<double>(cfg.lr), sps);
-      std::string row = line;
-      if (ev.samples) {
-        std::snprintf(line, sizeof line, "%.9g,%.6g", ev.loss, ev.accuracy);
-        if (csv.is_open()) csv << row << line << "\n";
-      } else {
-        if (csv.is_open()) csv << row << ",\n";
-      }
+      const EvalResult* shown = ev.samples ? &ev : nullptr;
+      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, cfg.lr, sps, shown) << "\n";
+      // The rows a checkpoint keeps leave out the validation of a run's last step when it is not
+      // at an epoch end, so that a resumed run's rows equal an uninterrupted one's.
       const bool run_end_only = ev.samples && in_epoch != per_epoch - 1;
       if (ev.samples && !run_end_only) epoch_val = ev;
-      rows.push_back(ev.samples && !run_end_only ? row + line : row + ",");
+      rows.push_back(metrics_row(step, epoch + 1, l, cfg.lr, sps, run_end_only ? nullptr : shown));
     }
-    // On a terminal: one progress line redrawn in place (at most every 0.1 s); otherwise, and at
-    // every validation, plain lines.
-    if (tty && !ev.samples && step != total) {
-      const auto now = clock::now();
-      if (std::chrono::duration<double>(now - last_bar).count() >= 0.1) {
-        last_bar = now;
-        const double frac = static_cast<double>(step) / static_cast<double>(total);
-        const double eta = elapsed / std::max(static_cast<double>(step - start) / total, 1e-9) - elapsed;
-        constexpr int kWidth = 30;
-        const int filled = static_cast<int>(frac * kWidth);
-        std::printf("\r[%.*s%*s] %3.0f%%  epoch %lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs\033[K",
-                    filled, "##############################", kWidth - filled, "", 100 * frac,
-                    static_cast<long long>(epoch + 1), static_cast<long long>(step), static_cast<long long>(total), l,
-                    sps, eta);
-        std::fflush(stdout);
-      }
-    } else if (!cfg.quiet && (step % log_every == 0 || step == total || ev.samples)) {
-      if (tty) std::printf("\r\033[K");
-      const double wsec = std::chrono::duration<double>(clock::now() - window).count();
-      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s", static_cast<long long>(step),
-                  static_cast<long long>(total), static_cast<long long>(epoch + 1), window_loss / window_steps,
-                  wsec > 0 ? window_steps * batch_ / wsec : 0.0);
-      if (ev.samples) {
-        std::printf("  val_loss %.4f", ev.loss);
-        if (ev.accuracy >= 0) std::printf("  val_acc %.2f%%", 100 * ev.accuracy);
-      }
-      std::printf("\n");
-      std::fflush(stdout);
-      window = clock::now();
-      window_steps = 0;
-      window_loss = 0;
-    }
+    const double eta = elapsed / std::max(static_cast<double>(step - start) / total, 1e-9) - elapsed;
+    progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
     r.steps = step;
     // A stop request is honoured here, at a mini-batch boundary.
     const bool stop = cfg.stop && cfg.stop->load() && step < total;

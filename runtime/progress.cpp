@@ -1,0 +1,72 @@
+// Metrics rows and progress output of the training loops.
+#include "runtime/progress.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "runtime/trainer.h"
+
+namespace pt {
+
+std::string metrics_row(int64_t step, int64_t epoch, double loss, double lr, double samples_per_s,
+                        const EvalResult* val) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%lld,%lld,%.9g,%.9g,%.1f,", static_cast<long long>(step),
+                static_cast<long long>(epoch), loss, lr, samples_per_s);
+  std::string row = line;
+  if (val) {
+    std::snprintf(line, sizeof line, "%.9g,%.6g", val->loss, val->accuracy);
+    row += line;
+  } else {
+    row += ",";
+  }
+  return row;
+}
+
+Progress::Progress(bool quiet, int64_t total, int64_t log_every, int64_t samples_per_step)
+    : quiet_(quiet),
+      tty_(!quiet && isatty(fileno(stdout))),
+      total_(total),
+      log_every_(std::max<int64_t>(1, log_every)),
+      samples_per_step_(samples_per_step),
+      window_(clock::now()),
+      last_bar_(window_) {}
+
+void Progress::step(int64_t step, int64_t epoch, double loss, double samples_per_s, double eta_s,
+                    const EvalResult* val) {
+  ++window_steps_;
+  window_loss_ += loss;
+  if (tty_ && !val && step != total_) {
+    const auto now = clock::now();
+    if (std::chrono::duration<double>(now - last_bar_).count() < 0.1) return;
+    last_bar_ = now;
+    const double frac = static_cast<double>(step) / static_cast<double>(total_);
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(frac * kWidth);
+    std::printf("\r[%.*s%*s] %3.0f%%  epoch %lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs\033[K",
+                filled, "##############################", kWidth - filled, "", 100 * frac,
+                static_cast<long long>(epoch), static_cast<long long>(step), static_cast<long long>(total_), loss,
+                samples_per_s, eta_s);
+    std::fflush(stdout);
+    return;
+  }
+  if (quiet_ || !(step % log_every_ == 0 || step == total_ || val)) return;
+  if (tty_) std::printf("\r\033[K");
+  const double wsec = std::chrono::duration<double>(clock::now() - window_).count();
+  std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s", static_cast<long long>(step),
+              static_cast<long long>(total_), static_cast<long long>(epoch), window_loss_ / window_steps_,
+              wsec > 0 ? static_cast<double>(window_steps_ * samples_per_step_) / wsec : 0.0);
+  if (val) {
+    std::printf("  val_loss %.4f", val->loss);
+    if (val->accuracy >= 0) std::printf("  val_acc %.2f%%", 100 * val->accuracy);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  window_ = clock::now();
+  window_steps_ = 0;
+  window_loss_ = 0;
+}
+
+}  // namespace pt

@@ -1,0 +1,35 @@
+// What a training loop prints and logs per step, shared by the single-stage and the pipelined
+// trainer: the metrics.csv row, and the progress output (one line redrawn in place on a terminal,
+// plain periodic lines otherwise and at every validation).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace pt {
+
+struct EvalResult;
+
+// One metrics.csv row without its newline: step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy
+// (the validation columns empty when `val` is null).
+std::string metrics_row(int64_t step, int64_t epoch, double loss, double lr, double samples_per_s,
+                        const EvalResult* val);
+
+class Progress {
+ public:
+  // total: steps of the run; log_every: plain-line period; samples_per_step: for samples/s.
+  Progress(bool quiet, int64_t total, int64_t log_every, int64_t samples_per_step);
+  // After every step. `val` is the validation just run, or null; eta_s the remaining seconds.
+  void step(int64_t step, int64_t epoch, double loss, double samples_per_s, double eta_s, const EvalResult* val);
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool quiet_, tty_;
+  int64_t total_, log_every_, samples_per_step_;
+  clock::time_point window_, last_bar_;
+  int64_t window_steps_ = 0;
+  double window_loss_ = 0;
+};
+
+}  // namespace pt
