@@ -107,8 +107,18 @@ struct Problem {
   std::vector<double> prefix_params;
   std::unordered_map<const Node*, int> pos_of;
   LinkSpec link;
+  std::vector<LinkSpec> link_into;       // [stage]: the link its received values cross
+  const LinkSpec& link_of(int stage) const {
+    return stage >= 0 && stage < static_cast<int>(link_into.size()) ? link_into[stage] : link;
+  }
   int n() const { return static_cast<int>(pos.size()); }
 };
+
+// Whether the cut in front of `stage` joins two nodes.
+bool crosses_nodes(const PartitionOptions& o, int stage) {
+  return stage > 0 && stage < static_cast<int>(o.node_of_stage.size()) &&
+         o.node_of_stage[stage] != o.node_of_stage[stage - 1];
+}
 
 bool same_speed(const DeviceSpec& a, const DeviceSpec& b) {
   return a.peak_flops == b.peak_flops && a.mem_bandwidth == b.mem_bandwidth && a.kernel_overhead_s == b.kernel_overhead_s &&
@@ -137,6 +147,10 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
                       std::unordered_map<const Value*, int>* param_owner_out) {
   Problem P;
   P.link = opts.link;
+  // Values a stage receives are charged with the link of the cut in front of it (a skip
+  // connection from a stage further up is charged the same way).
+  for (size_t k = 0; k < opts.devices.size(); ++k)
+    P.link_into.push_back(crosses_nodes(opts, static_cast<int>(k)) ? opts.network_link : opts.link);
   for (const DeviceSpec& d : opts.devices) {
     int c = -1;
     for (size_t i = 0; i < P.classes.size(); ++i)
@@ -247,8 +261,9 @@ class StageSweep {
   StageSweep(const Problem& P, std::vector<int>* recv_mark, std::vector<int>* kept_mark, int* epoch)
       : P_(P), recv_mark_(*recv_mark), kept_mark_(*kept_mark), epoch_(*epoch) {}
 
-  void start(int i) {
+  void start(int i, int stage) {
     i_ = j_ = i;
+    link_ = &P_.link_of(stage);
     ++epoch_;
     recv_bytes_ = grad_bytes_ = saved_ = workspace_ = 0;
     recv_count_ = grad_count_ = 0;
@@ -275,8 +290,9 @@ class StageSweep {
     ++j_;
   }
   double comm_s() const {
-    if (!(P_.link.bandwidth > 0)) return (recv_count_ + grad_count_) * P_.link.latency_s;
-    return (recv_bytes_ + grad_bytes_) / P_.link.bandwidth + (recv_count_ + grad_count_) * P_.link.latency_s;
+    const LinkSpec& l = *link_;
+    if (!(l.bandwidth > 0)) return (recv_count_ + grad_count_) * l.latency_s;
+    return (recv_bytes_ + grad_bytes_) / l.bandwidth + (recv_count_ + grad_count_) * l.latency_s;
   }
   double time_s(int cls) const { return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s(); }
   double param_bytes() const { return P_.prefix_params[j_] - P_.prefix_params[i_]; }
@@ -287,6 +303,7 @@ class StageSweep {
 
  private:
   const Problem& P_;
+  const LinkSpec* link_ = &P_.link;
   std::vector<int>& recv_mark_;
   std::vector<int>& kept_mark_;
   int& epoch_;
@@ -314,7 +331,7 @@ double split_time(const Problem& P, const std::vector<int>& starts, const std::v
   for (int k = 0; k < N; ++k) {
     const int end = k + 1 < N ? starts[k + 1] : n;
     if (end <= starts[k]) return kInf;
-    sw.start(starts[k]);
+    sw.start(starts[k], k);
     for (int p = starts[k]; p < end; ++p) sw.add();
     const int dev = device_index[k];
     if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale) > opts.devices[dev].memory_bytes)
@@ -366,7 +383,7 @@ Solution solve(const Problem& P, const std::vector<int>& device_index, const Par
     const int last_end = n - (N - k - 1);  // leave one position for each later stage
     for (int i = k; i < last_end; ++i) {
       if (dp[k][i] == kInf || dp[k][i] > bound) continue;
-      sw.start(i);
+      sw.start(i, k);
       for (int j = i + 1; j <= last_end; ++j) {
         sw.add();
         const double mem = memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale);
@@ -425,6 +442,10 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   plan.batch_size = graph_batch(g);
   plan.link = opts.link;
   plan.stages.resize(N);
+  {
+    std::set<int> nodes(opts.node_of_stage.begin(), opts.node_of_stage.end());
+    plan.num_nodes = std::max<int>(1, static_cast<int>(nodes.size()));
+  }
   for (int k = 0; k < N; ++k) {
     StagePlan& s = plan.stages[k];
     s.index = k;
@@ -434,8 +455,11 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     std::vector<int> recv_mark(P.vals.size(), 0), kept_mark(P.vals.size(), 0);
     int epoch = 0;
     StageSweep sw(P, &recv_mark, &kept_mark, &epoch);
-    sw.start(starts[k]);
+    sw.start(starts[k], k);
     std::set<int> recv_seen;
+    s.node = k < static_cast<int>(opts.node_of_stage.size()) ? opts.node_of_stage[k] : 0;
+    s.cut_crosses_nodes = crosses_nodes(opts, k);
+    s.link_in = P.link_of(k);
     for (int p = starts[k]; p < end; ++p) {
       const Pos& x = P.pos[p];
       sw.add();

@@ -22,6 +22,10 @@ enum class NodeOrder { kAuto, kGraph, kBranch };
 struct PartitionOptions {
   std::vector<DeviceSpec> devices;     // one per stage, in pipeline order (heterogeneous allowed)
   LinkSpec link;                       // between adjacent stages
+  // Multi-node jobs: the node each stage runs on (empty: one node). A cut between stages on two
+  // nodes is charged with `network_link` instead of `link`.
+  std::vector<int> node_of_stage;
+  LinkSpec network_link;
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
   int micro_batches = 1;               // GPipe

@@ -41,6 +41,9 @@ struct StagePlan {
   int in_flight = 1;                     // mini-batches (GPipe: micro-batches) whose activations are kept
   int weight_copies = 0;                 // SpecTrain's predicted copy, or stashed versions
   double stage_ms() const { return fwd_ms + bwd_ms + update_ms + comm_ms; }
+  int node = 0;                          // the node (machine) this stage runs on
+  bool cut_crosses_nodes = false;        // the cut in front of this stage joins two nodes
+  LinkSpec link_in;                      // the link of that cut (what comm_ms was charged with)
   // Measured after training (ms per mini-batch); < 0 when not measured.
   double measured_fwd_ms = -1, measured_bwd_ms = -1;
 };
@@ -51,7 +54,8 @@ struct Plan {
   WeightMode weights = WeightMode::kSpecTrain;
   int micro_batches = 1;
   int64_t batch_size = 0;
-  LinkSpec link;
+  LinkSpec link;                         // between stages on one node
+  int num_nodes = 1;                     // nodes the stages run on (see StagePlan::node)
   std::vector<StagePlan> stages;
   bool manual = false;                   // from --split-at / --balance
   std::string order;                     // node order the stages cut: "graph" or "branch"

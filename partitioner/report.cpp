@@ -125,6 +125,7 @@ std::string report_text(const ReportInputs& r) {
   if (p.batch_size > 0) out += format(", batch %lld", static_cast<long long>(p.batch_size));
   if (!p.link.name.empty() && sum.stages > 1)
     out += format(", link %s (%.1f GB/s, %.1f us)", p.link.name.c_str(), p.link.bandwidth / 1e9, p.link.latency_s * 1e6);
+  if (p.num_nodes > 1) out += format(", %d nodes", p.num_nodes);
   out += p.manual ? " [manual]\n" : "\n";
 
   size_t dev_w = 6, node_w = 10;
@@ -148,6 +149,11 @@ std::string report_text(const ReportInputs& r) {
       out += format(" %10s %10s %8s", "-", "-", "-");
     out += "\n";
   }
+  for (const StagePlan& s : p.stages)
+    if (s.cut_crosses_nodes)
+      out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per mini-batch\n",
+                    s.index - 1, s.index, p.stages[s.index - 1].node, s.node, s.link_in.name.c_str(),
+                    s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, static_cast<double>(s.recv_bytes) / 1e6);
   out += format("bottleneck %.3f ms (stage %d), imbalance %.2f (max/mean stage time)\n", sum.bottleneck_ms,
                 sum.bottleneck_stage, sum.imbalance);
   out += format("predicted %.1f samples/s", sum.samples_per_s);

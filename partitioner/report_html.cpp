@@ -134,6 +134,12 @@ std::string report_html(const ReportInputs& r) {
   if (p.batch_size > 0) sub += format(" · batch %lld", static_cast<long long>(p.batch_size));
   if (!p.link.name.empty() && sum.stages > 1)
     sub += format(" · link %s (%.1f GB/s, %.1f µs)", p.link.name.c_str(), p.link.bandwidth / 1e9, p.link.latency_s * 1e6);
+  if (p.num_nodes > 1) {
+    sub += format(" · %d nodes", p.num_nodes);
+    for (const StagePlan& st : p.stages)
+      if (st.cut_crosses_nodes)
+        sub += format(" · cut %d|%d crosses nodes (%s)", st.index - 1, st.index, st.link_in.name.c_str());
+  }
   if (p.manual) sub += " · manual split";
 
   int64_t peak = 0;

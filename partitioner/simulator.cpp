@@ -205,7 +205,8 @@ SimResult simulate(const Plan& plan, int mini_batches) {
       const int p = e.mini_batch * m + e.micro_batch;
       if (e.kind == SimEvent::kForward) {
         if (k + 1 < n) {
-          const double ms = transfer_ms(static_cast<double>(plan.stages[k].send_bytes) / m, plan.link);
+          const LinkSpec& link = plan.stages[k + 1].link_in.name.empty() ? plan.link : plan.stages[k + 1].link_in;
+          const double ms = transfer_ms(static_cast<double>(plan.stages[k].send_bytes) / m, link);
           const int x = eng.add(n + k, ms, make_event(k, e.mini_batch, e.micro_batch, SimEvent::kSend));
           eng.depend(x, op);
           eng.depend(fwd[k + 1][p], x);
@@ -218,7 +219,8 @@ SimResult simulate(const Plan& plan, int mini_batches) {
           // The gradients of what stage k received (the size of what stage k-1 sent when unknown).
           const int64_t bytes = plan.stages[k].grad_send_bytes > 0 ? plan.stages[k].grad_send_bytes
                                                                    : plan.stages[k - 1].send_bytes;
-          const double ms = transfer_ms(static_cast<double>(bytes) / m, plan.link);
+          const LinkSpec& link = plan.stages[k].link_in.name.empty() ? plan.link : plan.stages[k].link_in;
+          const double ms = transfer_ms(static_cast<double>(bytes) / m, link);
           const int x = eng.add(2 * n + k - 1, ms, make_event(k - 1, e.mini_batch, e.micro_batch, SimEvent::kRecv));
           eng.depend(x, op);
           eng.depend(bwd[k - 1][p], x);

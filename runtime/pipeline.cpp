@@ -3,6 +3,7 @@
 // coordinates metrics, validation and the trace.
 #include "runtime/pipeline.h"
 
+#include "runtime/cluster.h"
 #include "runtime/curves.h"
 #include "runtime/progress.h"
 
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -32,19 +34,7 @@ int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode
   return backward ? stage / 2 : stage / 2 + gap;
 }
 
-struct PipelineTrainer::Impl {
-  Impl(const Graph& graph, const TrainingGraph& training) : g(graph), tg(training) {}
-  const Graph& g;
-  const TrainingGraph& tg;
-  PipelineOptions opts;
-  std::vector<std::unique_ptr<Stage>> stages;
-  std::vector<std::unique_ptr<Channel>> channels;
-  std::unique_ptr<Executor> eval;  // the whole forward, for evaluation
-  int64_t graph_batch = 0;
-
-  void load_eval_weights();
-  Expected<EvalResult> run_eval(const Dataset& d);
-};
+int PipelineTrainer::Impl::rank() const { return opts.cluster ? opts.cluster->rank() : 0; }
 
 namespace {
 
@@ -76,6 +66,9 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   impl->opts = opts;
   impl->graph_batch = g.inputs[0]->dims.at(0);
   const int N = static_cast<int>(plan.stages.size());
+  if (opts.cluster && opts.cluster->size() != N)
+    return invalid_input("--gpus " + std::to_string(N) + ": the job has " + std::to_string(opts.cluster->size()) +
+                         " ranks; one rank runs one stage, so --gpus must equal the number of ranks");
 
   std::unordered_map<const Node*, int> stage_of;
   for (const StagePlan& s : plan.stages)
@@ -151,32 +144,46 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       for (const Value* v : n->outputs)
         if (v && v == tg.loss.loss) st->loss = v;
     }
+    if (st->loss) impl->loss_stage = sp.index;
     st->saved.assign(saved.begin(), saved.end());
     st->state.assign(state.begin(), state.end());
-    ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes));
+    if (impl->local(sp.index)) {
+      ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes));
+    }
     impl->stages.push_back(std::move(st));
   }
+  if (impl->loss_stage < 0) return internal_error("no stage of the plan computes the loss");
   // Channels hold what is in flight between two stages at most: N - k mini-batches (1F1B) or M
   // micro-batches (GPipe).
   const int capacity = std::max(N, opts.micro_batches) + 1;
-  auto wire = [&](const auto& flows, bool forward) {
-    for (const auto& [ends, values] : flows) {
-      impl->channels.push_back(std::make_unique<Channel>(std::vector<const Value*>(values.begin(), values.end()), capacity));
-      Channel* c = impl->channels.back().get();
-      Stage& from = *impl->stages[ends.first];
-      Stage& to = *impl->stages[ends.second];
-      (forward ? from.fwd_out : from.bwd_out).push_back(c);
-      (forward ? to.fwd_in : to.bwd_in).push_back(c);
-    }
-  };
-  wire(fwd_flow, true);
-  wire(bwd_flow, false);
-  for (auto& st : impl->stages) st->prepare();
+  std::map<std::pair<int, int>, std::vector<const Value*>> fwd_values, bwd_values;
+  for (const auto& [ends, values] : fwd_flow) fwd_values[ends].assign(values.begin(), values.end());
+  for (const auto& [ends, values] : bwd_flow) bwd_values[ends].assign(values.begin(), values.end());
+  if (impl->distributed()) {
+    RETURN_IF_ERROR(impl->wire_ranks(fwd_values, bwd_values, capacity));
+  } else {
+    auto wire = [&](const auto& flows, bool forward) {
+      for (const auto& [ends, values] : flows) {
+        impl->channels.push_back(std::make_unique<Channel>(values, capacity));
+        Link* c = impl->channels.back().get();
+        Stage& from = *impl->stages[ends.first];
+        Stage& to = *impl->stages[ends.second];
+        (forward ? from.fwd_out : from.bwd_out).push_back(c);
+        (forward ? to.fwd_in : to.bwd_in).push_back(c);
+      }
+    };
+    wire(fwd_values, true);
+    wire(bwd_values, false);
+  }
+  for (auto& st : impl->stages)
+    if (impl->local(st->index)) st->prepare();
 
-  std::vector<const Node*> fwd_nodes;
-  for (auto& n : g.nodes())
-    if (n->phase == Phase::kForward) fwd_nodes.push_back(n.get());
-  ASSIGN_OR_RETURN(impl->eval, Executor::create(g, DeviceKind::kCpu, fwd_nodes));
+  if (impl->coordinator()) {
+    std::vector<const Node*> fwd_nodes;
+    for (auto& n : g.nodes())
+      if (n->phase == Phase::kForward) fwd_nodes.push_back(n.get());
+    ASSIGN_OR_RETURN(impl->eval, Executor::create(g, DeviceKind::kCpu, fwd_nodes));
+  }
   return std::unique_ptr<PipelineTrainer>(new PipelineTrainer(std::move(impl)));
 }
 
@@ -189,35 +196,52 @@ int64_t PipelineTrainer::samples_per_step() const {
 std::map<std::string, HostTensor> PipelineTrainer::parameters() const {
   std::map<std::string, HostTensor> out;
   for (auto& st : impl_->stages)
-    for (size_t i = 0; i < st->params.size(); ++i) out[st->params[i]->name] = st->master(i);
+    for (size_t i = 0; i < st->params.size(); ++i) {
+      const std::string& name = st->params[i]->name;
+      if (impl_->local(st->index)) out[name] = st->master(i);
+      else if (auto it = impl_->remote_values.find(name); it != impl_->remote_values.end()) out[name] = it->second;
+    }
   return out;
 }
 
 std::map<std::string, HostTensor> PipelineTrainer::trained_initializers() const {
   std::map<std::string, HostTensor> out = parameters();
   for (auto& st : impl_->stages)
-    for (const Value* v : st->state) out[v->name] = st->ex->tensor(v);
+    for (const Value* v : st->state) {
+      if (impl_->local(st->index)) out[v->name] = st->ex->tensor(v);
+      else if (auto it = impl_->remote_values.find(v->name); it != impl_->remote_values.end()) out[v->name] = it->second;
+    }
   return out;
 }
 
 std::vector<PassRecord> PipelineTrainer::trace() const {
   std::vector<PassRecord> out;
-  for (auto& st : impl_->stages) out.insert(out.end(), st->trace.begin(), st->trace.end());
+  for (auto& st : impl_->stages) {
+    if (impl_->local(st->index)) out.insert(out.end(), st->trace.begin(), st->trace.end());
+    for (const PassRecord& r : impl_->remote_trace)
+      if (r.stage == st->index) out.push_back(r);
+  }
   return out;
 }
 
 std::vector<StageStats> PipelineTrainer::stage_stats() const {
   std::vector<StageStats> out;
-  for (auto& st : impl_->stages) out.push_back(st->stats);
+  for (auto& st : impl_->stages) {
+    if (impl_->local(st->index)) out.push_back(st->stats);
+    for (const StageStats& r : impl_->remote_stats)
+      if (r.stage == st->index) out.push_back(r);
+  }
   return out;
 }
 
 Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
+  const std::vector<PassRecord> all = trace();
   for (auto& st : impl_->stages) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", st->index},
                       {"args", {{"name", "stage " + std::to_string(st->index)}}}});
-    for (const PassRecord& r : st->trace) {
+    for (const PassRecord& r : all) {
+      if (r.stage != st->index) continue;
       std::string name = (r.backward ? "B" : "F") + std::to_string(r.mini_batch);
       if (impl_->opts.schedule == Schedule::kGPipe) name += "." + std::to_string(r.micro_batch);
       events.push_back({{"name", name},
@@ -247,6 +271,11 @@ Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
 
 void PipelineTrainer::Impl::load_eval_weights() {
   for (auto& st : stages) {
+    if (!local(st->index)) {
+      for (const Value* v : st->params) eval->tensor(v) = remote_values.at(v->name);
+      for (const Value* v : st->state) eval->tensor(v) = remote_values.at(v->name);
+      continue;
+    }
     for (size_t i = 0; i < st->params.size(); ++i) eval->tensor(st->params[i]) = st->master(i);
     for (const Value* v : st->state) eval->tensor(v) = st->ex->tensor(v);
   }
@@ -311,20 +340,29 @@ Expected<EvalResult> PipelineTrainer::Impl::run_eval(const Dataset& d) {
 }
 
 Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
+  if (!impl_->eval) return internal_error("evaluate() runs on rank 0 only");
   impl_->load_eval_weights();
   return impl_->run_eval(d);
 }
 
 Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   Impl& I = *impl_;
-  const int64_t n = train.size();
+  Cluster* C = I.opts.cluster;
+  const bool coord = I.coordinator();
+  int64_t n = train.size();
+  bool validate = val && val->size() > 0;
+  if (C) {  // rank 0 alone reads the data
+    int64_t hdr[2] = {n, validate ? 1 : 0};
+    RETURN_IF_ERROR(C->broadcast(hdr, sizeof hdr, 0));
+    n = hdr[0];
+    validate = hdr[1] != 0;
+  }
   const int64_t batch = samples_per_step();
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
   if (n == 0) return invalid_input("the training set is empty");
   const int64_t per_epoch = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
   const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
   const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
-  const bool validate = val && val->size() > 0;
 
   // The sample order of every epoch, drawn exactly as the single-stage trainer draws it.
   std::vector<std::vector<int64_t>> orders;
@@ -351,13 +389,26 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.losses.assign(total * M, 0.0);
   sh.loss_ready.assign(total * M, 0);
   for (auto& c : I.channels) sh.channels.push_back(c.get());
-  for (auto& st : I.stages) set_scalar(st->ex->tensor(I.tg.lr), cfg.lr);
+  for (auto& st : I.stages)
+    if (I.local(st->index)) set_scalar(st->ex->tensor(I.tg.lr), cfg.lr);
+  if (C)
+    if (const char* lose = std::getenv("PIPETRAIN_DEBUG_LOSE_RANK")) {  // test hook: rank:step[:stop]
+      int rank = -1;
+      long long at = -1;
+      char mode[16] = {0};
+      if (std::sscanf(lose, "%d:%lld:%15s", &rank, &at, mode) >= 2 && rank == C->rank() && at >= 1) {
+        sh.debug_lose_step = at - 1;
+        sh.debug_stop = std::string(mode) == "stop";
+      }
+    }
+  const int local_stages = C ? 1 : static_cast<int>(I.stages.size());
+  std::vector<char> snap_buf;  // under MPI: a stage's snapshot on its way to rank 0 (and back in)
 
   std::ofstream csv;
   Curves curves;
   curves.title = cfg.title;
   const std::string partial = cfg.metrics_path + ".partial";
-  if (!cfg.metrics_path.empty()) {
+  if (coord && !cfg.metrics_path.empty()) {
     csv.open(partial, std::ios::trunc);
     if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
     csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
@@ -366,7 +417,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   using clock = std::chrono::steady_clock;
   sh.t0 = clock::now();
   std::vector<std::thread> threads;
-  for (auto& st : I.stages) threads.emplace_back([&sh, s = st.get()] { s->run(sh); });
+  for (auto& st : I.stages)
+    if (I.local(st->index)) threads.emplace_back([&sh, s = st.get()] { s->run(sh); });
   auto join_all = [&] {
     for (auto& t : threads)
       if (t.joinable()) t.join();
@@ -378,7 +430,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   for (int64_t step = 1; step <= total && failure.is_ok(); ++step) {
     const int64_t s0 = step - 1;
     double l = 0;
-    {
+    std::vector<double> step_losses(M, 0.0);
+    if (I.local(I.loss_stage)) {
       std::unique_lock<std::mutex> lock(sh.mu);
       sh.cv.wait(lock, [&] {
         if (sh.abort) return true;
@@ -387,9 +440,38 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         return true;
       });
       if (sh.abort) break;
-      for (int j = 0; j < M; ++j) l += sh.losses[s0 * M + j];
-      l /= M;
+      for (int j = 0; j < M; ++j) step_losses[j] = sh.losses[s0 * M + j];
     }
+    if (C && I.loss_stage != 0) {  // the loss stage's rank tells rank 0
+      const bool moved = C->rank() == I.loss_stage ? C->send(0, kMsgLoss, s0, step_losses.data(), M * sizeof(double))
+                         : coord                   ? C->recv(I.loss_stage, kMsgLoss, s0, step_losses.data(), M * sizeof(double))
+                                                   : true;
+      if (!moved) {
+        sh.fail(internal_error("aborted while passing the loss of step " + std::to_string(step) + " to rank 0"));
+        break;
+      }
+    }
+    if (!coord) {  // the other ranks only send their weights for validation
+      if (sh.snapshot_step[s0]) {
+        std::vector<std::pair<const Value*, HostTensor>> snap;
+        {
+          std::unique_lock<std::mutex> lock(sh.mu);
+          sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == local_stages; });
+          if (sh.abort) break;
+          snap = std::move(sh.snapshots[s0][C->rank()]);
+          sh.snapshots.erase(s0);
+        }
+        I.pack_snapshot(snap, &snap_buf);
+        if (!C->send(0, kMsgSnapshot, s0, snap_buf.data(), snap_buf.size())) {
+          sh.fail(internal_error("aborted while sending the weights of step " + std::to_string(step) + " to rank 0"));
+          break;
+        }
+      }
+      r.steps = step;
+      continue;
+    }
+    for (int j = 0; j < M; ++j) l += step_losses[j];
+    l /= M;
     if (!std::isfinite(l)) {
       failure = Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
                                                   std::to_string(l) + " (try a smaller --lr)");
@@ -406,13 +488,24 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       std::vector<std::vector<std::pair<const Value*, HostTensor>>> snap;
       {
         std::unique_lock<std::mutex> lock(sh.mu);
-        sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == static_cast<int>(I.stages.size()); });
+        sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == local_stages; });
         if (sh.abort) break;
         snap = std::move(sh.snapshots[s0]);
         sh.snapshots.erase(s0);
       }
       for (auto& per_stage : snap)
         for (auto& [v, t] : per_stage) I.eval->tensor(v) = t;
+      bool gathered = true;
+      for (int k = 1; C && k < static_cast<int>(I.stages.size()) && gathered; ++k) {
+        snap_buf.resize(I.snapshot_bytes(k));
+        gathered = C->recv(k, kMsgSnapshot, s0, snap_buf.data(), snap_buf.size());
+        if (gathered) I.unpack_into_eval(k, snap_buf);
+      }
+      if (!gathered) {
+        failure = internal_error("aborted while gathering the weights of step " + std::to_string(step));
+        sh.fail(failure);
+        break;
+      }
       auto e = I.run_eval(*val);
       if (!e) {
         failure = e.status();
@@ -441,13 +534,15 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   join_all();
   r.seconds = std::chrono::duration<double>(clock::now() - sh.t0).count();
   for (auto& st : I.stages)  // busy time over the whole run, not the stage's own end
-    if (r.seconds > 0) {
+    if (r.seconds > 0 && I.local(st->index)) {
       const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
                             static_cast<double>(std::max<int64_t>(1, st->stats.updates));
       st->stats.busy_fraction = busy_s / r.seconds;
     }
   if (!failure.is_ok()) return failure;
   if (!sh.error.is_ok()) return sh.error;
+  if (C) RETURN_IF_ERROR(I.gather_final());
+  if (!coord) return r;
   r.samples_per_s = r.seconds > 0 ? static_cast<double>(r.steps * batch) / r.seconds : 0;
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
   if (csv.is_open()) {

@@ -17,6 +17,8 @@
 
 namespace pt {
 
+class Cluster;
+
 // SpecTrain's version differences: kPaper s_fwd(k) = floor(k/2) + N-k-1, s_bwd(k) = floor(k/2)
 // (the official implementation); kExact the 1F1B gaps s_fwd(k) = N-k-1, s_bwd(k) = 0.
 enum class Staleness { kPaper, kExact };
@@ -33,6 +35,9 @@ struct PipelineOptions {
   // OpenMP threads of each stage's kernels (its share of the cores); 0 leaves the default.
   // OpenBLAS keeps its own, process-wide thread count.
   int threads_per_stage = 0;
+  // One stage per rank (rank k runs stage k; --gpus must equal the number of ranks); null: every
+  // stage in this process, one thread each. Not owned.
+  Cluster* cluster = nullptr;
 };
 
 // One forward or backward pass of one stage, as it ran.
@@ -70,14 +75,16 @@ class PipelineTrainer {
   // Forward over every sample with the current master weights (sequential pass, rng_step -1).
   Expected<EvalResult> evaluate(const Dataset& d);
 
-  // Master weights by initializer name (never the predicted or stashed copies).
+  // Master weights by initializer name (never the predicted or stashed copies). Under MPI, on
+  // rank 0 after train(): every stage's (gathered); on other ranks: their own stage's.
   std::map<std::string, HostTensor> parameters() const;
   // Master weights plus the model's own state (BatchNorm running statistics).
   std::map<std::string, HostTensor> trained_initializers() const;
 
   int num_stages() const;
   int64_t samples_per_step() const;  // mini-batch size: graph batch * micro-batches
-  // Every pass of the last train(), per stage in the order it ran (stage 0 first).
+  // Every pass of the last train(), per stage in the order it ran (stage 0 first); stats and trace
+  // under MPI as parameters().
   std::vector<PassRecord> trace() const;
   std::vector<StageStats> stage_stats() const;
   // Writes trace() in Chrome trace format (one row per stage; args: mini-batch, version, s).

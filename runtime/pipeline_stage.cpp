@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 
 #include <omp.h>
 
@@ -39,7 +42,7 @@ void add_into(T* acc, const T* x, int64_t n) {
 
 // ---- Channel ----
 
-Channel::Channel(std::vector<const Value*> values, int capacity) : values_(std::move(values)) {
+Channel::Channel(std::vector<const Value*> values, int capacity) : Link(std::move(values)) {
   slots_.resize(std::max(1, capacity));
   for (Slot& s : slots_)
     for (const Value* v : values_) s.tensors.emplace_back(v->dtype, v->dims);
@@ -113,7 +116,7 @@ void RunShared::fail(Status s) {
     if (error.is_ok()) error = std::move(s);
     abort = true;
   }
-  for (Channel* c : channels) c->abort();
+  for (Link* c : channels) c->abort();
   cv.notify_all();
 }
 
@@ -169,23 +172,28 @@ void Stage::load_predicted(int s) {
   buf_is_master_ = false;
 }
 
-void Stage::feed(RunShared& sh, int64_t key) {
+bool Stage::feed(RunShared& sh, int64_t key) {
   if (rng_step) ex->tensor(rng_step).as<int64_t>()[0] = key + 1;
-  if (!reads_input && !reads_labels) return;
+  if (data_in) return data_in->recv(key, *ex);
+  const bool sends = !data_out.empty();  // the data rank: what it gathers travels from its buffers
+  if (!reads_input && !reads_labels && !sends) return true;
   const int64_t step = key / micro(), j = key % micro();
   const int64_t epoch = step / sh.per_epoch, in_epoch = step % sh.per_epoch;
-  HostTensor* x = reads_input ? &ex->tensor(input) : &scratch_x_;
-  HostTensor* y = reads_labels ? &ex->tensor(labels) : &scratch_y_;
+  HostTensor* x = reads_input || sends ? &ex->tensor(input) : &scratch_x_;
+  HostTensor* y = reads_labels || sends ? &ex->tensor(labels) : &scratch_y_;
   gather_batch(*sh.data, (*sh.epoch_orders)[epoch], in_epoch * sh.mini_batch + j * sh.graph_batch, x, y);
+  for (Link* l : data_out)
+    if (!l->send(key, *ex)) return false;
+  return true;
 }
 
 Status Stage::forward(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
   const auto t_start = std::chrono::steady_clock::now();
-  for (Channel* c : fwd_in)
+  for (Link* c : fwd_in)
     if (!c->recv(key, *ex)) return aborted();
   const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
-  feed(sh, key);
+  if (!feed(sh, key)) return aborted();
   PassRecord r;
   r.stage = index;
   r.mini_batch = key / micro();
@@ -207,7 +215,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
     }
     sh.cv.notify_all();
   }
-  for (Channel* c : fwd_out)
+  for (Link* c : fwd_out)
     if (!c->send(key, *ex)) return aborted();
   const int slot = slot_of(key);
   if (num_slots_ > 1) {
@@ -231,7 +239,7 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
   const auto t_start = std::chrono::steady_clock::now();
   const int slot = slot_of(key);
-  for (Channel* c : bwd_in)
+  for (Link* c : bwd_in)
     if (!c->recv(key, *ex)) return aborted();
   const auto t_run = std::chrono::steady_clock::now();
   if (num_slots_ > 1)
@@ -254,7 +262,7 @@ Status Stage::backward(RunShared& sh, int64_t key) {
     load_master();
   }
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward; }));
-  for (Channel* c : bwd_out)
+  for (Link* c : bwd_out)
     if (!c->send(key, *ex)) return aborted();
   if (!grad_acc_.empty()) {
     const bool first = key % micro() == 0;
@@ -294,6 +302,13 @@ Status Stage::update(RunShared& sh, int64_t step) {
   upd_s_ += busy;
   ++stats.updates;
   if (sh.snapshot_step[step]) post_snapshot(sh, step);
+  if (step == sh.debug_lose_step) {
+    std::fprintf(stderr, "onnx-pipetrain: stage %d: PIPETRAIN_DEBUG_LOSE_RANK: %s after step %lld\n", index,
+                 sh.debug_stop ? "stopping (SIGSTOP)" : "leaving (exit 1)", static_cast<long long>(step + 1));
+    std::fflush(stderr);
+    if (sh.debug_stop) std::raise(SIGSTOP);
+    else std::_Exit(1);
+  }
   return Status::ok();
 }
 

@@ -14,21 +14,21 @@
 
 #include "runtime/executor.h"
 #include "runtime/pipeline.h"
+#include "runtime/transport.h"
 
 namespace pt {
 
 // A fixed set of values sent from one stage to another, `capacity` messages at most in flight.
 // Messages carry a key (the pass id: mini-batch * M + micro-batch) and are received by key; the
 // buffers are allocated once. Blocking calls return false once the channel is aborted.
-class Channel {
+class Channel : public Link {
  public:
   Channel(std::vector<const Value*> values, int capacity);
-  const std::vector<const Value*>& values() const { return values_; }
   // Waits for a free slot, copies every value from `from` into it, publishes it under `key`.
-  bool send(int64_t key, const Executor& from);
+  bool send(int64_t key, const Executor& from) override;
   // Waits for the message `key`, copies it into `to`'s buffers, frees the slot.
-  bool recv(int64_t key, Executor& to);
-  void abort();
+  bool recv(int64_t key, Executor& to) override;
+  void abort() override;
 
  private:
   static constexpr int64_t kFree = -1, kBusy = -2;
@@ -36,7 +36,6 @@ class Channel {
     int64_t key = kFree;
     std::vector<HostTensor> tensors;
   };
-  std::vector<const Value*> values_;
   std::vector<Slot> slots_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -63,7 +62,11 @@ struct RunShared {
   std::map<int64_t, std::vector<std::vector<std::pair<const Value*, HostTensor>>>> snapshots;
   std::map<int64_t, int> snapshot_count;
   Status error;  // the first stage failure
-  std::vector<Channel*> channels;  // aborted on failure, so no stage waits forever
+  std::vector<Link*> channels;  // aborted on failure, so no stage waits forever
+  // Test hook (PIPETRAIN_DEBUG_LOSE_RANK=rank:step[:stop]): this process leaves (exit 1) or
+  // stops (SIGSTOP) after the update of this 0-based step; -1: never.
+  int64_t debug_lose_step = -1;
+  bool debug_stop = false;
   void fail(Status s);
 };
 
@@ -85,7 +88,11 @@ class Stage {
   const Value* loss = nullptr;         // the loss, when this stage computes it
   const Value* lr = nullptr;
   const Value* rng_step = nullptr;
-  std::vector<Channel*> fwd_in, fwd_out, bwd_in, bwd_out;
+  std::vector<Link*> fwd_in, fwd_out, bwd_in, bwd_out;
+  // One stage per rank: rank 0 alone reads the data and sends the input and labels of every pass
+  // to the other stages that read them (data_out); such a stage receives them (data_in).
+  std::vector<Link*> data_out;
+  Link* data_in = nullptr;
 
   // Allocates slots and weight copies; call once after the fields above are set.
   void prepare();
@@ -101,7 +108,7 @@ class Stage {
   Status forward(RunShared& sh, int64_t key);
   Status backward(RunShared& sh, int64_t key);
   Status update(RunShared& sh, int64_t step);
-  void feed(RunShared& sh, int64_t key);
+  bool feed(RunShared& sh, int64_t key);
   void load_master();
   void load_predicted(int s);
   void post_snapshot(RunShared& sh, int64_t step);
@@ -121,5 +128,47 @@ class Stage {
   HostTensor scratch_x_, scratch_y_;                  // data this stage does not read
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };
+
+// The trainer's state (runtime/pipeline.cpp); under MPI (opts.cluster) stages holds every stage's
+// description but only this rank's stage has an executor and runs (runtime/pipeline_ranks.cpp).
+struct PipelineTrainer::Impl {
+  Impl(const Graph& graph, const TrainingGraph& training) : g(graph), tg(training) {}
+  const Graph& g;
+  const TrainingGraph& tg;
+  PipelineOptions opts;
+  std::vector<std::unique_ptr<Stage>> stages;
+  std::vector<std::unique_ptr<Link>> channels;
+  std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
+  int64_t graph_batch = 0;
+  int loss_stage = -1;             // the stage that computes the loss
+
+  // Gathered on rank 0 at the end of train() from the other ranks.
+  std::map<std::string, HostTensor> remote_values;  // their master weights and model state
+  std::vector<StageStats> remote_stats;
+  std::vector<PassRecord> remote_trace;
+
+  bool distributed() const { return opts.cluster != nullptr; }
+  int rank() const;
+  bool coordinator() const { return rank() == 0; }  // prints, validates, writes the run folder
+  bool local(int stage) const { return !distributed() || stage == rank(); }
+  void load_eval_weights();
+  Expected<EvalResult> run_eval(const Dataset& d);
+
+  // pipeline_ranks.cpp: the wiring and the coordinator messages between ranks.
+  Status wire_ranks(const std::map<std::pair<int, int>, std::vector<const Value*>>& fwd,
+                    const std::map<std::pair<int, int>, std::vector<const Value*>>& bwd, int capacity);
+  // Bytes of stage k's snapshot: its master weights, then its model state.
+  size_t snapshot_bytes(int k) const;
+  void pack_snapshot(const std::vector<std::pair<const Value*, HostTensor>>& snap, std::vector<char>* out) const;
+  void unpack_into_eval(int k, const std::vector<char>& in);
+  // Non-zero ranks send their final weights, stats and trace; rank 0 keeps them.
+  Status gather_final();
+};
+
+// Message kinds of the coordinators (Cluster::send/recv).
+enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
+                   kMsgHeader = 6 };
+// Link kinds between two ranks.
+enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2 };
 
 }  // namespace pt

@@ -16,6 +16,7 @@
 #include "partitioner/plan.h"
 #include "tools/omp_env.h"
 #include "tools/plan_step.h"
+#include "runtime/cluster.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
 #include "runtime/profiler.h"
@@ -62,6 +63,7 @@ struct Options {
   int keep_checkpoints = 3;
   bool resume = false;      // --resume given
   std::string resume_path;  // its value; empty: the run folder's newest intact checkpoint
+  int ranks_per_node = 0;   // --plan-only of a multi-node job: stages k / R share node k / R
 };
 
 constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report a run stopped by Ctrl-C
@@ -75,9 +77,113 @@ extern "C" void on_sigint(int) {
   std::signal(SIGINT, SIG_DFL);
 }
 
+// Under mpirun / srun: this rank's share of the job (null for a single process), and whether
+// every rank agreed on model, flags and plan (after that, a failure on one rank ends the job).
+std::unique_ptr<pt::Cluster> g_cluster;
+bool g_started = false;
+
+int rank_fail(const pt::Status& s);
+
 int fail(const pt::Status& s) {
+  if (g_cluster) return rank_fail(s);
   std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
   return pt::exit_code_for(s);
+}
+
+// A failure on one rank. Before the start every rank reaches exactly one agreement (here, or
+// agree_start on success), so all of them stop together with the first failing rank's code;
+// after it, the failing rank ends the whole job.
+int rank_fail(const pt::Status& s) {
+  const int me = g_cluster->rank(), code = pt::exit_code_for(s);
+  auto print = [&] {
+    if (me == 0) std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
+    else std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", me, s.message().c_str());
+    std::fflush(stderr);
+  };
+  if (g_started) {
+    print();
+    g_cluster->abort_job(code);
+  }
+  auto codes = g_cluster->allgather(static_cast<uint64_t>(code));
+  if (!codes || me == 0 || (*codes)[0] == 0) print();  // rank 0 speaks for failures every rank shares
+  return code;
+}
+
+// The start-up agreement of a job: every rank's status, then model, flags and plan compared
+// with rank 0's. Returns 0 to go on, or the exit code every rank returns.
+int agree_start(uint64_t model, uint64_t flags, uint64_t plan) {
+  const int me = g_cluster->rank();
+  auto codes = g_cluster->allgather(0);
+  if (!codes) return fail(codes.status());
+  for (int r = 0; r < g_cluster->size(); ++r)
+    if ((*codes)[r] != 0) {
+      if (me == 0) std::fprintf(stderr, "onnx-pipetrain: error: rank %d failed before training (its message above)\n", r);
+      return static_cast<int>((*codes)[r]);
+    }
+  const std::pair<const char*, uint64_t> parts[] = {{"model file", model}, {"flags", flags}, {"plan", plan}};
+  for (const auto& [what, h] : parts) {
+    auto all = g_cluster->allgather(h);
+    if (!all) return fail(all.status());
+    for (int r = 1; r < g_cluster->size(); ++r)
+      if ((*all)[r] != (*all)[0]) {
+        if (me == 0)
+          std::fprintf(stderr,
+                       "onnx-pipetrain: error: rank %d's %s differs from rank 0's: every rank must run the same model, "
+                       "training flags and plan (%s on %s, rank 0 on %s)\n",
+                       r, what, what, g_cluster->host_of(r).c_str(), g_cluster->host_of(0).c_str());
+        return 2;
+      }
+  }
+  g_started = true;
+  return 0;
+}
+
+// The flags that must agree between ranks (not --out, --data, --quiet: rank 0 alone uses them).
+std::string flags_fingerprint(const Options& o) {
+  std::ostringstream f;
+  f << o.gpus << '|' << o.device << '|' << o.epochs << '|' << o.steps << '|' << o.batch_size << '|' << o.lr << '|'
+    << o.momentum << '|' << o.weight_decay << '|' << o.loss << '|' << o.seed << '|' << o.no_shuffle << '|'
+    << o.schedule << '|' << o.weights << '|' << o.micro_batches << '|' << o.staleness << '|' << o.link << '|'
+    << o.plan_only;
+  for (const auto* list : {&o.freeze, &o.device_spec, &o.split_at}) {
+    f << '|';
+    for (const auto& x : *list) f << x << ',';
+  }
+  f << '|';
+  for (int b : o.balance) f << b << ',';
+  return f.str();
+}
+
+std::string plan_fingerprint(const pt::Plan& p) {
+  std::string s = std::to_string(p.stages.size());
+  for (const pt::StagePlan& st : p.stages) {
+    s += "|" + std::to_string(st.index) + ":";
+    for (const pt::Node* n : st.nodes) s += n->name + ",";
+  }
+  return s;
+}
+
+// Rank 0's measured CPU spec for every rank (planning is deterministic given the specs).
+pt::Status share_cpu_spec(pt::DeviceSpec* d) {
+  struct Wire {
+    char name[64];
+    int32_t kind;
+    double peak_flops, mem_bandwidth, memory_bytes, kernel_overhead_s;
+  } w{};
+  std::snprintf(w.name, sizeof w.name, "%s", d->name.c_str());
+  w.kind = static_cast<int32_t>(d->kind);
+  w.peak_flops = d->peak_flops;
+  w.mem_bandwidth = d->mem_bandwidth;
+  w.memory_bytes = d->memory_bytes;
+  w.kernel_overhead_s = d->kernel_overhead_s;
+  RETURN_IF_ERROR(g_cluster->broadcast(&w, sizeof w, 0));
+  d->name = w.name;
+  d->kind = static_cast<pt::DeviceKind>(w.kind);
+  d->peak_flops = w.peak_flops;
+  d->mem_bandwidth = w.mem_bandwidth;
+  d->memory_bytes = w.memory_bytes;
+  d->kernel_overhead_s = w.kernel_overhead_s;
+  return pt::Status::ok();
 }
 
 void say(const Options& o, const std::string& line) {
@@ -96,6 +202,13 @@ int run(const Options& o) {
   using namespace pt;
   // Devices: this build trains on CPU stages; CUDA training arrives with the CUDA backend.
   if (o.gpus < 1) return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
+  if (g_cluster && o.gpus != g_cluster->size())
+    return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this job has " + std::to_string(g_cluster->size()) +
+                              " ranks; one rank runs one stage, so --gpus must equal the number of ranks (mpirun -np " +
+                              std::to_string(o.gpus) + ")"));
+  if (g_cluster && o.profile)
+    return fail(unsupported("--profile: not available under MPI yet (every rank must plan with the same costs); "
+                            "profile in one process and pass --split-at or --balance"));
   if (o.device == "cuda" && !o.plan_only)
     return fail(unsupported("--device cuda: training on CUDA is not implemented in this version yet (" +
                             (cuda_available() ? std::string("a GPU is present") : cuda_unavailable_reason()) +
@@ -162,10 +275,20 @@ int run(const Options& o) {
   pf.whatif = o.whatif;
   pf.out_dir = out_dir.string();
   pf.quiet = o.quiet;
+  if (g_cluster) {
+    pf.write_reports = g_cluster->rank() == 0;
+    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(g_cluster->node_of(k));
+    pf.cpu_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / g_cluster->local_size());
+    pf.agree_cpu_spec = share_cpu_spec;
+  } else if (o.ranks_per_node > 0) {
+    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
+  }
   auto planned = plan_and_report(m, g, pf);
   if (!planned) return fail(planned.status());
   say(o, "reports: " + (out_dir / "partition.{txt,json,html,dot}").string() + ", " + (out_dir / "trace.json").string());
-  if (o.plan_only) return 0;
+  const uint64_t model_hash = fnv1a64(m.hash), flags_hash = fnv1a64(flags_fingerprint(o)),
+                 plan_hash = fnv1a64(plan_fingerprint(planned->plan));
+  if (o.plan_only) return g_cluster ? agree_start(model_hash, flags_hash, plan_hash) : 0;
 
   DataSpec spec;
   Value* in = g.inputs.at(0);
@@ -175,7 +298,9 @@ int run(const Options& o) {
   spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
   spec.num_classes = tg->loss.num_classes;
   Dataset train, val;
-  if (o.data == "synthetic") {
+  if (g_cluster && g_cluster->rank() != 0) {
+    // Rank 0 alone reads the data and sends every stage what it reads.
+  } else if (o.data == "synthetic") {
     train = synthetic_dataset(spec, std::max<int64_t>(o.batch_size * 16, 512), o.seed);
     say(o, "notice: --data synthetic: random inputs and labels, so loss and accuracy mean nothing");
   } else {
@@ -183,13 +308,16 @@ int run(const Options& o) {
     if (!d) return fail(d.status().with_context("--data: "));
     train = std::move(*d);
   }
-  if (!o.val_data.empty()) {
+  if (!o.val_data.empty() && (!g_cluster || g_cluster->rank() == 0)) {
     auto d = load_dataset(o.val_data, spec);
     if (!d) return fail(d.status().with_context("--val-data: "));
     val = std::move(*d);
-  } else if (o.val_split > 0) {
+  } else if (o.val_split > 0 && train.size() > 0) {
     if (train.size() < 2) return fail(invalid_input("--val-split: the training set has fewer than 2 samples"));
     val = split_validation(&train, o.val_split, o.seed);
+  }
+  if (g_cluster) {
+    if (int code = agree_start(model_hash, flags_hash, plan_hash); code != 0) return code;
   }
   say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
              (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
@@ -249,7 +377,9 @@ int run(const Options& o) {
     po.weights = o.weights == "stash" ? WeightMode::kStash : o.weights == "stale" ? WeightMode::kStale : WeightMode::kSpecTrain;
     po.staleness = o.staleness == "exact" ? Staleness::kExact : Staleness::kPaper;
     po.micro_batches = micro;
-    po.threads_per_stage = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.gpus);
+    po.threads_per_stage = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                           (g_cluster ? g_cluster->local_size() : o.gpus));
+    po.cluster = g_cluster.get();
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
     if (!pipe) return fail(pipe.status());
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
@@ -258,6 +388,7 @@ int run(const Options& o) {
                ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : ""));
     result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
     if (!result) return fail(result.status());
+    if (g_cluster && g_cluster->rank() != 0) return 0;  // rank 0 reports and writes the run folder
     trained_values = (*pipe)->trained_initializers();
     for (const StageStats& st : (*pipe)->stage_stats()) {
       char b[256];
@@ -332,8 +463,45 @@ int run(const Options& o) {
 
 }  // namespace
 
+// The watchdog's verdict on a lost rank (runtime/cluster.h): one line naming it, then this rank
+// exits, so that no rank waits for a stage that is gone.
+void on_lost_rank(int lost, const std::string& why) {
+  const int me = g_cluster->rank();
+  if (lost >= 0)
+    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: lost %s; the pipeline needs every stage, so rank %d exits\n",
+                 me, why.c_str(), me);
+  else
+    std::fprintf(stderr, "onnx-pipetrain: rank %d: %s; rank %d exits\n", me, why.c_str(), me);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+int main_impl(int argc, char** argv);
+
 int main(int argc, char** argv) {
   pt::ensure_passive_omp_wait(argv);
+  {
+    auto cluster = pt::Cluster::init(&argc, &argv);
+    if (!cluster) {
+      std::fprintf(stderr, "onnx-pipetrain: error: %s\n", cluster.status().message().c_str());
+      return pt::exit_code_for(cluster.status());
+    }
+    g_cluster = std::move(*cluster);
+  }
+  if (!g_cluster) return main_impl(argc, argv);
+  const char* t = std::getenv("PIPETRAIN_MPI_TIMEOUT");
+  const double timeout_s = t && std::atof(t) > 0 ? std::atof(t) : 30.0;
+  g_cluster->start_watchdog(timeout_s, on_lost_rank);
+  int code = main_impl(argc, argv);
+  if (pt::Status s = g_cluster->finalize(); !s.is_ok() && code == 0) {
+    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", g_cluster->rank(), s.message().c_str());
+    code = 1;
+  }
+  g_cluster.reset();
+  return code;
+}
+
+int main_impl(int argc, char** argv) {
   Options o;
   CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
   app.add_option("model", o.model, "the ONNX model to train")->required();
@@ -367,6 +535,10 @@ int main(int argc, char** argv) {
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
   app.add_option("--device-spec", o.device_spec, "device per stage: a built-in GPU (H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti) or a JSON file; one for all or one per stage")->delimiter(',');
   app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network (default: host for CPU stages, pcie4 for GPUs)");
+  app.add_option("--ranks-per-node", o.ranks_per_node,
+                 "with --plan-only: plan a multi-node job, R stages per node (cuts between nodes use the network "
+                 "link); under mpirun/srun the nodes come from the job")
+      ->check(CLI::PositiveNumber);
   app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
   app.add_option("--balance", o.balance, "manual plan: forward nodes per stage, e.g. 3,5,4")->delimiter(',');
   app.add_option("--checkpoint-every", o.checkpoint_every,
@@ -391,13 +563,17 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "onnx-pipetrain: error: %s\n", e.what());
-    std::fprintf(stderr, "run 'onnx-pipetrain --help' for the flags\n");
+    if (!g_cluster || g_cluster->rank() == 0) {
+      std::fprintf(stderr, "onnx-pipetrain: error: %s\n", e.what());
+      std::fprintf(stderr, "run 'onnx-pipetrain --help' for the flags\n");
+    }
     return 2;
   }
+  if (g_cluster && g_cluster->rank() != 0) o.quiet = true;  // rank 0 prints progress and reports
   try {
     return run(o);
   } catch (const std::exception& e) {
+    if (g_cluster) return fail(pt::internal_error(e.what()));
     std::fprintf(stderr, "onnx-pipetrain: internal error: %s\n", e.what());
     return 1;
   }

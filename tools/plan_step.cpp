@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "partitioner/report.h"
@@ -38,8 +39,16 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   if (f.device_specs.empty()) {
     if (f.device == DeviceKind::kCpu) {
       const int cores = std::max(1u, std::thread::hardware_concurrency());
-      DeviceSpec cpu = measure_cpu_spec(cache_dir(), std::max(1, cores / f.stages));
-      cpu.memory_bytes /= f.stages;  // the stages share the host's memory
+      DeviceSpec cpu = measure_cpu_spec(cache_dir(), f.cpu_threads > 0 ? f.cpu_threads : std::max(1, cores / f.stages));
+      if (f.agree_cpu_spec) RETURN_IF_ERROR(f.agree_cpu_spec(&cpu));
+      int per_node = f.stages;  // the stages of one node share its memory
+      if (!f.node_of_stage.empty()) {
+        std::map<int, int> count;
+        for (int n : f.node_of_stage) ++count[n];
+        per_node = 1;
+        for (auto& [n, c] : count) per_node = std::max(per_node, c);
+      }
+      cpu.memory_bytes /= per_node;
       o.devices.assign(f.stages, cpu);
     } else {
       return invalid_input("--device cuda: name the GPU with --device-spec (H100, A100, ... or a JSON file)");
@@ -58,6 +67,11 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   auto l = builtin_link_spec(link);
   if (!l) return l.status().with_context("--link: ");
   o.link = *l;
+  if (!f.node_of_stage.empty()) {
+    if (static_cast<int>(f.node_of_stage.size()) != f.stages) return internal_error("node_of_stage needs one node per stage");
+    o.node_of_stage = f.node_of_stage;
+    ASSIGN_OR_RETURN(o.network_link, builtin_link_spec("network"));
+  }
   o.schedule = f.schedule == "gpipe" ? Schedule::kGPipe : Schedule::k1F1B;
   o.weights = f.weights == "stash" ? WeightMode::kStash : f.weights == "stale" ? WeightMode::kStale : WeightMode::kSpecTrain;
   o.micro_batches = o.schedule == Schedule::kGPipe ? f.micro_batches : 1;
@@ -101,7 +115,7 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
   out.sim = simulate(out.plan, 2 * static_cast<int>(out.plan.stages.size()) + 2);
   r.sim = &out.sim;
   if (!f.quiet) std::printf("%s", report_text(r).c_str());
-  RETURN_IF_ERROR(write_reports(r, f.out_dir));
+  if (f.write_reports) RETURN_IF_ERROR(write_reports(r, f.out_dir));
   if (f.whatif) {
     std::vector<WhatIfRow> rows;
     for (int d = 1; d <= f.stages; ++d) {

@@ -3,6 +3,7 @@
 // what-if table. Library code does the work; this file only turns flags into calls.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct PlanFlags {
   bool whatif = false;
   std::string out_dir;
   bool quiet = false;
+  bool write_reports = true;              // under MPI: rank 0 only
+  // Multi-node: the node of every stage (empty: one node); cuts between nodes use the network link.
+  std::vector<int> node_of_stage;
+  int cpu_threads = 0;                    // threads of one CPU stage; 0: the cores / stages
+  // Under MPI: replaces the measured CPU spec with rank 0's, so that every rank plans alike.
+  std::function<Status(DeviceSpec*)> agree_cpu_spec;
 };
 
 struct PlanOutcome {

@@ -1,0 +1,138 @@
+// The pipelined trainer with one stage per rank (runtime/cluster.h): the links between this
+// rank's stage and its neighbours, the data links from rank 0, and the coordinator messages that
+// bring losses, validation weights and the final weights, stats and trace to rank 0.
+#include <cstring>
+#include <type_traits>
+
+#include "runtime/cluster.h"
+#include "runtime/pipeline_stage.h"
+
+namespace pt {
+
+static_assert(std::is_trivially_copyable_v<StageStats>, "StageStats travels as bytes");
+static_assert(std::is_trivially_copyable_v<PassRecord>, "PassRecord travels as bytes");
+
+namespace {
+
+size_t value_bytes(const Value* v) { return static_cast<size_t>(numel(v->dims)) * dtype_size(v->dtype); }
+
+}  // namespace
+
+Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std::vector<const Value*>>& fwd,
+                                         const std::map<std::pair<int, int>, std::vector<const Value*>>& bwd,
+                                         int capacity) {
+  Cluster& C = *opts.cluster;
+  const int me = C.rank();
+  Stage& mine = *stages.at(me);
+  auto add = [&](std::unique_ptr<Link> link) {
+    channels.push_back(std::move(link));
+    return channels.back().get();
+  };
+  for (const auto* flows : {&fwd, &bwd}) {
+    const bool forward = flows == &fwd;
+    for (const auto& [ends, values] : *flows) {
+      const auto [from, to] = ends;
+      if (from != me && to != me) continue;
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link,
+                       C.make_link(values, from, to, forward ? kLinkForward : kLinkBackward, capacity));
+      Link* l = add(std::move(link));
+      if (from == me) (forward ? mine.fwd_out : mine.bwd_out).push_back(l);
+      else (forward ? mine.fwd_in : mine.bwd_in).push_back(l);
+    }
+  }
+  for (auto& st : stages) {
+    if (st->index == 0 || (!st->reads_input && !st->reads_labels)) continue;
+    if (me != 0 && me != st->index) continue;
+    std::vector<const Value*> values;
+    if (st->reads_input) values.push_back(st->input);
+    if (st->reads_labels) values.push_back(st->labels);
+    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(values, 0, st->index, kLinkData, capacity));
+    Link* l = add(std::move(link));
+    if (me == 0) stages[0]->data_out.push_back(l);
+    else st->data_in = l;
+  }
+  return Status::ok();
+}
+
+size_t PipelineTrainer::Impl::snapshot_bytes(int k) const {
+  size_t n = 0;
+  for (const Value* v : stages.at(k)->params) n += value_bytes(v);
+  for (const Value* v : stages.at(k)->state) n += value_bytes(v);
+  return n;
+}
+
+void PipelineTrainer::Impl::pack_snapshot(const std::vector<std::pair<const Value*, HostTensor>>& snap,
+                                          std::vector<char>* out) const {
+  size_t n = 0;
+  for (const auto& [v, t] : snap) n += t.bytes();
+  out->resize(n);
+  char* p = out->data();
+  for (const auto& [v, t] : snap) {
+    std::memcpy(p, t.data(), t.bytes());
+    p += t.bytes();
+  }
+}
+
+void PipelineTrainer::Impl::unpack_into_eval(int k, const std::vector<char>& in) {
+  const char* p = in.data();
+  for (const auto* list : {&stages.at(k)->params, &stages.at(k)->state})
+    for (const Value* v : *list) {
+      HostTensor& t = eval->tensor(v);
+      std::memcpy(t.data(), p, t.bytes());
+      p += t.bytes();
+    }
+}
+
+Status PipelineTrainer::Impl::gather_final() {
+  Cluster& C = *opts.cluster;
+  const int me = C.rank();
+  const int N = static_cast<int>(stages.size());
+  auto lost = [](int k, const char* what) {
+    return internal_error(std::string("aborted while gathering ") + what + " of stage " + std::to_string(k) + " to rank 0");
+  };
+  if (me != 0) {
+    const Stage& st = *stages.at(me);
+    std::vector<std::pair<const Value*, HostTensor>> snap;
+    for (size_t i = 0; i < st.params.size(); ++i) snap.emplace_back(st.params[i], st.master(i));
+    for (const Value* v : st.state) snap.emplace_back(v, st.ex->tensor(v));
+    std::vector<char> buf;
+    pack_snapshot(snap, &buf);
+    if (!C.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(me, "the weights");
+    const StageStats stats = st.stats;
+    if (!C.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(me, "the stats");
+    const int64_t count = static_cast<int64_t>(st.trace.size());
+    if (!C.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(me, "the trace");
+    if (count > 0 && !C.send(0, kMsgTrace, 0, st.trace.data(), st.trace.size() * sizeof(PassRecord)))
+      return lost(me, "the trace");
+    return Status::ok();
+  }
+  remote_values.clear();
+  remote_stats.clear();
+  remote_trace.clear();
+  std::vector<char> buf;
+  for (int k = 1; k < N; ++k) {
+    buf.resize(snapshot_bytes(k));
+    if (!C.recv(k, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
+    const char* p = buf.data();
+    for (const auto* list : {&stages[k]->params, &stages[k]->state})
+      for (const Value* v : *list) {
+        HostTensor t(v->dtype, v->dims);
+        std::memcpy(t.data(), p, t.bytes());
+        p += t.bytes();
+        remote_values[v->name] = std::move(t);
+      }
+    StageStats stats;
+    if (!C.recv(k, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
+    remote_stats.push_back(stats);
+    int64_t count = 0;
+    if (!C.recv(k, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
+    if (count > 0) {
+      std::vector<PassRecord> recs(static_cast<size_t>(count));
+      if (!C.recv(k, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
+      remote_trace.insert(remote_trace.end(), recs.begin(), recs.end());
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace pt

@@ -1,0 +1,36 @@
+// The transport interface between pipeline stages: a Link carries a fixed set of values from one
+// stage to another, message by message, each message under a key (the pass id). Implementations:
+// the in-process Channel (runtime/pipeline_stage.h), MPI point-to-point (runtime/mpi_cluster.cpp);
+// a NCCL link for GPU stages slots in behind the same three calls.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "importer/ir.h"
+
+namespace pt {
+
+class Executor;
+
+class Link {
+ public:
+  explicit Link(std::vector<const Value*> values) : values_(std::move(values)) {}
+  virtual ~Link() = default;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  const std::vector<const Value*>& values() const { return values_; }
+  // Copies every value out of `from` and sends them under `key`; may wait for room (the link
+  // holds a bounded number of messages in flight). False once the link was aborted.
+  virtual bool send(int64_t key, const Executor& from) = 0;
+  // Waits for the message `key` and copies it into `to`'s buffers. False once aborted.
+  virtual bool recv(int64_t key, Executor& to) = 0;
+  // Ends every wait, now and later, of this link (on either end in this process).
+  virtual void abort() = 0;
+
+ protected:
+  std::vector<const Value*> values_;
+};
+
+}  // namespace pt
