@@ -157,8 +157,8 @@ class MpiCluster : public Cluster {
     }
   }
   void report_error(int peer, int rc) {
+    lose(peer, (peer >= 0 ? "rank " + std::to_string(peer) : std::string("a rank")) + ": MPI error: " + mpi_error_string(rc));
     aborted_ = true;
-    lose(peer, "MPI error: " + mpi_error_string(rc));
   }
   int tag(int kind, int64_t seq) const { return static_cast<int>(seq % tag_mod_) * kKinds + kind; }
   MPI_Comm data_comm() const { return data_; }
@@ -315,8 +315,8 @@ void MpiCluster::lose(int peer, const std::string& why) {
     if (finished_) return;
   }
   if (lost_reported_.exchange(true)) return;
+  if (on_lost_) on_lost_(peer, why);  // normally does not return
   aborted_ = true;
-  if (on_lost_) on_lost_(peer, why);
 }
 
 void MpiCluster::start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) {

@@ -81,6 +81,7 @@ extern "C" void on_sigint(int) {
 // every rank agreed on model, flags and plan (after that, a failure on one rank ends the job).
 std::unique_ptr<pt::Cluster> g_cluster;
 bool g_started = false;
+int g_peer_failed = 0;  // the exit code of a rank that failed before the start (it printed why)
 
 int rank_fail(const pt::Status& s);
 
@@ -104,6 +105,7 @@ int rank_fail(const pt::Status& s) {
     print();
     g_cluster->abort_job(code);
   }
+  if (g_peer_failed) return g_peer_failed;  // another rank failed first: the error here follows from it
   auto codes = g_cluster->allgather(static_cast<uint64_t>(code));
   if (!codes || me == 0 || (*codes)[0] == 0) print();  // rank 0 speaks for failures every rank shares
   return code;
@@ -111,16 +113,26 @@ int rank_fail(const pt::Status& s) {
 
 // The start-up agreement of a job: every rank's status, then model, flags and plan compared
 // with rank 0's. Returns 0 to go on, or the exit code every rank returns.
-int agree_start(uint64_t model, uint64_t flags, uint64_t plan) {
-  const int me = g_cluster->rank();
+// Every collective before the start is preceded by this status exchange, which a failing rank's
+// rank_fail() matches: 0 when every rank is fine, else the first failing rank's exit code.
+int sync_before_start() {
   auto codes = g_cluster->allgather(0);
-  if (!codes) return fail(codes.status());
+  if (!codes) return 1;
   for (int r = 0; r < g_cluster->size(); ++r)
     if ((*codes)[r] != 0) {
-      if (me == 0) std::fprintf(stderr, "onnx-pipetrain: error: rank %d failed before training (its message above)\n", r);
-      return static_cast<int>((*codes)[r]);
+      if (g_cluster->rank() == 0)
+        std::fprintf(stderr, "onnx-pipetrain: error: rank %d failed before training (see its message)\n", r);
+      g_peer_failed = static_cast<int>((*codes)[r]);
+      return g_peer_failed;
     }
-  const std::pair<const char*, uint64_t> parts[] = {{"model file", model}, {"flags", flags}, {"plan", plan}};
+  return 0;
+}
+
+int agree_start(uint64_t model, uint64_t flags, uint64_t plan) {
+  const int me = g_cluster->rank();
+  if (int code = sync_before_start(); code != 0) return code;
+  const std::pair<const char*, uint64_t> parts[] = {{"model file differs", model}, {"flags differ", flags},
+                                                    {"plan differs", plan}};
   for (const auto& [what, h] : parts) {
     auto all = g_cluster->allgather(h);
     if (!all) return fail(all.status());
@@ -128,9 +140,9 @@ int agree_start(uint64_t model, uint64_t flags, uint64_t plan) {
       if ((*all)[r] != (*all)[0]) {
         if (me == 0)
           std::fprintf(stderr,
-                       "onnx-pipetrain: error: rank %d's %s differs from rank 0's: every rank must run the same model, "
-                       "training flags and plan (%s on %s, rank 0 on %s)\n",
-                       r, what, what, g_cluster->host_of(r).c_str(), g_cluster->host_of(0).c_str());
+                       "onnx-pipetrain: error: rank %d's %s from rank 0's: every rank must run the same model file, "
+                       "training flags and plan (rank %d on %s, rank 0 on %s)\n",
+                       r, what, r, g_cluster->host_of(r).c_str(), g_cluster->host_of(0).c_str());
         return 2;
       }
   }
@@ -170,6 +182,7 @@ pt::Status share_cpu_spec(pt::DeviceSpec* d) {
     int32_t kind;
     double peak_flops, mem_bandwidth, memory_bytes, kernel_overhead_s;
   } w{};
+  if (sync_before_start() != 0) return pt::internal_error("another rank failed");
   std::snprintf(w.name, sizeof w.name, "%s", d->name.c_str());
   w.kind = static_cast<int32_t>(d->kind);
   w.peak_flops = d->peak_flops;
@@ -473,6 +486,9 @@ void on_lost_rank(int lost, const std::string& why) {
   else
     std::fprintf(stderr, "onnx-pipetrain: rank %d: %s; rank %d exits\n", me, why.c_str(), me);
   std::fflush(stderr);
+  // The other survivors poll every 50 ms: staying a moment longer lets them name the rank that
+  // was lost first rather than this one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   std::_Exit(1);
 }
 
