@@ -1,0 +1,198 @@
+"""One rank per stage under MPI (CPU stages): `mpirun -np 2` and `-np 4` train the same weights as
+the single-process multi-stage run with the same seed (1F1B with SpecTrain, GPipe), a lost rank ends
+the job within a bounded time with a message naming it, mismatched flags or models are refused at
+start, and the partition report marks cuts between nodes. Run:
+PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 tests/mpi/test_mpi.py
+Exits 77 (ctest: skipped) when mpirun is absent or the binary was built without MPI."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
+MPIRUN = os.environ.get("PIPETRAIN_MPIRUN") or shutil.which("mpirun")
+MODEL = os.path.join(ROOT, "models", "digits_mlp.onnx")
+TRAIN = os.path.join(ROOT, "models", "digits", "train")
+VAL = os.path.join(ROOT, "models", "digits", "val")
+# Several ranks on 2 cores: one thread each, so that results do not depend on thread counts.
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS"]
+
+
+def run(cmd, env=None, timeout=120):
+    t0 = time.monotonic()
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env or ENV, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
+
+
+def mpirun(n, *args, env_vars=(), env=None, timeout=120):
+    xs = []
+    for v in env_vars:
+        xs += ["-x", v]
+    return run([MPIRUN, *MPI_FLAGS, *xs, "-np", n, BIN, *args], env=env, timeout=timeout)
+
+
+def weights(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def losses(path):
+    with open(path) as f:
+        rows = f.read().strip().splitlines()[1:]
+    return [float(r.split(",")[2]) for r in rows]
+
+
+def mpi_build():
+    """Whether BIN was built with MPI: such a binary under mpirun -np 2 with --gpus 2 plans (exit 0)."""
+    rc, out, _ = mpirun(2, MODEL, "--gpus", 2, "--plan-only", "--quiet", "--out", tempfile.mkdtemp(prefix="pt-mpi-probe-"),
+                        timeout=60)
+    return rc == 0, out
+
+
+class MpiTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-mpi-")
+        cls.dir = cls.tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def out(self, name):
+        return os.path.join(self.dir, name)
+
+    def check_same_as_single_process(self, n, schedule_flags, tag):
+        common = [MODEL, "--data", TRAIN, "--val-data", VAL, "--gpus", n, "--epochs", 1, "--seed", 7, "--quiet",
+                  *schedule_flags]
+        rc, log, _ = run([BIN, *common, "--out", self.out(tag + "-single")])
+        self.assertEqual(rc, 0, log)
+        rc, log, secs = mpirun(n, *common, "--trace", "--out", self.out(tag + "-mpi"))
+        self.assertEqual(rc, 0, log)
+        print(f"{tag}: mpirun -np {n} took {secs:.1f} s", file=sys.stderr)
+        a = weights(os.path.join(self.out(tag + "-single"), "digits_mlp.trained.onnx"))
+        b = weights(os.path.join(self.out(tag + "-mpi"), "digits_mlp.trained.onnx"))
+        self.assertEqual(sorted(a), sorted(b))
+        for k in a:
+            ref = a[k].astype(np.float64)
+            rel = np.max(np.abs(ref - b[k]) / np.maximum(np.abs(ref), 1e-12)) if ref.size else 0.0
+            self.assertLessEqual(rel, 1e-6, f"{tag}: {k} differs by {rel:.3g} relative")
+        orig = weights(MODEL)
+        self.assertTrue(any(not np.array_equal(a[k], orig[k]) for k in a if k in orig), "training changed nothing")
+        la = losses(os.path.join(self.out(tag + "-single"), "metrics.csv"))
+        lb = losses(os.path.join(self.out(tag + "-mpi"), "metrics.csv"))
+        self.assertEqual(len(la), len(lb))
+        np.testing.assert_allclose(lb, la, rtol=1e-6)
+        # Rank 0 gathered every stage's passes into the trace.
+        with open(os.path.join(self.out(tag + "-mpi"), "trace.json")) as f:
+            tids = {e["tid"] for e in json.load(f)["traceEvents"] if e.get("ph") == "X"}
+        self.assertEqual(tids, set(range(n)))
+
+    def test_1f1b_spectrain_np2(self):
+        self.check_same_as_single_process(2, ["--schedule", "1f1b", "--weights", "spectrain"], "spectrain2")
+
+    def test_1f1b_spectrain_np4(self):
+        self.check_same_as_single_process(4, ["--schedule", "1f1b", "--weights", "spectrain"], "spectrain4")
+
+    def test_gpipe_np2(self):
+        self.check_same_as_single_process(2, ["--schedule", "gpipe", "--micro-batches", 4], "gpipe2")
+
+    def test_gpipe_np4(self):
+        self.check_same_as_single_process(4, ["--schedule", "gpipe", "--micro-batches", 4], "gpipe4")
+
+    def test_killed_rank_ends_the_job(self):
+        env = dict(ENV, PIPETRAIN_DEBUG_LOSE_RANK="2:5")
+        rc, log, secs = mpirun(4, MODEL, "--data", TRAIN, "--gpus", 4, "--epochs", 200, "--quiet", "--out",
+                               self.out("killed"), env_vars=["PIPETRAIN_DEBUG_LOSE_RANK"], env=env, timeout=120)
+        self.assertNotEqual(rc, 0, log)
+        self.assertIn("lost rank 2", log)
+        self.assertNotIn("lost rank 0", log)
+        self.assertLess(secs, 60, log)
+
+    def test_stopped_rank_found_by_heartbeat(self):
+        # A rank that hangs (SIGSTOP: alive, silent) is found by the missing heartbeats.
+        env = dict(ENV, PIPETRAIN_DEBUG_LOSE_RANK="1:5:stop", PIPETRAIN_MPI_TIMEOUT="3")
+        rc, log, secs = mpirun(2, MODEL, "--data", TRAIN, "--gpus", 2, "--epochs", 200, "--quiet", "--out",
+                               self.out("stopped"), env_vars=["PIPETRAIN_DEBUG_LOSE_RANK", "PIPETRAIN_MPI_TIMEOUT"],
+                               env=env, timeout=120)
+        self.assertNotEqual(rc, 0, log)
+        self.assertIn("rank 0: error: lost rank 1", log)
+        self.assertIn("no heartbeat", log)
+        self.assertLess(secs, 60, log)
+
+    def test_flag_mismatch_refused(self):
+        common = [BIN, MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 3, "--quiet", "--out", self.out("mismatch")]
+        rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, *common, "--lr", "0.1", ":", "-np", 1, *common, "--lr", "0.2"])
+        self.assertEqual(rc, 2, log)
+        self.assertIn("rank 1's flags differ from rank 0's", log)
+
+    def test_model_mismatch_refused(self):
+        m = onnx.load(MODEL)
+        t = m.graph.initializer[0]
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 1.5, t.name))
+        other = self.out("other.onnx")
+        onnx.save(m, other)
+        args = ["--data", TRAIN, "--gpus", 2, "--steps", 3, "--quiet", "--out", self.out("mismatch-model")]
+        rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, BIN, MODEL, *args, ":", "-np", 1, BIN, other, *args])
+        self.assertEqual(rc, 2, log)
+        self.assertIn("rank 1's model file differs from rank 0's", log)
+
+    def test_gpus_must_equal_ranks(self):
+        rc, log, _ = mpirun(2, MODEL, "--gpus", 4, "--steps", 1, "--out", self.out("gpus"))
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--gpus 4: this job has 2 ranks", log)
+
+    def test_bad_data_on_rank_0_stops_every_rank(self):
+        rc, log, secs = mpirun(2, MODEL, "--data", self.out("no-such-data"), "--gpus", 2, "--steps", 1, "--out",
+                               self.out("nodata"))
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--data:", log)
+        self.assertLess(secs, 60)
+
+    def test_only_rank_0_writes_the_run_folder(self):
+        rc, log, _ = mpirun(2, MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 4, "--out", self.out("quiet"))
+        self.assertEqual(rc, 0, log)
+        self.assertEqual(log.count("done: 4 steps"), 1, log)
+        self.assertTrue(os.path.exists(os.path.join(self.out("quiet"), "digits_mlp.trained.onnx")))
+
+
+class NoMpiNeededTest(unittest.TestCase):
+    def test_report_marks_cuts_between_nodes(self):
+        with tempfile.TemporaryDirectory(prefix="pipetrain-nodes-") as d:
+            rc, log, _ = run([BIN, MODEL, "--gpus", 4, "--plan-only", "--ranks-per-node", 2, "--out", d])
+            self.assertEqual(rc, 0, log)
+            self.assertIn("2 nodes", log)
+            self.assertIn("cut 1|2 crosses nodes 0 -> 1: link network", log)
+            with open(os.path.join(d, "partition.json")) as f:
+                doc = json.load(f)
+            self.assertEqual(doc["num_nodes"], 2)
+            self.assertEqual([s["node"] for s in doc["stages"]], [0, 0, 1, 1])
+            self.assertEqual([s["cut_crosses_nodes"] for s in doc["stages"]], [False, False, True, False])
+            self.assertEqual(doc["stages"][2]["link_in"], "network")
+            with open(os.path.join(d, "partition.txt")) as f:
+                self.assertIn("crosses nodes", f.read())
+
+
+if __name__ == "__main__":
+    if not MPIRUN:
+        print("skipped: mpirun not found (Debian: openmpi-bin, libopenmpi-dev; tools/setup.sh installs them)")
+        sys.exit(77)
+    ok, out = mpi_build()
+    if not ok:
+        if "this build has no MPI" in out:
+            print("skipped: " + BIN + " was built without MPI (PIPETRAIN_MPI=OFF or no MPI found); it refuses an "
+                  "mpirun launch as it should")
+            sys.exit(77)
+        print("mpirun -np 2 --plan-only failed:\n" + out)
+        sys.exit(1)
+    unittest.main()
