@@ -82,6 +82,6 @@ class Cluster {
 };
 
 // FNV-1a 64 of `s` (stable across builds and machines: the start-up agreement compares them).
-uint64_t fnv1a64(const std::string& s, uint64_t h = 1469598103934665603ull);
+uint64_t fnv1a64(const std::string& s, uint64_t h = 14695981039346656037ull);
 
 }  // namespace pt
