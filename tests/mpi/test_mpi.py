@@ -99,7 +99,9 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(tids, set(range(n)))
 
     def test_1f1b_spectrain_np2(self):
-        self.check_same_as_single_process(2, ["--schedule", "1f1b", "--weights", "spectrain"], "spectrain2")
+        # with a learning-rate schedule and validation every 10 steps (weights gathered to rank 0)
+        self.check_same_as_single_process(2, ["--schedule", "1f1b", "--weights", "spectrain", "--lr-schedule", "cosine",
+                                              "--warmup-steps", 5, "--eval-every", 10], "spectrain2")
 
     def test_1f1b_spectrain_np4(self):
         self.check_same_as_single_process(4, ["--schedule", "1f1b", "--weights", "spectrain"], "spectrain4")
@@ -146,6 +148,12 @@ class MpiTest(unittest.TestCase):
         rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, BIN, MODEL, *args, ":", "-np", 1, BIN, other, *args])
         self.assertEqual(rc, 2, log)
         self.assertIn("rank 1's model file differs from rank 0's", log)
+
+    def test_checkpoints_refused(self):
+        rc, log, _ = mpirun(2, MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 4, "--checkpoint-every", 2, "--out",
+                            self.out("ckpt"))
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--checkpoint-every: checkpoints are not available under MPI", log)
 
     def test_gpus_must_equal_ranks(self):
         rc, log, _ = mpirun(2, MODEL, "--gpus", 4, "--steps", 1, "--out", self.out("gpus"))
