@@ -262,6 +262,13 @@ Status MpiCluster::start(int* argc, char*** argv, const LaunchEnv& env) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  if (size_ != env.size) {
+    MPI_Finalize();
+    return unsupported(env.launcher + " started " + std::to_string(env.size) + " ranks, but MPI_Init found a job of " +
+                       std::to_string(size_) + (env.launcher == "srun" ? ": srun needs MPI support (srun --mpi=pmix; "
+                                                                        "see srun --mpi=list)"
+                                                                      : ": the launcher and the MPI library do not match"));
+  }
   for (MPI_Comm* c : {&coll_, &ctl_, &data_, &hb_}) {
     MPI_Comm_dup(MPI_COMM_WORLD, c);
     MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
@@ -295,7 +302,6 @@ Status MpiCluster::start(int* argc, char*** argv, const LaunchEnv& env) {
       if (r < rank_) ++local_rank_;
       ++local_size_;
     }
-  (void)env;
   return Status::ok();
 }
 

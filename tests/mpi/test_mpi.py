@@ -189,6 +189,15 @@ class NoMpiNeededTest(unittest.TestCase):
             self.assertEqual(doc["stages"][2]["link_in"], "network")
             with open(os.path.join(d, "partition.txt")) as f:
                 self.assertIn("crosses nodes", f.read())
+            # The same split on one node: only the cut between nodes pays the network link.
+            balance = ",".join(str(len(s["nodes"])) for s in doc["stages"])
+            rc, log, _ = run([BIN, MODEL, "--gpus", 4, "--plan-only", "--balance", balance, "--out", d + "/one"])
+            self.assertEqual(rc, 0, log)
+            with open(os.path.join(d, "one", "partition.json")) as f:
+                one = json.load(f)
+            self.assertEqual(one["num_nodes"], 1)
+            self.assertGreater(doc["stages"][2]["comm_ms"], one["stages"][2]["comm_ms"])
+            self.assertAlmostEqual(doc["stages"][1]["comm_ms"], one["stages"][1]["comm_ms"])
 
 
 if __name__ == "__main__":
