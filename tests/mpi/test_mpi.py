@@ -25,7 +25,10 @@ MODEL = os.path.join(ROOT, "models", "digits_mlp.onnx")
 TRAIN = os.path.join(ROOT, "models", "digits", "train")
 VAL = os.path.join(ROOT, "models", "digits", "val")
 # Several ranks on 2 cores: one thread each, so that results do not depend on thread counts.
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+# Shared-memory transfers by copy-in/copy-out: containers often forbid the cross-process reads
+# (process_vm_readv) of OpenMPI's default single-copy mechanism.
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+           OMPI_MCA_btl_vader_single_copy_mechanism="none")
 MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS"]
 
 
@@ -54,8 +57,8 @@ def losses(path):
 
 def mpi_build():
     """Whether BIN was built with MPI: such a binary under mpirun -np 2 with --gpus 2 plans (exit 0)."""
-    rc, out, _ = mpirun(2, MODEL, "--gpus", 2, "--plan-only", "--quiet", "--out", tempfile.mkdtemp(prefix="pt-mpi-probe-"),
-                        timeout=60)
+    with tempfile.TemporaryDirectory(prefix="pt-mpi-probe-") as d:
+        rc, out, _ = mpirun(2, MODEL, "--gpus", 2, "--plan-only", "--quiet", "--out", d, timeout=60)
     return rc == 0, out
 
 
