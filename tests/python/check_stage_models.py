@@ -12,7 +12,6 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
 
 TOL = 1e-5
 SHAPE_OPS = {"Shape", "Size"}   # their outputs do not depend on the data's values
@@ -88,6 +87,61 @@ def check_partition(full, stages):
     return problems
 
 
+def check(full_path, stages_dir, batch=4, seed=0, log=print):
+    """None when the stage models pass every check, else the failure (log gets the progress lines)."""
+    with open(os.path.join(stages_dir, "stages.json")) as f:
+        index = json.load(f)
+    full = onnx.load(full_path)
+    stages = []
+    for s in index["stages"]:
+        path = os.path.join(stages_dir, s["file"])
+        try:
+            onnx.checker.check_model(path, full_check=True)
+        except Exception as ex:
+            return f"onnx.checker (full) rejects {path}: {ex}"
+        m = onnx.load(path)
+        inits = {t.name for t in m.graph.initializer}
+        names_in = [i.name for i in m.graph.input if i.name not in inits]
+        names_out = [o.name for o in m.graph.output]
+        if names_in != s["inputs"] or names_out != s["outputs"]:
+            return (f"{path}: inputs {names_in} / outputs {names_out} differ from stages.json "
+                    f"{s['inputs']} / {s['outputs']}")
+        stages.append(m)
+    log(f"onnx.checker (full): {len(stages)} stage models ok")
+    problems = check_partition(full, stages)
+    if problems:
+        return "the stages do not partition the model's nodes:\n  " + "\n  ".join(problems[:20])
+    log(f"partition: {len(data_nodes(full))} data nodes each in exactly one stage "
+        f"(stage node counts {[len(m.graph.node) for m in stages]} of {len(full.graph.node)})")
+
+    feed = random_feed(full, batch, seed)
+    want = dict(zip([o.name for o in full.graph.output], session(full_path).run(None, feed)))
+    env = dict(feed)
+    for s in index["stages"]:
+        missing = [n for n in s["inputs"] if n not in env]
+        if missing:
+            return f"{s['file']} reads {missing}, which neither the data nor an earlier stage provides"
+        got = session(os.path.join(stages_dir, s["file"])).run(None, {n: env[n] for n in s["inputs"]})
+        env.update(zip(s["outputs"], got))
+    worst = 0.0
+    for name, w in want.items():
+        if name not in env:
+            return f"no stage computes the model output '{name}'"
+        g = np.asarray(env[name])
+        if g.shape != w.shape:
+            return f"output '{name}': chain {list(g.shape)}, full model {list(w.shape)}"
+        w64, g64 = w.astype(np.float64), g.astype(np.float64)
+        e = float(np.max(np.abs(g64 - w64)) / (np.max(np.abs(w64)) + 1e-12)) if w.size else 0.0
+        worst = max(worst, e)
+        log(f"output '{name}' {list(w.shape)}, batch {batch}: chain of {len(stages)} stages vs full model, "
+            f"rel err {e:.2e}")
+        if not (np.isfinite(g64).all() and e <= TOL):
+            return f"output '{name}': rel err {e:.2e} > {TOL:g}"
+    log(f"PASS: {len(stages)} stage models valid, partitioning the nodes, chain equals the full model "
+        f"(worst rel err {worst:.2e})")
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("full")
@@ -95,61 +149,10 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    with open(os.path.join(a.stages_dir, "stages.json")) as f:
-        index = json.load(f)
-    full = onnx.load(a.full)
-    stages = []
-    for s in index["stages"]:
-        path = os.path.join(a.stages_dir, s["file"])
-        try:
-            onnx.checker.check_model(path, full_check=True)
-        except Exception as ex:
-            print(f"FAIL: onnx.checker (full) rejects {path}: {ex}")
-            return 1
-        m = onnx.load(path)
-        names_in = [i.name for i in m.graph.input if i.name not in {t.name for t in m.graph.initializer}]
-        names_out = [o.name for o in m.graph.output]
-        if names_in != s["inputs"] or names_out != s["outputs"]:
-            print(f"FAIL: {path}: inputs {names_in} / outputs {names_out} differ from stages.json "
-                  f"{s['inputs']} / {s['outputs']}")
-            return 1
-        stages.append(m)
-    print(f"onnx.checker (full): {len(stages)} stage models ok")
-    problems = check_partition(full, stages)
-    if problems:
-        print("FAIL: the stages do not partition the model's nodes:\n  " + "\n  ".join(problems[:20]))
+    failure = check(a.full, a.stages_dir, a.batch, a.seed)
+    if failure:
+        print(f"FAIL: {failure}")
         return 1
-    print(f"partition: {len(data_nodes(full))} data nodes each in exactly one stage "
-          f"(stage node counts {[len(m.graph.node) for m in stages]} of {len(full.graph.node)})")
-
-    feed = random_feed(full, a.batch, a.seed)
-    want = dict(zip([o.name for o in full.graph.output], session(a.full).run(None, feed)))
-    env = dict(feed)
-    for s in index["stages"]:
-        missing = [n for n in s["inputs"] if n not in env]
-        if missing:
-            print(f"FAIL: {s['file']} reads {missing}, which neither the data nor an earlier stage provides")
-            return 1
-        got = session(os.path.join(a.stages_dir, s["file"])).run(None, {n: env[n] for n in s["inputs"]})
-        env.update(zip(s["outputs"], got))
-    worst = 0.0
-    for name, w in want.items():
-        if name not in env:
-            print(f"FAIL: no stage computes the model output '{name}'")
-            return 1
-        g = np.asarray(env[name])
-        if g.shape != w.shape:
-            print(f"FAIL: output '{name}': chain {list(g.shape)}, full model {list(w.shape)}")
-            return 1
-        w64, g64 = w.astype(np.float64), g.astype(np.float64)
-        e = float(np.max(np.abs(g64 - w64)) / (np.max(np.abs(w64)) + 1e-12)) if w.size else 0.0
-        worst = max(worst, e)
-        print(f"output '{name}' {list(w.shape)}: chain of {len(stages)} stages vs full model, rel err {e:.2e}")
-        if not (np.isfinite(g64).all() and e <= TOL):
-            print(f"FAIL: rel err {e:.2e} > {TOL:g}")
-            return 1
-    print(f"PASS: {len(stages)} stage models valid, partitioning the nodes, chain equals the full model "
-          f"(worst rel err {worst:.2e})")
     return 0
 
 
