@@ -52,13 +52,22 @@ struct SourceIndex {
 };
 
 // Types as ONNX shape inference of the whole source model sees them (symbolic batch dimension).
-std::unordered_map<std::string, onnx::TypeProto> source_types(const onnx::ModelProto& proto) {
+// `strict` tells whether the source passes strict shape inference (the full check), which the
+// stage models are then held to.
+std::unordered_map<std::string, onnx::TypeProto> source_types(const onnx::ModelProto& proto, bool* strict) {
   std::unordered_map<std::string, onnx::TypeProto> types;
   onnx::ModelProto m = proto;
+  *strict = true;
   try {
-    onnx::shape_inference::InferShapes(m);
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
   } catch (const std::exception&) {
-    // Without inference every boundary keeps its bound static dims.
+    *strict = false;
+    m = proto;
+    try {
+      onnx::shape_inference::InferShapes(m);
+    } catch (const std::exception&) {
+      // Without inference every boundary keeps its bound static dims.
+    }
   }
   for (const auto* list : {&m.graph().input(), &m.graph().value_info(), &m.graph().output()})
     for (const auto& vi : *list) types[vi.name()] = vi.type();
@@ -194,12 +203,12 @@ onnx::ValueInfoProto value_info(const std::string& name, const Value& v, const o
   return vi;
 }
 
-Status check_stage(const onnx::ModelProto& m, int k) {
+Status check_stage(const onnx::ModelProto& m, int k, bool strict) {
   try {
     onnx::checker::check_model(m);
-    onnx::ModelProto copy = m;  // full check: strict shape inference with type checks
+    onnx::ModelProto copy = m;  // the full check: shape inference with type checks, strict
     onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(true, 1, false));
+                                       onnx::ShapeInferenceOptions(strict, strict ? 1 : 0, false));
   } catch (const std::exception& e) {
     return internal_error("--export-stages: stage " + std::to_string(k) + ": onnx checker: " + one_line(e.what()));
   }
@@ -242,7 +251,8 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
                          " was made by the importer and is no node of the source model");
 
   std::set<std::string> batch = batch_names(g, src);
-  const auto types = source_types(full);
+  bool strict = true;
+  const auto types = source_types(full, &strict);
   std::vector<StageModelInfo> infos;
   std::vector<std::string> files;
   for (int k = 0; k < num_stages; ++k) {
@@ -341,13 +351,14 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
     for (const auto& name : outputs) {
       ASSIGN_OR_RETURN(*sg->add_output(), typed(name));
     }
-    RETURN_IF_ERROR(check_stage(m, k));
+    RETURN_IF_ERROR(check_stage(m, k, strict));
     std::string bytes;
     if (!m.SerializeToString(&bytes))
       return internal_error("--export-stages: " + stage_name(k) + " does not serialise (over 2 GB?)");
     files.push_back(std::move(bytes));
     info.inputs = inputs;
     info.outputs = outputs;
+    info.strict_check = strict;
     info.batch = symbolic ? *batch.begin()
                           : (ir.inputs.empty() || ir.inputs[0]->dims.empty() ? std::string("1")
                                                                              : std::to_string(ir.inputs[0]->dims[0]));
@@ -366,6 +377,8 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
   }
   nlohmann::ordered_json j;
   j["model"] = model.path;
+  j["check"] = strict ? "onnx.checker and strict shape inference"
+                      : "onnx.checker and shape inference, not strict: the source model fails strict shape inference";
   j["model_inputs"] = nlohmann::json::array();
   for (const Value* v : ir.inputs) j["model_inputs"].push_back(v->name);
   j["model_outputs"] = nlohmann::json::array();

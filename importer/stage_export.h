@@ -31,6 +31,7 @@ struct StageModelInfo {
   std::vector<std::string> folded_constants;
   std::string batch;                 // the symbolic batch dimension's name, or its bound size
                                      // when a folded constant fixes it
+  bool strict_check = true;          // passed strict shape inference (false where the source fails it)
 };
 
 // Writes dir/stage<k>.onnx for every stage k of `stages` and dir/stages.json (the stages' files,
@@ -40,7 +41,8 @@ struct StageModelInfo {
 // Constant nodes those read with `values` substituted as export_onnx does (data inline), typed
 // inputs and outputs (the source's symbolic batch dimension where ONNX shape inference of the source
 // carries it to the value, the bound static dims otherwise), and the source's IR version, opset
-// imports and producer; each passes onnx::checker and strict shape inference before it is written.
+// imports and producer; each passes onnx::checker and strict shape inference (where the source model
+// does; else non-strict) before it is written.
 // Errors: a boundary value that is no tensor of the source graph, or one a stage needs but neither
 // computes nor receives, names the stage and the value (kInvalidInput).
 Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,

@@ -92,13 +92,19 @@ def check(full_path, stages_dir, batch=4, seed=0, log=print):
     with open(os.path.join(stages_dir, "stages.json")) as f:
         index = json.load(f)
     full = onnx.load(full_path)
+    try:   # the stage models are held to the standard the full model meets
+        onnx.checker.check_model(full_path, full_check=True)
+        full_check = True
+    except onnx.onnx_cpp2py_export.shape_inference.InferenceError as ex:
+        log(f"note: the full model fails strict shape inference ({ex}); checking the stages without it")
+        full_check = False
     stages = []
     for s in index["stages"]:
         path = os.path.join(stages_dir, s["file"])
         try:
-            onnx.checker.check_model(path, full_check=True)
+            onnx.checker.check_model(path, full_check=full_check)
         except Exception as ex:
-            return f"onnx.checker (full) rejects {path}: {ex}"
+            return f"onnx.checker ({'full' if full_check else 'plain'}) rejects {path}: {ex}"
         m = onnx.load(path)
         inits = {t.name for t in m.graph.initializer}
         names_in = [i.name for i in m.graph.input if i.name not in inits]
@@ -107,7 +113,7 @@ def check(full_path, stages_dir, batch=4, seed=0, log=print):
             return (f"{path}: inputs {names_in} / outputs {names_out} differ from stages.json "
                     f"{s['inputs']} / {s['outputs']}")
         stages.append(m)
-    log(f"onnx.checker (full): {len(stages)} stage models ok")
+    log(f"onnx.checker ({'full' if full_check else 'plain'}): {len(stages)} stage models ok")
     problems = check_partition(full, stages)
     if problems:
         return "the stages do not partition the model's nodes:\n  " + "\n  ".join(problems[:20])
