@@ -88,10 +88,14 @@ class StagesTest(unittest.TestCase):
 
     def test_plan_only_exports_untrained_weights(self):
         out = os.path.join(self.dir, "plan")
+        with open(MLP, "rb") as f:
+            before = f.read()
         rc, so, se = run(MLP, "--gpus", 2, "--plan-only", "--export-stages", "--out", out)
         self.assertEqual(rc, 0, se)
         self.assertFalse(os.path.exists(self.trained(MLP, out)))
         self.chain(MLP, out)
+        with open(MLP, "rb") as f:
+            self.assertEqual(f.read(), before, "the input model was modified")
 
     def test_gpipe_micro_batches(self):
         out = os.path.join(self.dir, "gpipe")

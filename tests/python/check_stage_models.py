@@ -91,9 +91,11 @@ def check(full_path, stages_dir, batch=4, seed=0, log=print):
     """None when the stage models pass every check, else the failure (log gets the progress lines)."""
     with open(os.path.join(stages_dir, "stages.json")) as f:
         index = json.load(f)
+    # check_model(ModelProto), never check_model(path, full_check=True): onnx 1.12's path form
+    # writes the inferred shapes back into the file it checks.
     full = onnx.load(full_path)
     try:   # the stage models are held to the standard the full model meets
-        onnx.checker.check_model(full_path, full_check=True)
+        onnx.checker.check_model(full, full_check=True)
         full_check = True
     except onnx.onnx_cpp2py_export.shape_inference.InferenceError as ex:
         log(f"note: the full model fails strict shape inference ({ex}); checking the stages without it")
@@ -101,11 +103,11 @@ def check(full_path, stages_dir, batch=4, seed=0, log=print):
     stages = []
     for s in index["stages"]:
         path = os.path.join(stages_dir, s["file"])
+        m = onnx.load(path)
         try:
-            onnx.checker.check_model(path, full_check=full_check)
+            onnx.checker.check_model(m, full_check=full_check)
         except Exception as ex:
             return f"onnx.checker ({'full' if full_check else 'plain'}) rejects {path}: {ex}"
-        m = onnx.load(path)
         inits = {t.name for t in m.graph.initializer}
         names_in = [i.name for i in m.graph.input if i.name not in inits]
         names_out = [o.name for o in m.graph.output]
