@@ -7,8 +7,8 @@
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_map>
@@ -59,7 +59,8 @@ std::unordered_map<std::string, onnx::TypeProto> source_types(const onnx::ModelP
   onnx::ModelProto m = proto;
   *strict = true;
   try {
-    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(true, 1, false));
   } catch (const std::exception&) {
     *strict = false;
     m = proto;
