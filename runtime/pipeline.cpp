@@ -62,6 +62,18 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     return invalid_input("--micro-batches applies to --schedule gpipe only");
   auto impl = std::make_unique<Impl>(g, tg);
   impl->opts = opts;
+  for (const StagePlan& sp : plan.stages) {
+    std::string first, last;
+    for (const Node* n : sp.nodes)
+      if (n->phase == Phase::kForward) {
+        if (first.empty()) first = n->name;
+        last = n->name;
+      }
+    int params = 0;
+    for (const Node* n : sp.nodes) params += n->phase == Phase::kUpdate;
+    impl->plan_lines.push_back("stage " + std::to_string(sp.index) + ": " + (first.empty() ? "(loss only)" : first + " .. " + last) +
+                               " (" + std::to_string(params) + " parameters)");
+  }
   impl->graph_batch = g.inputs[0]->dims.at(0);
   const int N = static_cast<int>(plan.stages.size());
   if (opts.cluster && opts.cluster->size() != N)
@@ -483,6 +495,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     c.val_accuracy = epoch_val.accuracy;
     c.metrics = rows;
     c.tensors = I.checkpoint_tensors();
+    c.plan = I.plan_lines;
     std::error_code ec;
     std::filesystem::create_directories(ck.dir, ec);
     if (ec) return invalid_input(ck.dir + ": cannot create the checkpoints folder: " + ec.message());

@@ -199,6 +199,7 @@ struct PipelineTrainer::Impl {
   std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
   int64_t graph_batch = 0;
   int loss_stage = -1;             // the stage that computes the loss
+  std::vector<std::string> plan_lines;  // Checkpoint::plan
 
   // Gathered on rank 0 at the end of train() from the other ranks.
   std::map<std::string, HostTensor> remote_values;  // their master weights and model state

@@ -287,6 +287,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     c.val_loss = epoch_val.loss;
     c.val_accuracy = epoch_val.accuracy;
     c.metrics = rows;
+    c.plan = {"stage 0: the whole model"};
     for (const Value* v : persistent_values()) c.tensors.emplace(v->name, ex_->tensor(v));
     std::error_code ec;
     std::filesystem::create_directories(ck.dir, ec);
