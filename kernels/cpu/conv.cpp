@@ -160,6 +160,108 @@ void conv_gemm(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T*
     }
 }
 
+// ---- one output position: the batch as one GEMM ---------------------------------------------
+//
+// When the output has a single spatial position (ResNet's last stage at small inputs: a 3x3
+// convolution over a 1x1 or 2x2 map), only the kernel taps that land inside the input contribute
+// (one of nine over a 1x1 map). Then forward, grad-input and grad-weight are each one GEMM over the
+// batch with K = C * live taps, on the caller's plain tensors: no layout conversion of the large
+// weights (oneDNN's blocked kernels spend most of such a call reordering W and dW) and no
+// multiply-adds with padding.
+
+bool single_position(const ConvShape& cs) { return cs.g == 1 && cs.w.out_size() == 1; }
+
+// For the single output position: the live taps (kernel offsets inside the input) and the input
+// offset within one (n, c) plane of each.
+struct Taps {
+  std::vector<int64_t> k, in;
+};
+Taps live_taps(const Window& w) {
+  Taps t;
+  int64_t kk = 0;
+  for (int64_t kd = 0; kd < w.k[0]; ++kd)
+    for (int64_t kh = 0; kh < w.k[1]; ++kh)
+      for (int64_t kw = 0; kw < w.k[2]; ++kw, ++kk) {
+        const int64_t id = -w.pb[0] + kd * w.d[0], ih = -w.pb[1] + kh * w.d[1], iw = -w.pb[2] + kw * w.d[2];
+        if (id >= 0 && id < w.in[0] && ih >= 0 && ih < w.in[1] && iw >= 0 && iw < w.in[2]) {
+          t.k.push_back(kk);
+          t.in.push_back((id * w.in[1] + ih) * w.in[2] + iw);
+        }
+      }
+  return t;
+}
+
+// The calling thread's buffer `slot`, grown to the largest seen (no allocation once warm).
+template <typename T>
+T* point_buf(int slot, size_t n) {
+  thread_local std::array<std::vector<T>, 2> bufs;
+  if (bufs[slot].size() < n) bufs[slot].resize(n);
+  return bufs[slot].data();
+}
+
+template <typename T>
+void conv_point(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T* b, const T* dy, T* out) {
+  const Window& w = cs.w;
+  const int64_t N = w.n, C = w.c, M = cs.m, K = w.k_size(), IN = w.in_size();
+  const Taps taps = live_taps(w);
+  const int64_t L = static_cast<int64_t>(taps.k.size()), CL = C * L;
+  const bool all_live = L == K;
+  const bool par_x = N * CL > kParallelThreshold, par_w = M * C * K > kParallelThreshold;
+  T* col = point_buf<T>(0, static_cast<size_t>(std::max<int64_t>(N * CL, 1)));  // (N, C*L)
+  // The live taps of W as (M, C*L): W itself when every tap is live.
+  auto live_w = [&]() -> const T* {
+    if (all_live) return wt;
+    T* wl = point_buf<T>(1, static_cast<size_t>(std::max<int64_t>(M * CL, 1)));
+#pragma omp parallel for collapse(2) if (par_w)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t l = 0; l < L; ++l) wl[(m * C + c) * L + l] = wt[(m * C + c) * K + taps.k[l]];
+    return wl;
+  };
+  if (pass != Pass::kGradInput) {
+#pragma omp parallel for collapse(2) if (par_x)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t l = 0; l < L; ++l) col[(n * C + c) * L + l] = x[(n * C + c) * IN + taps.in[l]];
+  }
+  switch (pass) {
+    case Pass::kForward: {  // Y (N, M) = col (N, CL) Wl^T (CL, M) [+ b]
+      if (b)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t m = 0; m < M; ++m) out[n * M + m] = b[m];
+      else if (L == 0)
+        for (int64_t i = 0; i < N * M; ++i) out[i] = T(0);
+      if (L > 0) gemm_rm(false, true, N, M, CL, T(1), col, CL, live_w(), CL, b ? T(1) : T(0), out, M);
+      break;
+    }
+    case Pass::kGradWeight: {  // dWl (M, CL) = dY^T (M, N) col (N, CL); dead taps get 0
+      T* dwl = all_live ? out : point_buf<T>(1, static_cast<size_t>(std::max<int64_t>(M * CL, 1)));
+      if (L > 0) gemm_rm(true, false, M, CL, N, T(1), dy, M, col, CL, T(0), dwl, CL);
+      if (!all_live) {
+#pragma omp parallel for collapse(2) if (par_w)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t c = 0; c < C; ++c) {
+            T* o = out + (m * C + c) * K;
+            for (int64_t kk = 0; kk < K; ++kk) o[kk] = T(0);
+            for (int64_t l = 0; l < L; ++l) o[taps.k[l]] = dwl[(m * C + c) * L + l];
+          }
+      }
+      break;
+    }
+    case Pass::kGradInput: {  // dcol (N, CL) = dY (N, M) Wl (M, CL); distinct taps hit distinct inputs
+      if (L > 0) gemm_rm(false, false, N, CL, M, T(1), dy, M, live_w(), CL, T(0), col, CL);
+#pragma omp parallel for collapse(2) if (par_x)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) {
+          T* dxp = out + (n * C + c) * IN;
+          for (int64_t i = 0; i < IN; ++i) dxp[i] = T(0);
+          for (int64_t l = 0; l < L; ++l) dxp[taps.in[l]] = col[(n * C + c) * L + l];
+        }
+      break;
+    }
+  }
+}
+
 // ---- oneDNN (float32) --------------------------------------------------------------------------
 
 dnnl::engine& dnnl_engine() {
@@ -343,6 +445,10 @@ Expected<bool> run_dnnl(Pass pass, const ConvShape& cs, std::initializer_list<co
 template <typename T>
 Status run_conv(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T* b, const T* dy, T* out) {
   if (cs.w.n == 0) return Status::ok();
+  if (single_position(cs)) {
+    conv_point(pass, cs, x, wt, b, dy, out);
+    return Status::ok();
+  }
   if constexpr (std::is_same_v<T, float>) {
     Expected<bool> done = false;
     switch (pass) {

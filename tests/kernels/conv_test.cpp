@@ -104,6 +104,11 @@ std::vector<ConvCase> cases() {
       {"2-D 1x1", {3, 8, 5, 5}, {4, 8, 1, 1}, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, true},
       {"2-D kernel larger than stride, pads > kernel/2", {1, 1, 5, 5}, {2, 1, 2, 2}, 1, {3, 3}, {1, 1}, {1, 1, 1, 1}, true},
       {"3-D", {1, 2, 5, 4, 6}, {3, 2, 2, 3, 2}, 1, {1, 2, 1}, {1, 1, 2}, {1, 0, 0, 0, 1, 1}, true},
+      {"2-D one output position, 3x3 over 1x1 (ResNet layer4)", {3, 8, 1, 1}, {5, 8, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+      {"2-D one output position, stride 2 over 2x2", {2, 6, 2, 2}, {4, 6, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}, false},
+      {"2-D one output position, no padding", {2, 3, 3, 3}, {4, 3, 3, 3}, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, true},
+      {"1-D one output position, dilation 2", {2, 3, 3}, {2, 3, 3}, 1, {1}, {2}, {1, 1}, false},
+      {"2-D one output position (threaded)", {32, 128, 1, 1}, {96, 128, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, false},
       {"2-D larger (threaded)", {4, 16, 16, 16}, {32, 16, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
   };
 }
