@@ -52,7 +52,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   if (g.inputs.size() != 1)
     return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
   std::unique_ptr<Trainer> t(new Trainer(g, tg));
-  ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device));
+  // The memory plan shares activation and gradient buffers; the loss and the model output are
+  // read after a step, everything else the trainer touches is an input, parameter or state.
+  ExecutorOptions eo{true, {tg.loss.loss, tg.loss.output}};
+  ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device, {}, eo));
   t->input_ = g.inputs[0];
   t->batch_ = t->input_->dims.at(0);
   return t;
