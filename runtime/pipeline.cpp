@@ -153,7 +153,12 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     }
     st->saved.assign(saved.begin(), saved.end());
     st->state.assign(state.begin(), state.end());
-    ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes));
+    // Memory plan: the stage reads back its saved activations, gradients and loss between
+    // passes (values sent to other stages are read outside its node list: kept by the plan).
+    ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
+    eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
+    if (st->loss) eo.keep.push_back(st->loss);
+    ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes, eo));
     impl->stages.push_back(std::move(st));
   }
   // Channels hold what is in flight between two stages at most: N - k mini-batches (1F1B) or M
