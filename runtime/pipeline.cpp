@@ -482,14 +482,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   for (auto& c : I.channels) sh.channels.push_back(c.get());
   for (auto& st : I.stages) st->begin_train();
 
-  std::ofstream csv;
-  const std::string partial = cfg.metrics_path + ".partial";
-  if (!cfg.metrics_path.empty()) {
-    csv.open(partial, std::ios::trunc);
-    if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
-    csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
-    for (const std::string& row : rows) csv << row << "\n";
-  }
+  MetricsFile csv;
+  RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows));
 
   using clock = std::chrono::steady_clock;
   sh.t0 = clock::now();
@@ -580,7 +574,11 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     const double lr_now = sched.at(step);
     {
       const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, lr_now, sps, shown) << "\n";
+      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
+        failure = ms;
+        sh.fail(failure);
+        break;
+      }
       const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
       if (ev.samples && !run_end_only) epoch_val = ev;
       rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
@@ -621,12 +619,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (!sh.error.is_ok()) return sh.error;
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
-  if (csv.is_open()) {
-    csv.close();
-    std::error_code ec;
-    std::filesystem::rename(partial, cfg.metrics_path, ec);
-    if (ec) return invalid_input(cfg.metrics_path + ": rename failed: " + ec.message());
-  }
+  RETURN_IF_ERROR(csv.close());
   return r;
 }
 
