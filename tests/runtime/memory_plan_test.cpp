@@ -140,9 +140,10 @@ TEST(MemoryPlan, KeepsValuesReadOutsideTheNodeList) {
     if (n->phase == Phase::kForward) fwd.push_back(n.get());
   const MemoryPlan p = plan_memory(m.g, fwd, {});
   expect_no_live_aliases(m.g, fwd, p, {});
-  for (const auto& v : m.g.values())
-    if (p.planned(v.get()))
-      for (const Node* c : v->consumers) EXPECT_EQ(c->phase, Phase::kForward) << v->name << " read by " << c->name;
+  for (const auto& v : m.g.values()) {
+    if (!p.planned(v.get())) continue;
+    for (const Node* c : v->consumers) EXPECT_EQ(c->phase, Phase::kForward) << v->name << " read by " << c->name;
+  }
 }
 
 TEST(MemoryPlan, PlannedTrainingIsBitIdentical) {
