@@ -51,13 +51,17 @@ Status run_on_host(KernelFn cpu_kernel, const KernelCall& call) {
   RETURN_IF_ERROR(stage(call.outputs, stream, &bufs, &out));
   PT_CUDA_CHECK(cudaStreamSynchronize(stream));
   RETURN_IF_ERROR(cpu_kernel(KernelCall{in, out, call.attrs, nullptr}));
-  for (size_t i = 0; i < out.size(); ++i) {
+  Status copied;
+  for (size_t i = 0; i < out.size() && copied.is_ok(); ++i) {
     const TensorView& d = call.outputs[i];
     if (d.data == nullptr || d.bytes() == 0) continue;
-    PT_CUDA_CHECK(cudaMemcpyAsync(d.data, out[i].data, d.bytes(), cudaMemcpyHostToDevice, stream));
+    const cudaError_t err = cudaMemcpyAsync(d.data, out[i].data, d.bytes(), cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess) copied = cuda_error_status(err, "cudaMemcpyAsync (fallback result)", __FILE__, __LINE__);
   }
+  // Also after a failed copy: the ones already queued read the pinned buffers, which go back to
+  // the cache when this returns.
   PT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return Status::ok();
+  return copied;
 }
 
 }  // namespace pt::cuda
