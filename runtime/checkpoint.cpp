@@ -122,6 +122,7 @@ std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) 
   if (s.seed != n.seed) add("--seed", std::to_string(s.seed), std::to_string(n.seed));
   if (s.loss != n.loss) add("--loss", s.loss, n.loss);
   if (s.shuffle != n.shuffle) add("--no-shuffle", s.shuffle ? "off" : "on", n.shuffle ? "off" : "on");
+  if (!s.lr_schedule.empty() && s.lr_schedule != n.lr_schedule) add("the learning-rate schedule", s.lr_schedule, n.lr_schedule);
   if (s.data_samples != n.data_samples)
     add("the training set (samples)", std::to_string(s.data_samples), std::to_string(n.data_samples));
   else if (s.data_hash != n.data_hash)
@@ -141,7 +142,7 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   j["meta"] = {{"model_hash", m.model_hash}, {"batch_size", m.batch_size},     {"lr", m.lr},
                {"momentum", m.momentum},     {"weight_decay", m.weight_decay}, {"seed", m.seed},
                {"loss", m.loss},             {"shuffle", m.shuffle},           {"data_samples", m.data_samples},
-               {"data_hash", m.data_hash}};
+               {"data_hash", m.data_hash},   {"lr_schedule", m.lr_schedule},   {"pipeline", m.pipeline}};
   j["step"] = c.step;
   j["epoch"] = c.epoch;
   j["position"] = c.position;
@@ -233,6 +234,8 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
     c.meta.shuffle = m.at("shuffle").get<bool>();
     c.meta.data_samples = m.at("data_samples").get<int64_t>();
     c.meta.data_hash = m.at("data_hash").get<std::string>();
+    c.meta.lr_schedule = m.value("lr_schedule", std::string());
+    c.meta.pipeline = m.value("pipeline", std::string());
     c.step = j.at("step").get<int64_t>();
     c.epoch = j.at("epoch").get<int64_t>();
     c.position = j.at("position").get<int64_t>();

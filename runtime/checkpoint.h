@@ -1,4 +1,4 @@
-// Training checkpoints of a single-stage run: every persistent buffer plus the loop's position
+// Training checkpoints (single-stage and pipelined runs share the format): every persistent buffer plus the loop's position
 // (step, data order, shuffle RNG), in one checksummed file written atomically (temporary file,
 // fsync, rename), so a run killed at any moment resumes from its newest intact checkpoint.
 #pragma once
@@ -25,6 +25,10 @@ struct CheckpointMeta {
   bool shuffle = true;
   int64_t data_samples = 0;
   std::string data_hash;   // FNV-1a 64 of the training set's x and y bytes, hex
+  std::string lr_schedule; // LrSchedule::describe() (empty in checkpoints older than schedules)
+  // How the run was trained ("1 stage", "4 stages, 1F1B spectrain (paper)"): recorded, not
+  // compared: a drained checkpoint resumes on another --gpus or schedule.
+  std::string pipeline;
 };
 
 // Empty when the two agree; otherwise one clause per difference, naming the flag and both values

@@ -149,4 +149,23 @@ Status write_curves_svg(const Curves& c, const std::string& path) {
   return Status::ok();
 }
 
+// The curves of the steps before a resume, from their metrics.csv rows
+// (step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy).
+void curves_from_metrics_rows(const std::vector<std::string>& rows, Curves* c) {
+  for (const std::string& row : rows) {
+    std::vector<std::string> f;
+    std::stringstream ss(row);
+    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
+    if (f.size() < 3) continue;
+    const double step = std::strtod(f[0].c_str(), nullptr);
+    c->train_loss.push_back({step, std::strtod(f[2].c_str(), nullptr)});
+    if (f.size() > 5 && !f[5].empty()) c->val_loss.push_back({step, std::strtod(f[5].c_str(), nullptr)});
+    if (f.size() > 6 && !f[6].empty()) {
+      const double acc = std::strtod(f[6].c_str(), nullptr);
+      if (acc >= 0) c->val_accuracy.push_back({step, acc});
+    }
+  }
+}
+
+
 }  // namespace pt

@@ -25,4 +25,8 @@ std::string curves_svg(const Curves& c);
 // Writes curves_svg(c) to `path` through a temporary file and a rename.
 Status write_curves_svg(const Curves& c, const std::string& path);
 
+// Appends the curves of metrics.csv rows (step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy;
+// no header), as a resumed run finds them in its checkpoint.
+void curves_from_metrics_rows(const std::vector<std::string>& rows, Curves* c);
+
 }  // namespace pt

@@ -122,6 +122,17 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
   ASSIGN_OR_RETURN(d.y, read_npy(yp));
   if (d.x.dims().empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
   const int64_t n = d.x.dims()[0];
+  const DType xt = d.x.dtype();
+  if (spec.input_dtype == DType::kFloat32 && (xt == DType::kUint8 || xt == DType::kInt8 || xt == DType::kUint16 ||
+                                              xt == DType::kInt16 || xt == DType::kInt32 || xt == DType::kInt64)) {
+    // Integer samples (pixels) for a float input: converted, and 8-bit ones scaled to [0, 1].
+    HostTensor f = cast_tensor(d.x, DType::kFloat32);
+    if (spec.scale_pixels && (xt == DType::kUint8)) {
+      float* p = f.as<float>();
+      for (int64_t i = 0; i < f.size(); ++i) p[i] *= 1.0f / 255.0f;
+    }
+    d.x = std::move(f);
+  }
   if (d.x.dtype() != spec.input_dtype)
     return invalid_input(xp + ": dtype " + dtype_name(d.x.dtype()) + ", the model input wants " + dtype_name(spec.input_dtype));
   Dims sample(d.x.dims().begin() + 1, d.x.dims().end());
@@ -180,6 +191,35 @@ Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed) {
   return d;
 }
 
+Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::vector<float>& std) {
+  if ((mean.empty() && std.empty()) || d->x.empty()) return Status::ok();
+  if (d->x.dtype() != DType::kFloat32)
+    return invalid_input("--mean/--std: the model input is " + std::string(dtype_name(d->x.dtype())) + ", not float");
+  const Dims& dims = d->x.dims();
+  const int64_t n = d->size();
+  const int64_t channels = dims.size() >= 3 ? dims[1] : 1;  // [N, C, ...]; flat samples are one channel
+  auto check = [&](const std::vector<float>& v, const char* flag) -> Status {
+    if (v.empty() || static_cast<int64_t>(v.size()) == 1 || static_cast<int64_t>(v.size()) == channels) return Status::ok();
+    return invalid_input(std::string(flag) + ": " + std::to_string(v.size()) + " values, the samples " +
+                         dims_str(Dims(dims.begin() + 1, dims.end())) + " have " + std::to_string(channels) +
+                         " channel" + (channels == 1 ? "" : "s") + " (give 1 value or " + std::to_string(channels) + ")");
+  };
+  RETURN_IF_ERROR(check(mean, "--mean"));
+  RETURN_IF_ERROR(check(std, "--std"));
+  for (float s : std)
+    if (!(s > 0)) return invalid_input("--std: " + std::to_string(s) + " is not positive");
+  const int64_t per_channel = n > 0 ? d->x.size() / (n * channels) : 0;
+  float* x = d->x.as<float>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float m = mean.empty() ? 0.0f : mean[mean.size() == 1 ? 0 : c];
+      const float inv = 1.0f / (std.empty() ? 1.0f : std[std.size() == 1 ? 0 : c]);
+      float* p = x + (i * channels + c) * per_channel;
+      for (int64_t k = 0; k < per_channel; ++k) p[k] = (p[k] - m) * inv;
+    }
+  return Status::ok();
+}
+
 Dataset split_validation(Dataset* train, double fraction, uint64_t seed) {
   const int64_t n = train->size();
   const int64_t nv = std::clamp<int64_t>(static_cast<int64_t>(n * fraction + 0.5), 0, n - 1);
@@ -207,12 +247,12 @@ Dataset split_validation(Dataset* train, double fraction, uint64_t seed) {
 }
 
 void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, HostTensor* x, HostTensor* y) {
-  const int64_t b = x->dims()[0];
+  const int64_t b = x ? x->dims()[0] : y->dims()[0];
   const size_t xs = d.x.bytes() / d.size(), ys = d.y.bytes() / d.size();
   for (int64_t i = 0; i < b; ++i) {
     int64_t s = order[(begin + i) % order.size()];
-    std::memcpy(static_cast<char*>(x->data()) + i * xs, static_cast<const char*>(d.x.data()) + s * xs, xs);
-    std::memcpy(static_cast<char*>(y->data()) + i * ys, static_cast<const char*>(d.y.data()) + s * ys, ys);
+    if (x) std::memcpy(static_cast<char*>(x->data()) + i * xs, static_cast<const char*>(d.x.data()) + s * xs, xs);
+    if (y) std::memcpy(static_cast<char*>(y->data()) + i * ys, static_cast<const char*>(d.y.data()) + s * ys, ys);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -30,6 +31,7 @@ struct DataSpec {
   DType label_dtype = DType::kInt64;
   Dims label_sample_dims;  // [] for class labels
   int64_t num_classes = 0;  // > 0 for class labels
+  bool scale_pixels = true;  // integer pixels (IDX, CIFAR, integer x.npy) divided by 255; false: raw values
 };
 
 // Loads DIR/x.npy and DIR/y.npy; samples whose element count matches the model input are
@@ -41,13 +43,19 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
 // (or CIFAR-100's train.bin). Image bytes are scaled to [0, 1]. Dataset::source names the format.
 Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec);
 
+// Per-channel normalisation (--mean, --std): x = (x - mean[c]) / std[c], channel c being the
+// first sample dimension of an image-like input ([C, H, W], [C, L]); one value applies to every
+// element. Errors name the flag and the mismatch.
+Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::vector<float>& std);
+
 // Splits off the last `fraction` of a seeded shuffle as a validation set (--val-split).
 Dataset split_validation(Dataset* train, double fraction, uint64_t seed);
 
 // Random inputs (N(0,1)) and labels, deterministic in `seed`.
 Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed);
 
-// Copies samples order[begin .. begin+count) (wrapping around) into the batch tensors.
+// Copies samples order[begin .. begin+count) (wrapping around) into the batch tensors; either
+// tensor may be null (not gathered), the batch size is the first dimension of the other.
 void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, HostTensor* x, HostTensor* y);
 
 }  // namespace pt

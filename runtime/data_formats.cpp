@@ -60,10 +60,11 @@ Expected<std::pair<Dims, std::string>> read_idx(const std::string& path) {
   return std::make_pair(dims, b.substr(header, need));
 }
 
-HostTensor pixels(const std::string& bytes, Dims dims) {
+HostTensor pixels(const std::string& bytes, Dims dims, bool scale) {
   HostTensor t(DType::kFloat32, std::move(dims));
   float* p = t.as<float>();
-  for (int64_t i = 0; i < t.size(); ++i) p[i] = static_cast<unsigned char>(bytes[i]) * (1.0f / 255.0f);
+  const float by = scale ? 1.0f / 255.0f : 1.0f;
+  for (int64_t i = 0; i < t.size(); ++i) p[i] = static_cast<unsigned char>(bytes[i]) * by;
   return t;
 }
 
@@ -115,7 +116,7 @@ Expected<Dataset> load_idx(const std::string& images, const std::string& labels,
                          " images in " + images);
   Dataset d;
   d.source = images + " + " + labels + " (IDX)";
-  d.x = pixels(img.second, img.first);
+  d.x = pixels(img.second, img.first, spec.scale_pixels);
   d.y = HostTensor(DType::kInt64, {lab.first[0]});
   for (int64_t i = 0; i < lab.first[0]; ++i) d.y.as<int64_t>()[i] = static_cast<unsigned char>(lab.second[i]);
   RETURN_IF_ERROR(check_against_spec(&d, spec, images, labels));
@@ -149,7 +150,8 @@ Expected<Dataset> load_cifar(const std::vector<std::string>& files, const DataSp
     const char* r = all.data() + i * rec;
     d.y.as<int64_t>()[i] = static_cast<unsigned char>(r[label_bytes - 1]);
     float* px = d.x.as<float>() + i * 3072;
-    for (int k = 0; k < 3072; ++k) px[k] = static_cast<unsigned char>(r[label_bytes + k]) * (1.0f / 255.0f);
+    const float by = spec.scale_pixels ? 1.0f / 255.0f : 1.0f;
+    for (int k = 0; k < 3072; ++k) px[k] = static_cast<unsigned char>(r[label_bytes + k]) * by;
   }
   RETURN_IF_ERROR(check_against_spec(&d, spec, files[0], files[0]));
   return d;

@@ -13,8 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
+#include <tuple>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -44,16 +47,16 @@ struct PipelineTrainer::Impl {
 
   void load_eval_weights();
   Expected<EvalResult> run_eval(const Dataset& d);
+  std::string describe() const;  // "4 stages, 1F1B spectrain (paper)" (checkpoints record it)
+  // The tensors of a checkpoint (checkpoint_values(g) by name: master weights, momentum, state).
+  std::map<std::string, HostTensor> checkpoint_tensors() const;
+  // Puts checkpoint tensors (checked by check_checkpoint) into the stages, at version `step`.
+  void restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step);
 };
 
 namespace {
 
 bool forward_phase(Phase p) { return p == Phase::kForward || p == Phase::kLoss; }
-
-void set_scalar(HostTensor& t, double v) {
-  if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
-  else t.as<float>()[0] = static_cast<float>(v);
-}
 
 struct ById {
   bool operator()(const Value* a, const Value* b) const { return a->id < b->id; }
@@ -218,8 +221,11 @@ Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", st->index},
                       {"args", {{"name", "stage " + std::to_string(st->index)}}}});
     for (const PassRecord& r : st->trace) {
-      std::string name = (r.backward ? "B" : "F") + std::to_string(r.mini_batch);
-      if (impl_->opts.schedule == Schedule::kGPipe) name += "." + std::to_string(r.micro_batch);
+      char name[48];
+      if (impl_->opts.schedule == Schedule::kGPipe)
+        std::snprintf(name, sizeof name, "%c%lld.%d", r.backward ? 'B' : 'F', static_cast<long long>(r.mini_batch), r.micro_batch);
+      else
+        std::snprintf(name, sizeof name, "%c%lld", r.backward ? 'B' : 'F', static_cast<long long>(r.mini_batch));
       events.push_back({{"name", name},
                         {"cat", r.backward ? "backward" : "forward"},
                         {"ph", "X"},
@@ -315,6 +321,48 @@ Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
   return impl_->run_eval(d);
 }
 
+std::string PipelineTrainer::Impl::describe() const {
+  const int N = static_cast<int>(stages.size());
+  char b[96];
+  if (opts.schedule == Schedule::kGPipe) {
+    std::snprintf(b, sizeof b, "%d stage%s, GPipe x%d", N, N == 1 ? "" : "s", opts.micro_batches);
+  } else {
+    const char* w = opts.weights == WeightMode::kStash ? "stash" : opts.weights == WeightMode::kStale ? "stale" : "spectrain";
+    std::snprintf(b, sizeof b, "%d stage%s, 1F1B %s%s%s%s", N, N == 1 ? "" : "s", w,
+                  opts.weights == WeightMode::kSpecTrain ? " (" : "",
+                  opts.weights == WeightMode::kSpecTrain ? staleness_name(opts.staleness) : "",
+                  opts.weights == WeightMode::kSpecTrain ? ")" : "");
+  }
+  return b;
+}
+
+std::map<std::string, HostTensor> PipelineTrainer::Impl::checkpoint_tensors() const {
+  std::map<std::string, HostTensor> out;
+  for (const Value* v : checkpoint_values(g)) {
+    if (v->data) out[v->name] = *v->data;  // never updated (a parameter that does not reach the loss)
+    else out[v->name] = HostTensor(v->dtype, v->dims);
+  }
+  for (auto& st : stages) {
+    for (size_t i = 0; i < st->params.size(); ++i) {
+      out[st->params[i]->name] = st->master(i);
+      out[st->momentum[i]->name] = st->ex->tensor(st->momentum[i]);
+    }
+    for (const Value* v : st->state) out[v->name] = st->ex->tensor(v);
+  }
+  return out;
+}
+
+void PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step) {
+  for (auto& st : stages) {
+    for (size_t i = 0; i < st->params.size(); ++i) {
+      st->set_master(i, t.at(st->params[i]->name));
+      st->ex->tensor(st->momentum[i]) = t.at(st->momentum[i]->name);
+    }
+    for (const Value* v : st->state) st->ex->tensor(v) = t.at(v->name);
+    st->set_version(step);
+  }
+}
+
 Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   Impl& I = *impl_;
   const int64_t n = train.size();
@@ -325,57 +373,134 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
   const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
   const bool validate = val && val->size() > 0;
+  const LrSchedule sched = schedule_of(cfg, total);
+  RETURN_IF_ERROR(sched.validate());
+  const CheckpointOptions& ck = cfg.checkpoint;
+  std::optional<CheckpointMeta> meta;
+  auto run_meta = [&]() -> const CheckpointMeta& {
+    if (!meta) meta = make_checkpoint_meta(I.g, I.tg, train, cfg, batch, total, I.describe());
+    return *meta;
+  };
 
-  // The sample order of every epoch, drawn exactly as the single-stage trainer draws it.
-  std::vector<std::vector<int64_t>> orders;
-  {
-    std::vector<int64_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937_64 rng(cfg.seed);
-    const int64_t epochs = (total + per_epoch - 1) / per_epoch;
-    for (int64_t e = 0; e < epochs; ++e) {
-      if (cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
-      orders.push_back(order);
+  TrainResult r;
+  std::vector<std::string> rows;  // metrics rows a checkpoint carries (as the single-stage trainer keeps them)
+  EvalResult epoch_val;
+  Curves curves;
+  curves.title = cfg.title;
+  int64_t start = 0;
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(cfg.seed);
+  EpochOrders orders;
+  int64_t draw_from = 0;
+  bool mid_epoch = false;
+  if (!ck.resume.empty()) {
+    std::string path;
+    ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
+    if (c.step > total)
+      return invalid_input(path + ": the checkpoint is at step " + std::to_string(c.step) + ", past the " +
+                           std::to_string(total) + " steps of this run (--steps and --epochs are totals)");
+    RETURN_IF_ERROR(check_checkpoint(c, run_meta(), checkpoint_values(I.g), n, per_epoch, path));
+    std::istringstream is(c.rng);
+    is >> rng;
+    if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
+    I.restore_tensors(c.tensors, c.step);
+    order = c.order;
+    draw_from = c.epoch;
+    // The checkpoint's epoch under way (position > 0): its order stands; otherwise it is drawn next.
+    if (c.position > 0) mid_epoch = true;
+    start = c.step;
+    r.resumed_from = c.step;
+    r.steps = c.step;
+    r.first_loss = c.first_loss;
+    r.last_loss = c.last_loss;
+    r.val.samples = c.val_samples;
+    r.val.loss = c.val_loss;
+    r.val.accuracy = c.val_accuracy;
+    epoch_val = r.val;
+    rows = std::move(c.metrics);
+    curves_from_metrics_rows(rows, &curves);
+    if (!cfg.quiet) {
+      std::printf("resumed: %s (step %lld of %lld", path.c_str(), static_cast<long long>(start),
+                  static_cast<long long>(total));
+      if (!c.meta.pipeline.empty() && c.meta.pipeline != run_meta().pipeline)
+        std::printf("; written by a run of %s, continuing on %s", c.meta.pipeline.c_str(), run_meta().pipeline.c_str());
+      std::printf(")\n");
     }
   }
+  // Stages may be up to N mini-batches apart, which can span as many epochs of a tiny data set.
+  orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + 3);
+  if (mid_epoch) orders.set_drawn(draw_from, order, rng);
+  auto save = [&](int64_t step) -> Status {
+    Checkpoint c;
+    c.meta = run_meta();
+    c.step = step;
+    c.epoch = step / per_epoch;
+    c.position = step % per_epoch;
+    // The epoch of the last step done: its shuffle is the last the single-stage trainer would have drawn.
+    std::tie(c.order, c.rng) = orders.state((step - 1) / per_epoch);
+    c.first_loss = r.first_loss;
+    c.last_loss = r.last_loss;
+    c.val_samples = epoch_val.samples;
+    c.val_loss = epoch_val.loss;
+    c.val_accuracy = epoch_val.accuracy;
+    c.metrics = rows;
+    c.tensors = I.checkpoint_tensors();
+    std::error_code ec;
+    std::filesystem::create_directories(ck.dir, ec);
+    if (ec) return invalid_input(ck.dir + ": cannot create the checkpoints folder: " + ec.message());
+    const std::string path = checkpoint_path(ck.dir, step);
+    RETURN_IF_ERROR(write_checkpoint(path, c));
+    r.last_checkpoint = path;
+    return prune_checkpoints(ck.dir, ck.keep);
+  };
+
   RunShared sh;
   sh.data = &train;
-  sh.epoch_orders = &orders;
+  sh.orders = &orders;
   sh.per_epoch = per_epoch;
   sh.total_steps = total;
   sh.mini_batch = batch;
   sh.graph_batch = I.graph_batch;
-  sh.snapshot_step.assign(total, 0);
-  for (int64_t s = 0; s < total; ++s)
-    sh.snapshot_step[s] = validate && (s % per_epoch == per_epoch - 1 || s == total - 1);
-  sh.losses.assign(total * M, 0.0);
-  sh.loss_ready.assign(total * M, 0);
+  sh.lr = sched;
+  sh.validate = validate;
+  sh.eval_every = cfg.eval_every;
   for (auto& c : I.channels) sh.channels.push_back(c.get());
-  for (auto& st : I.stages) set_scalar(st->ex->tensor(I.tg.lr), cfg.lr);
+  for (auto& st : I.stages) st->begin_train();
 
   std::ofstream csv;
-  Curves curves;
-  curves.title = cfg.title;
   const std::string partial = cfg.metrics_path + ".partial";
   if (!cfg.metrics_path.empty()) {
     csv.open(partial, std::ios::trunc);
     if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
     csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
+    for (const std::string& row : rows) csv << row << "\n";
   }
 
   using clock = std::chrono::steady_clock;
   sh.t0 = clock::now();
+  // The stages run segment by segment; a segment ends with the pipeline drained, at a checkpoint
+  // step or where a stop request cut it short.
+  const bool checkpoints = !ck.dir.empty() && ck.every > 0;
+  auto segment_end = [&](int64_t first) {
+    return checkpoints ? std::min(total, (first / ck.every + 1) * ck.every) : total;
+  };
   std::vector<std::thread> threads;
-  for (auto& st : I.stages) threads.emplace_back([&sh, s = st.get()] { s->run(sh); });
+  auto launch = [&](int64_t first) {
+    sh.set_segment(first, segment_end(first));
+    threads.clear();
+    for (auto& st : I.stages) threads.emplace_back([&sh, s = st.get()] { s->run(sh); });
+  };
   auto join_all = [&] {
     for (auto& t : threads)
       if (t.joinable()) t.join();
   };
+  if (start < total) launch(start);
 
-  TrainResult r;
   Status failure = Status::ok();
+  bool stopping = false;
   Progress progress(cfg.quiet, total, log_every, batch);
-  for (int64_t step = 1; step <= total && failure.is_ok(); ++step) {
+  for (int64_t step = start + 1; step <= total && failure.is_ok(); ++step) {
     const int64_t s0 = step - 1;
     double l = 0;
     {
@@ -383,11 +508,14 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       sh.cv.wait(lock, [&] {
         if (sh.abort) return true;
         for (int j = 0; j < M; ++j)
-          if (!sh.loss_ready[s0 * M + j]) return false;
+          if (!sh.losses.count(s0 * M + j)) return false;
         return true;
       });
       if (sh.abort) break;
-      for (int j = 0; j < M; ++j) l += sh.losses[s0 * M + j];
+      for (int j = 0; j < M; ++j) {
+        l += sh.losses.at(s0 * M + j);
+        sh.losses.erase(s0 * M + j);
+      }
       l /= M;
     }
     if (!std::isfinite(l)) {
@@ -400,8 +528,10 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     curves.train_loss.push_back({static_cast<double>(step), l});
     r.last_loss = l;
     const int64_t epoch = s0 / per_epoch;
+    const int64_t in_epoch = s0 % per_epoch;
+    const bool scheduled_eval = cfg.eval_every > 0 && step % cfg.eval_every == 0;
     EvalResult ev;
-    if (sh.snapshot_step[s0]) {
+    if (sh.snapshot_at(s0)) {
       // The weights after this step's update at every stage.
       std::vector<std::vector<std::pair<const Value*, HostTensor>>> snap;
       {
@@ -432,11 +562,38 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       }
     }
     const double elapsed = std::chrono::duration<double>(clock::now() - sh.t0).count();
-    const double sps = elapsed > 0 ? static_cast<double>(step * batch) / elapsed : 0;
-    if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, cfg.lr, sps, ev.samples ? &ev : nullptr) << "\n";
-    const double eta = elapsed / std::max(static_cast<double>(step) / total, 1e-9) - elapsed;
+    const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch) / elapsed : 0;
+    const double lr_now = sched.at(step);
+    {
+      const EvalResult* shown = ev.samples ? &ev : nullptr;
+      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, lr_now, sps, shown) << "\n";
+      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
+      if (ev.samples && !run_end_only) epoch_val = ev;
+      rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
+    }
+    const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
     progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
     r.steps = step;
+    if (!stopping && cfg.stop && cfg.stop->load() && step < total) {
+      stopping = true;  // finish the mini-batches already started, then drain
+      sh.stop_early();
+    }
+    if (step == sh.end_step()) {
+      join_all();
+      if (!sh.error.is_ok()) break;
+      const bool stop_here = stopping && step < total;
+      if (!ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total)))) {
+        if (Status cs = save(step); !cs.is_ok()) {
+          failure = cs;
+          break;
+        }
+      }
+      if (stop_here) {
+        r.interrupted = true;
+        break;
+      }
+      if (step < total) launch(step);
+    }
   }
   join_all();
   r.seconds = std::chrono::duration<double>(clock::now() - sh.t0).count();
@@ -448,7 +605,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     }
   if (!failure.is_ok()) return failure;
   if (!sh.error.is_ok()) return sh.error;
-  r.samples_per_s = r.seconds > 0 ? static_cast<double>(r.steps * batch) / r.seconds : 0;
+  r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
   if (csv.is_open()) {
     csv.close();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include <omp.h>
 
@@ -17,6 +18,11 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // The error a pass returns when the run was aborted elsewhere (never reported itself).
 Status aborted() { return Status(StatusCode::kInternal, "pipeline aborted"); }
+
+void set_scalar(HostTensor& t, double v) {
+  if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
+  else t.as<float>()[0] = static_cast<float>(v);
+}
 
 template <typename T>
 void predict(T* out, const T* w, const T* v, int64_t n, double s_lr) {
@@ -117,6 +123,70 @@ void RunShared::fail(Status s) {
   cv.notify_all();
 }
 
+void EpochOrders::init(std::vector<int64_t> order, std::mt19937_64 rng, int64_t first, bool shuffle, int64_t keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drawn_.clear();
+  order_ = std::move(order);
+  rng_ = rng;
+  next_ = first;
+  shuffle_ = shuffle;
+  keep_ = std::max<int64_t>(2, keep);
+}
+
+void EpochOrders::set_drawn(int64_t epoch, std::vector<int64_t> order, const std::mt19937_64& rng_after) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drawn_[epoch] = Drawn{std::make_shared<const std::vector<int64_t>>(order), rng_after};
+  order_ = std::move(order);
+  rng_ = rng_after;
+  next_ = epoch + 1;
+}
+
+std::shared_ptr<const std::vector<int64_t>> EpochOrders::get(int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (next_ <= epoch) {
+    if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
+    drawn_[next_] = Drawn{std::make_shared<const std::vector<int64_t>>(order_), rng_};
+    ++next_;
+    while (static_cast<int64_t>(drawn_.size()) > keep_) drawn_.erase(drawn_.begin());
+  }
+  return drawn_.at(epoch).order;
+}
+
+std::pair<std::vector<int64_t>, std::string> EpochOrders::state(int64_t epoch) {
+  get(epoch);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Drawn& d = drawn_.at(epoch);
+  std::ostringstream os;
+  os << d.rng_after;
+  return {*d.order, os.str()};
+}
+
+bool RunShared::claim(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (step >= end_) return false;
+  claimed_ = std::max(claimed_, step + 1);
+  return true;
+}
+
+int64_t RunShared::stop_early() {
+  std::lock_guard<std::mutex> lock(mu);
+  // Stage 0 claims every mini-batch first, so no stage has started one at or past claimed_.
+  end_ = std::min(end_, std::max(claimed_, first_step + 1));
+  return end_;
+}
+
+int64_t RunShared::end_step() {
+  std::lock_guard<std::mutex> lock(mu);
+  return end_;
+}
+
+void RunShared::set_segment(int64_t first, int64_t end) {
+  std::lock_guard<std::mutex> lock(mu);
+  first_step = first;
+  end_ = end;
+  claimed_ = first;
+}
+
 // ---- Stage ----
 
 void Stage::prepare() {
@@ -143,8 +213,6 @@ void Stage::prepare() {
   grad_acc_.clear();
   if (gpipe() && opts.micro_batches > 1)
     for (const Value* g : grads) grad_acc_.emplace_back(g->dtype, g->dims);
-  if (!reads_input) scratch_x_ = HostTensor(input->dtype, input->dims);
-  if (!reads_labels) scratch_y_ = HostTensor(labels->dtype, labels->dims);
 }
 
 void Stage::load_master() {
@@ -171,12 +239,14 @@ void Stage::load_predicted(int s) {
 
 void Stage::feed(RunShared& sh, int64_t key) {
   if (rng_step) ex->tensor(rng_step).as<int64_t>()[0] = key + 1;
-  if (!reads_input && !reads_labels) return;
-  const int64_t step = key / micro(), j = key % micro();
-  const int64_t epoch = step / sh.per_epoch, in_epoch = step % sh.per_epoch;
-  HostTensor* x = reads_input ? &ex->tensor(input) : &scratch_x_;
-  HostTensor* y = reads_labels ? &ex->tensor(labels) : &scratch_y_;
-  gather_batch(*sh.data, (*sh.epoch_orders)[epoch], in_epoch * sh.mini_batch + j * sh.graph_batch, x, y);
+  if (prefetch_) prefetch_->take(key, reads_input ? &ex->tensor(input) : nullptr, reads_labels ? &ex->tensor(labels) : nullptr);
+}
+
+void Stage::set_lr(RunShared& sh, int64_t step) { set_scalar(ex->tensor(lr), sh.lr.at(step + 1)); }
+
+void Stage::set_master(size_t i, const HostTensor& t) {
+  if (separate_master_) master_[i] = t;
+  ex->tensor(params[i]) = t;
 }
 
 Status Stage::forward(RunShared& sh, int64_t key) {
@@ -191,6 +261,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   r.mini_batch = key / micro();
   r.micro_batch = static_cast<int>(key % micro());
   r.version = version_;
+  set_lr(sh, r.mini_batch);
   if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
     r.staleness = spectrain_staleness(index, num_stages, false, opts.staleness);
     load_predicted(r.staleness);
@@ -203,7 +274,6 @@ Status Stage::forward(RunShared& sh, int64_t key) {
     {
       std::lock_guard<std::mutex> lock(sh.mu);
       sh.losses[key] = l;
-      sh.loss_ready[key] = 1;
     }
     sh.cv.notify_all();
   }
@@ -243,6 +313,7 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   r.mini_batch = key / micro();
   r.micro_batch = static_cast<int>(key % micro());
   r.version = version_;
+  set_lr(sh, r.mini_batch);
   if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
     r.staleness = spectrain_staleness(index, num_stages, true, opts.staleness);
     load_predicted(r.staleness);
@@ -285,6 +356,7 @@ Status Stage::update(RunShared& sh, int64_t step) {
       else scale(g.as<float>(), g.size(), opts.micro_batches);
     }
   load_master();
+  set_lr(sh, step);
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kUpdate; }));
   if (separate_master_)
     for (size_t i = 0; i < params.size(); ++i) master_[i] = ex->tensor(params[i]);
@@ -293,7 +365,7 @@ Status Stage::update(RunShared& sh, int64_t step) {
   busy_s_ += busy;
   upd_s_ += busy;
   ++stats.updates;
-  if (sh.snapshot_step[step]) post_snapshot(sh, step);
+  if (sh.snapshot_at(step)) post_snapshot(sh, step);
   return Status::ok();
 }
 
@@ -311,14 +383,36 @@ void Stage::post_snapshot(RunShared& sh, int64_t step) {
   sh.cv.notify_all();
 }
 
-void Stage::run(RunShared& sh) {
-  if (opts.threads_per_stage > 0) set_cpu_kernel_threads(opts.threads_per_stage);  // OpenMP: this thread's regions
+void Stage::begin_train() {
   trace.clear();
   stats = StageStats{};
   stats.stage = index;
   busy_s_ = fwd_s_ = bwd_s_ = upd_s_ = 0;
-  trace.reserve(static_cast<size_t>(2 * sh.total_steps * micro()));
-  const int64_t T = sh.total_steps;
+}
+
+void Stage::finish_stats() {
+  const int64_t mbs = std::max<int64_t>(1, stats.updates);
+  stats.fwd_ms = 1e3 * fwd_s_ / mbs;
+  stats.bwd_ms = 1e3 * bwd_s_ / mbs;
+  stats.update_ms = 1e3 * upd_s_ / mbs;
+}
+
+void Stage::run(RunShared& sh) {
+  if (opts.threads_per_stage > 0) set_cpu_kernel_threads(opts.threads_per_stage);  // OpenMP: this thread's regions
+  const int64_t first = sh.first_step, end = sh.end_step();
+  trace.reserve(trace.size() + static_cast<size_t>(2 * (end - first) * micro()));
+  if (reads_input || reads_labels) {
+    // Batches of the segment's passes, gathered ahead (the segment can only end earlier).
+    const int M = micro();
+    const RunShared* shp = &sh;
+    prefetch_ = std::make_unique<BatchPrefetcher>(
+        reads_input ? &ex->tensor(input) : nullptr, reads_labels ? &ex->tensor(labels) : nullptr, first * M, end * M,
+        2, [shp, M](int64_t key, HostTensor* x, HostTensor* y) {
+          const int64_t step = key / M, j = key % M;
+          const int64_t epoch = step / shp->per_epoch, in_epoch = step % shp->per_epoch;
+          gather_batch(*shp->data, *shp->orders->get(epoch), in_epoch * shp->mini_batch + j * shp->graph_batch, x, y);
+        });
+  }
   Status st = Status::ok();
   auto ok = [&](Status s) {
     if (s.is_ok()) return true;
@@ -327,7 +421,7 @@ void Stage::run(RunShared& sh) {
   };
   if (gpipe()) {
     const int M = micro();
-    for (int64_t step = 0; step < T; ++step) {
+    for (int64_t step = first; sh.claim(step); ++step) {
       bool good = true;
       for (int j = 0; j < M && good; ++j) good = ok(forward(sh, step * M + j));
       for (int j = 0; j < M && good; ++j) good = ok(backward(sh, step * M + j));
@@ -335,27 +429,24 @@ void Stage::run(RunShared& sh) {
     }
   } else {
     // N-k-1 warm-up forwards, then F, B (+ update), F, B ...: in steady state one backward, one
-    // forward, so the forward of mini-batch i sees the weights after i-(N-k-1) updates.
-    const int64_t warm = std::min<int64_t>(num_stages - index - 1, T);
-    int64_t f = 0, b = 0;
+    // forward, so the forward of mini-batch i sees the weights after i-(N-k-1) updates. A claim
+    // refused ends the forwards; the backwards of those started follow (the drain).
+    const int64_t warm = num_stages - index - 1;
+    int64_t f = first, b = first;
     bool good = true;
-    while (good && f < warm) good = ok(forward(sh, f++));
-    while (good && f < T) {
+    while (good && f < first + warm && sh.claim(f)) good = ok(forward(sh, f++));
+    while (good && sh.claim(f)) {
       good = ok(forward(sh, f++)) && ok(backward(sh, b)) && ok(update(sh, b));
       ++b;
     }
-    while (good && b < T) {
+    while (good && b < f) {
       good = ok(backward(sh, b)) && ok(update(sh, b));
       ++b;
     }
   }
+  prefetch_.reset();
   if (!st.is_ok() && !sh.abort) sh.fail(st.with_context("stage " + std::to_string(index) + ": "));
-  const int64_t mbs = std::max<int64_t>(1, stats.updates);
-  stats.fwd_ms = 1e3 * fwd_s_ / mbs;
-  stats.bwd_ms = 1e3 * bwd_s_ / mbs;
-  stats.update_ms = 1e3 * upd_s_ / mbs;
-  const double wall = seconds_since(sh.t0);
-  stats.busy_fraction = wall > 0 ? busy_s_ / wall : 0;
+  finish_stats();
 }
 
 }  // namespace pt

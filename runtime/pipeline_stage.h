@@ -10,10 +10,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "runtime/executor.h"
+#include "runtime/lr_schedule.h"
 #include "runtime/pipeline.h"
+#include "runtime/prefetch.h"
 
 namespace pt {
 
@@ -43,28 +46,75 @@ class Channel {
   bool aborted_ = false;
 };
 
-// Shared between the coordinator (train()) and the stage threads of one run.
+// The sample order of every epoch, drawn on demand exactly as the single-stage trainer draws it
+// (one shuffle per epoch from one seeded RNG), so memory does not grow with --steps; the newest
+// `keep` epochs are kept. Thread-safe.
+class EpochOrders {
+ public:
+  // Draws epochs from `first` on, starting from `order` and `rng`.
+  void init(std::vector<int64_t> order, std::mt19937_64 rng, int64_t first, bool shuffle, int64_t keep);
+  // Declares epoch `epoch`'s order as given (a resume in the middle of that epoch); call after init.
+  void set_drawn(int64_t epoch, std::vector<int64_t> order, const std::mt19937_64& rng_after);
+  std::shared_ptr<const std::vector<int64_t>> get(int64_t epoch);
+  // The order of `epoch` and the RNG as it stood after drawing it (what a checkpoint records).
+  std::pair<std::vector<int64_t>, std::string> state(int64_t epoch);
+
+ private:
+  struct Drawn {
+    std::shared_ptr<const std::vector<int64_t>> order;
+    std::mt19937_64 rng_after;
+  };
+  std::mutex mu_;
+  std::map<int64_t, Drawn> drawn_;
+  std::vector<int64_t> order_;
+  std::mt19937_64 rng_;
+  int64_t next_ = 0, keep_ = 4;
+  bool shuffle_ = true;
+};
+
+// Shared between the coordinator (train()) and the stage threads of one run. The stage threads
+// run one segment at a time: steps [first_step, end) (0-based), starting and ending with the
+// pipeline empty. Segments end at checkpoint steps, at the end of the run, or earlier when a stop
+// is requested: end then drops to the first mini-batch no stage has started yet.
 struct RunShared {
   const Dataset* data = nullptr;
-  const std::vector<std::vector<int64_t>>* epoch_orders = nullptr;
+  EpochOrders* orders = nullptr;
   int64_t per_epoch = 1;
   int64_t total_steps = 0;
+  int64_t first_step = 0;  // of the current segment
+  LrSchedule lr;           // the rate of step t (1-based) is lr.at(t)
   int64_t mini_batch = 0;  // samples per step
   int64_t graph_batch = 0;  // samples per pass
-  std::vector<char> snapshot_step;  // [step index]: 1 when validation needs the weights after it
+  // Validation needs the weights after 0-based step s at epoch ends, every eval_every steps and
+  // after the last step (only when there is a validation set).
+  bool validate = false;
+  int64_t eval_every = 0;
+  bool snapshot_at(int64_t s) const {
+    return validate && (s % per_epoch == per_epoch - 1 || s == total_steps - 1 || (eval_every > 0 && (s + 1) % eval_every == 0));
+  }
   std::atomic<bool> abort{false};
   std::chrono::steady_clock::time_point t0;
 
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<double> losses;         // [pass id], filled by the loss stage
-  std::vector<char> loss_ready;       // [pass id]
+  std::map<int64_t, double> losses;   // [pass id], filled by the loss stage, erased when consumed
   // [step] -> per-stage snapshot of (value, tensor), posted after that step's update.
   std::map<int64_t, std::vector<std::vector<std::pair<const Value*, HostTensor>>>> snapshots;
   std::map<int64_t, int> snapshot_count;
   Status error;  // the first stage failure
   std::vector<Channel*> channels;  // aborted on failure, so no stage waits forever
   void fail(Status s);
+
+  // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
+  // first; false when the segment ends before it.
+  bool claim(int64_t step);
+  // Ends the segment after the mini-batches already started; returns the new end.
+  int64_t stop_early();
+  int64_t end_step();  // the current segment's end (exclusive)
+  void set_segment(int64_t first, int64_t end);
+
+ private:
+  int64_t end_ = 0, claimed_ = 0;  // guarded by mu
 };
 
 class Stage {
@@ -89,10 +139,17 @@ class Stage {
 
   // Allocates slots and weight copies; call once after the fields above are set.
   void prepare();
-  // Runs the stage's whole schedule for one training run (the body of its thread).
+  // Clears the trace and the statistics (at the start of PipelineTrainer::train).
+  void begin_train();
+  // Runs the stage's schedule for the current segment of the run (the body of its thread).
   void run(RunShared& shared);
   // Master weights (the executor's buffers when the mode keeps no separate copy).
   const HostTensor& master(size_t i) const { return separate_master_ ? master_[i] : ex->tensor(params[i]); }
+  // Replaces master weight i (a resume; nothing may be in flight); updates_done: its version.
+  void set_master(size_t i, const HostTensor& t);
+  void set_version(int64_t updates_done) { version_ = updates_done; }
+  // Folds the time of the passes so far into stats (after each segment).
+  void finish_stats();
 
   std::vector<PassRecord> trace;
   StageStats stats;
@@ -102,6 +159,7 @@ class Stage {
   Status backward(RunShared& sh, int64_t key);
   Status update(RunShared& sh, int64_t step);
   void feed(RunShared& sh, int64_t key);
+  void set_lr(RunShared& sh, int64_t step);  // the rate of 0-based step `step`
   void load_master();
   void load_predicted(int s);
   void post_snapshot(RunShared& sh, int64_t step);
@@ -118,7 +176,7 @@ class Stage {
   std::vector<std::vector<HostTensor>> stash_;        // [slot][param]
   std::vector<int64_t> stash_version_;                // [slot]
   std::vector<HostTensor> grad_acc_;                  // GPipe: summed parameter gradients
-  HostTensor scratch_x_, scratch_y_;                  // data this stage does not read
+  std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };
 

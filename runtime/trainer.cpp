@@ -2,6 +2,7 @@
 #include "runtime/trainer.h"
 
 #include "runtime/curves.h"
+#include "runtime/prefetch.h"
 #include "runtime/progress.h"
 
 #include <algorithm>
@@ -26,24 +27,6 @@ double scalar_of(const HostTensor& t) { return t.get_double(0); }
 void set_scalar(HostTensor& t, double v) {
   if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
   else t.as<float>()[0] = static_cast<float>(v);
-}
-
-// The curves of the steps before a resume, from their metrics.csv rows
-// (step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy).
-void curves_from_rows(const std::vector<std::string>& rows, Curves* c) {
-  for (const std::string& row : rows) {
-    std::vector<std::string> f;
-    std::stringstream ss(row);
-    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-    if (f.size() < 3) continue;
-    const double step = std::strtod(f[0].c_str(), nullptr);
-    c->train_loss.push_back({step, std::strtod(f[2].c_str(), nullptr)});
-    if (f.size() > 5 && !f[5].empty()) c->val_loss.push_back({step, std::strtod(f[5].c_str(), nullptr)});
-    if (f.size() > 6 && !f[6].empty()) {
-      const double acc = std::strtod(f[6].c_str(), nullptr);
-      if (acc >= 0) c->val_accuracy.push_back({step, acc});
-    }
-  }
 }
 
 }  // namespace
@@ -142,26 +125,32 @@ Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
 }
 
 
-std::vector<const Value*> Trainer::persistent_values() const {
+std::vector<const Value*> checkpoint_values(const Graph& g) {
   std::vector<const Value*> out;
   for (ValueKind k : {ValueKind::kParameter, ValueKind::kState})
-    for (const Value* v : g_.values_of_kind(k)) out.push_back(v);
+    for (const Value* v : g.values_of_kind(k)) out.push_back(v);
   return out;
 }
 
-CheckpointMeta Trainer::checkpoint_meta(const Dataset& train, const TrainConfig& cfg) const {
+std::vector<const Value*> Trainer::persistent_values() const { return checkpoint_values(g_); }
+
+CheckpointMeta make_checkpoint_meta(const Graph& g, const TrainingGraph& tg, const Dataset& train,
+                                    const TrainConfig& cfg, int64_t samples_per_step, int64_t total_steps,
+                                    const std::string& pipeline) {
   CheckpointMeta m;
   m.model_hash = cfg.checkpoint.model_hash;
-  m.batch_size = batch_;
+  m.batch_size = samples_per_step;
   m.lr = cfg.lr;
-  for (const auto& n : g_.nodes()) {
+  m.lr_schedule = schedule_of(cfg, total_steps).describe();
+  m.pipeline = pipeline;
+  for (const auto& n : g.nodes()) {
     if (n->op_type != "SGDMomentum") continue;
     m.momentum = n->attrs.get_float("momentum", 0);
     m.weight_decay = n->attrs.get_float("weight_decay", 0);
     break;
   }
   m.seed = cfg.seed;
-  m.loss = tg_.loss.kind == LossKind::kMse ? "mse" : "cross-entropy";
+  m.loss = tg.loss.kind == LossKind::kMse ? "mse" : "cross-entropy";
   m.shuffle = cfg.shuffle;
   m.data_samples = train.size();
   uint64_t h = fnv1a64(train.x.data(), train.x.bytes());
@@ -172,16 +161,70 @@ CheckpointMeta Trainer::checkpoint_meta(const Dataset& train, const TrainConfig&
   return m;
 }
 
+CheckpointMeta Trainer::checkpoint_meta(const Dataset& train, const TrainConfig& cfg) const {
+  return make_checkpoint_meta(g_, tg_, train, cfg, batch_, total_steps(train, cfg), "1 stage");
+}
+
+Status check_checkpoint(const Checkpoint& c, const CheckpointMeta& now, const std::vector<const Value*>& values,
+                        int64_t n, int64_t per_epoch, const std::string& path) {
+  if (std::string d = describe_mismatch(c.meta, now); !d.empty())
+    return invalid_input(path + ": this checkpoint is of another run: " + d);
+  if (static_cast<int64_t>(c.order.size()) != n || c.step < 0 || c.position != c.step % per_epoch ||
+      c.epoch != c.step / per_epoch)
+    return invalid_input(path + ": the data order or position does not fit " + std::to_string(n) + " samples");
+  std::vector<bool> seen(n, false);
+  for (int64_t i : c.order) {
+    if (i < 0 || i >= n || seen[i]) return invalid_input(path + ": the data order is not a permutation");
+    seen[i] = true;
+  }
+  for (const Value* v : values) {
+    auto it = c.tensors.find(v->name);
+    if (it == c.tensors.end())
+      return invalid_input(path + ": the checkpoint lacks '" + v->name + "' (trained with another --freeze?)");
+    if (it->second.dtype() != v->dtype || it->second.dims() != v->dims)
+      return invalid_input(path + ": '" + v->name + "' is " + dims_str(it->second.dims()) + " " +
+                           dtype_name(it->second.dtype()) + " in the checkpoint, " + dims_str(v->dims) + " " +
+                           dtype_name(v->dtype) + " in the model");
+  }
+  if (c.tensors.size() != values.size()) {
+    for (const auto& [name, t] : c.tensors)
+      if (std::none_of(values.begin(), values.end(), [&](const Value* v) { return v->name == name; }))
+        return invalid_input(path + ": the checkpoint holds '" + name +
+                             "', which this model does not train (trained with another --freeze?)");
+  }
+  return Status::ok();
+}
+
+Expected<Checkpoint> read_resume_checkpoint(const CheckpointOptions& ck, bool quiet, std::vector<std::string>* notices,
+                                            std::string* path) {
+  Checkpoint c;
+  *path = ck.resume;
+  if (std::filesystem::is_directory(ck.resume)) {
+    ASSIGN_OR_RETURN(c, read_newest_checkpoint(ck.resume, notices, path));
+  } else {
+    ASSIGN_OR_RETURN(c, read_checkpoint(ck.resume));
+  }
+  for (const std::string& s : *notices)
+    if (!quiet) std::printf("notice: %s\n", s.c_str());
+  return c;
+}
+
+int64_t Trainer::total_steps(const Dataset& train, const TrainConfig& cfg) const {
+  const int64_t per_epoch = std::max<int64_t>(1, train.size() / batch_);  // the last partial batch is dropped
+  return cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
+}
+
 Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   const int64_t n = train.size();
   if (n == 0) return invalid_input("the training set is empty");
   const int64_t per_epoch = std::max<int64_t>(1, n / batch_);  // the last partial batch is dropped
-  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
+  const int64_t total = total_steps(train, cfg);
   const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
+  const LrSchedule sched = schedule_of(cfg, total);
+  RETURN_IF_ERROR(sched.validate());
   HostTensor& x = ex_->tensor(input_);
   HostTensor& y = ex_->tensor(tg_.loss.labels);
   const HostTensor& loss = ex_->tensor(tg_.loss.loss);
-  set_scalar(ex_->tensor(tg_.lr), cfg.lr);
 
   const CheckpointOptions& ck = cfg.checkpoint;
   // Hashing the training set costs a pass over it: only done when a checkpoint is read or written.
@@ -202,15 +245,8 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   curves.title = cfg.title;
   int64_t start = 0;  // steps already done (by the checkpoint resumed from)
   if (!ck.resume.empty()) {
-    Checkpoint c;
-    std::string path = ck.resume;
-    if (std::filesystem::is_directory(ck.resume)) {
-      ASSIGN_OR_RETURN(c, read_newest_checkpoint(ck.resume, &r.notices, &path));
-    } else {
-      ASSIGN_OR_RETURN(c, read_checkpoint(ck.resume));
-    }
-    for (const std::string& s : r.notices)
-      if (!cfg.quiet) std::printf("notice: %s\n", s.c_str());
+    std::string path;
+    ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
     if (c.step > total)
       return invalid_input(path + ": the checkpoint is at step " + std::to_string(c.step) + ", past the " +
                            std::to_string(total) + " steps of this run (--steps and --epochs are totals)");
@@ -230,7 +266,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     epoch_val = r.val;
     rows = std::move(c.metrics);
 
-    curves_from_rows(rows, &curves);
+    curves_from_metrics_rows(rows, &curves);
     if (!cfg.quiet)
       std::printf("resumed: %s (step %lld of %lld)\n", path.c_str(), static_cast<long long>(start),
                   static_cast<long long>(total));
@@ -272,12 +308,23 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   Progress progress(cfg.quiet, total, log_every, batch_);
+  // The batches are gathered a step ahead on a background thread, which draws the same shuffles
+  // from its own copy of the order and RNG; this loop keeps the originals for checkpoints.
+  BatchPrefetcher prefetch(&x, &y, start + 1, total + 1, 2,
+                           [&train, p_order = order, p_rng = rng, per_epoch, batch = batch_,
+                            shuffle = cfg.shuffle](int64_t step, HostTensor* px, HostTensor* py) mutable {
+                             const int64_t in_epoch = (step - 1) % per_epoch;
+                             if (in_epoch == 0 && shuffle) std::shuffle(p_order.begin(), p_order.end(), p_rng);
+                             gather_batch(train, p_order, in_epoch * batch, px, py);
+                           });
   for (int64_t step = start + 1; step <= total; ++step) {
     const int64_t epoch = (step - 1) / per_epoch;  // 0-based
     const int64_t in_epoch = (step - 1) % per_epoch;
     if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
-    gather_batch(train, order, in_epoch * batch_, &x, &y);
+    prefetch.take(step, &x, &y);
     set_step(step);
+    const double lr_now = sched.at(step);
+    set_scalar(ex_->tensor(tg_.lr), lr_now);
     RETURN_IF_ERROR(ex_->run());
     const double l = scalar_of(loss);
     if (!std::isfinite(l))
@@ -287,8 +334,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     curves.train_loss.push_back({static_cast<double>(step), l});
     r.last_loss = l;
     const bool epoch_end = in_epoch == per_epoch - 1 || step == total;
+    const bool scheduled_eval = cfg.eval_every > 0 && step % cfg.eval_every == 0;
     EvalResult ev;
-    if (epoch_end && val && val->size() > 0) {
+    if ((epoch_end || scheduled_eval) && val && val->size() > 0) {
       ASSIGN_OR_RETURN(ev, evaluate(*val));
       r.val = ev;
       curves.val_loss.push_back({static_cast<double>(step), ev.loss});
@@ -299,12 +347,13 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch_) / elapsed : 0;
     {
       const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, cfg.lr, sps, shown) << "\n";
+      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, lr_now, sps, shown) << "\n";
       // The rows a checkpoint keeps leave out the validation of a run's last step when it is not
-      // at an epoch end, so that a resumed run's rows equal an uninterrupted one's.
-      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1;
+      // at an epoch end or an --eval-every step, so that a resumed run's rows equal an
+      // uninterrupted one's.
+      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
       if (ev.samples && !run_end_only) epoch_val = ev;
-      rows.push_back(metrics_row(step, epoch + 1, l, cfg.lr, sps, run_end_only ? nullptr : shown));
+      rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
     }
     const double eta = elapsed / std::max(static_cast<double>(step - start) / total, 1e-9) - elapsed;
     progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
@@ -331,33 +380,8 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
 
 Status Trainer::restore(const Checkpoint& c, const CheckpointMeta& now, int64_t n, int64_t per_epoch,
                         const std::string& path) {
-  if (std::string d = describe_mismatch(c.meta, now); !d.empty())
-    return invalid_input(path + ": this checkpoint is of another run: " + d);
-  if (static_cast<int64_t>(c.order.size()) != n || c.step < 0 || c.position != c.step % per_epoch ||
-      c.epoch != c.step / per_epoch)
-    return invalid_input(path + ": the data order or position does not fit " + std::to_string(n) + " samples");
-  std::vector<bool> seen(n, false);
-  for (int64_t i : c.order) {
-    if (i < 0 || i >= n || seen[i]) return invalid_input(path + ": the data order is not a permutation");
-    seen[i] = true;
-  }
   const std::vector<const Value*> values = persistent_values();
-  for (const Value* v : values) {
-    auto it = c.tensors.find(v->name);
-    if (it == c.tensors.end())
-      return invalid_input(path + ": the checkpoint lacks '" + v->name + "' (trained with another --freeze?)");
-    HostTensor& dst = ex_->tensor(v);
-    if (it->second.dtype() != dst.dtype() || it->second.dims() != dst.dims())
-      return invalid_input(path + ": '" + v->name + "' is " + dims_str(it->second.dims()) + " " +
-                           dtype_name(it->second.dtype()) + " in the checkpoint, " + dims_str(dst.dims()) + " " +
-                           dtype_name(dst.dtype()) + " in the model");
-  }
-  if (c.tensors.size() != values.size()) {
-    for (const auto& [name, t] : c.tensors)
-      if (std::none_of(values.begin(), values.end(), [&](const Value* v) { return v->name == name; }))
-        return invalid_input(path + ": the checkpoint holds '" + name +
-                             "', which this model does not train (trained with another --freeze?)");
-  }
+  RETURN_IF_ERROR(check_checkpoint(c, now, values, n, per_epoch, path));
   for (const Value* v : values) {
     const HostTensor& src = c.tensors.at(v->name);
     if (src.bytes()) std::memcpy(ex_->tensor(v).data(), src.data(), src.bytes());

@@ -14,10 +14,12 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
+#include "runtime/lr_schedule.h"
 
 namespace pt {
 
-// Checkpoints of a single-stage run (runtime/checkpoint.h).
+// Checkpoints of a training run (runtime/checkpoint.h). A pipelined run drains its pipeline at
+// every checkpoint step (no pass in flight), so the file holds one weight version per parameter.
 struct CheckpointOptions {
   std::string dir;         // where step-<k>.ckpt go (RUN/checkpoints); empty: none, not even on stop
   int64_t every = 0;       // write one every N steps and after the last; 0: only when stopped
@@ -29,7 +31,10 @@ struct CheckpointOptions {
 struct TrainConfig {
   int64_t epochs = 1;
   int64_t steps = 0;        // total steps; 0: epochs * steps_per_epoch
-  float lr = 0.05f;
+  float lr = 0.05f;         // the base rate (LrSchedule::base)
+  // The schedule's shape (kind, warm-up, decay); its base and total come from lr and the run.
+  LrSchedule lr_schedule;
+  int64_t eval_every = 0;   // also validate every N steps (besides every epoch end); 0: epoch ends only
   uint64_t seed = 0;
   bool shuffle = true;      // reshuffle the training order every epoch (seeded)
   int64_t log_every = 0;    // 0: about 10 lines per run
@@ -42,6 +47,14 @@ struct TrainConfig {
   // set) and returns early with TrainResult::interrupted (the CLI sets it from SIGINT).
   const std::atomic<bool>* stop = nullptr;
 };
+
+// cfg.lr_schedule with its base rate and total steps filled in.
+inline LrSchedule schedule_of(const TrainConfig& cfg, int64_t total_steps) {
+  LrSchedule s = cfg.lr_schedule;
+  s.base = cfg.lr;
+  s.total = total_steps;
+  return s;
+}
 
 struct EvalResult {
   int64_t samples = 0;
@@ -59,6 +72,21 @@ struct TrainResult {
   std::string last_checkpoint;  // the newest checkpoint this run wrote; empty: none
   std::vector<std::string> notices;  // damaged checkpoints skipped on resume, ...
 };
+
+// What a checkpoint holds: every parameter and every piece of state (momentum, BatchNorm running
+// statistics) of g, by name; the same for single-stage and pipelined runs of one model.
+std::vector<const Value*> checkpoint_values(const Graph& g);
+// The flags and data a checkpoint records and a resume must match (pipeline: recorded only).
+CheckpointMeta make_checkpoint_meta(const Graph& g, const TrainingGraph& tg, const Dataset& train,
+                                    const TrainConfig& cfg, int64_t samples_per_step, int64_t total_steps,
+                                    const std::string& pipeline);
+// Checks c against this run: flags, data size and order, tensor names, dtypes and dims.
+Status check_checkpoint(const Checkpoint& c, const CheckpointMeta& now, const std::vector<const Value*>& values,
+                        int64_t n, int64_t per_epoch, const std::string& path);
+// ck.resume (a file, or a folder's newest intact checkpoint); skipped damaged files go to notices
+// (and are printed unless quiet); *path is the file read.
+Expected<Checkpoint> read_resume_checkpoint(const CheckpointOptions& ck, bool quiet, std::vector<std::string>* notices,
+                                            std::string* path);
 
 class Trainer {
  public:
@@ -82,6 +110,7 @@ class Trainer {
   void set_step(int64_t step);
   // The values a checkpoint holds: parameters and state (momentum, BatchNorm running stats).
   std::vector<const Value*> persistent_values() const;
+  int64_t total_steps(const Dataset& train, const TrainConfig& cfg) const;
   // The flags and data a checkpoint of this run records and a resume must match.
   CheckpointMeta checkpoint_meta(const Dataset& train, const TrainConfig& cfg) const;
   // Checks c against this run (flags, data size, tensor names, dtypes and dims), then copies its

@@ -36,6 +36,15 @@ struct Options {
   int64_t steps = 0;
   int64_t batch_size = 32;
   float lr = 0.05f;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t lr_decay_every = 0;
+  double lr_gamma = 0.1;
+  double lr_power = 2.0;
+  double lr_min = 0.0;
+  int64_t eval_every = 0;
+  std::vector<float> mean, std;
+  bool raw_pixels = false;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
   std::string loss = "auto";
@@ -114,10 +123,6 @@ int run(const Options& o) {
   if (o.batch_size % micro != 0)
     return fail(invalid_input("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of --micro-batches " +
                               std::to_string(micro)));
-  if ((o.gpus > 1 || gpipe) && (o.checkpoint_every > 0 || o.resume))
-    return fail(unsupported(std::string(o.resume ? "--resume" : "--checkpoint-every") +
-                            ": pipelined runs cannot checkpoint yet (--gpus " + std::to_string(o.gpus) +
-                            (gpipe ? ", --schedule gpipe" : "") + "); checkpoints need --gpus 1 with --schedule 1f1b"));
   io.batch_size = o.batch_size / micro;
   io.device = device;
   io.freeze = o.freeze;
@@ -174,6 +179,7 @@ int run(const Options& o) {
   spec.label_dtype = tg->loss.labels->dtype;
   spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
   spec.num_classes = tg->loss.num_classes;
+  spec.scale_pixels = !o.raw_pixels;
   Dataset train, val;
   if (o.data == "synthetic") {
     train = synthetic_dataset(spec, std::max<int64_t>(o.batch_size * 16, 512), o.seed);
@@ -191,6 +197,8 @@ int run(const Options& o) {
     if (train.size() < 2) return fail(invalid_input("--val-split: the training set has fewer than 2 samples"));
     val = split_validation(&train, o.val_split, o.seed);
   }
+  if (Status ns = normalize_dataset(&train, o.mean, o.std); !ns.is_ok()) return fail(ns);
+  if (Status ns = normalize_dataset(&val, o.mean, o.std); !ns.is_ok()) return fail(ns);
   say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
              (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
 
@@ -198,6 +206,13 @@ int run(const Options& o) {
   tc.epochs = o.epochs;
   tc.steps = o.steps;
   tc.lr = o.lr;
+  parse_lr_schedule_kind(o.lr_schedule, &tc.lr_schedule.kind);
+  tc.lr_schedule.warmup = o.warmup_steps;
+  tc.lr_schedule.decay_every = o.lr_decay_every;
+  tc.lr_schedule.gamma = o.lr_gamma;
+  tc.lr_schedule.power = o.lr_power;
+  tc.lr_schedule.min_lr = o.lr_min;
+  tc.eval_every = o.eval_every;
   tc.seed = o.seed;
   tc.shuffle = !o.no_shuffle;
   tc.log_every = o.log_every;
@@ -223,10 +238,10 @@ int run(const Options& o) {
   std::map<std::string, HostTensor> trained_values;
   std::unique_ptr<PipelineTrainer> pipeline;
   Expected<TrainResult> result = internal_error("not trained");
+  tc.stop = &g_stop;
   if (o.gpus == 1 && !gpipe) {
     auto trainer = Trainer::create(g, *tg, device);
     if (!trainer) return fail(trainer.status());
-    tc.stop = &g_stop;
     std::signal(SIGINT, on_sigint);
     result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
     std::signal(SIGINT, SIG_DFL);
@@ -256,7 +271,9 @@ int run(const Options& o) {
                                                 "1F1B, " + o.weights + " weights" +
                                                     (o.weights == "spectrain" ? " (" + o.staleness + " staleness)" : "")) +
                ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : ""));
+    std::signal(SIGINT, on_sigint);
     result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
+    std::signal(SIGINT, SIG_DFL);
     if (!result) return fail(result.status());
     trained_values = (*pipe)->trained_initializers();
     for (const StageStats& st : (*pipe)->stage_stats()) {
@@ -343,11 +360,22 @@ int main(int argc, char** argv) {
   auto* vd = app.add_option("--val-data", o.val_data, "validation set (same formats as --data)");
   app.add_option("--val-split", o.val_split, "hold out this fraction of --data for validation (seeded)")
       ->check(CLI::Range(0.0, 0.9))->excludes(vd);
+  app.add_option("--mean", o.mean, "subtract per channel (one value, or one per channel of [C,H,W] inputs), after scaling pixels")->delimiter(',');
+  app.add_option("--std", o.std, "divide per channel, after --mean")->delimiter(',');
+  app.add_flag("--raw-pixels", o.raw_pixels, "keep integer pixels (IDX, CIFAR, integer x.npy) as 0..255 instead of scaling to [0, 1]");
+  app.add_option("--eval-every", o.eval_every, "also validate every N steps (besides every epoch end)")->check(CLI::PositiveNumber);
   auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(CLI::PositiveNumber);
   ep->excludes(sp);
   app.add_option("--batch-size", o.batch_size, "samples per mini-batch")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr-schedule", o.lr_schedule, "constant | step | cosine | poly (decay over the run's total steps)")
+      ->check(CLI::IsMember({"constant", "step", "cosine", "poly"}))->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warm-up from lr/N to lr over the first N steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-decay-every", o.lr_decay_every, "step schedule: multiply the rate by --lr-gamma every N steps")->check(CLI::PositiveNumber);
+  app.add_option("--lr-gamma", o.lr_gamma, "step schedule: the decay factor")->capture_default_str();
+  app.add_option("--lr-power", o.lr_power, "poly schedule: lr * (1 - progress)^P")->capture_default_str();
+  app.add_option("--lr-min", o.lr_min, "cosine and poly schedules: the rate at the last step")->capture_default_str();
   app.add_option("--momentum", o.momentum, "gamma of v = gamma v + (1 - gamma) g")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
@@ -370,7 +398,7 @@ int main(int argc, char** argv) {
   app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
   app.add_option("--balance", o.balance, "manual plan: forward nodes per stage, e.g. 3,5,4")->delimiter(',');
   app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "write RUN/checkpoints/step-<k>.ckpt every N steps and after the last (single stage only)")
+                 "write RUN/checkpoints/step-<k>.ckpt every N steps and after the last (pipelined runs drain there)")
       ->check(CLI::PositiveNumber);
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "keep the newest K checkpoints")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -379,8 +407,8 @@ int main(int argc, char** argv) {
                                 "file or a folder); --steps/--epochs stay totals; write --resume=PATH before the model")
                      ->expected(0, 1)->type_name("[PATH]");
   app.add_flag("--quiet", o.quiet, "print errors only");
-  app.footer("Ctrl-C (SIGINT) stops a single-stage run at the next mini-batch, writes a checkpoint and the trained "
-             "model, and exits 130.\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
+  app.footer("Ctrl-C (SIGINT) stops a run at the next mini-batch boundary (pipelined runs: after the mini-batches "
+             "already started), writes a checkpoint and the trained model, and exits 130.\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
              "resume), 3 diverged, 130 stopped by SIGINT.");
   try {
     app.parse(argc, argv);

@@ -1,0 +1,266 @@
+"""The training tools of issue 7 through the command line: pipelined checkpoints and resume (bit for
+bit against an uninterrupted run with the same drain points), resuming on another --gpus or
+schedule, SIGINT in a pipelined run, learning-rate schedules (the lr column against the formulas,
+and the rate really applied), --eval-every, --mean/--std, integer pixels and --raw-pixels.
+Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_training_tools.py"""
+import csv
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_cli import BIN, mlp_model, read_bytes, run, write_data  # noqa: E402
+
+COMMON = ["--quiet", "--batch-size", 8, "--seed", 3]
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def weights(out, stem="mlp"):
+    m = onnx.load(os.path.join(out, f"{stem}.trained.onnx"))
+    return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def conv_model(path):
+    """[N,3,4,4] -> Conv 3->2 (3x3, pad 1) -> Relu -> Flatten -> Gemm -> 3 classes."""
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((2, 3, 3, 3)).astype(np.float32) * 0.3, "Wc")
+    b = numpy_helper.from_array(np.zeros(2, np.float32), "bc")
+    w2 = numpy_helper.from_array(rng.standard_normal((3, 32)).astype(np.float32) * 0.3, "W2")
+    b2 = numpy_helper.from_array(np.zeros(3, np.float32), "b2")
+    nodes = [helper.make_node("Conv", ["x", "Wc", "bc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Flatten", ["r"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "W2", "b2"], ["y"], name="fc", transB=1)]
+    g = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], [w, b, w2, b2])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+class TrainingToolsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-tools-")
+        cls.dir = cls.tmp.name
+        cls.model = mlp_model(os.path.join(cls.dir, "mlp.onnx"))
+        cls.data = write_data(os.path.join(cls.dir, "data"), n=96)  # 12 steps per epoch at batch 8
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, name, *args, expect=0, resumed_from=None):
+        out = os.path.join(self.dir, name)
+        lr = [] if "--lr" in args else ["--lr", 0.1]
+        common = [a for a in COMMON if a != "--quiet"] if resumed_from is not None else COMMON
+        rc, so, se = run(self.model, "--data", self.data, "--out", out, *common, *lr, *map(str, args))
+        self.assertEqual(rc, expect, f"{name}: exit {rc}\n{so}\n{se}")
+        if resumed_from is not None:
+            self.assertIn(f"(step {resumed_from} of ", so, f"{name}: did not resume from step {resumed_from}")
+        return out
+
+    def assert_close(self, a, b, rel, what):
+        for k in b:
+            err = np.abs(a[k] - b[k]).max() / (np.abs(b[k]).max() + 1e-6)
+            self.assertLessEqual(err, rel, f"{what}: {k} differs by {err:.3g} relative")
+
+    # --- checkpoints of pipelined runs ----------------------------------------------------
+    def test_pipelined_resume_equals_uninterrupted(self):
+        configs = {"spectrain3": ["--gpus", 3], "stash2": ["--gpus", 2, "--weights", "stash"],
+                   "exact4": ["--gpus", 4, "--spectrain-staleness", "exact"],
+                   "gpipe3": ["--gpus", 3, "--schedule", "gpipe", "--micro-batches", 2]}
+        for name, cfg in configs.items():
+            full = self.train(f"{name}_full", "--steps", 30, "--checkpoint-every", 10, *cfg)
+            part = self.train(f"{name}_part", "--steps", 20, "--checkpoint-every", 10, *cfg)
+            self.train(f"{name}_part", "--steps", 30, "--checkpoint-every", 10, "--resume", *cfg, resumed_from=20)
+            self.assertEqual(read_bytes(os.path.join(full, "mlp.trained.onnx")),
+                             read_bytes(os.path.join(part, "mlp.trained.onnx")), f"{name}: resumed weights differ")
+            a, b = metrics(full), metrics(part)
+            self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b], f"{name}: losses differ")
+            self.assertEqual(len(b), 30)
+
+    def test_resume_on_another_pipeline(self):
+        # GPipe is sequential training up to rounding: checkpoints move between it and one stage.
+        ref = self.train("ref1", "--steps", 24, "--checkpoint-every", 12)
+        gp = self.train("gp_then_1", "--steps", 12, "--checkpoint-every", 12, "--gpus", 3, "--schedule", "gpipe",
+                        "--micro-batches", 2)
+        self.train("gp_then_1", "--steps", 24, "--checkpoint-every", 12, "--resume", resumed_from=12)
+        self.assert_close(weights(gp), weights(ref), 1e-5, "GPipe x3 then 1 stage")
+        one = self.train("one_then_gp", "--steps", 12, "--checkpoint-every", 12)
+        self.train("one_then_gp", "--steps", 24, "--checkpoint-every", 12, "--resume", "--gpus", 2, "--schedule",
+                   "gpipe", "--micro-batches", 4, resumed_from=12)
+        self.assert_close(weights(one), weights(ref), 1e-5, "1 stage then GPipe x2")
+        # 1F1B SpecTrain on 3 stages, re-partitioned onto 2: it resumes and says so.
+        sp = self.train("sp3", "--steps", 12, "--checkpoint-every", 12, "--gpus", 3)
+        rc, so, se = run(self.model, "--data", self.data, "--out", sp, "--batch-size", 8, "--seed", 3, "--lr", 0.1,
+                         "--steps", 24, "--resume", "--gpus", 2)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("written by a run of 3 stages, 1F1B spectrain (paper), continuing on 2 stages", so)
+        rows = metrics(sp)
+        self.assertEqual(len(rows), 24)
+        self.assertTrue(all(math.isfinite(float(r["loss"])) for r in rows))
+        # Another mini-batch size is another run.
+        rc, so, se = run(self.model, "--data", self.data, "--out", sp, "--seed", 3, "--lr", 0.1,
+                         "--steps", 24, "--resume", "--gpus", 2, "--schedule", "gpipe", "--micro-batches", 2,
+                         "--batch-size", 16)
+        self.assertEqual(rc, 2, so + se)
+        self.assertIn("--batch-size: 8 in the checkpoint, 16 now", se)
+
+    def test_sigint_stops_a_pipelined_run(self):
+        out = os.path.join(self.dir, "int")
+        p = subprocess.Popen([BIN, self.model, "--data", self.data, "--out", out, *map(str, COMMON), "--lr", "0.1",
+                              "--gpus", "3", "--steps", "100000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(600):
+            if os.path.exists(os.path.join(out, "metrics.csv.partial")):
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        so, se = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130, se)
+        self.assertIn("interrupted at step", se)
+        self.assertTrue(os.path.exists(os.path.join(out, "mlp.trained.onnx")))
+        cks = sorted(os.listdir(os.path.join(out, "checkpoints")))
+        self.assertEqual(len(cks), 1, cks)
+        step = int(cks[0][len("step-"):-len(".ckpt")])
+        self.assertEqual(len(metrics(out)), step)
+        # Resuming continues from there; a run that drains at the same step (and no other before
+        # the end: step + 5 < 2 * step) gives the same weights.
+        self.train("int", "--gpus", 3, "--steps", step + 5, "--resume", resumed_from=step)
+        self.assertEqual(len(metrics(out)), step + 5)
+        if step > 5:
+            ref = self.train("int_ref", "--gpus", 3, "--steps", step + 5, "--checkpoint-every", step)
+            self.assertEqual(read_bytes(os.path.join(out, "mlp.trained.onnx")),
+                             read_bytes(os.path.join(ref, "mlp.trained.onnx")))
+
+    # --- learning-rate schedules ----------------------------------------------------------
+    @staticmethod
+    def expected_lr(kind, t, total, base=0.1, warm=0, every=0, gamma=0.1, power=2.0, lo=0.0):
+        if warm and t <= warm:
+            return base * t / warm
+        after, span = t - warm, max(1, total - warm)
+        p = min(max((after - 1) / (span - 1), 0.0), 1.0) if span > 1 else 1.0
+        if kind == "step":
+            return base * gamma ** ((after - 1) // every)
+        if kind == "cosine":
+            return lo + (base - lo) * 0.5 * (1 + math.cos(math.pi * p))
+        if kind == "poly":
+            return lo + (base - lo) * (1 - p) ** power
+        return base
+
+    def test_lr_schedules(self):
+        cases = [("constant", [], {}),
+                 ("step", ["--lr-decay-every", 4, "--lr-gamma", 0.5, "--warmup-steps", 2], dict(every=4, gamma=0.5, warm=2)),
+                 ("cosine", ["--warmup-steps", 3, "--lr-min", 0.01], dict(warm=3, lo=0.01)),
+                 ("poly", ["--lr-power", 2], dict(power=2.0))]
+        for kind, flags, kw in cases:
+            for gpus in (1, 2):
+                out = self.train(f"lr_{kind}_{gpus}", "--steps", 20, "--lr-schedule", kind, "--gpus", gpus, *flags)
+                got = [float(r["lr"]) for r in metrics(out)]
+                want = [self.expected_lr(kind, t, 20, **kw) for t in range(1, 21)]
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9, err_msg=f"{kind} on {gpus} stage(s)")
+
+    def test_lr_schedule_is_applied(self):
+        # The loss of step t is computed before update t: with a warm-up of 2, step 2 sees one update
+        # at lr/2, exactly as a constant run at lr/2 does; step 3 then differs.
+        for extra in ([], ["--gpus", 2, "--schedule", "gpipe", "--micro-batches", 2]):
+            warm = metrics(self.train("warm", "--steps", 3, "--warmup-steps", 2, "--momentum", 0, *extra))
+            half = metrics(self.train("half", "--steps", 3, "--momentum", 0, *extra, "--lr", 0.05))
+            self.assertEqual(warm[1]["loss"], half[1]["loss"], extra)
+            self.assertNotEqual(warm[2]["loss"], half[2]["loss"], extra)
+
+    def test_lr_schedule_refusals(self):
+        for flags, needle in ((["--lr-schedule", "step"], "--lr-decay-every"),
+                              (["--warmup-steps", 50], "--warmup-steps 50"),
+                              (["--lr-schedule", "cosine", "--lr-min", 0.5], "--lr-min"),
+                              (["--lr-schedule", "step", "--lr-decay-every", 2, "--lr-gamma", 2], "--lr-gamma")):
+            rc, so, se = run(self.model, "--data", self.data, "--out", os.path.join(self.dir, "refused"), *COMMON,
+                             "--lr", 0.1, "--steps", 10, *flags)
+            self.assertEqual(rc, 2, f"{flags}: {so}{se}")
+            self.assertIn(needle, se)
+        # A resume with another schedule is another run.
+        self.train("sched", "--steps", 10, "--checkpoint-every", 5, "--lr-schedule", "cosine")
+        rc, so, se = run(self.model, "--data", self.data, "--out", os.path.join(self.dir, "sched"), *COMMON,
+                         "--lr", 0.1, "--steps", 10, "--resume=" + os.path.join(self.dir, "sched", "checkpoints", "step-5.ckpt"),
+                         "--lr-schedule", "poly")
+        self.assertEqual(rc, 2, so + se)
+        self.assertIn("learning-rate schedule", se)
+
+    # --- evaluation -----------------------------------------------------------------------
+    def test_eval_every(self):
+        for gpus in (1, 3):
+            out = self.train(f"eval_{gpus}", "--steps", 14, "--val-split", 0.25, "--eval-every", 4, "--gpus", gpus)
+            rows = metrics(out)
+            # 72 training samples: 9 steps per epoch; validation at 4, 8, 9 (epoch end), 12 and 14 (the last).
+            with_val = [int(r["step"]) for r in rows if r["val_loss"]]
+            self.assertEqual(with_val, [4, 8, 9, 12, 14], f"{gpus} stage(s)")
+
+    # --- data: normalisation and pixels ---------------------------------------------------
+    def test_mean_std_equal_normalised_data(self):
+        rng = np.random.default_rng(8)
+        x = rng.uniform(0, 1, (64, 3, 4, 4)).astype(np.float32)
+        y = rng.integers(0, 3, 64)
+        raw, pre = os.path.join(self.dir, "img_raw"), os.path.join(self.dir, "img_pre")
+        mean = np.array([0.25, 0.5, 0.75], np.float32)
+        std = np.array([0.5, 2.0, 4.0], np.float32)  # powers of two: the division is exact either way
+        for d, xs in ((raw, x), (pre, (x - mean[None, :, None, None]) * (1 / std)[None, :, None, None])):
+            os.makedirs(d, exist_ok=True)
+            np.save(os.path.join(d, "x.npy"), xs.astype(np.float32))
+            np.save(os.path.join(d, "y.npy"), y)
+        model = conv_model(os.path.join(self.dir, "convnet.onnx"))
+        outs = []
+        for name, data, flags in (("norm_flags", raw, ["--mean", "0.25,0.5,0.75", "--std", "0.5,2,4"]),
+                                  ("norm_pre", pre, [])):
+            out = os.path.join(self.dir, name)
+            rc, so, se = run(model, "--data", data, "--out", out, *COMMON, "--lr", 0.1, "--steps", 6, *flags)
+            self.assertEqual(rc, 0, se)
+            outs.append(out)
+        self.assertEqual(read_bytes(os.path.join(outs[0], "convnet.trained.onnx")),
+                         read_bytes(os.path.join(outs[1], "convnet.trained.onnx")))
+        rc, so, se = run(model, "--data", raw, "--out", os.path.join(self.dir, "nbad"), *COMMON, "--steps", 2,
+                         "--mean", "0.1,0.2")
+        self.assertEqual(rc, 2, so + se)
+        self.assertIn("--mean: 2 values", se)
+        self.assertIn("3 channels", se)
+        rc, so, se = run(model, "--data", raw, "--out", os.path.join(self.dir, "nbad"), *COMMON, "--steps", 2,
+                         "--std", "0")
+        self.assertEqual(rc, 2, so + se)
+        self.assertIn("--std", se)
+
+    def test_integer_pixels(self):
+        rng = np.random.default_rng(9)
+        px = rng.integers(0, 256, (64, 8)).astype(np.uint8)
+        y = rng.integers(0, 3, 64)
+        dirs = {}
+        for name, xs in (("u8", px), ("scaled", px.astype(np.float32) * np.float32(1 / 255)),
+                         ("raw", px.astype(np.float32))):
+            d = dirs[name] = os.path.join(self.dir, "px_" + name)
+            os.makedirs(d, exist_ok=True)
+            np.save(os.path.join(d, "x.npy"), xs)
+            np.save(os.path.join(d, "y.npy"), y)
+
+        def trained(name, data, *flags):
+            out = os.path.join(self.dir, name)
+            rc, so, se = run(self.model, "--data", data, "--out", out, *COMMON, "--lr", 0.01, "--steps", 4, *flags)
+            self.assertEqual(rc, 0, se)
+            return read_bytes(os.path.join(out, "mlp.trained.onnx"))
+
+        self.assertEqual(trained("t_u8", dirs["u8"]), trained("t_scaled", dirs["scaled"]))
+        self.assertEqual(trained("t_u8raw", dirs["u8"], "--raw-pixels"), trained("t_raw", dirs["raw"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
