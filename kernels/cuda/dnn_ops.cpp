@@ -166,26 +166,26 @@ struct AlgoChoice {
   size_t workspace = 0;
 };
 std::mutex g_algo_mu;
-std::map<std::string, AlgoChoice>& algo_cache() {
-  static auto* m = new std::map<std::string, AlgoChoice>();
+std::map<std::vector<int64_t>, AlgoChoice>& algo_cache() {
+  static auto* m = new std::map<std::vector<int64_t>, AlgoChoice>();
   return *m;
 }
 
-std::string algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs) {
+// The key: pass, dtype, device, math, then each shape / window list followed by a -1 separator.
+using AlgoKey = std::vector<int64_t>;
+AlgoKey algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs) {
   int dev = 0;
   (void)cudaGetDevice(&dev);
-  std::string k = std::to_string(static_cast<int>(p)) + "/" + std::to_string(static_cast<int>(t)) + "/" +
-                  std::to_string(dev) + "/" + (tf32_allowed() ? "tf32" : "fma");
-  auto add = [&](const char* tag, const auto& v) {
-    k += tag;
-    for (auto e : v) k += std::to_string(e) + ",";
+  AlgoKey k = {static_cast<int64_t>(p), static_cast<int64_t>(t), dev, tf32_allowed() ? 1 : 0, cs.group, -1};
+  auto add = [&](const auto& v) {
+    k.insert(k.end(), v.begin(), v.end());
+    k.push_back(-1);
   };
-  add("x", cs.x);
-  add("w", cs.w);
-  add("p", cs.pad);
-  add("s", cs.stride);
-  add("d", cs.dil);
-  k += "g" + std::to_string(cs.group);
+  add(cs.x);
+  add(cs.w);
+  add(cs.pad);
+  add(cs.stride);
+  add(cs.dil);
   return k;
 }
 
@@ -221,7 +221,7 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
   RETURN_IF_ERROR(make_conv_descs<T>(op, cs, &d));
   cudnnHandle_t h;
   RETURN_IF_ERROR(cudnn_for(stream, &h));
-  const std::string key = algo_key(pass, dnn_type<T>(), cs);
+  const AlgoKey key = algo_key(pass, dnn_type<T>(), cs);
   AlgoChoice choice;
   bool cached = false;
   {

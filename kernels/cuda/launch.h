@@ -156,20 +156,23 @@ cudaError_t launch_global_avg_pool_grad(T* dx, const T* dy, int64_t planes, int6
 struct BnGeom {
   int64_t n = 0, c = 0, s = 1;
 };
+// Partitions per channel of the statistics sums, and the scratch (in doubles) both launchers need.
+int64_t bn_partitions(const BnGeom& g);
+size_t bn_scratch_doubles(const BnGeom& g);
 // Training (batch statistics; running mean/var updated in place, saved mean / biased var written
 // when given) unless `training` is false or *step < 0 (an evaluation pass, read on the device).
 // out_mean / out_var (outputs 1, 2) receive the running statistics after the update. coef is
-// scratch of 2*C T values.
+// scratch of 2*C T values, scratch of bn_scratch_doubles(g) doubles. C at most 65535.
 template <typename T>
 cudaError_t launch_batch_norm(const BnGeom& g, T* y, const T* x, const T* scale, const T* bias, T* run_mean,
                               T* run_var, T* out_mean, T* out_var, T* saved_mean, T* saved_var,
                               const int64_t* step, bool training, double eps, double momentum, bool unbiased,
-                              T* coef, cudaStream_t stream);
-// dx, dscale, dbias each may be null. mean/var: running statistics (inference mode only).
-// coef: scratch of 4*C T values.
+                              T* coef, double* scratch, cudaStream_t stream);
+// dx, dscale, dbias each may be null. run_mean/run_var: running statistics (inference mode only).
+// coef: scratch of 4*C T values, scratch of bn_scratch_doubles(g) doubles.
 template <typename T>
 cudaError_t launch_batch_norm_grad(const BnGeom& g, T* dx, T* dscale, T* dbias, const T* dy, const T* x,
                                    const T* scale, const T* run_mean, const T* run_var, bool training, double eps,
-                                   T* coef, cudaStream_t stream);
+                                   T* coef, double* scratch, cudaStream_t stream);
 
 }  // namespace pt::cuda

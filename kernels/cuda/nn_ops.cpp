@@ -143,13 +143,16 @@ Status batch_normalization(const KernelCall& call) {
   const double momentum = call.attrs.get_float("momentum", 0.9f);
   const bool unbiased = call.attrs.get_int("_unbiased_running_var", 1) != 0;
   if (g.c == 0) return Status::ok();
-  ScratchBuffer coef;
+  if (g.c > 65535)
+    return unsupported("BatchNormalization (cuda): " + std::to_string(g.c) + " channels (at most 65535)");
+  ScratchBuffer coef, scratch;
   RETURN_IF_ERROR(coef.allocate(2 * static_cast<size_t>(g.c) * sizeof(T), call.stream));
+  RETURN_IF_ERROR(scratch.allocate(bn_scratch_doubles(g) * sizeof(double), call.stream));
   PT_CUDA_CHECK(launch_batch_norm<T>(g, call.outputs[0].as<T>(), call.inputs[0].as<T>(), call.inputs[1].as<T>(),
                                      call.inputs[2].as<T>(), call.inputs[3].as<T>(), call.inputs[4].as<T>(),
                                      optional_out<T>(call, 1), optional_out<T>(call, 2), optional_out<T>(call, 3),
                                      optional_out<T>(call, 4), step, training, eps, momentum, unbiased,
-                                     coef.as<T>(), stream_of(call)));
+                                     coef.as<T>(), scratch.as<double>(), stream_of(call)));
   return Status::ok();
 }
 
@@ -179,11 +182,14 @@ Status batch_normalization_grad(const KernelCall& call) {
     rv = call.inputs[4].as<T>();
   }
   if (g.c == 0) return Status::ok();
-  ScratchBuffer coef;
+  if (g.c > 65535)
+    return unsupported("BatchNormalizationGrad (cuda): " + std::to_string(g.c) + " channels (at most 65535)");
+  ScratchBuffer coef, scratch;
   RETURN_IF_ERROR(coef.allocate(4 * static_cast<size_t>(g.c) * sizeof(T), call.stream));
+  RETURN_IF_ERROR(scratch.allocate(bn_scratch_doubles(g) * sizeof(double), call.stream));
   PT_CUDA_CHECK(launch_batch_norm_grad<T>(g, dx, dscale, dbias, call.inputs[0].as<T>(), call.inputs[1].as<T>(),
                                           call.inputs[2].as<T>(), rm, rv, training, eps, coef.as<T>(),
-                                          stream_of(call)));
+                                          scratch.as<double>(), stream_of(call)));
   return Status::ok();
 }
 

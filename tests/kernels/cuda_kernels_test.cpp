@@ -83,129 +83,134 @@ using Ints = std::vector<int64_t>;
 
 std::vector<Case> make_cases() {
   std::vector<Case> c;
-  auto add = [&](Case k) { c.push_back(std::move(k)); };
+  auto add = [&](std::string name, std::string op, std::vector<In> in, std::vector<Out> out, AttrMap a = {},
+                 std::vector<size_t> in_place = {}, double tol_scale = 1) {
+    c.push_back(Case{std::move(name), std::move(op), std::move(in), std::move(out), std::move(a), std::move(in_place),
+                     tol_scale});
+  };
   const Dims e{3, 1000};
   // Unary ops and their gradients.
   for (const char* op : {"Sigmoid", "Tanh", "Neg", "Exp", "Erf", "Softplus", "Abs", "HardSwish"})
-    add({std::string(op) + "_3x1000", op, {u(e)}, {{e}}, {}});
-  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) add({std::string(op) + "_3x1000", op, {pos(e)}, {{e}}, {}});
-  add({"Sigmoid_large", "Sigmoid", {u({(1 << 20) + 3})}, {{{(1 << 20) + 3}}}, {}});
-  add({"LeakyRelu", "LeakyRelu", {u(e)}, {{e}}, attrs({{"alpha", 0.2f}})});
-  add({"Elu", "Elu", {u(e)}, {{e}}, attrs({{"alpha", 0.7f}})});
-  add({"Selu", "Selu", {u(e)}, {{e}}, {}});
-  add({"HardSigmoid", "HardSigmoid", {u(e)}, {{e}}, attrs({{"alpha", 0.3f}, {"beta", 0.4f}})});
-  add({"Clip_attrs", "Clip", {u(e)}, {{e}}, attrs({{"min", -0.3f}, {"max", 0.5f}})});
-  add({"Clip_inputs", "Clip", {u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {}});
+    add(std::string(op) + "_3x1000", op, {u(e)}, {{e}}, {});
+  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) add(std::string(op) + "_3x1000", op, {pos(e)}, {{e}}, {});
+  add("Sigmoid_large", "Sigmoid", {u({(1 << 20) + 3})}, {{{(1 << 20) + 3}}}, {});
+  add("LeakyRelu", "LeakyRelu", {u(e)}, {{e}}, attrs({{"alpha", 0.2f}}));
+  add("Elu", "Elu", {u(e)}, {{e}}, attrs({{"alpha", 0.7f}}));
+  add("Selu", "Selu", {u(e)}, {{e}}, {});
+  add("HardSigmoid", "HardSigmoid", {u(e)}, {{e}}, attrs({{"alpha", 0.3f}, {"beta", 0.4f}}));
+  add("Clip_attrs", "Clip", {u(e)}, {{e}}, attrs({{"min", -0.3f}, {"max", 0.5f}}));
+  add("Clip_inputs", "Clip", {u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {});
   for (const char* op : {"SigmoidGrad", "TanhGrad", "EluGrad", "SeluGrad", "HardSwishGrad", "ErfGrad", "SoftplusGrad",
                          "AbsGrad", "LeakyReluGrad", "HardSigmoidGrad", "ReluGrad"})
-    add({std::string(op) + "_3x1000", op, {u(e), u(e)}, {{e}}, {}});
-  add({"ClipGrad_inputs", "ClipGrad", {u(e), u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {}});
+    add(std::string(op) + "_3x1000", op, {u(e), u(e)}, {{e}}, {});
+  add("ClipGrad_inputs", "ClipGrad", {u(e), u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {});
   // Broadcasting binary ops, Sum, Mean, Transpose, copies.
-  add({"Add_bcast", "Add", {u({4, 3, 5}), u({3, 1})}, {{{4, 3, 5}}}, {}});
-  add({"Add_rowbias", "Add", {u({64, 100}), u({100})}, {{{64, 100}}}, {}});
-  add({"Sub_same", "Sub", {u({7, 9}), u({7, 9})}, {{{7, 9}}}, {}});
-  add({"Mul_scalar", "Mul", {u({5, 6}), u({})}, {{{5, 6}}}, {}});
-  add({"Div_bcast", "Div", {u({2, 3, 4}), pos({2, 1, 4})}, {{{2, 3, 4}}}, {}});
-  add({"Add_outer", "Add", {u({5, 1}), u({1, 6})}, {{{5, 6}}}, {}});
-  add({"PRelu", "PRelu", {u({2, 3, 4, 4}), u({3, 1, 1})}, {{{2, 3, 4, 4}}}, {}});
-  add({"PReluGrad", "PReluGrad", {u({2, 3, 4}), u({2, 3, 4}), u({3, 1})}, {{{2, 3, 4}}, {{2, 3, 4}}}, {}});
-  add({"Sum3", "Sum", {u({4, 5}), u({5}), u({4, 1})}, {{{4, 5}}}, {}});
-  add({"Mean2", "Mean", {u({3, 4}), u({3, 4})}, {{{3, 4}}}, {}});
-  add({"Transpose_0231", "Transpose", {u({2, 3, 4, 5})}, {{{2, 4, 5, 3}}}, attrs({{"perm", Ints{0, 2, 3, 1}}})});
-  add({"Transpose_default", "Transpose", {u({6, 7})}, {{{7, 6}}}, {}});
-  add({"Reshape", "Reshape", {u({4, 6})}, {{{2, 12}}}, {}});
+  add("Add_bcast", "Add", {u({4, 3, 5}), u({3, 1})}, {{{4, 3, 5}}}, {});
+  add("Add_rowbias", "Add", {u({64, 100}), u({100})}, {{{64, 100}}}, {});
+  add("Sub_same", "Sub", {u({7, 9}), u({7, 9})}, {{{7, 9}}}, {});
+  add("Mul_scalar", "Mul", {u({5, 6}), u({})}, {{{5, 6}}}, {});
+  add("Div_bcast", "Div", {u({2, 3, 4}), pos({2, 1, 4})}, {{{2, 3, 4}}}, {});
+  add("Add_outer", "Add", {u({5, 1}), u({1, 6})}, {{{5, 6}}}, {});
+  add("PRelu", "PRelu", {u({2, 3, 4, 4}), u({3, 1, 1})}, {{{2, 3, 4, 4}}}, {});
+  add("PReluGrad", "PReluGrad", {u({2, 3, 4}), u({2, 3, 4}), u({3, 1})}, {{{2, 3, 4}}, {{2, 3, 4}}}, {});
+  add("Sum3", "Sum", {u({4, 5}), u({5}), u({4, 1})}, {{{4, 5}}}, {});
+  add("Mean2", "Mean", {u({3, 4}), u({3, 4})}, {{{3, 4}}}, {});
+  add("Transpose_0231", "Transpose", {u({2, 3, 4, 5})}, {{{2, 4, 5, 3}}}, attrs({{"perm", Ints{0, 2, 3, 1}}}));
+  add("Transpose_default", "Transpose", {u({6, 7})}, {{{7, 6}}}, {});
+  add("Reshape", "Reshape", {u({4, 6})}, {{{2, 12}}}, {});
   // Reductions.
-  add({"ReduceSum_axis1", "ReduceSum", {u({4, 5, 6})}, {{{4, 1, 6}}}, attrs({{"_axes", Ints{1}}})});
-  add({"ReduceMean_axes02", "ReduceMean", {u({4, 5, 6})}, {{{1, 5, 1}}}, attrs({{"_axes", Ints{0, 2}}})});
-  add({"ReduceMax_last", "ReduceMax", {u({4, 5, 600})}, {{{4, 5, 1}}}, attrs({{"_axes", Ints{2}}})});
-  add({"ReduceSum_all", "ReduceSum", {u({300, 700})}, {{{1, 1}}}, attrs({{"_axes", Ints{0, 1}}})});
-  add({"ReduceSumToShape_col", "ReduceSumToShape", {u({64, 100})}, {{{100}}}, {}});
-  add({"ReduceSumToShape_mid", "ReduceSumToShape", {u({8, 16, 4})}, {{{16, 1}}}, {}});
-  add({"ConvGradBias", "ConvGradBias", {u({4, 8, 5, 5})}, {{{8}}}, {}});
-  add({"GlobalAveragePool", "GlobalAveragePool", {u({2, 3, 5, 5})}, {{{2, 3, 1, 1}}}, {}});
-  add({"GlobalAveragePoolGrad", "GlobalAveragePoolGrad", {u({2, 3, 1, 1})}, {{{2, 3, 5, 5}}}, {}});
+  add("ReduceSum_axis1", "ReduceSum", {u({4, 5, 6})}, {{{4, 1, 6}}}, attrs({{"_axes", Ints{1}}}));
+  add("ReduceMean_axes02", "ReduceMean", {u({4, 5, 6})}, {{{1, 5, 1}}}, attrs({{"_axes", Ints{0, 2}}}));
+  add("ReduceMax_last", "ReduceMax", {u({4, 5, 600})}, {{{4, 5, 1}}}, attrs({{"_axes", Ints{2}}}));
+  add("ReduceSum_all", "ReduceSum", {u({300, 700})}, {{{1, 1}}}, attrs({{"_axes", Ints{0, 1}}}));
+  add("ReduceSumToShape_col", "ReduceSumToShape", {u({64, 100})}, {{{100}}}, {});
+  add("ReduceSumToShape_mid", "ReduceSumToShape", {u({8, 16, 4})}, {{{16, 1}}}, {});
+  add("ConvGradBias", "ConvGradBias", {u({4, 8, 5, 5})}, {{{8}}}, {});
+  add("GlobalAveragePool", "GlobalAveragePool", {u({2, 3, 5, 5})}, {{{2, 3, 1, 1}}}, {});
+  add("GlobalAveragePoolGrad", "GlobalAveragePoolGrad", {u({2, 3, 1, 1})}, {{{2, 3, 5, 5}}}, {});
   // cuBLAS.
-  add({"Gemm_transB_bias", "Gemm", {u({64, 128}), u({32, 128}), u({32})}, {{{64, 32}}},
-       attrs({{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}})});
-  add({"Gemm_transA", "Gemm", {u({20, 10}), u({20, 30})}, {{{10, 30}}}, attrs({{"transA", int64_t{1}}})});
-  add({"Gemm_C_matrix", "Gemm", {u({7, 5}), u({5, 3}), u({7, 3})}, {{{7, 3}}}, {}});
-  add({"MatMul_2d", "MatMul", {u({33, 17}), u({17, 9})}, {{{33, 9}}}, {}});
-  add({"MatMul_batched", "MatMul", {u({3, 4, 5}), u({3, 5, 6})}, {{{3, 4, 6}}}, {}});
-  add({"MatMul_bcastA", "MatMul", {u({4, 5}), u({3, 5, 6})}, {{{3, 4, 6}}}, {}});
-  add({"MatMul_bcast_both", "MatMul", {u({2, 1, 4, 5}), u({3, 5, 2})}, {{{2, 3, 4, 2}}}, {}});
-  add({"MatMul_oneB", "MatMul", {u({2, 3, 4, 5}), u({5, 6})}, {{{2, 3, 4, 6}}}, {}});
-  add({"MatMul_vec", "MatMul", {u({5}), u({5, 6})}, {{{6}}}, {}});
+  add("Gemm_transB_bias", "Gemm", {u({64, 128}), u({32, 128}), u({32})}, {{{64, 32}}},
+       attrs({{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}}));
+  add("Gemm_transA", "Gemm", {u({20, 10}), u({20, 30})}, {{{10, 30}}}, attrs({{"transA", int64_t{1}}}));
+  add("Gemm_C_matrix", "Gemm", {u({7, 5}), u({5, 3}), u({7, 3})}, {{{7, 3}}}, {});
+  add("MatMul_2d", "MatMul", {u({33, 17}), u({17, 9})}, {{{33, 9}}}, {});
+  add("MatMul_batched", "MatMul", {u({3, 4, 5}), u({3, 5, 6})}, {{{3, 4, 6}}}, {});
+  add("MatMul_bcastA", "MatMul", {u({4, 5}), u({3, 5, 6})}, {{{3, 4, 6}}}, {});
+  add("MatMul_bcast_both", "MatMul", {u({2, 1, 4, 5}), u({3, 5, 2})}, {{{2, 3, 4, 2}}}, {});
+  add("MatMul_oneB", "MatMul", {u({2, 3, 4, 5}), u({5, 6})}, {{{2, 3, 4, 6}}}, {});
+  add("MatMul_vec", "MatMul", {u({5}), u({5, 6})}, {{{6}}}, {});
   // cuDNN convolutions (forward, backward data, backward filter).
   const AttrMap conv3 = attrs({{"pads", Ints{1, 1, 1, 1}}});
-  add({"Conv_3x3_bias", "Conv", {u({2, 3, 8, 8}), u({4, 3, 3, 3}), u({4})}, {{{2, 4, 8, 8}}}, conv3});
-  add({"Conv_s2_d2", "Conv", {u({2, 4, 11, 11}), u({6, 4, 3, 3})}, {{{2, 6, 5, 5}}},
-       attrs({{"strides", Ints{2, 2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})});
-  add({"Conv_group2", "Conv", {u({2, 4, 6, 6}), u({6, 2, 3, 3})}, {{{2, 6, 4, 4}}}, attrs({{"group", int64_t{2}}})});
-  add({"Conv_1d", "Conv", {u({2, 3, 20}), u({5, 3, 4})}, {{{2, 5, 17}}}, {}});
-  add({"Conv_3d", "Conv", {u({1, 2, 5, 5, 5}), u({3, 2, 2, 2, 2})}, {{{1, 3, 4, 4, 4}}}, {}});
-  add({"Conv_asym_pads_fallback", "Conv", {u({1, 2, 6, 6}), u({3, 2, 3, 3})}, {{{1, 3, 5, 5}}},
-       attrs({{"pads", Ints{0, 0, 1, 1}}})});
-  add({"ConvGradInput_3x3", "ConvGradInput", {u({2, 4, 8, 8}), u({4, 3, 3, 3})}, {{{2, 3, 8, 8}}}, conv3});
-  add({"ConvGradWeight_3x3", "ConvGradWeight", {u({2, 4, 8, 8}), u({2, 3, 8, 8})}, {{{4, 3, 3, 3}}}, conv3});
-  add({"ConvGradInput_s2", "ConvGradInput", {u({2, 6, 4, 4}), u({6, 4, 3, 3})}, {{{2, 4, 9, 9}}},
-       attrs({{"strides", Ints{2, 2}}})});
-  add({"ConvGradWeight_group", "ConvGradWeight", {u({2, 6, 4, 4}), u({2, 4, 6, 6})}, {{{6, 2, 3, 3}}},
-       attrs({{"group", int64_t{2}}})});
+  add("Conv_3x3_bias", "Conv", {u({2, 3, 8, 8}), u({4, 3, 3, 3}), u({4})}, {{{2, 4, 8, 8}}}, conv3);
+  add("Conv_s2_d2", "Conv", {u({2, 4, 11, 11}), u({6, 4, 3, 3})}, {{{2, 6, 5, 5}}},
+       attrs({{"strides", Ints{2, 2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}));
+  add("Conv_absent_bias", "Conv", {u({1, 2, 5, 5}), u({3, 2, 3, 3}), absent()}, {{{1, 3, 3, 3}}});
+  add("Conv_group2", "Conv", {u({2, 4, 6, 6}), u({6, 2, 3, 3})}, {{{2, 6, 4, 4}}}, attrs({{"group", int64_t{2}}}));
+  add("Conv_1d", "Conv", {u({2, 3, 20}), u({5, 3, 4})}, {{{2, 5, 17}}}, {});
+  add("Conv_3d", "Conv", {u({1, 2, 5, 5, 5}), u({3, 2, 2, 2, 2})}, {{{1, 3, 4, 4, 4}}}, {});
+  add("Conv_asym_pads_fallback", "Conv", {u({1, 2, 6, 6}), u({3, 2, 3, 3})}, {{{1, 3, 5, 5}}},
+       attrs({{"pads", Ints{0, 0, 1, 1}}}));
+  add("ConvGradInput_3x3", "ConvGradInput", {u({2, 4, 8, 8}), u({4, 3, 3, 3})}, {{{2, 3, 8, 8}}}, conv3);
+  add("ConvGradWeight_3x3", "ConvGradWeight", {u({2, 4, 8, 8}), u({2, 3, 8, 8})}, {{{4, 3, 3, 3}}}, conv3);
+  add("ConvGradInput_s2", "ConvGradInput", {u({2, 6, 4, 4}), u({6, 4, 3, 3})}, {{{2, 4, 9, 9}}},
+       attrs({{"strides", Ints{2, 2}}}));
+  add("ConvGradWeight_group", "ConvGradWeight", {u({2, 6, 4, 4}), u({2, 4, 6, 6})}, {{{6, 2, 3, 3}}},
+       attrs({{"group", int64_t{2}}}));
   // Softmax family (cuDNN).
-  add({"Softmax_rows", "Softmax", {u({16, 10})}, {{{16, 10}}}, attrs({{"axis", int64_t{1}}})});
-  add({"Softmax_inner", "Softmax", {u({2, 5, 3})}, {{{2, 5, 3}}}, attrs({{"axis", int64_t{1}}})});
-  add({"Softmax_coerce2d", "Softmax", {u({2, 3, 4})}, {{{2, 3, 4}}}, attrs({{"axis", int64_t{1}}, {"_coerce2d", int64_t{1}}})});
-  add({"LogSoftmax_rows", "LogSoftmax", {u({8, 1000})}, {{{8, 1000}}}, attrs({{"axis", int64_t{1}}})});
-  add({"SoftmaxGrad", "SoftmaxGrad", {u({4, 7}), pos({4, 7})}, {{{4, 7}}}, attrs({{"axis", int64_t{1}}})});
-  add({"LogSoftmaxGrad", "LogSoftmaxGrad", {u({4, 7}), u({4, 7})}, {{{4, 7}}}, attrs({{"axis", int64_t{1}}})});
+  add("Softmax_rows", "Softmax", {u({16, 10})}, {{{16, 10}}}, attrs({{"axis", int64_t{1}}}));
+  add("Softmax_inner", "Softmax", {u({2, 5, 3})}, {{{2, 5, 3}}}, attrs({{"axis", int64_t{1}}}));
+  add("Softmax_coerce2d", "Softmax", {u({2, 3, 4})}, {{{2, 3, 4}}}, attrs({{"axis", int64_t{1}}, {"_coerce2d", int64_t{1}}}));
+  add("LogSoftmax_rows", "LogSoftmax", {u({8, 1000})}, {{{8, 1000}}}, attrs({{"axis", int64_t{1}}}));
+  add("SoftmaxGrad", "SoftmaxGrad", {u({4, 7}), pos({4, 7})}, {{{4, 7}}}, attrs({{"axis", int64_t{1}}}));
+  add("LogSoftmaxGrad", "LogSoftmaxGrad", {u({4, 7}), u({4, 7})}, {{{4, 7}}}, attrs({{"axis", int64_t{1}}}));
   // Pooling.
   const AttrMap mp = attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
-  add({"MaxPool_k3s2p1_indices", "MaxPool", {u({2, 3, 9, 9})}, {{{2, 3, 5, 5}}, {{2, 3, 5, 5}, DType::kInt64}}, mp});
-  add({"MaxPoolGrad_k3s2p1", "MaxPoolGrad", {u({2, 3, 5, 5}), u({2, 3, 9, 9})}, {{{2, 3, 9, 9}}}, mp});
-  add({"MaxPool_ceil_dil", "MaxPool", {u({1, 2, 10, 10})}, {{{1, 2, 4, 4}}},
-       attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{3, 3}}, {"dilations", Ints{2, 2}}, {"ceil_mode", int64_t{1}}})});
+  add("MaxPool_k3s2p1_indices", "MaxPool", {u({2, 3, 9, 9})}, {{{2, 3, 5, 5}}, {{2, 3, 5, 5}, DType::kInt64}}, mp);
+  add("MaxPoolGrad_k3s2p1", "MaxPoolGrad", {u({2, 3, 5, 5}), u({2, 3, 9, 9})}, {{{2, 3, 9, 9}}}, mp);
+  add("MaxPool_ceil_dil", "MaxPool", {u({1, 2, 10, 10})}, {{{1, 2, 4, 4}}},
+       attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{3, 3}}, {"dilations", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}));
   const AttrMap ap = attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 0}},
                             {"count_include_pad", int64_t{1}}});
-  add({"AveragePool_incl_pad", "AveragePool", {u({2, 3, 8, 8})}, {{{2, 3, 4, 3}}}, ap});
-  add({"AveragePoolGrad_incl_pad", "AveragePoolGrad", {u({2, 3, 4, 3})}, {{{2, 3, 8, 8}}}, ap});
-  add({"AveragePool_1d", "AveragePool", {u({2, 3, 10})}, {{{2, 3, 4}}},
-       attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{0, 0}}})});
+  add("AveragePool_incl_pad", "AveragePool", {u({2, 3, 8, 8})}, {{{2, 3, 4, 3}}}, ap);
+  add("AveragePoolGrad_incl_pad", "AveragePoolGrad", {u({2, 3, 4, 3})}, {{{2, 3, 8, 8}}}, ap);
+  add("AveragePool_1d", "AveragePool", {u({2, 3, 10})}, {{{2, 3, 4}}},
+       attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{0, 0}}}));
   // BatchNormalization: training (running statistics updated in place), evaluation pass, grads.
   const Dims bx{4, 3, 5, 5}, bc{3};
-  add({"BN_train", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc), step(0)},
-       {{bx}, {bc}, {bc}, {bc}, {bc}}, attrs({{"_training", int64_t{1}}, {"momentum", 0.8f}}), {3, 4}});
-  add({"BN_eval_pass", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc), step(-1)}, {{bx}},
-       attrs({{"_training", int64_t{1}}}), {3, 4}});
-  add({"BN_inference", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc)}, {{bx}}, {}, {3, 4}});
-  add({"BNGrad_train", "BatchNormalizationGrad", {u(bx), u(bx), u(bc)}, {{bx}, {bc}, {bc}},
-       attrs({{"_training", int64_t{1}}}), {}, 10});
-  add({"BNGrad_inference", "BatchNormalizationGrad", {u(bx), u(bx), u(bc), u(bc), pos(bc)}, {{bx}, {bc}, {bc}}, {}});
+  add("BN_train", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc), step(0)},
+       {{bx}, {bc}, {bc}, {bc}, {bc}}, attrs({{"_training", int64_t{1}}, {"momentum", 0.8f}}), {3, 4});
+  add("BN_eval_pass", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc), step(-1)}, {{bx}},
+       attrs({{"_training", int64_t{1}}}), {3, 4});
+  add("BN_inference", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc)}, {{bx}}, {}, {3, 4});
+  add("BNGrad_train", "BatchNormalizationGrad", {u(bx), u(bx), u(bc)}, {{bx}, {bc}, {bc}},
+       attrs({{"_training", int64_t{1}}}), {}, 10);
+  add("BNGrad_inference", "BatchNormalizationGrad", {u(bx), u(bx), u(bc), u(bc), pos(bc)}, {{bx}, {bc}, {bc}}, {});
   // Dropout with the shared counter-based masks.
   const AttrMap dr = attrs({{"ratio", 0.3f}, {"_training", int64_t{1}}, {"seed", int64_t{7}}});
-  add({"Dropout_train", "Dropout", {u({1000, 33}), step(5)}, {{{1000, 33}}, {{1000, 33}, DType::kBool}}, dr});
-  add({"Dropout_eval", "Dropout", {u({100}), step(-1)}, {{{100}}, {{100}, DType::kBool}}, dr});
-  add({"DropoutGrad", "DropoutGrad", {u({1000}), mask({1000})}, {{{1000}}}, attrs({{"ratio", 0.3f}})});
+  add("Dropout_train", "Dropout", {u({1000, 33}), step(5)}, {{{1000, 33}}, {{1000, 33}, DType::kBool}}, dr);
+  add("Dropout_eval", "Dropout", {u({100}), step(-1)}, {{{100}}, {{100}, DType::kBool}}, dr);
+  add("DropoutGrad", "DropoutGrad", {u({1000}), mask({1000})}, {{{1000}}}, attrs({{"ratio", 0.3f}}));
   // Losses.
-  add({"SCE_mean", "SoftmaxCrossEntropyLoss", {u({64, 10}), labels({64}, 10)}, {{{}}, {{64, 10}}}, {}});
-  add({"SCE_weights_ignore", "SoftmaxCrossEntropyLoss", {u({16, 5}), labels({16}, 5), pos({5})}, {{{}}},
-       attrs({{"ignore_index", int64_t{2}}})});
-  add({"SCE_none_spatial", "SoftmaxCrossEntropyLoss", {u({4, 5, 3}), labels({4, 3}, 5)}, {{{4, 3}}},
-       attrs({{"reduction", std::string("none")}})});
-  add({"SCEGrad_mean", "SoftmaxCrossEntropyLossGrad", {scalar(1.5), u({64, 10}), labels({64}, 10)}, {{{64, 10}}}, {}});
-  add({"SCEGrad_sum_weights", "SoftmaxCrossEntropyLossGrad", {scalar(0.5), u({8, 4, 2}), labels({8, 2}, 4), pos({4})},
-       {{{8, 4, 2}}}, attrs({{"reduction", std::string("sum")}, {"ignore_index", int64_t{1}}})});
-  add({"MSE_mean", "MSELoss", {u({32, 3}), u({32, 3})}, {{{}}}, {}});
-  add({"MSEGrad_sum", "MSELossGrad", {scalar(2.0), u({32, 3}), u({32, 3})}, {{{32, 3}}},
-       attrs({{"reduction", std::string("sum")}})});
+  add("SCE_mean", "SoftmaxCrossEntropyLoss", {u({64, 10}), labels({64}, 10)}, {{{}}, {{64, 10}}}, {});
+  add("SCE_weights_ignore", "SoftmaxCrossEntropyLoss", {u({16, 5}), labels({16}, 5), pos({5})}, {{{}}},
+       attrs({{"ignore_index", int64_t{2}}}));
+  add("SCE_none_spatial", "SoftmaxCrossEntropyLoss", {u({4, 5, 3}), labels({4, 3}, 5)}, {{{4, 3}}},
+       attrs({{"reduction", std::string("none")}}));
+  add("SCEGrad_mean", "SoftmaxCrossEntropyLossGrad", {scalar(1.5), u({64, 10}), labels({64}, 10)}, {{{64, 10}}}, {});
+  add("SCEGrad_sum_weights", "SoftmaxCrossEntropyLossGrad", {scalar(0.5), u({8, 4, 2}), labels({8, 2}, 4), pos({4})},
+       {{{8, 4, 2}}}, attrs({{"reduction", std::string("sum")}, {"ignore_index", int64_t{1}}}));
+  add("MSE_mean", "MSELoss", {u({32, 3}), u({32, 3})}, {{{}}}, {});
+  add("MSEGrad_sum", "MSELossGrad", {scalar(2.0), u({32, 3}), u({32, 3})}, {{{32, 3}}},
+       attrs({{"reduction", std::string("sum")}}));
   // Optimizer: W and V updated in place.
-  add({"SGDMomentum", "SGDMomentum", {u({1000, 7}), u({1000, 7}), u({1000, 7}), scalar(0.1)}, {},
-       attrs({{"momentum", 0.9f}, {"weight_decay", 1e-4f}}), {0, 2}});
+  add("SGDMomentum", "SGDMomentum", {u({1000, 7}), u({1000, 7}), u({1000, 7}), scalar(0.1)}, {},
+       attrs({{"momentum", 0.9f}, {"weight_decay", 1e-4f}}), {0, 2});
   // A few host fallbacks (the rest share the same code path).
-  add({"LRN_fallback", "LRN", {u({2, 5, 4, 4})}, {{{2, 5, 4, 4}}}, attrs({{"size", int64_t{3}}})});
-  add({"LayerNorm_fallback", "LayerNormalization", {u({4, 6}), u({6}), u({6})}, {{{4, 6}}}, attrs({{"axis", int64_t{1}}})});
-  add({"Concat_fallback", "Concat", {u({2, 3}), u({2, 4})}, {{{2, 7}}}, attrs({{"axis", int64_t{1}}})});
-  add({"Gather_fallback", "Gather", {u({5, 3}), indices({4}, 5)}, {{{4, 3}}}, attrs({{"axis", int64_t{0}}})});
-  add({"GlobalMaxPool_fallback", "GlobalMaxPool", {u({2, 3, 4, 4})}, {{{2, 3, 1, 1}}}, {}});
+  add("LRN_fallback", "LRN", {u({2, 5, 4, 4})}, {{{2, 5, 4, 4}}}, attrs({{"size", int64_t{3}}}));
+  add("LayerNorm_fallback", "LayerNormalization", {u({4, 6}), u({6}), u({6})}, {{{4, 6}}}, attrs({{"axis", int64_t{1}}}));
+  add("Concat_fallback", "Concat", {u({2, 3}), u({2, 4})}, {{{2, 7}}}, attrs({{"axis", int64_t{1}}}));
+  add("Gather_fallback", "Gather", {u({5, 3}), indices({4}, 5)}, {{{4, 3}}}, attrs({{"axis", int64_t{0}}}));
+  add("GlobalMaxPool_fallback", "GlobalMaxPool", {u({2, 3, 4, 4})}, {{{2, 3, 1, 1}}}, {});
   return c;
 }
 
