@@ -193,22 +193,27 @@ AlgoKey algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs) {
 // top choice wanting gigabytes usually has a near-equal alternative).
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
 
-// The first heuristic result that succeeds and fits kMaxWorkspace, with its workspace size for
-// these descriptors. (The math type is the descriptor's: FMA unless TF32 is allowed.)
+// The first heuristic result that succeeds and fits kMaxWorkspace, preferring, where FMA math is
+// asked for (float without PIPETRAIN_CUDA_TF32), results that report FMA math; then any that
+// succeeds. The convolution always runs with the descriptor's math type, so a TF32 algorithm is
+// never chosen behind the caller's back: cuDNN runs the FMA variant or fails the call.
 template <typename Perf, typename GetFn, typename SizeFn>
-Status choose_algo(const char* what, GetFn get, SizeFn size_of, AlgoChoice* out) {
+Status choose_algo(const char* what, GetFn get, SizeFn size_of, bool want_fma, AlgoChoice* out) {
   constexpr int kMax = 16;
   Perf perf[kMax];
   int n = 0;
   const cudnnStatus_t st = get(kMax, &n, perf);
   if (st != CUDNN_STATUS_SUCCESS) return cudnn_error_status(st, what, __FILE__, __LINE__);
-  for (int i = 0; i < n; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    size_t ws = 0;
-    if (size_of(perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS || ws > kMaxWorkspace) continue;
-    out->algo = static_cast<int>(perf[i].algo);
-    out->workspace = ws;
-    return Status::ok();
+  for (int pass = want_fma ? 0 : 1; pass < 2; ++pass) {
+    for (int i = 0; i < n; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (pass == 0 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+      size_t ws = 0;
+      if (size_of(perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS || ws > kMaxWorkspace) continue;
+      out->algo = static_cast<int>(perf[i].algo);
+      out->workspace = ws;
+      return Status::ok();
+    }
   }
   return unsupported(std::string(what) + ": cuDNN's heuristics offer no usable algorithm for this convolution");
 }
@@ -221,6 +226,7 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
   RETURN_IF_ERROR(make_conv_descs<T>(op, cs, &d));
   cudnnHandle_t h;
   RETURN_IF_ERROR(cudnn_for(stream, &h));
+  const bool want_fma = std::is_same_v<T, float> && !tf32_allowed();
   const AlgoKey key = algo_key(pass, dnn_type<T>(), cs);
   AlgoChoice choice;
   bool cached = false;
@@ -242,7 +248,7 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
           [&](cudnnConvolutionFwdAlgo_t a, size_t* ws) {
             return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.d, d.w.d, d.conv.d, d.y.d, a, ws);
           },
-          &choice));
+          want_fma, &choice));
     } else if (pass == Pass::kGradInput) {
       RETURN_IF_ERROR(choose_algo<cudnnConvolutionBwdDataAlgoPerf_t>(
           "cudnnGetConvolutionBackwardDataAlgorithm_v7",
@@ -252,7 +258,7 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
           [&](cudnnConvolutionBwdDataAlgo_t a, size_t* ws) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.d, d.y.d, d.conv.d, d.x.d, a, ws);
           },
-          &choice));
+          want_fma, &choice));
     } else {
       RETURN_IF_ERROR(choose_algo<cudnnConvolutionBwdFilterAlgoPerf_t>(
           "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
@@ -262,7 +268,7 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
           [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* ws) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.d, d.y.d, d.conv.d, d.w.d, a, ws);
           },
-          &choice));
+          want_fma, &choice));
     }
     std::lock_guard<std::mutex> lock(g_algo_mu);
     algo_cache()[key] = choice;
