@@ -1,12 +1,12 @@
 // BatchNormalization forward (training: batch statistics, running statistics updated in place;
 // inference: running statistics) and BatchNormalizationGrad, with the formulas of
 // kernels/cpu/batchnorm.cpp: two-pass mean / biased variance in double, PyTorch's unbiased running
-// variance unless told otherwise, y = x*a + b with a, b per channel. Statistics are summed over partitions of
-// each channel (deterministic: partitions added in order), then per-channel coefficients, then an
-// elementwise kernel applies them. Custom
-// kernels rather than cuDNN's: cuDNN has no double-free eval/train switch on a device-side step
-// counter, keeps inverse std rather than the variance, and the CPU's exact semantics matter more
-// than the last few percent (both passes are bandwidth-bound).
+// variance unless told otherwise, y = x*a + b with a, b per channel. Statistics are summed over
+// partitions of each channel (added in order: deterministic), then per-channel coefficients, then
+// an elementwise kernel applies them. Custom kernels rather than cuDNN's: the train/eval switch is
+// the runtime's step counter on the device, the CPU keeps the variance (cuDNN the inverse std),
+// and the CPU's exact semantics matter more than the last few percent (all passes are
+// bandwidth-bound).
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/device_util.cuh"
