@@ -148,6 +148,8 @@ if [ -n "$tests" ] && [ "$(cap 120)" -gt 0 ]; then
   else
     row kernel_tests PASS "$detail"
   fi
+  libs=$(grep -m1 '^cuda libraries:' "$log_dir/kernel_tests.log" | cut -d: -f2-)
+  [ -n "$libs" ] && row libraries INFO "${libs# }"
 else
   row kernel_tests SKIP "no binaries or no time left"
 fi

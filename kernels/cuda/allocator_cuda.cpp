@@ -4,6 +4,7 @@
 
 #include <array>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "kernels/cuda/allocator.h"
@@ -159,6 +160,18 @@ Status cublas_for(cudaStream_t stream, cublasHandle_t* out) {
   }
   *out = t.blas;
   return Status::ok();
+}
+
+std::string library_versions() {
+  int rt = 0, drv = 0, major = 0, minor = 0, patch = 0;
+  if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+  if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+  (void)cudaGetLastError();
+  if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS) major = 0;
+  if (cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS) minor = 0;
+  if (cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS) patch = 0;
+  return "CUDA runtime " + std::to_string(rt) + ", driver " + std::to_string(drv) + ", cuBLAS " +
+         std::to_string(major * 10000 + minor * 100 + patch) + ", cuDNN " + std::to_string(cudnnGetVersion());
 }
 
 Status cudnn_for(cudaStream_t stream, cudnnHandle_t* out) {

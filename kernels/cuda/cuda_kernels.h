@@ -129,6 +129,10 @@ template <typename T>
 Status spectrain_predict(void* out, const void* w, const void* v, int64_t n, const void* lr_device,
                          double s, void* stream);
 
+// "CUDA runtime 13000, driver 13000, cuBLAS 130100, cuDNN 91900" (driver 0 without one): what this
+// process loaded, for reports. Needs no GPU.
+std::string library_versions();
+
 // Entries of the convolution algorithm cache (dnn_ops.cpp), for tests and reports.
 size_t conv_algo_cache_size();
 

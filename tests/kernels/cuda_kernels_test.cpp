@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -485,6 +486,13 @@ TEST_F(CudaDevice, SteadyStateMakesNoBackendCalls) {
 }
 
 // ---- what runs without a GPU ---------------------------------------------------------------------
+
+// The libraries this process loaded (printed for the GPU check's log); works without a GPU.
+TEST(CudaKernelTable, ReportsLibraryVersions) {
+  const std::string v = cuda::library_versions();
+  std::printf("cuda libraries: %s\n", v.c_str());
+  EXPECT_NE(v.find("cuDNN 9"), std::string::npos) << v;
+}
 
 // Every (op, dtype) of the CPU table has a CUDA kernel, native or host fallback.
 TEST(CudaKernelTable, CoversEveryCpuEntry) {

@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
     std::printf("SKIP: no GPU: %s\n", cuda_unavailable_reason().c_str());
     return 77;
   }
+  std::printf("validate libraries: %s\n", cuda::library_versions().c_str());
   if (!validate()) {
     std::printf("FAIL: a CUDA kernel disagrees with the CPU\n");
     return 1;
