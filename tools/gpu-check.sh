@@ -89,7 +89,14 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
   if [ -n "$missing" ]; then
     row binaries FAIL "prebuilt, but no$missing on this machine"
   elif ! ldd "$tests" | grep -q 'not found'; then
-    row binaries PASS "prebuilt ($info), $(elapsed "$t0")"
+    built_rev=$(grep -o '[0-9a-f]\{40\}' <<<"$info" | head -1)
+    head_rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+    stale=""
+    if [ "$head_rev" != unknown ] && [ "$built_rev" != "$head_rev" ]; then
+      stale="; STALE: the tree is at ${head_rev:0:12}, rerun tools/gpu-prebuild.sh"
+      echo "warning: $prebuilt was built from ${built_rev:0:12}, the tree is at ${head_rev:0:12}"
+    fi
+    row binaries PASS "prebuilt (${info:0:19}), $(elapsed "$t0")$stale"
   else
     ldd "$tests" | grep 'not found' | sed 's/^/    /'
     row binaries FAIL "prebuilt, libraries missing (above)"
