@@ -69,6 +69,7 @@ lib_dir() {
 
 # 2. The binaries: carried prebuilt archive, else configure and build here.
 tests="" bench=""
+run_env=()   # how our binaries are started (the carried libraries' path, for a prebuilt archive)
 if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; then
   t0=$(date +%s)
   dir=$prebuilt
@@ -82,13 +83,17 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
     d=$(lib_dir "$l")
     if [ -z "$d" ]; then missing+=" $l"; else cuda_dirs+="$d:"; fi
   done
-  export LD_LIBRARY_PATH="$dir/lib:$cuda_dirs${LD_LIBRARY_PATH:-}"
+  # Only our binaries get the carried libraries: PyTorch (the benchmark's reference) keeps its own.
+  ldp="$dir/lib:$cuda_dirs${LD_LIBRARY_PATH:-}"
+  run_env=(env "LD_LIBRARY_PATH=$ldp")
   tests=$dir/bin/kernel_tests
-  bench=$dir/bin/cuda_resnet_bench
+  bench=$dir/bench.sh
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$ldp" "$dir/bin/cuda_resnet_bench" >"$bench"
+  chmod +x "$bench"
   info=$(head -1 "$dir/BUILD_INFO" 2>/dev/null)
   if [ -n "$missing" ]; then
     row binaries FAIL "prebuilt, but no$missing on this machine"
-  elif ! ldd "$tests" | grep -q 'not found'; then
+  elif ! "${run_env[@]}" ldd "$tests" | grep -q 'not found'; then
     built_rev=$(grep -o '[0-9a-f]\{40\}' <<<"$info" | head -1)
     head_rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
     stale=""
@@ -98,7 +103,7 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
     fi
     row binaries PASS "prebuilt (${info:0:19}), $(elapsed "$t0")$stale"
   else
-    ldd "$tests" | grep 'not found' | sed 's/^/    /'
+    "${run_env[@]}" ldd "$tests" | grep 'not found' | sed 's/^/    /'
     row binaries FAIL "prebuilt, libraries missing (above)"
     tests=""
   fi
@@ -134,7 +139,7 @@ fi
 n_cuda_fail=0
 if [ -n "$tests" ] && [ "$(cap 120)" -gt 0 ]; then
   t0=$(date +%s)
-  timeout "$(cap 120)" "$tests" --gtest_color=no >"$log_dir/kernel_tests.log" 2>&1
+  timeout "$(cap 120)" "${run_env[@]}" "$tests" --gtest_color=no >"$log_dir/kernel_tests.log" 2>&1
   rc=$?
   n_ok=$(grep -c '^\[       OK \]' "$log_dir/kernel_tests.log")
   n_fail=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log_dir/kernel_tests.log")
@@ -194,7 +199,7 @@ elif [ "$(cap 120)" -lt 30 ]; then
   row memcheck SKIP "under 30 s of the budget left"
 else
   t0=$(date +%s)
-  timeout "$(cap 120)" "$sanitizer" --tool memcheck --error-exitcode 1 "$tests" --gtest_color=no \
+  timeout "$(cap 120)" "${run_env[@]}" "$sanitizer" --tool memcheck --error-exitcode 1 "$tests" --gtest_color=no \
     --gtest_filter='*Cuda*.Float*:CudaDevice.*:*CudaRelu*' >"$log_dir/memcheck.log" 2>&1
   rc=$?
   summary=$(grep -m1 'ERROR SUMMARY' "$log_dir/memcheck.log")
