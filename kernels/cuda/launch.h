@@ -75,9 +75,11 @@ enum class ReduceOp : int { kSum, kMean, kMax };
 // T; NaN propagates as the CPU's `v > best` scan does not: see reduce.cu). `kept` walks the
 // outputs (n_out of them, out contiguous in that order), `reduced` the n_red elements of each.
 // scale multiplies the result (1 / n for means).
+// Partitions per output the launcher uses (1: none); with P > 1 it needs scratch of n_out * P doubles.
+int64_t reduce_partitions(int64_t n_out, int64_t n_red);
 template <typename T>
 cudaError_t launch_reduce(ReduceOp op, const Strided<1>& kept, const Strided<1>& reduced, T* out, const T* x,
-                          int64_t n_out, int64_t n_red, double scale, cudaStream_t stream);
+                          int64_t n_out, int64_t n_red, double scale, double* scratch, cudaStream_t stream);
 
 // ---- softmax cross-entropy and MSE (loss.cu) ------------------------------------------------
 // Per sample i = (n, d) of log_prob [N, C, D]: loss_i = -w_i * logp[n, label_i, d] where

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops_util.h"
@@ -33,7 +34,11 @@ Status reduce_to(const KernelCall& call, const char* op, ReduceOp r, const Tenso
     RETURN_IF_ERROR(reduce_walks(op, x.dims, kd, &kept, &reduced, &n_red));
   }
   const double scale = r == ReduceOp::kMean && n_red > 0 ? 1.0 / static_cast<double>(n_red) : 1.0;
-  PT_CUDA_CHECK(launch_reduce<T>(r, kept, reduced, y, n == 0 ? y : x.as<T>(), m, n_red, scale, stream_of(call)));
+  ScratchBuffer scratch;
+  const int64_t parts = reduce_partitions(m, n_red);
+  if (parts > 1) RETURN_IF_ERROR(scratch.allocate(static_cast<size_t>(m * parts) * sizeof(double), call.stream));
+  PT_CUDA_CHECK(launch_reduce<T>(r, kept, reduced, y, n == 0 ? y : x.as<T>(), m, n_red, scale, scratch.as<double>(),
+                                 stream_of(call)));
   return Status::ok();
 }
 

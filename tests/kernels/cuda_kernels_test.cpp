@@ -124,6 +124,10 @@ std::vector<Case> make_cases() {
   add("ReduceMean_axes02", "ReduceMean", {u({4, 5, 6})}, {{{1, 5, 1}}}, attrs({{"_axes", Ints{0, 2}}}));
   add("ReduceMax_last", "ReduceMax", {u({4, 5, 600})}, {{{4, 5, 1}}}, attrs({{"_axes", Ints{2}}}));
   add("ReduceSum_all", "ReduceSum", {u({300, 700})}, {{{1, 1}}}, attrs({{"_axes", Ints{0, 1}}}));
+  // Few outputs with many elements each: the partitioned path of reduce.cu.
+  add("ReduceMax_all_partitioned", "ReduceMax", {u({400, 500})}, {{{1, 1}}}, attrs({{"_axes", Ints{0, 1}}}));
+  add("ReduceMean_rows_partitioned", "ReduceMean", {u({3, 70000})}, {{{3, 1}}}, attrs({{"_axes", Ints{1}}}));
+  add("ConvGradBias_partitioned", "ConvGradBias", {u({16, 8, 64, 64})}, {{{8}}});
   add("ReduceSumToShape_col", "ReduceSumToShape", {u({64, 100})}, {{{100}}}, {});
   add("ReduceSumToShape_mid", "ReduceSumToShape", {u({8, 16, 4})}, {{{16, 1}}}, {});
   add("ConvGradBias", "ConvGradBias", {u({4, 8, 5, 5})}, {{{8}}}, {});
