@@ -4,6 +4,9 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <filesystem>
+#include <map>
+#include <set>
 #include <string>
 
 #include "core/status.h"
@@ -12,9 +15,22 @@
 namespace pt {
 
 struct OnnxModel {
-  onnx::ModelProto proto;  // after version conversion, external data still external
+  onnx::ModelProto proto;  // as read from the file (before any version conversion or node
+                           // reordering), external data still external
   std::string dir;         // folder of the model file (external data is relative to it)
 };
+
+struct ImportedModel;
+
+// The source ModelProto with every initializer's data inline and the initializers and
+// Constant-node weights named in `values` replaced (same dtype and dims required; a name that is
+// neither is an internal error). `was_external`, when given, receives the names of the
+// initializers the source kept in external data. Shared by export_onnx and export_stages.
+Expected<onnx::ModelProto> trained_proto(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
+                                         std::set<std::string>* was_external);
+
+// Writes `bytes` to path + ".tmp", then renames it onto `path`.
+Status write_atomically(const std::filesystem::path& path, const std::string& bytes);
 
 // TensorProto -> HostTensor. External data must have been loaded into raw_data already.
 Expected<HostTensor> tensor_from_proto(const onnx::TensorProto& t, const std::string& what);

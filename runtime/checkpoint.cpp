@@ -152,6 +152,7 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   j["last_loss"] = c.last_loss;
   j["val"] = {{"samples", c.val_samples}, {"loss", c.val_loss}, {"accuracy", c.val_accuracy}};
   j["metrics"] = c.metrics;
+  j["plan"] = c.plan;
   json tensors = json::array();
   uint64_t offset = 0;
   for (const auto& [name, t] : c.tensors) {
@@ -247,6 +248,7 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
     c.val_loss = j.at("val").at("loss").get<double>();
     c.val_accuracy = j.at("val").at("accuracy").get<double>();
     c.metrics = j.at("metrics").get<std::vector<std::string>>();
+    c.plan = j.value("plan", std::vector<std::string>());
     const char* data = s.data() + kHeaderBytes + json_bytes;
     for (const json& t : j.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();

@@ -49,6 +49,9 @@ struct Checkpoint {
   double val_loss = 0, val_accuracy = -1;
   std::vector<std::string> metrics;  // metrics.csv rows of steps 1..step, without the header or '\n'
   std::map<std::string, HostTensor> tensors;  // parameters, momentum, BatchNorm running stats
+  // The plan that wrote it, one line per stage: "stage 1: fc2 .. out (2 parameters)"; a resume
+  // on another plan re-partitions (the checkpoint is drained) and says so.
+  std::vector<std::string> plan;
 };
 
 // File layout (little-endian): "PTCKPT\r\n" (8 bytes), u32 version (1), u32 0, u64 JSON bytes,

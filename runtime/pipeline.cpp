@@ -44,6 +44,7 @@ struct PipelineTrainer::Impl {
   std::vector<std::unique_ptr<Channel>> channels;
   std::unique_ptr<Executor> eval;  // the whole forward, for evaluation
   int64_t graph_batch = 0;
+  std::vector<std::string> plan_lines;  // Checkpoint::plan
 
   void load_eval_weights();
   Expected<EvalResult> run_eval(const Dataset& d);
@@ -77,6 +78,18 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     return invalid_input("--micro-batches applies to --schedule gpipe only");
   auto impl = std::make_unique<Impl>(g, tg);
   impl->opts = opts;
+  for (const StagePlan& sp : plan.stages) {
+    std::string first, last;
+    for (const Node* n : sp.nodes)
+      if (n->phase == Phase::kForward) {
+        if (first.empty()) first = n->name;
+        last = n->name;
+      }
+    int params = 0;
+    for (const Node* n : sp.nodes) params += n->phase == Phase::kUpdate;
+    impl->plan_lines.push_back("stage " + std::to_string(sp.index) + ": " + (first.empty() ? "(loss only)" : first + " .. " + last) +
+                               " (" + std::to_string(params) + " parameters)");
+  }
   impl->graph_batch = g.inputs[0]->dims.at(0);
   const int N = static_cast<int>(plan.stages.size());
 
@@ -446,6 +459,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     c.val_accuracy = epoch_val.accuracy;
     c.metrics = rows;
     c.tensors = I.checkpoint_tensors();
+    c.plan = I.plan_lines;
     std::error_code ec;
     std::filesystem::create_directories(ck.dir, ec);
     if (ec) return invalid_input(ck.dir + ": cannot create the checkpoints folder: " + ec.message());
@@ -468,14 +482,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   for (auto& c : I.channels) sh.channels.push_back(c.get());
   for (auto& st : I.stages) st->begin_train();
 
-  std::ofstream csv;
-  const std::string partial = cfg.metrics_path + ".partial";
-  if (!cfg.metrics_path.empty()) {
-    csv.open(partial, std::ios::trunc);
-    if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
-    csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
-    for (const std::string& row : rows) csv << row << "\n";
-  }
+  MetricsFile csv;
+  RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows));
 
   using clock = std::chrono::steady_clock;
   sh.t0 = clock::now();
@@ -566,7 +574,11 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     const double lr_now = sched.at(step);
     {
       const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, lr_now, sps, shown) << "\n";
+      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
+        failure = ms;
+        sh.fail(failure);
+        break;
+      }
       const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
       if (ev.samples && !run_end_only) epoch_val = ev;
       rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
@@ -607,12 +619,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (!sh.error.is_ok()) return sh.error;
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
-  if (csv.is_open()) {
-    csv.close();
-    std::error_code ec;
-    std::filesystem::rename(partial, cfg.metrics_path, ec);
-    if (ec) return invalid_input(cfg.metrics_path + ": rename failed: " + ec.message());
-  }
+  RETURN_IF_ERROR(csv.close());
   return r;
 }
 

@@ -55,6 +55,7 @@ struct Options {
   bool no_shuffle = false;
   int64_t log_every = 0;
   bool plan_only = false;
+  bool export_stages = false;
   bool whatif = false;
   bool profile = false;
   std::string schedule = "1f1b";
@@ -170,7 +171,11 @@ int run(const Options& o) {
   auto planned = plan_and_report(m, g, pf);
   if (!planned) return fail(planned.status());
   say(o, "reports: " + (out_dir / "partition.{txt,json,html,dot}").string() + ", " + (out_dir / "trace.json").string());
-  if (o.plan_only) return 0;
+  if (o.plan_only) {
+    if (!o.export_stages) return 0;
+    Status es = export_plan_stages(m, {}, planned->plan, (out_dir / "stages").string(), o.quiet);
+    return es.is_ok() ? 0 : fail(es);
+  }
 
   DataSpec spec;
   Value* in = g.inputs.at(0);
@@ -321,6 +326,10 @@ int run(const Options& o) {
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
   Status st = export_onnx(m, trained_values, trained.string());
   if (!st.is_ok()) return fail(st);
+  if (o.export_stages) {
+    st = export_plan_stages(m, trained_values, planned->plan, (out_dir / "stages").string(), o.quiet);
+    if (!st.is_ok()) return fail(st);
+  }
 
   char line[512];
   std::snprintf(line, sizeof line, "done: %lld steps in %.2f s (%.0f samples/s), loss %.4f -> %.4f",
@@ -385,6 +394,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)");
   app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
   app.add_flag("--plan-only", o.plan_only, "partition and write the reports, no training");
+  app.add_flag("--export-stages", o.export_stages,
+               "also write RUN/stages/stage<k>.onnx, one ONNX model per pipeline stage (boundary tensors as inputs "
+               "and outputs), and RUN/stages/stages.json; with --plan-only: the untrained weights");
   app.add_flag("--whatif", o.whatif, "with the plan: predicted throughput, bubble and memory for 1..N devices per scheme");
   app.add_flag("--profile", o.profile, "measure every node on the real device before partitioning (cached in the run folder)");
   app.add_option("--schedule", o.schedule, "1f1b | gpipe")->check(CLI::IsMember({"1f1b", "gpipe"}))->capture_default_str();

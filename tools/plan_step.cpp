@@ -154,4 +154,19 @@ Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_di
   return write_reports(r, out_dir);
 }
 
+Status export_plan_stages(const ImportedModel& m, const std::map<std::string, HostTensor>& values, const Plan& plan,
+                          const std::string& dir, bool quiet) {
+  std::vector<StageCut> cuts;
+  for (const StagePlan& s : plan.stages) cuts.push_back({s.forward_nodes, s.recv, s.send});
+  ASSIGN_OR_RETURN(std::vector<StageModelInfo> infos, export_stages(m, values, cuts, dir));
+  if (!quiet) {
+    size_t folded = 0;
+    for (const StageModelInfo& s : infos) folded += s.folded_constants.size();
+    std::printf("stages: %zu stage model%s in %s (inputs and outputs in stages.json)%s\n", infos.size(),
+                infos.size() == 1 ? "" : "s", dir.c_str(),
+                folded ? "; shape values folded for this batch size make them batch-specific" : "");
+  }
+  return Status::ok();
+}
+
 }  // namespace pt

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "importer/importer.h"
+#include "importer/stage_export.h"
 #include "partitioner/partition.h"
 #include "partitioner/simulator.h"
 
@@ -42,5 +43,10 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
 
 // Rewrites the reports with measured stage times.
 Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_dir);
+
+// --export-stages: one ONNX model per stage of `plan` in `dir` (importer/stage_export.h), with
+// `values` (the trained initializers; empty: the source's) substituted; prints one line.
+Status export_plan_stages(const ImportedModel& m, const std::map<std::string, HostTensor>& values, const Plan& plan,
+                          const std::string& dir, bool quiet);
 
 }  // namespace pt
