@@ -158,7 +158,12 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     st->saved.assign(saved.begin(), saved.end());
     st->state.assign(state.begin(), state.end());
     if (impl->local(sp.index)) {
-      ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes));
+      // Memory plan: the stage reads back its saved activations, gradients and loss between
+      // passes (values sent to other stages are read outside its node list: kept by the plan).
+      ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
+      eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
+      if (st->loss) eo.keep.push_back(st->loss);
+      ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes, eo));
     }
     impl->stages.push_back(std::move(st));
   }
@@ -531,14 +536,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   const int local_stages = C ? 1 : static_cast<int>(I.stages.size());
   std::vector<char> snap_buf;  // under MPI: a stage's snapshot on its way to rank 0 (and back in)
 
-  std::ofstream csv;
-  const std::string partial = cfg.metrics_path + ".partial";
-  if (coord && !cfg.metrics_path.empty()) {
-    csv.open(partial, std::ios::trunc);
-    if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
-    csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
-    for (const std::string& row : rows) csv << row << "\n";
-  }
+  MetricsFile csv;  // rank 0 alone writes it under MPI
+  RETURN_IF_ERROR(csv.open(coord ? cfg.metrics_path : std::string(), rows));
 
   using clock = std::chrono::steady_clock;
   sh.t0 = clock::now();
@@ -671,7 +670,11 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     const double lr_now = sched.at(step);
     {
       const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, lr_now, sps, shown) << "\n";
+      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
+        failure = ms;
+        sh.fail(failure);
+        break;
+      }
       const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
       if (ev.samples && !run_end_only) epoch_val = ev;
       rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
@@ -714,12 +717,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (!coord) return r;
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
-  if (csv.is_open()) {
-    csv.close();
-    std::error_code ec;
-    std::filesystem::rename(partial, cfg.metrics_path, ec);
-    if (ec) return invalid_input(cfg.metrics_path + ": rename failed: " + ec.message());
-  }
+  RETURN_IF_ERROR(csv.close());
   return r;
 }
 

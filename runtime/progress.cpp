@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "runtime/trainer.h"
 
@@ -67,6 +68,47 @@ void Progress::step(int64_t step, int64_t epoch, double loss, double samples_per
   window_ = clock::now();
   window_steps_ = 0;
   window_loss_ = 0;
+}
+
+Status MetricsFile::open(const std::string& path, const std::vector<std::string>& rows) {
+  path_ = path;
+  if (path.empty()) return Status::ok();
+  partial_ = path + ".partial";
+  f_.open(partial_, std::ios::trunc);
+  if (!f_) return invalid_input(path + ": cannot be written");
+  f_ << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
+  for (const std::string& row : rows) f_ << row << "\n";
+  last_ = clock::now();
+  return Status::ok();
+}
+
+Status MetricsFile::add(const std::string& row, bool publish_now) {
+  if (path_.empty()) return Status::ok();
+  f_ << row << "\n";
+  if (publish_now || clock::now() - last_ > std::chrono::seconds(5)) return publish();
+  return Status::ok();
+}
+
+Status MetricsFile::publish() {
+  f_.flush();
+  if (!f_) return invalid_input(partial_ + ": write failed (disk full?)");
+  last_ = clock::now();
+  const std::string tmp = path_ + ".tmp";
+  std::error_code ec;
+  std::filesystem::copy_file(partial_, tmp, std::filesystem::copy_options::overwrite_existing, ec);
+  if (!ec) std::filesystem::rename(tmp, path_, ec);
+  if (ec) return invalid_input(path_ + ": cannot be updated: " + ec.message());
+  return Status::ok();
+}
+
+Status MetricsFile::close() {
+  if (path_.empty() || !f_.is_open()) return Status::ok();
+  f_.close();
+  if (!f_) return invalid_input(partial_ + ": write failed (disk full?)");
+  std::error_code ec;
+  std::filesystem::rename(partial_, path_, ec);
+  if (ec) return invalid_input(path_ + ": rename failed: " + ec.message());
+  return Status::ok();
 }
 
 }  // namespace pt

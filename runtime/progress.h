@@ -5,7 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include "core/status.h"
 
 namespace pt {
 
@@ -30,6 +34,25 @@ class Progress {
   clock::time_point window_, last_bar_;
   int64_t window_steps_ = 0;
   double window_loss_ = 0;
+};
+
+// metrics.csv as training goes: rows are appended to PATH.partial, and PATH itself is replaced
+// (copy to PATH.tmp, rename) at every validation and at least every few seconds, so that a reader
+// always finds a whole file; close() renames the finished file into place.
+class MetricsFile {
+ public:
+  // An empty path disables the file. `rows`: those of the steps before a resume.
+  Status open(const std::string& path, const std::vector<std::string>& rows);
+  // Appends one row; publishes PATH when `publish` is set or a few seconds have passed.
+  Status add(const std::string& row, bool publish);
+  Status close();
+
+ private:
+  using clock = std::chrono::steady_clock;
+  Status publish();
+  std::string path_, partial_;
+  std::ofstream f_;
+  clock::time_point last_;
 };
 
 }  // namespace pt

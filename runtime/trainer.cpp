@@ -35,7 +35,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   if (g.inputs.size() != 1)
     return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
   std::unique_ptr<Trainer> t(new Trainer(g, tg));
-  ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device));
+  // The memory plan shares activation and gradient buffers; the loss and the model output are
+  // read after a step, everything else the trainer touches is an input, parameter or state.
+  ExecutorOptions eo{true, {tg.loss.loss, tg.loss.output}};
+  ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device, {}, eo));
   t->input_ = g.inputs[0];
   t->batch_ = t->input_->dims.at(0);
   return t;
@@ -298,14 +301,8 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     return prune_checkpoints(ck.dir, ck.keep);
   };
 
-  std::ofstream csv;
-  const std::string partial = cfg.metrics_path + ".partial";
-  if (!cfg.metrics_path.empty()) {
-    csv.open(partial, std::ios::trunc);
-    if (!csv) return invalid_input(cfg.metrics_path + ": cannot be written");
-    csv << "step,epoch,loss,lr,samples_per_s,val_loss,val_accuracy\n";
-    for (const std::string& row : rows) csv << row << "\n";
-  }
+  MetricsFile csv;
+  RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows));
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   Progress progress(cfg.quiet, total, log_every, batch_);
@@ -348,7 +345,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch_) / elapsed : 0;
     {
       const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (csv.is_open()) csv << metrics_row(step, epoch + 1, l, lr_now, sps, shown) << "\n";
+      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
+        return ms;
+      }
       // The rows a checkpoint keeps leave out the validation of a run's last step when it is not
       // at an epoch end or an --eval-every step, so that a resumed run's rows equal an
       // uninterrupted one's.
@@ -356,7 +355,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       if (ev.samples && !run_end_only) epoch_val = ev;
       rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
     }
-    const double eta = elapsed / std::max(static_cast<double>(step - start) / total, 1e-9) - elapsed;
+    const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
     progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
     r.steps = step;
     // A stop request is honoured here, at a mini-batch boundary.
@@ -370,12 +369,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch_) / r.seconds : 0;
-  if (csv.is_open()) {
-    csv.close();
-    std::error_code ec;
-    std::filesystem::rename(partial, cfg.metrics_path, ec);
-    if (ec) return invalid_input(cfg.metrics_path + ": rename failed: " + ec.message());
-  }
+  RETURN_IF_ERROR(csv.close());
   return r;
 }
 

@@ -36,34 +36,64 @@ Status bn_geometry(const char* op, const KernelCall& call, size_t first_param, B
 
 bool par(const BnGeometry& g) { return g.n * g.c > 1 && g.n * g.c * g.s > kParallelThreshold; }
 
-// Batch mean and biased variance per channel (two passes: sums, then centred squares).
+// Batch mean and biased variance per channel in one pass over X: per-plane sums of x and x^2 in
+// double (var = E[x^2] - mean^2; the double sums keep the cancellation far below float
+// resolution for activations). With dy, also the sums of dy and dy * x that the backward needs
+// (`sdy`, `sdyx` per channel; dy * (x - mean) sums to sdyx - mean * sdy).
 template <typename T>
-void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std::vector<double>* var) {
+void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std::vector<double>* var,
+                 const T* dy = nullptr, std::vector<double>* sdy = nullptr, std::vector<double>* sdyx = nullptr) {
   const int64_t planes = g.n * g.c;
-  std::vector<double> part(static_cast<size_t>(planes));
+  const int k = dy ? 4 : 2;
+  std::vector<double> part(static_cast<size_t>(planes * k));
+#pragma omp parallel for if (par(g))
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * g.s;
+    double s = 0, s2 = 0;
+    if (dy) {
+      const T* dyp = dy + p * g.s;
+      double d = 0, dx = 0;
+#pragma omp simd reduction(+ : s, s2, d, dx)
+      for (int64_t i = 0; i < g.s; ++i) {
+        const double xi = xp[i], di = dyp[i];
+        s += xi;
+        s2 += xi * xi;
+        d += di;
+        dx += di * xi;
+      }
+      part[p * k + 2] = d;
+      part[p * k + 3] = dx;
+    } else {
+#pragma omp simd reduction(+ : s, s2)
+      for (int64_t i = 0; i < g.s; ++i) {
+        const double xi = xp[i];
+        s += xi;
+        s2 += xi * xi;
+      }
+    }
+    part[p * k] = s;
+    part[p * k + 1] = s2;
+  }
   mean->assign(static_cast<size_t>(g.c), 0.0);
   var->assign(static_cast<size_t>(g.c), 0.0);
-#pragma omp parallel for if (par(g))
-  for (int64_t p = 0; p < planes; ++p) {
-    const T* xp = x + p * g.s;
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < g.s; ++i) s += xp[i];
-    part[p] = s;
+  if (dy) {
+    sdy->assign(static_cast<size_t>(g.c), 0.0);
+    sdyx->assign(static_cast<size_t>(g.c), 0.0);
   }
-  for (int64_t p = 0; p < planes; ++p) (*mean)[p % g.c] += part[p];
-  for (auto& v : *mean) v /= static_cast<double>(std::max<int64_t>(g.m(), 1));
-#pragma omp parallel for if (par(g))
   for (int64_t p = 0; p < planes; ++p) {
-    const T* xp = x + p * g.s;
-    const double mu = (*mean)[p % g.c];
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < g.s; ++i) s += (xp[i] - mu) * (xp[i] - mu);
-    part[p] = s;
+    const int64_t c = p % g.c;
+    (*mean)[c] += part[p * k];
+    (*var)[c] += part[p * k + 1];
+    if (dy) {
+      (*sdy)[c] += part[p * k + 2];
+      (*sdyx)[c] += part[p * k + 3];
+    }
   }
-  for (int64_t p = 0; p < planes; ++p) (*var)[p % g.c] += part[p];
-  for (auto& v : *var) v /= static_cast<double>(std::max<int64_t>(g.m(), 1));
+  const double inv_m = 1.0 / static_cast<double>(std::max<int64_t>(g.m(), 1));
+  for (int64_t c = 0; c < g.c; ++c) {
+    (*mean)[c] *= inv_m;
+    (*var)[c] = std::max((*var)[c] * inv_m - (*mean)[c] * (*mean)[c], 0.0);
+  }
 }
 
 }  // namespace
@@ -161,9 +191,12 @@ Status batch_normalization_grad(const KernelCall& call) {
   for (size_t i = 1; i < 3; ++i)
     if (out(i)) RETURN_IF_ERROR(check_same_dims("BatchNormalizationGrad", "a parameter gradient", call.outputs[i].dims, Dims{g.c}));
 
-  std::vector<double> mean, var;
+  // Per channel: sum(dy) and sum(dy * xhat); in training mode with the batch statistics, in the
+  // same pass over X.
+  std::vector<double> mean, var, sdy, sdyx;
+  const bool need_sums = training || dscale || dbias;
   if (training) {
-    batch_stats(g, x, &mean, &var);
+    batch_stats(g, x, &mean, &var, dy, &sdy, &sdyx);
   } else {
     if (!has_input(call, 3) || !has_input(call, 4))
       return invalid_input("BatchNormalizationGrad: inference mode needs the running mean and variance inputs");
@@ -171,35 +204,36 @@ Status batch_normalization_grad(const KernelCall& call) {
     const T* rv = call.inputs[4].as<T>();
     mean.assign(rm, rm + g.c);
     var.assign(rv, rv + g.c);
+    if (need_sums) {
+      const int64_t planes = g.n * g.c;
+      std::vector<double> pdy(static_cast<size_t>(planes)), pdyx(static_cast<size_t>(planes));
+#pragma omp parallel for if (par(g))
+      for (int64_t p = 0; p < planes; ++p) {
+        const T* dyp = dy + p * g.s;
+        const T* xp = x + p * g.s;
+        double s = 0, sx = 0;
+#pragma omp simd reduction(+ : s, sx)
+        for (int64_t i = 0; i < g.s; ++i) {
+          s += dyp[i];
+          sx += static_cast<double>(dyp[i]) * xp[i];
+        }
+        pdy[p] = s;
+        pdyx[p] = sx;
+      }
+      sdy.assign(static_cast<size_t>(g.c), 0.0);
+      sdyx.assign(static_cast<size_t>(g.c), 0.0);
+      for (int64_t p = 0; p < planes; ++p) {
+        sdy[p % g.c] += pdy[p];
+        sdyx[p % g.c] += pdyx[p];
+      }
+    }
   }
   std::vector<double> istd(static_cast<size_t>(g.c));
   for (int64_t c = 0; c < g.c; ++c) istd[c] = 1.0 / std::sqrt(var[c] + eps);
-
-  // Per channel: sum(dy) and sum(dy * xhat).
   const int64_t planes = g.n * g.c;
-  std::vector<double> pdy(static_cast<size_t>(planes)), pdyx(static_cast<size_t>(planes));
-  const bool need_sums = training || dscale || dbias;
-  if (need_sums) {
-#pragma omp parallel for if (par(g))
-    for (int64_t p = 0; p < planes; ++p) {
-      const T* dyp = dy + p * g.s;
-      const T* xp = x + p * g.s;
-      const double mu = mean[p % g.c];
-      double s = 0, sx = 0;
-#pragma omp simd reduction(+ : s, sx)
-      for (int64_t i = 0; i < g.s; ++i) {
-        s += dyp[i];
-        sx += dyp[i] * (xp[i] - mu);
-      }
-      pdy[p] = s;
-      pdyx[p] = sx;
-    }
-  }
-  std::vector<double> sdy(static_cast<size_t>(g.c), 0.0), sdyxhat(static_cast<size_t>(g.c), 0.0);
-  for (int64_t p = 0; p < planes && need_sums; ++p) {
-    sdy[p % g.c] += pdy[p];
-    sdyxhat[p % g.c] += pdyx[p] * istd[p % g.c];
-  }
+  std::vector<double> sdyxhat(static_cast<size_t>(g.c), 0.0);
+  if (need_sums)
+    for (int64_t c = 0; c < g.c; ++c) sdyxhat[c] = (sdyx[c] - mean[c] * sdy[c]) * istd[c];
   if (dbias)
     for (int64_t c = 0; c < g.c; ++c) dbias[c] = static_cast<T>(sdy[c]);
   if (dscale)

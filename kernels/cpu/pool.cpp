@@ -6,9 +6,11 @@
 // Max ties: the first maximum in the window's row-major scan wins, in the forward and in
 // MaxPoolGrad alike (the backward recomputes the choice from X), so the subgradient is the one
 // of the value the forward returned. Padding never wins; NaN never replaces a number.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
@@ -91,6 +93,57 @@ Status pool_window(const char* op, const KernelCall& call, const Dims& x, const 
   return check_same_dims(op, "output", y, window_output_dims(*w, w->c));
 }
 
+// Planar windows without dilation (1-D and 2-D pooling as CNNs use it): the window bounds of
+// every output row and column are computed once per call, not per output and plane. The scan
+// order and the comparison are window_argmax's, so the chosen maximum is the same.
+struct PlanarWindows {
+  std::vector<int64_t> h0, h1, w0, w1;  // [oh] / [ow]: input rows / columns [lo, hi) of the window
+};
+inline bool planar(const Window& w) {
+  return w.k[0] == 1 && w.in[0] == 1 && w.out[0] == 1 && w.pb[0] == 0 && w.d[1] == 1 && w.d[2] == 1;
+}
+inline PlanarWindows planar_windows(const Window& w) {
+  PlanarWindows p;
+  for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+    const int64_t a = oh * w.s[1] - w.pb[1];
+    p.h0.push_back(std::clamp<int64_t>(a, 0, w.in[1]));
+    p.h1.push_back(std::clamp<int64_t>(a + w.k[1], p.h0.back(), w.in[1]));
+  }
+  for (int64_t ow = 0; ow < w.out[2]; ++ow) {
+    const int64_t a = ow * w.s[2] - w.pb[2];
+    p.w0.push_back(std::clamp<int64_t>(a, 0, w.in[2]));
+    p.w1.push_back(std::clamp<int64_t>(a + w.k[2], p.w0.back(), w.in[2]));
+  }
+  return p;
+}
+// Calls fn(o, argmax index within the plane or -1) for every output of one plane.
+template <typename T, typename Fn>
+inline void planar_argmax(const Window& w, const PlanarWindows& p, const T* x, Fn&& fn) {
+  const int64_t W = w.in[2], OW = w.out[2];
+  for (int64_t oh = 0; oh < w.out[1]; ++oh)
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const int64_t h0 = p.h0[oh], h1 = p.h1[oh], w0 = p.w0[ow], w1 = p.w1[ow];
+      if (h0 == h1 || w0 == w1) {
+        fn(oh * OW + ow, int64_t{-1});
+        continue;
+      }
+      // The first element starts the scan (as arg < 0 does in window_argmax); selects, not
+      // branches, for the rest: the comparisons are data-dependent.
+      int64_t arg = h0 * W + w0;
+      T best = x[arg];
+      for (int64_t ih = h0; ih < h1; ++ih) {
+        const T* row = x + ih * W;
+        for (int64_t iw = w0; iw < w1; ++iw) {
+          const T v = row[iw];
+          const bool gt = v > best;
+          best = gt ? v : best;
+          arg = gt ? ih * W + iw : arg;
+        }
+      }
+      fn(oh * OW + ow, arg);
+    }
+}
+
 inline bool par_planes(const Window& w) { return w.n * w.c > 1 && w.n * w.c * w.in_size() > kParallelThreshold; }
 
 }  // namespace
@@ -111,6 +164,16 @@ Status max_pool(const KernelCall& call) {
   const T* px = x.as<T>();
   T* py = y.as<T>();
   const int64_t in = w.in_size(), out = w.out_size();
+  if (!idx && planar(w)) {
+    const PlanarWindows pw = planar_windows(w);
+#pragma omp parallel for if (par_planes(w))
+    for (int64_t p = 0; p < w.n * w.c; ++p) {
+      const T* xp = px + p * in;
+      T* yp = py + p * out;
+      planar_argmax(w, pw, xp, [&](int64_t o, int64_t a) { yp[o] = a < 0 ? -std::numeric_limits<T>::infinity() : xp[a]; });
+    }
+    return Status::ok();
+  }
 #pragma omp parallel for if (par_planes(w))
   for (int64_t p = 0; p < w.n * w.c; ++p) {
     const T* xp = px + p * in;
@@ -144,6 +207,20 @@ Status max_pool_grad(const KernelCall& call) {
   const T* pdy = dy.as<T>();
   T* pdx = dx.as<T>();
   const int64_t in = w.in_size(), out = w.out_size();
+  if (planar(w)) {
+    const PlanarWindows pw = planar_windows(w);
+#pragma omp parallel for if (par_planes(w))
+    for (int64_t p = 0; p < w.n * w.c; ++p) {
+      const T* xp = px + p * in;
+      const T* dyp = pdy + p * out;
+      T* dxp = pdx + p * in;
+      for (int64_t i = 0; i < in; ++i) dxp[i] = T(0);
+      planar_argmax(w, pw, xp, [&](int64_t o, int64_t a) {
+        if (a >= 0) dxp[a] += dyp[o];
+      });
+    }
+    return Status::ok();
+  }
 #pragma omp parallel for if (par_planes(w))
   for (int64_t p = 0; p < w.n * w.c; ++p) {
     const T* xp = px + p * in;

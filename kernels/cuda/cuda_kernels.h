@@ -6,26 +6,135 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/registry.h"
 
 namespace pt::cuda {
 
-// Every CUDA kernel of this build: {op, DeviceKind::kCuda, dtype, fn} (kernels/cuda/table.cpp).
+// Every CUDA kernel of this build: {op, DeviceKind::kCuda, dtype, fn} (kernels/cuda/table.cpp):
+// the native kernels, then the host fallbacks (fallback.h) for the CPU ops without one.
 std::span<const KernelEntry> kernel_table();
+// True when (op, dtype) on CUDA runs the CPU kernel through the host fallback.
+bool is_host_fallback(std::string_view op, DType dtype);
+// Ops that run natively on CUDA for some dtype / only through the fallback (sorted).
+std::vector<std::string> native_ops();
+std::vector<std::string> fallback_ops();
 
 // Kernels: inputs and outputs are device pointers; outputs are preallocated by the caller; each
 // launch goes on KernelCall::stream (a cudaStream_t; null is the default stream) and returns
-// without synchronising.
+// without synchronising, except where a comment says otherwise. Each has the CPU kernel's
+// signature, attributes and refusals (kernels/cpu/cpu_kernels.h).
 #define PT_DECLARE_CUDA_KERNEL(name) \
   template <typename T>              \
   Status name(const KernelCall& call)
 
-PT_DECLARE_CUDA_KERNEL(relu);       // Relu(X) -> Y = max(X, 0)
-PT_DECLARE_CUDA_KERNEL(relu_grad);  // ReluGrad(dY, Y) -> dX = dY * (Y > 0)
+PT_DECLARE_CUDA_KERNEL(relu);       // relu.cu: Relu(X) -> Y = max(X, 0)
+PT_DECLARE_CUDA_KERNEL(relu_grad);  // relu.cu: ReluGrad(dY, Y) -> dX = dY * (Y > 0)
+// elementwise_ops.cpp (elementwise.cu, binary.cu)
+PT_DECLARE_CUDA_KERNEL(sigmoid);
+PT_DECLARE_CUDA_KERNEL(tanh_op);
+PT_DECLARE_CUDA_KERNEL(neg);
+PT_DECLARE_CUDA_KERNEL(exp_op);
+PT_DECLARE_CUDA_KERNEL(log_op);
+PT_DECLARE_CUDA_KERNEL(sqrt_op);
+PT_DECLARE_CUDA_KERNEL(erf_op);
+PT_DECLARE_CUDA_KERNEL(softplus_op);
+PT_DECLARE_CUDA_KERNEL(reciprocal);
+PT_DECLARE_CUDA_KERNEL(abs_op);
+PT_DECLARE_CUDA_KERNEL(hard_swish);
+PT_DECLARE_CUDA_KERNEL(clip);
+PT_DECLARE_CUDA_KERNEL(leaky_relu);
+PT_DECLARE_CUDA_KERNEL(elu);
+PT_DECLARE_CUDA_KERNEL(selu);
+PT_DECLARE_CUDA_KERNEL(hard_sigmoid);
+PT_DECLARE_CUDA_KERNEL(sigmoid_grad);
+PT_DECLARE_CUDA_KERNEL(tanh_grad);
+PT_DECLARE_CUDA_KERNEL(hard_swish_grad);
+PT_DECLARE_CUDA_KERNEL(erf_grad);
+PT_DECLARE_CUDA_KERNEL(softplus_grad);
+PT_DECLARE_CUDA_KERNEL(abs_grad);
+PT_DECLARE_CUDA_KERNEL(clip_grad);
+PT_DECLARE_CUDA_KERNEL(leaky_relu_grad);
+PT_DECLARE_CUDA_KERNEL(elu_grad);
+PT_DECLARE_CUDA_KERNEL(selu_grad);
+PT_DECLARE_CUDA_KERNEL(hard_sigmoid_grad);
+PT_DECLARE_CUDA_KERNEL(add);  // also int64
+PT_DECLARE_CUDA_KERNEL(sub);  // also int64
+PT_DECLARE_CUDA_KERNEL(mul);  // also int64
+PT_DECLARE_CUDA_KERNEL(div_op);
+PT_DECLARE_CUDA_KERNEL(prelu);
+PT_DECLARE_CUDA_KERNEL(prelu_grad);
+PT_DECLARE_CUDA_KERNEL(sum_op);  // also int64
+PT_DECLARE_CUDA_KERNEL(mean_op);
+PT_DECLARE_CUDA_KERNEL(transpose);   // also int64
+PT_DECLARE_CUDA_KERNEL(copy_input);  // also int64, int32, bool, uint8: cudaMemcpyAsync
+// reduce_ops.cpp (reduce.cu, pool.cu)
+PT_DECLARE_CUDA_KERNEL(reduce_sum);
+PT_DECLARE_CUDA_KERNEL(reduce_mean);
+PT_DECLARE_CUDA_KERNEL(reduce_max);
+PT_DECLARE_CUDA_KERNEL(reduce_sum_to_shape);
+PT_DECLARE_CUDA_KERNEL(conv_grad_bias);
+PT_DECLARE_CUDA_KERNEL(global_average_pool);
+PT_DECLARE_CUDA_KERNEL(global_average_pool_grad);
+// gemm_ops.cpp (cuBLAS)
+PT_DECLARE_CUDA_KERNEL(gemm);
+PT_DECLARE_CUDA_KERNEL(matmul);
+// dnn_ops.cpp (cuDNN)
+PT_DECLARE_CUDA_KERNEL(conv);
+PT_DECLARE_CUDA_KERNEL(conv_grad_input);
+PT_DECLARE_CUDA_KERNEL(conv_grad_weight);
+PT_DECLARE_CUDA_KERNEL(softmax);
+PT_DECLARE_CUDA_KERNEL(log_softmax);
+PT_DECLARE_CUDA_KERNEL(softmax_grad);
+PT_DECLARE_CUDA_KERNEL(log_softmax_grad);
+// nn_ops.cpp (pool.cu, batchnorm.cu, dropout.cu, loss.cu, optimizer.cu)
+PT_DECLARE_CUDA_KERNEL(max_pool);
+PT_DECLARE_CUDA_KERNEL(max_pool_grad);
+PT_DECLARE_CUDA_KERNEL(average_pool);
+PT_DECLARE_CUDA_KERNEL(average_pool_grad);
+PT_DECLARE_CUDA_KERNEL(batch_normalization);
+PT_DECLARE_CUDA_KERNEL(batch_normalization_grad);
+PT_DECLARE_CUDA_KERNEL(dropout);
+PT_DECLARE_CUDA_KERNEL(dropout_grad);
+// Synchronises its stream once to validate the labels on the host (see nn_ops.cpp).
+PT_DECLARE_CUDA_KERNEL(softmax_cross_entropy_loss);
+PT_DECLARE_CUDA_KERNEL(softmax_cross_entropy_loss_grad);
+PT_DECLARE_CUDA_KERNEL(mse_loss);
+PT_DECLARE_CUDA_KERNEL(mse_loss_grad);
+PT_DECLARE_CUDA_KERNEL(sgd_momentum);
 
 #undef PT_DECLARE_CUDA_KERNEL
+
+// The fused optimizer step for a parameter group, for the runtime (no registry op: the CPU
+// runtime does SpecTrain's prediction in host code). For every tensor: g = G + wd*W;
+// V = gamma*V + (1 - gamma)*g; W -= lr*V; and where pred is set, pred = W - s_predict*lr*V (the
+// weights SpecTrain predicts for the next pass, from the updated W and V). lr_device: a T scalar
+// on the device. One launch per 64 tensors. T is float or double.
+struct SgdTensor {
+  void* w = nullptr;
+  const void* g = nullptr;
+  void* v = nullptr;
+  void* pred = nullptr;  // optional
+  int64_t n = 0;
+};
+template <typename T>
+Status sgd_spectrain_step(std::span<const SgdTensor> tensors, const void* lr_device, double gamma,
+                          double weight_decay, double s_predict, void* stream);
+// SpecTrain's prediction alone: out = w - s * lr * v (as runtime/pipeline_stage.cpp's predict).
+template <typename T>
+Status spectrain_predict(void* out, const void* w, const void* v, int64_t n, const void* lr_device,
+                         double s, void* stream);
+
+// "CUDA runtime 13000, driver 13000, cuBLAS 130100, cuDNN 91900" (driver 0 without one): what this
+// process loaded, for reports. Needs no GPU.
+std::string library_versions();
+
+// Entries of the convolution algorithm cache (dnn_ops.cpp), for tests and reports.
+size_t conv_algo_cache_size();
 
 // Device memory on the current device, for tests and tools (the runtime has its own allocator).
 // Each returns internal_error naming the CUDA error; the copies are synchronous with the host.

@@ -146,6 +146,27 @@ class TrainingToolsTest(unittest.TestCase):
             self.assertEqual(read_bytes(os.path.join(out, "mlp.trained.onnx")),
                              read_bytes(os.path.join(ref, "mlp.trained.onnx")))
 
+    def test_metrics_csv_is_published_while_training(self):
+        for gpus in ("1", "2"):
+            out = os.path.join(self.dir, f"live{gpus}")
+            p = subprocess.Popen([BIN, self.model, "--data", self.data, "--out", out, *map(str, COMMON), "--lr", "0.1",
+                                  "--gpus", gpus, "--steps", "100000000", "--val-split", "0.25", "--eval-every", "20"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                path = os.path.join(out, "metrics.csv")
+                for _ in range(600):
+                    if os.path.exists(path):
+                        break
+                    time.sleep(0.05)
+                self.assertIsNone(p.poll(), "the run ended")
+                rows = metrics(out)  # a whole file: published by rename
+                self.assertGreaterEqual(len(rows), 9)  # the first validation: the end of epoch 1 (9 steps)
+                self.assertTrue(any(r["val_loss"] for r in rows))
+            finally:
+                p.send_signal(signal.SIGINT)
+                p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 130)
+
     # --- learning-rate schedules ----------------------------------------------------------
     @staticmethod
     def expected_lr(kind, t, total, base=0.1, warm=0, every=0, gamma=0.1, power=2.0, lo=0.0):

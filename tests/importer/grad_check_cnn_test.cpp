@@ -44,6 +44,9 @@ TEST(GradCheckCnn, Conv) {
       {"2-D auto_pad VALID", {1, 2, 6, 5}, {2, 2, 3, 3},
        attrs_of({{"auto_pad", std::string("VALID")}, {"strides", Ints{2, 1}}}), true},
       {"3-D", {1, 2, 4, 4, 3}, {2, 2, 2, 3, 2}, attrs_of({{"pads", Ints{1, 0, 1, 0, 1, 0}}}), true},
+      {"2-D one output position, 3x3 over 1x1", {3, 4, 1, 1}, {5, 4, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}}), true},
+      {"2-D one output position, stride 2 over 2x2", {2, 3, 2, 2}, {2, 3, 3, 3},
+       attrs_of({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), false},
   };
   uint32_t seed = 5000;
   for (const Case& cs : cases) {

@@ -38,6 +38,7 @@ struct Options {
   int64_t vocab = 100;  // int64 model inputs: tokens drawn from [0, vocab)
   bool per_node = false;
   bool json = false;
+  bool memory_plan = true;
 };
 
 constexpr float kLr = 0.01f;
@@ -49,7 +50,7 @@ int usage(const std::string& why) {
   std::fprintf(stderr,
                "step_bench: error: %s\n"
                "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
-               "                  [--vocab V] [--per-node] [--json]\n",
+               "                  [--vocab V] [--per-node] [--json] [--no-memory-plan]\n",
                why.c_str());
   return 2;
 }
@@ -86,6 +87,8 @@ int parse(int argc, char** argv, Options* o) {
       o->per_node = true;
     } else if (a == "--json") {
       o->json = true;
+    } else if (a == "--no-memory-plan") {
+      o->memory_plan = false;
     } else if (a == "-h" || a == "--help") {
       return usage("help requested");
     } else if (!a.empty() && a[0] == '-') {
@@ -199,7 +202,8 @@ int run(const Options& o) {
   if (batch != o.batch_size)
     std::fprintf(stderr, "notice: the model's batch dimension is fixed at %lld (--batch-size %lld ignored)\n",
                  static_cast<long long>(batch), static_cast<long long>(o.batch_size));
-  auto created = Executor::create(g, DeviceKind::kCpu);
+  // As Trainer does: a memory plan, keeping the loss and the model output.
+  auto created = Executor::create(g, DeviceKind::kCpu, {}, ExecutorOptions{o.memory_plan, {tg->loss.loss, tg->loss.output}});
   if (!created) {
     std::fprintf(stderr, "FAIL: executor: %s\n", created.status().message().c_str());
     return 1;
@@ -303,16 +307,25 @@ int run(const Options& o) {
     if (by_op.size() > kTopNodes) by_op.resize(kTopNodes);
   }
   const long rss = peak_rss_kib();
+  // Bytes of every value's own buffer (unplanned), of the planned values without sharing, and of
+  // the arena they share (the planned peak).
+  const MemoryPlan& plan = ex.plan();
+  size_t own_bytes = 0;
+  for (const auto& v : g.values())
+    if (v->dtype != DType::kUndefined && !plan.planned(v.get())) own_bytes += v->bytes();
+  const double mib = 1024.0 * 1024.0;
   const int omp_threads = omp_get_max_threads(), blas_threads = openblas_get_num_threads();
 
   if (o.json) {
     std::printf("{\"model\": \"%s\", \"batch\": %lld, \"nodes\": %zu, \"forward_nodes\": %zu, \"steps\": %zu, "
                 "\"warmup\": %lld, \"omp_threads\": %d, \"blas_threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, "
                 "\"p90_ms\": %.4f, \"steps_per_s\": %.4f, \"peak_rss_kib\": %ld, \"loss_first\": %.6f, "
-                "\"loss_step20\": %.6f, \"loss_first5_mean\": %.6f, \"loss_last5_mean\": %.6f",
+                "\"loss_step20\": %.6f, \"loss_first5_mean\": %.6f, \"loss_last5_mean\": %.6f, "
+                "\"plan_values\": %zu, \"plan_arena_mib\": %.3f, \"plan_unshared_mib\": %.3f, \"own_buffers_mib\": %.3f",
                 json_escape(o.model).c_str(), static_cast<long long>(batch), g.nodes().size(), forward_nodes,
                 ms.size(), static_cast<long long>(o.warmup), omp_threads, blas_threads, med, p10, p90, 1e3 / med,
-                rss, val_losses.front(), val_losses.back(), first5, last5);
+                rss, val_losses.front(), val_losses.back(), first5, last5, plan.planned_values, plan.arena_bytes / mib,
+                plan.planned_bytes / mib, own_bytes / mib);
     if (o.per_node) {
       std::printf(", \"per_node_total_ms\": %.4f, \"top_nodes\": [", 1e3 * node_total);
       for (size_t i = 0; i < top.size(); ++i)
@@ -339,6 +352,11 @@ int run(const Options& o) {
   std::printf("step: median %.3f ms, p10 %.3f ms, p90 %.3f ms over %zu steps (after %lld warm-up); %.2f steps/s\n",
               med, p10, p90, ms.size(), static_cast<long long>(o.warmup), 1e3 / med);
   std::printf("peak resident memory: %.1f MiB (VmHWM)\n", rss / 1024.0);
+  if (o.memory_plan)
+    std::printf("memory plan: %zu values share a %.1f MiB arena (%.1f MiB without sharing); other buffers %.1f MiB\n",
+                plan.planned_values, plan.arena_bytes / mib, plan.planned_bytes / mib, own_bytes / mib);
+  else
+    std::printf("memory plan: off (--no-memory-plan); buffers %.1f MiB\n", own_bytes / mib);
   if (o.per_node) {
     std::printf("\nper node (mean of timed steps; sum %.3f ms):\n", 1e3 * node_total);
     std::printf("  %-24s %-9s %9s %7s  %s\n", "op", "phase", "ms", "share", "node");

@@ -212,6 +212,10 @@ def main(argv=None):
             print(f"{name}: ok (losses torch {t['loss_first']:.4f} -> {t['loss_step20']:.4f}, ours "
                   f"{o['loss_first']:.4f} -> {o['loss_step20']:.4f} over {VALIDATION_STEPS} steps on one batch)",
                   flush=True)
+            if "plan_values" in o:
+                print(f"  memory plan of onnx-pipetrain: {o['plan_values']} values share a {o['plan_arena_mib']:.1f} MiB "
+                      f"arena ({o['plan_unshared_mib']:.1f} MiB without sharing); other buffers "
+                      f"{o['own_buffers_mib']:.1f} MiB", flush=True)
             if a.per_node and "top_nodes" in o:
                 print(f"  top nodes of onnx-pipetrain (sum {o['per_node_total_ms']:.2f} ms):")
                 for n in o["top_nodes"]:

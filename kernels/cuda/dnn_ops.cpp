@@ -1,0 +1,468 @@
+// The cuDNN-backed CUDA kernels: Conv, ConvGradInput (backward data), ConvGradWeight (backward
+// filter), Softmax / LogSoftmax and their gradients. Convolution algorithms come from cuDNN 9's
+// v7 heuristics (cudnnGet*Algorithm_v7, no trial runs, no allocation), chosen once per shape and
+// cached; workspaces come from the caching allocator. Float convolutions run in FMA math (exact
+// FP32, comparable with the CPU) unless PIPETRAIN_CUDA_TF32=1 allows TF32 tensor cores. Windows
+// with asymmetric pads, which cuDNN's convolution descriptor cannot express, run the CPU kernel
+// through the host fallback (fallback.h).
+#include <climits>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/allocator.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/fallback.h"
+#include "kernels/cuda/libs.h"
+#include "kernels/cuda/ops_util.h"
+#include "kernels/window.h"
+
+namespace pt::cuda {
+
+namespace {
+
+template <typename T>
+constexpr cudnnDataType_t dnn_type() {
+  return std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+}
+
+// RAII for the descriptors; each create/set is checked by the caller.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  ~TensorDesc() {
+    if (d) (void)cudnnDestroyTensorDescriptor(d);
+  }
+};
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  ~FilterDesc() {
+    if (d) (void)cudnnDestroyFilterDescriptor(d);
+  }
+};
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ~ConvDesc() {
+    if (d) (void)cudnnDestroyConvolutionDescriptor(d);
+  }
+};
+
+Status to_int_dims(const char* op, const Dims& dims, std::vector<int>* out) {
+  out->clear();
+  for (int64_t v : dims) {
+    if (v > INT_MAX) return unsupported(std::string(op) + " (cuda): dim " + std::to_string(v) + " exceeds cuDNN's int");
+    out->push_back(static_cast<int>(v));
+  }
+  if (numel(dims) > INT_MAX)
+    return unsupported(std::string(op) + " (cuda): tensor " + dims_str(dims) + " exceeds cuDNN's 2^31 elements");
+  return Status::ok();
+}
+
+// A fully packed NCHW / NCDHW tensor descriptor (at least 4 dims: cuDNN's minimum).
+Status make_tensor(const char* op, cudnnDataType_t t, Dims dims, TensorDesc* desc) {
+  while (dims.size() < 4) dims.push_back(1);
+  std::vector<int> d;
+  RETURN_IF_ERROR(to_int_dims(op, dims, &d));
+  std::vector<int> st(d.size());
+  int64_t s = 1;
+  for (size_t i = d.size(); i-- > 0;) {
+    st[i] = static_cast<int>(s);
+    s *= d[i];
+  }
+  PT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc->d));
+  PT_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc->d, t, static_cast<int>(d.size()), d.data(), st.data()));
+  return Status::ok();
+}
+
+bool tf32_allowed() {
+  static const bool on = [] {
+    const char* e = std::getenv("PIPETRAIN_CUDA_TF32");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
+enum class Pass { kForward, kGradInput, kGradWeight };
+
+// Everything a convolution depends on, as cuDNN sees it (1-D convolutions become 2-D, H = 1).
+struct ConvSetup {
+  Dims x, w, y;              // [N, C, spatial...], [M, C/g, k...], [N, M, out...]
+  std::vector<int> pad, stride, dil;
+  int64_t group = 1;
+  bool symmetric = true;
+};
+
+// Checks as kernels/cpu/conv.cpp's conv_shape (same messages), then fills `cs`.
+Status conv_setup(const char* op, const AttrMap& attrs, const Dims& x, const Dims& wd, const Dims& y, ConvSetup* cs) {
+  if (wd.size() != x.size())
+    return invalid_input(std::string(op) + ": W " + dims_str(wd) + " and X " + dims_str(x) + " differ in rank");
+  const Dims kernel(wd.begin() + 2, wd.end());
+  Window w;
+  RETURN_IF_ERROR(window_from_attrs(op, attrs, x, &kernel, false, &w));
+  for (int i = 0; i < w.nd; ++i)
+    if (w.k[kMaxSpatial - w.nd + i] != kernel[i])
+      return invalid_input(std::string(op) + ": kernel_shape does not match W " + dims_str(wd));
+  const int64_t m = wd[0];
+  const int64_t g = attrs.get_int("group", 1);
+  if (g < 1 || w.c % g != 0 || m % g != 0 || wd[1] * g != w.c)
+    return invalid_input(std::string(op) + ": group " + std::to_string(g) + " does not fit X " + dims_str(x) +
+                         " and W " + dims_str(wd));
+  RETURN_IF_ERROR(check_same_dims(op, "output", y, window_output_dims(w, m)));
+  cs->x = x;
+  cs->w = wd;
+  cs->y = y;
+  cs->group = g;
+  cs->pad.clear();
+  cs->stride.clear();
+  cs->dil.clear();
+  if (w.nd == 1) {  // [N, C, W] -> [N, C, 1, W]
+    cs->x.insert(cs->x.begin() + 2, 1);
+    cs->w.insert(cs->w.begin() + 2, 1);
+    cs->y.insert(cs->y.begin() + 2, 1);
+    cs->pad.push_back(0);
+    cs->stride.push_back(1);
+    cs->dil.push_back(1);
+  }
+  for (int j = kMaxSpatial - w.nd; j < kMaxSpatial; ++j) {
+    if (w.pb[j] != w.pe[j]) cs->symmetric = false;
+    if (w.pb[j] > INT_MAX || w.s[j] > INT_MAX || w.d[j] > INT_MAX)
+      return unsupported(std::string(op) + " (cuda): window parameter exceeds cuDNN's int");
+    cs->pad.push_back(static_cast<int>(w.pb[j]));
+    cs->stride.push_back(static_cast<int>(w.s[j]));
+    cs->dil.push_back(static_cast<int>(w.d[j]));
+  }
+  return Status::ok();
+}
+
+struct ConvDescs {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+};
+
+template <typename T>
+Status make_conv_descs(const char* op, const ConvSetup& cs, ConvDescs* d) {
+  const cudnnDataType_t t = dnn_type<T>();
+  RETURN_IF_ERROR(make_tensor(op, t, cs.x, &d->x));
+  RETURN_IF_ERROR(make_tensor(op, t, cs.y, &d->y));
+  std::vector<int> wd;
+  RETURN_IF_ERROR(to_int_dims(op, cs.w, &wd));
+  PT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d->w.d));
+  PT_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d->w.d, t, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
+  PT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d->conv.d));
+  PT_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(d->conv.d, static_cast<int>(cs.pad.size()), cs.pad.data(),
+                                                 cs.stride.data(), cs.dil.data(), CUDNN_CROSS_CORRELATION, t));
+  PT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d->conv.d, static_cast<int>(cs.group)));
+  const bool tf32 = std::is_same_v<T, float> && tf32_allowed();
+  PT_CUDNN_CHECK(cudnnSetConvolutionMathType(d->conv.d, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  return Status::ok();
+}
+
+// The algorithm cache: (pass, dtype, shapes, window, math, device) -> (algo, workspace bytes).
+struct AlgoChoice {
+  int algo = 0;
+  size_t workspace = 0;
+};
+std::mutex g_algo_mu;
+std::map<std::vector<int64_t>, AlgoChoice>& algo_cache() {
+  static auto* m = new std::map<std::vector<int64_t>, AlgoChoice>();
+  return *m;
+}
+
+// The key: pass, dtype, device, math, then each shape / window list followed by a -1 separator.
+using AlgoKey = std::vector<int64_t>;
+AlgoKey algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs) {
+  int dev = 0;
+  (void)cudaGetDevice(&dev);
+  AlgoKey k = {static_cast<int64_t>(p), static_cast<int64_t>(t), dev, tf32_allowed() ? 1 : 0, cs.group, -1};
+  auto add = [&](const auto& v) {
+    k.insert(k.end(), v.begin(), v.end());
+    k.push_back(-1);
+  };
+  add(cs.x);
+  add(cs.w);
+  add(cs.pad);
+  add(cs.stride);
+  add(cs.dil);
+  return k;
+}
+
+// Workspaces above this are not considered (the allocator could hold them, but a heuristic's
+// top choice wanting gigabytes usually has a near-equal alternative).
+constexpr size_t kMaxWorkspace = size_t{1} << 30;
+
+// The first heuristic result that succeeds and fits kMaxWorkspace, preferring, where FMA math is
+// asked for (float without PIPETRAIN_CUDA_TF32), results that report FMA math; then any that
+// succeeds. The convolution always runs with the descriptor's math type, so a TF32 algorithm is
+// never chosen behind the caller's back: cuDNN runs the FMA variant or fails the call.
+template <typename Perf, typename GetFn, typename SizeFn>
+Status choose_algo(const char* what, GetFn get, SizeFn size_of, bool want_fma, AlgoChoice* out) {
+  constexpr int kMax = 16;
+  Perf perf[kMax];
+  int n = 0;
+  const cudnnStatus_t st = get(kMax, &n, perf);
+  if (st != CUDNN_STATUS_SUCCESS) return cudnn_error_status(st, what, __FILE__, __LINE__);
+  for (int pass = want_fma ? 0 : 1; pass < 2; ++pass) {
+    for (int i = 0; i < n; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (pass == 0 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+      size_t ws = 0;
+      if (size_of(perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS || ws > kMaxWorkspace) continue;
+      out->algo = static_cast<int>(perf[i].algo);
+      out->workspace = ws;
+      return Status::ok();
+    }
+  }
+  return unsupported(std::string(what) + ": cuDNN's heuristics offer no usable algorithm for this convolution");
+}
+
+template <typename T>
+Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSetup& cs, const void* x, const void* w,
+                const void* dy, void* out) {
+  const cudaStream_t stream = stream_of(call);
+  ConvDescs d;
+  RETURN_IF_ERROR(make_conv_descs<T>(op, cs, &d));
+  cudnnHandle_t h;
+  RETURN_IF_ERROR(cudnn_for(stream, &h));
+  const bool want_fma = std::is_same_v<T, float> && !tf32_allowed();
+  const AlgoKey key = algo_key(pass, dnn_type<T>(), cs);
+  AlgoChoice choice;
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(g_algo_mu);
+    auto it = algo_cache().find(key);
+    if (it != algo_cache().end()) {
+      choice = it->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    if (pass == Pass::kForward) {
+      RETURN_IF_ERROR(choose_algo<cudnnConvolutionFwdAlgoPerf_t>(
+          "cudnnGetConvolutionForwardAlgorithm_v7",
+          [&](int k, int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, k, n, p);
+          },
+          [&](cudnnConvolutionFwdAlgo_t a, size_t* ws) {
+            return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.d, d.w.d, d.conv.d, d.y.d, a, ws);
+          },
+          want_fma, &choice));
+    } else if (pass == Pass::kGradInput) {
+      RETURN_IF_ERROR(choose_algo<cudnnConvolutionBwdDataAlgoPerf_t>(
+          "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+          [&](int k, int* n, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, k, n, p);
+          },
+          [&](cudnnConvolutionBwdDataAlgo_t a, size_t* ws) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.d, d.y.d, d.conv.d, d.x.d, a, ws);
+          },
+          want_fma, &choice));
+    } else {
+      RETURN_IF_ERROR(choose_algo<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+          [&](int k, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, k, n, p);
+          },
+          [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* ws) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.d, d.y.d, d.conv.d, d.w.d, a, ws);
+          },
+          want_fma, &choice));
+    }
+    std::lock_guard<std::mutex> lock(g_algo_mu);
+    algo_cache()[key] = choice;
+  }
+  ScratchBuffer ws;
+  RETURN_IF_ERROR(ws.allocate(choice.workspace, stream));
+  const T one = T(1), zero = T(0);
+  switch (pass) {
+    case Pass::kForward:
+      PT_CUDNN_CHECK(cudnnConvolutionForward(h, &one, d.x.d, x, d.w.d, w, d.conv.d,
+                                             static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo), ws.get(),
+                                             choice.workspace, &zero, d.y.d, out));
+      break;
+    case Pass::kGradInput:
+      PT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, d.w.d, w, d.y.d, dy, d.conv.d,
+                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo), ws.get(),
+                                                  choice.workspace, &zero, d.x.d, out));
+      break;
+    case Pass::kGradWeight:
+      PT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, d.x.d, x, d.y.d, dy, d.conv.d,
+                                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algo),
+                                                    ws.get(), choice.workspace, &zero, d.w.d, out));
+      break;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+size_t conv_algo_cache_size() {
+  std::lock_guard<std::mutex> lock(g_algo_mu);
+  return algo_cache().size();
+}
+
+template <typename T>
+Status conv(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Conv", 2, 1));
+  const TensorView& x = call.inputs[0];
+  const TensorView& w = call.inputs[1];
+  const TensorView& y = call.outputs[0];
+  ConvSetup cs;
+  RETURN_IF_ERROR(conv_setup("Conv", call.attrs, x.dims, w.dims, y.dims, &cs));
+  const bool bias = has_input(call, 2);
+  if (bias) RETURN_IF_ERROR(check_same_dims("Conv", "B", call.inputs[2].dims, Dims{w.dims[0]}));
+  if (!cs.symmetric) return run_on_host(&cpu::conv<T>, call);
+  if (y.size() == 0) return Status::ok();
+  if (x.size() == 0 || w.size() == 0) {
+    // cuDNN refuses empty reductions; the result is the bias alone (or 0).
+    PT_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.bytes(), stream_of(call)));
+  } else {
+    RETURN_IF_ERROR(run_conv<T>(call, "Conv", Pass::kForward, cs, x.as<T>(), w.as<T>(), nullptr, y.as<T>()));
+  }
+  if (bias) {
+    cudnnHandle_t h;
+    RETURN_IF_ERROR(cudnn_for(stream_of(call), &h));
+    TensorDesc bd, yd;
+    Dims bdims(cs.y.size(), 1);
+    bdims[1] = w.dims[0];
+    RETURN_IF_ERROR(make_tensor("Conv", dnn_type<T>(), bdims, &bd));
+    RETURN_IF_ERROR(make_tensor("Conv", dnn_type<T>(), cs.y, &yd));
+    const T one = T(1);
+    PT_CUDNN_CHECK(cudnnAddTensor(h, &one, bd.d, call.inputs[2].data, &one, yd.d, y.data));
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status conv_grad_input(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "ConvGradInput", 2, 1));
+  const TensorView& dy = call.inputs[0];
+  const TensorView& w = call.inputs[1];
+  const TensorView& dx = call.outputs[0];
+  ConvSetup cs;
+  RETURN_IF_ERROR(conv_setup("ConvGradInput", call.attrs, dx.dims, w.dims, dy.dims, &cs));
+  if (!cs.symmetric) return run_on_host(&cpu::conv_grad_input<T>, call);
+  if (dx.size() == 0) return Status::ok();
+  if (dy.size() == 0 || w.size() == 0) {
+    PT_CUDA_CHECK(cudaMemsetAsync(dx.data, 0, dx.bytes(), stream_of(call)));
+    return Status::ok();
+  }
+  return run_conv<T>(call, "ConvGradInput", Pass::kGradInput, cs, nullptr, w.as<T>(), dy.as<T>(), dx.as<T>());
+}
+
+template <typename T>
+Status conv_grad_weight(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "ConvGradWeight", 2, 1));
+  const TensorView& dy = call.inputs[0];
+  const TensorView& x = call.inputs[1];
+  const TensorView& dw = call.outputs[0];
+  ConvSetup cs;
+  RETURN_IF_ERROR(conv_setup("ConvGradWeight", call.attrs, x.dims, dw.dims, dy.dims, &cs));
+  if (!cs.symmetric) return run_on_host(&cpu::conv_grad_weight<T>, call);
+  if (dw.size() == 0) return Status::ok();
+  if (x.size() == 0 || dy.size() == 0) {
+    PT_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.bytes(), stream_of(call)));
+    return Status::ok();
+  }
+  return run_conv<T>(call, "ConvGradWeight", Pass::kGradWeight, cs, x.as<T>(), nullptr, dy.as<T>(), dw.as<T>());
+}
+
+// ---- softmax ------------------------------------------------------------------------------------
+
+namespace {
+
+// [outer, n, inner] of a softmax along `axis` (or over dims[axis:] with _coerce2d), as
+// kernels/cpu/cpu_util.h's axis_geometry; cuDNN then sees (N, C, H, W) = (outer, n, inner, 1).
+Status softmax_geometry(const KernelCall& call, const char* op, const Dims& dims, Dims* g) {
+  const int64_t r = static_cast<int64_t>(dims.size());
+  const int64_t axis = call.attrs.get_int("axis", r - 1);
+  const bool coerce2d = call.attrs.get_int("_coerce2d", 0) != 0;
+  int64_t outer = 1, n = 1, inner = 1;
+  if (r > 0) {
+    if (axis < 0 || axis >= r)
+      return invalid_input(std::string(op) + ": axis " + std::to_string(axis) + " out of range for input of rank " +
+                           std::to_string(r));
+    for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+    if (coerce2d) {
+      for (int64_t d = axis; d < r; ++d) n *= dims[d];
+    } else {
+      n = dims[axis];
+      for (int64_t d = axis + 1; d < r; ++d) inner *= dims[d];
+    }
+  }
+  *g = Dims{outer, n, inner};
+  return Status::ok();
+}
+
+}  // namespace
+
+// Log-softmax (or softmax) of x viewed as [outer, n, inner] over n, with cuDNN: for the loss.
+template <typename T>
+Status softmax_rows(cudaStream_t stream, const char* op, bool log, int64_t outer, int64_t n, int64_t inner,
+                    const T* x, T* y) {
+  if (outer * n * inner == 0) return Status::ok();
+  TensorDesc d;
+  RETURN_IF_ERROR(make_tensor(op, dnn_type<T>(), Dims{outer, n, inner, 1}, &d));
+  cudnnHandle_t h;
+  RETURN_IF_ERROR(cudnn_for(stream, &h));
+  const T one = T(1), zero = T(0);
+  PT_CUDNN_CHECK(cudnnSoftmaxForward(h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL,
+                                     &one, d.d, x, &zero, d.d, y));
+  return Status::ok();
+}
+
+namespace {
+
+template <typename T>
+Status softmax_fwd(const KernelCall& call, const char* op, bool log) {
+  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
+  const TensorView& x = call.inputs[0];
+  const TensorView& y = call.outputs[0];
+  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, x.dims));
+  Dims g;
+  RETURN_IF_ERROR(softmax_geometry(call, op, x.dims, &g));
+  if (x.size() == 0) return Status::ok();
+  return softmax_rows<T>(stream_of(call), op, log, g[0], g[1], g[2], x.as<T>(), y.as<T>());
+}
+
+template <typename T>
+Status softmax_bwd(const KernelCall& call, const char* op, bool log) {
+  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  const TensorView& dy = call.inputs[0];
+  const TensorView& y = call.inputs[1];
+  const TensorView& dx = call.outputs[0];
+  RETURN_IF_ERROR(check_same_dims(op, "Y", y.dims, dy.dims));
+  RETURN_IF_ERROR(check_same_dims(op, "output", dx.dims, dy.dims));
+  Dims g;
+  RETURN_IF_ERROR(softmax_geometry(call, op, dy.dims, &g));
+  if (dy.size() == 0) return Status::ok();
+  TensorDesc d;
+  RETURN_IF_ERROR(make_tensor(op, dnn_type<T>(), Dims{g[0], g[1], g[2], 1}, &d));
+  cudnnHandle_t h;
+  RETURN_IF_ERROR(cudnn_for(stream_of(call), &h));
+  const T one = T(1), zero = T(0);
+  PT_CUDNN_CHECK(cudnnSoftmaxBackward(h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL,
+                                      &one, d.d, y.as<T>(), d.d, dy.as<T>(), &zero, d.d, dx.as<T>()));
+  return Status::ok();
+}
+
+}  // namespace
+
+template <typename T> Status softmax(const KernelCall& c) { return softmax_fwd<T>(c, "Softmax", false); }
+template <typename T> Status log_softmax(const KernelCall& c) { return softmax_fwd<T>(c, "LogSoftmax", true); }
+template <typename T> Status softmax_grad(const KernelCall& c) { return softmax_bwd<T>(c, "SoftmaxGrad", false); }
+template <typename T> Status log_softmax_grad(const KernelCall& c) { return softmax_bwd<T>(c, "LogSoftmaxGrad", true); }
+
+#define PT_F(name)                                  \
+  template Status name<float>(const KernelCall&);   \
+  template Status name<double>(const KernelCall&);
+PT_F(conv) PT_F(conv_grad_input) PT_F(conv_grad_weight) PT_F(softmax) PT_F(log_softmax) PT_F(softmax_grad)
+PT_F(log_softmax_grad)
+#undef PT_F
+template Status softmax_rows<float>(cudaStream_t, const char*, bool, int64_t, int64_t, int64_t, const float*, float*);
+template Status softmax_rows<double>(cudaStream_t, const char*, bool, int64_t, int64_t, int64_t, const double*,
+                                     double*);
+
+}  // namespace pt::cuda

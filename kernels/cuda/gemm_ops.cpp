@@ -1,0 +1,183 @@
+// Gemm and MatMul on cuBLAS, row-major through the transpose trick: a row-major C[M, N] is a
+// column-major C^T[N, M] = op(B)^T op(A)^T, so each call swaps the operands and passes (N, M, K).
+// Same checks and refusals as kernels/cpu/gemm.cpp (dims above the BLAS int range included).
+// MatMul batches go through cublas<t>gemmStridedBatched when one operand's batch dims are full or
+// absent (stride 0), one call per batch otherwise (general broadcasting of both, rare).
+#include <climits>
+#include <string>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/libs.h"
+#include "kernels/cuda/ops_util.h"
+
+namespace pt::cuda {
+
+namespace {
+
+Status check_blas_size(const char* op, std::initializer_list<int64_t> sizes) {
+  for (int64_t s : sizes)
+    if (s > INT_MAX)
+      return unsupported(std::string(op) + ": matrix dimension " + std::to_string(s) + " exceeds the BLAS int range");
+  return Status::ok();
+}
+
+cublasStatus_t gemm_cm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const float* alpha, const float* a, int lda, const float* b, int ldb, const float* beta,
+                       float* c, int ldc) {
+  return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+cublasStatus_t gemm_cm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const double* alpha, const double* a, int lda, const double* b, int ldb, const double* beta,
+                       double* c, int ldc) {
+  return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+cublasStatus_t gemm_cm_batched(cublasHandle_t h, int m, int n, int k, const float* alpha, const float* a, int lda,
+                               long long sa, const float* b, int ldb, long long sb, const float* beta, float* c,
+                               int ldc, long long sc, int count) {
+  return cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
+                                   sc, count);
+}
+cublasStatus_t gemm_cm_batched(cublasHandle_t h, int m, int n, int k, const double* alpha, const double* a, int lda,
+                               long long sa, const double* b, int ldb, long long sb, const double* beta, double* c,
+                               int ldc, long long sc, int count) {
+  return cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
+                                   sc, count);
+}
+
+// Row-major C[M, N] = alpha * op(A) @ op(B) + beta * C; lda / ldb / ldc are row-major widths.
+template <typename T>
+Status gemm_rm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  PT_CUBLAS_CHECK(gemm_cm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                          static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(ldb), a,
+                          static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
+  return Status::ok();
+}
+
+}  // namespace
+
+template <typename T>
+Status gemm(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Gemm", 2, 1));
+  const TensorView& a = call.inputs[0];
+  const TensorView& b = call.inputs[1];
+  const TensorView& y = call.outputs[0];
+  const bool ta = call.attrs.get_int("transA", 0) != 0;
+  const bool tb = call.attrs.get_int("transB", 0) != 0;
+  const T alpha = static_cast<T>(call.attrs.get_float("alpha", 1.0f));
+  const T beta = static_cast<T>(call.attrs.get_float("beta", 1.0f));
+  if (a.rank() != 2 || b.rank() != 2)
+    return invalid_input("Gemm: A " + dims_str(a.dims) + " and B " + dims_str(b.dims) + " must both be 2-D");
+  const int64_t m = ta ? a.dims[1] : a.dims[0];
+  const int64_t k = ta ? a.dims[0] : a.dims[1];
+  const int64_t kb = tb ? b.dims[1] : b.dims[0];
+  const int64_t n = tb ? b.dims[0] : b.dims[1];
+  if (k != kb)
+    return invalid_input("Gemm: inner dimensions differ: op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
+                         "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(n) + "]");
+  RETURN_IF_ERROR(check_same_dims("Gemm", "output", y.dims, Dims{m, n}));
+  RETURN_IF_ERROR(check_blas_size("Gemm", {m, n, k}));
+  if (m == 0 || n == 0) return Status::ok();
+  const bool with_c = has_input(call, 2) && beta != T(0);
+  Strided<1> cwalk;
+  if (with_c) {
+    const TensorView& c = call.inputs[2];
+    if (c.rank() > 2) return invalid_input("Gemm: C " + dims_str(c.dims) + " has rank above 2");
+    const int64_t cm = c.rank() == 2 ? c.dims[0] : 1;
+    const int64_t cn = c.rank() >= 1 ? c.dims[c.rank() - 1] : 1;
+    if ((cm != 1 && cm != m) || (cn != 1 && cn != n))
+      return invalid_input("Gemm: C " + dims_str(c.dims) + " does not broadcast to [" + std::to_string(m) + ", " +
+                           std::to_string(n) + "]");
+    const Dims yd{m, n};
+    RETURN_IF_ERROR(make_strided<1>("Gemm", yd, {broadcast_strides(c.dims, yd)}, &cwalk));
+  }
+  const cudaStream_t stream = stream_of(call);
+  T* py = y.as<T>();
+  // Y starts as beta * C (broadcast), then GEMM accumulates into it with beta 1.
+  if (with_c)
+    PT_CUDA_CHECK(launch_gather_copy<T>(cwalk, py, call.inputs[2].as<T>(), m * n, static_cast<double>(beta), stream));
+  if (k == 0 || alpha == T(0)) {
+    if (!with_c) PT_CUDA_CHECK(cudaMemsetAsync(py, 0, y.bytes(), stream));
+    return Status::ok();
+  }
+  cublasHandle_t h;
+  RETURN_IF_ERROR(cublas_for(stream, &h));
+  return gemm_rm<T>(h, ta, tb, m, n, k, alpha, a.as<T>(), std::max<int64_t>(a.dims[1], 1), b.as<T>(),
+                    std::max<int64_t>(b.dims[1], 1), with_c ? T(1) : T(0), py, n);
+}
+
+template <typename T>
+Status matmul(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "MatMul", 2, 1));
+  const TensorView& a = call.inputs[0];
+  const TensorView& b = call.inputs[1];
+  const TensorView& y = call.outputs[0];
+  if (a.rank() == 0 || b.rank() == 0) return invalid_input("MatMul: operands must not be scalars");
+  const bool a1 = a.rank() == 1, b1 = b.rank() == 1;
+  const Dims ad = a1 ? Dims{1, a.dims[0]} : a.dims;
+  const Dims bd = b1 ? Dims{b.dims[0], 1} : b.dims;
+  const int64_t m = ad[ad.size() - 2], k = ad.back();
+  const int64_t kb = bd[bd.size() - 2], n = bd.back();
+  if (k != kb)
+    return invalid_input("MatMul: inner dimensions differ: A " + dims_str(a.dims) + ", B " + dims_str(b.dims));
+  const Dims abatch(ad.begin(), ad.end() - 2), bbatch(bd.begin(), bd.end() - 2);
+  Dims batch;
+  if (!broadcast_dims(abatch, bbatch, &batch))
+    return invalid_input("MatMul: batch dims of A " + dims_str(a.dims) + " and B " + dims_str(b.dims) +
+                         " do not broadcast");
+  Dims out = batch;
+  if (!a1) out.push_back(m);
+  if (!b1) out.push_back(n);
+  RETURN_IF_ERROR(check_same_dims("MatMul", "output", y.dims, out));
+  const int64_t nbatch = numel(batch);
+  if (y.size() == 0) return Status::ok();
+  const cudaStream_t stream = stream_of(call);
+  const T* pa = a.as<T>();
+  const T* pb = b.as<T>();
+  T* py = y.as<T>();
+  if (k == 0) {
+    PT_CUDA_CHECK(cudaMemsetAsync(py, 0, y.bytes(), stream));
+    return Status::ok();
+  }
+  cublasHandle_t h;
+  if (numel(bbatch) == 1) {
+    // One B matrix: A's batch dims (as many as the output's) become extra rows.
+    RETURN_IF_ERROR(check_blas_size("MatMul", {nbatch * m, n, k}));
+    RETURN_IF_ERROR(cublas_for(stream, &h));
+    return gemm_rm<T>(h, false, false, nbatch * m, n, k, T(1), pa, k, pb, n, T(0), py, n);
+  }
+  RETURN_IF_ERROR(check_blas_size("MatMul", {m, n, k, nbatch}));
+  RETURN_IF_ERROR(cublas_for(stream, &h));
+  const T one = T(1), zero = T(0);
+  const bool a_full = abatch == batch, a_single = numel(abatch) == 1;
+  const bool b_full = bbatch == batch;
+  if ((a_full || a_single) && b_full) {
+    // Column-major view: C^T (n x m) = B^T (n x k) A^T (k x m), per batch.
+    PT_CUBLAS_CHECK(gemm_cm_batched(h, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, pb,
+                                    static_cast<int>(n), static_cast<long long>(k * n), pa, static_cast<int>(k),
+                                    a_single ? 0LL : static_cast<long long>(m * k), &zero, py, static_cast<int>(n),
+                                    static_cast<long long>(m * n), static_cast<int>(nbatch)));
+    return Status::ok();
+  }
+  const Dims sa = broadcast_strides(abatch, batch), sb = broadcast_strides(bbatch, batch);
+  for (int64_t bi = 0; bi < nbatch; ++bi) {
+    int64_t rem = bi, oa = 0, ob = 0;
+    for (size_t d = batch.size(); d-- > 0;) {
+      const int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      oa += idx * sa[d];
+      ob += idx * sb[d];
+    }
+    RETURN_IF_ERROR(gemm_rm<T>(h, false, false, m, n, k, one, pa + oa * m * k, k, pb + ob * k * n, n, zero,
+                               py + bi * m * n, n));
+  }
+  return Status::ok();
+}
+
+template Status gemm<float>(const KernelCall&);
+template Status gemm<double>(const KernelCall&);
+template Status matmul<float>(const KernelCall&);
+template Status matmul<double>(const KernelCall&);
+
+}  // namespace pt::cuda

@@ -1,0 +1,180 @@
+// The launchers of the custom CUDA kernels (kernels/cuda/*.cu), as the host-side wrappers
+// (kernels/cuda/*_ops.cpp) call them: plain structs and pointers, no framework types, so that the
+// .cu files include only CUDA and this header and nvcc stays fast. Each launcher queues its
+// kernels on `stream` without synchronising and returns cudaGetLastError() of its last launch
+// (the caller wraps it in PT_CUDA_CHECK, which names its own file:line). T is float or double
+// unless said otherwise; every size is int64_t, every loop grid-stride.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace pt::cuda {
+
+// ---- strided index maps ---------------------------------------------------------------------
+constexpr int kMaxRank = 8;
+
+// A row-major walk over `sizes` (outermost first) where operand k steps by strides[k][d]
+// elements along dim d. The host merges and drops dims first (rank <= kMaxRank).
+template <int K>
+struct Strided {
+  int rank = 0;
+  int64_t sizes[kMaxRank] = {};
+  int64_t strides[K][kMaxRank] = {};
+};
+
+// ---- elementwise (elementwise.cu) -----------------------------------------------------------
+enum class UnaryOp : int {
+  kSigmoid, kTanh, kNeg, kExp, kLog, kSqrt, kLeakyRelu, kElu, kSelu, kHardSigmoid, kHardSwish,
+  kErf, kSoftplus, kReciprocal, kAbs, kClip,
+};
+// a, b: the op's scalar attributes (alpha/beta, alpha/gamma, clip min/max). Clip's optional
+// bound tensors are read on the device (lo/hi: a T scalar each, or null to use a / b).
+struct UnaryParams {
+  double a = 0, b = 0;
+  const void* lo = nullptr;
+  const void* hi = nullptr;
+};
+template <typename T>
+cudaError_t launch_unary(UnaryOp op, UnaryParams p, T* y, const T* x, int64_t n, cudaStream_t stream);
+
+// dX = f(dY, Z): Z is the forward output (Sigmoid, Tanh) or input (the rest).
+enum class GradOp : int {
+  kSigmoid, kTanh, kLeakyRelu, kElu, kSelu, kHardSigmoid, kHardSwish, kErf, kSoftplus, kAbs, kClip,
+};
+template <typename T>
+cudaError_t launch_unary_grad(GradOp op, UnaryParams p, T* dx, const T* dy, const T* z, int64_t n,
+                              cudaStream_t stream);
+
+// ---- broadcasting binary ops (binary.cu); T also int64_t for kAdd, kSub, kMul ---------------
+enum class BinaryOp : int { kAdd, kSub, kMul, kDiv, kPRelu };
+// y[i] = f(a[offset_a(i)], b[offset_b(i)]) over the walk `s` (operand 0: a, operand 1: b); y is
+// contiguous in walk order.
+template <typename T>
+cudaError_t launch_binary(BinaryOp op, const Strided<2>& s, T* y, const T* a, const T* b, int64_t n,
+                          cudaStream_t stream);
+// y[i] = scale * x[offset(i)]: Transpose, Expand, broadcasting copies (any 1, 2, 4 or 8-byte
+// element: T is float, double, int64_t, int32_t, uint8_t; scale is ignored for integers).
+template <typename T>
+cudaError_t launch_gather_copy(const Strided<1>& s, T* y, const T* x, int64_t n, double scale, cudaStream_t stream);
+// y[i] += x[offset(i)] (Sum and Mean over several inputs).
+template <typename T>
+cudaError_t launch_accumulate(const Strided<1>& s, T* y, const T* x, int64_t n, cudaStream_t stream);
+// y[i] *= scale.
+template <typename T>
+cudaError_t launch_scale(T* y, int64_t n, double scale, cudaStream_t stream);
+// PReluGrad: dx = x < 0 ? dy * slope[offset(i)] : dy; dslope = x < 0 ? dy * x : 0.
+template <typename T>
+cudaError_t launch_prelu_grad(const Strided<1>& slope, T* dx, T* dslope, const T* dy, const T* x,
+                              const T* s, int64_t n, cudaStream_t stream);
+
+// ---- reductions (reduce.cu) -----------------------------------------------------------------
+enum class ReduceOp : int { kSum, kMean, kMax };
+// out[o] = reduce over r of x[kept_offset(o) + reduced_offset(r)], accumulated in double (max in
+// T; NaN propagates as the CPU's `v > best` scan does not: see reduce.cu). `kept` walks the
+// outputs (n_out of them, out contiguous in that order), `reduced` the n_red elements of each.
+// scale multiplies the result (1 / n for means).
+// Partitions per output the launcher uses (1: none); with P > 1 it needs scratch of n_out * P doubles.
+int64_t reduce_partitions(int64_t n_out, int64_t n_red);
+template <typename T>
+cudaError_t launch_reduce(ReduceOp op, const Strided<1>& kept, const Strided<1>& reduced, T* out, const T* x,
+                          int64_t n_out, int64_t n_red, double scale, double* scratch, cudaStream_t stream);
+
+// ---- softmax cross-entropy and MSE (loss.cu) ------------------------------------------------
+// Per sample i = (n, d) of log_prob [N, C, D]: loss_i = -w_i * logp[n, label_i, d] where
+// w_i = (weights ? weights[label_i] : 1), 0 for an ignored label (== ignore when has_ignore).
+// Labels were validated by the host. reduction: 0 mean, 1 sum, 2 none (loss has N*D entries).
+template <typename T>
+cudaError_t launch_sce_loss(T* loss, const T* logp, const void* labels, bool labels_i64, const T* weights,
+                            bool has_ignore, int64_t ignore, int64_t n, int64_t c, int64_t d, int reduction,
+                            cudaStream_t stream);
+// scale: one device double of scratch (the factor of reductions mean and sum).
+template <typename T>
+cudaError_t launch_sce_loss_grad(T* dscores, double* scale, const T* dloss, const T* logp, const void* labels,
+                                 bool labels_i64, const T* weights, bool has_ignore, int64_t ignore, int64_t n,
+                                 int64_t c, int64_t d, int reduction, cudaStream_t stream);
+// MSE: loss = sum((p - t)^2) (/ n when mean); grad dp = 2 * dloss / (mean ? n : 1) * (p - t).
+template <typename T>
+cudaError_t launch_mse_loss(T* loss, const T* p, const T* t, int64_t n, bool mean, cudaStream_t stream);
+template <typename T>
+cudaError_t launch_mse_loss_grad(T* dp, const T* dloss, const T* p, const T* t, int64_t n, bool mean,
+                                 cudaStream_t stream);
+
+// ---- dropout (dropout.cu), the masks of kernels/dropout_rng.h --------------------------------
+// step: device int64 scalar or null; active iff training && step >= 0 && ratio > 0 (read on the
+// device: no host round trip). mask may be null.
+template <typename T>
+cudaError_t launch_dropout(T* y, bool* mask, const T* x, const int64_t* step, int64_t n, float ratio,
+                           bool training, uint64_t seed, cudaStream_t stream);
+template <typename T>
+cudaError_t launch_dropout_grad(T* dx, const T* dy, const bool* mask, int64_t n, float ratio, cudaStream_t stream);
+
+// ---- optimizer (optimizer.cu) -----------------------------------------------------------------
+// One fused launch for a parameter group: for every tensor t and element i,
+//   g = G + wd*W; V = gamma*V + (1 - gamma)*g; W -= lr*V;  and, when pred[t] is set,
+//   pred = W - s*lr*V  (SpecTrain's prediction for the next pass, from the updated W and V).
+// lr is read from the device (lr_dev, a T scalar) when set, else lr_host is used.
+constexpr int kMaxGroupTensors = 64;
+template <typename T>
+struct SgdGroup {
+  int count = 0;
+  T* w[kMaxGroupTensors] = {};
+  const T* g[kMaxGroupTensors] = {};
+  T* v[kMaxGroupTensors] = {};
+  T* pred[kMaxGroupTensors] = {};
+  int64_t begin[kMaxGroupTensors + 1] = {};  // prefix sums of the tensors' sizes
+};
+template <typename T>
+cudaError_t launch_sgd_spectrain(const SgdGroup<T>& group, const T* lr_dev, double lr_host, double gamma,
+                                 double wd, double s_pred, cudaStream_t stream);
+// SpecTrain prediction alone: out = w - s * lr * v (lr from the device when lr_dev is set).
+template <typename T>
+cudaError_t launch_spectrain_predict(T* out, const T* w, const T* v, const T* lr_dev, double lr_host, double s,
+                                     int64_t n, cudaStream_t stream);
+
+// ---- pooling (pool.cu) ------------------------------------------------------------------------
+// Spatial dims right-aligned into 3 slots as kernels/window.h's Window.
+struct PoolGeom {
+  int64_t planes = 0;  // N * C
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+};
+template <typename T>
+cudaError_t launch_max_pool(const PoolGeom& g, T* y, int64_t* indices, bool col_major, const T* x,
+                            cudaStream_t stream);
+// dx must be zeroed first (the launcher does it); windows scatter with atomicAdd.
+template <typename T>
+cudaError_t launch_max_pool_grad(const PoolGeom& g, T* dx, const T* dy, const T* x, cudaStream_t stream);
+template <typename T>
+cudaError_t launch_avg_pool(const PoolGeom& g, T* y, const T* x, bool include_pad, cudaStream_t stream);
+template <typename T>
+cudaError_t launch_avg_pool_grad(const PoolGeom& g, T* dx, const T* dy, bool include_pad, cudaStream_t stream);
+// GlobalAveragePoolGrad: dx[p, i] = dy[p] / size.
+template <typename T>
+cudaError_t launch_global_avg_pool_grad(T* dx, const T* dy, int64_t planes, int64_t size, cudaStream_t stream);
+
+// ---- batch normalisation (batchnorm.cu) -------------------------------------------------------
+struct BnGeom {
+  int64_t n = 0, c = 0, s = 1;
+};
+// Partitions per channel of the statistics sums, and the scratch (in doubles) both launchers need.
+int64_t bn_partitions(const BnGeom& g);
+size_t bn_scratch_doubles(const BnGeom& g);
+// Training (batch statistics; running mean/var updated in place, saved mean / biased var written
+// when given) unless `training` is false or *step < 0 (an evaluation pass, read on the device).
+// out_mean / out_var (outputs 1, 2) receive the running statistics after the update. coef is
+// scratch of 2*C T values, scratch of bn_scratch_doubles(g) doubles. C at most 65535.
+template <typename T>
+cudaError_t launch_batch_norm(const BnGeom& g, T* y, const T* x, const T* scale, const T* bias, T* run_mean,
+                              T* run_var, T* out_mean, T* out_var, T* saved_mean, T* saved_var,
+                              const int64_t* step, bool training, double eps, double momentum, bool unbiased,
+                              T* coef, double* scratch, cudaStream_t stream);
+// dx, dscale, dbias each may be null. run_mean/run_var: running statistics (inference mode only).
+// coef: scratch of 4*C T values, scratch of bn_scratch_doubles(g) doubles.
+template <typename T>
+cudaError_t launch_batch_norm_grad(const BnGeom& g, T* dx, T* dscale, T* dbias, const T* dy, const T* x,
+                                   const T* scale, const T* run_mean, const T* run_var, bool training, double eps,
+                                   T* coef, double* scratch, cudaStream_t stream);
+
+}  // namespace pt::cuda

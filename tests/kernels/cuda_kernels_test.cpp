@@ -1,0 +1,769 @@
+// The CUDA backend against the CPU: every case runs the registered CPU kernel on host tensors and
+// the registered CUDA kernel on device copies of the same inputs, then compares every output (and
+// every input the op updates in place) with atol + rtol*|ref|, with guard elements after each
+// device output. Parameterised over cases (op, shapes, attributes) x {float, double}. Without a
+// GPU these skip with the driver's message; the table, allocator and refusal tests run anyway.
+#ifdef PIPETRAIN_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/cuda/allocator.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/ops_util.h"
+#include "kernels/registry.h"
+
+namespace pt {
+namespace {
+
+constexpr uint32_t kSeed = 20261202;
+constexpr size_t kGuardBytes = 256;
+constexpr unsigned char kGuardByte = 0xA5;
+
+// ---- cases --------------------------------------------------------------------------------------
+
+enum class Gen {
+  kUniform,   // U(-1, 1)
+  kPositive,  // U(0.5, 2)
+  kLabels,    // int64 in [0, param)
+  kMask,      // bool, ~70% true
+  kStep,      // int64 scalar = param
+  kScalar,    // T scalar = param
+  kIndices,   // int64 in [0, param)
+  kAbsent,    // optional input left out (data == nullptr)
+};
+
+struct In {
+  Dims dims;
+  Gen gen = Gen::kUniform;
+  double param = 0;
+  bool fixed_dtype = false;  // labels, masks, steps keep their own dtype
+};
+In u(Dims d) { return {std::move(d)}; }
+In pos(Dims d) { return {std::move(d), Gen::kPositive}; }
+In labels(Dims d, int64_t c) { return {std::move(d), Gen::kLabels, static_cast<double>(c), true}; }
+In mask(Dims d) { return {std::move(d), Gen::kMask, 0, true}; }
+In step(int64_t s) { return {{1}, Gen::kStep, static_cast<double>(s), true}; }
+In scalar(double v) { return {{}, Gen::kScalar, v}; }
+In indices(Dims d, int64_t n) { return {std::move(d), Gen::kIndices, static_cast<double>(n), true}; }
+In absent() { return {{}, Gen::kAbsent}; }
+
+struct Out {
+  Dims dims;
+  DType fixed = DType::kUndefined;  // kUndefined: the case's T
+};
+
+struct Case {
+  std::string name;  // unique, gtest-safe
+  std::string op;
+  std::vector<In> in;
+  std::vector<Out> out;
+  AttrMap attrs;
+  std::vector<size_t> in_place;  // inputs the op updates (compared too)
+  double tol_scale = 1;          // multiplies the dtype's tolerances
+};
+
+AttrMap attrs(std::initializer_list<std::pair<const char*, Attribute>> kv) {
+  AttrMap m;
+  for (const auto& [k, v] : kv) m.set(k, v);
+  return m;
+}
+using Ints = std::vector<int64_t>;
+
+std::vector<Case> make_cases() {
+  std::vector<Case> c;
+  auto add = [&](std::string name, std::string op, std::vector<In> in, std::vector<Out> out, AttrMap a = {},
+                 std::vector<size_t> in_place = {}, double tol_scale = 1) {
+    c.push_back(Case{std::move(name), std::move(op), std::move(in), std::move(out), std::move(a), std::move(in_place),
+                     tol_scale});
+  };
+  const Dims e{3, 1000};
+  // Unary ops and their gradients.
+  for (const char* op : {"Sigmoid", "Tanh", "Neg", "Exp", "Erf", "Softplus", "Abs", "HardSwish"})
+    add(std::string(op) + "_3x1000", op, {u(e)}, {{e}}, {});
+  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) add(std::string(op) + "_3x1000", op, {pos(e)}, {{e}}, {});
+  add("Sigmoid_large", "Sigmoid", {u({(1 << 20) + 3})}, {{{(1 << 20) + 3}}}, {});
+  add("LeakyRelu", "LeakyRelu", {u(e)}, {{e}}, attrs({{"alpha", 0.2f}}));
+  add("Elu", "Elu", {u(e)}, {{e}}, attrs({{"alpha", 0.7f}}));
+  add("Selu", "Selu", {u(e)}, {{e}}, {});
+  add("HardSigmoid", "HardSigmoid", {u(e)}, {{e}}, attrs({{"alpha", 0.3f}, {"beta", 0.4f}}));
+  add("Clip_attrs", "Clip", {u(e)}, {{e}}, attrs({{"min", -0.3f}, {"max", 0.5f}}));
+  add("Clip_inputs", "Clip", {u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {});
+  for (const char* op : {"SigmoidGrad", "TanhGrad", "EluGrad", "SeluGrad", "HardSwishGrad", "ErfGrad", "SoftplusGrad",
+                         "AbsGrad", "LeakyReluGrad", "HardSigmoidGrad", "ReluGrad"})
+    add(std::string(op) + "_3x1000", op, {u(e), u(e)}, {{e}}, {});
+  add("ClipGrad_inputs", "ClipGrad", {u(e), u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {});
+  // Broadcasting binary ops, Sum, Mean, Transpose, copies.
+  add("Add_bcast", "Add", {u({4, 3, 5}), u({3, 1})}, {{{4, 3, 5}}}, {});
+  add("Add_rowbias", "Add", {u({64, 100}), u({100})}, {{{64, 100}}}, {});
+  add("Sub_same", "Sub", {u({7, 9}), u({7, 9})}, {{{7, 9}}}, {});
+  add("Mul_scalar", "Mul", {u({5, 6}), u({})}, {{{5, 6}}}, {});
+  add("Div_bcast", "Div", {u({2, 3, 4}), pos({2, 1, 4})}, {{{2, 3, 4}}}, {});
+  add("Add_outer", "Add", {u({5, 1}), u({1, 6})}, {{{5, 6}}}, {});
+  add("PRelu", "PRelu", {u({2, 3, 4, 4}), u({3, 1, 1})}, {{{2, 3, 4, 4}}}, {});
+  add("PReluGrad", "PReluGrad", {u({2, 3, 4}), u({2, 3, 4}), u({3, 1})}, {{{2, 3, 4}}, {{2, 3, 4}}}, {});
+  add("Sum3", "Sum", {u({4, 5}), u({5}), u({4, 1})}, {{{4, 5}}}, {});
+  add("Mean2", "Mean", {u({3, 4}), u({3, 4})}, {{{3, 4}}}, {});
+  add("Transpose_0231", "Transpose", {u({2, 3, 4, 5})}, {{{2, 4, 5, 3}}}, attrs({{"perm", Ints{0, 2, 3, 1}}}));
+  add("Transpose_default", "Transpose", {u({6, 7})}, {{{7, 6}}}, {});
+  add("Reshape", "Reshape", {u({4, 6})}, {{{2, 12}}}, {});
+  // Reductions.
+  add("ReduceSum_axis1", "ReduceSum", {u({4, 5, 6})}, {{{4, 1, 6}}}, attrs({{"_axes", Ints{1}}}));
+  add("ReduceMean_axes02", "ReduceMean", {u({4, 5, 6})}, {{{1, 5, 1}}}, attrs({{"_axes", Ints{0, 2}}}));
+  add("ReduceMax_last", "ReduceMax", {u({4, 5, 600})}, {{{4, 5, 1}}}, attrs({{"_axes", Ints{2}}}));
+  add("ReduceSum_all", "ReduceSum", {u({300, 700})}, {{{1, 1}}}, attrs({{"_axes", Ints{0, 1}}}));
+  // Few outputs with many elements each: the partitioned path of reduce.cu.
+  add("ReduceMax_all_partitioned", "ReduceMax", {u({400, 500})}, {{{1, 1}}}, attrs({{"_axes", Ints{0, 1}}}));
+  add("ReduceMean_rows_partitioned", "ReduceMean", {u({3, 70000})}, {{{3, 1}}}, attrs({{"_axes", Ints{1}}}));
+  add("ConvGradBias_partitioned", "ConvGradBias", {u({16, 8, 64, 64})}, {{{8}}});
+  add("ReduceSumToShape_col", "ReduceSumToShape", {u({64, 100})}, {{{100}}}, {});
+  add("ReduceSumToShape_mid", "ReduceSumToShape", {u({8, 16, 4})}, {{{16, 1}}}, {});
+  add("ConvGradBias", "ConvGradBias", {u({4, 8, 5, 5})}, {{{8}}}, {});
+  add("GlobalAveragePool", "GlobalAveragePool", {u({2, 3, 5, 5})}, {{{2, 3, 1, 1}}}, {});
+  add("GlobalAveragePoolGrad", "GlobalAveragePoolGrad", {u({2, 3, 1, 1})}, {{{2, 3, 5, 5}}}, {});
+  // cuBLAS.
+  add("Gemm_transB_bias", "Gemm", {u({64, 128}), u({32, 128}), u({32})}, {{{64, 32}}},
+       attrs({{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}}));
+  add("Gemm_transA", "Gemm", {u({20, 10}), u({20, 30})}, {{{10, 30}}}, attrs({{"transA", int64_t{1}}}));
+  add("Gemm_C_matrix", "Gemm", {u({7, 5}), u({5, 3}), u({7, 3})}, {{{7, 3}}}, {});
+  add("MatMul_2d", "MatMul", {u({33, 17}), u({17, 9})}, {{{33, 9}}}, {});
+  add("MatMul_batched", "MatMul", {u({3, 4, 5}), u({3, 5, 6})}, {{{3, 4, 6}}}, {});
+  add("MatMul_bcastA", "MatMul", {u({4, 5}), u({3, 5, 6})}, {{{3, 4, 6}}}, {});
+  add("MatMul_bcast_both", "MatMul", {u({2, 1, 4, 5}), u({3, 5, 2})}, {{{2, 3, 4, 2}}}, {});
+  add("MatMul_oneB", "MatMul", {u({2, 3, 4, 5}), u({5, 6})}, {{{2, 3, 4, 6}}}, {});
+  add("MatMul_vec", "MatMul", {u({5}), u({5, 6})}, {{{6}}}, {});
+  // cuDNN convolutions (forward, backward data, backward filter).
+  const AttrMap conv3 = attrs({{"pads", Ints{1, 1, 1, 1}}});
+  add("Conv_3x3_bias", "Conv", {u({2, 3, 8, 8}), u({4, 3, 3, 3}), u({4})}, {{{2, 4, 8, 8}}}, conv3);
+  add("Conv_s2_d2", "Conv", {u({2, 4, 11, 11}), u({6, 4, 3, 3})}, {{{2, 6, 5, 5}}},
+       attrs({{"strides", Ints{2, 2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}));
+  add("Conv_absent_bias", "Conv", {u({1, 2, 5, 5}), u({3, 2, 3, 3}), absent()}, {{{1, 3, 3, 3}}});
+  add("Conv_group2", "Conv", {u({2, 4, 6, 6}), u({6, 2, 3, 3})}, {{{2, 6, 4, 4}}}, attrs({{"group", int64_t{2}}}));
+  add("Conv_1d", "Conv", {u({2, 3, 20}), u({5, 3, 4})}, {{{2, 5, 17}}}, {});
+  add("Conv_3d", "Conv", {u({1, 2, 5, 5, 5}), u({3, 2, 2, 2, 2})}, {{{1, 3, 4, 4, 4}}}, {});
+  add("Conv_asym_pads_fallback", "Conv", {u({1, 2, 6, 6}), u({3, 2, 3, 3})}, {{{1, 3, 5, 5}}},
+       attrs({{"pads", Ints{0, 0, 1, 1}}}));
+  add("ConvGradInput_3x3", "ConvGradInput", {u({2, 4, 8, 8}), u({4, 3, 3, 3})}, {{{2, 3, 8, 8}}}, conv3);
+  add("ConvGradWeight_3x3", "ConvGradWeight", {u({2, 4, 8, 8}), u({2, 3, 8, 8})}, {{{4, 3, 3, 3}}}, conv3);
+  add("ConvGradInput_s2", "ConvGradInput", {u({2, 6, 4, 4}), u({6, 4, 3, 3})}, {{{2, 4, 9, 9}}},
+       attrs({{"strides", Ints{2, 2}}}));
+  add("ConvGradWeight_group", "ConvGradWeight", {u({2, 6, 4, 4}), u({2, 4, 6, 6})}, {{{6, 2, 3, 3}}},
+       attrs({{"group", int64_t{2}}}));
+  // Softmax family (cuDNN).
+  add("Softmax_rows", "Softmax", {u({16, 10})}, {{{16, 10}}}, attrs({{"axis", int64_t{1}}}));
+  add("Softmax_inner", "Softmax", {u({2, 5, 3})}, {{{2, 5, 3}}}, attrs({{"axis", int64_t{1}}}));
+  add("Softmax_coerce2d", "Softmax", {u({2, 3, 4})}, {{{2, 3, 4}}}, attrs({{"axis", int64_t{1}}, {"_coerce2d", int64_t{1}}}));
+  add("LogSoftmax_rows", "LogSoftmax", {u({8, 1000})}, {{{8, 1000}}}, attrs({{"axis", int64_t{1}}}));
+  add("SoftmaxGrad", "SoftmaxGrad", {u({4, 7}), pos({4, 7})}, {{{4, 7}}}, attrs({{"axis", int64_t{1}}}));
+  add("LogSoftmaxGrad", "LogSoftmaxGrad", {u({4, 7}), u({4, 7})}, {{{4, 7}}}, attrs({{"axis", int64_t{1}}}));
+  // Pooling.
+  const AttrMap mp = attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
+  add("MaxPool_k3s2p1_indices", "MaxPool", {u({2, 3, 9, 9})}, {{{2, 3, 5, 5}}, {{2, 3, 5, 5}, DType::kInt64}}, mp);
+  add("MaxPoolGrad_k3s2p1", "MaxPoolGrad", {u({2, 3, 5, 5}), u({2, 3, 9, 9})}, {{{2, 3, 9, 9}}}, mp);
+  add("MaxPool_ceil_dil", "MaxPool", {u({1, 2, 10, 10})}, {{{1, 2, 4, 4}}},
+       attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{3, 3}}, {"dilations", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}));
+  const AttrMap ap = attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 0}},
+                            {"count_include_pad", int64_t{1}}});
+  add("AveragePool_incl_pad", "AveragePool", {u({2, 3, 8, 8})}, {{{2, 3, 4, 3}}}, ap);
+  add("AveragePoolGrad_incl_pad", "AveragePoolGrad", {u({2, 3, 4, 3})}, {{{2, 3, 8, 8}}}, ap);
+  add("AveragePool_1d", "AveragePool", {u({2, 3, 10})}, {{{2, 3, 4}}},
+       attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{0, 0}}}));
+  // BatchNormalization: training (running statistics updated in place), evaluation pass, grads.
+  const Dims bx{4, 3, 5, 5}, bc{3};
+  add("BN_train", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc), step(0)},
+       {{bx}, {bc}, {bc}, {bc}, {bc}}, attrs({{"_training", int64_t{1}}, {"momentum", 0.8f}}), {3, 4});
+  add("BN_eval_pass", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc), step(-1)}, {{bx}},
+       attrs({{"_training", int64_t{1}}}), {3, 4});
+  add("BN_inference", "BatchNormalization", {u(bx), u(bc), u(bc), u(bc), pos(bc)}, {{bx}}, {}, {3, 4});
+  add("BNGrad_train", "BatchNormalizationGrad", {u(bx), u(bx), u(bc)}, {{bx}, {bc}, {bc}},
+       attrs({{"_training", int64_t{1}}}), {}, 10);
+  add("BNGrad_inference", "BatchNormalizationGrad", {u(bx), u(bx), u(bc), u(bc), pos(bc)}, {{bx}, {bc}, {bc}}, {});
+  // Dropout with the shared counter-based masks.
+  const AttrMap dr = attrs({{"ratio", 0.3f}, {"_training", int64_t{1}}, {"seed", int64_t{7}}});
+  add("Dropout_train", "Dropout", {u({1000, 33}), step(5)}, {{{1000, 33}}, {{1000, 33}, DType::kBool}}, dr);
+  add("Dropout_eval", "Dropout", {u({100}), step(-1)}, {{{100}}, {{100}, DType::kBool}}, dr);
+  add("DropoutGrad", "DropoutGrad", {u({1000}), mask({1000})}, {{{1000}}}, attrs({{"ratio", 0.3f}}));
+  // Losses.
+  add("SCE_mean", "SoftmaxCrossEntropyLoss", {u({64, 10}), labels({64}, 10)}, {{{}}, {{64, 10}}}, {});
+  add("SCE_weights_ignore", "SoftmaxCrossEntropyLoss", {u({16, 5}), labels({16}, 5), pos({5})}, {{{}}},
+       attrs({{"ignore_index", int64_t{2}}}));
+  add("SCE_none_spatial", "SoftmaxCrossEntropyLoss", {u({4, 5, 3}), labels({4, 3}, 5)}, {{{4, 3}}},
+       attrs({{"reduction", std::string("none")}}));
+  add("SCEGrad_mean", "SoftmaxCrossEntropyLossGrad", {scalar(1.5), u({64, 10}), labels({64}, 10)}, {{{64, 10}}}, {});
+  add("SCEGrad_sum_weights", "SoftmaxCrossEntropyLossGrad", {scalar(0.5), u({8, 4, 2}), labels({8, 2}, 4), pos({4})},
+       {{{8, 4, 2}}}, attrs({{"reduction", std::string("sum")}, {"ignore_index", int64_t{1}}}));
+  add("MSE_mean", "MSELoss", {u({32, 3}), u({32, 3})}, {{{}}}, {});
+  add("MSEGrad_sum", "MSELossGrad", {scalar(2.0), u({32, 3}), u({32, 3})}, {{{32, 3}}},
+       attrs({{"reduction", std::string("sum")}}));
+  // Optimizer: W and V updated in place.
+  add("SGDMomentum", "SGDMomentum", {u({1000, 7}), u({1000, 7}), u({1000, 7}), scalar(0.1)}, {},
+       attrs({{"momentum", 0.9f}, {"weight_decay", 1e-4f}}), {0, 2});
+  // A few host fallbacks (the rest share the same code path).
+  add("LRN_fallback", "LRN", {u({2, 5, 4, 4})}, {{{2, 5, 4, 4}}}, attrs({{"size", int64_t{3}}}));
+  add("LayerNorm_fallback", "LayerNormalization", {u({4, 6}), u({6}), u({6})}, {{{4, 6}}}, attrs({{"axis", int64_t{1}}}));
+  add("Concat_fallback", "Concat", {u({2, 3}), u({2, 4})}, {{{2, 7}}}, attrs({{"axis", int64_t{1}}}));
+  add("Gather_fallback", "Gather", {u({5, 3}), indices({4}, 5)}, {{{4, 3}}}, attrs({{"axis", int64_t{0}}}));
+  add("GlobalMaxPool_fallback", "GlobalMaxPool", {u({2, 3, 4, 4})}, {{{2, 3, 1, 1}}}, {});
+  return c;
+}
+
+// ---- running a case -----------------------------------------------------------------------------
+
+template <typename T>
+struct Tol;
+template <>
+struct Tol<float> {
+  static constexpr double atol = 2e-5, rtol = 2e-4;  // cuBLAS/cuDNN sum in other orders
+};
+template <>
+struct Tol<double> {
+  static constexpr double atol = 1e-11, rtol = 1e-10;
+};
+
+template <typename T>
+HostTensor make_input(const In& in, std::mt19937& rng) {
+  switch (in.gen) {
+    case Gen::kLabels:
+    case Gen::kIndices: {
+      HostTensor t(DType::kInt64, in.dims);
+      std::uniform_int_distribution<int64_t> d(0, static_cast<int64_t>(in.param) - 1);
+      for (int64_t i = 0; i < t.size(); ++i) t.as<int64_t>()[i] = d(rng);
+      return t;
+    }
+    case Gen::kMask: {
+      HostTensor t(DType::kBool, in.dims);
+      std::bernoulli_distribution d(0.7);
+      for (int64_t i = 0; i < t.size(); ++i) t.as<bool>()[i] = d(rng);
+      return t;
+    }
+    case Gen::kStep: {
+      HostTensor t(DType::kInt64, in.dims);
+      t.as<int64_t>()[0] = static_cast<int64_t>(in.param);
+      return t;
+    }
+    case Gen::kScalar: {
+      HostTensor t(dtype_of<T>(), in.dims);
+      t.as<T>()[0] = static_cast<T>(in.param);
+      return t;
+    }
+    case Gen::kAbsent: return HostTensor();
+    case Gen::kUniform:
+    case Gen::kPositive: break;
+  }
+  HostTensor t(dtype_of<T>(), in.dims);
+  std::uniform_real_distribution<double> d(in.gen == Gen::kPositive ? 0.5 : -1.0, in.gen == Gen::kPositive ? 2.0 : 1.0);
+  for (int64_t i = 0; i < t.size(); ++i) t.as<T>()[i] = static_cast<T>(d(rng));
+  return t;
+}
+
+// What outputs hold before the kernels run (same bytes on both sides).
+void fill_initial(HostTensor* t) {
+  if (t->dtype() == DType::kFloat32)
+    for (int64_t i = 0; i < t->size(); ++i) t->as<float>()[i] = 0.375f;
+  else if (t->dtype() == DType::kFloat64)
+    for (int64_t i = 0; i < t->size(); ++i) t->as<double>()[i] = 0.375;
+}
+
+// One device allocation with kGuardBytes of guard after the payload.
+class DeviceTensor {
+ public:
+  ~DeviceTensor() {
+    if (p_) (void)cuda::device_free(p_);
+  }
+  Status upload(const HostTensor& t) {
+    bytes_ = t.bytes();
+    RETURN_IF_ERROR(cuda::device_alloc(&p_, bytes_ + kGuardBytes));
+    std::vector<unsigned char> buf(bytes_ + kGuardBytes, kGuardByte);
+    if (bytes_) std::memcpy(buf.data(), t.data(), bytes_);
+    return cuda::copy_to_device(p_, buf.data(), buf.size());
+  }
+  // Payload into t; false in *guard_ok when a guard byte changed.
+  Status download(HostTensor* t, bool* guard_ok) const {
+    std::vector<unsigned char> buf(bytes_ + kGuardBytes);
+    RETURN_IF_ERROR(cuda::copy_to_host(buf.data(), p_, buf.size()));
+    if (bytes_) std::memcpy(t->data(), buf.data(), bytes_);
+    *guard_ok = true;
+    for (size_t i = bytes_; i < buf.size(); ++i) *guard_ok = *guard_ok && buf[i] == kGuardByte;
+    return Status::ok();
+  }
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+::testing::AssertionResult close(const HostTensor& got, const HostTensor& ref, double atol, double rtol) {
+  if (got.dims() != ref.dims() || got.dtype() != ref.dtype())
+    return ::testing::AssertionFailure() << "shape/dtype differ";
+  int64_t bad = 0;
+  std::ostringstream first;
+  const bool exact = !is_floating(ref.dtype());
+  for (int64_t i = 0; i < ref.size(); ++i) {
+    const double g = got.get_double(i), r = ref.get_double(i);
+    const bool ok = exact ? g == r : (std::fabs(g - r) <= atol + rtol * std::fabs(r) || (std::isnan(g) && std::isnan(r)));
+    if (ok) continue;
+    if (bad++ < 5) first << " [" << i << "] got " << g << " want " << r;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << ref.size() << " elements differ (seed " << kSeed
+                                       << "):" << first.str();
+}
+
+template <typename T>
+void run_case(const Case& c) {
+  const KernelFn cpu = find_kernel(c.op, DeviceKind::kCpu, dtype_of<T>());
+  const KernelFn gpu = find_kernel(c.op, DeviceKind::kCuda, dtype_of<T>());
+  ASSERT_NE(cpu, nullptr) << "no CPU kernel for " << c.op;
+  ASSERT_NE(gpu, nullptr) << "no CUDA kernel for " << c.op;
+  std::mt19937 rng(kSeed);
+  std::vector<HostTensor> in_cpu;
+  for (const In& i : c.in) in_cpu.push_back(make_input<T>(i, rng));
+  const std::vector<HostTensor> in_orig = in_cpu;
+  std::vector<HostTensor> out_cpu;
+  for (const Out& o : c.out) {
+    out_cpu.emplace_back(o.fixed == DType::kUndefined ? dtype_of<T>() : o.fixed, o.dims);
+    fill_initial(&out_cpu.back());
+  }
+  const std::vector<HostTensor> out_init = out_cpu;
+
+  // CPU reference.
+  std::vector<TensorView> iv, ov;
+  for (size_t k = 0; k < in_cpu.size(); ++k)
+    iv.push_back(c.in[k].gen == Gen::kAbsent ? TensorView{} : in_cpu[k].view());
+  for (HostTensor& t : out_cpu) ov.push_back(t.view());
+  const Status cs = cpu(KernelCall{iv, ov, c.attrs, nullptr});
+  ASSERT_TRUE(cs.is_ok()) << "CPU: " << cs.message();
+
+  // CUDA on device copies of the original inputs and initial outputs.
+  std::vector<std::unique_ptr<DeviceTensor>> din, dout;
+  std::vector<TensorView> div, dov;
+  for (size_t k = 0; k < in_orig.size(); ++k) {
+    din.push_back(std::make_unique<DeviceTensor>());
+    if (c.in[k].gen == Gen::kAbsent) {
+      div.push_back(TensorView{});
+      continue;
+    }
+    const Status s = din.back()->upload(in_orig[k]);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    div.push_back(TensorView{din.back()->get(), in_orig[k].dtype(), in_orig[k].dims()});
+  }
+  for (const HostTensor& t : out_init) {
+    dout.push_back(std::make_unique<DeviceTensor>());
+    const Status s = dout.back()->upload(t);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    dov.push_back(TensorView{dout.back()->get(), t.dtype(), t.dims()});
+  }
+  const Status gs = gpu(KernelCall{div, dov, c.attrs, nullptr});
+  ASSERT_TRUE(gs.is_ok()) << "CUDA: " << gs.message();
+  const Status sync = cuda::device_synchronize();
+  ASSERT_TRUE(sync.is_ok()) << sync.message();
+
+  const double atol = Tol<T>::atol * c.tol_scale, rtol = Tol<T>::rtol * c.tol_scale;
+  for (size_t k = 0; k < out_cpu.size(); ++k) {
+    HostTensor got = out_init[k];
+    bool guard_ok = false;
+    const Status s = dout[k]->download(&got, &guard_ok);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    EXPECT_TRUE(guard_ok) << "output " << k << ": wrote past its end";
+    EXPECT_TRUE(close(got, out_cpu[k], atol, rtol)) << "output " << k;
+  }
+  for (size_t k : c.in_place) {
+    HostTensor got = in_orig[k];
+    bool guard_ok = false;
+    const Status s = din[k]->download(&got, &guard_ok);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    EXPECT_TRUE(guard_ok) << "input " << k << ": wrote past its end";
+    EXPECT_TRUE(close(got, in_cpu[k], atol, rtol)) << "in-place input " << k;
+  }
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = make_cases();
+  return c;
+}
+
+class CudaVsCpu : public ::testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
+  }
+};
+
+TEST_P(CudaVsCpu, Float) { run_case<float>(cases()[GetParam()]); }
+TEST_P(CudaVsCpu, Double) { run_case<double>(cases()[GetParam()]); }
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaVsCpu, ::testing::Range<size_t>(0, make_cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& i) { return cases()[i.param].name; });
+
+// ---- the fused optimizer step and the allocator on the device ------------------------------------
+
+class CudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
+  }
+};
+
+TEST_F(CudaDevice, FusedSgdSpecTrainMatchesHostFormula) {
+  // Three tensors of a group (one empty), lr on the device, prediction for s = 3.
+  const std::vector<int64_t> sizes = {1000, 0, 77};
+  std::mt19937 rng(kSeed);
+  std::uniform_real_distribution<double> d(-1, 1);
+  const double gamma = 0.9, wd = 1e-3, lr = 0.05, s = 3;
+  std::vector<std::vector<double>> w(3), g(3), v(3);
+  std::vector<std::unique_ptr<DeviceTensor>> dw, dg, dv, dp;
+  std::vector<cuda::SgdTensor> group;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    for (int64_t i = 0; i < sizes[t]; ++i) {
+      w[t].push_back(d(rng));
+      g[t].push_back(d(rng));
+      v[t].push_back(d(rng));
+    }
+    auto up = [&](const std::vector<double>& x) {
+      auto p = std::make_unique<DeviceTensor>();
+      const Status st = p->upload(HostTensor::from<double>({sizes[t]}, x));
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      return p;
+    };
+    dw.push_back(up(w[t]));
+    dg.push_back(up(g[t]));
+    dv.push_back(up(v[t]));
+    dp.push_back(up(std::vector<double>(sizes[t], 0.0)));
+    group.push_back({dw[t]->get(), dg[t]->get(), dv[t]->get(), dp[t]->get(), sizes[t]});
+  }
+  DeviceTensor dlr;
+  ASSERT_TRUE(dlr.upload(HostTensor::from<double>({1}, std::vector<double>{lr})).is_ok());
+  const Status st = cuda::sgd_spectrain_step<double>(group, dlr.get(), gamma, wd, s, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(cuda::device_synchronize().is_ok());
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    HostTensor gw(DType::kFloat64, {sizes[t]}), gv = gw, gp = gw;
+    bool ok = false;
+    ASSERT_TRUE(dw[t]->download(&gw, &ok).is_ok());
+    ASSERT_TRUE(dv[t]->download(&gv, &ok).is_ok());
+    ASSERT_TRUE(dp[t]->download(&gp, &ok).is_ok());
+    for (int64_t i = 0; i < sizes[t]; ++i) {
+      const double gi = g[t][i] + wd * w[t][i], vi = gamma * v[t][i] + (1 - gamma) * gi, wn = w[t][i] - lr * vi;
+      EXPECT_NEAR(gv.as<double>()[i], vi, 1e-14);
+      EXPECT_NEAR(gw.as<double>()[i], wn, 1e-14);
+      EXPECT_NEAR(gp.as<double>()[i], wn - s * lr * vi, 1e-14);
+    }
+  }
+}
+
+TEST_F(CudaDevice, SteadyStateMakesNoBackendCalls) {
+  // A conv forward + backward, repeated: after the first round every workspace and scratch block
+  // comes from the caching allocator's free lists.
+  const std::vector<Case> all = cases();
+  const Case* conv = nullptr;
+  const Case* bn = nullptr;
+  for (const Case& c : all) {
+    if (c.name == "Conv_3x3_bias") conv = &c;
+    if (c.name == "BN_train") bn = &c;
+  }
+  ASSERT_TRUE(conv && bn);
+  run_case<float>(*conv);
+  run_case<float>(*bn);
+  const cuda::AllocatorStats before = cuda::device_allocator().stats();
+  for (int r = 0; r < 3; ++r) {
+    run_case<float>(*conv);
+    run_case<float>(*bn);
+  }
+  const cuda::AllocatorStats after = cuda::device_allocator().stats();
+  EXPECT_EQ(after.backend_allocs, before.backend_allocs) << after.summary();
+  EXPECT_EQ(after.backend_frees, before.backend_frees) << after.summary();
+  EXPECT_GT(after.cache_hits, before.cache_hits) << after.summary();
+  EXPECT_GE(cuda::conv_algo_cache_size(), 1u);
+}
+
+// ---- what runs without a GPU ---------------------------------------------------------------------
+
+// The libraries this process loaded (printed for the GPU check's log); works without a GPU.
+TEST(CudaKernelTable, ReportsLibraryVersions) {
+  const std::string v = cuda::library_versions();
+  std::printf("cuda libraries: %s\n", v.c_str());
+  EXPECT_NE(v.find("cuDNN 9"), std::string::npos) << v;
+}
+
+// Every (op, dtype) of the CPU table has a CUDA kernel, native or host fallback.
+TEST(CudaKernelTable, CoversEveryCpuEntry) {
+  std::vector<std::string> missing;
+  for (const KernelEntry& e : all_kernels())
+    if (e.device == DeviceKind::kCpu && !has_kernel(e.op, DeviceKind::kCuda, e.dtype))
+      missing.push_back(std::string(e.op) + "/" + dtype_name(e.dtype));
+  EXPECT_TRUE(missing.empty()) << "no CUDA kernel for: " << ::testing::PrintToString(missing);
+}
+
+TEST(CudaKernelTable, EntriesAreUniqueAndOnCuda) {
+  std::set<std::pair<std::string, DType>> seen;
+  for (const KernelEntry& e : cuda::kernel_table()) {
+    EXPECT_EQ(e.device, DeviceKind::kCuda) << e.op;
+    EXPECT_TRUE(seen.insert({e.op, e.dtype}).second) << "twice: " << e.op << "/" << dtype_name(e.dtype);
+    EXPECT_TRUE(has_kernel(e.op, DeviceKind::kCpu, e.dtype)) << "CUDA-only entry " << e.op << "/" << dtype_name(e.dtype);
+  }
+}
+
+// The fallback copies back outputs only, so the ops that write through their inputs are native;
+// so are the ops of a ResNet training step (the GPU check trains one).
+TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
+  for (const char* op : {"SGDMomentum", "BatchNormalization", "BatchNormalizationGrad", "Conv", "ConvGradInput",
+                         "ConvGradWeight", "ConvGradBias", "Relu", "ReluGrad", "MaxPool", "MaxPoolGrad",
+                         "GlobalAveragePool", "GlobalAveragePoolGrad", "Add", "Sum", "Gemm", "MatMul",
+                         "ReduceSumToShape", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "Flatten",
+                         "Reshape", "Dropout", "DropoutGrad"})
+    for (DType t : {DType::kFloat32, DType::kFloat64}) {
+      EXPECT_TRUE(has_kernel(op, DeviceKind::kCuda, t)) << op;
+      EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op << " should be native";
+    }
+  const std::vector<std::string> fb = cuda::fallback_ops();
+  EXPECT_NE(std::find(fb.begin(), fb.end(), "LRN"), fb.end());
+}
+
+// Malformed calls: the CUDA kernel refuses them before touching memory, with the CPU kernel's
+// status code (the pointers are host dummies: a CUDA kernel that got past its checks would fail).
+TEST(CudaKernelTable, RefusesWhatTheCpuRefuses) {
+  alignas(64) static double dummy[4096];
+  struct Bad {
+    const char* op;
+    std::vector<Dims> in;
+    std::vector<Dims> out;
+    AttrMap attrs;
+  };
+  const std::vector<Bad> bad = {
+      {"Gemm", {{4, 5}, {6, 3}}, {{4, 3}}, {}},                               // inner dims differ
+      {"Gemm", {{4, 5, 1}, {5, 3}}, {{4, 3}}, {}},                            // not 2-D
+      {"MatMul", {{4, 5}, {6, 3}}, {{4, 3}}, {}},
+      {"Add", {{4, 5}, {3}}, {{4, 5}}, {}},                                   // no broadcast
+      {"Sigmoid", {{4}}, {{5}}, {}},                                          // output dims
+      {"Softmax", {{4, 5}}, {{4, 5}}, attrs({{"axis", int64_t{2}}})},         // axis out of range
+      {"Conv", {{1, 4, 5, 5}, {2, 3, 3, 3}}, {{1, 2, 3, 3}}, attrs({{"group", int64_t{2}}})},
+      {"Conv", {{1, 3, 5, 5}, {2, 3, 3, 3}}, {{1, 2, 4, 4}}, {}},             // wrong output dims
+      {"MaxPool", {{1, 3, 5, 5}}, {{1, 3, 5, 5}}, attrs({{"kernel_shape", Ints{3, 3}}})},
+      {"BatchNormalization", {{4}, {4}, {4}, {4}, {4}}, {{4}}, {}},           // rank below 2
+      {"SoftmaxCrossEntropyLoss", {{4, 3}, {5}}, {{}}, {}},                   // labels dims
+      {"MSELoss", {{4}, {4}}, {{}}, attrs({{"reduction", std::string("none")}})},
+      {"ReduceSumToShape", {{4, 5}}, {{3}}, {}},
+      {"Transpose", {{2, 3}}, {{3, 2}}, attrs({{"perm", Ints{0, 0}}})},
+      {"SGDMomentum", {{4}, {5}, {4}, {1}}, {}, {}},
+  };
+  for (const Bad& b : bad) {
+    for (DType t : {DType::kFloat32, DType::kFloat64}) {
+      std::vector<TensorView> in, out;
+      for (const Dims& d : b.in) in.push_back(TensorView{dummy, t, d});
+      for (const Dims& d : b.out) out.push_back(TensorView{dummy, t, d});
+      if (std::string(b.op) == "SoftmaxCrossEntropyLoss") in[1].dtype = DType::kInt64;
+      const KernelFn cpu = find_kernel(b.op, DeviceKind::kCpu, t);
+      const KernelFn gpu = find_kernel(b.op, DeviceKind::kCuda, t);
+      ASSERT_TRUE(cpu && gpu) << b.op;
+      const Status cs = cpu(KernelCall{in, out, b.attrs, nullptr});
+      const Status gs = gpu(KernelCall{in, out, b.attrs, nullptr});
+      EXPECT_FALSE(cs.is_ok()) << b.op << ": the CPU accepted a malformed call (test bug)";
+      EXPECT_EQ(gs.code(), cs.code()) << b.op << " cuda: " << gs.message() << " | cpu: " << cs.message();
+    }
+  }
+}
+
+// ---- the host-side walks the kernels index with (no GPU needed) ---------------------------------
+
+// Offsets of walk position i, as device_util.cuh's strided_offsets computes them.
+template <int K>
+std::array<int64_t, K> offsets(const cuda::Strided<K>& s, int64_t i) {
+  std::array<int64_t, K> off{};
+  for (int d = s.rank - 1; d >= 0; --d) {
+    const int64_t idx = i % s.sizes[d];
+    i /= s.sizes[d];
+    for (int k = 0; k < K; ++k) off[k] += idx * s.strides[k][d];
+  }
+  return off;
+}
+
+// The offset of out element `lin` in an operand of dims `in` broadcast to `out`, computed naively.
+int64_t naive_offset(const Dims& in, const Dims& out, int64_t lin) {
+  int64_t off = 0, stride = 1;
+  const size_t shift = out.size() - in.size();
+  for (size_t d = out.size(); d-- > 0;) {
+    const int64_t idx = lin % out[d];
+    lin /= out[d];
+    if (d >= shift) {
+      if (in[d - shift] != 1) off += idx * stride;
+      stride *= in[d - shift];
+    }
+  }
+  return off;
+}
+
+TEST(CudaWalks, BroadcastWalksMatchNaiveIndexing) {
+  std::mt19937 rng(kSeed);
+  std::uniform_int_distribution<int> rank(0, 6), ext(1, 4), coin(0, 2);
+  for (int trial = 0; trial < 300; ++trial) {
+    Dims out(rank(rng));
+    for (auto& d : out) d = ext(rng);
+    Dims a = out, b(out.begin() + (out.empty() ? 0 : coin(rng) % (out.size() + 1)), out.end());
+    for (auto& d : a) if (coin(rng) == 0) d = 1;
+    for (auto& d : b) if (coin(rng) == 0) d = 1;
+    cuda::Strided<2> s;
+    ASSERT_TRUE(cuda::make_strided<2>("test", out, {cuda::broadcast_strides(a, out), cuda::broadcast_strides(b, out)},
+                                      &s).is_ok());
+    ASSERT_LE(s.rank, cuda::kMaxRank);
+    for (int64_t i = 0; i < numel(out); ++i) {
+      const auto off = offsets<2>(s, i);
+      ASSERT_EQ(off[0], naive_offset(a, out, i)) << dims_str(out) << " " << dims_str(a) << " at " << i;
+      ASSERT_EQ(off[1], naive_offset(b, out, i)) << dims_str(out) << " " << dims_str(b) << " at " << i;
+    }
+  }
+}
+
+TEST(CudaWalks, ReduceWalksVisitEachElementOnceInOutputOrder) {
+  const Dims x{3, 4, 5, 2};
+  for (const Dims& kd : {Dims{1, 4, 1, 2}, Dims{3, 1, 5, 1}, Dims{1, 1, 1, 1}, Dims{3, 4, 5, 2}, Dims{3, 4, 1, 1}}) {
+    cuda::Strided<1> kept, red;
+    int64_t n_red = 0;
+    ASSERT_TRUE(cuda::reduce_walks("test", x, kd, &kept, &red, &n_red).is_ok());
+    EXPECT_EQ(n_red * numel(kd), numel(x));
+    std::vector<int> seen(static_cast<size_t>(numel(x)), 0);
+    for (int64_t o = 0; o < numel(kd); ++o)
+      for (int64_t r = 0; r < n_red; ++r) {
+        const int64_t e = offsets<1>(kept, o)[0] + offsets<1>(red, r)[0];
+        ASSERT_GE(e, 0);
+        ASSERT_LT(e, numel(x));
+        ++seen[e];
+        // e reduces to output o: its keep-dims source is o.
+        EXPECT_EQ(naive_offset(kd, x, e), o) << dims_str(kd);
+      }
+    for (int v : seen) EXPECT_EQ(v, 1) << dims_str(kd);
+  }
+}
+
+// ---- the caching allocator's bookkeeping, with a fake backend (no GPU needed) --------------------
+
+struct FakeBackend final : cuda::CachingAllocator::Backend {
+  std::set<void*> live;
+  int64_t allocs = 0, frees = 0;
+  size_t capacity = SIZE_MAX, used = 0;
+  std::map<void*, size_t> sizes;
+  Status alloc(void** p, size_t bytes) override {
+    *p = nullptr;
+    if (used + bytes > capacity) return internal_error("fake out of memory");
+    *p = ::operator new(bytes);
+    live.insert(*p);
+    sizes[*p] = bytes;
+    used += bytes;
+    ++allocs;
+    return Status::ok();
+  }
+  Status free(void* p) override {
+    EXPECT_EQ(live.erase(p), 1u) << "backend free of an unknown block";
+    used -= sizes[p];
+    sizes.erase(p);
+    ::operator delete(p);
+    ++frees;
+    return Status::ok();
+  }
+  const char* name() const override { return "fake"; }
+};
+
+TEST(CachingAllocator, SizeClassesBoundWaste) {
+  using A = cuda::CachingAllocator;
+  EXPECT_EQ(A::size_class(1), A::kMinBlock);
+  EXPECT_EQ(A::size_class(512), 512u);
+  EXPECT_EQ(A::size_class(513), 640u);
+  EXPECT_EQ(A::size_class(1024), 1024u);
+  EXPECT_EQ(A::size_class(1025), 1280u);
+  for (size_t b : {size_t{700}, size_t{4097}, size_t{1} << 20, (size_t{3} << 28) + 1, (size_t{1} << 33) - 1}) {
+    const size_t c = A::size_class(b);
+    EXPECT_GE(c, b);
+    EXPECT_LE(static_cast<double>(c - b) / static_cast<double>(c), 0.2) << b;
+    EXPECT_EQ(A::size_class(c), c) << "a class maps to itself";
+  }
+}
+
+TEST(CachingAllocator, ReusesPerStreamAndNeverFreesInSteadyState) {
+  FakeBackend be;
+  {
+    cuda::CachingAllocator a(&be);
+    void* s1 = reinterpret_cast<void*>(0x1);
+    void* s2 = reinterpret_cast<void*>(0x2);
+    for (int step = 0; step < 10; ++step) {
+      void *x, *y, *z;
+      ASSERT_TRUE(a.allocate(1000, s1, &x).is_ok());
+      ASSERT_TRUE(a.allocate(5000, s1, &y).is_ok());
+      ASSERT_TRUE(a.allocate(1000, s2, &z).is_ok());
+      EXPECT_NE(x, z) << "a block is not shared across streams";
+      a.deallocate(x);
+      a.deallocate(y);
+      a.deallocate(z);
+    }
+    const cuda::AllocatorStats st = a.stats();
+    EXPECT_EQ(be.allocs, 3) << st.summary();
+    EXPECT_EQ(be.frees, 0) << st.summary();
+    EXPECT_EQ(st.allocs, 30);
+    EXPECT_EQ(st.cache_hits, 27);
+    EXPECT_EQ(st.in_use_bytes, 0u);
+    EXPECT_EQ(st.cached_bytes, st.reserved_bytes);
+    EXPECT_GE(st.peak_in_use_bytes, 1000u + 5000u + 1000u);
+    void* zero = reinterpret_cast<void*>(0x5);
+    ASSERT_TRUE(a.allocate(0, s1, &zero).is_ok());
+    EXPECT_EQ(zero, nullptr);
+    a.deallocate(nullptr);
+  }
+  EXPECT_EQ(be.frees, 3) << "the destructor returns the cache";
+  EXPECT_TRUE(be.live.empty());
+}
+
+TEST(CachingAllocator, StatsAndFragmentation) {
+  FakeBackend be;
+  cuda::CachingAllocator a(&be);
+  void* p;
+  ASSERT_TRUE(a.allocate(513, nullptr, &p).is_ok());  // block of 640
+  cuda::AllocatorStats st = a.stats();
+  EXPECT_EQ(st.in_use_bytes, 640u);
+  EXPECT_EQ(st.requested_bytes, 513u);
+  EXPECT_NEAR(st.fragmentation(), 1.0 - 513.0 / 640.0, 1e-12);
+  EXPECT_NE(st.summary().find("fragmentation"), std::string::npos);
+  a.deallocate(p);
+  st = a.stats();
+  EXPECT_EQ(st.in_use_bytes, 0u);
+  EXPECT_EQ(st.cached_bytes, 640u);
+  EXPECT_EQ(st.fragmentation(), 0.0);
+  a.reset_peaks();
+  EXPECT_EQ(a.stats().peak_in_use_bytes, 0u);
+  ASSERT_TRUE(a.release_cached().is_ok());
+  EXPECT_EQ(a.stats().reserved_bytes, 0u);
+  EXPECT_EQ(be.frees, 1);
+}
+
+TEST(CachingAllocator, OutOfMemoryReleasesTheCacheAndRetries) {
+  FakeBackend be;
+  be.capacity = 4096;
+  cuda::CachingAllocator a(&be);
+  void *p, *q;
+  ASSERT_TRUE(a.allocate(3000, nullptr, &p).is_ok());  // 3072
+  a.deallocate(p);                                      // cached, on the null stream
+  ASSERT_TRUE(a.allocate(3000, reinterpret_cast<void*>(0x9), &q).is_ok()) << "retry after releasing the cache";
+  EXPECT_EQ(a.stats().oom_retries, 1);
+  EXPECT_EQ(be.frees, 1);
+  void* r;
+  const Status s = a.allocate(3000, nullptr, &r);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_EQ(r, nullptr);
+  EXPECT_NE(s.message().find("fake out of memory"), std::string::npos) << s.message();
+  a.deallocate(q);
+}
+
+}  // namespace
+}  // namespace pt
+
+#endif  // PIPETRAIN_HAVE_CUDA
