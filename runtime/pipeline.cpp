@@ -385,7 +385,7 @@ std::map<std::string, HostTensor> PipelineTrainer::Impl::checkpoint_tensors() co
     else out[v->name] = HostTensor(v->dtype, v->dims);
   }
   for (auto& st : stages) {
-    if (!local(st->index)) continue;  // (checkpoints are refused under MPI)
+    if (!local(st->index)) continue;  // under MPI: rank 0 gathers the other stages (train)
     for (size_t i = 0; i < st->params.size(); ++i) {
       out[st->params[i]->name] = st->master(i);
       out[st->momentum[i]->name] = st->ex->tensor(st->momentum[i]);
@@ -414,8 +414,6 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   int64_t n = train.size();
   bool validate = val && val->size() > 0;
   if (C) {  // rank 0 alone reads the data
-    if (!cfg.checkpoint.resume.empty() || (!cfg.checkpoint.dir.empty() && cfg.checkpoint.every > 0))
-      return unsupported("checkpoints and --resume are not available under MPI yet (one rank per stage)");
     int64_t hdr[2] = {n, validate ? 1 : 0};
     RETURN_IF_ERROR(C->broadcast(hdr, sizeof hdr, 0));
     n = hdr[0];
@@ -448,7 +446,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   EpochOrders orders;
   int64_t draw_from = 0;
   bool mid_epoch = false;
-  if (!ck.resume.empty()) {
+  std::map<std::string, HostTensor> resume_tensors;  // rank 0 under MPI: the other stages' part
+  auto resume = [&]() -> Status {
     std::string path;
     ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
     if (c.step > total)
@@ -459,6 +458,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     is >> rng;
     if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
     I.restore_tensors(c.tensors, c.step);
+    resume_tensors = std::move(c.tensors);
     order = c.order;
     draw_from = c.epoch;
     // The checkpoint's epoch under way (position > 0): its order stands; otherwise it is drawn next.
@@ -481,11 +481,44 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         std::printf("; written by a run of %s, continuing on %s", c.meta.pipeline.c_str(), run_meta().pipeline.c_str());
       std::printf(")\n");
     }
+    return Status::ok();
+  };
+  // Under MPI rank 0 alone reads the checkpoint; it tells the others whether it resumes and from
+  // which step, then sends every rank its stage's tensors.
+  Status resumed = Status::ok();
+  if (!ck.resume.empty() && coord) resumed = resume();
+  if (C && !ck.resume.empty()) {
+    int64_t rs[2] = {resumed.is_ok() ? 1 : 0, start};
+    RETURN_IF_ERROR(C->broadcast(rs, sizeof rs, 0));
+    if (!rs[0])
+      return coord ? resumed : Status(StatusCode::kInvalidInput, "rank 0 could not resume (its message says why)");
+    start = rs[1];
+    std::vector<char> buf;
+    const int N = static_cast<int>(I.stages.size());
+    for (int k = 1; k < N; ++k) {
+      if (coord) {
+        I.pack_values(I.checkpoint_values_of(k), resume_tensors, &buf);
+        if (!C->send(k, kMsgCheckpoint, 0, buf.data(), buf.size()))
+          return internal_error("aborted while sending stage " + std::to_string(k) + " its checkpoint");
+      } else if (k == C->rank()) {
+        const std::vector<const Value*> vs = I.checkpoint_values_of(k);
+        size_t bytes = 0;
+        for (const Value* v : vs) bytes += v->bytes();
+        buf.resize(bytes);
+        if (!C->recv(0, kMsgCheckpoint, 0, buf.data(), buf.size()))
+          return internal_error("aborted while receiving this stage's checkpoint from rank 0");
+        std::map<std::string, HostTensor> t;
+        I.unpack_values(vs, buf, &t);
+        I.restore_tensors(t, start);
+      }
+    }
+  } else if (!resumed.is_ok()) {
+    return resumed;
   }
   // Stages may be up to N mini-batches apart, which can span as many epochs of a tiny data set.
   orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + 3);
   if (mid_epoch) orders.set_drawn(draw_from, order, rng);
-  auto save = [&](int64_t step) -> Status {
+  auto save = [&](int64_t step, std::map<std::string, HostTensor> tensors) -> Status {
     Checkpoint c;
     c.meta = run_meta();
     c.step = step;
@@ -499,7 +532,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     c.val_loss = epoch_val.loss;
     c.val_accuracy = epoch_val.accuracy;
     c.metrics = rows;
-    c.tensors = I.checkpoint_tensors();
+    c.tensors = std::move(tensors);
     c.plan = I.plan_lines;
     std::error_code ec;
     std::filesystem::create_directories(ck.dir, ec);
@@ -563,6 +596,48 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   Status failure = Status::ok();
   bool stopping = false;
   Progress progress(cfg.quiet, total, log_every, batch);
+  // A checkpoint of the drained pipeline; under MPI every rank sends its stage's part to rank 0,
+  // which writes the one file (the same format as in one process, so it resumes on any --gpus).
+  auto checkpoint = [&](int64_t step) -> Status {
+    std::map<std::string, HostTensor> t = I.checkpoint_tensors();
+    if (C && !coord) {
+      std::vector<char> buf;
+      I.pack_values(I.checkpoint_values_of(C->rank()), t, &buf);
+      if (!C->send(0, kMsgCheckpoint, step, buf.data(), buf.size()))
+        return internal_error("aborted while sending the checkpoint of step " + std::to_string(step) + " to rank 0");
+      return Status::ok();
+    }
+    for (int k = 1; C && k < static_cast<int>(I.stages.size()); ++k) {
+      const std::vector<const Value*> vs = I.checkpoint_values_of(k);
+      size_t bytes = 0;
+      for (const Value* v : vs) bytes += v->bytes();
+      std::vector<char> buf(bytes);
+      if (!C->recv(k, kMsgCheckpoint, step, buf.data(), buf.size()))
+        return internal_error("aborted while gathering the checkpoint of step " + std::to_string(step));
+      I.unpack_values(vs, buf, &t);
+    }
+    return save(step, std::move(t));
+  };
+  // At the end of a segment: join the stage threads, checkpoint, start the next segment. True
+  // when the run ends here.
+  auto end_segment = [&](int64_t step) -> bool {
+    join_all();
+    if (!sh.error.is_ok()) return true;
+    const bool stop_here = stopping && step < total;
+    if (!ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total)))) {
+      if (Status cs = checkpoint(step); !cs.is_ok()) {
+        failure = cs;
+        sh.fail(failure);
+        return true;
+      }
+    }
+    if (stop_here) {
+      r.interrupted = true;
+      return true;
+    }
+    if (step < total) launch(step);
+    return false;
+  };
   for (int64_t step = start + 1; step <= total && failure.is_ok(); ++step) {
     const int64_t s0 = step - 1;
     double l = 0;
@@ -607,6 +682,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         }
       }
       r.steps = step;
+      if (step == sh.end_step() && end_segment(step)) break;
       continue;
     }
     for (int j = 0; j < M; ++j) l += step_losses[j];
@@ -686,22 +762,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       stopping = true;  // finish the mini-batches already started, then drain
       sh.stop_early();
     }
-    if (step == sh.end_step()) {
-      join_all();
-      if (!sh.error.is_ok()) break;
-      const bool stop_here = stopping && step < total;
-      if (!ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total)))) {
-        if (Status cs = save(step); !cs.is_ok()) {
-          failure = cs;
-          break;
-        }
-      }
-      if (stop_here) {
-        r.interrupted = true;
-        break;
-      }
-      if (step < total) launch(step);
-    }
+    if (step == sh.end_step() && end_segment(step)) break;
   }
   join_all();
   r.seconds = std::chrono::duration<double>(clock::now() - sh.t0).count();

@@ -83,6 +83,41 @@ void PipelineTrainer::Impl::unpack_into_eval(int k, const std::vector<char>& in)
     }
 }
 
+std::vector<const Value*> PipelineTrainer::Impl::checkpoint_values_of(int k) const {
+  const Stage& st = *stages.at(k);
+  std::vector<const Value*> out;
+  for (size_t i = 0; i < st.params.size(); ++i) {
+    out.push_back(st.params[i]);
+    out.push_back(st.momentum[i]);
+  }
+  out.insert(out.end(), st.state.begin(), st.state.end());
+  return out;
+}
+
+void PipelineTrainer::Impl::pack_values(const std::vector<const Value*>& vs, const std::map<std::string, HostTensor>& t,
+                                        std::vector<char>* out) const {
+  size_t n = 0;
+  for (const Value* v : vs) n += value_bytes(v);
+  out->resize(n);
+  char* p = out->data();
+  for (const Value* v : vs) {
+    const HostTensor& x = t.at(v->name);
+    std::memcpy(p, x.data(), x.bytes());
+    p += x.bytes();
+  }
+}
+
+void PipelineTrainer::Impl::unpack_values(const std::vector<const Value*>& vs, const std::vector<char>& in,
+                                          std::map<std::string, HostTensor>* t) const {
+  const char* p = in.data();
+  for (const Value* v : vs) {
+    HostTensor x(v->dtype, v->dims);
+    std::memcpy(x.data(), p, x.bytes());
+    p += x.bytes();
+    (*t)[v->name] = std::move(x);
+  }
+}
+
 Status PipelineTrainer::Impl::gather_final() {
   Cluster& C = *opts.cluster;
   const int me = C.rank();

@@ -227,11 +227,18 @@ struct PipelineTrainer::Impl {
   void unpack_into_eval(int k, const std::vector<char>& in);
   // Non-zero ranks send their final weights, stats and trace; rank 0 keeps them.
   Status gather_final();
+  // What stage k contributes to a checkpoint, in a fixed order: each parameter and its momentum,
+  // then the state; packed from / unpacked into a map by name (checkpoint_tensors()).
+  std::vector<const Value*> checkpoint_values_of(int k) const;
+  void pack_values(const std::vector<const Value*>& vs, const std::map<std::string, HostTensor>& t,
+                   std::vector<char>* out) const;
+  void unpack_values(const std::vector<const Value*>& vs, const std::vector<char>& in,
+                     std::map<std::string, HostTensor>* t) const;
 };
 
 // Message kinds of the coordinators (Cluster::send/recv).
 enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
-                   kMsgHeader = 6 };
+                   kMsgHeader = 6, kMsgCheckpoint = 7 };
 // Link kinds between two ranks.
 enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2 };
 

@@ -233,10 +233,6 @@ int run(const Options& o) {
   if (g_cluster && o.profile)
     return fail(unsupported("--profile: not available under MPI yet (every rank must plan with the same costs); "
                             "profile in one process and pass --split-at or --balance"));
-  if (g_cluster && (o.checkpoint_every > 0 || o.resume))
-    return fail(unsupported(std::string(o.resume ? "--resume" : "--checkpoint-every") +
-                            ": checkpoints are not available under MPI yet (one rank per stage); run the "
-                            "pipeline in one process (--gpus N without mpirun) to checkpoint"));
   if (o.device == "cuda" && !o.plan_only)
     return fail(unsupported("--device cuda: training on CUDA is not implemented in this version yet (" +
                             (cuda_available() ? std::string("a GPU is present") : cuda_unavailable_reason()) +

@@ -152,11 +152,36 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(rc, 2, log)
         self.assertIn("rank 1's model file differs from rank 0's", log)
 
-    def test_checkpoints_refused(self):
-        rc, log, _ = mpirun(2, MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 4, "--checkpoint-every", 2, "--out",
-                            self.out("ckpt"))
+    def test_checkpoints_and_resume(self):
+        # Rank 0 writes one checkpoint holding every stage's part; resuming under MPI equals the
+        # single-process run with the same drain points, and the file resumes in one process too.
+        common = [MODEL, "--data", TRAIN, "--seed", 7, "--lr", 0.1, "--checkpoint-every", 10]
+        for n, flags in ((2, []), (4, ["--schedule", "gpipe", "--micro-batches", 2])):
+            ref, part = self.out(f"ck_ref{n}"), self.out(f"ck_mpi{n}")
+            rc, log, _ = run([BIN, *common, "--gpus", n, "--steps", 30, "--quiet", "--out", ref, *flags])
+            self.assertEqual(rc, 0, log)
+            rc, log, _ = mpirun(n, *common, "--gpus", n, "--steps", 20, "--quiet", "--out", part, *flags)
+            self.assertEqual(rc, 0, log)
+            self.assertEqual(sorted(os.listdir(os.path.join(part, "checkpoints"))), ["step-10.ckpt", "step-20.ckpt"])
+            rc, log, _ = mpirun(n, *common, "--gpus", n, "--steps", 30, "--out", part, "--resume", *flags)
+            self.assertEqual(rc, 0, log)
+            self.assertIn("(step 20 of 30", log)
+            a, b = weights(os.path.join(ref, "digits_mlp.trained.onnx")), weights(os.path.join(part, "digits_mlp.trained.onnx"))
+            for k in a:
+                self.assertTrue(np.array_equal(a[k], b[k]), f"-np {n}: {k} differs after the resume")
+            self.assertEqual(losses(os.path.join(ref, "metrics.csv")), losses(os.path.join(part, "metrics.csv")))
+        # The 4-rank GPipe checkpoint resumes in one process on 3 stages.
+        one = self.out("ck_mpi4")
+        rc, log, _ = run([BIN, *common, "--gpus", 3, "--steps", 40, "--out", one, "--resume=" +
+                          os.path.join(one, "checkpoints", "step-20.ckpt"), "--schedule", "gpipe", "--micro-batches", 2])
+        self.assertEqual(rc, 0, log)
+        self.assertIn("written by a run of 4 stages", log)
+        # A refused resume on rank 0 stops every rank with its message.
+        rc, log, secs = mpirun(2, MODEL, "--data", TRAIN, "--seed", 7, "--lr", 0.3, "--checkpoint-every", 10, "--gpus",
+                               2, "--steps", 30, "--out", self.out("ck_mpi2"), "--resume")
         self.assertEqual(rc, 2, log)
-        self.assertIn("--checkpoint-every: checkpoints are not available under MPI", log)
+        self.assertIn("--lr: 0.100000001 in the checkpoint, 0.300000012 now", log)
+        self.assertLess(secs, 60)
 
     def test_gpus_must_equal_ranks(self):
         rc, log, _ = mpirun(2, MODEL, "--gpus", 4, "--steps", 1, "--out", self.out("gpus"))
