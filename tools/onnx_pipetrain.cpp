@@ -167,7 +167,8 @@ std::string flags_fingerprint(const Options& o) {
     << o.momentum << '|' << o.weight_decay << '|' << o.loss << '|' << o.seed << '|' << o.no_shuffle << '|'
     << o.schedule << '|' << o.weights << '|' << o.micro_batches << '|' << o.staleness << '|' << o.link << '|'
     << o.plan_only << '|' << o.lr_schedule << '|' << o.warmup_steps << '|' << o.lr_decay_every << '|' << o.lr_gamma
-    << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels;
+    << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
+    << '|' << o.resume;  // checkpoint steps are drain points every rank must share
   for (const auto* list : {&o.freeze, &o.device_spec, &o.split_at}) {
     f << '|';
     for (const auto& x : *list) f << x << ',';
