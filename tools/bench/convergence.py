@@ -95,7 +95,7 @@ def command(args, model, train, val, lr, key, flags):
     return [args.bin, model] + flags + [
         "--data", train, "--val-data", val, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
         "--lr", "%g" % lr, "--momentum", "%g" % args.momentum, "--seed", str(args.seed),
-        "--out", run_dir(args.work, lr, key)]
+        "--out", run_dir(args.work, lr, key)] + args.extra.split()
 
 
 def run_one(cmd, out):
@@ -256,6 +256,7 @@ def main():
     ap.add_argument("--val-subset", type=int, default=0, help="first N t10k images (0: all 10,000)")
     ap.add_argument("--smooth", type=int, default=50, help="moving-average window of the loss curves")
     ap.add_argument("--svg", default=os.path.join(REPO, "docs", "convergence.svg"))
+    ap.add_argument("--extra", default="", help="flags added to every run, e.g. '--lr-schedule poly --warmup-steps 100'")
     ap.add_argument("--report-only", action="store_true", help="no training: redraw and tabulate existing runs")
     args = ap.parse_args()
     lrs = [float(v) for v in args.lrs.split(",")]
