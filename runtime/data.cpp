@@ -149,7 +149,10 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
     return invalid_input(yp + ": holds " + (d.y.dims().empty() ? std::string("a scalar") : std::to_string(d.y.dims()[0])) +
                          " labels for " + std::to_string(n) + " samples in x.npy");
   if (d.y.dtype() != spec.label_dtype) {
-    if (spec.label_dtype == DType::kInt64 && d.y.dtype() == DType::kInt32) d.y = cast_tensor(d.y, DType::kInt64);
+    const DType yt = d.y.dtype();
+    if (spec.label_dtype == DType::kInt64 && (yt == DType::kInt32 || yt == DType::kUint8 || yt == DType::kInt8 ||
+                                              yt == DType::kInt16 || yt == DType::kUint16))
+      d.y = cast_tensor(d.y, DType::kInt64);
     else
       return invalid_input(yp + ": dtype " + dtype_name(d.y.dtype()) + ", the loss wants " + dtype_name(spec.label_dtype) +
                            (spec.label_dtype == DType::kInt64 ? " class labels" : " targets"));

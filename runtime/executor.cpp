@@ -98,8 +98,23 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind 
     ex->arena_.reset(a);
   }
   ex->bufs_.resize(g.values().size());
+  // Buffers only for what this node list touches, the caller's keep values, the data values and
+  // the per-step scalars: a pipeline stage does not hold the other stages' tensors.
+  std::vector<char> used(g.values().size(), 0);
+  for (const Node* n : nodes) {
+    for (const Value* v : n->inputs)
+      if (v) used[v->id] = 1;
+    for (const Value* v : n->outputs)
+      if (v) used[v->id] = 1;
+  }
+  for (const Value* v : opts.keep) used[v->id] = 1;
+  for (auto& v : g.values())
+    if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel || v->kind == ValueKind::kHyper) used[v->id] = 1;
+  ex->allocated_.assign(g.values().size(), 0);
   for (auto& v : g.values()) {
     if (v->dtype == DType::kUndefined) continue;  // never computed (unused optional outputs)
+    if (!used[v->id]) continue;
+    ex->allocated_[v->id] = 1;
     if (ex->plan_.planned(v.get())) continue;
     if (v->data) ex->bufs_[v->id] = *v->data;
     else ex->bufs_[v->id] = HostTensor(v->dtype, v->dims);
@@ -122,12 +137,18 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind 
 HostTensor& Executor::tensor(const Value* v) {
   PT_CHECK(!plan_.planned(v)) << "value '" << v->name
                               << "' shares storage under the memory plan; pass it in ExecutorOptions::keep to read it";
+  if (!allocated_.at(v->id)) {  // not read by these nodes: its buffer exists from the first request on
+    bufs_[v->id] = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+    allocated_[v->id] = 1;
+  }
   return bufs_.at(v->id);
 }
 
 const HostTensor& Executor::tensor(const Value* v) const {
   PT_CHECK(!plan_.planned(v)) << "value '" << v->name
                               << "' shares storage under the memory plan; pass it in ExecutorOptions::keep to read it";
+  PT_CHECK(allocated_.at(v->id)) << "value '" << v->name
+                                 << "' is not used by this executor's nodes; pass it in ExecutorOptions::keep";
   return bufs_.at(v->id);
 }
 

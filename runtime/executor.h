@@ -78,6 +78,8 @@ class Executor {
   };
   Executor() = default;
   std::vector<HostTensor> bufs_;  // [value id]; empty for planned values
+  // [value id]: has storage (used by the node list, kept, or asked for through tensor() since).
+  std::vector<char> allocated_;
   std::unique_ptr<void, FreeArena> arena_;
   MemoryPlan plan_;
   std::vector<Step> steps_;

@@ -29,8 +29,9 @@ double LrSchedule::at(int64_t t) const {
   if (warmup > 0 && t <= warmup) return base * static_cast<double>(t) / static_cast<double>(warmup);
   const int64_t after = t - warmup;                       // 1-based step after the warm-up
   const int64_t span = std::max<int64_t>(1, total - warmup);  // steps the decay runs over
-  // progress: 0 at the first step after warm-up, 1 at the last step of the run.
-  const double p = span > 1 ? std::clamp(static_cast<double>(after - 1) / static_cast<double>(span - 1), 0.0, 1.0) : 1.0;
+  // progress: 0 at the first step after warm-up, (span-1)/span at the last one (so that the last
+  // update still moves; min_lr would be reached after the run).
+  const double p = std::clamp(static_cast<double>(after - 1) / static_cast<double>(span), 0.0, 1.0);
   switch (kind) {
     case Kind::kConstant:
       return base;

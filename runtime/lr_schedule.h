@@ -18,7 +18,7 @@ struct LrSchedule {
   int64_t decay_every = 0;   // step: multiply by gamma every N steps after warm-up
   double gamma = 0.1;        // step
   double power = 2.0;        // poly: (1 - progress)^power (the SpecTrain reproduction used 2)
-  double min_lr = 0.0;       // cosine and poly end here at the last step
+  double min_lr = 0.0;       // cosine and poly approach it: progress is (t - warmup - 1) / (total - warmup)
   int64_t total = 0;         // steps of the whole run (the target, not what is left after a resume)
 
   // The rate of step t, 1 <= t <= total.

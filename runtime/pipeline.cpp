@@ -516,7 +516,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     return resumed;
   }
   // Stages may be up to N mini-batches apart, which can span as many epochs of a tiny data set.
-  orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + 3);
+  orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2);
   if (mid_epoch) orders.set_drawn(draw_from, order, rng);
   auto save = [&](int64_t step, std::map<std::string, HostTensor> tensors) -> Status {
     Checkpoint c;
@@ -569,6 +569,12 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   const int local_stages = C ? 1 : static_cast<int>(I.stages.size());
   std::vector<char> snap_buf;  // under MPI: a stage's snapshot on its way to rank 0 (and back in)
 
+  if (start == total && !ck.resume.empty() && !C) {
+    // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
+    // checkpoint's rows leave out the validation after the last step).
+    r.val = EvalResult{};
+    return r;
+  }
   MetricsFile csv;  // rank 0 alone writes it under MPI
   RETURN_IF_ERROR(csv.open(coord ? cfg.metrics_path : std::string(), rows));
 
@@ -674,6 +680,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
           if (sh.abort) break;
           snap = std::move(sh.snapshots[s0][C->rank()]);
           sh.snapshots.erase(s0);
+          sh.snapshot_count.erase(s0);
         }
         I.pack_snapshot(snap, &snap_buf);
         if (!C->send(0, kMsgSnapshot, s0, snap_buf.data(), snap_buf.size())) {
@@ -709,6 +716,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         if (sh.abort) break;
         snap = std::move(sh.snapshots[s0]);
         sh.snapshots.erase(s0);
+        sh.snapshot_count.erase(s0);
       }
       for (auto& per_stage : snap)
         for (auto& [v, t] : per_stage) I.eval->tensor(v) = t;

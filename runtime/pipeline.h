@@ -35,6 +35,7 @@ struct PipelineOptions {
   // OpenMP threads of each stage's kernels (its share of the cores); 0 leaves the default.
   // OpenBLAS keeps its own, process-wide thread count.
   int threads_per_stage = 0;
+  bool record_trace = true;  // keep every pass for trace() (--trace); false: no memory per step
   // One stage per rank (rank k runs stage k; --gpus must equal the number of ranks); null: every
   // stage in this process, one thread each. Not owned.
   Cluster* cluster = nullptr;

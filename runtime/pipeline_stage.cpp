@@ -303,7 +303,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   ++stats.forwards;
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
-  trace.push_back(r);
+  if (opts.record_trace) trace.push_back(r);
   return Status::ok();
 }
 
@@ -352,7 +352,7 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   ++stats.backwards;
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
-  trace.push_back(r);
+  if (opts.record_trace) trace.push_back(r);
   return Status::ok();
 }
 
@@ -417,7 +417,6 @@ void Stage::finish_stats() {
 void Stage::run(RunShared& sh) {
   if (opts.threads_per_stage > 0) set_cpu_kernel_threads(opts.threads_per_stage);  // OpenMP: this thread's regions
   const int64_t first = sh.first_step, end = sh.end_step();
-  trace.reserve(trace.size() + static_cast<size_t>(2 * (end - first) * micro()));
   const bool sends = !data_out.empty();
   if ((reads_input || reads_labels || sends) && !data_in) {
     // Batches of the segment's passes, gathered ahead (the segment can only end earlier).
@@ -426,7 +425,7 @@ void Stage::run(RunShared& sh) {
     prefetch_ = std::make_unique<BatchPrefetcher>(
         reads_input || sends ? &ex->tensor(input) : nullptr, reads_labels || sends ? &ex->tensor(labels) : nullptr,
         first * M, end * M,
-        2, [shp, M](int64_t key, HostTensor* x, HostTensor* y) {
+        kPrefetchDepth, [shp, M](int64_t key, HostTensor* x, HostTensor* y) {
           const int64_t step = key / M, j = key % M;
           const int64_t epoch = step / shp->per_epoch, in_epoch = step % shp->per_epoch;
           gather_batch(*shp->data, *shp->orders->get(epoch), in_epoch * shp->mini_batch + j * shp->graph_batch, x, y);

@@ -71,6 +71,9 @@ class EpochOrders {
   bool shuffle_ = true;
 };
 
+// Batches a stage's prefetch thread gathers ahead of its forwards.
+constexpr int kPrefetchDepth = 2;
+
 // Shared between the coordinator (train()) and the stage threads of one run. The stage threads
 // run one segment at a time: steps [first_step, end) (0-based), starting and ending with the
 // pipeline empty. Segments end at checkpoint steps, at the end of the run, or earlier when a stop

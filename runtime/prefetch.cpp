@@ -44,6 +44,8 @@ void BatchPrefetcher::produce() {
 }
 
 void BatchPrefetcher::take(int64_t key, HostTensor* x, HostTensor* y) {
+  PT_CHECK(key >= first_ && key < end_) << "batch " << key << " is outside the prefetched range [" << first_ << ", "
+                                        << end_ << ")";
   Slot& s = slots_[(key - first_) % static_cast<int64_t>(slots_.size())];
   {
     std::unique_lock<std::mutex> lock(mu_);

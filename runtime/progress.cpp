@@ -82,10 +82,15 @@ Status MetricsFile::open(const std::string& path, const std::vector<std::string>
   return Status::ok();
 }
 
+MetricsFile::~MetricsFile() { (void)close(); }
+
 Status MetricsFile::add(const std::string& row, bool publish_now) {
   if (path_.empty()) return Status::ok();
   f_ << row << "\n";
-  if (publish_now || clock::now() - last_ > std::chrono::seconds(5)) return publish();
+  ++since_;
+  // At a validation, but not more than once a second (--eval-every 1 would copy the file per step).
+  const auto age = clock::now() - last_;
+  if ((publish_now && age > std::chrono::seconds(1)) || age > std::chrono::seconds(5)) return publish();
   return Status::ok();
 }
 
@@ -93,6 +98,7 @@ Status MetricsFile::publish() {
   f_.flush();
   if (!f_) return invalid_input(partial_ + ": write failed (disk full?)");
   last_ = clock::now();
+  since_ = 0;
   const std::string tmp = path_ + ".tmp";
   std::error_code ec;
   std::filesystem::copy_file(partial_, tmp, std::filesystem::copy_options::overwrite_existing, ec);

@@ -41,6 +41,10 @@ class Progress {
 // always finds a whole file; close() renames the finished file into place.
 class MetricsFile {
  public:
+  MetricsFile() = default;
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+  ~MetricsFile();  // a run that fails keeps the rows it wrote: the file is closed as by close()
   // An empty path disables the file. `rows`: those of the steps before a resume.
   Status open(const std::string& path, const std::vector<std::string>& rows);
   // Appends one row; publishes PATH when `publish` is set or a few seconds have passed.
@@ -53,6 +57,7 @@ class MetricsFile {
   std::string path_, partial_;
   std::ofstream f_;
   clock::time_point last_;
+  int64_t since_ = 0;  // rows since the last publication
 };
 
 }  // namespace pt

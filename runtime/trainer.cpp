@@ -301,6 +301,12 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     return prune_checkpoints(ck.dir, ck.keep);
   };
 
+  if (start == total && !ck.resume.empty()) {
+    // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
+    // checkpoint's rows leave out the validation after the last step).
+    r.val = EvalResult{};
+    return r;
+  }
   MetricsFile csv;
   RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows));
   using clock = std::chrono::steady_clock;

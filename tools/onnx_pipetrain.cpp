@@ -281,7 +281,7 @@ int run(const Options& o) {
     fs::path from = o.resume_path.empty() ? fs::path(tc.checkpoint.dir) : fs::path(o.resume_path);
     // A run folder stands for its checkpoints folder.
     if (fs::is_directory(from) && fs::is_directory(from / "checkpoints")) from /= "checkpoints";
-    if (!fs::exists(from))
+    if (!fs::exists(from) && (!g_cluster || g_cluster->rank() == 0))  // under MPI rank 0 alone reads it
       return fail(invalid_input(
           o.resume_path.empty()
               ? from.string() + ": no checkpoint to resume from (train with --checkpoint-every N first)"
@@ -320,6 +320,7 @@ int run(const Options& o) {
     po.threads_per_stage = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                            (g_cluster ? g_cluster->local_size() : o.gpus));
     po.cluster = g_cluster.get();
+    po.record_trace = o.trace;
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
     if (!pipe) return fail(pipe.status());
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :

@@ -167,13 +167,33 @@ class TrainingToolsTest(unittest.TestCase):
                 p.communicate(timeout=120)
             self.assertEqual(p.returncode, 130)
 
+    def test_failed_run_keeps_its_metrics(self):
+        for gpus in ("1", "4"):
+            out = os.path.join(self.dir, f"diverge{gpus}")
+            rc, so, se = run(self.model, "--data", self.data, "--out", out, *COMMON, "--lr", 500, "--momentum", 0,
+                             "--gpus", gpus, "--steps", 200)
+            self.assertEqual(rc, 3, so + se)
+            self.assertIn("diverged", se)
+            rows = metrics(out)
+            self.assertGreater(len(rows), 0)
+            self.assertFalse(os.path.exists(os.path.join(out, "metrics.csv.partial")))
+
+    def test_resume_of_a_finished_run_changes_nothing(self):
+        for gpus in ("1", "3"):
+            out = self.train(f"finished{gpus}", "--steps", 12, "--val-split", 0.25, "--checkpoint-every", 6,
+                             "--gpus", gpus)
+            before = read_bytes(os.path.join(out, "metrics.csv"))
+            self.train(f"finished{gpus}", "--steps", 12, "--val-split", 0.25, "--checkpoint-every", 6, "--gpus", gpus,
+                       "--resume", resumed_from=12)
+            self.assertEqual(read_bytes(os.path.join(out, "metrics.csv")), before)
+
     # --- learning-rate schedules ----------------------------------------------------------
     @staticmethod
     def expected_lr(kind, t, total, base=0.1, warm=0, every=0, gamma=0.1, power=2.0, lo=0.0):
         if warm and t <= warm:
             return base * t / warm
         after, span = t - warm, max(1, total - warm)
-        p = min(max((after - 1) / (span - 1), 0.0), 1.0) if span > 1 else 1.0
+        p = min(max((after - 1) / span, 0.0), 1.0)
         if kind == "step":
             return base * gamma ** ((after - 1) // every)
         if kind == "cosine":
@@ -264,7 +284,7 @@ class TrainingToolsTest(unittest.TestCase):
     def test_integer_pixels(self):
         rng = np.random.default_rng(9)
         px = rng.integers(0, 256, (64, 8)).astype(np.uint8)
-        y = rng.integers(0, 3, 64)
+        y = rng.integers(0, 3, 64).astype(np.uint8)  # 8-bit labels are widened
         dirs = {}
         for name, xs in (("u8", px), ("scaled", px.astype(np.float32) * np.float32(1 / 255)),
                          ("raw", px.astype(np.float32))):
