@@ -173,7 +173,8 @@ bool RunShared::claim(int64_t step) {
 
 int64_t RunShared::stop_early() {
   std::lock_guard<std::mutex> lock(mu);
-  // Stage 0 claims every mini-batch first, so no stage has started one at or past claimed_.
+  // claimed_ is one past the highest mini-batch any stage has claimed: ending there lets every
+  // stage finish exactly the mini-batches some stage started (a claim below end_ always succeeds).
   end_ = std::min(end_, std::max(claimed_, first_step + 1));
   return end_;
 }
