@@ -215,6 +215,7 @@ std::vector<std::string> supported_ops(DeviceKind device) {
 
 #ifndef PIPETRAIN_HAVE_CUDA
 bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() { return "this build has no CUDA backend (PIPETRAIN_CUDA=OFF or no nvcc)"; }
 #endif
 

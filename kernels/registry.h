@@ -51,6 +51,8 @@ void set_cpu_kernel_threads(int threads);
 
 // True when this binary was built with the CUDA backend and a CUDA device is present.
 bool cuda_available();
+// CUDA devices this process sees (0 without the backend, a driver or a GPU).
+int cuda_device_count();
 // One line on why CUDA is not available (no backend compiled, no GPU found, driver error), or "".
 std::string cuda_unavailable_reason();
 

@@ -55,6 +55,7 @@ struct Options {
   std::string out;
   bool quiet = false;
   bool no_shuffle = false;
+  bool oversubscribe = false;
   int64_t log_every = 0;
   bool plan_only = false;
   bool export_stages = false;
@@ -135,6 +136,13 @@ int run(const Options& o) {
   if (g_cluster && o.profile)
     return fail(unsupported("--profile: not available under MPI yet (every rank must plan with the same costs); "
                             "profile in one process and pass --split-at or --balance"));
+  if (o.device == "cuda" && !o.plan_only && !g_cluster && cuda_device_count() < o.gpus && !o.oversubscribe) {
+    const int k = cuda_device_count();
+    return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(k) +
+                              " CUDA device" + (k == 1 ? "" : "s") +
+                              (k > 0 ? "; add --oversubscribe to place several stages on one GPU"
+                                     : ": " + cuda_unavailable_reason())));
+  }
   if (o.device == "cuda" && !o.plan_only)
     return fail(unsupported("--device cuda: training on CUDA is not implemented in this version yet (" +
                             (cuda_available() ? std::string("a GPU is present") : cuda_unavailable_reason()) +
@@ -469,6 +477,7 @@ int main_impl(int argc, char** argv) {
   app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
   app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)");
   app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
+  app.add_flag("--oversubscribe", o.oversubscribe, "--device cuda: allow more stages than GPUs (several stages share a GPU)");
   app.add_flag("--plan-only", o.plan_only, "partition and write the reports, no training");
   app.add_flag("--export-stages", o.export_stages,
                "also write RUN/stages/stage<k>.onnx, one ONNX model per pipeline stage (boundary tensors as inputs "

@@ -15,6 +15,7 @@ namespace {
 
 struct Probe {
   bool available = false;
+  int count = 0;
   std::string reason;  // "" when available
 };
 
@@ -23,10 +24,10 @@ Probe probe_devices() {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // clear it, so the next launch check does not report it
-    return {false, std::string("no CUDA device: ") + cudaGetErrorString(err)};
+    return {false, 0, std::string("no CUDA device: ") + cudaGetErrorString(err)};
   }
-  if (count <= 0) return {false, "no CUDA device: cudaGetDeviceCount found 0 devices"};
-  return {true, ""};
+  if (count <= 0) return {false, 0, "no CUDA device: cudaGetDeviceCount found 0 devices"};
+  return {true, count, ""};
 }
 
 const Probe& probe() {
@@ -37,6 +38,7 @@ const Probe& probe() {
 }  // namespace
 
 bool cuda_available() { return probe().available; }
+int cuda_device_count() { return probe().count; }
 std::string cuda_unavailable_reason() { return probe().reason; }
 
 namespace cuda {

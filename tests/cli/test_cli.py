@@ -258,6 +258,11 @@ class CliTest(unittest.TestCase):
             self.assertIn(flag, so)
         self.assertIn("32", so)  # --batch-size default
 
+    def test_more_stages_than_gpus(self):
+        import re
+        line = self.refuse([self.model, "--device", "cuda", "--gpus", "4", "--steps", "1"], "--gpus 4")
+        self.assertRegex(line, r"this machine has \d+ CUDA device")
+
     def test_unknown_flag(self):
         self.refuse([self.model, "--no-such-flag"], "--no-such-flag")
 
