@@ -132,6 +132,16 @@ std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) 
   return out;
 }
 
+Expected<std::string> save_checkpoint(const std::string& dir, int keep, const Checkpoint& c) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return invalid_input(dir + ": cannot create the checkpoints folder: " + ec.message());
+  const std::string path = checkpoint_path(dir, c.step);
+  RETURN_IF_ERROR(write_checkpoint(path, c));
+  RETURN_IF_ERROR(prune_checkpoints(dir, keep));
+  return path;
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / ("step-" + std::to_string(step) + ".ckpt")).string();
 }

@@ -71,6 +71,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 // line in *notices. No intact one: an error naming the folder.
 Expected<Checkpoint> read_newest_checkpoint(const std::string& dir, std::vector<std::string>* notices,
                                             std::string* path = nullptr);
+// Writes c as DIR/step-<c.step>.ckpt (creating DIR), then keeps the newest `keep`; returns the path.
+Expected<std::string> save_checkpoint(const std::string& dir, int keep, const Checkpoint& c);
 // Removes all but the newest `keep` checkpoints of dir, and leftover temporary files.
 Status prune_checkpoints(const std::string& dir, int keep);
 

@@ -300,61 +300,9 @@ void PipelineTrainer::Impl::load_eval_weights() {
 }
 
 Expected<EvalResult> PipelineTrainer::Impl::run_eval(const Dataset& d) {
-  // As Trainer::evaluate: the last partial batch padded (wrapping around), padding not counted.
-  EvalResult r;
-  const int64_t n = d.size();
-  if (n == 0) return r;
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  HostTensor& x = eval->tensor(g.inputs[0]);
-  HostTensor& y = eval->tensor(tg.loss.labels);
-  const HostTensor& out = eval->tensor(tg.loss.output);
   if (g.rng_step) eval->tensor(g.rng_step).as<int64_t>()[0] = -1;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  const bool ce = tg.loss.kind == LossKind::kCrossEntropy;
-  const bool probs = tg.loss.output != tg.loss.logits;
-  const int64_t per = out.size() / graph_batch;
-  for (int64_t b = 0; b < n; b += graph_batch) {
-    gather_batch(d, order, b, &x, &y);
-    RETURN_IF_ERROR(eval->run());
-    const int64_t real = std::min(graph_batch, n - b);
-    for (int64_t i = 0; i < real; ++i) {
-      if (ce) {
-        double mx = -INFINITY;
-        int64_t arg = 0;
-        for (int64_t c = 0; c < per; ++c) {
-          const double v = out.get_double(i * per + c);
-          if (v > mx) {
-            mx = v;
-            arg = c;
-          }
-        }
-        const int64_t label = y.as<int64_t>()[i];
-        double lp;
-        if (probs) {
-          lp = std::log(std::max(out.get_double(i * per + label), 1e-30));
-        } else {
-          double s = 0;
-          for (int64_t c = 0; c < per; ++c) s += std::exp(out.get_double(i * per + c) - mx);
-          lp = out.get_double(i * per + label) - mx - std::log(s);
-        }
-        loss_sum += -lp;
-        correct += arg == label;
-      } else {
-        double s = 0;
-        for (int64_t c = 0; c < per; ++c) {
-          const double e = out.get_double(i * per + c) - y.get_double(i * per + c);
-          s += e * e;
-        }
-        loss_sum += s / per;
-      }
-    }
-  }
-  r.samples = n;
-  r.loss = loss_sum / n;
-  r.accuracy = ce ? static_cast<double>(correct) / n : -1;
-  return r;
+  return evaluate_dataset(d, tg, &eval->tensor(g.inputs[0]), &eval->tensor(tg.loss.labels), eval->tensor(tg.loss.output),
+                          [this] { return eval->run(); });
 }
 
 Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
@@ -464,16 +412,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     // The checkpoint's epoch under way (position > 0): its order stands; otherwise it is drawn next.
     if (c.position > 0) mid_epoch = true;
     start = c.step;
-    r.resumed_from = c.step;
-    r.steps = c.step;
-    r.first_loss = c.first_loss;
-    r.last_loss = c.last_loss;
-    r.val.samples = c.val_samples;
-    r.val.loss = c.val_loss;
-    r.val.accuracy = c.val_accuracy;
-    epoch_val = r.val;
-    rows = std::move(c.metrics);
-    curves_from_metrics_rows(rows, &curves);
+    continue_from(&c, &r, &epoch_val, &rows, &curves);
     if (!cfg.quiet) {
       std::printf("resumed: %s (step %lld of %lld", path.c_str(), static_cast<long long>(start),
                   static_cast<long long>(total));
@@ -534,13 +473,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     c.metrics = rows;
     c.tensors = std::move(tensors);
     c.plan = I.plan_lines;
-    std::error_code ec;
-    std::filesystem::create_directories(ck.dir, ec);
-    if (ec) return invalid_input(ck.dir + ": cannot create the checkpoints folder: " + ec.message());
-    const std::string path = checkpoint_path(ck.dir, step);
-    RETURN_IF_ERROR(write_checkpoint(path, c));
-    r.last_checkpoint = path;
-    return prune_checkpoints(ck.dir, ck.keep);
+    ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
+    return Status::ok();
   };
 
   RunShared sh;

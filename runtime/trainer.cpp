@@ -72,35 +72,49 @@ std::map<std::string, HostTensor> Trainer::trained_initializers() const {
   return out;
 }
 
-Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
+void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vector<std::string>* rows, Curves* curves) {
+  r->resumed_from = c->step;
+  r->steps = c->step;
+  r->first_loss = c->first_loss;
+  r->last_loss = c->last_loss;
+  r->val.samples = c->val_samples;
+  r->val.loss = c->val_loss;
+  r->val.accuracy = c->val_accuracy;
+  *last_val = r->val;
+  *rows = std::move(c->metrics);
+  curves_from_metrics_rows(*rows, curves);
+}
+
+Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg, HostTensor* x, HostTensor* y,
+                                      const HostTensor& out, const std::function<Status()>& forward) {
   EvalResult r;
   const int64_t n = d.size();
   if (n == 0) return r;
+  const int64_t batch = x->dims()[0];
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  HostTensor& x = ex_->tensor(input_);
-  HostTensor& y = ex_->tensor(tg_.loss.labels);
-  const HostTensor& out = ex_->tensor(tg_.loss.output);
   double loss_sum = 0;
   int64_t correct = 0;
-  const bool ce = tg_.loss.kind == LossKind::kCrossEntropy;
-  const int64_t per = out.size() / batch_;
-  for (int64_t b = 0; b < n; b += batch_) {
-    gather_batch(d, order, b, &x, &y);
-    set_step(-1);
-    RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
-    const int64_t real = std::min(batch_, n - b);
+  const bool ce = tg.loss.kind == LossKind::kCrossEntropy;
+  const bool probs = tg.loss.output != tg.loss.logits;  // the model ends in Softmax
+  const int64_t per = out.size() / batch;
+  for (int64_t b = 0; b < n; b += batch) {
+    gather_batch(d, order, b, x, y);
+    RETURN_IF_ERROR(forward());
+    const int64_t real = std::min(batch, n - b);
     for (int64_t i = 0; i < real; ++i) {
       if (ce) {
         // log-softmax in double on the model output (probabilities when it ended in Softmax).
-        const bool probs = tg_.loss.output != tg_.loss.logits;
         double mx = -INFINITY;
         int64_t arg = 0;
         for (int64_t c = 0; c < per; ++c) {
-          double v = out.get_double(i * per + c);
-          if (v > mx) { mx = v; arg = c; }
+          const double v = out.get_double(i * per + c);
+          if (v > mx) {
+            mx = v;
+            arg = c;
+          }
         }
-        int64_t label = y.as<int64_t>()[i];
+        const int64_t label = y->as<int64_t>()[i];
         double lp;
         if (probs) {
           lp = std::log(std::max(out.get_double(i * per + label), 1e-30));
@@ -114,7 +128,7 @@ Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
       } else {
         double s = 0;
         for (int64_t c = 0; c < per; ++c) {
-          double e = out.get_double(i * per + c) - y.get_double(i * per + c);
+          const double e = out.get_double(i * per + c) - y->get_double(i * per + c);
           s += e * e;
         }
         loss_sum += s / per;
@@ -127,6 +141,13 @@ Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
   return r;
 }
 
+Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
+  return evaluate_dataset(d, tg_, &ex_->tensor(input_), &ex_->tensor(tg_.loss.labels), ex_->tensor(tg_.loss.output),
+                          [this] {
+                            set_step(-1);
+                            return ex_->run([](Phase p) { return p == Phase::kForward; });
+                          });
+}
 
 std::vector<const Value*> checkpoint_values(const Graph& g) {
   std::vector<const Value*> out;
@@ -259,17 +280,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     is >> rng;
     if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
     start = c.step;
-    r.resumed_from = c.step;
-    r.steps = c.step;
-    r.first_loss = c.first_loss;
-    r.last_loss = c.last_loss;
-    r.val.samples = c.val_samples;
-    r.val.loss = c.val_loss;
-    r.val.accuracy = c.val_accuracy;
-    epoch_val = r.val;
-    rows = std::move(c.metrics);
-
-    curves_from_metrics_rows(rows, &curves);
+    continue_from(&c, &r, &epoch_val, &rows, &curves);
     if (!cfg.quiet)
       std::printf("resumed: %s (step %lld of %lld)\n", path.c_str(), static_cast<long long>(start),
                   static_cast<long long>(total));
@@ -292,13 +303,8 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     c.metrics = rows;
     c.plan = {"stage 0: the whole model"};
     for (const Value* v : persistent_values()) c.tensors.emplace(v->name, ex_->tensor(v));
-    std::error_code ec;
-    std::filesystem::create_directories(ck.dir, ec);
-    if (ec) return invalid_input(ck.dir + ": cannot create the checkpoints folder: " + ec.message());
-    const std::string path = checkpoint_path(ck.dir, step);
-    RETURN_IF_ERROR(write_checkpoint(path, c));
-    r.last_checkpoint = path;
-    return prune_checkpoints(ck.dir, ck.keep);
+    ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
+    return Status::ok();
   };
 
   if (start == total && !ck.resume.empty()) {

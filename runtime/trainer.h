@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -72,6 +73,17 @@ struct TrainResult {
   std::string last_checkpoint;  // the newest checkpoint this run wrote; empty: none
   std::vector<std::string> notices;  // damaged checkpoints skipped on resume, ...
 };
+
+struct Curves;
+// A resumed run's bookkeeping from its checkpoint: the result so far (step, first and last loss,
+// the last scheduled validation), the metrics rows (moved out of c) and the curves drawn from them.
+void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vector<std::string>* rows, Curves* curves);
+
+// Forward-only evaluation of every sample of d in batches of x's first dimension (the last batch
+// padded by wrapping around, padding not counted): gathers into x and y, calls forward(), scores
+// `out` against the labels (cross-entropy: mean loss and accuracy; MSE: mean loss).
+Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg, HostTensor* x, HostTensor* y,
+                                      const HostTensor& out, const std::function<Status()>& forward);
 
 // What a checkpoint holds: every parameter and every piece of state (momentum, BatchNorm running
 // statistics) of g, by name; the same for single-stage and pipelined runs of one model.
