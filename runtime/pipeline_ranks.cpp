@@ -77,7 +77,7 @@ void PipelineTrainer::Impl::unpack_into_eval(int k, const std::vector<char>& in)
   const char* p = in.data();
   for (const auto* list : {&stages.at(k)->params, &stages.at(k)->state})
     for (const Value* v : *list) {
-      HostTensor& t = eval->tensor(v);
+      HostTensor& t = eval->host(v);
       std::memcpy(t.data(), p, t.bytes());
       p += t.bytes();
     }
@@ -128,8 +128,14 @@ Status PipelineTrainer::Impl::gather_final() {
   if (me != 0) {
     const Stage& st = *stages.at(me);
     std::vector<std::pair<const Value*, HostTensor>> snap;
-    for (size_t i = 0; i < st.params.size(); ++i) snap.emplace_back(st.params[i], st.master(i));
-    for (const Value* v : st.state) snap.emplace_back(v, st.ex->tensor(v));
+    for (size_t i = 0; i < st.params.size(); ++i) {
+      ASSIGN_OR_RETURN(HostTensor t, st.master(i));
+      snap.emplace_back(st.params[i], std::move(t));
+    }
+    for (const Value* v : st.state) {
+      ASSIGN_OR_RETURN(HostTensor t, st.ex->fetch(v));
+      snap.emplace_back(v, std::move(t));
+    }
     std::vector<char> buf;
     pack_snapshot(snap, &buf);
     if (!C.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(me, "the weights");
