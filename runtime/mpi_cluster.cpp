@@ -165,7 +165,7 @@ class MpiCluster : public Cluster {
   bool aborted() const { return aborted_; }
 
  private:
-  static constexpr int kKinds = 8;
+  static constexpr int kKinds = 16;  // message kinds < 16 (runtime/pipeline_stage.h, the NCCL link ids: 15)
   void watch(double timeout_s);
   void lose(int peer, const std::string& why);
 

@@ -40,6 +40,9 @@ struct PipelineOptions {
   // GPU k % the number of GPUs, so that several stages share a GPU when there are fewer).
   DeviceKind device = DeviceKind::kCpu;
   std::vector<int> gpu_of_stage;
+  // Under MPI with CUDA stages: NCCL links between ranks (each rank on a GPU of its own); false:
+  // MPI links staged through the host (several ranks sharing a GPU, or no NCCL).
+  bool nccl_links = false;
   // One stage per rank (rank k runs stage k; --gpus must equal the number of ranks); null: every
   // stage in this process, one thread each. Not owned.
   Cluster* cluster = nullptr;

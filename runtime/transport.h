@@ -34,7 +34,7 @@ class Link {
   // Makes `from`'s stream wait until the copies of the last send() have read its buffers: call
   // before `from` runs kernels that overwrite the values sent (links that copy asynchronously,
   // on a stream of their own, need it; the others return at once).
-  virtual Status fence(const Executor& from) { return Status::ok(); }
+  virtual Status fence(const Executor& /*from*/) { return Status::ok(); }
 
  protected:
   std::vector<const Value*> values_;

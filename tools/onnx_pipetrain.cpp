@@ -342,6 +342,9 @@ int run(const Options& o) {
     if (g_cluster && use_cuda) {  // this rank's stage on the GPU of its local rank
       po.gpu_of_stage.assign(o.gpus, 0);
       po.gpu_of_stage[g_cluster->rank()] = g_cluster->local_rank() % std::max(1, gpus_here);
+      // Ranks sharing a GPU (--oversubscribe) exchange through MPI; otherwise NCCL (every rank
+      // decides alike: --oversubscribe is among the flags the ranks agree on).
+      po.nccl_links = !o.oversubscribe;
     }
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
     if (!pipe) return fail(pipe.status());

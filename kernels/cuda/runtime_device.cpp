@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -77,6 +79,14 @@ class CudaDevice : public Device {
   CudaDevice(int ordinal, std::string label) : ordinal_(ordinal), label_(std::move(label)) {}
   ~CudaDevice() override {
     if (cudaSetDevice(ordinal_) != cudaSuccess) return;
+    for (auto& [stream, ring] : staging_)
+      for (Staging& st : ring.slots) {
+        if (st.done) {
+          (void)cudaEventSynchronize(st.done);
+          (void)cudaEventDestroy(st.done);
+        }
+        pinned_host_allocator().deallocate(st.p);
+      }
     for (cudaStream_t s : streams_) {
       (void)cudaStreamSynchronize(s);
       (void)cudaStreamDestroy(s);
@@ -119,8 +129,31 @@ class CudaDevice : public Device {
   Status to_device(void* dst, const void* host, size_t bytes, void* stream) override {
     if (!bytes) return Status::ok();
     RETURN_IF_ERROR(activate());
-    // From pageable memory the copy is staged before the call returns, so `host` may be reused.
-    PT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+    if (bytes < kStageAbove) {
+      // From pageable memory the driver stages the bytes before the call returns.
+      PT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+      return Status::ok();
+    }
+    // Batches and weights: through a ring of pinned buffers per stream, so the copy runs
+    // asynchronously at full bandwidth while `host` is free to be refilled at once.
+    Staging* st = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& ring = staging_[stream];
+      st = &ring.slots[ring.next++ % ring.slots.size()];
+    }
+    if (st->done) PT_CUDA_CHECK(cudaEventSynchronize(st->done));  // its last copy has left
+    else PT_CUDA_CHECK(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+    if (st->bytes < bytes) {
+      pinned_host_allocator().deallocate(st->p);
+      st->p = nullptr;
+      st->bytes = 0;
+      RETURN_IF_ERROR(pinned_host_allocator().allocate(bytes, nullptr, &st->p));
+      st->bytes = bytes;
+    }
+    std::memcpy(st->p, host, bytes);
+    PT_CUDA_CHECK(cudaMemcpyAsync(dst, st->p, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+    PT_CUDA_CHECK(cudaEventRecord(st->done, as_stream(stream)));
     return Status::ok();
   }
   Status to_host(void* host, const void* src, size_t bytes, void* stream) override {
@@ -197,8 +230,20 @@ class CudaDevice : public Device {
  private:
   int ordinal_;
   std::string label_;
+  // Uploads of at least this many bytes go through the pinned staging ring.
+  static constexpr size_t kStageAbove = size_t{64} << 10;
+  struct Staging {
+    void* p = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;  // recorded after the copy out of p
+  };
+  struct Ring {
+    std::array<Staging, 4> slots;
+    size_t next = 0;
+  };
   std::mutex mu_;
   std::vector<cudaStream_t> streams_;
+  std::map<void*, Ring> staging_;  // [stream]
 };
 
 }  // namespace
