@@ -142,7 +142,7 @@ int run(const Options& o) {
   // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
   const int gpus_here = cuda_device_count();
   const int gpus_needed = g_cluster ? g_cluster->local_size() : o.gpus;
-  if (o.device == "cuda" && !o.plan_only && gpus_here < gpus_needed && !o.oversubscribe) {
+  if (o.device == "cuda" && !o.plan_only && (gpus_here == 0 || (gpus_here < gpus_needed && !o.oversubscribe))) {
     return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
                               " CUDA device" + (gpus_here == 1 ? "" : "s") +
                               (g_cluster ? " for " + std::to_string(gpus_needed) + " ranks on this node" : "") +

@@ -129,13 +129,9 @@ class CudaDevice : public Device {
   Status to_device(void* dst, const void* host, size_t bytes, void* stream) override {
     if (!bytes) return Status::ok();
     RETURN_IF_ERROR(activate());
-    if (bytes < kStageAbove) {
-      // From pageable memory the driver stages the bytes before the call returns.
-      PT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
-      return Status::ok();
-    }
-    // Batches and weights: through a ring of pinned buffers per stream, so the copy runs
-    // asynchronously at full bandwidth while `host` is free to be refilled at once.
+    // Through a ring of pinned buffers per stream: the copy runs asynchronously (at full
+    // bandwidth for batches) while `host` is free to be refilled at once. A pageable source would
+    // let the driver synchronise the stream, and the runtime uploads scalars (lr, step) every pass.
     Staging* st = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -230,15 +226,13 @@ class CudaDevice : public Device {
  private:
   int ordinal_;
   std::string label_;
-  // Uploads of at least this many bytes go through the pinned staging ring.
-  static constexpr size_t kStageAbove = size_t{64} << 10;
   struct Staging {
     void* p = nullptr;
     size_t bytes = 0;
     cudaEvent_t done = nullptr;  // recorded after the copy out of p
   };
   struct Ring {
-    std::array<Staging, 4> slots;
+    std::array<Staging, 8> slots;
     size_t next = 0;
   };
   std::mutex mu_;
