@@ -1,31 +1,51 @@
-// The command line's share of an MPI job (tools/onnx_pipetrain.cpp): this rank's Cluster, the
-// start-up agreement of every rank on model, flags and plan, failures before and after the start,
-// and the watchdog's verdict on a lost rank. A single process has no Cluster (g_cluster null).
+// The command line's MPI side (tools/onnx_pipetrain.cpp): joining and leaving the job, which rank
+// does what, the planning inputs every rank takes from rank 0, the start-up agreement of every
+// rank on model, flags and plan, failures before and after the start, and the watchdog's verdict
+// on a lost rank. Every function gives the single-process answer when this process is not one
+// rank of a job (launched without mpirun / srun, or a one-rank job).
 #pragma once
 
-#include <cstdint>
-#include <memory>
 #include <string>
 
-#include "partitioner/device_spec.h"
 #include "partitioner/plan.h"
 #include "runtime/cluster.h"
+#include "tools/options.h"
+#include "tools/plan_step.h"
 
-// Under mpirun / srun: this rank's share of the job; null for a single process.
-extern std::unique_ptr<pt::Cluster> g_cluster;
+namespace pt {
 
-// A failure on this rank: prints it (rank 0, or the rank itself when it alone failed) and returns
-// the exit code every rank returns; after the start it ends the whole job.
-int rank_fail(const pt::Status& s);
-// The status exchange before any collective of the start-up: 0 when every rank is fine, else the
-// first failing rank's exit code.
-int sync_before_start();
-// Compares the fingerprints of model file, flags and plan with rank 0's; 0 to go on, else the
-// exit code (2, naming the rank that differs).
-int agree_start(uint64_t model, uint64_t flags, uint64_t plan);
-// Stage names of every stage of the plan, for agree_start.
-std::string plan_fingerprint(const pt::Plan& p);
-// Rank 0's measured CPU spec for every rank (planning is deterministic given the specs).
-pt::Status share_cpu_spec(pt::DeviceSpec* d);
-// The watchdog's callback (Cluster::start_watchdog): one line naming the lost rank, then exit 1.
-void on_lost_rank(int lost, const std::string& why);
+// main() of the command line: under mpirun / srun joins the job (MPI_Init, the lost-rank
+// watchdog with PIPETRAIN_MPI_TIMEOUT), runs `body`, then leaves it (the final barrier,
+// MPI_Finalize); a single process just runs `body`. Returns the exit code.
+int run_job(int argc, char** argv, int (*body)(int, char**));
+
+// Whether this process is one rank of a job.
+bool in_job();
+// Whether this process reads the data, prints and writes the run folder: rank 0 of a job, or a
+// single process.
+bool leads_run();
+// This rank's share of the job; null for a single process.
+Cluster* job_cluster();
+
+// A failure: one line on stderr and the exit code to return (exit_code_for). In a job, before the
+// start every rank stops with the first failing rank's code (rank 0 speaks for failures every
+// rank shares); after the start the failing rank ends the whole job (MPI_Abort) with its code.
+int fail_run(const Status& s);
+
+// --gpus against the job: one rank runs one stage, so they must be equal.
+Status check_job_stages(int gpus);
+
+// What planning needs in a job: reports from rank 0 alone, the node of every stage, each rank's
+// share of its node's cores, and rank 0's measured CPU spec for every rank, so that every rank
+// computes the same plan. Leaves `pf` alone for a single process.
+void set_job_plan_flags(PlanFlags* pf);
+
+// Threads of one stage's kernels: the cores (of this node, in a job) over the stages sharing them.
+int threads_per_stage(int stages);
+
+// The start-up agreement: every rank's status, then model file, training flags and plan compared
+// with rank 0's. 0 to go on, else the exit code every rank returns (2, naming the rank that
+// differs); 0 at once for a single process.
+int agree_job_start(const Options& o, const std::string& model_hash, const Plan& plan);
+
+}  // namespace pt
