@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -18,6 +19,14 @@ std::unique_ptr<Cluster> g_cluster;
 // Whether every rank agreed on model, flags and plan (after that, a failure ends the job).
 bool g_started = false;
 int g_peer_failed = 0;  // the exit code of a rank that failed before the start (it printed why)
+
+// Set by the stop signals' handler, polled by the trainer at every mini-batch boundary.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the stop flag is set from a signal handler");
+extern "C" void on_stop_signal(int sig) {
+  g_stop.store(true);
+  std::signal(sig, SIG_DFL);  // a second one ends the process at once
+}
 
 // A failure on one rank. Before the start every rank reaches exactly one agreement (here, or
 // agree_start on success), so all of them stop together with the first failing rank's code;
@@ -205,5 +214,21 @@ int agree_job_start(const Options& o, const std::string& model_hash, const Plan&
   if (!g_cluster) return 0;
   return agree_start(fnv1a64(model_hash), fnv1a64(flags_fingerprint(o)), fnv1a64(plan_fingerprint(plan)));
 }
+
+StopRequests::StopRequests() {
+  std::signal(SIGINT, on_stop_signal);
+  if (!g_cluster) return;
+  std::signal(SIGUSR1, on_stop_signal);
+  g_cluster->share_stop(&g_stop);
+}
+
+StopRequests::~StopRequests() {
+  std::signal(SIGINT, SIG_DFL);
+  if (!g_cluster) return;
+  std::signal(SIGUSR1, SIG_DFL);
+  g_cluster->share_stop(nullptr);
+}
+
+const std::atomic<bool>* StopRequests::flag() const { return &g_stop; }
 
 }  // namespace pt

@@ -1,10 +1,11 @@
 // The command line's MPI side (tools/onnx_pipetrain.cpp): joining and leaving the job, which rank
 // does what, the planning inputs every rank takes from rank 0, the start-up agreement of every
-// rank on model, flags and plan, failures before and after the start, and the watchdog's verdict
-// on a lost rank. Every function gives the single-process answer when this process is not one
+// rank on model, flags and plan, failures before and after the start, the watchdog's verdict on
+// a lost rank, and stop requests (Ctrl-C) that every rank obeys at the same mini-batch. Every function gives the single-process answer when this process is not one
 // rank of a job (launched without mpirun / srun, or a one-rank job).
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "partitioner/plan.h"
@@ -47,5 +48,20 @@ int threads_per_stage(int stages);
 // with rank 0's. 0 to go on, else the exit code every rank returns (2, naming the rank that
 // differs); 0 at once for a single process.
 int agree_job_start(const Options& o, const std::string& model_hash, const Plan& plan);
+
+// Stop requests, while alive (TrainConfig::stop of the run under way): Ctrl-C (SIGINT) in one
+// process. In a job also SIGINT or SIGUSR1 on any rank (mpirun passes SIGUSR1 on to every rank,
+// not SIGINT) and the launcher's SIGTERM (mpirun's answer to Ctrl-C, followed by SIGKILL
+// odls_base_sigkill_timeout seconds later): the watchdog passes a request to every rank, and
+// rank 0 picks the mini-batch after which every stage stops. A second SIGINT or SIGUSR1 ends the
+// process at once (the handler restores the default action).
+class StopRequests {
+ public:
+  StopRequests();
+  ~StopRequests();
+  StopRequests(const StopRequests&) = delete;
+  StopRequests& operator=(const StopRequests&) = delete;
+  const std::atomic<bool>* flag() const;
+};
 
 }  // namespace pt

@@ -1,10 +1,9 @@
 // The onnx-pipetrain command line: parses flags (CLI11), then imports the model, builds the
 // training graph, trains, and writes the run folder. Exit codes: 0 ok, 2 bad input or usage,
-// 3 diverged, 1 internal error, 130 stopped by SIGINT (after writing a checkpoint and the model).
+// 3 diverged, 1 internal error, 130 stopped by SIGINT (after writing a checkpoint and the model;
+// under MPI also SIGUSR1 or the launcher's SIGTERM, tools/mpi_job.h).
 #include <CLI/CLI.hpp>
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -28,15 +27,6 @@ namespace {
 using pt::Options;
 
 constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report a run stopped by Ctrl-C
-
-// Set by the SIGINT handler, polled by the trainer at every mini-batch boundary. The handler
-// restores the default action, so a second Ctrl-C ends the process at once.
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the stop flag is set from a signal handler");
-extern "C" void on_sigint(int) {
-  g_stop.store(true);
-  std::signal(SIGINT, SIG_DFL);
-}
 
 void say(const Options& o, const std::string& line) {
   if (!o.quiet) std::printf("%s\n", line.c_str());
@@ -212,13 +202,14 @@ int run(const Options& o) {
   std::map<std::string, HostTensor> trained_values;
   std::unique_ptr<PipelineTrainer> pipeline;
   Expected<TrainResult> result = internal_error("not trained");
-  tc.stop = &g_stop;
   if (o.gpus == 1 && !gpipe) {
     auto trainer = Trainer::create(g, *tg, device);
     if (!trainer) return fail_run(trainer.status());
-    std::signal(SIGINT, on_sigint);
-    result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
-    std::signal(SIGINT, SIG_DFL);
+    {
+      StopRequests stop;  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
+      tc.stop = stop.flag();
+      result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
+    }
     if (!result) return fail_run(result.status());
     trained_values = (*trainer)->trained_initializers();
     // Measured stage times beside the predicted ones (not after Ctrl-C: the user wants out).
@@ -247,11 +238,13 @@ int run(const Options& o) {
                                                 "1F1B, " + o.weights + " weights" +
                                                     (o.weights == "spectrain" ? " (" + o.staleness + " staleness)" : "")) +
                ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : ""));
-    if (!in_job()) std::signal(SIGINT, on_sigint);  // under MPI the launcher stops every rank
-    result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
-    if (!in_job()) std::signal(SIGINT, SIG_DFL);
+    {
+      StopRequests stop;  // Ctrl-C: finish the mini-batches started, drain, checkpoint, exit 130
+      tc.stop = stop.flag();
+      result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
+    }
     if (!result) return fail_run(result.status());
-    if (!leads_run()) return 0;  // rank 0 reports and writes the run folder
+    if (!leads_run()) return result->interrupted ? kExitInterrupted : 0;  // rank 0 writes the run folder
     trained_values = (*pipe)->trained_initializers();
     for (const StageStats& st : (*pipe)->stage_stats()) {
       char b[256];
@@ -403,7 +396,9 @@ int main_impl(int argc, char** argv) {
                      ->expected(0, 1)->type_name("[PATH]");
   app.add_flag("--quiet", o.quiet, "print errors only");
   app.footer("Ctrl-C (SIGINT) stops a run at the next mini-batch boundary (pipelined runs: after the mini-batches "
-             "already started), writes a checkpoint and the trained model, and exits 130.\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
+             "already started), writes a checkpoint and the trained model, and exits 130. Under mpirun: kill -USR1 "
+             "<mpirun's pid> (mpirun exits 130), or Ctrl-C (mpirun sends SIGTERM, then SIGKILL after "
+             "--mca odls_base_sigkill_timeout seconds, 1 by default, and exits 1).\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
              "resume), 3 diverged, 130 stopped by SIGINT.");
   try {
     app.parse(argc, argv);

@@ -1,12 +1,15 @@
 """One rank per stage under MPI (CPU stages): `mpirun -np 2` and `-np 4` train the same weights as
 the single-process multi-stage run with the same seed (1F1B with SpecTrain, GPipe), a lost rank ends
 the job within a bounded time with a message naming it, mismatched flags or models are refused at
-start, and the partition report marks cuts between nodes. Run:
+start, checkpoints resume bit for bit, a stop (Ctrl-C on mpirun, SIGUSR1 on mpirun, SIGINT on one
+rank) drains every rank at the same step and checkpoints, and the partition report marks cuts
+between nodes. Run:
 PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 tests/mpi/test_mpi.py
 Exits 77 (ctest: skipped) when mpirun is absent or the binary was built without MPI."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +56,24 @@ def losses(path):
     with open(path) as f:
         rows = f.read().strip().splitlines()[1:]
     return [float(r.split(",")[2]) for r in rows]
+
+
+def rank_pids(launcher_pid):
+    """{rank: pid} of the processes mpirun started (its children, by OMPI_COMM_WORLD_RANK)."""
+    pids = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher_pid:
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+            if b"OMPI_COMM_WORLD_RANK" in env:
+                pids[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(d)
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
 
 
 def mpi_build():
@@ -182,6 +203,81 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(rc, 2, log)
         self.assertIn("--lr: 0.100000001 in the checkpoint, 0.300000012 now", log)
         self.assertLess(secs, 60)
+
+    def stopped_run(self, name, stop, mpi_flags=()):
+        """A 3-rank run of many steps, stopped by stop(mpirun's Popen) once it trains; returns the
+        exit code, the log and the step of its one checkpoint."""
+        out = self.out(name)
+        p = subprocess.Popen([str(c) for c in [MPIRUN, *MPI_FLAGS, *mpi_flags, "-np", 3, BIN, *self.STOP_RUN, "--steps",
+                                               100000000, "--quiet", "--out", out]],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+        try:
+            for _ in range(1200):
+                if os.path.exists(os.path.join(out, "metrics.csv.partial")) or p.poll() is not None:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.3)
+            self.assertIsNone(p.poll(), "the run ended before the signal")
+            stop(p)
+            log, _ = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.assertIn("interrupted at step", log)
+        self.assertEqual(log.count("interrupted at step"), 1, log)  # rank 0 alone says so
+        self.assertTrue(os.path.exists(os.path.join(out, "digits_mlp.trained.onnx")), log)
+        cks = sorted(os.listdir(os.path.join(out, "checkpoints")))
+        self.assertEqual(len(cks), 1, cks)
+        step = int(cks[0][len("step-"):-len(".ckpt")])
+        self.assertIn(f"interrupted at step {step};", log)
+        self.assertEqual(len(losses(os.path.join(out, "metrics.csv"))), step)
+        return p.returncode, log, step
+
+    STOP_RUN = [MODEL, "--data", TRAIN, "--gpus", 3, "--seed", 7, "--lr", 0.1]
+
+    def test_ctrl_c_on_mpirun_drains_and_checkpoints(self):
+        # What Ctrl-C does: mpirun gets SIGINT, sends every rank SIGCONT, SIGTERM a
+        # odls_base_sigkill_timeout later and SIGKILL after another (1 s by default; 3 s here, so
+        # that a loaded machine drains in time), and exits 1 whatever the ranks return. The ranks
+        # take the SIGTERM as a stop request: drained, checkpointed, the model written.
+        rc, log, step = self.stopped_run("stop_int", lambda p: p.send_signal(signal.SIGINT),
+                                         ["--mca", "odls_base_sigkill_timeout", 3])
+        self.assertEqual(rc, 1, log)
+        self.assertNotIn("lost rank", log)
+        # --resume continues from there, and equals a run that drains at the same step (and at
+        # no other before the end: step + 5 < 2 step) bit for bit, in one process.
+        part, ref = self.out("stop_int"), self.out("stop_int_ref")
+        rc, log, _ = mpirun(3, *self.STOP_RUN, "--steps", step + 5, "--out", part, "--resume")
+        self.assertEqual(rc, 0, log)
+        self.assertIn(f"(step {step} of {step + 5}", log)
+        self.assertGreater(step, 5)
+        rc, log, _ = run([BIN, *self.STOP_RUN, "--steps", step + 5, "--checkpoint-every", step, "--quiet", "--out", ref])
+        self.assertEqual(rc, 0, log)
+        a, b = weights(os.path.join(ref, "digits_mlp.trained.onnx")), weights(os.path.join(part, "digits_mlp.trained.onnx"))
+        for k in a:
+            self.assertTrue(np.array_equal(a[k], b[k]), f"{k} differs after the resume")
+        self.assertEqual(losses(os.path.join(ref, "metrics.csv")), losses(os.path.join(part, "metrics.csv")))
+
+    def test_sigusr1_on_mpirun_exits_130(self):
+        # mpirun passes SIGUSR1 on to every rank and returns the job's exit code: 130.
+        rc, log, _ = self.stopped_run("stop_usr1", lambda p: p.send_signal(signal.SIGUSR1))
+        self.assertEqual(rc, 130, log)
+
+    def test_sigint_on_one_rank_stops_every_rank(self):
+        # Only rank 2 gets the signal: its request reaches rank 0 through the heartbeats, and every
+        # rank stops after the same mini-batch.
+        def stop(p):
+            pids = rank_pids(p.pid)
+            self.assertEqual(sorted(pids), [0, 1, 2])
+            os.kill(pids[2], signal.SIGINT)
+        rc, log, step = self.stopped_run("stop_rank2", stop)
+        self.assertEqual(rc, 130, log)
+        part = self.out("stop_rank2")
+        rc, log, _ = mpirun(3, *self.STOP_RUN, "--steps", step + 3, "--out", part, "--resume")
+        self.assertEqual(rc, 0, log)
+        self.assertIn(f"(step {step} of {step + 3}", log)
+        self.assertEqual(len(losses(os.path.join(part, "metrics.csv"))), step + 3)
 
     def test_gpus_must_equal_ranks(self):
         rc, log, _ = mpirun(2, MODEL, "--gpus", 4, "--steps", 1, "--out", self.out("gpus"))
