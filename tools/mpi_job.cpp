@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -95,7 +96,8 @@ std::string flags_fingerprint(const Options& o) {
     << o.schedule << '|' << o.weights << '|' << o.micro_batches << '|' << o.staleness << '|' << o.link << '|'
     << o.plan_only << '|' << o.lr_schedule << '|' << o.warmup_steps << '|' << o.lr_decay_every << '|' << o.lr_gamma
     << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
-    << '|' << o.resume;  // checkpoint steps are drain points every rank must share
+    << '|' << o.resume  // checkpoint steps are drain points every rank must share
+    << '|' << o.profile;
   for (const auto* list : {&o.freeze, &o.device_spec, &o.split_at}) {
     f << '|';
     for (const auto& x : *list) f << x << ',';
@@ -136,6 +138,44 @@ Status share_cpu_spec(DeviceSpec* d) {
   d->mem_bandwidth = w.mem_bandwidth;
   d->memory_bytes = w.memory_bytes;
   d->kernel_overhead_s = w.kernel_overhead_s;
+  return Status::ok();
+}
+
+// Rank 0's profile (--profile) for every rank, measured (or read from its run folder's cache) by
+// rank 0 alone: per-node times differ from run to run, and every rank must plan with the same.
+// Every rank takes part in a job, with or without --profile, so that the collectives match
+// whatever the flags say (a difference in --profile is refused by agree_start afterwards).
+Status share_profile(Profile* p, bool* have) {
+  if (sync_before_start() != 0) return internal_error("another rank failed");
+  std::string wire;  // per entry: phase byte, name length (uint32), name, seconds (double)
+  if (g_cluster->rank() == 0 && *have) {
+    for (const auto* m : {&p->fwd_s, &p->bwd_s})
+      for (const auto& [name, s] : *m) {
+        const char phase = m == &p->fwd_s ? 'f' : 'b';
+        const uint32_t n = static_cast<uint32_t>(name.size());
+        wire.append(&phase, 1).append(reinterpret_cast<const char*>(&n), sizeof n).append(name);
+        wire.append(reinterpret_cast<const char*>(&s), sizeof s);
+      }
+  }
+  int64_t head[2] = {*have ? 1 : 0, static_cast<int64_t>(wire.size())};
+  RETURN_IF_ERROR(g_cluster->broadcast(head, sizeof head, 0));
+  wire.resize(static_cast<size_t>(head[1]));
+  if (head[1] > 0) RETURN_IF_ERROR(g_cluster->broadcast(wire.data(), wire.size(), 0));
+  *have = head[0] != 0;
+  if (g_cluster->rank() == 0) return Status::ok();
+  *p = Profile{};
+  for (size_t at = 0; at < wire.size();) {
+    const char phase = wire[at++];
+    uint32_t n = 0;
+    std::memcpy(&n, wire.data() + at, sizeof n);
+    at += sizeof n;
+    std::string name = wire.substr(at, n);
+    at += n;
+    double s = 0;
+    std::memcpy(&s, wire.data() + at, sizeof s);
+    at += sizeof s;
+    (phase == 'f' ? p->fwd_s : p->bwd_s)[std::move(name)] = s;
+  }
   return Status::ok();
 }
 
@@ -203,6 +243,8 @@ void set_job_plan_flags(PlanFlags* pf) {
   for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(g_cluster->node_of(k));
   pf->cpu_threads = threads_per_stage(pf->stages);
   pf->agree_cpu_spec = share_cpu_spec;
+  pf->profile_here = g_cluster->rank() == 0;
+  pf->agree_profile = share_profile;
 }
 
 int threads_per_stage(int stages) {

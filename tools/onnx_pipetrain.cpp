@@ -45,9 +45,6 @@ int run(const Options& o) {
   // Devices: this build trains on CPU stages; CUDA training arrives with the CUDA backend.
   if (o.gpus < 1) return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
   if (Status js = check_job_stages(o.gpus); !js.is_ok()) return fail_run(js);
-  if (in_job() && o.profile)
-    return fail_run(unsupported("--profile: not available under MPI yet (every rank must plan with the same costs); "
-                            "profile in one process and pass --split-at or --balance"));
   if (o.device == "cuda" && !o.plan_only && !in_job() && cuda_device_count() < o.gpus && !o.oversubscribe) {
     const int k = cuda_device_count();
     return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(k) +

@@ -2,8 +2,8 @@
 the single-process multi-stage run with the same seed (1F1B with SpecTrain, GPipe), a lost rank ends
 the job within a bounded time with a message naming it, mismatched flags or models are refused at
 start, checkpoints resume bit for bit, a stop (Ctrl-C on mpirun, SIGUSR1 on mpirun, SIGINT on one
-rank) drains every rank at the same step and checkpoints, and the partition report marks cuts
-between nodes. Run:
+rank) drains every rank at the same step and checkpoints, --profile plans every rank with rank 0's
+profile, and the partition report marks cuts between nodes. Run:
 PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 tests/mpi/test_mpi.py
 Exits 77 (ctest: skipped) when mpirun is absent or the binary was built without MPI."""
 import json
@@ -56,6 +56,11 @@ def losses(path):
     with open(path) as f:
         rows = f.read().strip().splitlines()[1:]
     return [float(r.split(",")[2]) for r in rows]
+
+
+def stage_nodes(run_dir):
+    with open(os.path.join(run_dir, "partition.json")) as f:
+        return [s["nodes"] for s in json.load(f)["stages"]]
 
 
 def rank_pids(launcher_pid):
@@ -278,6 +283,43 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(rc, 0, log)
         self.assertIn(f"(step {step} of {step + 3}", log)
         self.assertEqual(len(losses(os.path.join(part, "metrics.csv"))), step + 3)
+
+    def test_profile_from_rank_0(self):
+        # --profile: rank 0 measures (here: reads its run folder's cache, made to favour another
+        # cut than the measured costs would) and every rank plans with its numbers. Rank 1's --out
+        # has no cache: had it profiled by itself, the plans would differ and the start refuse.
+        plan = [MODEL, "--gpus", 2, "--profile", "--plan-only", "--quiet"]
+        made = self.out("prof_made")
+        rc, log, _ = run([BIN, *plan, "--out", made])
+        self.assertEqual(rc, 0, log)
+        with open(os.path.join(made, "profile.json")) as f:
+            prof = json.load(f)
+        measured = stage_nodes(made)
+        last = list(prof["fwd_s"])[-2]  # the last Gemm: so slow that it gets a stage of its own
+        self.assertEqual(last, "/4/Gemm")
+        prof["fwd_s"][last] = 1.0
+        rank0, rank1, single = self.out("prof_rank0"), self.out("prof_rank1"), self.out("prof_single")
+        for d in (rank0, single):
+            os.makedirs(d)
+            with open(os.path.join(d, "profile.json"), "w") as f:
+                json.dump(prof, f)
+        rc, log, _ = run([BIN, *plan, "--out", single])
+        self.assertEqual(rc, 0, log)
+        expected = stage_nodes(single)
+        self.assertEqual(expected[1][:2], ["/4/Gemm", "loss/SoftmaxCrossEntropyLoss"])
+        self.assertNotEqual(expected, measured)
+        base = [BIN, MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 5, "--quiet"]
+        train = [*base, "--profile"]
+        rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, *train, "--out", rank0, ":", "-np", 1, *train, "--out", rank1])
+        self.assertEqual(rc, 0, log)
+        got = stage_nodes(rank0)
+        self.assertEqual(got, expected)
+        self.assertEqual(os.listdir(rank1) if os.path.exists(rank1) else [], [])  # rank 1 writes nothing
+        self.assertTrue(os.path.exists(os.path.join(rank0, "digits_mlp.trained.onnx")))
+        # --profile on one rank only is refused at the start (the flags differ).
+        rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, *train, "--out", rank0, ":", "-np", 1, *base, "--out", rank1])
+        self.assertEqual(rc, 2, log)
+        self.assertIn("rank 1's flags differ from rank 0's", log)
 
     def test_gpus_must_equal_ranks(self):
         rc, log, _ = mpirun(2, MODEL, "--gpus", 4, "--steps", 1, "--out", self.out("gpus"))
