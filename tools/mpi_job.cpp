@@ -97,7 +97,7 @@ std::string flags_fingerprint(const Options& o) {
     << o.plan_only << '|' << o.lr_schedule << '|' << o.warmup_steps << '|' << o.lr_decay_every << '|' << o.lr_gamma
     << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
     << '|' << o.resume  // checkpoint steps are drain points every rank must share
-    << '|' << o.profile;
+    << '|' << o.profile << '|' << o.oversubscribe;  // --oversubscribe decides NCCL or MPI links
   for (const auto* list : {&o.freeze, &o.device_spec, &o.split_at}) {
     f << '|';
     for (const auto& x : *list) f << x << ',';
@@ -245,6 +245,19 @@ void set_job_plan_flags(PlanFlags* pf) {
   pf->agree_cpu_spec = share_cpu_spec;
   pf->profile_here = g_cluster->rank() == 0;
   pf->agree_profile = share_profile;
+}
+
+int cuda_devices_needed(int stages) { return g_cluster ? g_cluster->local_size() : stages; }
+
+int job_local_gpu(int gpus_here) { return g_cluster ? g_cluster->local_rank() % std::max(1, gpus_here) : 0; }
+
+void set_job_pipeline(PipelineOptions* po, bool use_cuda, int gpus_here, bool oversubscribe) {
+  if (!g_cluster) return;
+  po->cluster = g_cluster.get();
+  if (!use_cuda) return;
+  po->gpu_of_stage.assign(g_cluster->size(), 0);  // one stage per rank (check_job_stages)
+  po->gpu_of_stage[g_cluster->rank()] = job_local_gpu(gpus_here);
+  po->nccl_links = !oversubscribe;  // ranks sharing a GPU exchange through MPI
 }
 
 int threads_per_stage(int stages) {

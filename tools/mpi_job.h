@@ -10,6 +10,7 @@
 
 #include "partitioner/plan.h"
 #include "runtime/cluster.h"
+#include "runtime/pipeline.h"
 #include "tools/options.h"
 #include "tools/plan_step.h"
 
@@ -40,6 +41,18 @@ Status check_job_stages(int gpus);
 // share of its node's cores, and rank 0's measured CPU spec for every rank, so that every rank
 // computes the same plan. Leaves `pf` alone for a single process.
 void set_job_plan_flags(PlanFlags* pf);
+
+// The CUDA devices this process's stages need on this machine: one per stage, or in a job one per
+// rank of this node.
+int cuda_devices_needed(int stages);
+// The GPU of this rank's stage: its local rank, wrapped onto the `gpus_here` GPUs of this machine
+// (--oversubscribe); 0 for a single process.
+int job_local_gpu(int gpus_here);
+// What a pipelined run needs in a job: this rank's Cluster and, with CUDA stages, the GPU of this
+// rank's stage, with NCCL links between ranks unless ranks share GPUs (--oversubscribe, a flag
+// every rank agrees on, so that every rank picks the same kind of link). Nothing for a single
+// process.
+void set_job_pipeline(PipelineOptions* po, bool use_cuda, int gpus_here, bool oversubscribe);
 
 // Threads of one stage's kernels: the cores (of this node, in a job) over the stages sharing them.
 int threads_per_stage(int stages);

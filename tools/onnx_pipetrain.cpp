@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "importer/importer.h"
+#include "kernels/device.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
 #include "tools/mpi_job.h"
@@ -42,24 +43,29 @@ std::string human_count(int64_t n) {
 
 int run(const Options& o) {
   using namespace pt;
-  // Devices: this build trains on CPU stages; CUDA training arrives with the CUDA backend.
   if (o.gpus < 1) return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
   if (Status js = check_job_stages(o.gpus); !js.is_ok()) return fail_run(js);
-  if (o.device == "cuda" && !o.plan_only && !in_job() && cuda_device_count() < o.gpus && !o.oversubscribe) {
-    const int k = cuda_device_count();
-    return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(k) +
-                              " CUDA device" + (k == 1 ? "" : "s") +
-                              (k > 0 ? "; add --oversubscribe to place several stages on one GPU"
-                                     : ": " + cuda_unavailable_reason())));
+  // Devices: CUDA stages when asked for (or, with auto, when there is a GPU per stage: under MPI
+  // a GPU per rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of
+  // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
+  const int gpus_here = cuda_device_count();
+  const int gpus_needed = cuda_devices_needed(o.gpus);
+  if (o.device == "cuda" && !o.plan_only && (gpus_here == 0 || (gpus_here < gpus_needed && !o.oversubscribe))) {
+    return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
+                                  " CUDA device" + (gpus_here == 1 ? "" : "s") +
+                                  (in_job() ? " for " + std::to_string(gpus_needed) + " ranks on this node" : "") +
+                                  (gpus_here > 0 ? "; add --oversubscribe to place several stages on one GPU"
+                                                 : ": " + cuda_unavailable_reason())));
   }
-  if (o.device == "cuda" && !o.plan_only)
-    return fail_run(unsupported("--device cuda: training on CUDA is not implemented in this version yet (" +
-                            (cuda_available() ? std::string("a GPU is present") : cuda_unavailable_reason()) +
-                            "); use --device cpu, or --plan-only with --device-spec"));
-  const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
-  if (o.device == "auto")
-    say(o, "notice: " + std::to_string(o.gpus) + " CPU stage" + (o.gpus > 1 ? "s" : "") + " (" +
-               (cuda_available() ? std::string("CUDA training is not implemented yet") : cuda_unavailable_reason()) + ")");
+  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus_here >= gpus_needed && gpus_here > 0);
+  const DeviceKind device = use_cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  if (o.device == "auto" && !o.plan_only)
+    say(o, "notice: " + std::to_string(o.gpus) + (use_cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
+               (use_cuda ? "" : " (" + (gpus_here > 0 ? std::to_string(gpus_here) + " CUDA device" +
+                                                            (gpus_here == 1 ? "" : "s") + " for " +
+                                                            std::to_string(gpus_needed) + " stages; --device cuda " +
+                                                            "--oversubscribe shares them"
+                                                      : cuda_unavailable_reason()) + ")"));
 
   ImportOptions io;
   // GPipe builds the graph for one micro-batch.
@@ -200,7 +206,9 @@ int run(const Options& o) {
   std::unique_ptr<PipelineTrainer> pipeline;
   Expected<TrainResult> result = internal_error("not trained");
   if (o.gpus == 1 && !gpipe) {
-    auto trainer = Trainer::create(g, *tg, device);
+    auto dev = open_device(device, use_cuda ? job_local_gpu(gpus_here) : 0);
+    if (!dev) return fail_run(dev.status());
+    auto trainer = Trainer::create(g, *tg, *dev);
     if (!trainer) return fail_run(trainer.status());
     {
       StopRequests stop;  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
@@ -227,8 +235,9 @@ int run(const Options& o) {
     po.staleness = o.staleness == "exact" ? Staleness::kExact : Staleness::kPaper;
     po.micro_batches = micro;
     po.threads_per_stage = threads_per_stage(o.gpus);
-    po.cluster = job_cluster();
     po.record_trace = o.trace;
+    po.device = device;
+    set_job_pipeline(&po, use_cuda, gpus_here, o.oversubscribe);
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
     if (!pipe) return fail_run(pipe.status());
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
@@ -285,6 +294,9 @@ int run(const Options& o) {
       return fail_run(ts);
     }
   }
+  if (use_cuda)  // the caching allocators: peak, cached, fragmentation, per GPU this process used
+    for (int d = 0; d < std::min(gpus_here, o.gpus); ++d)
+      if (auto dev = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*dev)->memory_summary());
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
   Status st = export_onnx(m, trained_values, trained.string());
   if (!st.is_ok()) return fail_run(st);
