@@ -75,7 +75,7 @@ int run(const Options& o) {
   const int micro = gpipe ? o.micro_batches : 1;
   if (o.batch_size % micro != 0)
     return fail_run(invalid_input("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of --micro-batches " +
-                              std::to_string(micro)));
+                                  std::to_string(micro)));
   io.batch_size = o.batch_size / micro;
   io.device = device;
   io.freeze = o.freeze;
