@@ -1,10 +1,12 @@
 // The process group of a multi-process run: one rank per pipeline stage, launched by mpirun or
 // srun. Rank detection from the launcher's environment, collectives for the start and the end
 // of a run, point-to-point messages for the coordinator (losses, weights gathered to rank 0),
-// Links between stages, and the watchdog that turns a lost rank into a prompt, named exit.
+// Links between stages, and the watchdog that turns a lost rank into a prompt, named exit and
+// passes stop requests (Ctrl-C) between ranks.
 // Only runtime/mpi_cluster.cpp includes <mpi.h>; without MPI, init() reports a single process.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -69,6 +71,12 @@ class Cluster {
   // launcher's SIGTERM) and calls `on_lost(rank, why)` from the watchdog thread when one is gone;
   // `on_lost` is expected not to return. A rank is lost after `timeout_s` without a heartbeat.
   virtual void start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) = 0;
+  // Stop requests shared by every rank (TrainConfig::stop of the run under way; null: none). Once
+  // `*flag` is true here, the watchdog tells every rank at once (in the heartbeat), and a request
+  // heard from any rank sets `*flag` here, also one heard before `flag` was given. While a flag is
+  // given, the launcher's SIGTERM sets it (mpirun's answer to Ctrl-C) instead of ending the rank,
+  // unless a rank on this machine is found gone.
+  virtual void share_stop(std::atomic<bool>* flag) = 0;
 
   // The clean end: a barrier, the watchdog stopped, MPI_Finalize.
   virtual Status finalize() = 0;

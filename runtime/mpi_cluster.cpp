@@ -132,6 +132,7 @@ class MpiCluster : public Cluster {
   }
   void abort_waits() override { aborted_ = true; }
   void start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) override;
+  void share_stop(std::atomic<bool>* flag) override { stop_flag_ = flag; }
   Status finalize() override;
   [[noreturn]] void abort_job(int code) override {
     std::fflush(stdout);
@@ -176,6 +177,7 @@ class MpiCluster : public Cluster {
   std::thread watchdog_;
   std::atomic<bool> stop_{false}, in_final_barrier_{false}, finished_{false}, lost_reported_{false};
   std::function<void(int, const std::string&)> on_lost_;
+  std::atomic<std::atomic<bool>*> stop_flag_{nullptr};
   bool finalized_ = false;
 };
 
@@ -345,8 +347,11 @@ void MpiCluster::watch(double timeout_s) {
   std::vector<char> local(size_, 0);
   for (int r = 0; r < size_; ++r) local[r] = r != rank_ && node_of_[r] == node_of_[rank_] && process_alive(pids_[r]);
   std::vector<MPI_Request> rreq(size_, MPI_REQUEST_NULL), sreq(size_, MPI_REQUEST_NULL);
-  std::vector<char> inbox(size_, 0);
-  const char beat = 1;
+  // A heartbeat is one byte: kBeat, or kBeatStop once this rank has a stop request (its own or
+  // heard), which every rank gets at once rather than with the next beat.
+  constexpr char kBeat = 1, kBeatStop = 2;
+  std::vector<char> inbox(size_, 0), outbox(size_, kBeat), told_stop(size_, 0);
+  bool stop_heard = false, sigterm_taken = false;
   std::vector<Clock::time_point> last_seen(size_, Clock::now());
   for (int r = 0; r < size_; ++r)
     if (r != rank_) MPI_Irecv(&inbox[r], 1, MPI_CHAR, r, 0, hb_, &rreq[r]);
@@ -358,21 +363,29 @@ void MpiCluster::watch(double timeout_s) {
     const auto now = Clock::now();
     for (int r = 0; r < size_; ++r)
       if (local[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
-    if (g_sigterm) {
+    std::atomic<bool>* const flag = stop_flag_.load();
+    if (g_sigterm && !sigterm_taken) {
       // The launcher stops the job, normally because a rank ended: name it when it is visible.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       for (int r = 0; r < size_; ++r)
         if (local[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
-      lose(-1, "stopped by the launcher (SIGTERM): another rank ended or the job was cancelled");
+      // Every peer here is alive: during training this is mpirun passing on Ctrl-C (or the job
+      // being cancelled), which ends with a checkpoint like a stop request.
+      if (flag) sigterm_taken = true;
+      else lose(-1, "stopped by the launcher (SIGTERM): another rank ended or the job was cancelled");
     }
-    if (now - last_beat > std::chrono::milliseconds(500)) {
-      last_beat = now;
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        int done = 1;
-        if (sreq[r] != MPI_REQUEST_NULL) MPI_Test(&sreq[r], &done, MPI_STATUS_IGNORE);
-        if (done) MPI_Isend(&beat, 1, MPI_CHAR, r, 0, hb_, &sreq[r]);
-      }
+    if (flag && (sigterm_taken || stop_heard)) flag->store(true);
+    const bool stopping = flag && flag->load();
+    const bool beat_due = now - last_beat > std::chrono::milliseconds(500);
+    if (beat_due) last_beat = now;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      int done = 1;
+      if (sreq[r] != MPI_REQUEST_NULL) MPI_Test(&sreq[r], &done, MPI_STATUS_IGNORE);
+      if (!done || !(beat_due || (stopping && !told_stop[r]))) continue;
+      outbox[r] = stopping ? kBeatStop : kBeat;
+      told_stop[r] |= stopping;
+      MPI_Isend(&outbox[r], 1, MPI_CHAR, r, 0, hb_, &sreq[r]);
     }
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
@@ -380,6 +393,7 @@ void MpiCluster::watch(double timeout_s) {
         int done = 0;
         if (MPI_Test(&rreq[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
         last_seen[r] = now;
+        stop_heard |= inbox[r] == kBeatStop;
         MPI_Irecv(&inbox[r], 1, MPI_CHAR, r, 0, hb_, &rreq[r]);
       }
       const double silent = std::chrono::duration<double>(now - last_seen[r]).count();

@@ -534,6 +534,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.validate = validate;
   sh.eval_every = cfg.eval_every;
   for (auto& c : I.channels) sh.channels.push_back(c.get());
+  if (C) I.relay_claims(sh);
   for (auto& st : I.stages)
     if (I.local(st->index)) st->begin_train();
   if (C)
@@ -606,10 +607,18 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     return save(step, std::move(t));
   };
   // At the end of a segment: join the stage threads, checkpoint, start the next segment. True
-  // when the run ends here.
+  // when the run ends here. Under MPI rank 0 says whether the run stops here.
+  int64_t segments_ended = 0;
   auto end_segment = [&](int64_t step) -> bool {
     join_all();
     if (!sh.error.is_ok()) return true;
+    if (C) {
+      if (Status as = I.agree_segment_end(segments_ended++, &step, &stopping); !as.is_ok()) {
+        failure = as;
+        sh.fail(failure);
+        return true;
+      }
+    }
     const bool stop_here = stopping && step < total;
     if (!ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total)))) {
       if (Status cs = checkpoint(step); !cs.is_ok()) {
@@ -629,6 +638,19 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     const int64_t s0 = step - 1;
     double l = 0;
     std::vector<double> step_losses(M, 0.0);
+    if (C && !coord) {
+      // Rank 0 decides where a stopped segment ends; this rank's stage hears it when it asks to
+      // start the mini-batch, so wait for that before waiting for the mini-batch's results.
+      std::unique_lock<std::mutex> lock(sh.mu);
+      sh.cv.wait(lock, [&] { return sh.abort || sh.settled(s0); });
+      if (sh.abort) break;
+      if (sh.past_end(s0)) {
+        lock.unlock();
+        r.steps = s0;
+        if (end_segment(s0)) break;
+        PT_CHECK(false) << "rank " << C->rank() << ": the segment ended at step " << s0 << " but the run goes on";
+      }
+    }
     if (I.local(I.loss_stage)) {
       std::unique_lock<std::mutex> lock(sh.mu);
       sh.cv.wait(lock, [&] {
@@ -747,7 +769,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
     progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
     r.steps = step;
-    if (!stopping && !C && cfg.stop && cfg.stop->load() && step < total) {
+    if (!stopping && cfg.stop && cfg.stop->load() && step < total) {
       stopping = true;  // finish the mini-batches already started, then drain
       sh.stop_early();
     }

@@ -186,4 +186,37 @@ Status PipelineTrainer::Impl::gather_final() {
   return Status::ok();
 }
 
+void PipelineTrainer::Impl::relay_claims(RunShared& sh) {
+  Cluster* C = opts.cluster;
+  const int N = static_cast<int>(stages.size());
+  if (C->rank() == 0) {
+    // A failed send means the run is aborting: the stages stop on their own.
+    sh.tell_claim = [C, N](int64_t step, bool granted) {
+      const char g = granted ? 1 : 0;
+      for (int k = 1; k < N; ++k) C->send(k, kMsgClaim, step, &g, 1);
+    };
+  } else {
+    sh.ask_claim = [C](int64_t step) {
+      char g = 0;
+      return C->recv(0, kMsgClaim, step, &g, 1) && g != 0;
+    };
+  }
+}
+
+Status PipelineTrainer::Impl::agree_segment_end(int64_t n, int64_t* step, bool* stop) {
+  Cluster& C = *opts.cluster;
+  int64_t word[2] = {*step, *stop ? 1 : 0};
+  if (C.rank() == 0) {
+    for (int k = 1; k < static_cast<int>(stages.size()); ++k)
+      if (!C.send(k, kMsgSegmentEnd, n, word, sizeof word))
+        return internal_error("aborted while telling rank " + std::to_string(k) + " where the run stands");
+    return Status::ok();
+  }
+  if (!C.recv(0, kMsgSegmentEnd, n, word, sizeof word))
+    return internal_error("aborted while hearing from rank 0 where the run stands");
+  PT_CHECK(word[0] == *step) << "rank " << C.rank() << " ended a segment at step " << *step << ", rank 0 at " << word[0];
+  *stop = word[1] != 0;
+  return Status::ok();
+}
+
 }  // namespace pt

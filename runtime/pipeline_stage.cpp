@@ -201,10 +201,25 @@ std::pair<std::vector<int64_t>, std::string> EpochOrders::state(int64_t epoch) {
 }
 
 bool RunShared::claim(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (step >= end_) return false;
-  claimed_ = std::max(claimed_, step + 1);
-  return true;
+  if (ask_claim) {  // another rank's stage: rank 0's answer decides, and may end the segment here
+    const bool granted = ask_claim(step);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (granted) claimed_ = std::max(claimed_, step + 1);
+      else end_ = std::min(end_, step);
+    }
+    cv.notify_all();
+    return granted;
+  }
+  bool granted = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    granted = step < end_;
+    if (granted) claimed_ = std::max(claimed_, step + 1);
+  }
+  cv.notify_all();
+  if (tell_claim) tell_claim(step, granted);
+  return granted;
 }
 
 int64_t RunShared::stop_early() {

@@ -134,6 +134,15 @@ struct RunShared {
   // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
   // first; false when the segment ends before it.
   bool claim(int64_t step);
+  // One stage per rank (runtime/pipeline_ranks.cpp): rank 0 passes every answer of claim() on
+  // (tell_claim), the other ranks take rank 0's answer for their own (ask_claim; false once the
+  // run is aborted), so that a stop on rank 0 ends every rank's segment at the same mini-batch.
+  std::function<void(int64_t step, bool granted)> tell_claim;
+  std::function<bool(int64_t step)> ask_claim;
+  // Whether mini-batch `s` has been claimed here or the segment ends at or before it (caller
+  // holds mu; claim() notifies cv).
+  bool settled(int64_t s) const { return s < claimed_ || s >= end_; }
+  bool past_end(int64_t s) const { return s >= end_; }  // caller holds mu
   // Ends the segment after the mini-batches already started; returns the new end.
   int64_t stop_early();
   int64_t end_step();  // the current segment's end (exclusive)
@@ -255,6 +264,11 @@ struct PipelineTrainer::Impl {
   void unpack_into_eval(int k, const std::vector<char>& in);
   // Non-zero ranks send their final weights, stats and trace; rank 0 keeps them.
   Status gather_final();
+  // Sets sh's claim hooks: rank 0's claims decide for every rank.
+  void relay_claims(RunShared& sh);
+  // At the end of the n-th segment (0-based) of train(): rank 0 tells every rank the step it
+  // ended at and whether the run stops there; the others take both from it.
+  Status agree_segment_end(int64_t n, int64_t* step, bool* stop);
   // What stage k contributes to a checkpoint, in a fixed order: each parameter and its momentum,
   // then the state; packed from / unpacked into a map by name (checkpoint_tensors()).
   std::vector<const Value*> checkpoint_values_of(int k) const;
@@ -266,7 +280,7 @@ struct PipelineTrainer::Impl {
 
 // Message kinds of the coordinators (Cluster::send/recv).
 enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
-                   kMsgHeader = 6, kMsgCheckpoint = 7 };
+                   kMsgHeader = 6, kMsgCheckpoint = 7, kMsgClaim = 8, kMsgSegmentEnd = 9 };
 // Link kinds between two ranks.
 enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2 };
 

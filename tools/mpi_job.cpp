@@ -1,24 +1,39 @@
 // The MPI side of the command line: see tools/mpi_job.h.
 #include "tools/mpi_job.h"
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
 #include <thread>
 
-std::unique_ptr<pt::Cluster> g_cluster;
+namespace pt {
 
 namespace {
+
+// Under mpirun / srun: this rank's share of the job; null for a single process.
+std::unique_ptr<Cluster> g_cluster;
 // Whether every rank agreed on model, flags and plan (after that, a failure ends the job).
 bool g_started = false;
 int g_peer_failed = 0;  // the exit code of a rank that failed before the start (it printed why)
-}  // namespace
+
+// Set by the stop signals' handler, polled by the trainer at every mini-batch boundary.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the stop flag is set from a signal handler");
+extern "C" void on_stop_signal(int sig) {
+  g_stop.store(true);
+  std::signal(sig, SIG_DFL);  // a second one ends the process at once
+}
 
 // A failure on one rank. Before the start every rank reaches exactly one agreement (here, or
 // agree_start on success), so all of them stop together with the first failing rank's code;
 // after it, the failing rank ends the whole job.
-int rank_fail(const pt::Status& s) {
-  const int me = g_cluster->rank(), code = pt::exit_code_for(s);
+int rank_fail(const Status& s) {
+  const int me = g_cluster->rank(), code = exit_code_for(s);
   auto print = [&] {
     if (me == 0) std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
     else std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", me, s.message().c_str());
@@ -34,8 +49,6 @@ int rank_fail(const pt::Status& s) {
   return code;
 }
 
-// The start-up agreement of a job: every rank's status, then model, flags and plan compared
-// with rank 0's. Returns 0 to go on, or the exit code every rank returns.
 // Every collective before the start is preceded by this status exchange, which a failing rank's
 // rank_fail() matches: 0 when every rank is fine, else the first failing rank's exit code.
 int sync_before_start() {
@@ -51,6 +64,8 @@ int sync_before_start() {
   return 0;
 }
 
+// Compares the fingerprints of model file, flags and plan with rank 0's; 0 to go on, else the
+// exit code (2, naming the rank that differs).
 int agree_start(uint64_t model, uint64_t flags, uint64_t plan) {
   const int me = g_cluster->rank();
   if (int code = sync_before_start(); code != 0) return code;
@@ -73,23 +88,43 @@ int agree_start(uint64_t model, uint64_t flags, uint64_t plan) {
   return 0;
 }
 
-std::string plan_fingerprint(const pt::Plan& p) {
+// The flags that must agree between ranks (not --out, --data, --quiet: rank 0 alone uses them).
+std::string flags_fingerprint(const Options& o) {
+  std::ostringstream f;
+  f << o.gpus << '|' << o.device << '|' << o.epochs << '|' << o.steps << '|' << o.batch_size << '|' << o.lr << '|'
+    << o.momentum << '|' << o.weight_decay << '|' << o.loss << '|' << o.seed << '|' << o.no_shuffle << '|'
+    << o.schedule << '|' << o.weights << '|' << o.micro_batches << '|' << o.staleness << '|' << o.link << '|'
+    << o.plan_only << '|' << o.lr_schedule << '|' << o.warmup_steps << '|' << o.lr_decay_every << '|' << o.lr_gamma
+    << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
+    << '|' << o.resume  // checkpoint steps are drain points every rank must share
+    << '|' << o.profile << '|' << o.oversubscribe;  // --oversubscribe decides NCCL or MPI links
+  for (const auto* list : {&o.freeze, &o.device_spec, &o.split_at}) {
+    f << '|';
+    for (const auto& x : *list) f << x << ',';
+  }
+  f << '|';
+  for (int b : o.balance) f << b << ',';
+  return f.str();
+}
+
+// Stage names of every stage of the plan, for agree_start.
+std::string plan_fingerprint(const Plan& p) {
   std::string s = std::to_string(p.stages.size());
-  for (const pt::StagePlan& st : p.stages) {
-    s += "|" + std::to_string(st.index) + ":";
-    for (const pt::Node* n : st.nodes) s += n->name + ",";
+  for (const StagePlan& st : p.stages) {
+    s.append("|").append(std::to_string(st.index)).append(":");
+    for (const Node* n : st.nodes) s.append(n->name).append(",");
   }
   return s;
 }
 
 // Rank 0's measured CPU spec for every rank (planning is deterministic given the specs).
-pt::Status share_cpu_spec(pt::DeviceSpec* d) {
+Status share_cpu_spec(DeviceSpec* d) {
   struct Wire {
     char name[64];
     int32_t kind;
     double peak_flops, mem_bandwidth, memory_bytes, kernel_overhead_s;
   } w{};
-  if (sync_before_start() != 0) return pt::internal_error("another rank failed");
+  if (sync_before_start() != 0) return internal_error("another rank failed");
   std::snprintf(w.name, sizeof w.name, "%s", d->name.c_str());
   w.kind = static_cast<int32_t>(d->kind);
   w.peak_flops = d->peak_flops;
@@ -98,12 +133,50 @@ pt::Status share_cpu_spec(pt::DeviceSpec* d) {
   w.kernel_overhead_s = d->kernel_overhead_s;
   RETURN_IF_ERROR(g_cluster->broadcast(&w, sizeof w, 0));
   d->name = w.name;
-  d->kind = static_cast<pt::DeviceKind>(w.kind);
+  d->kind = static_cast<DeviceKind>(w.kind);
   d->peak_flops = w.peak_flops;
   d->mem_bandwidth = w.mem_bandwidth;
   d->memory_bytes = w.memory_bytes;
   d->kernel_overhead_s = w.kernel_overhead_s;
-  return pt::Status::ok();
+  return Status::ok();
+}
+
+// Rank 0's profile (--profile) for every rank, measured (or read from its run folder's cache) by
+// rank 0 alone: per-node times differ from run to run, and every rank must plan with the same.
+// Every rank takes part in a job, with or without --profile, so that the collectives match
+// whatever the flags say (a difference in --profile is refused by agree_start afterwards).
+Status share_profile(Profile* p, bool* have) {
+  if (sync_before_start() != 0) return internal_error("another rank failed");
+  std::string wire;  // per entry: phase byte, name length (uint32), name, seconds (double)
+  if (g_cluster->rank() == 0 && *have) {
+    for (const auto* m : {&p->fwd_s, &p->bwd_s})
+      for (const auto& [name, s] : *m) {
+        const char phase = m == &p->fwd_s ? 'f' : 'b';
+        const uint32_t n = static_cast<uint32_t>(name.size());
+        wire.append(&phase, 1).append(reinterpret_cast<const char*>(&n), sizeof n).append(name);
+        wire.append(reinterpret_cast<const char*>(&s), sizeof s);
+      }
+  }
+  int64_t head[2] = {*have ? 1 : 0, static_cast<int64_t>(wire.size())};
+  RETURN_IF_ERROR(g_cluster->broadcast(head, sizeof head, 0));
+  wire.resize(static_cast<size_t>(head[1]));
+  if (head[1] > 0) RETURN_IF_ERROR(g_cluster->broadcast(wire.data(), wire.size(), 0));
+  *have = head[0] != 0;
+  if (g_cluster->rank() == 0) return Status::ok();
+  *p = Profile{};
+  for (size_t at = 0; at < wire.size();) {
+    const char phase = wire[at++];
+    uint32_t n = 0;
+    std::memcpy(&n, wire.data() + at, sizeof n);
+    at += sizeof n;
+    std::string name = wire.substr(at, n);
+    at += n;
+    double s = 0;
+    std::memcpy(&s, wire.data() + at, sizeof s);
+    at += sizeof s;
+    (phase == 'f' ? p->fwd_s : p->bwd_s)[std::move(name)] = s;
+  }
+  return Status::ok();
 }
 
 // The watchdog's verdict on a lost rank (runtime/cluster.h): one line naming it, then this rank
@@ -122,3 +195,95 @@ void on_lost_rank(int lost, const std::string& why) {
   std::_Exit(1);
 }
 
+}  // namespace
+
+int run_job(int argc, char** argv, int (*body)(int, char**)) {
+  {
+    auto cluster = Cluster::init(&argc, &argv);
+    if (!cluster) {
+      std::fprintf(stderr, "onnx-pipetrain: error: %s\n", cluster.status().message().c_str());
+      return exit_code_for(cluster.status());
+    }
+    g_cluster = std::move(*cluster);
+  }
+  if (!g_cluster) return body(argc, argv);
+  const char* t = std::getenv("PIPETRAIN_MPI_TIMEOUT");
+  const double timeout_s = t && std::atof(t) > 0 ? std::atof(t) : 30.0;
+  g_cluster->start_watchdog(timeout_s, on_lost_rank);
+  int code = body(argc, argv);
+  if (Status s = g_cluster->finalize(); !s.is_ok() && code == 0) {
+    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", g_cluster->rank(), s.message().c_str());
+    code = 1;
+  }
+  g_cluster.reset();
+  return code;
+}
+
+bool in_job() { return g_cluster != nullptr; }
+bool leads_run() { return !g_cluster || g_cluster->rank() == 0; }
+Cluster* job_cluster() { return g_cluster.get(); }
+
+int fail_run(const Status& s) {
+  if (g_cluster) return rank_fail(s);
+  std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
+  return exit_code_for(s);
+}
+
+Status check_job_stages(int gpus) {
+  if (!g_cluster || gpus == g_cluster->size()) return Status::ok();
+  return invalid_input("--gpus " + std::to_string(gpus) + ": this job has " + std::to_string(g_cluster->size()) +
+                       " ranks; one rank runs one stage, so --gpus must equal the number of ranks (mpirun -np " +
+                       std::to_string(gpus) + ")");
+}
+
+void set_job_plan_flags(PlanFlags* pf) {
+  if (!g_cluster) return;
+  pf->write_reports = g_cluster->rank() == 0;
+  pf->node_of_stage.clear();
+  for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(g_cluster->node_of(k));
+  pf->cpu_threads = threads_per_stage(pf->stages);
+  pf->agree_cpu_spec = share_cpu_spec;
+  pf->profile_here = g_cluster->rank() == 0;
+  pf->agree_profile = share_profile;
+}
+
+int cuda_devices_needed(int stages) { return g_cluster ? g_cluster->local_size() : stages; }
+
+int job_local_gpu(int gpus_here) { return g_cluster ? g_cluster->local_rank() % std::max(1, gpus_here) : 0; }
+
+void set_job_pipeline(PipelineOptions* po, bool use_cuda, int gpus_here, bool oversubscribe) {
+  if (!g_cluster) return;
+  po->cluster = g_cluster.get();
+  if (!use_cuda) return;
+  po->gpu_of_stage.assign(g_cluster->size(), 0);  // one stage per rank (check_job_stages)
+  po->gpu_of_stage[g_cluster->rank()] = job_local_gpu(gpus_here);
+  po->nccl_links = !oversubscribe;  // ranks sharing a GPU exchange through MPI
+}
+
+int threads_per_stage(int stages) {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                         (g_cluster ? g_cluster->local_size() : std::max(1, stages)));
+}
+
+int agree_job_start(const Options& o, const std::string& model_hash, const Plan& plan) {
+  if (!g_cluster) return 0;
+  return agree_start(fnv1a64(model_hash), fnv1a64(flags_fingerprint(o)), fnv1a64(plan_fingerprint(plan)));
+}
+
+StopRequests::StopRequests() {
+  std::signal(SIGINT, on_stop_signal);
+  if (!g_cluster) return;
+  std::signal(SIGUSR1, on_stop_signal);
+  g_cluster->share_stop(&g_stop);
+}
+
+StopRequests::~StopRequests() {
+  std::signal(SIGINT, SIG_DFL);
+  if (!g_cluster) return;
+  std::signal(SIGUSR1, SIG_DFL);
+  g_cluster->share_stop(nullptr);
+}
+
+const std::atomic<bool>* StopRequests::flag() const { return &g_stop; }
+
+}  // namespace pt

@@ -1,24 +1,21 @@
 // The onnx-pipetrain command line: parses flags (CLI11), then imports the model, builds the
 // training graph, trains, and writes the run folder. Exit codes: 0 ok, 2 bad input or usage,
-// 3 diverged, 1 internal error, 130 stopped by SIGINT (after writing a checkpoint and the model).
+// 3 diverged, 1 internal error, 130 stopped by SIGINT (after writing a checkpoint and the model;
+// under MPI also SIGUSR1 or the launcher's SIGTERM, tools/mpi_job.h).
 #include <CLI/CLI.hpp>
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
-#include <thread>
 
 #include "importer/importer.h"
 #include "kernels/device.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
-#include "tools/omp_env.h"
 #include "tools/mpi_job.h"
+#include "tools/omp_env.h"
+#include "tools/options.h"
 #include "tools/plan_step.h"
-#include "runtime/cluster.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
 #include "runtime/profiler.h"
@@ -28,91 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Options {
-  std::string model;
-  int gpus = 1;
-  std::string device = "auto";
-  std::string data = "synthetic";
-  std::string val_data;
-  double val_split = 0;
-  int64_t epochs = 1;
-  int64_t steps = 0;
-  int64_t batch_size = 32;
-  float lr = 0.05f;
-  std::string lr_schedule = "constant";
-  int64_t warmup_steps = 0;
-  int64_t lr_decay_every = 0;
-  double lr_gamma = 0.1;
-  double lr_power = 2.0;
-  double lr_min = 0.0;
-  int64_t eval_every = 0;
-  std::vector<float> mean, std;
-  bool raw_pixels = false;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
-  std::string loss = "auto";
-  std::vector<std::string> freeze;
-  uint64_t seed = 0;
-  std::string out;
-  bool quiet = false;
-  bool no_shuffle = false;
-  bool oversubscribe = false;
-  int64_t log_every = 0;
-  bool plan_only = false;
-  bool export_stages = false;
-  bool whatif = false;
-  bool profile = false;
-  std::string schedule = "1f1b";
-  std::string weights = "spectrain";
-  int micro_batches = 4;
-  bool micro_batches_given = false;
-  std::string staleness = "paper";
-  bool trace = false;
-  std::vector<std::string> device_spec;
-  std::string link;
-  std::vector<std::string> split_at;
-  std::vector<int> balance;
-  int64_t checkpoint_every = 0;
-  int keep_checkpoints = 3;
-  bool resume = false;      // --resume given
-  std::string resume_path;  // its value; empty: the run folder's newest intact checkpoint
-  int ranks_per_node = 0;   // --plan-only of a multi-node job: stages k / R share node k / R
-};
+using pt::Options;
 
 constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report a run stopped by Ctrl-C
-
-// Set by the SIGINT handler, polled by the trainer at every mini-batch boundary. The handler
-// restores the default action, so a second Ctrl-C ends the process at once.
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the stop flag is set from a signal handler");
-extern "C" void on_sigint(int) {
-  g_stop.store(true);
-  std::signal(SIGINT, SIG_DFL);
-}
-
-int fail(const pt::Status& s) {
-  if (g_cluster) return rank_fail(s);
-  std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
-  return pt::exit_code_for(s);
-}
-
-// The flags that must agree between ranks (not --out, --data, --quiet: rank 0 alone uses them).
-std::string flags_fingerprint(const Options& o) {
-  std::ostringstream f;
-  f << o.gpus << '|' << o.device << '|' << o.epochs << '|' << o.steps << '|' << o.batch_size << '|' << o.lr << '|'
-    << o.momentum << '|' << o.weight_decay << '|' << o.loss << '|' << o.seed << '|' << o.no_shuffle << '|'
-    << o.schedule << '|' << o.weights << '|' << o.micro_batches << '|' << o.staleness << '|' << o.link << '|'
-    << o.plan_only << '|' << o.lr_schedule << '|' << o.warmup_steps << '|' << o.lr_decay_every << '|' << o.lr_gamma
-    << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
-    << '|' << o.resume;  // checkpoint steps are drain points every rank must share
-  for (const auto* list : {&o.freeze, &o.device_spec, &o.split_at}) {
-    f << '|';
-    for (const auto& x : *list) f << x << ',';
-  }
-  f << '|';
-  for (int b : o.balance) f << b << ',';
-  return f.str();
-}
 
 void say(const Options& o, const std::string& line) {
   if (!o.quiet) std::printf("%s\n", line.c_str());
@@ -128,26 +43,19 @@ std::string human_count(int64_t n) {
 
 int run(const Options& o) {
   using namespace pt;
-  // Devices: this build trains on CPU stages; CUDA training arrives with the CUDA backend.
-  if (o.gpus < 1) return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
-  if (g_cluster && o.gpus != g_cluster->size())
-    return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this job has " + std::to_string(g_cluster->size()) +
-                              " ranks; one rank runs one stage, so --gpus must equal the number of ranks (mpirun -np " +
-                              std::to_string(o.gpus) + ")"));
-  if (g_cluster && o.profile)
-    return fail(unsupported("--profile: not available under MPI yet (every rank must plan with the same costs); "
-                            "profile in one process and pass --split-at or --balance"));
+  if (o.gpus < 1) return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
+  if (Status js = check_job_stages(o.gpus); !js.is_ok()) return fail_run(js);
   // Devices: CUDA stages when asked for (or, with auto, when there is a GPU per stage: under MPI
   // a GPU per rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of
   // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
   const int gpus_here = cuda_device_count();
-  const int gpus_needed = g_cluster ? g_cluster->local_size() : o.gpus;
+  const int gpus_needed = cuda_devices_needed(o.gpus);
   if (o.device == "cuda" && !o.plan_only && (gpus_here == 0 || (gpus_here < gpus_needed && !o.oversubscribe))) {
-    return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
-                              " CUDA device" + (gpus_here == 1 ? "" : "s") +
-                              (g_cluster ? " for " + std::to_string(gpus_needed) + " ranks on this node" : "") +
-                              (gpus_here > 0 ? "; add --oversubscribe to place several stages on one GPU"
-                                             : ": " + cuda_unavailable_reason())));
+    return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
+                                  " CUDA device" + (gpus_here == 1 ? "" : "s") +
+                                  (in_job() ? " for " + std::to_string(gpus_needed) + " ranks on this node" : "") +
+                                  (gpus_here > 0 ? "; add --oversubscribe to place several stages on one GPU"
+                                                 : ": " + cuda_unavailable_reason())));
   }
   const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus_here >= gpus_needed && gpus_here > 0);
   const DeviceKind device = use_cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
@@ -163,17 +71,17 @@ int run(const Options& o) {
   // GPipe builds the graph for one micro-batch.
   const bool gpipe = o.schedule == "gpipe";
   if (!gpipe && o.micro_batches_given && o.micro_batches != 1)
-    return fail(invalid_input("--micro-batches " + std::to_string(o.micro_batches) + ": micro-batches need --schedule gpipe"));
+    return fail_run(invalid_input("--micro-batches " + std::to_string(o.micro_batches) + ": micro-batches need --schedule gpipe"));
   const int micro = gpipe ? o.micro_batches : 1;
   if (o.batch_size % micro != 0)
-    return fail(invalid_input("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of --micro-batches " +
-                              std::to_string(micro)));
+    return fail_run(invalid_input("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of --micro-batches " +
+                                  std::to_string(micro)));
   io.batch_size = o.batch_size / micro;
   io.device = device;
   io.freeze = o.freeze;
   io.seed = o.seed;
   auto imported = import_onnx(o.model, io);
-  if (!imported) return fail(imported.status());
+  if (!imported) return fail_run(imported.status());
   ImportedModel& m = *imported;
   Graph& g = *m.graph;
   say(o, "model: " + o.model + " (opset " + std::to_string(m.source_opset) +
@@ -186,7 +94,7 @@ int run(const Options& o) {
   LossKind lk = o.loss == "mse" ? LossKind::kMse : o.loss == "cross-entropy" ? LossKind::kCrossEntropy : LossKind::kAuto;
   SgdOptions sgd{o.momentum, o.weight_decay};
   auto tg = build_training_graph(g, lk, sgd);
-  if (!tg) return fail(tg.status().with_context(o.model + ": "));
+  if (!tg) return fail_run(tg.status().with_context(o.model + ": "));
   int64_t params = 0;
   for (Value* p : tg->params) params += p->size();
   say(o, "loss: " + tg->loss.description);
@@ -196,7 +104,7 @@ int run(const Options& o) {
   const fs::path out_dir = o.out.empty() ? fs::path("runs") / m.stem : fs::path(o.out);
   std::error_code ec;
   fs::create_directories(out_dir, ec);
-  if (ec) return fail(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
+  if (ec) return fail_run(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
 
   PlanFlags pf;
   pf.stages = o.gpus;
@@ -212,27 +120,20 @@ int run(const Options& o) {
   pf.whatif = o.whatif;
   pf.out_dir = out_dir.string();
   pf.quiet = o.quiet;
-  if (g_cluster) {
-    pf.write_reports = g_cluster->rank() == 0;
-    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(g_cluster->node_of(k));
-    pf.cpu_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / g_cluster->local_size());
-    pf.agree_cpu_spec = share_cpu_spec;
+  if (in_job()) {
+    set_job_plan_flags(&pf);
   } else if (o.ranks_per_node > 0) {
     for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
   }
   auto planned = plan_and_report(m, g, pf);
-  if (!planned) return fail(planned.status());
+  if (!planned) return fail_run(planned.status());
   say(o, "reports: " + (out_dir / "partition.{txt,json,html,dot}").string() + ", " + (out_dir / "trace.json").string());
-  const uint64_t model_hash = fnv1a64(m.hash), flags_hash = fnv1a64(flags_fingerprint(o)),
-                 plan_hash = fnv1a64(plan_fingerprint(planned->plan));
   if (o.plan_only) {
-    if (g_cluster) {
-      if (int code = agree_start(model_hash, flags_hash, plan_hash); code != 0) return code;
-      if (g_cluster->rank() != 0) return 0;  // rank 0 writes the run folder
-    }
+    if (int code = agree_job_start(o, m.hash, planned->plan); code != 0) return code;
+    if (!leads_run()) return 0;  // rank 0 writes the run folder
     if (!o.export_stages) return 0;
     Status es = export_plan_stages(m, {}, planned->plan, (out_dir / "stages").string(), o.quiet);
-    return es.is_ok() ? 0 : fail(es);
+    return es.is_ok() ? 0 : fail_run(es);
   }
 
   DataSpec spec;
@@ -244,29 +145,27 @@ int run(const Options& o) {
   spec.num_classes = tg->loss.num_classes;
   spec.scale_pixels = !o.raw_pixels;
   Dataset train, val;
-  if (g_cluster && g_cluster->rank() != 0) {
+  if (!leads_run()) {
     // Rank 0 alone reads the data and sends every stage what it reads.
   } else if (o.data == "synthetic") {
     train = synthetic_dataset(spec, std::max<int64_t>(o.batch_size * 16, 512), o.seed);
     say(o, "notice: --data synthetic: random inputs and labels, so loss and accuracy mean nothing");
   } else {
     auto d = load_dataset(o.data, spec);
-    if (!d) return fail(d.status().with_context("--data: "));
+    if (!d) return fail_run(d.status().with_context("--data: "));
     train = std::move(*d);
   }
-  if (!o.val_data.empty() && (!g_cluster || g_cluster->rank() == 0)) {
+  if (!o.val_data.empty() && leads_run()) {
     auto d = load_dataset(o.val_data, spec);
-    if (!d) return fail(d.status().with_context("--val-data: "));
+    if (!d) return fail_run(d.status().with_context("--val-data: "));
     val = std::move(*d);
   } else if (o.val_split > 0 && train.size() > 0) {
-    if (train.size() < 2) return fail(invalid_input("--val-split: the training set has fewer than 2 samples"));
+    if (train.size() < 2) return fail_run(invalid_input("--val-split: the training set has fewer than 2 samples"));
     val = split_validation(&train, o.val_split, o.seed);
   }
-  if (Status ns = normalize_dataset(&train, o.mean, o.std); !ns.is_ok()) return fail(ns);
-  if (Status ns = normalize_dataset(&val, o.mean, o.std); !ns.is_ok()) return fail(ns);
-  if (g_cluster) {
-    if (int code = agree_start(model_hash, flags_hash, plan_hash); code != 0) return code;
-  }
+  if (Status ns = normalize_dataset(&train, o.mean, o.std); !ns.is_ok()) return fail_run(ns);
+  if (Status ns = normalize_dataset(&val, o.mean, o.std); !ns.is_ok()) return fail_run(ns);
+  if (int code = agree_job_start(o, m.hash, planned->plan); code != 0) return code;
   say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
              (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
 
@@ -296,8 +195,8 @@ int run(const Options& o) {
     fs::path from = o.resume_path.empty() ? fs::path(tc.checkpoint.dir) : fs::path(o.resume_path);
     // A run folder stands for its checkpoints folder.
     if (fs::is_directory(from) && fs::is_directory(from / "checkpoints")) from /= "checkpoints";
-    if (!fs::exists(from) && (!g_cluster || g_cluster->rank() == 0))  // under MPI rank 0 alone reads it
-      return fail(invalid_input(
+    if (!fs::exists(from) && leads_run())  // under MPI rank 0 alone reads it
+      return fail_run(invalid_input(
           o.resume_path.empty()
               ? from.string() + ": no checkpoint to resume from (train with --checkpoint-every N first)"
               : "--resume " + o.resume_path + ": no such checkpoint file or folder"));
@@ -306,16 +205,17 @@ int run(const Options& o) {
   std::map<std::string, HostTensor> trained_values;
   std::unique_ptr<PipelineTrainer> pipeline;
   Expected<TrainResult> result = internal_error("not trained");
-  tc.stop = &g_stop;
   if (o.gpus == 1 && !gpipe) {
-    auto dev = open_device(device, g_cluster && use_cuda ? g_cluster->local_rank() % std::max(1, gpus_here) : 0);
-    if (!dev) return fail(dev.status());
+    auto dev = open_device(device, use_cuda ? job_local_gpu(gpus_here) : 0);
+    if (!dev) return fail_run(dev.status());
     auto trainer = Trainer::create(g, *tg, *dev);
-    if (!trainer) return fail(trainer.status());
-    std::signal(SIGINT, on_sigint);
-    result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
-    std::signal(SIGINT, SIG_DFL);
-    if (!result) return fail(result.status());
+    if (!trainer) return fail_run(trainer.status());
+    {
+      StopRequests stop;  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
+      tc.stop = stop.flag();
+      result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
+    }
+    if (!result) return fail_run(result.status());
     trained_values = (*trainer)->trained_initializers();
     // Measured stage times beside the predicted ones (not after Ctrl-C: the user wants out).
     ProfileOptions po;
@@ -334,29 +234,23 @@ int run(const Options& o) {
     po.weights = o.weights == "stash" ? WeightMode::kStash : o.weights == "stale" ? WeightMode::kStale : WeightMode::kSpecTrain;
     po.staleness = o.staleness == "exact" ? Staleness::kExact : Staleness::kPaper;
     po.micro_batches = micro;
-    po.threads_per_stage = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                           (g_cluster ? g_cluster->local_size() : o.gpus));
-    po.cluster = g_cluster.get();
+    po.threads_per_stage = threads_per_stage(o.gpus);
     po.record_trace = o.trace;
     po.device = device;
-    if (g_cluster && use_cuda) {  // this rank's stage on the GPU of its local rank
-      po.gpu_of_stage.assign(o.gpus, 0);
-      po.gpu_of_stage[g_cluster->rank()] = g_cluster->local_rank() % std::max(1, gpus_here);
-      // Ranks sharing a GPU (--oversubscribe) exchange through MPI; otherwise NCCL (every rank
-      // decides alike: --oversubscribe is among the flags the ranks agree on).
-      po.nccl_links = !o.oversubscribe;
-    }
+    set_job_pipeline(&po, use_cuda, gpus_here, o.oversubscribe);
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
-    if (!pipe) return fail(pipe.status());
+    if (!pipe) return fail_run(pipe.status());
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
                                                 "1F1B, " + o.weights + " weights" +
                                                     (o.weights == "spectrain" ? " (" + o.staleness + " staleness)" : "")) +
                ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : ""));
-    if (!g_cluster) std::signal(SIGINT, on_sigint);  // under MPI the launcher stops every rank
-    result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
-    if (!g_cluster) std::signal(SIGINT, SIG_DFL);
-    if (!result) return fail(result.status());
-    if (g_cluster && g_cluster->rank() != 0) return 0;  // rank 0 reports and writes the run folder
+    {
+      StopRequests stop;  // Ctrl-C: finish the mini-batches started, drain, checkpoint, exit 130
+      tc.stop = stop.flag();
+      result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
+    }
+    if (!result) return fail_run(result.status());
+    if (!leads_run()) return result->interrupted ? kExitInterrupted : 0;  // rank 0 writes the run folder
     trained_values = (*pipe)->trained_initializers();
     for (const StageStats& st : (*pipe)->stage_stats()) {
       char b[256];
@@ -392,12 +286,12 @@ int run(const Options& o) {
   }
   // The reports again, with measured stage times; with --trace, trace.json then holds the passes
   // as they ran instead of the simulated schedule.
-  if (Status rs = rewrite_reports(*planned, g, out_dir.string()); !rs.is_ok()) return fail(rs);
+  if (Status rs = rewrite_reports(*planned, g, out_dir.string()); !rs.is_ok()) return fail_run(rs);
   if (o.trace) {
     if (!pipeline) {
       say(o, "notice: --trace records pipelined runs; trace.json keeps the simulated schedule of this single-stage run");
     } else if (Status ts = pipeline->write_chrome_trace((out_dir / "trace.json").string()); !ts.is_ok()) {
-      return fail(ts);
+      return fail_run(ts);
     }
   }
   if (use_cuda) {  // the caching allocators: peak, cached, fragmentation, per GPU this process used
@@ -408,10 +302,10 @@ int run(const Options& o) {
   }
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
   Status st = export_onnx(m, trained_values, trained.string());
-  if (!st.is_ok()) return fail(st);
+  if (!st.is_ok()) return fail_run(st);
   if (o.export_stages) {
     st = export_plan_stages(m, trained_values, planned->plan, (out_dir / "stages").string(), o.quiet);
-    if (!st.is_ok()) return fail(st);
+    if (!st.is_ok()) return fail_run(st);
   }
 
   char line[512];
@@ -445,25 +339,7 @@ int main_impl(int argc, char** argv);
 
 int main(int argc, char** argv) {
   pt::ensure_passive_omp_wait(argv);
-  {
-    auto cluster = pt::Cluster::init(&argc, &argv);
-    if (!cluster) {
-      std::fprintf(stderr, "onnx-pipetrain: error: %s\n", cluster.status().message().c_str());
-      return pt::exit_code_for(cluster.status());
-    }
-    g_cluster = std::move(*cluster);
-  }
-  if (!g_cluster) return main_impl(argc, argv);
-  const char* t = std::getenv("PIPETRAIN_MPI_TIMEOUT");
-  const double timeout_s = t && std::atof(t) > 0 ? std::atof(t) : 30.0;
-  g_cluster->start_watchdog(timeout_s, on_lost_rank);
-  int code = main_impl(argc, argv);
-  if (pt::Status s = g_cluster->finalize(); !s.is_ok() && code == 0) {
-    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", g_cluster->rank(), s.message().c_str());
-    code = 1;
-  }
-  g_cluster.reset();
-  return code;
+  return pt::run_job(argc, argv, main_impl);
 }
 
 int main_impl(int argc, char** argv) {
@@ -532,7 +408,9 @@ int main_impl(int argc, char** argv) {
                      ->expected(0, 1)->type_name("[PATH]");
   app.add_flag("--quiet", o.quiet, "print errors only");
   app.footer("Ctrl-C (SIGINT) stops a run at the next mini-batch boundary (pipelined runs: after the mini-batches "
-             "already started), writes a checkpoint and the trained model, and exits 130.\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
+             "already started), writes a checkpoint and the trained model, and exits 130. Under mpirun: kill -USR1 "
+             "<mpirun's pid> (mpirun exits 130), or Ctrl-C (mpirun sends SIGTERM, then SIGKILL after "
+             "--mca odls_base_sigkill_timeout seconds, 1 by default, and exits 1).\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
              "resume), 3 diverged, 130 stopped by SIGINT.");
   try {
     app.parse(argc, argv);
@@ -543,17 +421,17 @@ int main_impl(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (!g_cluster || g_cluster->rank() == 0) {
+    if (pt::leads_run()) {
       std::fprintf(stderr, "onnx-pipetrain: error: %s\n", e.what());
       std::fprintf(stderr, "run 'onnx-pipetrain --help' for the flags\n");
     }
     return 2;
   }
-  if (g_cluster && g_cluster->rank() != 0) o.quiet = true;  // rank 0 prints progress and reports
+  if (!pt::leads_run()) o.quiet = true;  // rank 0 prints progress and reports
   try {
     return run(o);
   } catch (const std::exception& e) {
-    if (g_cluster) return fail(pt::internal_error(e.what()));
+    if (pt::in_job()) return pt::fail_run(pt::internal_error(e.what()));
     std::fprintf(stderr, "onnx-pipetrain: internal error: %s\n", e.what());
     return 1;
   }

@@ -107,7 +107,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
 
 Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& f) {
   PlanOutcome out;
-  if (f.profile) {
+  if (f.profile && f.profile_here) {
     ProfileOptions po;
     po.cache_path = (fs::path(f.out_dir) / "profile.json").string();
     po.key = m.hash + "/batch" + std::to_string(g.inputs.empty() ? 0 : g.inputs[0]->dims[0]) + "/" +
@@ -116,6 +116,7 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
     ASSIGN_OR_RETURN(out.profile, profile_graph(g, f.device, po));
     out.have_profile = true;
   }
+  if (f.agree_profile) RETURN_IF_ERROR(f.agree_profile(&out.profile, &out.have_profile));
   ASSIGN_OR_RETURN(out.options, options_from(f, out.have_profile ? &out.profile : nullptr));
   out.options.profile = out.have_profile ? &out.profile : nullptr;
   ASSIGN_OR_RETURN(out.plan, partition(g, out.options));

@@ -34,6 +34,10 @@ struct PlanFlags {
   int cpu_threads = 0;                    // threads of one CPU stage; 0: the cores / stages
   // Under MPI: replaces the measured CPU spec with rank 0's, so that every rank plans alike.
   std::function<Status(DeviceSpec*)> agree_cpu_spec;
+  // Under MPI: whether this rank measures the profile (--profile: rank 0 alone), and the exchange
+  // that gives every rank rank 0's profile (or none), so that every rank plans with the same costs.
+  bool profile_here = true;
+  std::function<Status(Profile* profile, bool* have)> agree_profile;
 };
 
 struct PlanOutcome {

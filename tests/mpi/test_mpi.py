@@ -1,12 +1,15 @@
 """One rank per stage under MPI (CPU stages): `mpirun -np 2` and `-np 4` train the same weights as
 the single-process multi-stage run with the same seed (1F1B with SpecTrain, GPipe), a lost rank ends
 the job within a bounded time with a message naming it, mismatched flags or models are refused at
-start, and the partition report marks cuts between nodes. Run:
+start, checkpoints resume bit for bit, a stop (Ctrl-C on mpirun, SIGUSR1 on mpirun, SIGINT on one
+rank) drains every rank at the same step and checkpoints, --profile plans every rank with rank 0's
+profile, and the partition report marks cuts between nodes. Run:
 PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 tests/mpi/test_mpi.py
 Exits 77 (ctest: skipped) when mpirun is absent or the binary was built without MPI."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +56,29 @@ def losses(path):
     with open(path) as f:
         rows = f.read().strip().splitlines()[1:]
     return [float(r.split(",")[2]) for r in rows]
+
+
+def stage_nodes(run_dir):
+    with open(os.path.join(run_dir, "partition.json")) as f:
+        return [s["nodes"] for s in json.load(f)["stages"]]
+
+
+def rank_pids(launcher_pid):
+    """{rank: pid} of the processes mpirun started (its children, by OMPI_COMM_WORLD_RANK)."""
+    pids = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher_pid:
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+            if b"OMPI_COMM_WORLD_RANK" in env:
+                pids[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(d)
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
 
 
 def mpi_build():
@@ -182,6 +208,118 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(rc, 2, log)
         self.assertIn("--lr: 0.100000001 in the checkpoint, 0.300000012 now", log)
         self.assertLess(secs, 60)
+
+    def stopped_run(self, name, stop, mpi_flags=()):
+        """A 3-rank run of many steps, stopped by stop(mpirun's Popen) once it trains; returns the
+        exit code, the log and the step of its one checkpoint."""
+        out = self.out(name)
+        p = subprocess.Popen([str(c) for c in [MPIRUN, *MPI_FLAGS, *mpi_flags, "-np", 3, BIN, *self.STOP_RUN, "--steps",
+                                               100000000, "--quiet", "--out", out]],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+        try:
+            for _ in range(1200):
+                if os.path.exists(os.path.join(out, "metrics.csv.partial")) or p.poll() is not None:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.3)
+            self.assertIsNone(p.poll(), "the run ended before the signal")
+            stop(p)
+            log, _ = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.assertIn("interrupted at step", log)
+        self.assertEqual(log.count("interrupted at step"), 1, log)  # rank 0 alone says so
+        self.assertTrue(os.path.exists(os.path.join(out, "digits_mlp.trained.onnx")), log)
+        cks = sorted(os.listdir(os.path.join(out, "checkpoints")))
+        self.assertEqual(len(cks), 1, cks)
+        step = int(cks[0][len("step-"):-len(".ckpt")])
+        self.assertIn(f"interrupted at step {step};", log)
+        self.assertEqual(len(losses(os.path.join(out, "metrics.csv"))), step)
+        return p.returncode, log, step
+
+    STOP_RUN = [MODEL, "--data", TRAIN, "--gpus", 3, "--seed", 7, "--lr", 0.1]
+
+    def test_ctrl_c_on_mpirun_drains_and_checkpoints(self):
+        # What Ctrl-C does: mpirun gets SIGINT, sends every rank SIGCONT, SIGTERM a
+        # odls_base_sigkill_timeout later and SIGKILL after another (1 s by default; 3 s here, so
+        # that a loaded machine drains in time), and exits 1 whatever the ranks return. The ranks
+        # take the SIGTERM as a stop request: drained, checkpointed, the model written.
+        rc, log, step = self.stopped_run("stop_int", lambda p: p.send_signal(signal.SIGINT),
+                                         ["--mca", "odls_base_sigkill_timeout", 3])
+        self.assertEqual(rc, 1, log)
+        self.assertNotIn("lost rank", log)
+        # --resume continues from there, and equals a run that drains at the same step (and at
+        # no other before the end: step + 5 < 2 step) bit for bit, in one process.
+        part, ref = self.out("stop_int"), self.out("stop_int_ref")
+        rc, log, _ = mpirun(3, *self.STOP_RUN, "--steps", step + 5, "--out", part, "--resume")
+        self.assertEqual(rc, 0, log)
+        self.assertIn(f"(step {step} of {step + 5}", log)
+        self.assertGreater(step, 5)
+        rc, log, _ = run([BIN, *self.STOP_RUN, "--steps", step + 5, "--checkpoint-every", step, "--quiet", "--out", ref])
+        self.assertEqual(rc, 0, log)
+        a, b = weights(os.path.join(ref, "digits_mlp.trained.onnx")), weights(os.path.join(part, "digits_mlp.trained.onnx"))
+        for k in a:
+            self.assertTrue(np.array_equal(a[k], b[k]), f"{k} differs after the resume")
+        self.assertEqual(losses(os.path.join(ref, "metrics.csv")), losses(os.path.join(part, "metrics.csv")))
+
+    def test_sigusr1_on_mpirun_exits_130(self):
+        # mpirun passes SIGUSR1 on to every rank and returns the job's exit code: 130.
+        rc, log, _ = self.stopped_run("stop_usr1", lambda p: p.send_signal(signal.SIGUSR1))
+        self.assertEqual(rc, 130, log)
+
+    def test_sigint_on_one_rank_stops_every_rank(self):
+        # Only rank 2 gets the signal: its request reaches rank 0 through the heartbeats, and every
+        # rank stops after the same mini-batch.
+        def stop(p):
+            pids = rank_pids(p.pid)
+            self.assertEqual(sorted(pids), [0, 1, 2])
+            os.kill(pids[2], signal.SIGINT)
+        rc, log, step = self.stopped_run("stop_rank2", stop)
+        self.assertEqual(rc, 130, log)
+        part = self.out("stop_rank2")
+        rc, log, _ = mpirun(3, *self.STOP_RUN, "--steps", step + 3, "--out", part, "--resume")
+        self.assertEqual(rc, 0, log)
+        self.assertIn(f"(step {step} of {step + 3}", log)
+        self.assertEqual(len(losses(os.path.join(part, "metrics.csv"))), step + 3)
+
+    def test_profile_from_rank_0(self):
+        # --profile: rank 0 measures (here: reads its run folder's cache, made to favour another
+        # cut than the measured costs would) and every rank plans with its numbers. Rank 1's --out
+        # has no cache: had it profiled by itself, the plans would differ and the start refuse.
+        plan = [MODEL, "--gpus", 2, "--profile", "--plan-only", "--quiet"]
+        made = self.out("prof_made")
+        rc, log, _ = run([BIN, *plan, "--out", made])
+        self.assertEqual(rc, 0, log)
+        with open(os.path.join(made, "profile.json")) as f:
+            prof = json.load(f)
+        measured = stage_nodes(made)
+        last = list(prof["fwd_s"])[-2]  # the last Gemm: so slow that it gets a stage of its own
+        self.assertEqual(last, "/4/Gemm")
+        prof["fwd_s"][last] = 1.0
+        rank0, rank1, single = self.out("prof_rank0"), self.out("prof_rank1"), self.out("prof_single")
+        for d in (rank0, single):
+            os.makedirs(d)
+            with open(os.path.join(d, "profile.json"), "w") as f:
+                json.dump(prof, f)
+        rc, log, _ = run([BIN, *plan, "--out", single])
+        self.assertEqual(rc, 0, log)
+        expected = stage_nodes(single)
+        self.assertEqual(expected[1][:2], ["/4/Gemm", "loss/SoftmaxCrossEntropyLoss"])
+        self.assertNotEqual(expected, measured)
+        base = [BIN, MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 5, "--quiet"]
+        train = [*base, "--profile"]
+        rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, *train, "--out", rank0, ":", "-np", 1, *train, "--out", rank1])
+        self.assertEqual(rc, 0, log)
+        got = stage_nodes(rank0)
+        self.assertEqual(got, expected)
+        self.assertEqual(os.listdir(rank1) if os.path.exists(rank1) else [], [])  # rank 1 writes nothing
+        self.assertTrue(os.path.exists(os.path.join(rank0, "digits_mlp.trained.onnx")))
+        # --profile on one rank only is refused at the start (the flags differ).
+        rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, *train, "--out", rank0, ":", "-np", 1, *base, "--out", rank1])
+        self.assertEqual(rc, 2, log)
+        self.assertIn("rank 1's flags differ from rank 0's", log)
 
     def test_gpus_must_equal_ranks(self):
         rc, log, _ = mpirun(2, MODEL, "--gpus", 4, "--steps", 1, "--out", self.out("gpus"))

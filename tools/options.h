@@ -1,0 +1,62 @@
+// The command line's flags as parsed (tools/onnx_pipetrain.cpp), shared with its MPI side
+// (tools/mpi_job.*), which fingerprints those every rank must agree on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+struct Options {
+  std::string model;
+  int gpus = 1;
+  std::string device = "auto";
+  std::string data = "synthetic";
+  std::string val_data;
+  double val_split = 0;
+  int64_t epochs = 1;
+  int64_t steps = 0;
+  int64_t batch_size = 32;
+  float lr = 0.05f;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t lr_decay_every = 0;
+  double lr_gamma = 0.1;
+  double lr_power = 2.0;
+  double lr_min = 0.0;
+  int64_t eval_every = 0;
+  std::vector<float> mean, std;
+  bool raw_pixels = false;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  std::string loss = "auto";
+  std::vector<std::string> freeze;
+  uint64_t seed = 0;
+  std::string out;
+  bool quiet = false;
+  bool no_shuffle = false;
+  bool oversubscribe = false;
+  int64_t log_every = 0;
+  bool plan_only = false;
+  bool export_stages = false;
+  bool whatif = false;
+  bool profile = false;
+  std::string schedule = "1f1b";
+  std::string weights = "spectrain";
+  int micro_batches = 4;
+  bool micro_batches_given = false;
+  std::string staleness = "paper";
+  bool trace = false;
+  std::vector<std::string> device_spec;
+  std::string link;
+  std::vector<std::string> split_at;
+  std::vector<int> balance;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  bool resume = false;      // --resume given
+  std::string resume_path;  // its value; empty: the run folder's newest intact checkpoint
+  int ranks_per_node = 0;   // --plan-only of a multi-node job: stages k / R share node k / R
+};
+
+}  // namespace pt
