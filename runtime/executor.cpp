@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unordered_set>
 
 namespace pt {
@@ -76,12 +77,28 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, co
   return p;
 }
 
-void Executor::FreeArena::operator()(void* p) const { std::free(p); }
+namespace {
+
+bool separate_host_from_env() {
+  const char* e = std::getenv("PIPETRAIN_DEBUG_SEPARATE_HOST");
+  return e && *e && std::string(e) != "0";
+}
+
+}  // namespace
 
 Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind device, std::vector<const Node*> nodes,
                                                      const ExecutorOptions& opts) {
-  if (device != DeviceKind::kCpu) return unsupported("the executor runs CPU stages only in this build");
+  ASSIGN_OR_RETURN(std::shared_ptr<Device> d, open_device(device, 0));
+  return create(g, std::move(d), std::move(nodes), opts);
+}
+
+Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared_ptr<Device> device,
+                                                     std::vector<const Node*> nodes, const ExecutorOptions& opts) {
   std::unique_ptr<Executor> ex(new Executor());
+  ex->device_ = std::move(device);
+  Device& dev = *ex->device_;
+  ASSIGN_OR_RETURN(ex->stream_, dev.create_stream());
+  ex->direct_ = dev.host_memory() && !opts.separate_host && !separate_host_from_env();
   if (nodes.empty())
     for (auto& n : g.nodes()) nodes.push_back(n.get());
   if (opts.plan_memory) {
@@ -92,15 +109,22 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind 
     ex->plan_.last.assign(g.values().size(), -1);
   }
   if (ex->plan_.arena_bytes) {
-    void* a = std::aligned_alloc(kPlanAlignment, ex->plan_.arena_bytes);  // a multiple of the alignment
-    if (!a) return internal_error("out of memory for a " + std::to_string(ex->plan_.arena_bytes) + "-byte arena");
-    std::memset(a, 0, ex->plan_.arena_bytes);
-    ex->arena_.reset(a);
+    if (ex->direct_) {
+      void* a = std::aligned_alloc(kPlanAlignment, ex->plan_.arena_bytes);  // a multiple of the alignment
+      if (!a) return internal_error("out of memory for a " + std::to_string(ex->plan_.arena_bytes) + "-byte arena");
+      std::memset(a, 0, ex->plan_.arena_bytes);
+      ex->arena_ = a;
+    } else {
+      ASSIGN_OR_RETURN(ex->arena_, dev.allocate(ex->plan_.arena_bytes, ex->stream_));
+    }
   }
-  ex->bufs_.resize(g.values().size());
+  const size_t nv = g.values().size();
+  ex->bufs_.resize(ex->direct_ ? nv : 0);
+  ex->dptr_.assign(ex->direct_ ? 0 : nv, nullptr);
+  ex->mirror_.resize(ex->direct_ ? 0 : nv);
   // Buffers only for what this node list touches, the caller's keep values, the data values and
   // the per-step scalars: a pipeline stage does not hold the other stages' tensors.
-  std::vector<char> used(g.values().size(), 0);
+  std::vector<char> used(nv, 0);
   for (const Node* n : nodes) {
     for (const Value* v : n->inputs)
       if (v) used[v->id] = 1;
@@ -110,20 +134,19 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind 
   for (const Value* v : opts.keep) used[v->id] = 1;
   for (auto& v : g.values())
     if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel || v->kind == ValueKind::kHyper) used[v->id] = 1;
-  ex->allocated_.assign(g.values().size(), 0);
+  ex->allocated_.assign(nv, 0);
   for (auto& v : g.values()) {
     if (v->dtype == DType::kUndefined) continue;  // never computed (unused optional outputs)
     if (!used[v->id]) continue;
     ex->allocated_[v->id] = 1;
     if (ex->plan_.planned(v.get())) continue;
-    if (v->data) ex->bufs_[v->id] = *v->data;
-    else ex->bufs_[v->id] = HostTensor(v->dtype, v->dims);
+    RETURN_IF_ERROR(ex->allocate_value(v.get()));
   }
   for (const Node* n : nodes) {
     DType dt = n->inputs.empty() || !n->inputs[0] ? DType::kFloat32 : n->inputs[0]->dtype;
-    KernelFn fn = find_kernel(n->op_type, device, dt);
+    KernelFn fn = find_kernel(n->op_type, dev.kind(), dt);
     if (!fn)
-      return unsupported(n->describe() + ": no " + std::string(device_kind_name(device)) + " kernel for " +
+      return unsupported(n->describe() + ": no " + std::string(device_kind_name(dev.kind())) + " kernel for " +
                          dtype_name(dt));
     Step s{n, fn, {}, {}};
     for (Value* v : n->inputs) s.inputs.push_back(v ? ex->view(v) : TensorView{});
@@ -134,33 +157,117 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind 
   return ex;
 }
 
-HostTensor& Executor::tensor(const Value* v) {
-  PT_CHECK(!plan_.planned(v)) << "value '" << v->name
-                              << "' shares storage under the memory plan; pass it in ExecutorOptions::keep to read it";
-  if (!allocated_.at(v->id)) {  // not read by these nodes: its buffer exists from the first request on
+Status Executor::allocate_value(const Value* v) {
+  if (direct_) {
     bufs_[v->id] = v->data ? *v->data : HostTensor(v->dtype, v->dims);
-    allocated_[v->id] = 1;
+    return Status::ok();
   }
-  return bufs_.at(v->id);
+  ASSIGN_OR_RETURN(dptr_[v->id], device_->allocate(v->bytes(), stream_));
+  if (v->data && v->bytes()) RETURN_IF_ERROR(device_->to_device(dptr_[v->id], v->data->data(), v->bytes(), stream_));
+  return Status::ok();
+}
+
+Executor::~Executor() {
+  if (!device_) return;
+  (void)device_->synchronize(stream_);
+  for (void* p : dptr_) device_->deallocate(p);
+  if (direct_) std::free(arena_);
+  else device_->deallocate(arena_);
+}
+
+HostTensor& Executor::tensor(const Value* v) {
+  PT_CHECK(direct_) << "value '" << v->name << "': tensor() is for host-memory executors; use host() with upload()/download()";
+  return host(v);
 }
 
 const HostTensor& Executor::tensor(const Value* v) const {
+  PT_CHECK(direct_) << "value '" << v->name << "': tensor() is for host-memory executors; use host() with upload()/download()";
+  return host(v);
+}
+
+HostTensor& Executor::host(const Value* v) {
+  PT_CHECK(!plan_.planned(v)) << "value '" << v->name
+                              << "' shares storage under the memory plan; pass it in ExecutorOptions::keep to read it";
+  if (!allocated_.at(v->id)) {  // not read by these nodes: its storage exists from the first request on
+    Status st = allocate_value(v);
+    PT_CHECK(st.is_ok()) << "value '" << v->name << "': " << st.message();
+    allocated_[v->id] = 1;
+  }
+  if (direct_) return bufs_.at(v->id);
+  HostTensor& m = mirror_.at(v->id);
+  if (m.empty()) m = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+  return m;
+}
+
+const HostTensor& Executor::host(const Value* v) const {
   PT_CHECK(!plan_.planned(v)) << "value '" << v->name
                               << "' shares storage under the memory plan; pass it in ExecutorOptions::keep to read it";
   PT_CHECK(allocated_.at(v->id)) << "value '" << v->name
                                  << "' is not used by this executor's nodes; pass it in ExecutorOptions::keep";
-  return bufs_.at(v->id);
+  if (direct_) return bufs_.at(v->id);
+  HostTensor& m = mirror_.at(v->id);
+  if (m.empty()) m = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+  return m;
+}
+
+Status Executor::upload(const Value* v) {
+  if (direct_) return Status::ok();
+  const HostTensor& h = host(v);
+  return device_->to_device(dptr_[v->id], h.data(), h.bytes(), stream_);
+}
+
+Status Executor::download(const Value* v) const {
+  if (direct_) return Status::ok();
+  const HostTensor& h = host(v);
+  return device_->to_host(const_cast<void*>(h.data()), view(v).data, h.bytes(), stream_);
+}
+
+Status Executor::set_scalar(const Value* v, double x) {
+  HostTensor& h = host(v);
+  switch (h.dtype()) {
+    case DType::kFloat64: h.as<double>()[0] = x; break;
+    case DType::kFloat32: h.as<float>()[0] = static_cast<float>(x); break;
+    case DType::kInt64: h.as<int64_t>()[0] = static_cast<int64_t>(x); break;
+    default: return internal_error("value '" + v->name + "' is " + dtype_name(h.dtype()) + ", not a settable scalar");
+  }
+  return upload(v);
+}
+
+Expected<HostTensor> Executor::fetch(const Value* v) const {
+  if (direct_) return host(v);
+  PT_CHECK(allocated_.at(v->id)) << "value '" << v->name
+                                 << "' is not used by this executor's nodes; pass it in ExecutorOptions::keep";
+  HostTensor t(v->dtype, v->dims);
+  RETURN_IF_ERROR(device_->to_host(t.data(), view(v).data, t.bytes(), stream_));
+  return t;
+}
+
+Status Executor::copy_out(const Value* v, const TensorView& dst, const Device& other) const {
+  const TensorView src = view(v);
+  if (src.bytes() != dst.bytes())
+    return internal_error("copy of '" + v->name + "' into a buffer of " + std::to_string(dst.bytes()) + " bytes");
+  return device_->copy(dst.data, other, src.data, *device_, src.bytes(), stream_);
+}
+
+Status Executor::copy_in(const Value* v, const TensorView& src, const Device& other) {
+  if (!plan_.planned(v) && !allocated_.at(v->id)) (void)host(v);
+  const TensorView dst = view(v);
+  if (src.bytes() != dst.bytes())
+    return internal_error("copy into '" + v->name + "' from a buffer of " + std::to_string(src.bytes()) + " bytes");
+  return device_->copy(dst.data, *device_, src.data, other, dst.bytes(), stream_);
 }
 
 TensorView Executor::view(const Value* v) const {
-  if (!plan_.planned(v)) return bufs_.at(v->id).view();
-  return TensorView{static_cast<char*>(arena_.get()) + plan_.offset[v->id], v->dtype, v->dims};
+  if (plan_.planned(v)) return TensorView{static_cast<char*>(arena_) + plan_.offset[v->id], v->dtype, v->dims};
+  if (direct_) return bufs_.at(v->id).view();
+  return TensorView{dptr_.at(v->id), v->dtype, v->dims};
 }
 
 Status Executor::run(const std::function<bool(Phase)>& filter) {
+  if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
   for (const Step& s : steps_) {
     if (filter && !filter(s.node->phase)) continue;
-    Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs});
+    Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs, stream_});
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
   }
   return Status::ok();
@@ -168,10 +275,13 @@ Status Executor::run(const std::function<bool(Phase)>& filter) {
 
 Status Executor::run_timed(std::vector<double>* seconds) {
   using clock = std::chrono::steady_clock;
+  if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
+  RETURN_IF_ERROR(device_->synchronize(stream_));
   for (const Step& s : steps_) {
     const auto t0 = clock::now();
-    Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs});
+    Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs, stream_});
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
+    RETURN_IF_ERROR(device_->synchronize(stream_));  // a device's kernels are timed to completion
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     if (static_cast<size_t>(s.node->id) >= seconds->size()) seconds->resize(s.node->id + 1, 0.0);
     (*seconds)[s.node->id] += dt;

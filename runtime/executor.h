@@ -1,6 +1,14 @@
-// Runs a node list of a Graph on one device. Every value gets its storage once, at creation; the
-// kernel of every node is resolved once; a step then only calls kernels (no allocation). With a
-// memory plan, values whose lifetimes in the node order do not overlap share one arena.
+// Runs a node list of a Graph on one device (kernels/device.h), on a stream of its own. Every value
+// gets its storage once, at creation; the kernel of every node is resolved once; a step then only
+// queues kernels (no allocation). With a memory plan, values whose lifetimes in the node order do
+// not overlap share one arena.
+//
+// Host access. On the CPU the kernels' buffers are host tensors: tensor(v) / host(v) is the buffer
+// itself and upload / download do nothing. On a device (CUDA), host(v) is a separate host copy:
+// write it and upload(v) to change the value, download(v) to refresh it. The runtime uses only
+// host / upload / download / fetch / copy_in / copy_out, so it drives both; ExecutorOptions::
+// separate_host (or PIPETRAIN_DEBUG_SEPARATE_HOST=1) gives CPU executors separate host copies
+// too, which is how the tests check, without a GPU, that the runtime transfers what it must.
 #pragma once
 
 #include <functional>
@@ -8,6 +16,7 @@
 #include <vector>
 
 #include "importer/ir.h"
+#include "kernels/device.h"
 #include "kernels/registry.h"
 
 namespace pt {
@@ -41,20 +50,50 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, co
 struct ExecutorOptions {
   bool plan_memory = false;         // share storage between values with disjoint lifetimes
   std::vector<const Value*> keep;   // never shared (see plan_memory)
+  // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers); the
+  // environment variable PIPETRAIN_DEBUG_SEPARATE_HOST=1 turns it on for every executor.
+  bool separate_host = false;
 };
 
 class Executor {
  public:
   // Prepares `nodes` (a subset of g's nodes, in order; all nodes when empty) on `device`.
+  // (CUDA: device 0.)
   static Expected<std::unique_ptr<Executor>> create(const Graph& g, DeviceKind device,
                                                     std::vector<const Node*> nodes = {},
                                                     const ExecutorOptions& opts = {});
+  static Expected<std::unique_ptr<Executor>> create(const Graph& g, std::shared_ptr<Device> device,
+                                                    std::vector<const Node*> nodes = {},
+                                                    const ExecutorOptions& opts = {});
+  ~Executor();  // waits for the executor's stream
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
-  // The buffer of a value that is not planned (aborts for a planned one: pass it in
-  // ExecutorOptions::keep to read it between runs). Parameters, constants and state start from
-  // Value::data.
+  const std::shared_ptr<Device>& device() const { return device_; }
+  void* stream() const { return stream_; }  // kernels and copies of this executor (null on the CPU)
+  // True when host(v) is the kernels' buffer itself (the CPU without separate_host).
+  bool direct() const { return direct_; }
+
+  // The kernels' buffer of a value that is not planned, for CPU-only callers (tests, tools): aborts
+  // unless direct(), and for a planned value (pass it in ExecutorOptions::keep to read it between
+  // runs). Parameters, constants and state start from Value::data.
   HostTensor& tensor(const Value* v);
   const HostTensor& tensor(const Value* v) const;
+  // The host copy of a value that is not planned (the buffer itself when direct()): after writing
+  // it, upload(v); before reading what kernels wrote, download(v). Values these nodes do not use
+  // get storage on first use.
+  HostTensor& host(const Value* v);
+  const HostTensor& host(const Value* v) const;
+  Status upload(const Value* v);
+  Status download(const Value* v) const;
+  // Sets a scalar value (float, double or int64) in the host copy and on the device.
+  Status set_scalar(const Value* v, double x);
+  // A copy of the value's current bytes (waits for the stream).
+  Expected<HostTensor> fetch(const Value* v) const;
+  // Device-side copies on this executor's stream: the value into / from a buffer of the value's
+  // size on `other` (this executor's device or a peer).
+  Status copy_out(const Value* v, const TensorView& dst, const Device& other) const;
+  Status copy_in(const Value* v, const TensorView& src, const Device& other);
   // The storage of any value (planned ones: valid only until a later node reuses it).
   TensorView view(const Value* v) const;
 
@@ -73,14 +112,17 @@ class Executor {
     std::vector<TensorView> inputs;
     std::vector<TensorView> outputs;
   };
-  struct FreeArena {
-    void operator()(void* p) const;
-  };
   Executor() = default;
-  std::vector<HostTensor> bufs_;  // [value id]; empty for planned values
-  // [value id]: has storage (used by the node list, kept, or asked for through tensor() since).
+  Status allocate_value(const Value* v);  // the value's own storage (not planned)
+  std::shared_ptr<Device> device_;
+  void* stream_ = nullptr;
+  bool direct_ = true;
+  std::vector<HostTensor> bufs_;         // direct: [value id] the kernels' buffers; empty for planned values
+  std::vector<void*> dptr_;              // otherwise: [value id] device buffers (null for planned values)
+  mutable std::vector<HostTensor> mirror_;  // otherwise: [value id] host copies, made on first use
+  // [value id]: has storage (used by the node list, kept, or asked for through host() since).
   std::vector<char> allocated_;
-  std::unique_ptr<void, FreeArena> arena_;
+  void* arena_ = nullptr;                // aligned_alloc'ed (direct) or from the device
   MemoryPlan plan_;
   std::vector<Step> steps_;
 };

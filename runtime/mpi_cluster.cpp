@@ -165,7 +165,7 @@ class MpiCluster : public Cluster {
   bool aborted() const { return aborted_; }
 
  private:
-  static constexpr int kKinds = 8;
+  static constexpr int kKinds = 16;  // message kinds < 16 (runtime/pipeline_stage.h, the NCCL link ids: 15)
   void watch(double timeout_s);
   void lose(int peer, const std::string& why);
 
@@ -217,8 +217,11 @@ bool MpiLink::send(int64_t key, const Executor& from) {
   }
   char* p = bufs_[slot].data();
   for (const Value* v : values_) {
-    const HostTensor& t = from.tensor(v);
-    std::memcpy(p, t.data(), t.bytes());
+    const TensorView t = from.view(v);
+    if (Status st = from.device()->to_host(p, t.data, t.bytes(), from.stream()); !st.is_ok()) {
+      error_ = st;
+      return false;
+    }
     p += t.bytes();
   }
   MPI_Isend(bufs_[slot].data(), static_cast<int>(bytes_), MPI_BYTE, peer_, c_.tag(kind_, key), c_.data_comm(),
@@ -244,8 +247,11 @@ bool MpiLink::recv(int64_t key, Executor& to) {
   }
   const char* p = bufs_[0].data();
   for (const Value* v : values_) {
-    HostTensor& t = to.tensor(v);
-    std::memcpy(t.data(), p, t.bytes());
+    const TensorView t = to.view(v);
+    if (Status st = to.device()->to_device(t.data, p, t.bytes(), to.stream()); !st.is_ok()) {
+      error_ = st;
+      return false;
+    }
     p += t.bytes();
   }
   return true;

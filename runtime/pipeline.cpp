@@ -163,7 +163,17 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
       eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
       if (st->loss) eo.keep.push_back(st->loss);
-      ASSIGN_OR_RETURN(st->ex, Executor::create(g, DeviceKind::kCpu, sp.nodes, eo));
+      std::shared_ptr<Device> dev;
+      if (opts.device == DeviceKind::kCpu) {
+        ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
+      } else {
+        // Stage k on GPU k (wrapping around when --oversubscribe puts several stages on one).
+        const int gpus = std::max(1, cuda_device_count());
+        const int ordinal = opts.gpu_of_stage.empty() ? sp.index % gpus
+                                                      : opts.gpu_of_stage[sp.index % opts.gpu_of_stage.size()];
+        ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
+      }
+      ASSIGN_OR_RETURN(st->ex, Executor::create(g, dev, sp.nodes, eo));
     }
     impl->stages.push_back(std::move(st));
   }
@@ -177,30 +187,44 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   if (impl->distributed()) {
     RETURN_IF_ERROR(impl->wire_ranks(fwd_values, bwd_values, capacity));
   } else {
-    auto wire = [&](const auto& flows, bool forward) {
+    auto wire = [&](const auto& flows, bool forward) -> Status {
       for (const auto& [ends, values] : flows) {
-        impl->channels.push_back(std::make_unique<Channel>(values, capacity));
-        Link* c = impl->channels.back().get();
         Stage& from = *impl->stages[ends.first];
         Stage& to = *impl->stages[ends.second];
+        ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(values, capacity, to.ex->device()));
+        impl->channels.push_back(std::move(ch));
+        Link* c = impl->channels.back().get();
         (forward ? from.fwd_out : from.bwd_out).push_back(c);
         (forward ? to.fwd_in : to.bwd_in).push_back(c);
       }
+      return Status::ok();
     };
-    wire(fwd_values, true);
-    wire(bwd_values, false);
+    RETURN_IF_ERROR(wire(fwd_values, true));
+    RETURN_IF_ERROR(wire(bwd_values, false));
   }
   for (auto& st : impl->stages)
-    if (impl->local(st->index)) st->prepare();
+    if (impl->local(st->index)) RETURN_IF_ERROR(st->prepare());
 
   if (impl->coordinator()) {
     std::vector<const Node*> fwd_nodes;
     for (auto& n : g.nodes())
       if (n->phase == Phase::kForward) fwd_nodes.push_back(n.get());
-    ASSIGN_OR_RETURN(impl->eval, Executor::create(g, DeviceKind::kCpu, fwd_nodes));
+    // On the device of stage 0 (the coordinator's own stage).
+    ASSIGN_OR_RETURN(impl->eval, Executor::create(g, impl->stages.at(0)->ex->device(), fwd_nodes));
   }
   return std::unique_ptr<PipelineTrainer>(new PipelineTrainer(std::move(impl)));
 }
+
+namespace {
+
+// A tensor for the const readers (parameters(), export): a device that cannot copy its memory
+// back after training has failed beyond recovery.
+HostTensor must(Expected<HostTensor> t, const std::string& name) {
+  PT_CHECK(t.has_value()) << "reading '" << name << "' from the device: " << t.status().message();
+  return std::move(t).value();
+}
+
+}  // namespace
 
 int PipelineTrainer::num_stages() const { return static_cast<int>(impl_->stages.size()); }
 
@@ -213,7 +237,7 @@ std::map<std::string, HostTensor> PipelineTrainer::parameters() const {
   for (auto& st : impl_->stages)
     for (size_t i = 0; i < st->params.size(); ++i) {
       const std::string& name = st->params[i]->name;
-      if (impl_->local(st->index)) out[name] = st->master(i);
+      if (impl_->local(st->index)) out[name] = must(st->master(i), name);
       else if (auto it = impl_->remote_values.find(name); it != impl_->remote_values.end()) out[name] = it->second;
     }
   return out;
@@ -223,7 +247,7 @@ std::map<std::string, HostTensor> PipelineTrainer::trained_initializers() const 
   std::map<std::string, HostTensor> out = parameters();
   for (auto& st : impl_->stages)
     for (const Value* v : st->state) {
-      if (impl_->local(st->index)) out[v->name] = st->ex->tensor(v);
+      if (impl_->local(st->index)) out[v->name] = must(st->ex->fetch(v), v->name);
       else if (auto it = impl_->remote_values.find(v->name); it != impl_->remote_values.end()) out[v->name] = it->second;
     }
   return out;
@@ -287,27 +311,42 @@ Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
   return Status::ok();
 }
 
-void PipelineTrainer::Impl::load_eval_weights() {
+Status PipelineTrainer::Impl::load_eval_weights() {
   for (auto& st : stages) {
     if (!local(st->index)) {
-      for (const Value* v : st->params) eval->tensor(v) = remote_values.at(v->name);
-      for (const Value* v : st->state) eval->tensor(v) = remote_values.at(v->name);
+      for (const Value* v : st->params) eval->host(v) = remote_values.at(v->name);
+      for (const Value* v : st->state) eval->host(v) = remote_values.at(v->name);
       continue;
     }
-    for (size_t i = 0; i < st->params.size(); ++i) eval->tensor(st->params[i]) = st->master(i);
-    for (const Value* v : st->state) eval->tensor(v) = st->ex->tensor(v);
+    for (size_t i = 0; i < st->params.size(); ++i) {
+      ASSIGN_OR_RETURN(eval->host(st->params[i]), st->master(i));
+    }
+    for (const Value* v : st->state) {
+      ASSIGN_OR_RETURN(eval->host(v), st->ex->fetch(v));
+    }
   }
+  return Status::ok();
 }
 
 Expected<EvalResult> PipelineTrainer::Impl::run_eval(const Dataset& d) {
-  if (g.rng_step) eval->tensor(g.rng_step).as<int64_t>()[0] = -1;
-  return evaluate_dataset(d, tg, &eval->tensor(g.inputs[0]), &eval->tensor(tg.loss.labels), eval->tensor(tg.loss.output),
-                          [this] { return eval->run(); });
+  // The weights were written to the evaluator's host copies (load_eval_weights, snapshots).
+  for (auto& st : stages) {
+    for (const Value* v : st->params) RETURN_IF_ERROR(eval->upload(v));
+    for (const Value* v : st->state) RETURN_IF_ERROR(eval->upload(v));
+  }
+  if (g.rng_step) RETURN_IF_ERROR(eval->set_scalar(g.rng_step, -1));
+  return evaluate_dataset(d, tg, &eval->host(g.inputs[0]), &eval->host(tg.loss.labels), eval->host(tg.loss.output),
+                          [this] {
+                            RETURN_IF_ERROR(eval->upload(g.inputs[0]));
+                            RETURN_IF_ERROR(eval->upload(tg.loss.labels));
+                            RETURN_IF_ERROR(eval->run());
+                            return eval->download(tg.loss.output);
+                          });
 }
 
 Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
   if (!impl_->eval) return internal_error("evaluate() runs on rank 0 only");
-  impl_->load_eval_weights();
+  RETURN_IF_ERROR(impl_->load_eval_weights());
   return impl_->run_eval(d);
 }
 
@@ -326,7 +365,7 @@ std::string PipelineTrainer::Impl::describe() const {
   return b;
 }
 
-std::map<std::string, HostTensor> PipelineTrainer::Impl::checkpoint_tensors() const {
+Expected<std::map<std::string, HostTensor>> PipelineTrainer::Impl::checkpoint_tensors() const {
   std::map<std::string, HostTensor> out;
   for (const Value* v : checkpoint_values(g)) {
     if (v->data) out[v->name] = *v->data;  // never updated (a parameter that does not reach the loss)
@@ -335,24 +374,31 @@ std::map<std::string, HostTensor> PipelineTrainer::Impl::checkpoint_tensors() co
   for (auto& st : stages) {
     if (!local(st->index)) continue;  // under MPI: rank 0 gathers the other stages (train)
     for (size_t i = 0; i < st->params.size(); ++i) {
-      out[st->params[i]->name] = st->master(i);
-      out[st->momentum[i]->name] = st->ex->tensor(st->momentum[i]);
+      ASSIGN_OR_RETURN(out[st->params[i]->name], st->master(i));
+      ASSIGN_OR_RETURN(out[st->momentum[i]->name], st->ex->fetch(st->momentum[i]));
     }
-    for (const Value* v : st->state) out[v->name] = st->ex->tensor(v);
+    for (const Value* v : st->state) {
+      ASSIGN_OR_RETURN(out[v->name], st->ex->fetch(v));
+    }
   }
   return out;
 }
 
-void PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step) {
+Status PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step) {
   for (auto& st : stages) {
     if (!local(st->index)) continue;
     for (size_t i = 0; i < st->params.size(); ++i) {
-      st->set_master(i, t.at(st->params[i]->name));
-      st->ex->tensor(st->momentum[i]) = t.at(st->momentum[i]->name);
+      RETURN_IF_ERROR(st->set_master(i, t.at(st->params[i]->name)));
+      st->ex->host(st->momentum[i]) = t.at(st->momentum[i]->name);
+      RETURN_IF_ERROR(st->ex->upload(st->momentum[i]));
     }
-    for (const Value* v : st->state) st->ex->tensor(v) = t.at(v->name);
+    for (const Value* v : st->state) {
+      st->ex->host(v) = t.at(v->name);
+      RETURN_IF_ERROR(st->ex->upload(v));
+    }
     st->set_version(step);
   }
+  return Status::ok();
 }
 
 Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
@@ -405,7 +451,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     std::istringstream is(c.rng);
     is >> rng;
     if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
-    I.restore_tensors(c.tensors, c.step);
+    RETURN_IF_ERROR(I.restore_tensors(c.tensors, c.step));
     resume_tensors = std::move(c.tensors);
     order = c.order;
     draw_from = c.epoch;
@@ -448,7 +494,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
           return internal_error("aborted while receiving this stage's checkpoint from rank 0");
         std::map<std::string, HostTensor> t;
         I.unpack_values(vs, buf, &t);
-        I.restore_tensors(t, start);
+        RETURN_IF_ERROR(I.restore_tensors(t, start));
       }
     }
   } else if (!resumed.is_ok()) {
@@ -539,7 +585,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   // A checkpoint of the drained pipeline; under MPI every rank sends its stage's part to rank 0,
   // which writes the one file (the same format as in one process, so it resumes on any --gpus).
   auto checkpoint = [&](int64_t step) -> Status {
-    std::map<std::string, HostTensor> t = I.checkpoint_tensors();
+    using Tensors = std::map<std::string, HostTensor>;
+    ASSIGN_OR_RETURN(Tensors t, I.checkpoint_tensors());
     if (C && !coord) {
       std::vector<char> buf;
       I.pack_values(I.checkpoint_values_of(C->rank()), t, &buf);
@@ -653,7 +700,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         sh.snapshot_count.erase(s0);
       }
       for (auto& per_stage : snap)
-        for (auto& [v, t] : per_stage) I.eval->tensor(v) = t;
+        for (auto& [v, t] : per_stage) I.eval->host(v) = t;
       bool gathered = true;
       for (int k = 1; C && k < static_cast<int>(I.stages.size()) && gathered; ++k) {
         snap_buf.resize(I.snapshot_bytes(k));

@@ -36,6 +36,13 @@ struct PipelineOptions {
   // OpenBLAS keeps its own, process-wide thread count.
   int threads_per_stage = 0;
   bool record_trace = true;  // keep every pass for trace() (--trace); false: no memory per step
+  // Where the stages run: the CPU, or CUDA with stage k on GPU gpu_of_stage[k % size] (empty:
+  // GPU k % the number of GPUs, so that several stages share a GPU when there are fewer).
+  DeviceKind device = DeviceKind::kCpu;
+  std::vector<int> gpu_of_stage;
+  // Under MPI with CUDA stages: NCCL links between ranks (each rank on a GPU of its own); false:
+  // MPI links staged through the host (several ranks sharing a GPU, or no NCCL).
+  bool nccl_links = false;
   // One stage per rank (rank k runs stage k; --gpus must equal the number of ranks); null: every
   // stage in this process, one thread each. Not owned.
   Cluster* cluster = nullptr;

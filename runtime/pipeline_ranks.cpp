@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "runtime/cluster.h"
+#include "runtime/nccl_link.h"
 #include "runtime/pipeline_stage.h"
 
 namespace pt {
@@ -28,13 +29,21 @@ Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std
     channels.push_back(std::move(link));
     return channels.back().get();
   };
+  // Links between CUDA stages on GPUs of their own go through NCCL; otherwise through MPI (host
+  // staged). Every rank walks the same list of links, so a link's number names it on both ends.
+  const bool nccl = opts.nccl_links && opts.device == DeviceKind::kCuda;
+  int link_no = 0;
+  auto make = [&](const std::vector<const Value*>& values, int from, int to, int kind) -> Expected<std::unique_ptr<Link>> {
+    if (nccl) return make_nccl_link(values, C, from, to, link_no, mine.ex->device());
+    return C.make_link(values, from, to, kind, capacity);
+  };
   for (const auto* flows : {&fwd, &bwd}) {
     const bool forward = flows == &fwd;
     for (const auto& [ends, values] : *flows) {
       const auto [from, to] = ends;
+      ++link_no;
       if (from != me && to != me) continue;
-      ASSIGN_OR_RETURN(std::unique_ptr<Link> link,
-                       C.make_link(values, from, to, forward ? kLinkForward : kLinkBackward, capacity));
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, from, to, forward ? kLinkForward : kLinkBackward));
       Link* l = add(std::move(link));
       if (from == me) (forward ? mine.fwd_out : mine.bwd_out).push_back(l);
       else (forward ? mine.fwd_in : mine.bwd_in).push_back(l);
@@ -42,11 +51,12 @@ Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std
   }
   for (auto& st : stages) {
     if (st->index == 0 || (!st->reads_input && !st->reads_labels)) continue;
+    ++link_no;
     if (me != 0 && me != st->index) continue;
     std::vector<const Value*> values;
     if (st->reads_input) values.push_back(st->input);
     if (st->reads_labels) values.push_back(st->labels);
-    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(values, 0, st->index, kLinkData, capacity));
+    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, 0, st->index, kLinkData));
     Link* l = add(std::move(link));
     if (me == 0) stages[0]->data_out.push_back(l);
     else st->data_in = l;
@@ -77,7 +87,7 @@ void PipelineTrainer::Impl::unpack_into_eval(int k, const std::vector<char>& in)
   const char* p = in.data();
   for (const auto* list : {&stages.at(k)->params, &stages.at(k)->state})
     for (const Value* v : *list) {
-      HostTensor& t = eval->tensor(v);
+      HostTensor& t = eval->host(v);
       std::memcpy(t.data(), p, t.bytes());
       p += t.bytes();
     }
@@ -128,8 +138,14 @@ Status PipelineTrainer::Impl::gather_final() {
   if (me != 0) {
     const Stage& st = *stages.at(me);
     std::vector<std::pair<const Value*, HostTensor>> snap;
-    for (size_t i = 0; i < st.params.size(); ++i) snap.emplace_back(st.params[i], st.master(i));
-    for (const Value* v : st.state) snap.emplace_back(v, st.ex->tensor(v));
+    for (size_t i = 0; i < st.params.size(); ++i) {
+      ASSIGN_OR_RETURN(HostTensor t, st.master(i));
+      snap.emplace_back(st.params[i], std::move(t));
+    }
+    for (const Value* v : st.state) {
+      ASSIGN_OR_RETURN(HostTensor t, st.ex->fetch(v));
+      snap.emplace_back(v, std::move(t));
+    }
     std::vector<char> buf;
     pack_snapshot(snap, &buf);
     if (!C.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(me, "the weights");

@@ -22,40 +22,63 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // The error a pass returns when the run was aborted elsewhere (never reported itself).
 Status aborted() { return Status(StatusCode::kInternal, "pipeline aborted"); }
 
-void set_scalar(HostTensor& t, double v) {
-  if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
-  else t.as<float>()[0] = static_cast<float>(v);
-}
-
-template <typename T>
-void predict(T* out, const T* w, const T* v, int64_t n, double s_lr) {
-  const T c = static_cast<T>(s_lr);
-  for (int64_t i = 0; i < n; ++i) out[i] = w[i] - c * v[i];
-}
-
-template <typename T>
-void scale(T* x, int64_t n, double by) {
-  const T c = static_cast<T>(by);
-  for (int64_t i = 0; i < n; ++i) x[i] /= c;
-}
-
-template <typename T>
-void add_into(T* acc, const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
-}
-
 }  // namespace
 
 // ---- Channel ----
 
-Channel::Channel(std::vector<const Value*> values, int capacity) : Link(std::move(values)) {
-  slots_.resize(std::max(1, capacity));
-  for (Slot& s : slots_)
-    for (const Value* v : values_) s.tensors.emplace_back(v->dtype, v->dims);
+Expected<std::unique_ptr<Channel>> Channel::create(std::vector<const Value*> values, int capacity,
+                                                   std::shared_ptr<Device> slot_device) {
+  std::unique_ptr<Channel> c(new Channel(std::move(values)));
+  c->device_ = std::move(slot_device);
+  c->slots_.resize(std::max(1, capacity));
+  for (Slot& s : c->slots_) {
+    for (const Value* v : c->values_) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(c->device_, v->dtype, v->dims, nullptr));
+      s.tensors.push_back(std::move(b));
+    }
+    ASSIGN_OR_RETURN(s.filled, c->device_->create_event());
+    ASSIGN_OR_RETURN(s.drained, c->device_->create_event());
+  }
+  // The slots were zeroed on the default stream: done before any copy stream uses them.
+  RETURN_IF_ERROR(c->device_->synchronize(nullptr));
+  return c;
 }
 
+Channel::~Channel() {
+  // Nothing may still copy into or out of the slots when they are freed.
+  for (Slot& s : slots_) {
+    if (s.filled) (void)s.filled->wait();
+    if (s.drained) (void)s.drained->wait();
+  }
+  if (copied_) (void)copied_->wait();
+}
+
+Status Channel::copy_into_slot(int slot, const Executor& from) {
+  Device& dev = *from.device();
+  if (!copy_stream_) {  // the first send: the sender's copy stream and events
+    ASSIGN_OR_RETURN(copy_stream_, dev.create_stream());
+    ASSIGN_OR_RETURN(computed_, dev.create_event());
+    ASSIGN_OR_RETURN(copied_, dev.create_event());
+  }
+  Slot& s = slots_[slot];
+  // After the kernels that computed the values, and after the last receiver of this slot.
+  RETURN_IF_ERROR(computed_->record(from.stream()));
+  RETURN_IF_ERROR(computed_->block(copy_stream_));
+  RETURN_IF_ERROR(s.drained->block(copy_stream_));
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const TensorView src = from.view(values_[i]);
+    const TensorView dst = s.tensors[i].view();
+    if (src.bytes() != dst.bytes()) return internal_error("channel: '" + values_[i]->name + "' changed size");
+    RETURN_IF_ERROR(dev.copy(dst.data, *device_, src.data, dev, src.bytes(), copy_stream_));
+  }
+  RETURN_IF_ERROR(s.filled->record(copy_stream_));
+  return copied_->record(copy_stream_);
+}
+
+Status Channel::fence(const Executor& from) { return copied_ ? copied_->block(from.stream()) : Status::ok(); }
+
 bool Channel::send(int64_t key, const Executor& from) {
-  Slot* slot = nullptr;
+  int slot = -1;
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] {
@@ -65,17 +88,20 @@ bool Channel::send(int64_t key, const Executor& from) {
       return false;
     });
     if (aborted_) return false;
-    for (Slot& s : slots_)
-      if (s.key == kFree) {
-        slot = &s;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].key == kFree) {
+        slot = static_cast<int>(i);
         break;
       }
-    slot->key = kBusy;
+    slots_[slot].key = kBusy;
   }
-  for (size_t i = 0; i < values_.size(); ++i) slot->tensors[i] = from.tensor(values_[i]);
+  if (Status st = copy_into_slot(slot, from); !st.is_ok()) {
+    error_ = st;
+    return false;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    slot->key = key;
+    slots_[slot].key = key;
   }
   cv_.notify_all();
   return true;
@@ -99,7 +125,13 @@ bool Channel::recv(int64_t key, Executor& to) {
       }
     slot->key = kBusy;
   }
-  for (size_t i = 0; i < values_.size(); ++i) to.tensor(values_[i]) = slot->tensors[i];
+  Status st = slot->filled->block(to.stream());
+  for (size_t i = 0; i < values_.size() && st.is_ok(); ++i) st = to.copy_in(values_[i], slot->tensors[i].view(), *device_);
+  if (st.is_ok()) st = slot->drained->record(to.stream());
+  if (!st.is_ok()) {
+    error_ = st;
+    return false;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     slot->key = kFree;
@@ -193,95 +225,130 @@ void RunShared::set_segment(int64_t first, int64_t end) {
 
 // ---- Stage ----
 
-void Stage::prepare() {
+namespace {
+
+// The error of a pass whose link returned false: the link's own failure, or the abort.
+Status link_failed(const Link* l) { return l->error().is_ok() ? aborted() : l->error(); }
+
+}  // namespace
+
+Expected<DeviceBuffer> Stage::buffer_like(const Value* v) const {
+  return DeviceBuffer::allocate(ex->device(), v->dtype, v->dims, ex->stream());
+}
+
+Status Stage::prepare() {
   const int N = num_stages;
   num_slots_ = gpipe() ? std::max(1, opts.micro_batches) : N - index;
   separate_master_ = !gpipe() && opts.weights != WeightMode::kStale;
   buf_is_master_ = true;
+  const Device& dev = *ex->device();
   master_.clear();
   if (separate_master_)
-    for (const Value* p : params) master_.push_back(ex->tensor(p));
+    for (const Value* p : params) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
+      RETURN_IF_ERROR(ex->copy_out(p, b.view(), dev));
+      master_.push_back(std::move(b));
+    }
   saved_slots_.clear();
   if (num_slots_ > 1) {
     saved_slots_.resize(num_slots_);
     for (auto& slot : saved_slots_)
-      for (const Value* v : saved) slot.emplace_back(v->dtype, v->dims);
+      for (const Value* v : saved) {
+        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
+        slot.push_back(std::move(b));
+      }
   }
   stash_.clear();
   stash_version_.assign(num_slots_, -1);
   if (!gpipe() && opts.weights == WeightMode::kStash && num_slots_ > 1) {
     stash_.resize(num_slots_);
     for (auto& slot : stash_)
-      for (const Value* p : params) slot.emplace_back(p->dtype, p->dims);
+      for (const Value* p : params) {
+        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
+        slot.push_back(std::move(b));
+      }
   }
   grad_acc_.clear();
   if (gpipe() && opts.micro_batches > 1)
-    for (const Value* g : grads) grad_acc_.emplace_back(g->dtype, g->dims);
+    for (const Value* g : grads) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(g));
+      grad_acc_.push_back(std::move(b));
+    }
+  return ex->device()->synchronize(ex->stream());
 }
 
-void Stage::load_master() {
-  if (!separate_master_ || buf_is_master_) return;
-  for (size_t i = 0; i < params.size(); ++i) ex->tensor(params[i]) = master_[i];
+Expected<HostTensor> Stage::master(size_t i) const {
+  if (separate_master_) return master_[i].to_host(ex->stream());
+  return ex->fetch(params[i]);
+}
+
+Status Stage::load_master() {
+  if (!separate_master_ || buf_is_master_) return Status::ok();
+  const Device& dev = *ex->device();
+  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], master_[i].view(), dev));
   buf_is_master_ = true;
+  return Status::ok();
 }
 
-void Stage::load_predicted(int s) {
-  if (s == 0) {
-    load_master();
-    return;
-  }
-  const double s_lr = s * ex->tensor(lr).get_double(0);
-  for (size_t i = 0; i < params.size(); ++i) {
-    HostTensor& out = ex->tensor(params[i]);
-    const HostTensor& w = master_[i];
-    const HostTensor& v = ex->tensor(momentum[i]);
-    if (out.dtype() == DType::kFloat64) predict(out.as<double>(), w.as<double>(), v.as<double>(), out.size(), s_lr);
-    else predict(out.as<float>(), w.as<float>(), v.as<float>(), out.size(), s_lr);
-  }
+Status Stage::load_predicted(int s) {
+  if (s == 0) return load_master();
+  Device& dev = *ex->device();
+  for (size_t i = 0; i < params.size(); ++i)
+    RETURN_IF_ERROR(dev.predict(ex->view(params[i]), master_[i].view(), ex->view(momentum[i]), ex->view(lr), s, ex->stream()));
   buf_is_master_ = false;
+  return Status::ok();
 }
 
-bool Stage::feed(RunShared& sh, int64_t key) {
-  if (rng_step) ex->tensor(rng_step).as<int64_t>()[0] = key + 1;
-  if (data_in) return data_in->recv(key, *ex);
+Status Stage::feed(RunShared& sh, int64_t key) {
+  if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
+  if (data_in) return data_in->recv(key, *ex) ? Status::ok() : link_failed(data_in);
   const bool sends = !data_out.empty();  // the data rank: what it gathers travels from its buffers
-  if (prefetch_)
-    prefetch_->take(key, reads_input || sends ? &ex->tensor(input) : nullptr,
-                    reads_labels || sends ? &ex->tensor(labels) : nullptr);
+  if (prefetch_) {
+    const bool x = reads_input || sends, y = reads_labels || sends;
+    prefetch_->take(key, x ? &ex->host(input) : nullptr, y ? &ex->host(labels) : nullptr);
+    if (x) RETURN_IF_ERROR(ex->upload(input));
+    if (y) RETURN_IF_ERROR(ex->upload(labels));
+  }
   for (Link* l : data_out)
-    if (!l->send(key, *ex)) return false;
-  return true;
+    if (!l->send(key, *ex)) return link_failed(l);
+  return Status::ok();
 }
 
-void Stage::set_lr(RunShared& sh, int64_t step) { set_scalar(ex->tensor(lr), sh.lr.at(step + 1)); }
+Status Stage::set_lr(RunShared& sh, int64_t step) { return ex->set_scalar(lr, sh.lr.at(step + 1)); }
 
-void Stage::set_master(size_t i, const HostTensor& t) {
-  if (separate_master_) master_[i] = t;
-  ex->tensor(params[i]) = t;
+Status Stage::set_master(size_t i, const HostTensor& t) {
+  if (separate_master_) RETURN_IF_ERROR(ex->device()->to_device(master_[i].view().data, t.data(), t.bytes(), ex->stream()));
+  ex->host(params[i]) = t;
+  RETURN_IF_ERROR(ex->upload(params[i]));
+  buf_is_master_ = true;
+  return Status::ok();
 }
 
 Status Stage::forward(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
   const auto t_start = std::chrono::steady_clock::now();
   for (Link* c : fwd_in)
-    if (!c->recv(key, *ex)) return aborted();
+    if (!c->recv(key, *ex)) return link_failed(c);
   const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
-  if (!feed(sh, key)) return aborted();
+  RETURN_IF_ERROR(feed(sh, key));
   PassRecord r;
   r.stage = index;
   r.mini_batch = key / micro();
   r.micro_batch = static_cast<int>(key % micro());
   r.version = version_;
-  set_lr(sh, r.mini_batch);
+  RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
   if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
     r.staleness = spectrain_staleness(index, num_stages, false, opts.staleness);
-    load_predicted(r.staleness);
+    RETURN_IF_ERROR(load_predicted(r.staleness));
   } else {
-    load_master();
+    RETURN_IF_ERROR(load_master());
   }
+  // The forward overwrites what the last forward sent.
+  for (Link* c : fwd_out) RETURN_IF_ERROR(c->fence(*ex));
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kForward || p == Phase::kLoss; }));
   if (loss) {
-    const double l = ex->tensor(loss).get_double(0);
+    RETURN_IF_ERROR(ex->download(loss));
+    const double l = ex->host(loss).get_double(0);
     {
       std::lock_guard<std::mutex> lock(sh.mu);
       sh.losses[key] = l;
@@ -289,12 +356,13 @@ Status Stage::forward(RunShared& sh, int64_t key) {
     sh.cv.notify_all();
   }
   for (Link* c : fwd_out)
-    if (!c->send(key, *ex)) return aborted();
+    if (!c->send(key, *ex)) return link_failed(c);
   const int slot = slot_of(key);
   if (num_slots_ > 1) {
-    for (size_t i = 0; i < saved.size(); ++i) saved_slots_[slot][i] = ex->tensor(saved[i]);
+    const Device& dev = *ex->device();
+    for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_out(saved[i], saved_slots_[slot][i].view(), dev));
     if (!stash_.empty()) {
-      for (size_t i = 0; i < params.size(); ++i) stash_[slot][i] = ex->tensor(params[i]);
+      for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], stash_[slot][i].view(), dev));
       stash_version_[slot] = version_;
     }
   }
@@ -313,38 +381,38 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   const auto t_start = std::chrono::steady_clock::now();
   const int slot = slot_of(key);
   for (Link* c : bwd_in)
-    if (!c->recv(key, *ex)) return aborted();
+    if (!c->recv(key, *ex)) return link_failed(c);
   const auto t_run = std::chrono::steady_clock::now();
+  const Device& dev = *ex->device();
   if (num_slots_ > 1)
-    for (size_t i = 0; i < saved.size(); ++i) ex->tensor(saved[i]) = saved_slots_[slot][i];
-  if (rng_step) ex->tensor(rng_step).as<int64_t>()[0] = key + 1;
+    for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
+  if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   PassRecord r;
   r.stage = index;
   r.backward = true;
   r.mini_batch = key / micro();
   r.micro_batch = static_cast<int>(key % micro());
   r.version = version_;
-  set_lr(sh, r.mini_batch);
+  RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
   if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
     r.staleness = spectrain_staleness(index, num_stages, true, opts.staleness);
-    load_predicted(r.staleness);
+    RETURN_IF_ERROR(load_predicted(r.staleness));
   } else if (!gpipe() && opts.weights == WeightMode::kStash && !stash_.empty() && stash_version_[slot] != version_) {
-    for (size_t i = 0; i < params.size(); ++i) ex->tensor(params[i]) = stash_[slot][i];
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
     buf_is_master_ = false;
     r.version = stash_version_[slot];
   } else {
-    load_master();
+    RETURN_IF_ERROR(load_master());
   }
+  for (Link* c : bwd_out) RETURN_IF_ERROR(c->fence(*ex));
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward; }));
   for (Link* c : bwd_out)
-    if (!c->send(key, *ex)) return aborted();
+    if (!c->send(key, *ex)) return link_failed(c);
   if (!grad_acc_.empty()) {
     const bool first = key % micro() == 0;
     for (size_t i = 0; i < grads.size(); ++i) {
-      const HostTensor& g = ex->tensor(grads[i]);
-      if (first) grad_acc_[i] = g;
-      else if (g.dtype() == DType::kFloat64) add_into(grad_acc_[i].as<double>(), g.as<double>(), g.size());
-      else add_into(grad_acc_[i].as<float>(), g.as<float>(), g.size());
+      if (first) RETURN_IF_ERROR(ex->copy_out(grads[i], grad_acc_[i].view(), dev));
+      else RETURN_IF_ERROR(ex->device()->accumulate(grad_acc_[i].view(), ex->view(grads[i]), ex->stream()));
     }
   }
   const double busy = seconds_since(t_run);
@@ -359,24 +427,23 @@ Status Stage::backward(RunShared& sh, int64_t key) {
 
 Status Stage::update(RunShared& sh, int64_t step) {
   const auto t_run = std::chrono::steady_clock::now();
+  const Device& dev = *ex->device();
   if (!grad_acc_.empty())  // GPipe: the mean of the micro-batch gradients (each loss is a mean)
     for (size_t i = 0; i < grads.size(); ++i) {
-      HostTensor& g = ex->tensor(grads[i]);
-      g = grad_acc_[i];
-      if (g.dtype() == DType::kFloat64) scale(g.as<double>(), g.size(), opts.micro_batches);
-      else scale(g.as<float>(), g.size(), opts.micro_batches);
+      RETURN_IF_ERROR(ex->copy_in(grads[i], grad_acc_[i].view(), dev));
+      RETURN_IF_ERROR(ex->device()->divide(ex->view(grads[i]), opts.micro_batches, ex->stream()));
     }
-  load_master();
-  set_lr(sh, step);
+  RETURN_IF_ERROR(load_master());
+  RETURN_IF_ERROR(set_lr(sh, step));
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kUpdate; }));
   if (separate_master_)
-    for (size_t i = 0; i < params.size(); ++i) master_[i] = ex->tensor(params[i]);
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], master_[i].view(), dev));
   ++version_;
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   upd_s_ += busy;
   ++stats.updates;
-  if (sh.snapshot_at(step)) post_snapshot(sh, step);
+  if (sh.snapshot_at(step)) RETURN_IF_ERROR(post_snapshot(sh, step));
   if (step == sh.debug_lose_step) {
     std::fprintf(stderr, "onnx-pipetrain: stage %d: PIPETRAIN_DEBUG_LOSE_RANK: %s after step %lld\n", index,
                  sh.debug_stop ? "stopping (SIGSTOP)" : "leaving (exit 1)", static_cast<long long>(step + 1));
@@ -387,10 +454,16 @@ Status Stage::update(RunShared& sh, int64_t step) {
   return Status::ok();
 }
 
-void Stage::post_snapshot(RunShared& sh, int64_t step) {
+Status Stage::post_snapshot(RunShared& sh, int64_t step) {
   std::vector<std::pair<const Value*, HostTensor>> snap;
-  for (size_t i = 0; i < params.size(); ++i) snap.emplace_back(params[i], master(i));
-  for (const Value* v : state) snap.emplace_back(v, ex->tensor(v));
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSIGN_OR_RETURN(HostTensor t, master(i));
+    snap.emplace_back(params[i], std::move(t));
+  }
+  for (const Value* v : state) {
+    ASSIGN_OR_RETURN(HostTensor t, ex->fetch(v));
+    snap.emplace_back(v, std::move(t));
+  }
   {
     std::lock_guard<std::mutex> lock(sh.mu);
     auto& per_stage = sh.snapshots[step];
@@ -399,6 +472,7 @@ void Stage::post_snapshot(RunShared& sh, int64_t step) {
     ++sh.snapshot_count[step];
   }
   sh.cv.notify_all();
+  return Status::ok();
 }
 
 void Stage::begin_train() {
@@ -424,7 +498,7 @@ void Stage::run(RunShared& sh) {
     const int M = micro();
     const RunShared* shp = &sh;
     prefetch_ = std::make_unique<BatchPrefetcher>(
-        reads_input || sends ? &ex->tensor(input) : nullptr, reads_labels || sends ? &ex->tensor(labels) : nullptr,
+        reads_input || sends ? &ex->host(input) : nullptr, reads_labels || sends ? &ex->host(labels) : nullptr,
         first * M, end * M,
         kPrefetchDepth, [shp, M](int64_t key, HostTensor* x, HostTensor* y) {
           const int64_t step = key / M, j = key % M;
@@ -464,6 +538,8 @@ void Stage::run(RunShared& sh) {
     }
   }
   prefetch_.reset();
+  // The segment's work is done when the device is: a checkpoint or validation reads it next.
+  if (st.is_ok()) ok(ex->device()->synchronize(ex->stream()));
   if (!st.is_ok() && !sh.abort) sh.fail(st.with_context("stage " + std::to_string(index) + ": "));
   finish_stats();
 }

@@ -23,23 +23,41 @@ namespace pt {
 
 // A fixed set of values sent from one stage to another, `capacity` messages at most in flight.
 // Messages carry a key (the pass id: mini-batch * M + micro-batch) and are received by key; the
-// buffers are allocated once. Blocking calls return false once the channel is aborted.
+// slot buffers live on the receiving stage's device and are allocated once. Blocking calls
+// return false once the channel is aborted.
+//
+// Ordering on devices with streams (CUDA): the sender's copies run on the channel's own copy
+// stream, after an event of the sender's compute stream, so they overlap the sender's next
+// kernels; fence() makes the sender's stream wait for them before it overwrites what was sent.
+// The receiver's stream waits for the slot's "filled" event before copying out of it, and the
+// next sender into that slot waits for its "drained" event. On the CPU every copy is done when
+// the call returns and the events are no-ops.
 class Channel : public Link {
  public:
-  Channel(std::vector<const Value*> values, int capacity);
+  static Expected<std::unique_ptr<Channel>> create(std::vector<const Value*> values, int capacity,
+                                                   std::shared_ptr<Device> slot_device);
+  ~Channel() override;
   // Waits for a free slot, copies every value from `from` into it, publishes it under `key`.
   bool send(int64_t key, const Executor& from) override;
   // Waits for the message `key`, copies it into `to`'s buffers, frees the slot.
   bool recv(int64_t key, Executor& to) override;
   void abort() override;
+  Status fence(const Executor& from) override;
 
  private:
+  explicit Channel(std::vector<const Value*> values) : Link(std::move(values)) {}
+  Status copy_into_slot(int slot, const Executor& from);
   static constexpr int64_t kFree = -1, kBusy = -2;
   struct Slot {
     int64_t key = kFree;
-    std::vector<HostTensor> tensors;
+    std::vector<DeviceBuffer> tensors;
+    std::unique_ptr<Event> filled, drained;
   };
+  std::shared_ptr<Device> device_;  // of the slots
   std::vector<Slot> slots_;
+  // The sender's side (created at the first send, on the sender's device).
+  void* copy_stream_ = nullptr;
+  std::unique_ptr<Event> computed_, copied_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool aborted_ = false;
@@ -147,16 +165,18 @@ class Stage {
   std::vector<Link*> data_out;
   Link* data_in = nullptr;
 
-  // Allocates slots and weight copies; call once after the fields above are set.
-  void prepare();
+  // Allocates slots and weight copies on the executor's device; call once after the fields
+  // above are set.
+  Status prepare();
   // Clears the trace and the statistics (at the start of PipelineTrainer::train).
   void begin_train();
   // Runs the stage's schedule for the current segment of the run (the body of its thread).
   void run(RunShared& shared);
-  // Master weights (the executor's buffers when the mode keeps no separate copy).
-  const HostTensor& master(size_t i) const { return separate_master_ ? master_[i] : ex->tensor(params[i]); }
+  // Master weight i, copied to the host (from the executor's buffer when the mode keeps no
+  // separate copy).
+  Expected<HostTensor> master(size_t i) const;
   // Replaces master weight i (a resume; nothing may be in flight); updates_done: its version.
-  void set_master(size_t i, const HostTensor& t);
+  Status set_master(size_t i, const HostTensor& t);
   void set_version(int64_t updates_done) { version_ = updates_done; }
   // Folds the time of the passes so far into stats (after each segment).
   void finish_stats();
@@ -168,11 +188,12 @@ class Stage {
   Status forward(RunShared& sh, int64_t key);
   Status backward(RunShared& sh, int64_t key);
   Status update(RunShared& sh, int64_t step);
-  bool feed(RunShared& sh, int64_t key);
-  void set_lr(RunShared& sh, int64_t step);  // the rate of 0-based step `step`
-  void load_master();
-  void load_predicted(int s);
-  void post_snapshot(RunShared& sh, int64_t step);
+  Status feed(RunShared& sh, int64_t key);
+  Status set_lr(RunShared& sh, int64_t step);  // the rate of 0-based step `step`
+  Status load_master();
+  Status load_predicted(int s);
+  Status post_snapshot(RunShared& sh, int64_t step);
+  Expected<DeviceBuffer> buffer_like(const Value* v) const;  // on the executor's device
   int slot_of(int64_t key) const { return static_cast<int>(key % num_slots_); }
   bool gpipe() const { return opts.schedule == Schedule::kGPipe; }
   int micro() const { return gpipe() ? opts.micro_batches : 1; }
@@ -181,11 +202,12 @@ class Stage {
   bool separate_master_ = false;
   bool buf_is_master_ = true;
   int64_t version_ = 0;  // updates applied to the master weights
-  std::vector<HostTensor> master_;
-  std::vector<std::vector<HostTensor>> saved_slots_;  // [slot][saved value]
-  std::vector<std::vector<HostTensor>> stash_;        // [slot][param]
-  std::vector<int64_t> stash_version_;                // [slot]
-  std::vector<HostTensor> grad_acc_;                  // GPipe: summed parameter gradients
+  // On the executor's device.
+  std::vector<DeviceBuffer> master_;
+  std::vector<std::vector<DeviceBuffer>> saved_slots_;  // [slot][saved value]
+  std::vector<std::vector<DeviceBuffer>> stash_;        // [slot][param]
+  std::vector<int64_t> stash_version_;                  // [slot]
+  std::vector<DeviceBuffer> grad_acc_;                  // GPipe: summed parameter gradients
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };
@@ -213,13 +235,13 @@ struct PipelineTrainer::Impl {
   int rank() const;
   bool coordinator() const { return rank() == 0; }  // prints, validates, writes the run folder
   bool local(int stage) const { return !distributed() || stage == rank(); }
-  void load_eval_weights();
+  Status load_eval_weights();  // into the evaluator's host copies (run_eval uploads them)
   Expected<EvalResult> run_eval(const Dataset& d);
   std::string describe() const;  // "4 stages, 1F1B spectrain (paper)" (checkpoints record it)
   // The tensors of a checkpoint (checkpoint_values(g) by name: master weights, momentum, state).
-  std::map<std::string, HostTensor> checkpoint_tensors() const;
+  Expected<std::map<std::string, HostTensor>> checkpoint_tensors() const;
   // Puts checkpoint tensors (checked by check_checkpoint) into the stages, at version `step`.
-  void restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step);
+  Status restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step);
 
   // pipeline_ranks.cpp: the wiring and the coordinator messages between ranks.
   Status wire_ranks(const std::map<std::pair<int, int>, std::vector<const Value*>>& fwd,

@@ -59,11 +59,15 @@ Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const Profile
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, device));
   std::mt19937_64 rng(1);
-  for (Value* v : g.inputs) fill_random(ex->tensor(v), rng);
+  for (Value* v : g.inputs) {
+    fill_random(ex->host(v), rng);
+    RETURN_IF_ERROR(ex->upload(v));
+  }
   for (Value* v : g.values_of_kind(ValueKind::kHyper)) {
-    HostTensor& t = ex->tensor(v);
+    HostTensor& t = ex->host(v);
     if (t.dtype() == DType::kFloat32) t.as<float>()[0] = 1e-4f;  // a tiny learning rate
     if (t.dtype() == DType::kInt64) t.as<int64_t>()[0] = 1;       // the step counter
+    RETURN_IF_ERROR(ex->upload(v));
   }
   // Labels stay zero: class 0 is valid for every classifier.
   std::vector<std::vector<double>> runs;

@@ -22,16 +22,22 @@ namespace pt {
 
 namespace {
 
-double scalar_of(const HostTensor& t) { return t.get_double(0); }
-
-void set_scalar(HostTensor& t, double v) {
-  if (t.dtype() == DType::kFloat64) t.as<double>()[0] = v;
-  else t.as<float>()[0] = static_cast<float>(v);
+// A value's bytes for the trainer's const readers (parameters(), export): a device that cannot
+// copy its memory back at this point has failed beyond recovery.
+HostTensor must_fetch(const Executor& ex, const Value* v) {
+  Expected<HostTensor> t = ex.fetch(v);
+  PT_CHECK(t.has_value()) << "reading '" << v->name << "' from " << ex.device()->name() << ": " << t.status().message();
+  return std::move(t).value();
 }
 
 }  // namespace
 
 Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, DeviceKind device) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Device> d, open_device(device, 0));
+  return create(g, tg, std::move(d));
+}
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device) {
   if (g.inputs.size() != 1)
     return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
   std::unique_ptr<Trainer> t(new Trainer(g, tg));
@@ -46,29 +52,30 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
 
 std::map<std::string, HostTensor> Trainer::parameters() const {
   std::map<std::string, HostTensor> out;
-  for (Value* p : tg_.params) out[p->name] = ex_->tensor(p);
+  for (Value* p : tg_.params) out[p->name] = must_fetch(*ex_, p);
   return out;
 }
 
-void Trainer::set_step(int64_t step) {
-  if (g_.rng_step) ex_->tensor(g_.rng_step).as<int64_t>()[0] = step;
+Status Trainer::set_step(int64_t step) {
+  return g_.rng_step ? ex_->set_scalar(g_.rng_step, static_cast<double>(step)) : Status::ok();
 }
 
 Expected<HostTensor> Trainer::forward(const HostTensor& x) {
-  HostTensor& in = ex_->tensor(input_);
+  HostTensor& in = ex_->host(input_);
   if (x.dims() != in.dims() || x.dtype() != in.dtype())
     return invalid_input("forward: input is " + dims_str(x.dims()) + " " + dtype_name(x.dtype()) + ", the model wants " +
                          dims_str(in.dims()) + " " + dtype_name(in.dtype()));
   std::memcpy(in.data(), x.data(), x.bytes());
-  set_step(-1);
+  RETURN_IF_ERROR(ex_->upload(input_));
+  RETURN_IF_ERROR(set_step(-1));
   RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
-  return ex_->tensor(tg_.loss.output);
+  return ex_->fetch(tg_.loss.output);
 }
 
 std::map<std::string, HostTensor> Trainer::trained_initializers() const {
   std::map<std::string, HostTensor> out = parameters();
   for (const Value* v : g_.values_of_kind(ValueKind::kState))
-    if (v->from_initializer) out[v->name] = ex_->tensor(v);
+    if (v->from_initializer) out[v->name] = must_fetch(*ex_, v);
   return out;
 }
 
@@ -142,10 +149,13 @@ Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg,
 }
 
 Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
-  return evaluate_dataset(d, tg_, &ex_->tensor(input_), &ex_->tensor(tg_.loss.labels), ex_->tensor(tg_.loss.output),
+  return evaluate_dataset(d, tg_, &ex_->host(input_), &ex_->host(tg_.loss.labels), ex_->host(tg_.loss.output),
                           [this] {
-                            set_step(-1);
-                            return ex_->run([](Phase p) { return p == Phase::kForward; });
+                            RETURN_IF_ERROR(ex_->upload(input_));
+                            RETURN_IF_ERROR(ex_->upload(tg_.loss.labels));
+                            RETURN_IF_ERROR(set_step(-1));
+                            RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
+                            return ex_->download(tg_.loss.output);
                           });
 }
 
@@ -246,9 +256,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
   const LrSchedule sched = schedule_of(cfg, total);
   RETURN_IF_ERROR(sched.validate());
-  HostTensor& x = ex_->tensor(input_);
-  HostTensor& y = ex_->tensor(tg_.loss.labels);
-  const HostTensor& loss = ex_->tensor(tg_.loss.loss);
+  HostTensor& x = ex_->host(input_);
+  HostTensor& y = ex_->host(tg_.loss.labels);
+  const HostTensor& loss = ex_->host(tg_.loss.loss);
 
   const CheckpointOptions& ck = cfg.checkpoint;
   // Hashing the training set costs a pass over it: only done when a checkpoint is read or written.
@@ -302,7 +312,10 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     c.val_accuracy = epoch_val.accuracy;
     c.metrics = rows;
     c.plan = {"stage 0: the whole model"};
-    for (const Value* v : persistent_values()) c.tensors.emplace(v->name, ex_->tensor(v));
+    for (const Value* v : persistent_values()) {
+      ASSIGN_OR_RETURN(HostTensor t, ex_->fetch(v));
+      c.tensors.emplace(v->name, std::move(t));
+    }
     ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
     return Status::ok();
   };
@@ -332,11 +345,14 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     const int64_t in_epoch = (step - 1) % per_epoch;
     if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
     prefetch.take(step, &x, &y);
-    set_step(step);
+    RETURN_IF_ERROR(ex_->upload(input_));
+    RETURN_IF_ERROR(ex_->upload(tg_.loss.labels));
+    RETURN_IF_ERROR(set_step(step));
     const double lr_now = sched.at(step);
-    set_scalar(ex_->tensor(tg_.lr), lr_now);
+    RETURN_IF_ERROR(ex_->set_scalar(tg_.lr, lr_now));
     RETURN_IF_ERROR(ex_->run());
-    const double l = scalar_of(loss);
+    RETURN_IF_ERROR(ex_->download(tg_.loss.loss));
+    const double l = loss.get_double(0);
     if (!std::isfinite(l))
       return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
                                                std::to_string(l) + " (try a smaller --lr)");
@@ -391,7 +407,8 @@ Status Trainer::restore(const Checkpoint& c, const CheckpointMeta& now, int64_t 
   RETURN_IF_ERROR(check_checkpoint(c, now, values, n, per_epoch, path));
   for (const Value* v : values) {
     const HostTensor& src = c.tensors.at(v->name);
-    if (src.bytes()) std::memcpy(ex_->tensor(v).data(), src.data(), src.bytes());
+    if (src.bytes()) std::memcpy(ex_->host(v).data(), src.data(), src.bytes());
+    RETURN_IF_ERROR(ex_->upload(v));
   }
   return Status::ok();
 }

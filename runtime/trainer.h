@@ -104,6 +104,7 @@ class Trainer {
  public:
   // g must be a training graph built by build_training_graph (tg).
   static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, DeviceKind device);
+  static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device);
 
   Expected<TrainResult> train(const Dataset& train, const Dataset* val, const TrainConfig& cfg);
   // Forward only over every sample (the last partial batch padded, padding not counted).
@@ -119,7 +120,7 @@ class Trainer {
  private:
   Trainer(const Graph& g, const TrainingGraph& tg) : g_(g), tg_(tg) {}
   // The step random ops (Dropout) draw their masks for; -1: evaluation (identity).
-  void set_step(int64_t step);
+  Status set_step(int64_t step);
   // The values a checkpoint holds: parameters and state (momentum, BatchNorm running stats).
   std::vector<const Value*> persistent_values() const;
   int64_t total_steps(const Dataset& train, const TrainConfig& cfg) const;

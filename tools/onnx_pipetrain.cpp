@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "importer/importer.h"
+#include "kernels/device.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
 #include "tools/omp_env.h"
@@ -136,21 +137,27 @@ int run(const Options& o) {
   if (g_cluster && o.profile)
     return fail(unsupported("--profile: not available under MPI yet (every rank must plan with the same costs); "
                             "profile in one process and pass --split-at or --balance"));
-  if (o.device == "cuda" && !o.plan_only && !g_cluster && cuda_device_count() < o.gpus && !o.oversubscribe) {
-    const int k = cuda_device_count();
-    return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(k) +
-                              " CUDA device" + (k == 1 ? "" : "s") +
-                              (k > 0 ? "; add --oversubscribe to place several stages on one GPU"
-                                     : ": " + cuda_unavailable_reason())));
+  // Devices: CUDA stages when asked for (or, with auto, when there is a GPU per stage: under MPI
+  // a GPU per rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of
+  // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
+  const int gpus_here = cuda_device_count();
+  const int gpus_needed = g_cluster ? g_cluster->local_size() : o.gpus;
+  if (o.device == "cuda" && !o.plan_only && (gpus_here == 0 || (gpus_here < gpus_needed && !o.oversubscribe))) {
+    return fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
+                              " CUDA device" + (gpus_here == 1 ? "" : "s") +
+                              (g_cluster ? " for " + std::to_string(gpus_needed) + " ranks on this node" : "") +
+                              (gpus_here > 0 ? "; add --oversubscribe to place several stages on one GPU"
+                                             : ": " + cuda_unavailable_reason())));
   }
-  if (o.device == "cuda" && !o.plan_only)
-    return fail(unsupported("--device cuda: training on CUDA is not implemented in this version yet (" +
-                            (cuda_available() ? std::string("a GPU is present") : cuda_unavailable_reason()) +
-                            "); use --device cpu, or --plan-only with --device-spec"));
-  const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
-  if (o.device == "auto")
-    say(o, "notice: " + std::to_string(o.gpus) + " CPU stage" + (o.gpus > 1 ? "s" : "") + " (" +
-               (cuda_available() ? std::string("CUDA training is not implemented yet") : cuda_unavailable_reason()) + ")");
+  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus_here >= gpus_needed && gpus_here > 0);
+  const DeviceKind device = use_cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  if (o.device == "auto" && !o.plan_only)
+    say(o, "notice: " + std::to_string(o.gpus) + (use_cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
+               (use_cuda ? "" : " (" + (gpus_here > 0 ? std::to_string(gpus_here) + " CUDA device" +
+                                                            (gpus_here == 1 ? "" : "s") + " for " +
+                                                            std::to_string(gpus_needed) + " stages; --device cuda " +
+                                                            "--oversubscribe shares them"
+                                                      : cuda_unavailable_reason()) + ")"));
 
   ImportOptions io;
   // GPipe builds the graph for one micro-batch.
@@ -301,7 +308,9 @@ int run(const Options& o) {
   Expected<TrainResult> result = internal_error("not trained");
   tc.stop = &g_stop;
   if (o.gpus == 1 && !gpipe) {
-    auto trainer = Trainer::create(g, *tg, device);
+    auto dev = open_device(device, g_cluster && use_cuda ? g_cluster->local_rank() % std::max(1, gpus_here) : 0);
+    if (!dev) return fail(dev.status());
+    auto trainer = Trainer::create(g, *tg, *dev);
     if (!trainer) return fail(trainer.status());
     std::signal(SIGINT, on_sigint);
     result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
@@ -329,6 +338,14 @@ int run(const Options& o) {
                                            (g_cluster ? g_cluster->local_size() : o.gpus));
     po.cluster = g_cluster.get();
     po.record_trace = o.trace;
+    po.device = device;
+    if (g_cluster && use_cuda) {  // this rank's stage on the GPU of its local rank
+      po.gpu_of_stage.assign(o.gpus, 0);
+      po.gpu_of_stage[g_cluster->rank()] = g_cluster->local_rank() % std::max(1, gpus_here);
+      // Ranks sharing a GPU (--oversubscribe) exchange through MPI; otherwise NCCL (every rank
+      // decides alike: --oversubscribe is among the flags the ranks agree on).
+      po.nccl_links = !o.oversubscribe;
+    }
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
     if (!pipe) return fail(pipe.status());
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
@@ -383,6 +400,9 @@ int run(const Options& o) {
       return fail(ts);
     }
   }
+  if (use_cuda)  // the caching allocators: peak, cached, fragmentation, per GPU this process used
+    for (int d = 0; d < std::min(gpus_here, o.gpus); ++d)
+      if (auto dev = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*dev)->memory_summary());
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
   Status st = export_onnx(m, trained_values, trained.string());
   if (!st.is_ok()) return fail(st);

@@ -1,12 +1,14 @@
 // Flags -> device specs, link, partition options; then partition, simulate, report.
 #include "tools/plan_step.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <thread>
 
+#include "kernels/device.h"
 #include "partitioner/report.h"
 #include "runtime/profiler.h"
 
@@ -51,7 +53,27 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       cpu.memory_bytes /= per_node;
       o.devices.assign(f.stages, cpu);
     } else {
-      return invalid_input("--device cuda: name the GPU with --device-spec (H100, A100, ... or a JSON file)");
+      // The GPU this process sees (device 0), by its name: "NVIDIA H200" has the built-in H200.
+      auto dev = open_device(DeviceKind::kCuda, 0);
+      if (!dev)
+        return invalid_input("--device cuda: name the GPU with --device-spec (H100, A100, ... or a JSON file); " +
+                             dev.status().message());
+      std::string name = (*dev)->name();
+      for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      std::string found;
+      for (const std::string& b : builtin_device_names()) {
+        std::string upper = b;
+        for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        if (name.find(upper) != std::string::npos && upper.size() > found.size()) found = b;
+      }
+      if (found.empty())
+        return invalid_input("--device cuda: " + (*dev)->name() +
+                             " has no built-in spec; describe it with --device-spec FILE.json (docs/partition-json.md)");
+      ASSIGN_OR_RETURN(DeviceSpec gpu, builtin_device_spec(found));
+      // Stages sharing a GPU (--oversubscribe) share its memory.
+      const int gpus = std::max(1, cuda_device_count());
+      gpu.memory_bytes /= (f.stages + gpus - 1) / gpus;
+      o.devices.assign(f.stages, gpu);
     }
   } else if (f.device_specs.size() == 1 || static_cast<int>(f.device_specs.size()) == f.stages) {
     for (int k = 0; k < f.stages; ++k) {

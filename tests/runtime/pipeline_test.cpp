@@ -12,6 +12,7 @@
 
 #include "importer/importer.h"
 #include "importer/training.h"
+#include "kernels/device.h"
 #include "partitioner/partition.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
@@ -413,6 +414,96 @@ TEST(PipelineReference, MatchesExplicitVersionReference) {
   const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   fs::remove_all(dir);
+}
+
+// ---- CUDA stages (skipped without a GPU; tools/gpu-check.sh runs them on one) ----
+
+// Without the backend or a GPU, CUDA is refused with the reason, not crashed into.
+TEST(CudaRuntime, RefusedWithTheReasonWithoutAGpu) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present";
+  auto d = open_device(DeviceKind::kCuda, 0);
+  ASSERT_FALSE(d);
+  EXPECT_FALSE(d.status().message().empty());
+  auto md = digits_model(16);
+  ASSERT_TRUE(md);
+  auto t = Trainer::create(md->g(), md->tg, DeviceKind::kCuda);
+  EXPECT_FALSE(t);
+}
+
+// The stage arithmetic on the device against the CPU device.
+TEST(CudaRuntime, DeviceArithmeticMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto gpu = open_device(DeviceKind::kCuda, 0);
+  ASSERT_TRUE(gpu) << gpu.status().message();
+  auto cpu = open_device(DeviceKind::kCpu);
+  ASSERT_TRUE(cpu);
+  const int64_t n = 100003;  // not a multiple of a block
+  HostTensor w(DType::kFloat32, {n}), v(DType::kFloat32, {n}), lr(DType::kFloat32, {1});
+  for (int64_t i = 0; i < n; ++i) {
+    w.as<float>()[i] = std::sin(0.001f * i);
+    v.as<float>()[i] = std::cos(0.002f * i);
+  }
+  lr.as<float>()[0] = 0.05f;
+  void* s = nullptr;
+  auto up = [&](const HostTensor& h) {
+    auto b = DeviceBuffer::allocate(*gpu, h.dtype(), h.dims(), s);
+    EXPECT_TRUE(b) << b.status().message();
+    EXPECT_TRUE((*gpu)->to_device(b->view().data, h.data(), h.bytes(), s).is_ok());
+    return std::move(*b);
+  };
+  DeviceBuffer dw = up(w), dv = up(v), dlr = up(lr), dout = up(w);
+  ASSERT_TRUE((*gpu)->predict(dout.view(), dw.view(), dv.view(), dlr.view(), 3, s).is_ok());
+  ASSERT_TRUE((*gpu)->accumulate(dout.view(), dv.view(), s).is_ok());
+  ASSERT_TRUE((*gpu)->divide(dout.view(), 4, s).is_ok());
+  auto got = dout.to_host(s);
+  ASSERT_TRUE(got) << got.status().message();
+  HostTensor want = w;
+  ASSERT_TRUE((*cpu)->predict(want.view(), w.view(), v.view(), lr.view(), 3, nullptr).is_ok());
+  ASSERT_TRUE((*cpu)->accumulate(want.view(), v.view(), nullptr).is_ok());
+  ASSERT_TRUE((*cpu)->divide(want.view(), 4, nullptr).is_ok());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(got->as<float>()[i], want.as<float>()[i], 1e-6 + 1e-5 * std::abs(want.as<float>()[i])) << i;
+}
+
+// Single-stage training on the GPU follows the CPU run (summation orders differ: not bit-equal).
+TEST(CudaRuntime, TrainerMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto md = digits_model(16);
+  ASSERT_TRUE(md);
+  const Dataset data = digits_data(*md, 160, 3);
+  auto t = Trainer::create(md->g(), md->tg, DeviceKind::kCuda);
+  ASSERT_TRUE(t) << t.status().message();
+  auto r = (*t)->train(data, nullptr, config(30));
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_LT(max_relative_diff((*t)->parameters(), sequential_weights(16, data, 30)), 1e-4);
+}
+
+// Pipelines of CUDA stages (several stages per GPU on a one-GPU machine) follow the same
+// pipeline on CPU stages, for SpecTrain 1F1B, stash and GPipe.
+TEST(CudaRuntime, PipelineMatchesCpuStages) {
+  if (!cuda_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto md = digits_model(16);
+  ASSERT_TRUE(md);
+  const Dataset data = digits_data(*md, 160, 4);
+  struct Case {
+    int stages;
+    Schedule schedule;
+    WeightMode weights;
+    int micro;
+  };
+  for (const Case& c : {Case{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1}, Case{4, Schedule::k1F1B, WeightMode::kStash, 1},
+                        Case{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2}}) {
+    PipelineOptions po;
+    po.schedule = c.schedule;
+    po.weights = c.weights;
+    po.micro_batches = c.micro;
+    const int64_t batch = c.schedule == Schedule::kGPipe ? 8 : 16;
+    const PipeRun on_cpu = pipeline_weights(batch, c.stages, po, data, 25);
+    po.device = DeviceKind::kCuda;
+    const PipeRun on_gpu = pipeline_weights(batch, c.stages, po, data, 25);
+    EXPECT_LT(max_relative_diff(on_gpu.weights, on_cpu.weights), 1e-4) << c.stages << " stages";
+    EXPECT_NEAR(on_gpu.result.last_loss, on_cpu.result.last_loss, 1e-4 * std::abs(on_cpu.result.last_loss) + 1e-5);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,270 @@
+// The CUDA device of the runtime (kernels/device.h): memory from the device's caching allocator,
+// cudaStream_t streams and cudaEvent_t events (timing disabled), copies with cudaMemcpyAsync
+// (cudaMemcpyPeerAsync between devices), and the pipeline stage's vector arithmetic as kernels.
+// Every call first makes the device current for the calling thread, because the stage threads,
+// the prefetch thread and the coordinator all touch device memory.
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/allocator.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/device.h"
+
+namespace pt::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+class CudaEvent : public Event {
+ public:
+  CudaEvent(int device, cudaEvent_t e) : device_(device), e_(e) {}
+  ~CudaEvent() override {
+    if (cudaSetDevice(device_) == cudaSuccess) (void)cudaEventDestroy(e_);
+  }
+  Status record(void* stream) override {
+    PT_CUDA_CHECK(cudaSetDevice(device_));
+    PT_CUDA_CHECK(cudaEventRecord(e_, as_stream(stream)));
+    recorded_ = true;
+    return Status::ok();
+  }
+  Status block(void* stream) override {
+    if (!recorded_) return Status::ok();
+    // The waiting stream may belong to another device: cudaStreamWaitEvent accepts that.
+    PT_CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream), e_, 0));
+    return Status::ok();
+  }
+  Status wait() override {
+    if (!recorded_) return Status::ok();
+    PT_CUDA_CHECK(cudaEventSynchronize(e_));
+    return Status::ok();
+  }
+
+ private:
+  int device_;
+  cudaEvent_t e_;
+  bool recorded_ = false;
+};
+
+Status check_float(const char* what, const TensorView& a, const TensorView& b) {
+  if (a.dtype != b.dtype || a.size() != b.size())
+    return internal_error(std::string(what) + ": operands differ (" + dtype_name(a.dtype) + " " + dims_str(a.dims) +
+                          " vs " + dtype_name(b.dtype) + " " + dims_str(b.dims) + ")");
+  if (a.dtype != DType::kFloat32 && a.dtype != DType::kFloat64)
+    return internal_error(std::string(what) + ": " + dtype_name(a.dtype) + " is not a floating-point type");
+  return Status::ok();
+}
+
+// A one-dimensional contiguous walk of n elements for `K` operands.
+template <int K>
+Strided<K> flat(int64_t n) {
+  Strided<K> s;
+  s.rank = 1;
+  s.sizes[0] = n;
+  for (int k = 0; k < K; ++k) s.strides[k][0] = 1;
+  return s;
+}
+
+class CudaDevice : public Device {
+ public:
+  CudaDevice(int ordinal, std::string label) : ordinal_(ordinal), label_(std::move(label)) {}
+  ~CudaDevice() override {
+    if (cudaSetDevice(ordinal_) != cudaSuccess) return;
+    for (auto& [stream, ring] : staging_)
+      for (Staging& st : ring.slots) {
+        if (st.done) {
+          (void)cudaEventSynchronize(st.done);
+          (void)cudaEventDestroy(st.done);
+        }
+        pinned_host_allocator().deallocate(st.p);
+      }
+    for (cudaStream_t s : streams_) {
+      (void)cudaStreamSynchronize(s);
+      (void)cudaStreamDestroy(s);
+    }
+  }
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  int ordinal() const override { return ordinal_; }
+  std::string name() const override { return label_; }
+  Status activate() const override {
+    PT_CUDA_CHECK(cudaSetDevice(ordinal_));
+    return Status::ok();
+  }
+  Expected<void*> create_stream() override {
+    RETURN_IF_ERROR(activate());
+    cudaStream_t s = nullptr;
+    PT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.push_back(s);
+    return static_cast<void*>(s);
+  }
+  Expected<std::unique_ptr<Event>> create_event() override {
+    RETURN_IF_ERROR(activate());
+    cudaEvent_t e = nullptr;
+    PT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return std::unique_ptr<Event>(new CudaEvent(ordinal_, e));
+  }
+  Expected<void*> allocate(size_t bytes, void* stream) override {
+    if (bytes == 0) return static_cast<void*>(nullptr);
+    RETURN_IF_ERROR(activate());
+    void* p = nullptr;
+    RETURN_IF_ERROR(device_allocator().allocate(bytes, stream, &p));
+    PT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, as_stream(stream)));
+    return p;
+  }
+  void deallocate(void* p) override {
+    if (!p) return;
+    PT_CUDA_CHECK_ABORT(cudaSetDevice(ordinal_));
+    device_allocator().deallocate(p);
+  }
+  Status to_device(void* dst, const void* host, size_t bytes, void* stream) override {
+    if (!bytes) return Status::ok();
+    RETURN_IF_ERROR(activate());
+    // Through a ring of pinned buffers per stream: the copy runs asynchronously (at full
+    // bandwidth for batches) while `host` is free to be refilled at once. A pageable source would
+    // let the driver synchronise the stream, and the runtime uploads scalars (lr, step) every pass.
+    Staging* st = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& ring = staging_[stream];
+      st = &ring.slots[ring.next++ % ring.slots.size()];
+    }
+    if (st->done) PT_CUDA_CHECK(cudaEventSynchronize(st->done));  // its last copy has left
+    else PT_CUDA_CHECK(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+    if (st->bytes < bytes) {
+      pinned_host_allocator().deallocate(st->p);
+      st->p = nullptr;
+      st->bytes = 0;
+      RETURN_IF_ERROR(pinned_host_allocator().allocate(bytes, nullptr, &st->p));
+      st->bytes = bytes;
+    }
+    std::memcpy(st->p, host, bytes);
+    PT_CUDA_CHECK(cudaMemcpyAsync(dst, st->p, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+    PT_CUDA_CHECK(cudaEventRecord(st->done, as_stream(stream)));
+    return Status::ok();
+  }
+  Status to_host(void* host, const void* src, size_t bytes, void* stream) override {
+    if (!bytes) return Status::ok();
+    RETURN_IF_ERROR(activate());
+    PT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+    PT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+    return Status::ok();
+  }
+  Status copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes,
+              void* stream) override {
+    if (!bytes || dst == src) return Status::ok();
+    RETURN_IF_ERROR(activate());
+    if (src_device.host_memory() && dst_device.host_memory()) {
+      PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToHost, as_stream(stream)));
+    } else if (src_device.host_memory()) {
+      PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+    } else if (dst_device.host_memory()) {
+      PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+    } else if (src_device.ordinal() == dst_device.ordinal()) {
+      PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
+    } else {
+      // Direct over NVLink / PCIe when peer access is enabled (open_cuda_device does where it
+      // can), staged through the host by the driver otherwise.
+      PT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.ordinal(), src, src_device.ordinal(), bytes, as_stream(stream)));
+    }
+    return Status::ok();
+  }
+  Status synchronize(void* stream) override {
+    RETURN_IF_ERROR(activate());
+    PT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+    return Status::ok();
+  }
+  Status predict(const TensorView& out, const TensorView& w, const TensorView& v, const TensorView& lr, double s,
+                 void* stream) override {
+    RETURN_IF_ERROR(check_float("predict", out, w));
+    RETURN_IF_ERROR(check_float("predict", out, v));
+    if (lr.dtype != out.dtype) return internal_error("predict: the learning rate is not " + std::string(dtype_name(out.dtype)));
+    RETURN_IF_ERROR(activate());
+    if (out.dtype == DType::kFloat64) return spectrain_predict<double>(out.data, w.data, v.data, out.size(), lr.data, s, stream);
+    return spectrain_predict<float>(out.data, w.data, v.data, out.size(), lr.data, s, stream);
+  }
+  Status accumulate(const TensorView& acc, const TensorView& x, void* stream) override {
+    RETURN_IF_ERROR(check_float("accumulate", acc, x));
+    RETURN_IF_ERROR(activate());
+    const int64_t n = acc.size();
+    if (acc.dtype == DType::kFloat64)
+      PT_CUDA_CHECK(launch_binary<double>(BinaryOp::kAdd, flat<2>(n), static_cast<double*>(acc.data),
+                                          static_cast<const double*>(acc.data), static_cast<const double*>(x.data), n,
+                                          as_stream(stream)));
+    else
+      PT_CUDA_CHECK(launch_binary<float>(BinaryOp::kAdd, flat<2>(n), static_cast<float*>(acc.data),
+                                         static_cast<const float*>(acc.data), static_cast<const float*>(x.data), n,
+                                         as_stream(stream)));
+    return Status::ok();
+  }
+  Status divide(const TensorView& x, double by, void* stream) override {
+    RETURN_IF_ERROR(check_float("divide", x, x));
+    RETURN_IF_ERROR(activate());
+    const int64_t n = x.size();
+    if (x.dtype == DType::kFloat64)
+      PT_CUDA_CHECK(launch_gather_copy<double>(flat<1>(n), static_cast<double*>(x.data), static_cast<const double*>(x.data),
+                                               n, 1.0 / by, as_stream(stream)));
+    else
+      PT_CUDA_CHECK(launch_gather_copy<float>(flat<1>(n), static_cast<float*>(x.data), static_cast<const float*>(x.data),
+                                              n, 1.0 / by, as_stream(stream)));
+    return Status::ok();
+  }
+  std::string memory_summary() const override {
+    if (activate().is_ok()) return label_ + ": " + device_allocator().stats().summary();
+    return "";
+  }
+
+ private:
+  int ordinal_;
+  std::string label_;
+  struct Staging {
+    void* p = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;  // recorded after the copy out of p
+  };
+  struct Ring {
+    std::array<Staging, 8> slots;
+    size_t next = 0;
+  };
+  std::mutex mu_;
+  std::vector<cudaStream_t> streams_;
+  std::map<void*, Ring> staging_;  // [stream]
+};
+
+}  // namespace
+
+Expected<std::shared_ptr<Device>> open_cuda_device(int ordinal) {
+  if (!cuda_available()) return unsupported(cuda_unavailable_reason());
+  if (ordinal < 0 || ordinal >= cuda_device_count() || ordinal >= kMaxDevices)
+    return invalid_input("CUDA device " + std::to_string(ordinal) + " does not exist (this machine has " +
+                         std::to_string(cuda_device_count()) + ")");
+  static std::mutex mu;
+  static std::array<std::shared_ptr<Device>, kMaxDevices> open;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!open[ordinal]) {
+    cudaDeviceProp prop{};
+    PT_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+    PT_CUDA_CHECK(cudaSetDevice(ordinal));
+    // Peer access to every other device that allows it (copies between stages then go directly).
+    for (int peer = 0; peer < cuda_device_count(); ++peer) {
+      int can = 0;
+      if (peer == ordinal || cudaDeviceCanAccessPeer(&can, ordinal, peer) != cudaSuccess || !can) continue;
+      const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) return cuda_error_status(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
+      (void)cudaGetLastError();
+    }
+    open[ordinal] = std::make_shared<CudaDevice>(ordinal, "cuda:" + std::to_string(ordinal) + " (" + prop.name + ")");
+  }
+  return open[ordinal];
+}
+
+}  // namespace pt::cuda
