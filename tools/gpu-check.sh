@@ -5,6 +5,8 @@
 # the Debian build deps exist: the GPU machine of this workplace has CUDA, CMake, ninja and PyTorch
 # but not libonnx/protobuf/OpenBLAS/oneDNN/GoogleTest) or by building for sm_90 in build-gpu. Then:
 #   kernel_tests    every kernel test (the CUDA ones must run, not skip)
+#   runtime_tests   the CUDA runtime tests (CudaRuntime.*: device arithmetic, trainer and pipelines
+#                   of CUDA stages against CPU stages; they must run, not skip)
 #   bench           the conv+BN work of a ResNet-18 step against PyTorch
 #   cli             the packed onnx-pipetrain on this machine: 3 CPU steps of ResNet-18, and the
 #                   number of CUDA devices it sees (from its refusal of one stage too many)
@@ -74,7 +76,7 @@ wrapper() {
 }
 
 # 2. The binaries: carried prebuilt archive, else configure and build here.
-tests="" bench="" pipetrain="" assets=""
+tests="" rtests="" bench="" pipetrain="" assets=""
 run_env=()   # how our binaries are started (the carried libraries' path, for a prebuilt archive)
 if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; then
   t0=$(date +%s)
@@ -87,6 +89,7 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
   echo "prebuilt: $PT_ENV_NOTE"
   run_env=(env "LD_LIBRARY_PATH=$PT_LDP")
   tests=$dir/bin/kernel_tests
+  [ -x "$dir/bin/runtime_tests" ] && rtests=$dir/bin/runtime_tests
   bench=$dir/bench.sh
   wrapper "$bench" "$dir/bin/cuda_resnet_bench" "$PT_LDP"
   if [ -x "$dir/bin/onnx-pipetrain" ]; then
@@ -105,7 +108,7 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
   not_found=$(for b in "$dir"/bin/*; do "${run_env[@]}" ldd "$b" | grep 'not found' | sed "s|^|    $(basename "$b"): |"; done)
   if [ -n "$PT_ENV_PROBLEM" ]; then
     row binaries FAIL "prebuilt, but ${PT_ENV_PROBLEM%; }"
-    tests="" bench="" pipetrain=""
+    tests="" rtests="" bench="" pipetrain=""
   elif [ -z "$not_found" ]; then
     built_rev=$(grep -o '[0-9a-f]\{40\}' <<<"$info" | head -1)
     head_rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -115,12 +118,20 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
       echo "warning: $prebuilt was built from ${built_rev:0:12}, the tree is at ${head_rev:0:12}"
     fi
     [ -z "$pipetrain" ] && stale+="; no onnx-pipetrain in the archive (made before it was packed)"
+    # runtime_tests read models/ through the source folder compiled in: link it to this tree.
+    src_dir=$(sed -n 's/^source_dir //p' "$dir/BUILD_INFO")
+    if [ -n "$rtests" ] && [ -n "$src_dir" ] && [ ! -e "$src_dir" ] && mkdir -p "$(dirname "$src_dir")" &&
+       ln -s "$PWD" "$src_dir"; then
+      linked_src=$src_dir
+      trap 'rm -f "$linked_src"' EXIT
+      echo "linked $src_dir -> $PWD (the runtime tests' models/)"
+    fi
     [ -z "$assets" ] && stale+="; no ResNet-18 assets (see $log_dir/assets.log)"
     row binaries PASS "prebuilt (${info:0:19}), $(elapsed "$t0")$stale"
   else
     echo "$not_found"
     row binaries FAIL "prebuilt, libraries missing (above)"
-    tests="" bench="" pipetrain=""
+    tests="" rtests="" bench="" pipetrain=""
   fi
 else
   cuda_args=(-DPIPETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
@@ -134,10 +145,11 @@ else
        >"$log_dir/configure.log" 2>&1; then
     t1=$(date +%s)
     c=$(cap 200)
-    if [ "$c" -gt 0 ] && timeout "$c" cmake --build "$build" -j "$jobs" --target kernel_tests cuda_resnet_bench \
-         onnx-pipetrain >"$log_dir/build.log" 2>&1; then
+    if [ "$c" -gt 0 ] && timeout "$c" cmake --build "$build" -j "$jobs" --target kernel_tests runtime_tests \
+         cuda_resnet_bench onnx-pipetrain >"$log_dir/build.log" 2>&1; then
       row binaries PASS "built in $build: configure $((t1 - t0))s, build $(elapsed "$t1"), -j$jobs"
       tests=$build/tests/kernel_tests
+      rtests=$build/tests/runtime_tests
       bench=$build/tools/bench/cuda_resnet_bench
       pipetrain=$build/tools/onnx-pipetrain
       # The assets as gpu-prebuild.sh packs them (needs this torch to export and Fashion-MNIST).
@@ -188,6 +200,33 @@ if [ -n "$tests" ] && [ "$(cap 120)" -gt 0 ]; then
   [ -n "$libs" ] && row libraries INFO "${libs# }"
 else
   row kernel_tests SKIP "no binaries or no time left"
+fi
+
+# 3b. The CUDA runtime tests (the rest of runtime_tests runs in CI). Skipping is a failure here,
+#     except for the test of the refusal without a GPU.
+if [ -z "$rtests" ]; then
+  row runtime_tests SKIP "no runtime_tests binary (an archive made before it was packed?)"
+elif [ "$(cap 120)" -lt 20 ]; then
+  row runtime_tests SKIP "under 20 s of the budget left"
+else
+  t0=$(date +%s)
+  timeout "$(cap 120)" "${run_env[@]}" "$rtests" --gtest_color=no --gtest_filter='CudaRuntime.*' \
+    >"$log_dir/runtime_tests.log" 2>&1
+  rc=$?
+  r_ok=$(grep -c '^\[       OK \]' "$log_dir/runtime_tests.log")
+  r_fail=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log_dir/runtime_tests.log")
+  r_skip=$(grep -E '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log_dir/runtime_tests.log" | grep -vc 'RefusedWithTheReasonWithoutAGpu')
+  detail="$(elapsed "$t0"): $r_ok passed, $r_fail failed, $r_skip skipped (CudaRuntime.*)"
+  if [ "$rc" -ne 0 ]; then
+    grep -E '^\[  FAILED  \].*ms\)$|Failure|error' "$log_dir/runtime_tests.log" | head -20
+    [ "$rc" -eq 124 ] && detail="timed out; $detail"
+    row runtime_tests FAIL "exit $rc, $detail"
+  elif [ "$r_skip" -gt 0 ] || [ "$r_ok" -eq 0 ]; then
+    grep -m1 -A1 'SKIPPED\|Skipped' "$log_dir/runtime_tests.log" | sed 's/^/    /'
+    row runtime_tests FAIL "CUDA runtime tests did not run on the GPU; $detail"
+  else
+    row runtime_tests PASS "$detail"
+  fi
 fi
 
 # 4. The ResNet-18 conv+BN work of a training step against PyTorch (validated against the CPU
@@ -263,7 +302,7 @@ else
     --log-every 20 --out "$run_dir" >"$log_dir/train_resnet18.log" 2>&1
   rc=$?
   wall=$(elapsed "$t0")
-  grep -E '^(step [0-9]|done:|validation:|stage [0-9]|pipeline efficiency)' "$log_dir/train_resnet18.log" | sed 's/^/    /'
+  grep -E '^(step [0-9]|done:|validation:|stage [0-9]|pipeline efficiency|memory:)' "$log_dir/train_resnet18.log" | sed 's/^/    /'
   # loss: the mean of steps 1-10 against that of the last 10 (single steps are noisy).
   loss_trend() {
     awk -F, 'NR > 1 {n++; l[n] = $3} END {

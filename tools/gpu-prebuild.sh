@@ -3,7 +3,7 @@
 # tools/gpu-check.sh runs on a GPU machine that lacks them, packed into .gpu-prebuilt/prebuilt.tar.xz
 # (git-ignored through .git/info/exclude), then checks the archive offline. Carry `.gpu-prebuilt`
 # to the GPU machine and run tools/gpu-check.sh there. The archive holds:
-#   bin/     kernel_tests, cuda_resnet_bench, onnx-pipetrain (Release, sm_90)
+#   bin/     kernel_tests, runtime_tests, cuda_resnet_bench, onnx-pipetrain (Release, sm_90)
 #   lib/     every shared library they load (ldd) but glibc's and the CUDA libraries (cudart,
 #            cuBLAS(Lt), cuDNN: the GPU machine's own, matching its driver; cuDNN alone is larger
 #            than a carry): onnx, protobuf, OpenBLAS (+gfortran, quadmath), oneDNN (+OpenCL loader),
@@ -12,8 +12,8 @@
 #            path only where the GPU machine's are older than BUILD_INFO's "needs" line
 #   assets/  tools/bench/gpu_assets.py's ResNet-18 skeleton (weights zeroed: filled again, seeded,
 #            on the GPU machine) and Fashion-MNIST at 3x32x32 (6,400 train, 1,000 val)
-#   BUILD_INFO  source commit, build host, nvcc, cuDNN, and the glibc / GLIBCXX / CXXABI versions
-#            the binaries need
+#   BUILD_INFO  source commit and folder (runtime_tests read models/ through it), build host, nvcc,
+#            cuDNN, and the glibc / GLIBCXX / CXXABI versions the binaries need
 # The offline check (also alone: --verify): unpack into a temporary folder, ldd of every binary
 # with only the archive's library path must resolve everything to the archive, glibc or the CUDA
 # libraries; then, in a chroot holding only the unpacked archive, glibc and the CUDA libraries
@@ -48,12 +48,13 @@ pack() {
   # six libraries, one of which (libevent) needs glibc 2.36 where everything else needs 2.34.
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPIPETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DPIPETRAIN_MPI=OFF >/dev/null
-  cmake --build "$build" -j "$jobs" --target kernel_tests cuda_resnet_bench onnx-pipetrain
+  cmake --build "$build" -j "$jobs" --target kernel_tests runtime_tests cuda_resnet_bench onnx-pipetrain
   local stage lib base
   stage=$(mktemp -d)
   tmps+=("$stage")
   mkdir -p "$stage/bin" "$stage/lib/cxx"
-  cp "$build/tests/kernel_tests" "$build/tools/bench/cuda_resnet_bench" "$build/tools/onnx-pipetrain" "$stage/bin/"
+  cp "$build/tests/kernel_tests" "$build/tests/runtime_tests" "$build/tools/bench/cuda_resnet_bench" \
+    "$build/tools/onnx-pipetrain" "$stage/bin/"
   for bin in "$stage"/bin/*; do
     ldd "$bin" | awk '$3 ~ /^\// {print $3}'
   done | sort -u | while read -r lib; do
@@ -76,6 +77,7 @@ pack() {
   cxx_needs=$(newest "$stage"/lib/cxx/*.so*)
   {
     echo "source $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty)')"
+    echo "source_dir $PWD"
     echo "built $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), nvcc $(/usr/local/cuda/bin/nvcc --version | grep -o 'release [0-9.]*')"
     echo "cuDNN built against: $(grep -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version.h | awk '{print $3}' | paste -sd.)"
     echo "needs $needs"
@@ -136,7 +138,7 @@ verify() {
          "$chroot_bin" "$cr" /bin/onnx-pipetrain /assets/resnet18.onnx "${train_args[@]/$dir/}" --out /tmp/run \
          >"$dir/chroot.log" 2>&1 && [ -f "$cr/tmp/run/metrics.csv" ]; then
       chrooted="ok ($(tail -1 "$cr/tmp/run/metrics.csv" | cut -d, -f1,3 | sed 's/,/ steps, last loss /'))"
-      for f in kernel_tests cuda_resnet_bench; do
+      for f in kernel_tests runtime_tests cuda_resnet_bench; do
         env -i LD_LIBRARY_PATH=/lib:/lib/cxx:/cuda "$chroot_bin" "$cr" "/bin/$f" --help >"$dir/chroot-$f.log" 2>&1 || true
         if grep -q 'error while loading shared libraries' "$dir/chroot-$f.log"; then
           echo "FAIL: chroot: $f: $(grep -m1 'error while loading' "$dir/chroot-$f.log")"; bad=1
