@@ -32,6 +32,7 @@ archive=$out/prebuilt.tar.xz
 # shellcheck source=tools/gpu-prebuilt-env.sh
 . tools/gpu-prebuilt-env.sh
 tmps=()
+# shellcheck disable=SC2154  # t is the loop variable inside the trap string
 trap 'for t in "${tmps[@]}"; do rm -rf "$t"; done' EXIT
 
 is_glibc() {  # the libraries the archive leaves to the machine (glibc's)

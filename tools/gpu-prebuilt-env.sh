@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tools/gpu-check.sh and tools/gpu-prebuild.sh: how the binaries of an unpacked
 # .gpu-prebuilt archive start on this machine. The archive holds every shared library they need
 # except glibc and the CUDA libraries (cudart, cuBLAS, cuBLASLt, cuDNN: the machine's own, matching
