@@ -59,6 +59,7 @@ class CpuDevice : public Device {
   std::string name() const override { return "cpu"; }
   Status activate() const override { return Status::ok(); }
   Expected<void*> create_stream() override { return static_cast<void*>(nullptr); }
+  void destroy_stream(void*) override {}
   Expected<std::unique_ptr<Event>> create_event() override { return std::unique_ptr<Event>(new NoEvent()); }
 
   Expected<void*> allocate(size_t bytes, void*) override {

@@ -47,6 +47,8 @@ class Device {
   // A new stream on this device, owned by the device until it is destroyed (nullptr on the
   // CPU: work there runs on the calling thread).
   virtual Expected<void*> create_stream() = 0;
+  // Waits for a stream of create_stream() and destroys it (with what the device keeps for it).
+  virtual void destroy_stream(void* stream) = 0;
   virtual Expected<std::unique_ptr<Event>> create_event() = 0;
 
   // `bytes` of zero-filled memory for use on `stream`, 64-byte aligned (nullptr for 0 bytes).

@@ -217,6 +217,7 @@ std::vector<std::string> supported_ops(DeviceKind device) {
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() { return "this build has no CUDA backend (PIPETRAIN_CUDA=OFF or no nvcc)"; }
+std::string cuda_device_name(int) { return ""; }
 #endif
 
 }  // namespace pt

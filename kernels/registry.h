@@ -55,5 +55,7 @@ bool cuda_available();
 int cuda_device_count();
 // One line on why CUDA is not available (no backend compiled, no GPU found, driver error), or "".
 std::string cuda_unavailable_reason();
+// The name of CUDA device `ordinal` ("NVIDIA H200"), "" when there is none; creates no context.
+std::string cuda_device_name(int ordinal);
 
 }  // namespace pt

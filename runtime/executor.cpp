@@ -173,6 +173,7 @@ Executor::~Executor() {
   for (void* p : dptr_) device_->deallocate(p);
   if (direct_) std::free(arena_);
   else device_->deallocate(arena_);
+  device_->destroy_stream(stream_);
 }
 
 HostTensor& Executor::tensor(const Value* v) {

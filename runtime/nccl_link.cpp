@@ -81,13 +81,11 @@ class NcclLink : public Link {
   NcclLink(std::vector<const Value*> values, bool sending, std::shared_ptr<Device> device)
       : Link(std::move(values)), sending_(sending), device_(std::move(device)) {}
   ~NcclLink() override {
-    if (!comm_) return;
-    if (aborted_) {
-      (void)nccl().comm_abort(comm_);
-      return;
+    if (comm_ && !aborted_) {
+      if (copied_) (void)copied_->wait();
+      (void)nccl().comm_destroy(comm_);
     }
-    if (copied_) (void)copied_->wait();
-    (void)nccl().comm_destroy(comm_);
+    if (stream_) device_->destroy_stream(stream_);
   }
 
   Status init(Cluster& c, int from, int to, int tag) {
@@ -125,7 +123,11 @@ class NcclLink : public Link {
     if (!st.is_ok()) error_ = st;
     return st.is_ok();
   }
-  void abort() override { aborted_ = true; }
+  // Also ends NCCL operations blocked on a lost peer (ncclCommAbort may be called from another
+  // thread for that), so no stream waits for ever.
+  void abort() override {
+    if (!aborted_.exchange(true) && comm_) (void)nccl().comm_abort(comm_);
+  }
   Status fence(const Executor& from) override { return copied_ ? copied_->block(from.stream()) : Status::ok(); }
 
  private:

@@ -36,7 +36,6 @@ Expected<std::unique_ptr<Channel>> Channel::create(std::vector<const Value*> val
       ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(c->device_, v->dtype, v->dims, nullptr));
       s.tensors.push_back(std::move(b));
     }
-    ASSIGN_OR_RETURN(s.filled, c->device_->create_event());
     ASSIGN_OR_RETURN(s.drained, c->device_->create_event());
   }
   // The slots were zeroed on the default stream: done before any copy stream uses them.
@@ -51,14 +50,19 @@ Channel::~Channel() {
     if (s.drained) (void)s.drained->wait();
   }
   if (copied_) (void)copied_->wait();
+  if (sender_) sender_->destroy_stream(copy_stream_);
 }
 
 Status Channel::copy_into_slot(int slot, const Executor& from) {
   Device& dev = *from.device();
-  if (!copy_stream_) {  // the first send: the sender's copy stream and events
+  if (!sender_) {  // the first send: the sender's copy stream and events
     ASSIGN_OR_RETURN(copy_stream_, dev.create_stream());
+    sender_ = from.device();
     ASSIGN_OR_RETURN(computed_, dev.create_event());
     ASSIGN_OR_RETURN(copied_, dev.create_event());
+    for (Slot& s : slots_) {
+      ASSIGN_OR_RETURN(s.filled, dev.create_event());
+    }
   }
   Slot& s = slots_[slot];
   // After the kernels that computed the values, and after the last receiver of this slot.
@@ -324,8 +328,17 @@ Status Stage::set_master(size_t i, const HostTensor& t) {
   return Status::ok();
 }
 
+Status Stage::fence_sends() {
+  for (const auto* links : {&fwd_out, &bwd_out, &data_out})
+    for (Link* c : *links) RETURN_IF_ERROR(c->fence(*ex));
+  return Status::ok();
+}
+
 Status Stage::forward(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
+  // Before anything writes into this stage's values: what was sent from them may still be in
+  // flight on a link's stream (saved activations that were sent, the data rank's input).
+  RETURN_IF_ERROR(fence_sends());
   const auto t_start = std::chrono::steady_clock::now();
   for (Link* c : fwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
@@ -343,8 +356,6 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   } else {
     RETURN_IF_ERROR(load_master());
   }
-  // The forward overwrites what the last forward sent.
-  for (Link* c : fwd_out) RETURN_IF_ERROR(c->fence(*ex));
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kForward || p == Phase::kLoss; }));
   if (loss) {
     RETURN_IF_ERROR(ex->download(loss));
@@ -378,6 +389,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
 
 Status Stage::backward(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
+  RETURN_IF_ERROR(fence_sends());
   const auto t_start = std::chrono::steady_clock::now();
   const int slot = slot_of(key);
   for (Link* c : bwd_in)
@@ -404,7 +416,6 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   } else {
     RETURN_IF_ERROR(load_master());
   }
-  for (Link* c : bwd_out) RETURN_IF_ERROR(c->fence(*ex));
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward; }));
   for (Link* c : bwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
@@ -427,6 +438,7 @@ Status Stage::backward(RunShared& sh, int64_t key) {
 
 Status Stage::update(RunShared& sh, int64_t step) {
   const auto t_run = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
   if (!grad_acc_.empty())  // GPipe: the mean of the micro-batch gradients (each loss is a mean)
     for (size_t i = 0; i < grads.size(); ++i) {

@@ -55,7 +55,9 @@ class Channel : public Link {
   };
   std::shared_ptr<Device> device_;  // of the slots
   std::vector<Slot> slots_;
-  // The sender's side (created at the first send, on the sender's device).
+  // The sender's side (created at the first send, on the sender's device; the slots' "filled"
+  // events too, since they are recorded on the copy stream).
+  std::shared_ptr<Device> sender_;
   void* copy_stream_ = nullptr;
   std::unique_ptr<Event> computed_, copied_;
   std::mutex mu_;
@@ -189,6 +191,7 @@ class Stage {
   Status backward(RunShared& sh, int64_t key);
   Status update(RunShared& sh, int64_t step);
   Status feed(RunShared& sh, int64_t key);
+  Status fence_sends();  // this stage's stream waits until its sends have read their values
   Status set_lr(RunShared& sh, int64_t step);  // the rate of 0-based step `step`
   Status load_master();
   Status load_predicted(int s);

@@ -400,9 +400,12 @@ int run(const Options& o) {
       return fail(ts);
     }
   }
-  if (use_cuda)  // the caching allocators: peak, cached, fragmentation, per GPU this process used
-    for (int d = 0; d < std::min(gpus_here, o.gpus); ++d)
+  if (use_cuda) {  // the caching allocators: peak, cached, fragmentation, per GPU this process used
+    const int first = g_cluster ? g_cluster->local_rank() % std::max(1, gpus_here) : 0;
+    const int count = g_cluster ? 1 : std::min(gpus_here, o.gpus);
+    for (int d = first; d < first + count; ++d)
       if (auto dev = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*dev)->memory_summary());
+  }
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
   Status st = export_onnx(m, trained_values, trained.string());
   if (!st.is_ok()) return fail(st);

@@ -8,7 +8,7 @@
 #include <map>
 #include <thread>
 
-#include "kernels/device.h"
+#include "kernels/registry.h"
 #include "partitioner/report.h"
 #include "runtime/profiler.h"
 
@@ -54,11 +54,11 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       o.devices.assign(f.stages, cpu);
     } else {
       // The GPU this process sees (device 0), by its name: "NVIDIA H200" has the built-in H200.
-      auto dev = open_device(DeviceKind::kCuda, 0);
-      if (!dev)
+      const std::string gpu_name = cuda_device_name(0);  // no CUDA context is made for this
+      if (gpu_name.empty())
         return invalid_input("--device cuda: name the GPU with --device-spec (H100, A100, ... or a JSON file); " +
-                             dev.status().message());
-      std::string name = (*dev)->name();
+                             (cuda_available() ? std::string("the name of GPU 0 is unknown") : cuda_unavailable_reason()));
+      std::string name = gpu_name;
       for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       std::string found;
       for (const std::string& b : builtin_device_names()) {
@@ -67,7 +67,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
         if (name.find(upper) != std::string::npos && upper.size() > found.size()) found = b;
       }
       if (found.empty())
-        return invalid_input("--device cuda: " + (*dev)->name() +
+        return invalid_input("--device cuda: " + gpu_name +
                              " has no built-in spec; describe it with --device-spec FILE.json (docs/partition-json.md)");
       ASSIGN_OR_RETURN(DeviceSpec gpu, builtin_device_spec(found));
       // Stages sharing a GPU (--oversubscribe) share its memory.

@@ -41,6 +41,16 @@ bool cuda_available() { return probe().available; }
 int cuda_device_count() { return probe().count; }
 std::string cuda_unavailable_reason() { return probe().reason; }
 
+std::string cuda_device_name(int ordinal) {
+  if (ordinal < 0 || ordinal >= cuda_device_count()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
 namespace cuda {
 
 Status device_alloc(void** p, size_t bytes) {

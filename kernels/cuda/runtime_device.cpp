@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "kernels/cuda/allocator.h"
@@ -107,6 +108,24 @@ class CudaDevice : public Device {
     streams_.push_back(s);
     return static_cast<void*>(s);
   }
+  void destroy_stream(void* stream) override {
+    if (!stream || cudaSetDevice(ordinal_) != cudaSuccess) return;
+    (void)cudaStreamSynchronize(as_stream(stream));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = staging_.find(stream); it != staging_.end()) {
+      for (Staging& st : it->second.slots) {
+        if (st.done) (void)cudaEventDestroy(st.done);
+        pinned_host_allocator().deallocate(st.p);
+      }
+      staging_.erase(it);
+    }
+    for (auto it = streams_.begin(); it != streams_.end(); ++it)
+      if (*it == as_stream(stream)) {
+        (void)cudaStreamDestroy(*it);
+        streams_.erase(it);
+        break;
+      }
+  }
   Expected<std::unique_ptr<Event>> create_event() override {
     RETURN_IF_ERROR(activate());
     cudaEvent_t e = nullptr;
@@ -132,6 +151,8 @@ class CudaDevice : public Device {
     // Through a ring of pinned buffers per stream: the copy runs asynchronously (at full
     // bandwidth for batches) while `host` is free to be refilled at once. A pageable source would
     // let the driver synchronise the stream, and the runtime uploads scalars (lr, step) every pass.
+    // A stream is used by one thread at a time (its executor's or its channel's), so the slot
+    // picked here is not reused by another thread before this call returns.
     Staging* st = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -172,8 +193,10 @@ class CudaDevice : public Device {
     } else if (src_device.ordinal() == dst_device.ordinal()) {
       PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
     } else {
-      // Direct over NVLink / PCIe when peer access is enabled (open_cuda_device does where it
-      // can), staged through the host by the driver otherwise.
+      // Direct over NVLink / PCIe once peer access is on (enabled at the first copy between two
+      // GPUs, so a process touches no GPU it does not copy to); staged by the driver otherwise.
+      const int other = dst_device.ordinal() == ordinal_ ? src_device.ordinal() : dst_device.ordinal();
+      RETURN_IF_ERROR(enable_peer(other));
       PT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.ordinal(), src, src_device.ordinal(), bytes, as_stream(stream)));
     }
     return Status::ok();
@@ -235,7 +258,25 @@ class CudaDevice : public Device {
     std::array<Staging, 8> slots;
     size_t next = 0;
   };
+  // Lets this device's context reach `peer`'s memory directly where the hardware allows.
+  Status enable_peer(int peer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (peers_.count(peer)) return Status::ok();
+    peers_.insert(peer);
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, ordinal_, peer) != cudaSuccess || !can) {
+      (void)cudaGetLastError();
+      return Status::ok();
+    }
+    const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+      return cuda_error_status(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
+    (void)cudaGetLastError();
+    return Status::ok();
+  }
+
   std::mutex mu_;
+  std::set<int> peers_;
   std::vector<cudaStream_t> streams_;
   std::map<void*, Ring> staging_;  // [stream]
 };
@@ -253,15 +294,6 @@ Expected<std::shared_ptr<Device>> open_cuda_device(int ordinal) {
   if (!open[ordinal]) {
     cudaDeviceProp prop{};
     PT_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
-    PT_CUDA_CHECK(cudaSetDevice(ordinal));
-    // Peer access to every other device that allows it (copies between stages then go directly).
-    for (int peer = 0; peer < cuda_device_count(); ++peer) {
-      int can = 0;
-      if (peer == ordinal || cudaDeviceCanAccessPeer(&can, ordinal, peer) != cudaSuccess || !can) continue;
-      const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
-      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) return cuda_error_status(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
-      (void)cudaGetLastError();
-    }
     open[ordinal] = std::make_shared<CudaDevice>(ordinal, "cuda:" + std::to_string(ordinal) + " (" + prop.name + ")");
   }
   return open[ordinal];
