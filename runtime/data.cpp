@@ -16,10 +16,12 @@ namespace {
 Expected<DType> npy_dtype(const std::string& descr, const std::string& path) {
   static const std::pair<const char*, DType> table[] = {
       {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64}, {"<i8", DType::kInt64}, {"<i4", DType::kInt32},
-      {"|u1", DType::kUint8},   {"|i1", DType::kInt8},    {"|b1", DType::kBool},  {"<u1", DType::kUint8}};
+      {"<i2", DType::kInt16},   {"<u2", DType::kUint16},  {"|u1", DType::kUint8}, {"|i1", DType::kInt8},
+      {"|b1", DType::kBool},    {"<u1", DType::kUint8}};
   for (auto& [d, t] : table)
     if (descr == d) return t;
-  return invalid_input(path + ": unsupported .npy dtype '" + descr + "' (float32, float64, int64, int32, uint8, int8, bool)");
+  return invalid_input(path + ": unsupported .npy dtype '" + descr +
+                       "' (little-endian float32, float64, int64, int32, int16, uint16, uint8, int8, bool)");
 }
 
 std::string header_value(const std::string& h, const std::string& key) {
@@ -83,7 +85,10 @@ Status write_npy(const std::string& path, const HostTensor& t) {
     case DType::kFloat64: descr = "<f8"; break;
     case DType::kInt64: descr = "<i8"; break;
     case DType::kInt32: descr = "<i4"; break;
+    case DType::kInt16: descr = "<i2"; break;
+    case DType::kUint16: descr = "<u2"; break;
     case DType::kUint8: descr = "|u1"; break;
+    case DType::kInt8: descr = "|i1"; break;
     case DType::kBool: descr = "|b1"; break;
     default: return internal_error("write_npy: unsupported dtype");
   }
@@ -125,11 +130,14 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
   const DType xt = d.x.dtype();
   if (spec.input_dtype == DType::kFloat32 && (xt == DType::kUint8 || xt == DType::kInt8 || xt == DType::kUint16 ||
                                               xt == DType::kInt16 || xt == DType::kInt32 || xt == DType::kInt64)) {
-    // Integer samples (pixels) for a float input: converted, and 8-bit ones scaled to [0, 1].
+    // Integer samples for a float input are converted. Unsigned 8- and 16-bit ones are pixels
+    // and get scaled to [0, 1] by their full range (255, 65535; 16-bit PNG/TIFF convention);
+    // signed and wider integers have no such range and stay as they are.
     HostTensor f = cast_tensor(d.x, DType::kFloat32);
-    if (spec.scale_pixels && (xt == DType::kUint8)) {
+    const float scale = xt == DType::kUint8 ? 1.0f / 255.0f : xt == DType::kUint16 ? 1.0f / 65535.0f : 1.0f;
+    if (spec.scale_pixels && scale != 1.0f) {
       float* p = f.as<float>();
-      for (int64_t i = 0; i < f.size(); ++i) p[i] *= 1.0f / 255.0f;
+      for (int64_t i = 0; i < f.size(); ++i) p[i] *= scale;
     }
     d.x = std::move(f);
   }

@@ -31,7 +31,7 @@ struct DataSpec {
   DType label_dtype = DType::kInt64;
   Dims label_sample_dims;  // [] for class labels
   int64_t num_classes = 0;  // > 0 for class labels
-  bool scale_pixels = true;  // integer pixels (IDX, CIFAR, integer x.npy) divided by 255; false: raw values
+  bool scale_pixels = true;  // unsigned integer pixels (IDX, CIFAR, uint8/uint16 x.npy) scaled to [0, 1]; false: raw values
 };
 
 // Loads DIR/x.npy and DIR/y.npy; samples whose element count matches the model input are

@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# The check to run on a machine with an NVIDIA GPU (CI has none). Gets the CUDA kernel tests and
-# the ResNet-18 conv+BN benchmark either from a carried prebuilt archive (.gpu-prebuilt/, made by
-# tools/gpu-prebuild.sh where the Debian build deps exist: the GPU machine of this workplace has
-# CUDA, CMake, ninja and PyTorch but not libonnx/protobuf/OpenBLAS/oneDNN/GoogleTest) or by
-# building for sm_90 in build-gpu. Then: every kernel test (the CUDA ones must run, not skip), the
-# CUDA tests under compute-sanitizer where it works, the benchmark against PyTorch, and a short
-# table last. Exits non-zero on any failure. A global budget (GPU_CHECK_BUDGET, 420 s) keeps the
-# whole run under 8 minutes: a step that would not fit is skipped and says so.
+# The check to run on a machine with an NVIDIA GPU (CI has none). Gets the CUDA kernel tests, the
+# ResNet-18 conv+BN benchmark, the onnx-pipetrain command line and the ResNet-18 / Fashion-MNIST
+# assets either from a carried prebuilt archive (.gpu-prebuilt/, made by tools/gpu-prebuild.sh where
+# the Debian build deps exist: the GPU machine of this workplace has CUDA, CMake, ninja and PyTorch
+# but not libonnx/protobuf/OpenBLAS/oneDNN/GoogleTest) or by building for sm_90 in build-gpu. Then:
+#   kernel_tests    every kernel test (the CUDA ones must run, not skip)
+#   runtime_tests   the CUDA runtime tests (CudaRuntime.*: device arithmetic, trainer and pipelines
+#                   of CUDA stages against CPU stages; they must run, not skip)
+#   bench           the conv+BN work of a ResNet-18 step against PyTorch
+#   cli             the packed onnx-pipetrain on this machine: 3 CPU steps of ResNet-18, and the
+#                   number of CUDA devices it sees (from its refusal of one stage too many)
+#   train_resnet18  ResNet-18 (3x32x32, batch 64) on 4 stages oversubscribed on one GPU, SpecTrain,
+#                   200 steps of Fashion-MNIST: the loss must fall (mean of steps 1-10 against
+#                   191-200); wall time, samples/s, validation accuracy
+#   step_vs_torch   one stage (--device cuda --gpus 1) against PyTorch eager on the same GPU:
+#                   mean ms per training step and the ratio (tools/bench/step_vs_torch.py)
+#   memcheck        the CUDA tests under compute-sanitizer where it works
+# and a short table last. A step the tool refuses (`--device cuda` before the runtime has a CUDA
+# device) is a FAIL row quoting its one-line message. Exits non-zero on any failure. A global
+# budget (GPU_CHECK_BUDGET, 420 s) keeps the whole run under 8 minutes: a step that would not fit
+# is skipped and says so.
 #
 #   tools/gpu-check.sh     env: PREBUILT (.gpu-prebuilt), BUILD_DIR (build-gpu), JOBS (nproc),
-#                               GPU_CHECK_SANITIZER=0, GPU_CHECK_BUDGET (seconds)
+#                               GPU_CHECK_SANITIZER=0, GPU_CHECK_BUDGET (seconds),
+#                               PT_BUNDLED_CXX=1/0 (force the archive's libstdc++ on/off),
+#                               GPU_CHECK_DEVICE=cpu (train_resnet18 and step_vs_torch on the CPU:
+#                               a dry run of their logic on a machine without a GPU)
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -50,25 +66,17 @@ else
   row gpu FAIL "nvidia-smi lists no GPU: this script is for a GPU machine"
 fi
 
-# The directory holding a library, from the loader's cache, the CUDA toolkit or pip's nvidia-*
-# wheels (PyTorch's CUDA libraries); empty when not found.
-lib_dir() {
-  local f
-  f=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n {print $NF; exit}')
-  if [ -z "$f" ]; then
-    f=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/x86_64-linux/lib/ /usr/local/cuda/lib/ \
-              /usr/lib/x86_64-linux-gnu/ -maxdepth 1 -name "$1" 2>/dev/null | head -1)
-  fi
-  if [ -z "$f" ] && command -v python3 >/dev/null; then
-    local site
-    site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
-    [ -n "$site" ] && f=$(find "$site/nvidia" -name "$1" 2>/dev/null | head -1)
-  fi
-  [ -n "$f" ] && dirname "$f"
+# shellcheck source=tools/gpu-prebuilt-env.sh
+. tools/gpu-prebuilt-env.sh   # lib_dir, prebuilt_env
+
+# wrapper OUT BINARY LDP: a script that starts BINARY with LD_LIBRARY_PATH=LDP (so that PyTorch, in
+# the Python scripts that call it, keeps its own libraries).
+wrapper() {
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$3" "$2" >"$1" && chmod +x "$1"
 }
 
 # 2. The binaries: carried prebuilt archive, else configure and build here.
-tests="" bench=""
+tests="" rtests="" bench="" pipetrain="" assets=""
 run_env=()   # how our binaries are started (the carried libraries' path, for a prebuilt archive)
 if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; then
   t0=$(date +%s)
@@ -77,23 +85,31 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
     dir=$(mktemp -d /tmp/pt-prebuilt.XXXXXX)
     tar -C "$dir" -xJf "$prebuilt/prebuilt.tar.xz"
   fi
-  missing=""
-  cuda_dirs=""
-  for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9; do
-    d=$(lib_dir "$l")
-    if [ -z "$d" ]; then missing+=" $l"; else cuda_dirs+="$d:"; fi
-  done
-  # Only our binaries get the carried libraries: PyTorch (the benchmark's reference) keeps its own.
-  ldp="$dir/lib:$cuda_dirs${LD_LIBRARY_PATH:-}"
-  run_env=(env "LD_LIBRARY_PATH=$ldp")
+  prebuilt_env "$dir"
+  echo "prebuilt: $PT_ENV_NOTE"
+  run_env=(env "LD_LIBRARY_PATH=$PT_LDP")
   tests=$dir/bin/kernel_tests
+  [ -x "$dir/bin/runtime_tests" ] && rtests=$dir/bin/runtime_tests
   bench=$dir/bench.sh
-  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$ldp" "$dir/bin/cuda_resnet_bench" >"$bench"
-  chmod +x "$bench"
+  wrapper "$bench" "$dir/bin/cuda_resnet_bench" "$PT_LDP"
+  if [ -x "$dir/bin/onnx-pipetrain" ]; then
+    pipetrain=$dir/pipetrain.sh
+    wrapper "$pipetrain" "$dir/bin/onnx-pipetrain" "$PT_LDP"
+  fi
+  # The ResNet-18 skeleton's weights, filled in again (seeded): the archive carries them zeroed.
+  if [ -f "$dir/assets/resnet18.skeleton.onnx" ] &&
+     timeout 60 python3 tools/bench/gpu_assets.py init "$dir/assets/resnet18.skeleton.onnx" \
+       "$dir/assets/resnet18.onnx" >"$log_dir/assets.log" 2>&1; then
+    assets=$dir/assets
+  else
+    tail_of "$log_dir/assets.log" 5 2>/dev/null
+  fi
   info=$(head -1 "$dir/BUILD_INFO" 2>/dev/null)
-  if [ -n "$missing" ]; then
-    row binaries FAIL "prebuilt, but no$missing on this machine"
-  elif ! "${run_env[@]}" ldd "$tests" | grep -q 'not found'; then
+  not_found=$(for b in "$dir"/bin/*; do "${run_env[@]}" ldd "$b" | grep 'not found' | sed "s|^|    $(basename "$b"): |"; done)
+  if [ -n "$PT_ENV_PROBLEM" ]; then
+    row binaries FAIL "prebuilt, but ${PT_ENV_PROBLEM%; }"
+    tests="" rtests="" bench="" pipetrain=""
+  elif [ -z "$not_found" ]; then
     built_rev=$(grep -o '[0-9a-f]\{40\}' <<<"$info" | head -1)
     head_rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
     stale=""
@@ -101,11 +117,21 @@ if [ -f "$prebuilt/prebuilt.tar.xz" ] || [ -x "$prebuilt/bin/kernel_tests" ]; th
       stale="; STALE: the tree is at ${head_rev:0:12}, rerun tools/gpu-prebuild.sh"
       echo "warning: $prebuilt was built from ${built_rev:0:12}, the tree is at ${head_rev:0:12}"
     fi
+    [ -z "$pipetrain" ] && stale+="; no onnx-pipetrain in the archive (made before it was packed)"
+    # runtime_tests read models/ through the source folder compiled in: link it to this tree.
+    src_dir=$(sed -n 's/^source_dir //p' "$dir/BUILD_INFO")
+    if [ -n "$rtests" ] && [ -n "$src_dir" ] && [ ! -e "$src_dir" ] && mkdir -p "$(dirname "$src_dir")" &&
+       ln -s "$PWD" "$src_dir"; then
+      linked_src=$src_dir
+      trap 'rm -f "$linked_src"' EXIT
+      echo "linked $src_dir -> $PWD (the runtime tests' models/)"
+    fi
+    [ -z "$assets" ] && stale+="; no ResNet-18 assets (see $log_dir/assets.log)"
     row binaries PASS "prebuilt (${info:0:19}), $(elapsed "$t0")$stale"
   else
-    "${run_env[@]}" ldd "$tests" | grep 'not found' | sed 's/^/    /'
+    echo "$not_found"
     row binaries FAIL "prebuilt, libraries missing (above)"
-    tests=""
+    tests="" rtests="" bench="" pipetrain=""
   fi
 else
   cuda_args=(-DPIPETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
@@ -119,11 +145,21 @@ else
        >"$log_dir/configure.log" 2>&1; then
     t1=$(date +%s)
     c=$(cap 200)
-    if [ "$c" -gt 0 ] && timeout "$c" cmake --build "$build" -j "$jobs" --target kernel_tests cuda_resnet_bench \
-         >"$log_dir/build.log" 2>&1; then
+    if [ "$c" -gt 0 ] && timeout "$c" cmake --build "$build" -j "$jobs" --target kernel_tests runtime_tests \
+         cuda_resnet_bench onnx-pipetrain >"$log_dir/build.log" 2>&1; then
       row binaries PASS "built in $build: configure $((t1 - t0))s, build $(elapsed "$t1"), -j$jobs"
       tests=$build/tests/kernel_tests
+      rtests=$build/tests/runtime_tests
       bench=$build/tools/bench/cuda_resnet_bench
+      pipetrain=$build/tools/onnx-pipetrain
+      # The assets as gpu-prebuild.sh packs them (needs this torch to export and Fashion-MNIST).
+      if timeout 120 python3 tools/bench/gpu_assets.py pack "$build/gpu-assets" >"$log_dir/assets.log" 2>&1 &&
+         python3 tools/bench/gpu_assets.py init "$build/gpu-assets/resnet18.skeleton.onnx" \
+           "$build/gpu-assets/resnet18.onnx" >>"$log_dir/assets.log" 2>&1; then
+        assets=$build/gpu-assets
+      else
+        tail_of "$log_dir/assets.log" 5
+      fi
     else
       tail_of "$log_dir/build.log"
       row binaries FAIL "build failed or passed ${c}s, see $log_dir/build.log"
@@ -166,6 +202,33 @@ else
   row kernel_tests SKIP "no binaries or no time left"
 fi
 
+# 3b. The CUDA runtime tests (the rest of runtime_tests runs in CI). Skipping is a failure here,
+#     except for the test of the refusal without a GPU.
+if [ -z "$rtests" ]; then
+  row runtime_tests SKIP "no runtime_tests binary (an archive made before it was packed?)"
+elif [ "$(cap 120)" -lt 20 ]; then
+  row runtime_tests SKIP "under 20 s of the budget left"
+else
+  t0=$(date +%s)
+  timeout "$(cap 120)" "${run_env[@]}" "$rtests" --gtest_color=no --gtest_filter='CudaRuntime.*' \
+    >"$log_dir/runtime_tests.log" 2>&1
+  rc=$?
+  r_ok=$(grep -c '^\[       OK \]' "$log_dir/runtime_tests.log")
+  r_fail=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log_dir/runtime_tests.log")
+  r_skip=$(grep -E '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log_dir/runtime_tests.log" | grep -vc 'RefusedWithTheReasonWithoutAGpu')
+  detail="$(elapsed "$t0"): $r_ok passed, $r_fail failed, $r_skip skipped (CudaRuntime.*)"
+  if [ "$rc" -ne 0 ]; then
+    grep -E '^\[  FAILED  \].*ms\)$|Failure|error' "$log_dir/runtime_tests.log" | head -20
+    [ "$rc" -eq 124 ] && detail="timed out; $detail"
+    row runtime_tests FAIL "exit $rc, $detail"
+  elif [ "$r_skip" -gt 0 ] || [ "$r_ok" -eq 0 ]; then
+    grep -m1 -A1 'SKIPPED\|Skipped' "$log_dir/runtime_tests.log" | sed 's/^/    /'
+    row runtime_tests FAIL "CUDA runtime tests did not run on the GPU; $detail"
+  else
+    row runtime_tests PASS "$detail"
+  fi
+fi
+
 # 4. The ResNet-18 conv+BN work of a training step against PyTorch (validated against the CPU
 #    kernels first). Before memcheck: the timing matters more than the sanitizer's second look.
 if [ -n "$bench" ] && [ "$(cap 150)" -gt 0 ]; then
@@ -186,7 +249,108 @@ else
   row bench SKIP "no benchmark binary or no time left"
 fi
 
-# 5. The CUDA tests under compute-sanitizer memcheck (out-of-bounds reads guards cannot see).
+# The one-line message of a failed onnx-pipetrain run: its last "onnx-pipetrain: ..." line.
+tool_message() {
+  local m
+  m=$(grep -E '^onnx-pipetrain: ' "$1" | tail -1)
+  [ -z "$m" ] && m=$(grep -v '^\s*$' "$1" | tail -1)
+  echo "${m:0:220}"
+}
+train_dev=${GPU_CHECK_DEVICE:-cuda}
+data_flags=()
+[ -n "$assets" ] && data_flags=(--data "$assets/fmnist32/train" --mean 0.286 --std 0.353)
+
+# 5. The command line itself on this machine: it starts, trains ResNet-18 on the CPU for 3 steps,
+#    and sees the GPUs (its refusal of one stage more than there are devices names their number).
+if [ -z "$pipetrain" ] || [ -z "$assets" ]; then
+  row cli SKIP "no onnx-pipetrain or no assets (see the binaries row)"
+elif [ "$(cap 60)" -lt 20 ]; then
+  row cli SKIP "under 20 s of the budget left"
+else
+  t0=$(date +%s)
+  timeout "$(cap 60)" "$pipetrain" "$assets/resnet18.onnx" --device cpu --steps 3 --batch-size 32 "${data_flags[@]}" \
+    --out "$log_dir/cli_cpu" >"$log_dir/cli_cpu.log" 2>&1
+  rc=$?
+  timeout 30 "$pipetrain" "$assets/resnet18.onnx" --device cuda --gpus $((n_gpus + 1)) --steps 1 \
+    --out "$log_dir/cli_count" >"$log_dir/cli_count.log" 2>&1
+  rc_count=$?
+  if [ "$rc_count" = 2 ] && grep -q "this machine has $n_gpus CUDA device" "$log_dir/cli_count.log"; then
+    sees="sees $n_gpus CUDA device(s) as nvidia-smi does"
+  else
+    sees="device count not confirmed (exit $rc_count: $(tool_message "$log_dir/cli_count.log"))"
+  fi
+  if [ "$rc" = 0 ]; then
+    row cli PASS "$(elapsed "$t0"): --device cpu $(grep -m1 '^done:' "$log_dir/cli_cpu.log" | cut -d, -f1,2); $sees"
+  else
+    tail_of "$log_dir/cli_cpu.log" 10
+    row cli FAIL "--device cpu: exit $rc: $(tool_message "$log_dir/cli_cpu.log"); $sees"
+  fi
+fi
+
+# 6. ResNet-18 on 4 stages oversubscribed on the one GPU, SpecTrain, 200 steps of Fashion-MNIST.
+if [ -z "$pipetrain" ] || [ -z "$assets" ]; then
+  row train_resnet18 SKIP "no onnx-pipetrain or no assets (see the binaries row)"
+elif [ "$(cap 150)" -lt 30 ]; then
+  row train_resnet18 SKIP "under 30 s of the budget left"
+else
+  t0=$(date +%s)
+  c=$(cap 150)
+  run_dir=$log_dir/train_resnet18
+  rm -rf "$run_dir"
+  timeout "$c" "$pipetrain" "$assets/resnet18.onnx" --device "$train_dev" --gpus 4 --oversubscribe --weights spectrain \
+    --steps 200 --batch-size 64 --lr 0.05 --seed 1 "${data_flags[@]}" --val-data "$assets/fmnist32/val" \
+    --log-every 20 --out "$run_dir" >"$log_dir/train_resnet18.log" 2>&1
+  rc=$?
+  wall=$(elapsed "$t0")
+  grep -E '^(step [0-9]|done:|validation:|stage [0-9]|pipeline efficiency|memory:)' "$log_dir/train_resnet18.log" | sed 's/^/    /'
+  # loss: the mean of steps 1-10 against that of the last 10 (single steps are noisy).
+  loss_trend() {
+    awk -F, 'NR > 1 {n++; l[n] = $3} END {
+        if (n < 20) { print "FAIL only " n " steps in metrics.csv"; exit }
+        for (i = 1; i <= 10; i++) a += l[i]; for (i = n - 9; i <= n; i++) b += l[i]; a /= 10; b /= 10
+        printf "%s loss %.3f -> %.3f (mean of steps 1-10 -> %d-%d)", (b < 0.8 * a ? "PASS" : "FAIL"), a, b, n - 9, n }' "$1"
+  }
+  if [ "$rc" = 0 ] && [ -f "$run_dir/metrics.csv" ]; then
+    verdict=$(loss_trend "$run_dir/metrics.csv")
+    done_line=$(grep -m1 '^done:' "$log_dir/train_resnet18.log" | sed 's/, loss.*//; s/^done: //')
+    val=$(grep -m1 '^validation:' "$log_dir/train_resnet18.log" | grep -o 'accuracy [0-9.]*%')
+    row train_resnet18 "${verdict%% *}" "${verdict#* }; $done_line, wall ${wall}${val:+; val $val}"
+  elif [ "$rc" = 124 ]; then
+    # metrics.csv is published while training goes: say how far it got.
+    so_far=""
+    [ -f "$run_dir/metrics.csv" ] && so_far="; so far: $(loss_trend "$run_dir/metrics.csv" | cut -d' ' -f2-)"
+    row train_resnet18 FAIL "timed out after ${c}s (cap)$so_far; see $log_dir/train_resnet18.log"
+  else
+    tail_of "$log_dir/train_resnet18.log" 10
+    row train_resnet18 FAIL "exit $rc: $(tool_message "$log_dir/train_resnet18.log")"
+  fi
+fi
+
+# 7. One stage on the GPU against PyTorch eager on the same GPU: ms per training step.
+if [ -z "$pipetrain" ] || [ -z "$assets" ]; then
+  row step_vs_torch SKIP "no onnx-pipetrain or no assets (see the binaries row)"
+elif [ "$(cap 120)" -lt 30 ]; then
+  row step_vs_torch SKIP "under 30 s of the budget left"
+else
+  t0=$(date +%s)
+  via=()
+  [ "$train_dev" = cpu ] && via=(--via-cli)
+  timeout "$(cap 120)" python3 tools/bench/step_vs_torch.py --device "$train_dev" "${via[@]}" --pipetrain "$pipetrain" \
+    --model-file "$assets/resnet18.onnx" --only resnet18 --batch 64 --warmup 5 --steps 30 \
+    --json "$log_dir/step_vs_torch.json" >"$log_dir/step_vs_torch.log" 2>&1
+  rc=$?
+  cat "$log_dir/step_vs_torch.log"
+  result=$(grep -m1 -E '^(RESULT|FAIL) ' "$log_dir/step_vs_torch.log" | cut -d' ' -f2-)
+  if [ "$rc" = 0 ] && [ -n "$result" ]; then
+    row step_vs_torch PASS "$(elapsed "$t0"): $result"
+  elif [ "$rc" = 124 ]; then
+    row step_vs_torch FAIL "timed out after its cap; see $log_dir/step_vs_torch.log"
+  else
+    row step_vs_torch FAIL "exit $rc: ${result:-see $log_dir/step_vs_torch.log}"
+  fi
+fi
+
+# 8. The CUDA tests under compute-sanitizer memcheck (out-of-bounds reads guards cannot see).
 #    Where the sanitizer cannot attach to the device (gVisor machines) the step is skipped.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ "${GPU_CHECK_SANITIZER:-1}" = 0 ]; then
@@ -215,10 +379,6 @@ else
     row memcheck FAIL "exit $rc, ${summary:-no summary}, see $log_dir/memcheck.log"
   fi
 fi
-
-# 6. Training end to end on the GPU needs runtime support (CUDA devices, streams, transfers) that
-#    does not exist yet: docs/cuda.md says what is missing.
-row train_resnet18 SKIP "runtime has no CUDA device yet (docs/cuda.md); kernels only"
 
 # Last: the GPU list and the table.
 echo

@@ -354,7 +354,7 @@ int main_impl(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.9))->excludes(vd);
   app.add_option("--mean", o.mean, "subtract per channel (one value, or one per channel of [C,H,W] inputs), after scaling pixels")->delimiter(',');
   app.add_option("--std", o.std, "divide per channel, after --mean")->delimiter(',');
-  app.add_flag("--raw-pixels", o.raw_pixels, "keep integer pixels (IDX, CIFAR, integer x.npy) as 0..255 instead of scaling to [0, 1]");
+  app.add_flag("--raw-pixels", o.raw_pixels, "keep integer pixels (IDX, CIFAR, uint8/uint16 x.npy) as 0..255 / 0..65535 instead of scaling to [0, 1]");
   app.add_option("--eval-every", o.eval_every, "also validate every N steps (besides every epoch end)")->check(CLI::PositiveNumber);
   auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(CLI::PositiveNumber);

@@ -1,7 +1,7 @@
 """The training tools of issue 7 through the command line: pipelined checkpoints and resume (bit for
 bit against an uninterrupted run with the same drain points), resuming on another --gpus or
 schedule, SIGINT in a pipelined run, learning-rate schedules (the lr column against the formulas,
-and the rate really applied), --eval-every, --mean/--std, integer pixels and --raw-pixels.
+and the rate really applied), --eval-every, --mean/--std, integer pixels (8- and 16-bit) and --raw-pixels.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_training_tools.py"""
 import csv
 import math
@@ -301,6 +301,35 @@ class TrainingToolsTest(unittest.TestCase):
 
         self.assertEqual(trained("t_u8", dirs["u8"]), trained("t_scaled", dirs["scaled"]))
         self.assertEqual(trained("t_u8raw", dirs["u8"], "--raw-pixels"), trained("t_raw", dirs["raw"]))
+
+    def test_sixteen_bit_npy(self):
+        """numpy's '<u2' and '<i2': uint16 pixels are scaled by 1/65535 unless --raw-pixels, int16 ones
+        are converted unscaled; 16-bit labels of either sign are widened."""
+        rng = np.random.default_rng(10)
+        u16 = rng.integers(0, 65536, (64, 8)).astype(np.uint16)
+        i16 = rng.integers(-200, 201, (64, 8)).astype(np.int16)
+        y = rng.integers(0, 3, 64)
+        dirs = {}
+        for name, xs, ys in (("u16", u16, y.astype(np.uint16)), ("u16_scaled", u16.astype(np.float32) * np.float32(1 / 65535), y),
+                             ("u16_raw", u16.astype(np.float32), y), ("i16", i16, y.astype(np.int16)),
+                             ("i16_float", i16.astype(np.float32), y)):
+            d = dirs[name] = os.path.join(self.dir, "px16_" + name)
+            os.makedirs(d, exist_ok=True)
+            np.save(os.path.join(d, "x.npy"), xs)
+            np.save(os.path.join(d, "y.npy"), ys)
+        self.assertEqual(np.load(os.path.join(dirs["u16"], "x.npy")).dtype.str, "<u2")
+        self.assertEqual(np.load(os.path.join(dirs["i16"], "y.npy")).dtype.str, "<i2")
+
+        def trained(name, data, *flags, lr=0.01):
+            out = os.path.join(self.dir, name)
+            rc, so, se = run(self.model, "--data", data, "--out", out, *COMMON, "--lr", lr, "--steps", 4, *flags)
+            self.assertEqual(rc, 0, se)
+            return read_bytes(os.path.join(out, "mlp.trained.onnx"))
+
+        self.assertEqual(trained("t_u16", dirs["u16"]), trained("t_u16_scaled", dirs["u16_scaled"]))
+        self.assertEqual(trained("t_u16raw", dirs["u16"], "--raw-pixels", lr=1e-7),
+                         trained("t_u16_raw", dirs["u16_raw"], lr=1e-7))
+        self.assertEqual(trained("t_i16", dirs["i16"], lr=1e-4), trained("t_i16_float", dirs["i16_float"], lr=1e-4))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "importer/importer.h"
@@ -136,6 +137,54 @@ TEST(Npy, RoundTrip) {
   EXPECT_EQ(back->dims(), (Dims{2, 3}));
   for (int i = 0; i < 6; ++i) EXPECT_EQ(back->as<int64_t>()[i], v[i]);
   fs::remove(p);
+}
+
+// 16-bit .npy ('<u2', '<i2'): uint16 pixels are scaled by 1/65535 (unless raw), int16 ones are only
+// converted; 16-bit labels are widened to int64.
+TEST(Npy, SixteenBitPixelsAndLabels) {
+  const fs::path dir = fs::temp_directory_path() / ("pipetrain-npy16-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto make = [](DType dt, Dims dims, const auto& values) {
+    HostTensor t(dt, std::move(dims));
+    std::memcpy(t.data(), values.data(), t.bytes());
+    return t;
+  };
+  const std::vector<uint16_t> u = {0, 1, 32768, 65535, 7, 65534};
+  const std::vector<int16_t> s = {-32768, -1, 0, 1, 300, 32767};
+  const std::vector<int16_t> y16 = {2, 0};
+  const std::vector<uint16_t> yu16 = {1, 2};
+  DataSpec spec;
+  spec.sample_dims = {3};
+  spec.num_classes = 3;
+  for (bool scale : {true, false}) {
+    spec.scale_pixels = scale;
+    for (DType xt : {DType::kUint16, DType::kInt16}) {
+      const bool is_u = xt == DType::kUint16;
+      HostTensor x = is_u ? make(xt, {2, 3}, u) : make(xt, {2, 3}, s);
+      HostTensor y = is_u ? make(DType::kUint16, {2}, yu16) : make(DType::kInt16, {2}, y16);
+      ASSERT_TRUE(write_npy((dir / "x.npy").string(), x).is_ok());
+      ASSERT_TRUE(write_npy((dir / "y.npy").string(), y).is_ok());
+      auto back = read_npy((dir / "x.npy").string());
+      ASSERT_TRUE(back) << back.status().message();
+      EXPECT_EQ(back->dtype(), xt);
+      auto d = load_npy_dataset(dir.string(), spec);
+      ASSERT_TRUE(d) << d.status().message();
+      ASSERT_EQ(d->x.dtype(), DType::kFloat32);
+      ASSERT_EQ(d->y.dtype(), DType::kInt64);
+      for (int i = 0; i < 6; ++i) {
+        const float raw = is_u ? static_cast<float>(u[i]) : static_cast<float>(s[i]);
+        const float want = scale && is_u ? raw * (1.0f / 65535.0f) : raw;
+        EXPECT_EQ(d->x.as<float>()[i], want) << dtype_name(xt) << " element " << i << " scale " << scale;
+      }
+      for (int i = 0; i < 2; ++i) EXPECT_EQ(d->y.as<int64_t>()[i], is_u ? yu16[i] : y16[i]);
+    }
+  }
+  // A label out of range is still caught after widening.
+  ASSERT_TRUE(write_npy((dir / "y.npy").string(), make(DType::kUint16, {2}, std::vector<uint16_t>{1, 300})).is_ok());
+  auto bad = load_npy_dataset(dir.string(), spec);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("label 300"), std::string::npos) << bad.status().message();
+  fs::remove_all(dir);
 }
 
 }  // namespace
