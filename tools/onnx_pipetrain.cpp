@@ -295,8 +295,8 @@ int run(const Options& o) {
     }
   }
   if (use_cuda) {  // the caching allocators: peak, cached, fragmentation, per GPU this process used
-    const int first = g_cluster ? g_cluster->local_rank() % std::max(1, gpus_here) : 0;
-    const int count = g_cluster ? 1 : std::min(gpus_here, o.gpus);
+    const int first = in_job() ? job_local_gpu(gpus_here) : 0;
+    const int count = in_job() ? 1 : std::min(gpus_here, o.gpus);
     for (int d = first; d < first + count; ++d)
       if (auto dev = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*dev)->memory_summary());
   }
