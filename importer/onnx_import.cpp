@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "core/file.h"
 #include "importer/grad/grad_registry.h"
 #include "importer/importer.h"
 #include "importer/onnx_model.h"
@@ -44,6 +45,7 @@ Expected<onnx::ModelProto> parse_file(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return invalid_input(path + ": no such file");
   if (fs::is_directory(path, ec)) return invalid_input(path + ": is a directory, not an ONNX file");
+  RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return invalid_input(path + ": cannot be read (permission denied?)");
   google::protobuf::io::IstreamInputStream zin(&in);
@@ -181,6 +183,10 @@ Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std:
   for (int d = 0; d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
     if (dim.has_dim_value()) {
+      if (dim.dim_value() <= 0)
+        return invalid_input(path + ": graph input '" + vi.name() + "' dimension " + std::to_string(d) + " is " +
+                             std::to_string(dim.dim_value()) + "; every dimension of an input must be at least 1" +
+                             (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : ""));
       dims->push_back(dim.dim_value());
     } else if (d == 0) {
       dims->push_back(batch);  // the symbolic batch dimension

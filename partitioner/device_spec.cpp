@@ -1,6 +1,7 @@
 // Device and link specs: the built-in GPU and link tables, JSON device specs (--device-spec), and
 // the CPU measured by a short GEMM + copy micro-benchmark, cached per machine and thread count.
 #include "partitioner/device_spec.h"
+#include "core/file.h"
 
 #include <cblas.h>
 #include <unistd.h>
@@ -106,6 +107,7 @@ Expected<DeviceSpec> builtin_device_spec(const std::string& name) {
 }
 
 Expected<DeviceSpec> load_device_spec(const std::string& path) {
+  RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream in(path);
   if (!in) return invalid_input(path + ": cannot open the device spec file");
   nlohmann::json j;

@@ -1,6 +1,7 @@
 // Checkpoint files: the binary layout, the atomic write (temporary file, fsync, rename, fsync of
 // the folder), verification on read, and the listing / pruning of a run's checkpoints folder.
 #include "runtime/checkpoint.h"
+#include "core/file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -132,7 +133,36 @@ std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) 
   return out;
 }
 
+std::string describe_non_finite(const std::map<std::string, HostTensor>& tensors) {
+  auto scan = [](const auto* p, int64_t n) -> int64_t {
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) return i;
+    return -1;
+  };
+  for (const auto& [name, t] : tensors) {
+    const int64_t n = t.size();
+    int64_t bad = -1;
+    double value = 0;
+    if (t.dtype() == DType::kFloat32) {
+      bad = scan(t.as<float>(), n);
+      if (bad >= 0) value = t.as<float>()[bad];
+    } else if (t.dtype() == DType::kFloat64) {
+      bad = scan(t.as<double>(), n);
+      if (bad >= 0) value = t.as<double>()[bad];
+    }
+    if (bad >= 0)
+      return "'" + name + "' holds " + (std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf") + " (element " +
+             std::to_string(bad) + " of " + std::to_string(n) + ")";
+  }
+  return {};
+}
+
 Expected<std::string> save_checkpoint(const std::string& dir, int keep, const Checkpoint& c) {
+  // A state that went non-finite (a loss can stay finite while weights are NaN: Relu maps NaN to 0)
+  // is never saved: the newest checkpoint stays the last good one.
+  if (std::string bad = describe_non_finite(c.tensors); !bad.empty())
+    return Status(StatusCode::kDiverged, "training diverged by step " + std::to_string(c.step) + ": " + bad +
+                                             "; no checkpoint written for it (try a smaller --lr)");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return invalid_input(dir + ": cannot create the checkpoints folder: " + ec.message());
@@ -214,6 +244,7 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Expected<Checkpoint> read_checkpoint(const std::string& path) {
+  RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream f(path, std::ios::binary);
   if (!f) return invalid_input(path + ": cannot be read");
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

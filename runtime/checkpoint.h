@@ -73,6 +73,12 @@ Expected<Checkpoint> read_newest_checkpoint(const std::string& dir, std::vector<
                                             std::string* path = nullptr);
 // Writes c as DIR/step-<c.step>.ckpt (creating DIR), then keeps the newest `keep`; returns the path.
 Expected<std::string> save_checkpoint(const std::string& dir, int keep, const Checkpoint& c);
+
+// The first float32/float64 tensor of `tensors` holding a NaN or an infinity, described as
+// "'fc.weight' holds NaN (element 3 of 640)"; empty when every one is finite. save_checkpoint
+// refuses such a state (StatusCode::kDiverged), so the newest checkpoint is always a good one,
+// and the command line will not write a trained model from it.
+std::string describe_non_finite(const std::map<std::string, HostTensor>& tensors);
 // Removes all but the newest `keep` checkpoints of dir, and leftover temporary files.
 Status prune_checkpoints(const std::string& dir, int keep);
 

@@ -1,5 +1,6 @@
 // .npy reading and writing, dataset validation, batch gathering.
 #include "runtime/data.h"
+#include "core/file.h"
 
 #include <algorithm>
 #include <cstring>
@@ -43,12 +44,16 @@ std::string header_value(const std::string& h, const std::string& key) {
 }  // namespace
 
 Expected<HostTensor> read_npy(const std::string& path) {
+  RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return invalid_input(path + ": cannot be opened");
   char magic[8];
   in.read(magic, 8);
   if (in.gcount() != 8 || std::memcmp(magic, "\x93NUMPY", 6) != 0)
     return invalid_input(path + ": not a .npy file (bad magic)");
+  std::error_code ec;
+  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  if (ec) return invalid_input(path + ": cannot be read: " + ec.message());
   uint32_t hlen = 0;
   if (magic[6] == 1) {
     uint16_t h16;
@@ -57,6 +62,11 @@ Expected<HostTensor> read_npy(const std::string& path) {
   } else {
     in.read(reinterpret_cast<char*>(&hlen), 4);
   }
+  // Nothing is allocated from a size the file claims before it is checked against the file.
+  const uint64_t header_end = (magic[6] == 1 ? 10 : 12) + static_cast<uint64_t>(hlen);
+  if (!in || header_end > file_bytes)
+    return invalid_input(path + ": truncated .npy header (it claims " + std::to_string(hlen) + " bytes, the file has " +
+                         std::to_string(file_bytes) + ")");
   std::string h(hlen, '\0');
   in.read(h.data(), hlen);
   if (!in) return invalid_input(path + ": truncated .npy header");
@@ -66,10 +76,24 @@ Expected<HostTensor> read_npy(const std::string& path) {
   Dims dims;
   std::stringstream ss(shape.size() > 2 ? shape.substr(1, shape.size() - 2) : "");
   std::string tok;
+  const uint64_t data_bytes = file_bytes - header_end;
+  uint64_t elements = 1;
+  bool too_big = false;
   while (std::getline(ss, tok, ',')) {
-    if (tok.find_first_not_of(' ') == std::string::npos) continue;
-    dims.push_back(std::stoll(tok));
+    const size_t b = tok.find_first_not_of(' ');
+    if (b == std::string::npos) continue;
+    const size_t e = tok.find_last_not_of(' ');
+    const std::string num = tok.substr(b, e - b + 1);
+    if (num.empty() || num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos)
+      return invalid_input(path + ": bad .npy shape " + shape + " (dimensions must be non-negative integers)");
+    const int64_t d = std::stoll(num);
+    dims.push_back(d);
+    if (d > 0 && elements > data_bytes / static_cast<uint64_t>(d)) too_big = true;
+    else elements *= static_cast<uint64_t>(d);
   }
+  if (too_big || elements * dtype_size(dt) > data_bytes)
+    return invalid_input(path + ": truncated: header says " + shape + " " + dtype_name(dt) + ", more than the " +
+                         std::to_string(data_bytes) + " bytes of data the file holds");
   HostTensor t(dt, dims);
   in.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(t.bytes()));
   if (static_cast<size_t>(in.gcount()) != t.bytes())

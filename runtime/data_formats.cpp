@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/file.h"
 #include "runtime/data.h"
 
 namespace pt {
@@ -18,6 +19,7 @@ namespace {
 
 // Whole file, gunzipped when it is gzip.
 Expected<std::string> read_maybe_gz(const std::string& path) {
+  RETURN_IF_ERROR(check_regular_file(path));
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) return invalid_input(path + ": cannot be opened");
   std::string out;
@@ -128,6 +130,7 @@ Expected<Dataset> load_cifar(const std::vector<std::string>& files, const DataSp
   std::string all;
   int label_bytes = 0;
   for (const auto& f : files) {
+    RETURN_IF_ERROR(check_regular_file(f));
     std::ifstream in(f, std::ios::binary);
     if (!in) return invalid_input(f + ": cannot be opened");
     std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -103,7 +103,10 @@ Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg,
   double loss_sum = 0;
   int64_t correct = 0;
   const bool ce = tg.loss.kind == LossKind::kCrossEntropy;
-  const bool probs = tg.loss.output != tg.loss.logits;  // the model ends in Softmax
+  // Probabilities when the model ends in Softmax; a final LogSoftmax gives log-probabilities,
+  // whose log-softmax below is themselves.
+  const bool probs = tg.loss.output != tg.loss.logits && tg.loss.output->producer &&
+                     tg.loss.output->producer->op_type == "Softmax";
   const int64_t per = out.size() / batch;
   for (int64_t b = 0; b < n; b += batch) {
     gather_batch(d, order, b, x, y);
@@ -328,6 +331,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   }
   MetricsFile csv;
   RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows));
+  constexpr int64_t kTimedSteps = 3;
+  std::vector<double> node_seconds;
+  int64_t timed_steps = 0;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   Progress progress(cfg.quiet, total, log_every, batch_);
@@ -350,7 +356,14 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     RETURN_IF_ERROR(set_step(step));
     const double lr_now = sched.at(step);
     RETURN_IF_ERROR(ex_->set_scalar(tg_.lr, lr_now));
-    RETURN_IF_ERROR(ex_->run());
+    if (step > total - kTimedSteps) {
+      // The last steps are timed node by node: the measured stage times come from the run
+      // itself, with no second executor (which would double the memory) after training.
+      RETURN_IF_ERROR(ex_->run_timed(&node_seconds));
+      ++timed_steps;
+    } else {
+      RETURN_IF_ERROR(ex_->run());
+    }
     RETURN_IF_ERROR(ex_->download(tg_.loss.loss));
     const double l = loss.get_double(0);
     if (!std::isfinite(l))
@@ -395,6 +408,15 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     }
   }
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
+  if (timed_steps > 0) {
+    for (const auto& n : g_.nodes()) {
+      if (static_cast<size_t>(n->id) >= node_seconds.size()) continue;
+      const double ms = 1e3 * node_seconds[n->id] / static_cast<double>(timed_steps);
+      if (n->phase == Phase::kForward || n->phase == Phase::kLoss) r.fwd_ms += ms;
+      else if (n->phase == Phase::kBackward) r.bwd_ms += ms;
+      else if (n->phase == Phase::kUpdate) r.update_ms += ms;
+    }
+  }
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch_) / r.seconds : 0;
   RETURN_IF_ERROR(csv.close());

@@ -72,6 +72,10 @@ struct TrainResult {
   bool interrupted = false;     // stopped by TrainConfig::stop before the last step
   std::string last_checkpoint;  // the newest checkpoint this run wrote; empty: none
   std::vector<std::string> notices;  // damaged checkpoints skipped on resume, ...
+  // Measured compute per mini-batch, from the run's own last steps (timed node by node, same
+  // kernels and arithmetic): forward and loss nodes, backward nodes, update nodes, in ms. Zero
+  // when nothing was timed (pipelined runs report per stage in StageStats instead).
+  double fwd_ms = 0, bwd_ms = 0, update_ms = 0;
 };
 
 struct Curves;

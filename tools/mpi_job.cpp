@@ -272,14 +272,20 @@ int agree_job_start(const Options& o, const std::string& model_hash, const Plan&
 
 StopRequests::StopRequests() {
   std::signal(SIGINT, on_stop_signal);
-  if (!g_cluster) return;
+  if (!g_cluster) {
+    std::signal(SIGTERM, on_stop_signal);
+    return;
+  }
   std::signal(SIGUSR1, on_stop_signal);
   g_cluster->share_stop(&g_stop);
 }
 
 StopRequests::~StopRequests() {
   std::signal(SIGINT, SIG_DFL);
-  if (!g_cluster) return;
+  if (!g_cluster) {
+    std::signal(SIGTERM, SIG_DFL);
+    return;
+  }
   std::signal(SIGUSR1, SIG_DFL);
   g_cluster->share_stop(nullptr);
 }

@@ -62,12 +62,13 @@ int threads_per_stage(int stages);
 // differs); 0 at once for a single process.
 int agree_job_start(const Options& o, const std::string& model_hash, const Plan& plan);
 
-// Stop requests, while alive (TrainConfig::stop of the run under way): Ctrl-C (SIGINT) in one
-// process. In a job also SIGINT or SIGUSR1 on any rank (mpirun passes SIGUSR1 on to every rank,
+// Stop requests, while alive (TrainConfig::stop of the run under way): Ctrl-C (SIGINT) and SIGTERM
+// (how Slurm, Kubernetes and docker stop a job) in one process. In a job also SIGINT or SIGUSR1 on any rank (mpirun passes SIGUSR1 on to every rank,
 // not SIGINT) and the launcher's SIGTERM (mpirun's answer to Ctrl-C, followed by SIGKILL
 // odls_base_sigkill_timeout seconds later): the watchdog passes a request to every rank, and
-// rank 0 picks the mini-batch after which every stage stops. A second SIGINT or SIGUSR1 ends the
-// process at once (the handler restores the default action).
+// rank 0 picks the mini-batch after which every stage stops (in a job the cluster's own handler
+// takes SIGTERM). A second signal of the same kind ends the process at once (the handler restores
+// the default action).
 class StopRequests {
  public:
   StopRequests();

@@ -1,7 +1,8 @@
 // The onnx-pipetrain command line: parses flags (CLI11), then imports the model, builds the
 // training graph, trains, and writes the run folder. Exit codes: 0 ok, 2 bad input or usage,
-// 3 diverged, 1 internal error, 130 stopped by SIGINT (after writing a checkpoint and the model;
-// under MPI also SIGUSR1 or the launcher's SIGTERM, tools/mpi_job.h).
+// 3 diverged (a non-finite loss, or weights that went non-finite: no model is written), 1 internal
+// error, 130 stopped by SIGINT or SIGTERM (after writing a checkpoint and the model; under MPI also
+// SIGUSR1, tools/mpi_job.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,7 +19,6 @@
 #include "tools/plan_step.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
-#include "runtime/profiler.h"
 #include "runtime/trainer.h"
 
 namespace fs = std::filesystem;
@@ -217,16 +217,11 @@ int run(const Options& o) {
     }
     if (!result) return fail_run(result.status());
     trained_values = (*trainer)->trained_initializers();
-    // Measured stage times beside the predicted ones (not after Ctrl-C: the user wants out).
-    ProfileOptions po;
-    po.warmup = 1;
-    po.repeats = 3;
-    auto measured = result->interrupted ? Expected<Profile>(internal_error("interrupted")) : profile_graph(g, device, po);
-    if (measured) {
+    // Measured stage times beside the predicted ones: the trainer timed its own last steps.
+    if (result->fwd_ms + result->bwd_ms > 0) {
       StagePlan& s0 = planned->plan.stages[0];
-      s0.measured_fwd_ms = s0.measured_bwd_ms = 0;
-      for (auto& [k, v] : measured->fwd_s) s0.measured_fwd_ms += 1e3 * v;
-      for (auto& [k, v] : measured->bwd_s) s0.measured_bwd_ms += 1e3 * v;
+      s0.measured_fwd_ms = result->fwd_ms;
+      s0.measured_bwd_ms = result->bwd_ms;
     }
   } else {
     PipelineOptions po;
@@ -299,6 +294,15 @@ int run(const Options& o) {
     const int count = in_job() ? 1 : std::min(gpus_here, o.gpus);
     for (int d = first; d < first + count; ++d)
       if (auto dev = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*dev)->memory_summary());
+  }
+  // A loss can stay finite while weights went NaN (Relu maps NaN to 0): never write such a model.
+  if (std::string bad = describe_non_finite(trained_values); !bad.empty()) {
+    std::string last_good = result->last_checkpoint;
+    if (last_good.empty() && !tc.checkpoint.resume.empty()) last_good = tc.checkpoint.resume;
+    return fail_run(Status(StatusCode::kDiverged,
+                           "training diverged: after step " + std::to_string(result->steps) + " " + bad +
+                               "; the trained model was not written" +
+                               (last_good.empty() ? " (try a smaller --lr)" : "; the last good checkpoint is in " + last_good)));
   }
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
   Status st = export_onnx(m, trained_values, trained.string());
@@ -407,11 +411,12 @@ int main_impl(int argc, char** argv) {
                                 "file or a folder); --steps/--epochs stay totals; write --resume=PATH before the model")
                      ->expected(0, 1)->type_name("[PATH]");
   app.add_flag("--quiet", o.quiet, "print errors only");
-  app.footer("Ctrl-C (SIGINT) stops a run at the next mini-batch boundary (pipelined runs: after the mini-batches "
+  app.footer("Ctrl-C (SIGINT) or SIGTERM (how Slurm, Kubernetes and docker stop a job) stops a run at the next mini-batch boundary (pipelined runs: after the mini-batches "
              "already started), writes a checkpoint and the trained model, and exits 130. Under mpirun: kill -USR1 "
              "<mpirun's pid> (mpirun exits 130), or Ctrl-C (mpirun sends SIGTERM, then SIGKILL after "
              "--mca odls_base_sigkill_timeout seconds, 1 by default, and exits 1).\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
-             "resume), 3 diverged, 130 stopped by SIGINT.");
+             "resume), 3 diverged (a non-finite loss, or weights that went non-finite: no model is written, the newest "
+             "checkpoint is the last good one), 130 stopped by SIGINT or SIGTERM.");
   try {
     app.parse(argc, argv);
     o.micro_batches_given = mb->count() > 0;

@@ -1,5 +1,8 @@
 // MatMul (numpy semantics: 1-D promotion, batch broadcasting). 2-D cases use Gemm with transpose
-// flags; batched ones MatMul against a Transpose, then sum away broadcast batch dimensions.
+// flags, and so does a batched A against a 2-D B (a Linear layer on [N, T, K] tokens): the batch
+// folds into the rows, so dB is one GEMM over N*T rows instead of a per-token [N, T, K, N']
+// product summed afterwards. Other batched cases MatMul against a Transpose, then sum away
+// broadcast batch dimensions.
 #include "importer/grad/builders.h"
 
 namespace pt::grad {
@@ -45,6 +48,22 @@ Status matmul(GradContext& c) {
     };
     if (c.needs(0)) c.set_dx(0, c.reshape(c.emit("Gemm", {dyp, bp}, ad, attrs(0, 1)), a->dims));
     if (c.needs(1)) c.set_dx(1, c.reshape(c.emit("Gemm", {ap, dyp}, bd, attrs(1, 0)), b->dims));
+    return Status::ok();
+  }
+  if (bd.size() == 2 && b->dims.size() == 2) {
+    // A [..., M, K] x B [K, N]: every batch entry uses the same B, so fold the batch into M.
+    int64_t rows = ad[ad.size() - 2];
+    for (int64_t d : batch) rows *= d;
+    const int64_t k = ad.back(), n = bd.back();
+    auto attrs = [](int64_t ta, int64_t tb) {
+      AttrMap m;
+      m.set("transA", ta);
+      m.set("transB", tb);
+      return m;
+    };
+    Value* dy2 = c.reshape(dyp, {rows, n});
+    if (c.needs(0)) c.set_dx(0, c.reshape(c.emit("Gemm", {dy2, bp}, {rows, k}, attrs(0, 1)), a->dims));
+    if (c.needs(1)) c.set_dx(1, c.emit("Gemm", {c.reshape(ap, {rows, k}), dy2}, {k, n}, attrs(1, 0)));
     return Status::ok();
   }
   if (c.needs(0)) {

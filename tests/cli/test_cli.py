@@ -86,6 +86,49 @@ class CliTest(unittest.TestCase):
             self.assertIn(n, lines[0], f"message does not name {n!r}: {lines[0]}")
         return lines[0]
 
+    # --- inputs that once crashed or hung the tool -----------------------------------------
+    def test_fifos_are_refused_not_waited_on(self):
+        # A FIFO nobody writes would block the read forever: model, x.npy, --resume and
+        # --device-spec are each refused at once, naming the path (run() times out at 300 s).
+        fifo = os.path.join(self.dir, "fifo")
+        if not os.path.exists(fifo):
+            os.mkfifo(fifo)
+        data = os.path.join(self.dir, "fifo_data")
+        os.makedirs(data, exist_ok=True)
+        np.save(os.path.join(data, "y.npy"), np.zeros(8, np.int64))
+        if not os.path.exists(os.path.join(data, "x.npy")):
+            os.mkfifo(os.path.join(data, "x.npy"))
+        out = os.path.join(self.dir, "fifo_out")
+        self.refuse([fifo], fifo, "not a regular file (a FIFO)")
+        self.refuse([self.model, "--data", data, "--steps", 1, "--out", out], "x.npy", "a FIFO")
+        self.refuse([self.model, "--data", self.data, "--steps", 1, "--out", out, f"--resume={fifo}"], fifo, "a FIFO")
+        self.refuse([self.model, "--gpus", 2, "--plan-only", "--device-spec", fifo, "--out", out], fifo, "a FIFO")
+
+    def test_npy_headers_that_claim_too_much(self):
+        # Sizes a file claims are checked against the file before anything is allocated.
+        d = os.path.join(self.dir, "npy_lies")
+        os.makedirs(d, exist_ok=True)
+        np.save(os.path.join(d, "y.npy"), np.zeros(8, np.int64))
+        x = os.path.join(d, "x.npy")
+        out = os.path.join(self.dir, "npy_lies_out")
+        def header(shape, hlen=None):
+            h = ("{'descr': '<f4', 'fortran_order': False, 'shape': %s, }" % shape).ljust(118) + "\n"
+            n = len(h) if hlen is None else hlen
+            return b"\x93NUMPY\x01\x00" + n.to_bytes(2, "little") + h.encode() + b"\0" * 64
+        for shape in ("(1099511627776, 64)", "(-1, 64)", "(8, 64, 1099511627776, 1099511627776)"):
+            with open(x, "wb") as f:
+                f.write(header(shape))
+            self.refuse([self.model, "--data", d, "--steps", 1, "--out", out], "x.npy")
+        with open(x, "wb") as f:  # a version-2 header claiming 4 GiB in a 27-byte file
+            f.write(b"\x93NUMPY\x02\x00" + (0xFFFFFFF0).to_bytes(4, "little") + b"{'descr': '<f")
+        self.refuse([self.model, "--data", d, "--steps", 1, "--out", out], "x.npy", "truncated .npy header")
+
+    def test_batch_dimension_fixed_at_zero(self):
+        p = mlp_model(os.path.join(self.dir, "mlp_batch0.onnx"), in_dims=(0, 8))
+        for gpus in ("1", "2"):
+            self.refuse([p, "--steps", 1, "--gpus", gpus, "--out", os.path.join(self.dir, "b0")], "mlp_batch0.onnx",
+                        "'x' dimension 0 is 0")
+
     # --- the model file -------------------------------------------------------------------
     def test_missing_file(self):
         self.refuse([os.path.join(self.dir, "nope.onnx")], "nope.onnx", "no such file")
@@ -203,6 +246,31 @@ class CliTest(unittest.TestCase):
         rc, so, se = run(p, "--data", self.data, "--steps", 2, "--out", os.path.join(self.dir, "sm"))
         self.assertEqual(rc, 0, se)
         self.assertIn("before the final Softmax", so)
+
+    def test_validation_loss_of_softmax_and_log_softmax_outputs(self):
+        # The loss reads the logits before a final Softmax or LogSoftmax, so the three variants
+        # train alike; validation must score them alike too (a LogSoftmax output once scored
+        # -log(1e-30) = 69.0776 for every sample).
+        import csv
+        plain = mlp_model(os.path.join(self.dir, "mlp_plain.onnx"))
+        sm = mlp_model(os.path.join(self.dir, "mlp_sm.onnx"), ends_in_softmax=True)
+        m = onnx.load(sm)
+        m.graph.node[-1].op_type = "LogSoftmax"
+        lsm = os.path.join(self.dir, "mlp_lsm.onnx")
+        onnx.save(m, lsm)
+        val = {}
+        for name, path in (("plain", plain), ("sm", sm), ("lsm", lsm)):
+            out = os.path.join(self.dir, "valloss_" + name)
+            rc, so, se = run(path, "--data", self.data, "--steps", 6, "--val-split", 0.25, "--seed", 2,
+                             "--out", out)
+            self.assertEqual(rc, 0, se)
+            with open(os.path.join(out, "metrics.csv")) as f:
+                rows = [r for r in csv.DictReader(f) if r["val_loss"]]
+            val[name] = (float(rows[-1]["val_loss"]), float(rows[-1]["val_accuracy"]))
+        self.assertLess(val["plain"][0], 5.0, val)
+        for name in ("sm", "lsm"):
+            self.assertAlmostEqual(val[name][0], val["plain"][0], delta=1e-4 * val["plain"][0], msg=str(val))
+            self.assertEqual(val[name][1], val["plain"][1], val)
 
     def test_model_with_its_own_loss(self):
         rng = np.random.default_rng(4)

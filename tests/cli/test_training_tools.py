@@ -146,6 +146,51 @@ class TrainingToolsTest(unittest.TestCase):
             self.assertEqual(read_bytes(os.path.join(out, "mlp.trained.onnx")),
                              read_bytes(os.path.join(ref, "mlp.trained.onnx")))
 
+    def test_sigterm_stops_a_run_like_sigint(self):
+        # How Slurm, Kubernetes and docker stop a job: one stage and a pipeline both finish the
+        # mini-batches started, checkpoint, write the model and exit 130, and the run resumes.
+        for gpus in ("1", "3"):
+            out = os.path.join(self.dir, f"term{gpus}")
+            p = subprocess.Popen([BIN, self.model, "--data", self.data, "--out", out, *map(str, COMMON), "--lr", "0.1",
+                                  "--gpus", gpus, "--steps", "100000000"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(600):
+                if os.path.exists(os.path.join(out, "metrics.csv.partial")):
+                    break
+                time.sleep(0.05)
+            time.sleep(0.3)
+            p.send_signal(signal.SIGTERM)
+            so, se = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 130, f"--gpus {gpus}: {se}")
+            self.assertIn("interrupted at step", se)
+            self.assertTrue(os.path.exists(os.path.join(out, "mlp.trained.onnx")))
+            cks = sorted(os.listdir(os.path.join(out, "checkpoints")))
+            self.assertEqual(len(cks), 1, cks)
+            step = int(cks[0][len("step-"):-len(".ckpt")])
+            self.assertEqual(len(metrics(out)), step)
+            self.train(f"term{gpus}", "--gpus", gpus, "--steps", step + 2, "--resume", resumed_from=step)
+
+    def test_nan_weights_are_not_exported(self):
+        # W1 all NaN: Relu maps the NaN pre-activations to 0, so the loss stays finite while W1
+        # stays NaN. The run must end as diverged (exit 3), name the weight, write neither the
+        # model nor a checkpoint of that state.
+        m = onnx.load(self.model)
+        for t in m.graph.initializer:
+            if t.name == "W1":
+                t.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(t).shape, np.nan, np.float32), "W1"))
+        bad = os.path.join(self.dir, "nan_mlp.onnx")
+        onnx.save(m, bad)
+        for gpus in ("1", "2"):
+            out = os.path.join(self.dir, f"nanw{gpus}")
+            rc, so, se = run(bad, "--data", self.data, "--out", out, *COMMON, "--lr", 0.1, "--gpus", gpus,
+                             "--steps", 4, *(["--checkpoint-every", 2] if gpus == "2" else []))
+            self.assertEqual(rc, 3, f"--gpus {gpus}: {so}{se}")
+            self.assertIn("'W1' holds NaN", se)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertFalse(os.path.exists(os.path.join(out, "nan_mlp.trained.onnx")))
+            ck = os.path.join(out, "checkpoints")
+            self.assertFalse(os.path.isdir(ck) and os.listdir(ck), "a checkpoint of NaN weights was written")
+
     def test_metrics_csv_is_published_while_training(self):
         for gpus in ("1", "2"):
             out = os.path.join(self.dir, f"live{gpus}")

@@ -212,6 +212,32 @@ TEST_F(CheckpointTest, KeepsTheNewestK) {
   EXPECT_EQ(fs::path(all[2]).filename(), "step-12.ckpt");
 }
 
+TEST_F(CheckpointTest, NonFiniteStateIsNeverSaved) {
+  // The newest checkpoint must stay the last good one: a state holding NaN or Inf is refused
+  // as divergence (exit 3), naming the tensor and the element, and no file appears.
+  Checkpoint c;
+  c.step = 5;
+  HostTensor good(DType::kFloat32, {3}), bad(DType::kFloat32, {2, 2}), inf(DType::kFloat64, {2});
+  for (int i = 0; i < 3; ++i) good.as<float>()[i] = 1.0f + i;
+  for (int i = 0; i < 4; ++i) bad.as<float>()[i] = 0.5f;
+  bad.as<float>()[3] = std::nanf("");
+  inf.as<double>()[0] = 1.0;
+  inf.as<double>()[1] = -HUGE_VAL;
+  EXPECT_EQ(describe_non_finite({{"a", good}}), "");
+  EXPECT_EQ(describe_non_finite({{"a", good}, {"fc.weight", bad}}), "'fc.weight' holds NaN (element 3 of 4)");
+  EXPECT_EQ(describe_non_finite({{"v", inf}}), "'v' holds -Inf (element 1 of 2)");
+  c.tensors = {{"a", good}, {"fc.weight", bad}};
+  const std::string dir = ckpt_dir("nonfinite");
+  auto saved = save_checkpoint(dir, 3, c);
+  ASSERT_FALSE(saved);
+  EXPECT_EQ(saved.status().code(), StatusCode::kDiverged);
+  EXPECT_NE(saved.status().message().find("'fc.weight' holds NaN"), std::string::npos) << saved.status().message();
+  EXPECT_TRUE(list_checkpoints(dir).empty());
+  c.tensors = {{"a", good}};
+  ASSERT_TRUE(save_checkpoint(dir, 3, c));
+  EXPECT_EQ(list_checkpoints(dir).size(), 1u);
+}
+
 TEST_F(CheckpointTest, DamagedNewestIsSkipped) {
   auto full = make_run();
   ASSERT_TRUE(full);
