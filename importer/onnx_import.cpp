@@ -183,10 +183,6 @@ Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std:
   for (int d = 0; d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
     if (dim.has_dim_value()) {
-      if (dim.dim_value() <= 0)
-        return invalid_input(path + ": graph input '" + vi.name() + "' dimension " + std::to_string(d) + " is " +
-                             std::to_string(dim.dim_value()) + "; every dimension of an input must be at least 1" +
-                             (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : ""));
       dims->push_back(dim.dim_value());
     } else if (d == 0) {
       dims->push_back(batch);  // the symbolic batch dimension

@@ -107,7 +107,8 @@ Expected<DeviceSpec> builtin_device_spec(const std::string& name) {
 }
 
 Expected<DeviceSpec> load_device_spec(const std::string& path) {
-  RETURN_IF_ERROR(check_regular_file(path));
+  if (Status st = check_regular_file(path); !st.is_ok())
+    return invalid_input(st.message() + ": cannot open the device spec file");
   std::ifstream in(path);
   if (!in) return invalid_input(path + ": cannot open the device spec file");
   nlohmann::json j;

@@ -88,6 +88,15 @@ int run(const Options& o) {
              (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
              (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
 
+  // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
+  // nothing to learn from (and would divide by zero in the epoch arithmetic).
+  for (const Value* in : g.inputs)
+    for (size_t d = 0; d < in->dims.size(); ++d)
+      if (in->dims[d] <= 0)
+        return fail_run(invalid_input(o.model + ": graph input '" + in->name + "' dimension " + std::to_string(d) +
+                                      " is " + std::to_string(in->dims[d]) +
+                                      "; every dimension of a data input must be at least 1" +
+                                      (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : "")));
   if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size)
     say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
                "; training with batches of that size (--batch-size " + std::to_string(o.batch_size) + " ignored)");
