@@ -224,10 +224,12 @@ Status check_checkpoint(const Checkpoint& c, const CheckpointMeta& now, const st
                            dtype_name(v->dtype) + " in the model");
   }
   if (c.tensors.size() != values.size()) {
-    for (const auto& [name, t] : c.tensors)
+    for (const auto& entry : c.tensors) {
+      const std::string& name = entry.first;  // a named variable: clang 14 cannot capture structured bindings
       if (std::none_of(values.begin(), values.end(), [&](const Value* v) { return v->name == name; }))
         return invalid_input(path + ": the checkpoint holds '" + name +
                              "', which this model does not train (trained with another --freeze?)");
+    }
   }
   return Status::ok();
 }
