@@ -14,6 +14,7 @@
 
 #include "importer/importer.h"
 #include "importer/training.h"
+#include "kernels/device.h"
 #include "partitioner/partition.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
@@ -349,6 +350,41 @@ TEST(SharedWeights, ResumeEqualsUninterruptedBitForBit) {
     EXPECT_EQ(std::memcmp(t.data(), resumed.at(name).data(), t.bytes()), 0) << name << " differs after the resume";
   }
   fs::remove_all(dir);
+}
+
+// CUDA stages (skipped without a GPU; tools/gpu-check.sh runs CudaRuntime.*): the weight links
+// and the owner's predictions on the device follow the same pipeline on CPU stages.
+TEST(CudaRuntime, SharedWeightsMatchCpuStages) {
+  if (!cuda_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  if (!have_python() || model_dir().empty()) GTEST_SKIP() << "numpy/onnx missing";
+  struct Case {
+    int stages;
+    Schedule schedule;
+    WeightMode weights;
+    int micro;
+  };
+  for (const char* name : kModels)
+    for (const Case& c : {Case{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1}, Case{4, Schedule::k1F1B, WeightMode::kStash, 1},
+                          Case{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2}}) {
+      const Dataset data = data_for(name, 96);
+      std::map<std::string, HostTensor> w[2];
+      for (int dev = 0; dev < 2; ++dev) {
+        auto md = load(name, 8 / c.micro);
+        ASSERT_TRUE(md);
+        PipelineOptions po;
+        po.schedule = c.schedule;
+        po.weights = c.weights;
+        po.micro_batches = c.micro;
+        po.device = dev ? DeviceKind::kCuda : DeviceKind::kCpu;
+        Plan plan = make_plan(*md, name, c.stages, c.schedule, c.weights, c.micro);
+        auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+        ASSERT_TRUE(p) << p.status().message();
+        auto r = (*p)->train(data, nullptr, config(20));
+        ASSERT_TRUE(r) << r.status().message();
+        w[dev] = (*p)->parameters();
+      }
+      EXPECT_LT(max_relative_diff(w[1], w[0]), 1e-4) << name << " on " << c.stages << " stages";
+    }
 }
 
 }  // namespace
