@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pt {
 
@@ -39,7 +40,14 @@ double memory_of(double param_bytes, double saved, double workspace, int stage, 
 
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts) {
   return static_cast<int64_t>(memory_of(static_cast<double>(s.param_bytes), static_cast<double>(s.saved_bytes),
-                                        static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0));
+                                        static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0)) +
+         s.shared_memory_bytes;
+}
+
+int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe) {
+  if (gpipe) return 2;
+  // Stash sends the backward's versions as early as the forward's.
+  return backward ? std::max(3, num_stages - reader + 1) : std::max(2, num_stages - reader + 1);
 }
 
 std::vector<const Node*> forward_order(const Graph& g, NodeOrder order) {
@@ -88,6 +96,9 @@ struct Pos {
   int64_t param_count = 0;
   double workspace = 0;
   std::vector<const Value*> params;  // first consumed here
+  // Updated parameters this node (false) or its backward nodes (true) read: shared weights when
+  // their owner (first consumer) is in an earlier stage.
+  std::vector<std::pair<int, bool>> param_reads;
 };
 
 struct Val {
@@ -95,6 +106,7 @@ struct Val {
   int producer_pos = -1;  // -1: not produced by a forward node
   double bytes = 0;
   bool has_grad = false;  // its producer has backward nodes, so a gradient flows back
+  int owner_pos = -1;     // an updated parameter: the position of its first consumer (its owner)
 };
 
 // The partition problem over one order: positions, values, and per-device-class costs.
@@ -108,6 +120,9 @@ struct Problem {
   std::unordered_map<const Node*, int> pos_of;
   LinkSpec link;
   std::vector<LinkSpec> link_into;       // [stage]: the link its received values cross
+  int num_stages = 1;
+  bool gpipe = false;
+  int micro = 1;
   const LinkSpec& link_of(int stage) const {
     return stage >= 0 && stage < static_cast<int>(link_into.size()) ? link_into[stage] : link;
   }
@@ -193,6 +208,27 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
         P.pos[p].params.push_back(v);
       }
     }
+  // Shared weights: the updated parameters each position's nodes read (owner: first consumer).
+  P.num_stages = static_cast<int>(opts.devices.size());
+  P.gpipe = opts.schedule == Schedule::kGPipe;
+  P.micro = std::max(1, opts.micro_batches);
+  {
+    std::unordered_set<const Value*> updated;
+    for (auto& node : g.nodes())
+      if (node->phase == Phase::kUpdate && !node->inputs.empty()) updated.insert(node->inputs[0]);
+    for (const Value* v : updated)
+      if (auto it = param_owner.find(v); it != param_owner.end()) P.vals[v->id].owner_pos = it->second;
+    auto add_read = [&](int p, const Value* v, bool bwd) {
+      if (!v || v->kind != ValueKind::kParameter || !updated.count(v)) return;
+      auto& list = P.pos[p].param_reads;
+      if (std::find(list.begin(), list.end(), std::make_pair(v->id, bwd)) == list.end()) list.emplace_back(v->id, bwd);
+    };
+    for (int p = 0; p < n; ++p)
+      for (const Value* v : order[p]->inputs) add_read(p, v, false);
+    for (auto& node : g.nodes())
+      if (node->phase == Phase::kBackward && node->forward && P.pos_of.count(node->forward))
+        for (const Value* v : node->inputs) add_read(P.pos_of.at(node->forward), v, true);
+  }
   // Costs per device class: forward and backward from the cost model (profile included), update
   // by parameter ownership in this order; workspace is device-independent.
   const size_t nc = P.classes.size();
@@ -263,10 +299,15 @@ class StageSweep {
 
   void start(int i, int stage) {
     i_ = j_ = i;
+    stage_ = stage;
     link_ = &P_.link_of(stage);
     ++epoch_;
     recv_bytes_ = grad_bytes_ = saved_ = workspace_ = 0;
     recv_count_ = grad_count_ = 0;
+    weight_bytes_ = shared_memory_ = 0;
+    weight_count_ = 0;
+    shared_.clear();
+    if (shared_mark_.size() != P_.vals.size()) shared_mark_.assign(P_.vals.size(), {-1, 0});
   }
   void add() {
     const Pos& p = P_.pos[j_];
@@ -287,13 +328,39 @@ class StageSweep {
         saved_ += P_.vals[id].bytes;
       }
     workspace_ = std::max(workspace_, p.workspace);
+    // A weight owned by an earlier stage: its versions come in (once per mini-batch and pass that
+    // reads it; GPipe once per mini-batch, spread over its micro-batches), its gradient goes back
+    // (per pass), and the stage holds the received copies.
+    for (const auto& [id, bwd] : p.param_reads) {
+      const Val& x = P_.vals[id];
+      if (x.owner_pos < 0 || x.owner_pos >= i_) continue;
+      const int bit = bwd && !P_.gpipe ? 2 : 1;
+      auto& [mark_epoch, bits] = shared_mark_[id];
+      if (mark_epoch != epoch_) mark_epoch = epoch_, bits = 0;
+      if (bits & bit) continue;
+      if (!bits) {
+        shared_.push_back(x.v);
+        grad_bytes_ += x.bytes;
+        ++grad_count_;
+        shared_memory_ += x.bytes;  // the stage's own buffer
+      }
+      bits |= bit;
+      weight_bytes_ += x.bytes;
+      ++weight_count_;
+      shared_memory_ += x.bytes * shared_link_slots(stage_, P_.num_stages, bit == 2, P_.gpipe);
+    }
     ++j_;
   }
   double comm_s() const {
     const LinkSpec& l = *link_;
-    if (!(l.bandwidth > 0)) return (recv_count_ + grad_count_) * l.latency_s;
-    return (recv_bytes_ + grad_bytes_) / l.bandwidth + (recv_count_ + grad_count_) * l.latency_s;
+    const double per_pass = P_.gpipe ? 1.0 / P_.micro : 1.0;  // weight versions per micro-batch
+    const double count = recv_count_ + grad_count_ + per_pass * weight_count_;
+    if (!(l.bandwidth > 0)) return count * l.latency_s;
+    return (recv_bytes_ + grad_bytes_ + per_pass * weight_bytes_) / l.bandwidth + count * l.latency_s;
   }
+  double shared_memory() const { return shared_memory_; }
+  double weight_bytes() const { return weight_bytes_; }
+  const std::vector<const Value*>& shared() const { return shared_; }
   double time_s(int cls) const { return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s(); }
   double param_bytes() const { return P_.prefix_params[j_] - P_.prefix_params[i_]; }
   double saved() const { return saved_; }
@@ -307,9 +374,13 @@ class StageSweep {
   std::vector<int>& recv_mark_;
   std::vector<int>& kept_mark_;
   int& epoch_;
-  int i_ = 0, j_ = 0;
+  int i_ = 0, j_ = 0, stage_ = 0;
   double recv_bytes_ = 0, grad_bytes_ = 0, saved_ = 0, workspace_ = 0;
   int recv_count_ = 0, grad_count_ = 0;
+  double weight_bytes_ = 0, shared_memory_ = 0;
+  int weight_count_ = 0;
+  std::vector<std::pair<int, int>> shared_mark_;  // [value id]: (epoch, bits: 1 forward weights, 2 backward)
+  std::vector<const Value*> shared_;
 };
 
 enum class Objective { kTime, kOverflow };
@@ -334,7 +405,8 @@ double split_time(const Problem& P, const std::vector<int>& starts, const std::v
     sw.start(starts[k], k);
     for (int p = starts[k]; p < end; ++p) sw.add();
     const int dev = device_index[k];
-    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale) > opts.devices[dev].memory_bytes)
+    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale) + sw.shared_memory() >
+        opts.devices[dev].memory_bytes)
       return kInf;
     worst = std::max(worst, sw.time_s(P.class_of[dev]));
   }
@@ -386,7 +458,7 @@ Solution solve(const Problem& P, const std::vector<int>& device_index, const Par
       sw.start(i, k);
       for (int j = i + 1; j <= last_end; ++j) {
         sw.add();
-        const double mem = memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale);
+        const double mem = memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale) + sw.shared_memory();
         double value;
         if (obj == Objective::kTime) {
           if (mem > cap) break;  // memory only grows with j
@@ -479,6 +551,9 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.grad_send_bytes = static_cast<int64_t>(sw.grad_bytes());
     s.saved_bytes = static_cast<int64_t>(sw.saved());
     s.workspace_bytes = static_cast<int64_t>(sw.workspace());
+    s.shared_params = sw.shared();
+    s.shared_recv_bytes = static_cast<int64_t>(sw.weight_bytes());
+    s.shared_memory_bytes = static_cast<int64_t>(sw.shared_memory());
     s.in_flight = stage_in_flight(k, N, opts);
     s.weight_copies = stage_weight_copies(k, N, opts);
     s.memory_bytes = stage_memory_bytes(s, N, opts);
@@ -673,6 +748,47 @@ bool fits(const Plan& p) {
 
 }  // namespace
 
+Status check_trainable(const Plan& plan) {
+  std::unordered_map<const Node*, int> stage_of;
+  std::unordered_map<const Value*, int> param_stage, state_stage;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes) {
+      stage_of[n] = s.index;
+      if (n->phase == Phase::kUpdate && !n->inputs.empty()) param_stage[n->inputs[0]] = s.index;
+    }
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes) {
+      if (n->phase == Phase::kUpdate) continue;
+      for (const Value* v : n->inputs) {
+        if (!v) continue;
+        if (v->kind == ValueKind::kParameter)
+          if (auto it = param_stage.find(v); it != param_stage.end() && it->second > s.index)
+            return unsupported("parameter '" + v->name + "' is read by " + n->describe() + " in stage " +
+                               std::to_string(s.index) + " and updated in later stage " + std::to_string(it->second) +
+                               ": a shared weight must be updated by the first stage that reads it");
+        if (v->kind == ValueKind::kState && v->from_initializer) {
+          auto [it, fresh] = state_stage.emplace(v, s.index);
+          if (!fresh && it->second != s.index)
+            return unsupported("model state '" + v->name + "' is used in stages " + std::to_string(it->second) + " and " +
+                               std::to_string(s.index) + "; keep its readers in one stage");
+        }
+        if (!v->producer) continue;
+        auto it = stage_of.find(v->producer);
+        if (it == stage_of.end() || it->second == s.index) continue;
+        const int from = it->second;
+        if (is_forward_phase(*v->producer)) {
+          if (from > s.index)
+            return unsupported(n->describe() + " in stage " + std::to_string(s.index) + " reads '" + v->name +
+                               "' computed by the forward of later stage " + std::to_string(from));
+        } else if (from < s.index) {
+          return unsupported(n->describe() + " in stage " + std::to_string(s.index) + " reads gradient '" + v->name +
+                             "' computed by earlier stage " + std::to_string(from) + "; gradients must flow upstream");
+        }
+      }
+    }
+  return Status::ok();
+}
+
 Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
   const int N = static_cast<int>(opts.devices.size());
   if (N == 0) return invalid_input("partition: no devices given");
@@ -684,6 +800,7 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
   const char* const names[] = {"auto", "graph", "branch"};
 
   Expected<Plan> best = internal_error("no plan");
+  Status refused = Status::ok();  // the first plan the trainer could not run, and why
   for (NodeOrder order : orders) {
     std::unordered_map<const Value*, int> param_owner;
     const std::vector<const Node*> ord = forward_order(g, order);
@@ -700,6 +817,7 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
         const bool auto_fits = solve(P, identity_devices(N), opts, 1.0, Objective::kTime).feasible;
         return memory_error(g, P, plan, opts, "the manual partition does not fit:", auto_fits);
       }
+      RETURN_IF_ERROR(check_trainable(plan));
       return plan;
     }
     const Solution sol = solve(P, identity_devices(N), opts, 1.0, Objective::kTime);
@@ -707,8 +825,13 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
     Plan plan = build_plan(g, P, sol.starts, opts, param_owner);
     plan.order = names[static_cast<int>(order)];
     if (opts.order == NodeOrder::kAuto && !backward_flows_backwards(plan)) continue;
+    if (Status st = check_trainable(plan); !st.is_ok()) {
+      if (refused.is_ok()) refused = st;
+      continue;
+    }
     if (!best.has_value() || plan.bottleneck_ms < best->bottleneck_ms * (1 - 1e-12)) best = std::move(plan);
   }
+  if (!best.has_value() && !refused.is_ok()) return refused;
   if (!best.has_value()) {
     // Explained in the first order tried (the graph's own, unless one was asked for).
     std::unordered_map<const Value*, int> param_owner;

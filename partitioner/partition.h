@@ -59,6 +59,18 @@ std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
 // in_flight = N - k (1F1B) or M (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1
 // (stash: one version per other mini-batch in flight), 0 (stale, and GPipe).
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts);
+
+// What the pipelined trainer refuses in a plan, with its one-line reason (the same checks as
+// PipelineTrainer::create, so that --plan-only refuses what training would): model state
+// (BatchNorm running statistics) used by two stages, a shared weight read by a stage before the
+// one that updates it, a gradient or activation that would flow against the pipeline.
+Status check_trainable(const Plan& plan);
+
+// Messages the link that brings a shared weight to reader stage `reader` holds (the runtime sizes
+// its weight links with it; the memory model charges the reader these slots plus its own buffer):
+// GPipe 2 (one version per mini-batch); 1F1B forward N - reader + 1 (the owner serves the reader's
+// warm-up forwards before it runs one), backward that or 3, whichever is more.
+int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe);
 int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts);
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts);
 

@@ -38,6 +38,13 @@ struct StagePlan {
   // + saved_bytes * in_flight + workspace_bytes.
   int64_t saved_bytes = 0;               // activations kept for backward, per mini-batch
   int64_t workspace_bytes = 0;           // largest transient need of one node
+  // Weights shared with an earlier stage (their owner): the versions received per mini-batch (one
+  // per pass that reads them: 1F1B forward and backward, GPipe once), and the memory of the
+  // received copies (the stage's own buffer plus its weight link's slots); in memory_bytes too.
+  // Their gradients go back with grad_send_bytes.
+  std::vector<const Value*> shared_params;
+  int64_t shared_recv_bytes = 0;
+  int64_t shared_memory_bytes = 0;
   int in_flight = 1;                     // mini-batches (GPipe: micro-batches) whose activations are kept
   int weight_copies = 0;                 // SpecTrain's predicted copy, or stashed versions
   double stage_ms() const { return fwd_ms + bwd_ms + update_ms + comm_ms; }

@@ -154,6 +154,18 @@ std::string report_text(const ReportInputs& r) {
       out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per mini-batch\n",
                     s.index - 1, s.index, p.stages[s.index - 1].node, s.node, s.link_in.name.c_str(),
                     s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, static_cast<double>(s.recv_bytes) / 1e6);
+  for (const StagePlan& s : p.stages) {
+    if (s.shared_params.empty()) continue;
+    std::string names;
+    for (const Value* v : s.shared_params) {
+      int owner = -1;
+      for (const StagePlan& o : p.stages)
+        if (std::find(o.params.begin(), o.params.end(), v) != o.params.end()) owner = o.index;
+      names += (names.empty() ? "" : ", ") + v->name + " (stage " + std::to_string(owner) + ")";
+    }
+    out += format("stage %d reads shared weights %s: %.2f MB received per mini-batch, %.2f MB of copies\n", s.index,
+                  names.c_str(), static_cast<double>(s.shared_recv_bytes) / 1e6, static_cast<double>(s.shared_memory_bytes) / 1e6);
+  }
   out += format("bottleneck %.3f ms (stage %d), imbalance %.2f (max/mean stage time)\n", sum.bottleneck_ms,
                 sum.bottleneck_stage, sum.imbalance);
   out += format("predicted %.1f samples/s", sum.samples_per_s);

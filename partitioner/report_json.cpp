@@ -51,6 +51,9 @@ json stage_json(const StagePlan& s) {
       {"recv_bytes", s.recv_bytes},
       {"send", names_of(s.send)},
       {"recv", names_of(s.recv)},
+      {"shared", names_of(s.shared_params)},
+      {"shared_recv_bytes", s.shared_recv_bytes},
+      {"shared_memory_bytes", s.shared_memory_bytes},
   };
   if (is_measured(s))
     j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};

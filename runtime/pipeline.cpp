@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "partitioner/partition.h"
 #include "runtime/pipeline_stage.h"
 
 namespace pt {
@@ -60,6 +61,8 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   if (opts.micro_batches < 1) return invalid_input("--micro-batches must be at least 1");
   if (opts.schedule != Schedule::kGPipe && opts.micro_batches != 1)
     return invalid_input("--micro-batches applies to --schedule gpipe only");
+  // What the partitioner already refuses (partitioner/partition.h), so --plan-only and training agree.
+  RETURN_IF_ERROR(check_trainable(plan));
   auto impl = std::make_unique<Impl>(g, tg);
   impl->opts = opts;
   for (const StagePlan& sp : plan.stages) {
@@ -96,6 +99,8 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       if (n->phase == Phase::kUpdate) param_stage[n->inputs.at(0)] = s.index;
 
   std::map<std::pair<int, int>, std::set<const Value*, ById>> fwd_flow, bwd_flow;
+  // Shared weights: (owner, reader, read by the reader's backward) -> parameters.
+  std::map<std::tuple<int, int, bool>, std::set<const Value*, ById>> shared_flow;
   for (const StagePlan& sp : plan.stages) {
     auto st = std::make_unique<Stage>();
     st->index = sp.index;
@@ -120,10 +125,16 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
         if (v == st->labels) st->reads_labels = true;
         if (v->kind == ValueKind::kParameter) {
           auto it = param_stage.find(v);
-          if (it != param_stage.end() && it->second != sp.index)
-            return unsupported("parameter '" + v->name + "' is read by " + n->describe() + " in stage " +
-                               std::to_string(sp.index) + " and updated in stage " + std::to_string(it->second) +
-                               ": weights shared across stages are not supported; keep its readers in one stage");
+          if (it != param_stage.end() && it->second != sp.index) {
+            // Served by its owner for every pass; an owner after a reader could not be (the
+            // reader's passes would need versions the owner has not made yet).
+            if (it->second > sp.index)
+              return unsupported("parameter '" + v->name + "' is read by " + n->describe() + " in stage " +
+                                 std::to_string(sp.index) + " and updated in later stage " + std::to_string(it->second) +
+                                 ": a shared weight must be updated by the first stage that reads it");
+            const bool bwd_read = n->phase == Phase::kBackward && opts.schedule != Schedule::kGPipe;
+            shared_flow[{it->second, sp.index, bwd_read}].insert(v);
+          }
         }
         if (v->kind == ValueKind::kState && v->from_initializer) {
           auto [it, fresh] = state_stage.emplace(v, sp.index);
@@ -184,9 +195,40 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   std::map<std::pair<int, int>, std::vector<const Value*>> fwd_values, bwd_values;
   for (const auto& [ends, values] : fwd_flow) fwd_values[ends].assign(values.begin(), values.end());
   for (const auto& [ends, values] : bwd_flow) bwd_values[ends].assign(values.begin(), values.end());
+  std::vector<SharedFlow> shared;
+  for (const auto& [key, values] : shared_flow) {
+    const auto [owner, reader, backward] = key;
+    shared.push_back(SharedFlow{owner, reader, backward, std::vector<const Value*>(values.begin(), values.end()),
+                                shared_link_slots(reader, N, backward, opts.schedule == Schedule::kGPipe)});
+  }
+  // Both ends of a weight link: the owner's indices of the parameters it sends.
+  auto attach_shared = [&](const SharedFlow& f, Link* l) -> Status {
+    if (impl->local(f.owner)) {
+      Stage& o = *impl->stages[f.owner];
+      Stage::WeightLink w;
+      w.link = l;
+      w.reader = f.reader;
+      w.backward = f.backward;
+      for (const Value* v : f.values) {
+        auto it = std::find(o.params.begin(), o.params.end(), v);
+        if (it == o.params.end()) return internal_error("shared weight '" + v->name + "' is not updated by its owner stage");
+        w.params.push_back(static_cast<size_t>(it - o.params.begin()));
+      }
+      o.weights_out.push_back(std::move(w));
+    }
+    if (impl->local(f.reader)) (f.backward ? impl->stages[f.reader]->weights_bwd_in : impl->stages[f.reader]->weights_fwd_in).push_back(l);
+    return Status::ok();
+  };
   if (impl->distributed()) {
-    RETURN_IF_ERROR(impl->wire_ranks(fwd_values, bwd_values, capacity));
+    RETURN_IF_ERROR(impl->wire_ranks(fwd_values, bwd_values, capacity, shared));
+    for (size_t i = 0; i < shared.size(); ++i)
+      if (impl->shared_links.at(i)) RETURN_IF_ERROR(attach_shared(shared[i], impl->shared_links[i]));
   } else {
+    for (const SharedFlow& f : shared) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, f.capacity, impl->stages[f.reader]->ex->device()));
+      impl->channels.push_back(std::move(ch));
+      RETURN_IF_ERROR(attach_shared(f, impl->channels.back().get()));
+    }
     auto wire = [&](const auto& flows, bool forward) -> Status {
       for (const auto& [ends, values] : flows) {
         Stage& from = *impl->stages[ends.first];

@@ -21,7 +21,7 @@ size_t value_bytes(const Value* v) { return static_cast<size_t>(numel(v->dims)) 
 
 Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std::vector<const Value*>>& fwd,
                                          const std::map<std::pair<int, int>, std::vector<const Value*>>& bwd,
-                                         int capacity) {
+                                         int capacity, const std::vector<SharedFlow>& shared) {
   Cluster& C = *opts.cluster;
   const int me = C.rank();
   Stage& mine = *stages.at(me);
@@ -47,6 +47,21 @@ Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std
       Link* l = add(std::move(link));
       if (from == me) (forward ? mine.fwd_out : mine.bwd_out).push_back(l);
       else (forward ? mine.fwd_in : mine.bwd_in).push_back(l);
+    }
+  }
+  // Shared weights, owner to reader (the trainer attaches them to the stages).
+  shared_links.assign(shared.size(), nullptr);
+  for (size_t i = 0; i < shared.size(); ++i) {
+    const SharedFlow& f = shared[i];
+    ++link_no;
+    if (f.owner != me && f.reader != me) continue;
+    if (nccl) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make_nccl_link(f.values, C, f.owner, f.reader, link_no, mine.ex->device()));
+      shared_links[i] = add(std::move(link));
+    } else {
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(f.values, f.owner, f.reader,
+                                                               f.backward ? kLinkWeightsBackward : kLinkWeightsForward, f.capacity));
+      shared_links[i] = add(std::move(link));
     }
   }
   for (auto& st : stages) {

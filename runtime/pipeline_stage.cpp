@@ -357,6 +357,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   const auto t_start = std::chrono::steady_clock::now();
   for (Link* c : fwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
+  RETURN_IF_ERROR(recv_weights(key, false));
   const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
   RETURN_IF_ERROR(feed(sh, key));
   PassRecord r;
@@ -399,7 +400,8 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
-  return Status::ok();
+  forwarded_end_ = std::max(forwarded_end_, r.mini_batch + 1);
+  return serve_readers(sh);
 }
 
 Status Stage::backward(RunShared& sh, int64_t key) {
@@ -409,6 +411,7 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   const int slot = slot_of(key);
   for (Link* c : bwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
+  RETURN_IF_ERROR(recv_weights(key, true));
   const auto t_run = std::chrono::steady_clock::now();
   const Device& dev = *ex->device();
   if (num_slots_ > 1)
@@ -466,6 +469,7 @@ Status Stage::update(RunShared& sh, int64_t step) {
   if (separate_master_)
     for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], master_[i].view(), dev));
   ++version_;
+  RETURN_IF_ERROR(serve_readers(sh));
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   upd_s_ += busy;
@@ -519,6 +523,7 @@ void Stage::finish_stats() {
 void Stage::run(RunShared& sh) {
   if (opts.threads_per_stage > 0) set_cpu_kernel_threads(opts.threads_per_stage);  // OpenMP: this thread's regions
   const int64_t first = sh.first_step, end = sh.end_step();
+  begin_shared_segment(first);
   const bool sends = !data_out.empty();
   if ((reads_input || reads_labels || sends) && !data_in) {
     // Batches of the segment's passes, gathered ahead (the segment can only end earlier).

@@ -175,6 +175,19 @@ class Stage {
   // to the other stages that read them (data_out); such a stage receives them (data_in).
   std::vector<Link*> data_out;
   Link* data_in = nullptr;
+  // Shared weights (runtime/pipeline_shared.cpp): a parameter updated here (its owner) and read by
+  // later stages. The owner sends each reader, for every pass, the version that reader uses when
+  // the weight is its own (SpecTrain predicted with the reader's staleness); the readers' gradient
+  // contributions come back through the ordinary gradient links into the graph's sum.
+  struct WeightLink {
+    Link* link = nullptr;
+    int reader = 0;
+    bool backward = false;       // serves the reader's backward passes (1F1B); else its forwards
+    std::vector<size_t> params;  // indices into params, in the link's value order
+    int64_t next = 0;            // the next mini-batch to serve in this segment
+  };
+  std::vector<WeightLink> weights_out;                   // owner side
+  std::vector<Link*> weights_fwd_in, weights_bwd_in;     // reader side
 
   // Allocates slots and weight copies on the executor's device; call once after the fields
   // above are set.
@@ -205,6 +218,12 @@ class Stage {
   Status load_master();
   Status load_predicted(int s);
   Status post_snapshot(RunShared& sh, int64_t step);
+  // Shared weights (runtime/pipeline_shared.cpp).
+  void begin_shared_segment(int64_t first);
+  Status serve_readers(RunShared& sh);  // owner: sends every version that is due
+  Status recv_weights(int64_t key, bool backward);  // reader: before a pass runs
+  int64_t shared_version_for(const WeightLink& w, int64_t step) const;
+  Status load_version_for(RunShared& sh, const WeightLink& w, int64_t step);
   Expected<DeviceBuffer> buffer_like(const Value* v) const;  // on the executor's device
   int slot_of(int64_t key) const { return static_cast<int>(key % num_slots_); }
   bool gpipe() const { return opts.schedule == Schedule::kGPipe; }
@@ -214,6 +233,7 @@ class Stage {
   bool separate_master_ = false;
   bool buf_is_master_ = true;
   int64_t version_ = 0;  // updates applied to the master weights
+  int64_t segment_first_ = 0, forwarded_end_ = 0;  // shared weights: this segment's first step, 1 + last forwarded
   // On the executor's device.
   std::vector<DeviceBuffer> master_;
   std::vector<std::vector<DeviceBuffer>> saved_slots_;  // [slot][saved value]
@@ -222,6 +242,14 @@ class Stage {
   std::vector<DeviceBuffer> grad_acc_;                  // GPipe: summed parameter gradients
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
+};
+
+// Shared weights sent from their owner stage to a reader stage for one kind of pass.
+struct SharedFlow {
+  int owner = 0, reader = 0;
+  bool backward = false;
+  std::vector<const Value*> values;
+  int capacity = 2;
 };
 
 // The trainer's state (runtime/pipeline.cpp); under MPI (opts.cluster) stages holds every stage's
@@ -233,6 +261,7 @@ struct PipelineTrainer::Impl {
   PipelineOptions opts;
   std::vector<std::unique_ptr<Stage>> stages;
   std::vector<std::unique_ptr<Link>> channels;
+  std::vector<Link*> shared_links;  // MPI: [shared flow] this rank's end of its weight link (null: not an end)
   std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
   int64_t graph_batch = 0;
   int loss_stage = -1;             // the stage that computes the loss
@@ -257,7 +286,8 @@ struct PipelineTrainer::Impl {
 
   // pipeline_ranks.cpp: the wiring and the coordinator messages between ranks.
   Status wire_ranks(const std::map<std::pair<int, int>, std::vector<const Value*>>& fwd,
-                    const std::map<std::pair<int, int>, std::vector<const Value*>>& bwd, int capacity);
+                    const std::map<std::pair<int, int>, std::vector<const Value*>>& bwd, int capacity,
+                    const std::vector<SharedFlow>& shared);
   // Bytes of stage k's snapshot: its master weights, then its model state.
   size_t snapshot_bytes(int k) const;
   void pack_snapshot(const std::vector<std::pair<const Value*, HostTensor>>& snap, std::vector<char>* out) const;
@@ -282,6 +312,6 @@ struct PipelineTrainer::Impl {
 enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
                    kMsgHeader = 6, kMsgCheckpoint = 7, kMsgClaim = 8, kMsgSegmentEnd = 9 };
 // Link kinds between two ranks.
-enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2 };
+enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2, kLinkWeightsForward = 3, kLinkWeightsBackward = 4 };
 
 }  // namespace pt

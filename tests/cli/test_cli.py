@@ -2,6 +2,7 @@
 message naming the file, node or flag), opset handling, shape folding, --freeze, and the
 whole-training-step oracle against PyTorch. Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain
 /usr/bin/python3 -m unittest tests/cli/test_cli.py"""
+import json
 import os
 import subprocess
 import sys
@@ -521,6 +522,48 @@ class CliTest(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.refuse([self.model, "--gpus", "2", "--plan-only", "--split-at", "nope", "--out", out], "nope")
         self.refuse([self.model, "--gpus", "2", "--plan-only", "--balance", "1,1", "--out", out], "balance")
+
+    def test_shared_weights_plan_and_refusal(self):
+        # Weights shared across stages are planned (charged to their readers) and trained; model
+        # state shared across stages is refused by --plan-only as by training: exit 2, one line.
+        d = os.path.join(self.dir, "shared")
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "python", "make_shared_weight_models.py"), d],
+                       check=True)
+        model = os.path.join(d, "shared_mlp.onnx")
+        out = os.path.join(d, "plan")
+        rc, so, se = run(model, "--gpus", 4, "--plan-only", "--balance", "2,2,2,2", "--out", out)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("stage 1 reads shared weights bz (stage 0)", so)
+        self.assertIn("stage 2 reads shared weights Ws (stage 1), bz (stage 0)", so)
+        with open(os.path.join(out, "partition.json")) as f:
+            stages = json.load(f)["stages"]
+        self.assertEqual([sorted(s["shared"]) for s in stages], [[], ["bz"], ["Ws", "bz"], []])
+        self.assertGreater(stages[2]["shared_memory_bytes"], 0)
+        rc, so, se = run(model, "--gpus", 4, "--balance", "2,2,2,2", "--steps", 5, "--quiet", "--out", out)
+        self.assertEqual(rc, 0, se)
+        # Two training-mode BatchNormalization nodes reading the same running statistics.
+        rng = np.random.default_rng(1)
+        init = {"W0": rng.normal(0, .3, (8, 8)), "W1": rng.normal(0, .3, (8, 8)), "W2": rng.normal(0, .3, (8, 4)),
+                "scale": np.ones(8), "bias": np.zeros(8), "mean": np.zeros(8), "var": np.ones(8)}
+        bn = ["scale", "bias", "mean", "var"]
+        nodes = [helper.make_node("MatMul", ["x", "W0"], ["h0"], name="fc0"),
+                 helper.make_node("BatchNormalization", ["h0", *bn], ["n0", "m0", "v0"], name="bn0", training_mode=1),
+                 helper.make_node("Relu", ["n0"], ["r0"], name="relu0"),
+                 helper.make_node("MatMul", ["r0", "W1"], ["h1"], name="fc1"),
+                 helper.make_node("BatchNormalization", ["h1", *bn], ["n1", "m1", "v1"], name="bn1", training_mode=1),
+                 helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+                 helper.make_node("MatMul", ["r1", "W2"], ["logits"], name="fc2")]
+        graph = helper.make_graph(nodes, "bn_shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+                                  [numpy_helper.from_array(v.astype(np.float32), k) for k, v in init.items()])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        bn_model = os.path.join(d, "bn_shared.onnx")
+        onnx.save(m, bn_model)
+        for extra in (["--plan-only"], ["--steps", "2"]):
+            line = self.refuse([bn_model, "--gpus", "2", "--balance", "4,4", "--out", out, *extra],
+                               "model state 'mean'", "stages 0 and 1")
+            self.assertNotIn("\n", line)
 
     def test_plan_flag_refusals(self):
         out = os.path.join(self.dir, "planbad")

@@ -141,6 +141,40 @@ class MpiTest(unittest.TestCase):
     def test_gpipe_np4(self):
         self.check_same_as_single_process(4, ["--schedule", "gpipe", "--micro-batches", 4], "gpipe4")
 
+    def test_shared_weights_bit_for_bit(self):
+        # A copied layer (Ws) and a merged bias (bz) read by stages 0 and 1 (or 0, 1, 2): the owner
+        # sends each reader its versions over MPI weight links; the weights equal the single
+        # process's bit for bit (1F1B SpecTrain and stash, GPipe).
+        d = self.out("shared")
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "python", "make_shared_weight_models.py"), d],
+                       check=True)
+        rng = np.random.default_rng(3)
+        data = os.path.join(d, "data")
+        os.makedirs(data, exist_ok=True)
+        np.save(os.path.join(data, "x.npy"), rng.normal(size=(160, 16)).astype(np.float32))
+        np.save(os.path.join(data, "y.npy"), rng.integers(0, 10, 160).astype(np.int64))
+        model = os.path.join(d, "shared_mlp.onnx")
+        cases = ((2, ["--balance", "4,4"]), (3, ["--balance", "3,3,2", "--weights", "stash"]),
+                 (4, ["--balance", "2,2,2,2"]), (2, ["--balance", "4,4", "--schedule", "gpipe", "--micro-batches", 2]))
+        for i, (n, flags) in enumerate(cases):
+            common = [model, "--data", data, "--gpus", n, "--steps", 25, "--batch-size", 8, "--seed", 7, "--lr", 0.1,
+                      "--quiet", *flags]
+            single, mpi = os.path.join(d, f"single{i}"), os.path.join(d, f"mpi{i}")
+            rc, log, _ = run([BIN, *common, "--out", single])
+            self.assertEqual(rc, 0, log)
+            rc, log, _ = mpirun(n, *common, "--out", mpi)
+            self.assertEqual(rc, 0, log)
+            with open(os.path.join(mpi, "partition.json")) as f:
+                shared = [name for st in json.load(f)["stages"] for name in st["shared"]]
+            self.assertIn("Ws", shared, f"case {i}: no weight is shared across stages")
+            a = weights(os.path.join(single, "shared_mlp.trained.onnx"))
+            b = weights(os.path.join(mpi, "shared_mlp.trained.onnx"))
+            orig = weights(model)
+            self.assertFalse(np.array_equal(a["Ws"], orig["Ws"]), "training changed nothing")
+            for k in a:
+                self.assertTrue(np.array_equal(a[k], b[k]), f"case {i} ({n} ranks {flags}): {k} differs")
+            self.assertEqual(losses(os.path.join(single, "metrics.csv")), losses(os.path.join(mpi, "metrics.csv")))
+
     def test_killed_rank_ends_the_job(self):
         env = dict(ENV, PIPETRAIN_DEBUG_LOSE_RANK="2:5")
         rc, log, secs = mpirun(4, MODEL, "--data", TRAIN, "--gpus", 4, "--epochs", 200, "--quiet", "--out",

@@ -8,6 +8,9 @@
 #                                        spectrain W_i - s_bwd(k) * lr * v_i
 #   (activations always from the forward; the backward's weights only in dX = dY W)
 #   update i: g = G + wd W_i; v_(i+1) = gamma v_i + (1-gamma) g; W_(i+1) = W_i - lr v_(i+1)
+# Shared weights (one initializer read by nodes of several stages): one history per weight, kept by
+# its owner (the first stage that reads it); a node reads the version its own stage k would use by
+# the rules above, and the gradients of all its readers are summed into one update per mini-batch.
 # No thread, queue or slot appears here: the C++ pipeline must realise these versions by its schedule.
 #
 # Run: /usr/bin/python3 THIS DIR. DIR holds model path (model.txt), x.npy, y.npy and cases.txt, one
@@ -25,7 +28,8 @@ TOL = 1e-5
 
 
 def load_layers(model_path):
-    """The digits MLP as a list of forward nodes: ('gemm', W name, b name, transB) | ('relu',)."""
+    """A chain of forward nodes: ('gemm', W name, b name or None, transB) | ('relu',) |
+    ('gather', E name) (an embedding of integer tokens, first node only)."""
     m = onnx.load(model_path)
     init = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in m.graph.initializer}
     layers = []
@@ -33,7 +37,10 @@ def load_layers(model_path):
         if n.op_type == "Gemm":
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
             assert attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA", 0)
-            layers.append(("gemm", n.input[1], n.input[2], int(attrs.get("transB", 0))))
+            bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
+            layers.append(("gemm", n.input[1], bias, int(attrs.get("transB", 0))))
+        elif n.op_type == "Gather" and not layers and n.input[0] in init:
+            layers.append(("gather", n.input[0]))
         elif n.op_type == "Relu":
             layers.append(("relu",))
         else:
@@ -54,12 +61,13 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
     stage_of = []
     for k, c in enumerate(balance):
         stage_of += [k] * c
-    params_of = [[] for _ in range(n_stages)]
-    for li, layer in enumerate(layers):
-        if layer[0] == "gemm":
-            params_of[stage_of[li]] += [layer[1], layer[2]]
-    # Explicit history per parameter: W[name][t], V[name][t] after t updates.
-    W = {p: [init[p].copy()] for ps in params_of for p in ps}
+    names = []
+    for layer in layers:
+        if layer[0] in ("gemm", "gather"):
+            names += [p for p in layer[1:3] if isinstance(p, str) and p not in names]
+    # Explicit history per parameter (one per weight, however many stages read it): W[name][t],
+    # V[name][t] after t updates.
+    W = {p: [init[p].copy()] for p in names}
     V = {p: [np.zeros_like(init[p])] for p in W}
     per_epoch = max(1, len(x_all) // batch)
 
@@ -76,7 +84,7 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
 
     for i in range(steps):
         idx = (i % per_epoch) * batch + np.arange(batch)
-        h = x_all[idx].astype(np.float64)
+        h = x_all[idx] if layers[0][0] == "gather" else x_all[idx].astype(np.float64)
         labels = y_all[idx]
         saved = []
         for li, layer in enumerate(layers):
@@ -84,8 +92,11 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
             saved.append(h)
             if layer[0] == "gemm":
                 wt = weights(layer[1], k, i, False)
-                b = weights(layer[2], k, i, False)
-                h = h @ (wt.T if layer[3] else wt) + b
+                h = h @ (wt.T if layer[3] else wt)
+                if layer[2]:
+                    h = h + weights(layer[2], k, i, False)
+            elif layer[0] == "gather":
+                h = weights(layer[1], k, i, False)[h]
             elif layer[0] == "relu":
                 h = np.maximum(h, 0)
         logits = saved[-1]
@@ -94,19 +105,22 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
         d = p.copy()
         d[np.arange(batch), labels] -= 1
         d /= batch
-        grads = {}
+        grads = {name: np.zeros_like(init[name]) for name in W}  # summed over every reader
         for li in range(len(layers) - 2, -1, -1):
             layer, k, xin = layers[li], stage_of[li], saved[li]
             if layer[0] == "gemm":
                 wt = weights(layer[1], k, i, True)
                 if layer[3]:  # Y = X W^T + b, W [out, in]
-                    grads[layer[1]] = d.T @ xin
+                    grads[layer[1]] += d.T @ xin
                     dx = d @ wt
                 else:
-                    grads[layer[1]] = xin.T @ d
+                    grads[layer[1]] += xin.T @ d
                     dx = d @ wt.T
-                grads[layer[2]] = d.sum(axis=0)
+                if layer[2]:
+                    grads[layer[2]] += d.sum(axis=0)
                 d = dx
+            elif layer[0] == "gather":
+                np.add.at(grads[layer[1]], xin, d)
             elif layer[0] == "relu":
                 d = d * (xin > 0)
         for name in W:
