@@ -63,8 +63,20 @@ Status binary_broadcast(Node& n, const std::string& where) {
   return Status::ok();
 }
 
+// Gemm and MatMul take one element type T for every input: a float64 weight beside float32
+// data is refused naming both (the kernels would read one as the other).
+Status same_element_type(const Node& n, const std::string& where) {
+  for (const Value* v : n.inputs)
+    if (v && v->dtype != n.inputs[0]->dtype)
+      return invalid_input(where + ": input '" + v->name + "' is " + dtype_name(v->dtype) + ", input '" +
+                           n.inputs[0]->name + "' is " + dtype_name(n.inputs[0]->dtype) + "; " + n.op_type +
+                           " needs one element type (convert the initializer to " + dtype_name(n.inputs[0]->dtype) + ")");
+  return Status::ok();
+}
+
 Status gemm(Node& n, const std::string& where) {
   RETURN_IF_ERROR(need_inputs(n, 2, 3, where));
+  RETURN_IF_ERROR(same_element_type(n, where));
   const Dims& a = n.inputs[0]->dims;
   const Dims& b = n.inputs[1]->dims;
   if (a.size() != 2 || b.size() != 2)
@@ -85,6 +97,7 @@ Status gemm(Node& n, const std::string& where) {
 
 Status matmul(Node& n, const std::string& where) {
   RETURN_IF_ERROR(need_inputs(n, 2, 2, where));
+  RETURN_IF_ERROR(same_element_type(n, where));
   Dims a = n.inputs[0]->dims, b = n.inputs[1]->dims;
   if (a.empty() || b.empty()) return invalid_input(where + ": MatMul of a scalar");
   bool a1 = a.size() == 1, b1 = b.size() == 1;

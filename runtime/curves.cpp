@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -99,7 +101,9 @@ std::string curves_svg(const Curves& c) {
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
     << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='#fafafa'/>\n";
   o << "<text x='20' y='26' font-size='16' font-weight='bold' fill='#222'>" << esc(c.title) << "</text>\n";
-  const std::vector<CurvePoint> tl = smooth(c.train_loss);
+  std::vector<CurvePoint> all = c.train_loss;
+  if (c.pending_n > 0) all.push_back({c.pending_step, c.pending_sum / static_cast<double>(c.pending_n)});
+  const std::vector<CurvePoint> tl = smooth(all);
   double xmax = 1, ymin = 0, ymax = 1;
   bool any = false;
   for (const auto* v : {&tl, &c.val_loss})
@@ -135,17 +139,43 @@ std::string curves_svg(const Curves& c) {
   return o.str();
 }
 
+void Curves::add_train_loss(double step, double value) {
+  pending_sum += value;
+  pending_step = step;
+  if (++pending_n < train_stride) return;
+  train_loss.push_back({step, pending_sum / static_cast<double>(pending_n)});
+  pending_sum = 0;
+  pending_n = 0;
+  if (train_loss.size() < kMaxTrainPoints) return;
+  // Halve: each pair of points becomes one, at the later step, with their mean.
+  const size_t half = train_loss.size() / 2;
+  for (size_t i = 0; i < half; ++i)
+    train_loss[i] = {train_loss[2 * i + 1].step, 0.5 * (train_loss[2 * i].value + train_loss[2 * i + 1].value)};
+  train_loss.resize(half);
+  train_stride *= 2;
+}
+
 Status write_curves_svg(const Curves& c, const std::string& path) {
   const std::string tmp = path + ".tmp";
+  auto failed = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    return internal_error(path + ": " + what + ": " + why);
+  };
   {
     std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return invalid_input(path + ": cannot be written");
+    if (!out) return failed("cannot be written");
     out << curves_svg(c);
-    if (!out) return invalid_input(path + ": write failed");
+    out.flush();
+    if (!out) return failed("write failed");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return invalid_input(path + ": rename failed: " + ec.message());
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return internal_error(path + ": rename failed: " + ec.message());
+  }
   return Status::ok();
 }
 
@@ -158,7 +188,7 @@ void curves_from_metrics_rows(const std::vector<std::string>& rows, Curves* c) {
     for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
     if (f.size() < 3) continue;
     const double step = std::strtod(f[0].c_str(), nullptr);
-    c->train_loss.push_back({step, std::strtod(f[2].c_str(), nullptr)});
+    c->add_train_loss(step, std::strtod(f[2].c_str(), nullptr));
     if (f.size() > 5 && !f[5].empty()) c->val_loss.push_back({step, std::strtod(f[5].c_str(), nullptr)});
     if (f.size() > 6 && !f[6].empty()) {
       const double acc = std::strtod(f[6].c_str(), nullptr);

@@ -16,9 +16,18 @@ struct CurvePoint {
 
 struct Curves {
   std::string title;
-  std::vector<CurvePoint> train_loss;
+  std::vector<CurvePoint> train_loss;    // each point the mean of train_stride consecutive steps
   std::vector<CurvePoint> val_loss;
   std::vector<CurvePoint> val_accuracy;  // in [0, 1]
+
+  // Appends the training loss of one step. Memory stays bounded however long the run: past
+  // kMaxTrainPoints points, neighbours are averaged in pairs and later steps are averaged in
+  // groups of the doubled stride, so every point weighs the same number of steps.
+  void add_train_loss(double step, double value);
+  static constexpr size_t kMaxTrainPoints = 4096;
+  int64_t train_stride = 1;
+  double pending_sum = 0, pending_step = 0;  // the steps of a group not yet complete
+  int64_t pending_n = 0;
 };
 
 std::string curves_svg(const Curves& c);

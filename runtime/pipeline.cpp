@@ -746,7 +746,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       break;
     }
     if (step == 1) r.first_loss = l;
-    curves.train_loss.push_back({static_cast<double>(step), l});
+    curves.add_train_loss(static_cast<double>(step), l);
     r.last_loss = l;
     const int64_t epoch = s0 / per_epoch;
     const int64_t in_epoch = s0 % per_epoch;

@@ -372,7 +372,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
                                                std::to_string(l) + " (try a smaller --lr)");
     if (step == 1) r.first_loss = l;
-    curves.train_loss.push_back({static_cast<double>(step), l});
+    curves.add_train_loss(static_cast<double>(step), l);
     r.last_loss = l;
     const bool epoch_end = in_epoch == per_epoch - 1 || step == total;
     const bool scheduled_eval = cfg.eval_every > 0 && step % cfg.eval_every == 0;

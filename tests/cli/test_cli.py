@@ -124,6 +124,25 @@ class CliTest(unittest.TestCase):
             f.write(b"\x93NUMPY\x02\x00" + (0xFFFFFFF0).to_bytes(4, "little") + b"{'descr': '<f")
         self.refuse([self.model, "--data", d, "--steps", 1, "--out", out], "x.npy", "truncated .npy header")
 
+    def test_float64_weight_beside_float32_data(self):
+        # Gemm and MatMul take one element type: a float64 initializer is refused naming the node
+        # and both tensors (it once aborted in the kernel).
+        rng = np.random.default_rng(0)
+        cases = {
+            "Gemm": ([helper.make_node("Gemm", ["x", "W", "b"], ["y"], name="fc", transB=1)],
+                     [numpy_helper.from_array(rng.standard_normal((3, 8)), "W"),
+                      numpy_helper.from_array(np.zeros(3, np.float32), "b")]),
+            "MatMul": ([helper.make_node("MatMul", ["x", "W"], ["y"], name="fc")],
+                       [numpy_helper.from_array(rng.standard_normal((8, 3)), "W")]),
+        }
+        for op, (nodes, inits) in cases.items():
+            g = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits)
+            p = os.path.join(self.dir, f"mixed_{op}.onnx")
+            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+            self.refuse([p, "--steps", 1, "--out", os.path.join(self.dir, "mixed")], f"mixed_{op}.onnx",
+                        f"node 'fc' ({op})", "'W' is float64", "'x' is float32")
+
     def test_batch_dimension_fixed_at_zero(self):
         p = mlp_model(os.path.join(self.dir, "mlp_batch0.onnx"), in_dims=(0, 8))
         for gpus in ("1", "2"):
