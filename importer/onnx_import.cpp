@@ -407,6 +407,30 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
       for (size_t i = 3; i < 5 && i < n->inputs.size(); ++i)
         if (n->inputs[i] && n->inputs[i]->from_initializer) n->inputs[i]->kind = ValueKind::kState;
 
+  // Aliases of weights: opset-13 PyTorch exports read a shared initializer through an Identity
+  // node per extra reader. Readers read the weight itself instead, so that a reader in another
+  // pipeline stage is served the weight's version for its own pass (its SpecTrain prediction or
+  // stash) rather than the version of the stage that held the Identity. The source model keeps its
+  // Identity nodes: export rewrites initializers only, stage export recomputes them where needed.
+  {
+    std::vector<bool> alias(g->nodes().size(), false);
+    for (auto& n : g->nodes()) {
+      if (n->op_type != "Identity" || n->inputs.size() != 1 || n->outputs.size() != 1) continue;
+      Value* w = n->inputs[0];
+      Value* a = n->outputs[0];
+      if (!w || !a || w->producer || !w->from_initializer || w->data == nullptr) continue;
+      if (std::find(g->outputs.begin(), g->outputs.end(), a) != g->outputs.end()) continue;
+      for (Node* c : a->consumers) {
+        for (Value*& in : c->inputs)
+          if (in == a) in = w;
+        w->consumers.push_back(c);
+      }
+      a->consumers.clear();
+      alias[n->id] = true;
+    }
+    g->remove_nodes(alias);
+  }
+
   // Float initializers that feed no computation after folding are constants, not parameters.
   for (Value* v : g->values_of_kind(ValueKind::kParameter))
     if (v->consumers.empty()) v->kind = ValueKind::kConstant;

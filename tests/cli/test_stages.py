@@ -72,6 +72,51 @@ class StagesTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "stages", "stage2.onnx")))
         self.chain(self.trained(MLP, out), out)
 
+    def test_weights_aliased_through_identity(self):
+        # Opset-13 PyTorch exports read a shared initializer through Identity nodes. The importer
+        # reads the weight itself in every reader, so a reader on another stage is served its own
+        # version: training equals the same model without the aliases bit for bit (1F1B SpecTrain
+        # on 3 stages, where a reader one stage later predicts differently), and the stage models
+        # recompute the Identity where they need it.
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+        rng = np.random.default_rng(5)
+        d, classes = 16, 10
+        inits = [numpy_helper.from_array(rng.normal(0, 0.35, shape).astype(np.float32), name)
+                 for name, shape in (("W0", (d, d)), ("Ws", (d, d)), ("W3", (d, classes)))]
+
+        def model(path, alias):
+            nodes = [helper.make_node("Gemm", ["x", "W0"], ["h0"], name="fc0"),
+                     helper.make_node("Relu", ["h0"], ["r0"], name="relu0"),
+                     helper.make_node("Gemm", ["r0", "Ws"], ["h1"], name="fc1")]
+            if alias:  # on stage 1, with fc1; its reader fc2 is on stage 2
+                nodes.append(helper.make_node("Identity", ["Ws"], ["onnx::Gemm_9"], name="Identity_0"))
+            nodes += [helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),helper.make_node("Gemm", ["r1", "onnx::Gemm_9" if alias else "Ws"], ["h2"], name="fc2"),
+                      helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
+                      helper.make_node("Gemm", ["r2", "W3"], ["logits"], name="fc3")]
+            g = helper.make_graph(nodes, "aliased", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", d])],
+                                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])], inits)
+            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+            return path
+
+        plain = model(os.path.join(self.dir, "plain.onnx"), False)
+        aliased = model(os.path.join(self.dir, "aliased.onnx"), True)
+        trained = {}
+        for name, path in (("plain", plain), ("aliased", aliased)):
+            out = os.path.join(self.dir, "alias_" + name)
+            self.train(path, out, "--gpus", 3, "--split-at", "relu0,relu1", "--lr", 0.2, "--spectrain-staleness",
+                       "exact", steps=8)
+            m = onnx.load(self.trained(path, out))
+            trained[name] = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+            if name == "aliased":
+                self.assertIn("Identity", [n.op_type for n in m.graph.node])  # the source keeps its nodes
+                self.chain(self.trained(path, out), out)
+        self.assertEqual(sorted(trained["plain"]), sorted(trained["aliased"]))
+        for k in trained["plain"]:
+            self.assertTrue(np.array_equal(trained["plain"][k], trained["aliased"][k]), k)
+        self.assertFalse(np.array_equal(trained["plain"]["Ws"], numpy_helper.to_array(inits[1])))
+
     def test_one_stage_is_the_whole_forward(self):
         out = os.path.join(self.dir, "mlp1")
         index = self.train(MLP, out)
