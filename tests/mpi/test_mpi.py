@@ -141,6 +141,16 @@ class MpiTest(unittest.TestCase):
     def test_gpipe_np4(self):
         self.check_same_as_single_process(4, ["--schedule", "gpipe", "--micro-batches", 4], "gpipe4")
 
+    def test_adam_spectrain_np3(self):
+        # Adam's moments and per-parameter step counts live on each rank; SpecTrain predicts with them.
+        self.check_same_as_single_process(3, ["--schedule", "1f1b", "--optimizer", "adam", "--lr", 0.002], "adam3")
+
+    def test_gpipe_clip_grad_norm_np3(self):
+        # --clip-grad-norm under GPipe: rank 0 adds every rank's sum of squares (kMsgNorm), as the
+        # single process adds its stages' (the clip is active: without it the weights end up to 0.036 elsewhere).
+        self.check_same_as_single_process(3, ["--schedule", "gpipe", "--micro-batches", 2, "--optimizer", "adamw",
+                                              "--lr", 0.002, "--clip-grad-norm", 0.05], "clip3")
+
     def test_killed_rank_ends_the_job(self):
         env = dict(ENV, PIPETRAIN_DEBUG_LOSE_RANK="2:5")
         rc, log, secs = mpirun(4, MODEL, "--data", TRAIN, "--gpus", 4, "--epochs", 200, "--quiet", "--out",
