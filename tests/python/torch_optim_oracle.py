@@ -160,6 +160,8 @@ def run_case(model_name, opt_name, outdir, binary, steps, clip=0.0, gpus=1, micr
     frozen = ZERO_GRAD[model_name] if adam else []
     tol = TOL_ADAM_MAX if adam else TOL
     model64 = copy.deepcopy(model).double()
+    # With --clip-grad-norm the clip must be active, or the case would not see it broken.
+    unclipped = torch_train(copy.deepcopy(model), make_opt, x, y, steps, 0.0, frozen) if clip else None
     want_losses = torch_train(model, make_opt, x, y, steps, clip, frozen)
     losses64 = torch_train(model64, make_opt, x, y, steps, clip, frozen)
     t32 = dict(model.named_parameters())
@@ -203,6 +205,10 @@ def run_case(model_name, opt_name, outdir, binary, steps, clip=0.0, gpus=1, micr
     loss_err = max(min(abs(a - b) / abs(b), abs(a - c) / abs(c)) for a, b, c in zip(got_losses, want_losses, losses64)) \
         if len(got_losses) == steps else 1.0
     ok = worst <= tol and not outliers and loss_err <= TOL and moved > 1e-3
+    if unclipped is not None:
+        case["clip_effect"] = max(abs(a - b) for a, b in zip(unclipped, want_losses))
+        ok = ok and case["clip_effect"] > 1e-4
+        log(f"     --clip-grad-norm {clip:g}: torch's losses move by up to {case['clip_effect']:.2e} with it")
     case.update(ok=ok, tol=tol, frozen=frozen, outliers=outliers, worst_rel_err=worst, worst_tensor=worst_name, loss_rel_err=loss_err, moved=moved,
                 first_loss=want_losses[0], last_loss=want_losses[-1])
     log(f"{'ok  ' if ok else 'FAIL'} {model_name:<12} {opt_name:<13} (bound {tol:g}{', frozen ' + str(len(frozen)) if frozen else ''}) "
