@@ -99,7 +99,7 @@ def run_dir(work, lr, key):
 
 
 def command(args, model, train, val, lr, key, flags):
-    adam = "--optimizer" in flags and flags[flags.index("--optimizer") + 1] in ("adam", "adamw")
+    adam = "--optimizer" in flags and flags[flags.index("--optimizer") + 1] in ("adam", "adamw")  # at --adamw-lr
     rate = ["--lr", "%g" % (args.adamw_lr if adam else lr)] + ([] if adam else ["--momentum", "%g" % args.momentum])
     return [args.bin, model] + flags + [
         "--data", train, "--val-data", val, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
@@ -315,16 +315,17 @@ def main():
         print("| config | lr | final val accuracy | final val loss | %s | train loss (last %d steps) | samples/s | wall s |"
               % (ep_hdr, args.smooth))
         print("|---|---|---|---|%s---|---|---|" % ("---|" * args.epochs))
-        for key, label, *_ in CONFIGS:
+        for key, label, _, flags in CONFIGS:
             if key not in table[lr]:
                 continue
+            rate = args.adamw_lr if "adamw" in flags else lr  # the rate the run used
             t, (s, l, ep) = table[lr][key], results[lr][key]
             accs = {e: a for (e, _, a) in ep}
             last = np.mean(l[-args.smooth:]) if l else float("nan")
             fa = "%.2f%%" % t["val_acc"] if "val_acc" in t else "- (rc %s)" % t.get("rc")
             fl = "%.4f" % t["val_loss"] if "val_loss" in t else "-"
             print("| %s | %g | %s | %s | %s | %.4f | %s | %.0f |" % (
-                label, lr, fa, fl, " | ".join("%.2f%%" % (100 * accs[e]) if e in accs else "-"
+                label, rate, fa, fl, " | ".join("%.2f%%" % (100 * accs[e]) if e in accs else "-"
                                                for e in range(1, args.epochs + 1)),
                 last, "%.0f" % t["samples_per_s"] if "samples_per_s" in t else "-", t.get("wall_s", float("nan"))))
 
