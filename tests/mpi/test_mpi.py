@@ -191,8 +191,11 @@ class MpiTest(unittest.TestCase):
     def test_checkpoints_and_resume(self):
         # Rank 0 writes one checkpoint holding every stage's part; resuming under MPI equals the
         # single-process run with the same drain points, and the file resumes in one process too.
-        common = [MODEL, "--data", TRAIN, "--seed", 7, "--lr", 0.1, "--checkpoint-every", 10]
-        for n, flags in ((2, []), (4, ["--schedule", "gpipe", "--micro-batches", 2])):
+        common = [MODEL, "--data", TRAIN, "--seed", 7, "--checkpoint-every", 10]
+        sgd = ["--lr", 0.1]
+        # 3 ranks with Adam: each rank's moments and step counts travel to rank 0's file and back.
+        for n, flags in ((2, sgd), (4, [*sgd, "--schedule", "gpipe", "--micro-batches", 2]),
+                         (3, ["--lr", 0.002, "--optimizer", "adam"])):
             ref, part = self.out(f"ck_ref{n}"), self.out(f"ck_mpi{n}")
             rc, log, _ = run([BIN, *common, "--gpus", n, "--steps", 30, "--quiet", "--out", ref, *flags])
             self.assertEqual(rc, 0, log)
@@ -208,7 +211,7 @@ class MpiTest(unittest.TestCase):
             self.assertEqual(losses(os.path.join(ref, "metrics.csv")), losses(os.path.join(part, "metrics.csv")))
         # The 4-rank GPipe checkpoint resumes in one process on 3 stages.
         one = self.out("ck_mpi4")
-        rc, log, _ = run([BIN, *common, "--gpus", 3, "--steps", 40, "--out", one, "--resume=" +
+        rc, log, _ = run([BIN, *common, *sgd, "--gpus", 3, "--steps", 40, "--out", one, "--resume=" +
                           os.path.join(one, "checkpoints", "step-20.ckpt"), "--schedule", "gpipe", "--micro-batches", 2])
         self.assertEqual(rc, 0, log)
         self.assertIn("written by a run of 4 stages", log)
