@@ -162,6 +162,22 @@ Expected<std::map<Value*, Value*>> build_gradients(Graph& g, const std::vector<s
   return out;
 }
 
+const char* optimizer_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kSgdPaper: return "sgd-paper";
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kAdamW: return "adamw";
+  }
+  return "?";
+}
+
+Expected<OptimizerKind> parse_optimizer(const std::string& name) {
+  for (OptimizerKind k : {OptimizerKind::kSgdPaper, OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW})
+    if (name == optimizer_name(k)) return k;
+  return invalid_input("--optimizer " + name + ": unknown optimizer (valid: sgd-paper, sgd, adam, adamw)");
+}
+
 Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd) {
   TrainingGraph tg;
   ASSIGN_OR_RETURN(tg.loss, attach_loss(g, kind));
@@ -175,13 +191,48 @@ Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdO
   if (tg.params.empty()) return invalid_input("the model has no trainable parameters that reach the loss");
   tg.lr = g.add_value("lr", tg.loss.loss->dtype, {}, ValueKind::kHyper);
   for (Value* p : tg.params) {
-    Value* v = g.add_value(p->name + ".momentum", p->dtype, p->dims, ValueKind::kState);
-    v->data = std::make_shared<HostTensor>(p->dtype, p->dims);
-    tg.momentum[p] = v;
+    auto state = [&](const std::string& suffix, DType dt, const Dims& dims) {
+      Value* v = g.add_value(p->name + suffix, dt, dims, ValueKind::kState);
+      v->data = std::make_shared<HostTensor>(dt, dims);
+      tg.opt_state[p].push_back(v);
+      return v;
+    };
     AttrMap m;
-    m.set("momentum", sgd.momentum);
     m.set("weight_decay", sgd.weight_decay);
-    Node* u = g.add_node("SGDMomentum", p->name + "/update", {p, tg.grads[p], v, tg.lr}, {}, m, Phase::kUpdate);
+    std::string op;
+    std::vector<Value*> in{p, tg.grads[p]};
+    switch (sgd.kind) {
+      case OptimizerKind::kSgdPaper:
+        op = "SGDMomentum";
+        m.set("momentum", sgd.momentum);
+        in.push_back(state(".momentum", p->dtype, p->dims));
+        in.push_back(tg.lr);
+        break;
+      case OptimizerKind::kSgd:
+        op = "SGD";
+        m.set("momentum", sgd.momentum);
+        m.set("dampening", sgd.dampening);
+        m.set("nesterov", static_cast<int64_t>(sgd.nesterov));
+        in.push_back(state(".momentum", p->dtype, p->dims));
+        in.push_back(tg.lr);
+        in.push_back(state(".step", DType::kInt64, {}));
+        if (sgd.nesterov) in.push_back(state(".direction", p->dtype, p->dims));
+        break;
+      case OptimizerKind::kAdam:
+      case OptimizerKind::kAdamW:
+        op = "Adam";
+        m.set("beta1", sgd.beta1);
+        m.set("beta2", sgd.beta2);
+        m.set("epsilon", sgd.eps);
+        m.set("decoupled", static_cast<int64_t>(sgd.kind == OptimizerKind::kAdamW));
+        in.push_back(state(".exp_avg", p->dtype, p->dims));
+        in.push_back(state(".exp_avg_sq", p->dtype, p->dims));
+        in.push_back(tg.lr);
+        in.push_back(state(".step", DType::kInt64, {}));
+        break;
+    }
+    tg.momentum[p] = tg.opt_state[p].front();
+    Node* u = g.add_node(op, p->name + "/update", in, {}, m, Phase::kUpdate);
     u->domain = "pipetrain";
   }
   return tg;

@@ -32,21 +32,41 @@ Expected<LossInfo> attach_loss(Graph& g, LossKind kind);
 Expected<std::map<Value*, Value*>> build_gradients(Graph& g, const std::vector<std::pair<Value*, Value*>>& seeds,
                                                   const std::vector<Value*>& wrt);
 
+// The optimizer of the update nodes. kSgdPaper (the default): the SpecTrain paper's momentum SGD,
+// v = gamma v + (1 - gamma) (g + wd w), w -= lr v (op SGDMomentum). kSgd: exactly torch.optim.SGD
+// (op SGD; its first step sets buf = g). kAdam / kAdamW: exactly torch.optim.Adam / AdamW (op
+// Adam; attribute decoupled). Every optimizer but kSgdPaper keeps a per-parameter update count,
+// an int64 kState scalar "<param>.step", so each stage counts its own updates and a checkpoint
+// carries it.
+enum class OptimizerKind { kSgdPaper, kSgd, kAdam, kAdamW };
+
 struct SgdOptions {
-  float momentum = 0.9f;     // gamma of v = gamma v + (1 - gamma) g
+  float momentum = 0.9f;     // sgd-paper: gamma of v = gamma v + (1 - gamma) g; sgd: torch's momentum
   float weight_decay = 0.0f;
+  OptimizerKind kind = OptimizerKind::kSgdPaper;
+  float dampening = 0.0f;    // sgd
+  bool nesterov = false;     // sgd
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam, adamw
 };
+using OptimizerOptions = SgdOptions;
+
+// "sgd-paper", "sgd", "adam", "adamw"; parse_optimizer's error lists the valid names.
+const char* optimizer_name(OptimizerKind k);
+Expected<OptimizerKind> parse_optimizer(const std::string& name);
 
 struct TrainingGraph {
   LossInfo loss;
   std::vector<Value*> params;                 // trainable parameters with a gradient
   std::map<Value*, Value*> grads;             // param -> gradient
-  std::map<Value*, Value*> momentum;          // param -> momentum buffer (kState)
+  std::map<Value*, Value*> momentum;          // param -> first optimizer state (momentum; Adam: m) (kState)
+  std::map<Value*, std::vector<Value*>> opt_state;  // param -> all its optimizer state (kState)
   Value* lr = nullptr;                        // kHyper scalar
   std::vector<std::string> unused_params;     // trainable but not reaching the loss
 };
 
-// attach_loss + build_gradients(loss, 1) + one SGDMomentum update node per parameter.
+// attach_loss + build_gradients(loss, 1) + one update node per parameter (Phase kUpdate, domain
+// pipetrain): SGDMomentum(W, G, V, lr); SGD(W, G, B, lr, step [, D]) with D, the last step
+// direction, only when nesterov; Adam(W, G, M, V, lr, step). Every input after lr is kState.
 Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd);
 
 }  // namespace pt

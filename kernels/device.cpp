@@ -2,6 +2,9 @@
 // DeviceBuffer. The CUDA device is kernels/cuda/runtime_device.cpp.
 #include "kernels/device.h"
 
+#include "kernels/optimizer_math.h"
+
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,6 +29,15 @@ template <typename T>
 void predict_loop(T* out, const T* w, const T* v, int64_t n, double s_lr) {
   const T c = static_cast<T>(s_lr);
   for (int64_t i = 0; i < n; ++i) out[i] = w[i] - c * v[i];
+}
+
+template <typename T>
+void predict_adam_loop(T* out, const T* w, const T* m, const T* v, int64_t n, double s, const AdamScalars& c,
+                       double lr, const AdamPredict& h) {
+  const T a = static_cast<T>(s * c.step_size), bc2s = static_cast<T>(c.bc2_sqrt), eps = static_cast<T>(h.eps);
+  const T d = static_cast<T>(s * lr * h.decoupled_wd);
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] - a * m[i] / (std::sqrt(v[i]) / bc2s + eps) - d * w[i];
 }
 
 template <typename T>
@@ -100,6 +112,22 @@ class CpuDevice : public Device {
     else
       predict_loop(static_cast<float*>(out.data), static_cast<const float*>(w.data), static_cast<const float*>(v.data),
                    out.size(), s_lr);
+    return Status::ok();
+  }
+  Status predict_adam(const TensorView& out, const TensorView& w, const TensorView& m, const TensorView& v,
+                      const TensorView& step, const TensorView& lr, double s, const AdamPredict& h, void*) override {
+    RETURN_IF_ERROR(same_shape("predict_adam", out, w));
+    RETURN_IF_ERROR(same_shape("predict_adam", out, m));
+    RETURN_IF_ERROR(same_shape("predict_adam", out, v));
+    if (step.dtype != DType::kInt64 || step.size() != 1) return internal_error("predict_adam: step is not an int64 scalar");
+    const double rate = scalar_at(lr);
+    const AdamScalars c = adam_scalars(rate, static_cast<const int64_t*>(step.data)[0], h.beta1, h.beta2, 0, false);
+    if (out.dtype == DType::kFloat64)
+      predict_adam_loop(static_cast<double*>(out.data), static_cast<const double*>(w.data),
+                        static_cast<const double*>(m.data), static_cast<const double*>(v.data), out.size(), s, c, rate, h);
+    else
+      predict_adam_loop(static_cast<float*>(out.data), static_cast<const float*>(w.data), static_cast<const float*>(m.data),
+                        static_cast<const float*>(v.data), out.size(), s, c, rate, h);
     return Status::ok();
   }
   Status accumulate(const TensorView& acc, const TensorView& x, void*) override {

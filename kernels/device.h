@@ -32,6 +32,12 @@ class Event {
   virtual Status wait() = 0;
 };
 
+// The hyper-parameters Device::predict_adam needs (the Adam node's attributes).
+struct AdamPredict {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double decoupled_wd = 0;  // AdamW's weight decay; 0 for Adam (whose L2 term is in m and v)
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -72,6 +78,13 @@ class Device {
   // acc += x (GPipe's gradient sum); x /= by (its mean).
   virtual Status predict(const TensorView& out, const TensorView& w, const TensorView& v, const TensorView& lr,
                          double s, void* stream) = 0;
+  // SpecTrain's prediction for Adam / AdamW (kernels/optimizer_math.h): with t the int64 step
+  // count on this device (the updates done), out = w - s * (step_size(t) * m / (sqrt(v) /
+  // bc2_sqrt(t) + eps) + lr * decoupled_wd * w): s steps along the direction of the last update,
+  // with that update's bias corrections (none when t = 0), plus AdamW's decoupled decay per step.
+  virtual Status predict_adam(const TensorView& out, const TensorView& w, const TensorView& m, const TensorView& v,
+                              const TensorView& step, const TensorView& lr, double s, const AdamPredict& h,
+                              void* stream) = 0;
   virtual Status accumulate(const TensorView& acc, const TensorView& x, void* stream) = 0;
   virtual Status divide(const TensorView& x, double by, void* stream) = 0;
 

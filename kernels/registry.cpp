@@ -173,6 +173,8 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("LRNGrad", lrn_grad),
     // Optimizer steps
     PT_CPU_F("SGDMomentum", sgd_momentum),
+    PT_CPU_F("SGD", sgd),
+    PT_CPU_F("Adam", adam),
 };
 
 #undef PT_CPU_F

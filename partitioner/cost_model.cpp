@@ -130,6 +130,8 @@ double node_flops(const Node& n) {
     const bool decay = n.attrs.get_float("weight_decay", 0.0f) != 0.0f;
     return (decay ? 7.0 : 5.0) * elems(input(n, 0));
   }
+  if (op == "SGD") return 6.0 * elems(input(n, 0));
+  if (op == "Adam") return 14.0 * elems(input(n, 0));
   if (data_movement_ops().count(op)) return 0;
   // Dedicated backward ops of the ops above (ConvGrad, MaxPoolGrad, ...), by the forward they serve.
   if (n.forward && op.size() > n.forward->op_type.size() && op.compare(0, n.forward->op_type.size(), n.forward->op_type) == 0 &&
@@ -148,7 +150,11 @@ double node_bytes(const Node& n) {
   for (const Value* v : n.inputs) b += value_bytes(v);
   for (const Value* v : n.outputs) b += value_bytes(v);
   // In-place optimizer steps write the parameter and the momentum they read.
-  if (n.op_type == "SGDMomentum") b += value_bytes(input(n, 0)) + value_bytes(input(n, 2));
+  if (n.phase == Phase::kUpdate) {
+    b += value_bytes(input(n, 0));
+    for (size_t i = 2; i < n.inputs.size(); ++i)
+      if (n.inputs[i] && n.inputs[i]->kind == ValueKind::kState) b += value_bytes(n.inputs[i]);
+  }
   return b;
 }
 

@@ -119,6 +119,9 @@ std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) 
   if (s.batch_size != n.batch_size) add("--batch-size", std::to_string(s.batch_size), std::to_string(n.batch_size));
   if (s.lr != n.lr) add("--lr", float_str(s.lr), float_str(n.lr));
   if (s.momentum != n.momentum) add("--momentum", float_str(s.momentum), float_str(n.momentum));
+  if (s.optimizer != n.optimizer) add("--optimizer", s.optimizer, n.optimizer);
+  if (s.clip_grad_norm != n.clip_grad_norm)
+    add("--clip-grad-norm", float_str(s.clip_grad_norm), float_str(n.clip_grad_norm));
   if (s.weight_decay != n.weight_decay) add("--weight-decay", float_str(s.weight_decay), float_str(n.weight_decay));
   if (s.seed != n.seed) add("--seed", std::to_string(s.seed), std::to_string(n.seed));
   if (s.loss != n.loss) add("--loss", s.loss, n.loss);
@@ -182,7 +185,8 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   j["meta"] = {{"model_hash", m.model_hash}, {"batch_size", m.batch_size},     {"lr", m.lr},
                {"momentum", m.momentum},     {"weight_decay", m.weight_decay}, {"seed", m.seed},
                {"loss", m.loss},             {"shuffle", m.shuffle},           {"data_samples", m.data_samples},
-               {"data_hash", m.data_hash},   {"lr_schedule", m.lr_schedule},   {"pipeline", m.pipeline}};
+               {"data_hash", m.data_hash},   {"lr_schedule", m.lr_schedule},   {"pipeline", m.pipeline},
+               {"optimizer", m.optimizer},   {"clip_grad_norm", m.clip_grad_norm}};
   j["step"] = c.step;
   j["epoch"] = c.epoch;
   j["position"] = c.position;
@@ -278,6 +282,8 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
     c.meta.data_hash = m.at("data_hash").get<std::string>();
     c.meta.lr_schedule = m.value("lr_schedule", std::string());
     c.meta.pipeline = m.value("pipeline", std::string());
+    c.meta.optimizer = m.value("optimizer", std::string("sgd-paper"));  // older checkpoints: the only one
+    c.meta.clip_grad_norm = m.value("clip_grad_norm", 0.0f);
     c.step = j.at("step").get<int64_t>();
     c.epoch = j.at("epoch").get<int64_t>();
     c.position = j.at("position").get<int64_t>();

@@ -20,6 +20,8 @@ struct CheckpointMeta {
   float lr = 0;
   float momentum = 0;
   float weight_decay = 0;
+  std::string optimizer = "sgd-paper";  // runtime/optimizer.h's optimizer_description
+  float clip_grad_norm = 0;
   uint64_t seed = 0;
   std::string loss;        // "cross-entropy" | "mse" (resolved, not "auto")
   bool shuffle = true;

@@ -116,7 +116,10 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       if (n->phase == Phase::kUpdate) {
         st->params.push_back(n->inputs.at(0));
         st->grads.push_back(n->inputs.at(1));
-        st->momentum.push_back(n->inputs.at(2));
+        st->updates.push_back(n);
+        st->opt_state.emplace_back();
+        for (size_t j = 2; j < n->inputs.size(); ++j)
+          if (n->inputs[j]->kind == ValueKind::kState) st->opt_state.back().push_back(n->inputs[j]);
         continue;
       }
       for (const Value* v : n->inputs) {
@@ -417,7 +420,9 @@ Expected<std::map<std::string, HostTensor>> PipelineTrainer::Impl::checkpoint_te
     if (!local(st->index)) continue;  // under MPI: rank 0 gathers the other stages (train)
     for (size_t i = 0; i < st->params.size(); ++i) {
       ASSIGN_OR_RETURN(out[st->params[i]->name], st->master(i));
-      ASSIGN_OR_RETURN(out[st->momentum[i]->name], st->ex->fetch(st->momentum[i]));
+      for (const Value* v : st->opt_state[i]) {
+        ASSIGN_OR_RETURN(out[v->name], st->ex->fetch(v));
+      }
     }
     for (const Value* v : st->state) {
       ASSIGN_OR_RETURN(out[v->name], st->ex->fetch(v));
@@ -431,8 +436,10 @@ Status PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTe
     if (!local(st->index)) continue;
     for (size_t i = 0; i < st->params.size(); ++i) {
       RETURN_IF_ERROR(st->set_master(i, t.at(st->params[i]->name)));
-      st->ex->host(st->momentum[i]) = t.at(st->momentum[i]->name);
-      RETURN_IF_ERROR(st->ex->upload(st->momentum[i]));
+      for (const Value* v : st->opt_state[i]) {
+        st->ex->host(v) = t.at(v->name);
+        RETURN_IF_ERROR(st->ex->upload(v));
+      }
     }
     for (const Value* v : st->state) {
       st->ex->host(v) = t.at(v->name);
@@ -575,6 +582,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.lr = sched;
   sh.validate = validate;
   sh.eval_every = cfg.eval_every;
+  sh.clip_grad_norm = cfg.clip_grad_norm;
   for (auto& c : I.channels) sh.channels.push_back(c.get());
   if (C) I.relay_claims(sh);
   for (auto& st : I.stages)

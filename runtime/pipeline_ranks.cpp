@@ -113,7 +113,7 @@ std::vector<const Value*> PipelineTrainer::Impl::checkpoint_values_of(int k) con
   std::vector<const Value*> out;
   for (size_t i = 0; i < st.params.size(); ++i) {
     out.push_back(st.params[i]);
-    out.push_back(st.momentum[i]);
+    out.insert(out.end(), st.opt_state[i].begin(), st.opt_state[i].end());
   }
   out.insert(out.end(), st.state.begin(), st.state.end());
   return out;
@@ -216,6 +216,22 @@ void PipelineTrainer::Impl::relay_claims(RunShared& sh) {
       return C->recv(0, kMsgClaim, step, &g, 1) && g != 0;
     };
   }
+  // --clip-grad-norm under GPipe: rank 0 adds every rank's sum of squares, in rank order.
+  sh.sum_across_ranks = [C, N](int64_t step, double local) -> Expected<double> {
+    double total = local;
+    if (C->rank() == 0) {
+      for (int k = 1; k < N; ++k) {
+        double part = 0;
+        if (!C->recv(k, kMsgNorm, step, &part, sizeof part)) return Status(StatusCode::kInternal, "pipeline aborted");
+        total += part;
+      }
+      for (int k = 1; k < N; ++k)
+        if (!C->send(k, kMsgNorm, step, &total, sizeof total)) return Status(StatusCode::kInternal, "pipeline aborted");
+    } else if (!C->send(0, kMsgNorm, step, &local, sizeof local) || !C->recv(0, kMsgNorm, step, &total, sizeof total)) {
+      return Status(StatusCode::kInternal, "pipeline aborted");
+    }
+    return total;
+  };
 }
 
 Status PipelineTrainer::Impl::agree_segment_end(int64_t n, int64_t* step, bool* stop) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "partitioner/partition.h"
+#include "runtime/optimizer.h"
 #include "runtime/pipeline_stage.h"
 
 namespace pt {
@@ -46,8 +47,8 @@ Status Stage::load_version_for(RunShared& sh, const WeightLink& w, int64_t step)
     return Status::ok();  // other parameters may still hold a predicted or stashed version
   }
   RETURN_IF_ERROR(set_lr(sh, step));  // the prediction's rate is that of the reader's step
-  for (size_t j : w.params)
-    RETURN_IF_ERROR(dev.predict(ex->view(params[j]), master_[j].view(), ex->view(momentum[j]), ex->view(lr), s, ex->stream()));
+  for (size_t j : w.params)  // along the parameter's own optimizer step, as load_predicted does
+    RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_[j].view(), lr, s));
   buf_is_master_ = false;
   return Status::ok();
 }

@@ -2,6 +2,8 @@
 // sequence of forwards, backwards and updates with its weight versions (DESIGN.md section 4).
 #include "runtime/pipeline_stage.h"
 
+#include "runtime/optimizer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -311,9 +313,8 @@ Status Stage::load_master() {
 
 Status Stage::load_predicted(int s) {
   if (s == 0) return load_master();
-  Device& dev = *ex->device();
   for (size_t i = 0; i < params.size(); ++i)
-    RETURN_IF_ERROR(dev.predict(ex->view(params[i]), master_[i].view(), ex->view(momentum[i]), ex->view(lr), s, ex->stream()));
+    RETURN_IF_ERROR(predict_weights(*ex, *updates[i], ex->view(params[i]), master_[i].view(), lr, s));
   buf_is_master_ = false;
   return Status::ok();
 }
@@ -463,6 +464,7 @@ Status Stage::update(RunShared& sh, int64_t step) {
       RETURN_IF_ERROR(ex->copy_in(grads[i], grad_acc_[i].view(), dev));
       RETURN_IF_ERROR(ex->device()->divide(ex->view(grads[i]), opts.micro_batches, ex->stream()));
     }
+  if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
   RETURN_IF_ERROR(load_master());
   RETURN_IF_ERROR(set_lr(sh, step));
   RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kUpdate; }));

@@ -125,6 +125,13 @@ struct RunShared {
   std::map<int64_t, int> snapshot_count;
   Status error;  // the first stage failure
   std::vector<Link*> channels;  // aborted on failure, so no stage waits forever
+  // --clip-grad-norm (0: off). GPipe: the stages' sums of squared gradients of mini-batch `step`
+  // are added (in stage order, so the result does not depend on timing) by sum_over_stages; under
+  // MPI through sum_across_ranks (set by runtime/pipeline_ranks.cpp). 1F1B: each stage its own.
+  double clip_grad_norm = 0;
+  std::function<Expected<double>(int64_t step, double local)> sum_across_ranks;
+  Expected<double> sum_over_stages(int64_t step, int stage, int num_stages, double local);
+  std::map<int64_t, std::pair<std::vector<double>, int>> norm_parts;  // [step] -> (by stage, readers left)
   // Test hook (PIPETRAIN_DEBUG_LOSE_RANK=rank:step[:stop]): this process leaves (exit 1) or
   // stops (SIGSTOP) after the update of this 0-based step; -1: never.
   int64_t debug_lose_step = -1;
@@ -160,7 +167,8 @@ class Stage {
   std::vector<const Node*> nodes;
   std::unique_ptr<Executor> ex;
   std::vector<const Value*> params;    // trainable parameters this stage updates
-  std::vector<const Value*> momentum;  // their momentum buffers (v)
+  std::vector<const Node*> updates;    // their update nodes (SGDMomentum, SGD, Adam)
+  std::vector<std::vector<const Value*>> opt_state;  // their optimizer state (the updates' kState inputs)
   std::vector<const Value*> grads;     // their gradients (G)
   std::vector<const Value*> state;     // model state its nodes own (BatchNorm running statistics)
   std::vector<const Value*> saved;     // kept from a forward until that pass's backward
@@ -224,6 +232,7 @@ class Stage {
   Status recv_weights(int64_t key, bool backward);  // reader: before a pass runs
   int64_t shared_version_for(const WeightLink& w, int64_t step) const;
   Status load_version_for(RunShared& sh, const WeightLink& w, int64_t step);
+  Status clip_gradients(RunShared& sh, int64_t step);  // runtime/pipeline_clip.cpp
   Expected<DeviceBuffer> buffer_like(const Value* v) const;  // on the executor's device
   int slot_of(int64_t key) const { return static_cast<int>(key % num_slots_); }
   bool gpipe() const { return opts.schedule == Schedule::kGPipe; }
@@ -310,7 +319,8 @@ struct PipelineTrainer::Impl {
 
 // Message kinds of the coordinators (Cluster::send/recv).
 enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
-                   kMsgHeader = 6, kMsgCheckpoint = 7, kMsgClaim = 8, kMsgSegmentEnd = 9 };
+                   kMsgHeader = 6, kMsgCheckpoint = 7, kMsgClaim = 8, kMsgSegmentEnd = 9,
+                   kMsgNorm = 10 };
 // Link kinds between two ranks.
 enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2, kLinkWeightsForward = 3, kLinkWeightsBackward = 4 };
 

@@ -2,6 +2,7 @@
 #include "runtime/trainer.h"
 
 #include "runtime/curves.h"
+#include "runtime/optimizer.h"
 #include "runtime/prefetch.h"
 #include "runtime/progress.h"
 
@@ -180,8 +181,10 @@ CheckpointMeta make_checkpoint_meta(const Graph& g, const TrainingGraph& tg, con
   m.lr = cfg.lr;
   m.lr_schedule = schedule_of(cfg, total_steps).describe();
   m.pipeline = pipeline;
+  m.optimizer = optimizer_description(g);
+  m.clip_grad_norm = static_cast<float>(cfg.clip_grad_norm);
   for (const auto& n : g.nodes()) {
-    if (n->op_type != "SGDMomentum") continue;
+    if (n->phase != Phase::kUpdate) continue;
     m.momentum = n->attrs.get_float("momentum", 0);
     m.weight_decay = n->attrs.get_float("weight_decay", 0);
     break;
@@ -358,7 +361,14 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     RETURN_IF_ERROR(set_step(step));
     const double lr_now = sched.at(step);
     RETURN_IF_ERROR(ex_->set_scalar(tg_.lr, lr_now));
-    if (step > total - kTimedSteps) {
+    if (cfg.clip_grad_norm > 0) {
+      RETURN_IF_ERROR(ex_->run([](Phase p) { return p != Phase::kUpdate; }));
+      std::vector<const Value*> grads;
+      for (Value* p : tg_.params) grads.push_back(tg_.grads.at(p));
+      ASSIGN_OR_RETURN(const double sq, grad_sum_squares(*ex_, grads));
+      RETURN_IF_ERROR(scale_grads(*ex_, grads, clip_coefficient(cfg.clip_grad_norm, sq)));
+      RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kUpdate; }));
+    } else if (step > total - kTimedSteps) {
       // The last steps are timed node by node: the measured stage times come from the run
       // itself, with no second executor (which would double the memory) after training.
       RETURN_IF_ERROR(ex_->run_timed(&node_seconds));

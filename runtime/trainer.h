@@ -35,6 +35,10 @@ struct TrainConfig {
   float lr = 0.05f;         // the base rate (LrSchedule::base)
   // The schedule's shape (kind, warm-up, decay); its base and total come from lr and the run.
   LrSchedule lr_schedule;
+  // --clip-grad-norm: scale the gradients by min(1, X / (norm + 1e-6)) before each update (the
+  // global norm over every parameter; one stage and GPipe: of the whole mini-batch; 1F1B: each
+  // stage its own, as no update sees every stage's gradient of one mini-batch). 0: off.
+  double clip_grad_norm = 0;
   int64_t eval_every = 0;   // also validate every N steps (besides every epoch end); 0: epoch ends only
   uint64_t seed = 0;
   bool shuffle = true;      // reshuffle the training order every epoch (seeded)

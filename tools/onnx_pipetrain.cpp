@@ -41,10 +41,38 @@ std::string human_count(int64_t n) {
   return b;
 }
 
+// The optimizer of --optimizer and its flags; a flag that does not apply to it is refused.
+pt::Expected<pt::SgdOptions> optimizer_options(const Options& o) {
+  using namespace pt;
+  ASSIGN_OR_RETURN(const OptimizerKind kind, parse_optimizer(o.optimizer));
+  auto applies = [&](const std::string& f) {
+    if (f == "--momentum") return kind == OptimizerKind::kSgdPaper || kind == OptimizerKind::kSgd;
+    if (f == "--dampening" || f == "--nesterov") return kind == OptimizerKind::kSgd;
+    return kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW;  // --beta1, --beta2, --eps
+  };
+  for (const std::string& f : o.optimizer_flags)
+    if (!applies(f)) return invalid_input(f + ": does not apply to --optimizer " + o.optimizer);
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+    return invalid_input("--nesterov: needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
+  SgdOptions s;
+  s.kind = kind;
+  s.momentum = o.momentum;
+  s.weight_decay = o.weight_decay;
+  s.dampening = o.dampening;
+  s.nesterov = o.nesterov;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  return s;
+}
+
 int run(const Options& o) {
   using namespace pt;
   if (o.gpus < 1) return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
   if (Status js = check_job_stages(o.gpus); !js.is_ok()) return fail_run(js);
+  auto opt = optimizer_options(o);
+  if (!opt) return fail_run(opt.status());
+  const SgdOptions& sgd = *opt;
   // Devices: CUDA stages when asked for (or, with auto, when there is a GPU per stage: under MPI
   // a GPU per rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of
   // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
@@ -101,7 +129,6 @@ int run(const Options& o) {
     say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
                "; training with batches of that size (--batch-size " + std::to_string(o.batch_size) + " ignored)");
   LossKind lk = o.loss == "mse" ? LossKind::kMse : o.loss == "cross-entropy" ? LossKind::kCrossEntropy : LossKind::kAuto;
-  SgdOptions sgd{o.momentum, o.weight_decay};
   auto tg = build_training_graph(g, lk, sgd);
   if (!tg) return fail_run(tg.status().with_context(o.model + ": "));
   int64_t params = 0;
@@ -122,6 +149,7 @@ int run(const Options& o) {
   pf.link = o.link;
   pf.schedule = o.schedule;
   pf.weights = o.weights;
+  pf.optimizer_state_copies = sgd.kind == OptimizerKind::kAdam || sgd.kind == OptimizerKind::kAdamW ? 2 : sgd.nesterov ? 2 : 1;
   pf.micro_batches = o.micro_batches;
   pf.split_at = o.split_at;
   pf.balance = o.balance;
@@ -189,6 +217,7 @@ int run(const Options& o) {
   tc.lr_schedule.power = o.lr_power;
   tc.lr_schedule.min_lr = o.lr_min;
   tc.eval_every = o.eval_every;
+  tc.clip_grad_norm = o.clip_grad_norm;
   tc.seed = o.seed;
   tc.shuffle = !o.no_shuffle;
   tc.log_every = o.log_every;
@@ -381,8 +410,25 @@ int main_impl(int argc, char** argv) {
   app.add_option("--lr-gamma", o.lr_gamma, "step schedule: the decay factor")->capture_default_str();
   app.add_option("--lr-power", o.lr_power, "poly schedule: lr * (1 - progress)^P")->capture_default_str();
   app.add_option("--lr-min", o.lr_min, "cosine and poly schedules: the rate at the last step")->capture_default_str();
-  app.add_option("--momentum", o.momentum, "gamma of v = gamma v + (1 - gamma) g")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay, added to the gradient (adamw: decoupled, w -= lr*wd*w each step)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  // The optimizer and its flags.
+  app.add_option("--optimizer", o.optimizer,
+                 "sgd-paper (SpecTrain's v = gamma v + (1 - gamma) g, w -= lr v) | sgd (torch.optim.SGD) | adam "
+                 "(torch.optim.Adam) | adamw (torch.optim.AdamW); SpecTrain predicts with each one's own step")
+      ->capture_default_str();
+  app.add_option("--momentum", o.momentum, "sgd-paper: gamma of v = gamma v + (1 - gamma) g; sgd: torch's momentum")
+      ->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
+  app.add_option("--dampening", o.dampening, "sgd: torch's dampening")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+  app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum > 0 and --dampening 0)");
+  app.add_option("--beta1", o.beta1, "adam, adamw: decay of the first moment")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
+  app.add_option("--beta2", o.beta2, "adam, adamw: decay of the second moment")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
+  app.add_option("--eps", o.eps, "adam, adamw: added to sqrt(v_hat)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--clip-grad-norm", o.clip_grad_norm,
+                 "scale the gradients by min(1, X/(norm+1e-6)) before each update (torch.nn.utils.clip_grad_norm_): "
+                 "the global norm of the mini-batch on one stage and under GPipe (summed across stages); under "
+                 "asynchronous 1F1B no update sees every stage's gradient of one mini-batch, so each stage clips by "
+                 "its own norm")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
   app.add_option("--freeze", o.freeze, "initializers kept fixed (comma-separated)")->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->capture_default_str();
@@ -430,6 +476,8 @@ int main_impl(int argc, char** argv) {
     app.parse(argc, argv);
     o.micro_batches_given = mb->count() > 0;
     o.resume = resume->count() > 0;
+    for (const char* f : {"--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps"})
+      if (app.count(f) > 0) o.optimizer_flags.push_back(f);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -57,6 +57,15 @@ struct Options {
   bool resume = false;      // --resume given
   std::string resume_path;  // its value; empty: the run folder's newest intact checkpoint
   int ranks_per_node = 0;   // --plan-only of a multi-node job: stages k / R share node k / R
+
+  // The optimizer (--optimizer and its hyper-parameters; --momentum and --weight-decay above).
+  std::string optimizer = "sgd-paper";
+  float dampening = 0.0f;
+  bool nesterov = false;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  double clip_grad_norm = 0;  // --clip-grad-norm; 0: off
+  std::vector<std::string> optimizer_flags;  // those of --momentum, --dampening, --nesterov, --beta1,
+                                             // --beta2, --eps given on the command line
 };
 
 }  // namespace pt

@@ -100,6 +100,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   o.profile = profile;
   o.split_at = f.split_at;
   o.balance = f.balance;
+  o.optimizer_state_copies = f.optimizer_state_copies;
   return o;
 }
 

@@ -53,8 +53,11 @@ PT_DECLARE_CPU_KERNEL(softmax_cross_entropy_loss_grad);  // (dLoss, log_prob, la
 PT_DECLARE_CPU_KERNEL(mse_loss);                         // (pred, target) -> loss
 PT_DECLARE_CPU_KERNEL(mse_loss_grad);                    // (dLoss, pred, target) -> dPred
 
-// optimizer.cpp: (W, G, V, lr) -> nothing; W and V updated in place.
+// optimizer.cpp: (W, G, V, lr) -> nothing; W and V updated in place. SGD (W, G, B, lr, step[, D])
+// and Adam (W, G, M, V, lr, step): W, the state and step updated in place.
 PT_DECLARE_CPU_KERNEL(sgd_momentum);
+PT_DECLARE_CPU_KERNEL(sgd);
+PT_DECLARE_CPU_KERNEL(adam);
 
 // activation.cpp: Clip, LeakyRelu, Elu, Selu, HardSigmoid, HardSwish, Erf, Softplus, Reciprocal,
 // Abs (also int64), broadcasting PRelu and Pow (Pow also int64; exponent of any numeric type).

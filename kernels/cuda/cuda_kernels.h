@@ -106,6 +106,8 @@ PT_DECLARE_CUDA_KERNEL(softmax_cross_entropy_loss_grad);
 PT_DECLARE_CUDA_KERNEL(mse_loss);
 PT_DECLARE_CUDA_KERNEL(mse_loss_grad);
 PT_DECLARE_CUDA_KERNEL(sgd_momentum);
+PT_DECLARE_CUDA_KERNEL(sgd);   // torch.optim.SGD (W, G, B, lr, step[, D])
+PT_DECLARE_CUDA_KERNEL(adam);  // torch.optim.Adam / AdamW (W, G, M, V, lr, step)
 
 #undef PT_DECLARE_CUDA_KERNEL
 
@@ -128,6 +130,12 @@ Status sgd_spectrain_step(std::span<const SgdTensor> tensors, const void* lr_dev
 template <typename T>
 Status spectrain_predict(void* out, const void* w, const void* v, int64_t n, const void* lr_device,
                          double s, void* stream);
+
+// Device::predict_adam on the device (kernels/device.h); step: a device int64 scalar.
+template <typename T>
+Status adam_predict(void* out, const void* w, const void* m, const void* v, const void* step, int64_t n,
+                    const void* lr_device, double s, double beta1, double beta2, double eps, double decoupled_wd,
+                    void* stream);
 
 // "CUDA runtime 13000, driver 13000, cuBLAS 130100, cuDNN 91900" (driver 0 without one): what this
 // process loaded, for reports. Needs no GPU.

@@ -128,6 +128,21 @@ struct SgdGroup {
 template <typename T>
 cudaError_t launch_sgd_spectrain(const SgdGroup<T>& group, const T* lr_dev, double lr_host, double gamma,
                                  double wd, double s_pred, cudaStream_t stream);
+// torch.optim.SGD on one tensor (kernels/cpu/optimizer.cpp's sgd): step is the device int64 count
+// of updates done (0: buf = d_p), incremented after the step; d (nesterov's direction) may be null.
+template <typename T>
+cudaError_t launch_sgd_torch(T* w, const T* g, T* buf, T* d, int64_t* step, const T* lr_dev, int64_t n, double momentum,
+                             double dampening, double wd, cudaStream_t stream);
+// torch.optim.Adam / AdamW on one tensor (kernels/cpu/optimizer.cpp's adam); the bias corrections
+// are computed on the device from step (incremented after the step) and lr.
+template <typename T>
+cudaError_t launch_adam(T* w, const T* g, T* m, T* v, int64_t* step, const T* lr_dev, int64_t n, double beta1,
+                        double beta2, double eps, double wd, bool decoupled, cudaStream_t stream);
+// Device::predict_adam: out = w - s*(step_size(t)*m/(sqrt(v)/bc2_sqrt(t) + eps) + lr*decoupled_wd*w).
+template <typename T>
+cudaError_t launch_adam_predict(T* out, const T* w, const T* m, const T* v, const int64_t* step, const T* lr_dev,
+                                int64_t n, double s, double beta1, double beta2, double eps, double decoupled_wd,
+                                cudaStream_t stream);
 // SpecTrain prediction alone: out = w - s * lr * v (lr from the device when lr_dev is set).
 template <typename T>
 cudaError_t launch_spectrain_predict(T* out, const T* w, const T* v, const T* lr_dev, double lr_host, double s,

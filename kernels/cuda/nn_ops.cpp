@@ -424,6 +424,56 @@ Status sgd_momentum(const KernelCall& call) {
 }
 
 template <typename T>
+Status sgd(const KernelCall& call) {
+  const char* op = "SGD";
+  const bool nesterov = call.attrs.get_int("nesterov", 0) != 0;
+  RETURN_IF_ERROR(check_arity(call, op, nesterov ? 6 : 5, 0));
+  const TensorView& w = call.inputs[0];
+  RETURN_IF_ERROR(check_same_dims(op, "G", call.inputs[1].dims, w.dims));
+  RETURN_IF_ERROR(check_same_dims(op, "B", call.inputs[2].dims, w.dims));
+  if (call.inputs[3].size() != 1) return invalid_input(std::string(op) + ": lr must be a scalar");
+  if (call.inputs[4].dtype != DType::kInt64 || call.inputs[4].size() != 1)
+    return invalid_input(std::string(op) + ": step must be an int64 scalar");
+  const double mom = static_cast<T>(call.attrs.get_float("momentum", 0.0f));
+  const double damp = call.attrs.get_float("dampening", 0.0f);
+  const double wd = static_cast<T>(call.attrs.get_float("weight_decay", 0.0f));
+  PT_CUDA_CHECK(launch_sgd_torch<T>(w.as<T>(), call.inputs[1].as<T>(), call.inputs[2].as<T>(),
+                                    nesterov ? call.inputs[5].as<T>() : nullptr, call.inputs[4].as<int64_t>(),
+                                    call.inputs[3].as<T>(), w.size(), mom, damp, wd, stream_of(call)));
+  return Status::ok();
+}
+
+template <typename T>
+Status adam(const KernelCall& call) {
+  const char* op = "Adam";
+  RETURN_IF_ERROR(check_arity(call, op, 6, 0));
+  const TensorView& w = call.inputs[0];
+  RETURN_IF_ERROR(check_same_dims(op, "G", call.inputs[1].dims, w.dims));
+  RETURN_IF_ERROR(check_same_dims(op, "M", call.inputs[2].dims, w.dims));
+  RETURN_IF_ERROR(check_same_dims(op, "V", call.inputs[3].dims, w.dims));
+  if (call.inputs[4].size() != 1) return invalid_input(std::string(op) + ": lr must be a scalar");
+  if (call.inputs[5].dtype != DType::kInt64 || call.inputs[5].size() != 1)
+    return invalid_input(std::string(op) + ": step must be an int64 scalar");
+  PT_CUDA_CHECK(launch_adam<T>(w.as<T>(), call.inputs[1].as<T>(), call.inputs[2].as<T>(), call.inputs[3].as<T>(),
+                               call.inputs[5].as<int64_t>(), call.inputs[4].as<T>(), w.size(),
+                               call.attrs.get_float("beta1", 0.9f), call.attrs.get_float("beta2", 0.999f),
+                               call.attrs.get_float("epsilon", 1e-8f), call.attrs.get_float("weight_decay", 0.0f),
+                               call.attrs.get_int("decoupled", 0) != 0, stream_of(call)));
+  return Status::ok();
+}
+
+template <typename T>
+Status adam_predict(void* out, const void* w, const void* m, const void* v, const void* step, int64_t n,
+                    const void* lr_device, double s, double beta1, double beta2, double eps, double decoupled_wd,
+                    void* stream) {
+  PT_CUDA_CHECK(launch_adam_predict<T>(static_cast<T*>(out), static_cast<const T*>(w), static_cast<const T*>(m),
+                                       static_cast<const T*>(v), static_cast<const int64_t*>(step),
+                                       static_cast<const T*>(lr_device), n, s, beta1, beta2, eps, decoupled_wd,
+                                       static_cast<cudaStream_t>(stream)));
+  return Status::ok();
+}
+
+template <typename T>
 Status sgd_spectrain_step(std::span<const SgdTensor> tensors, const void* lr_device, double gamma, double weight_decay,
                           double s_predict, void* stream) {
   SgdGroup<T> group;
@@ -459,10 +509,14 @@ Status spectrain_predict(void* out, const void* w, const void* v, int64_t n, con
   template Status name<double>(const KernelCall&);
 PT_F(max_pool) PT_F(max_pool_grad) PT_F(average_pool) PT_F(average_pool_grad) PT_F(batch_normalization)
 PT_F(batch_normalization_grad) PT_F(dropout) PT_F(dropout_grad) PT_F(softmax_cross_entropy_loss)
-PT_F(softmax_cross_entropy_loss_grad) PT_F(mse_loss) PT_F(mse_loss_grad) PT_F(sgd_momentum)
+PT_F(softmax_cross_entropy_loss_grad) PT_F(mse_loss) PT_F(mse_loss_grad) PT_F(sgd_momentum) PT_F(sgd) PT_F(adam)
 #undef PT_F
 template Status sgd_spectrain_step<float>(std::span<const SgdTensor>, const void*, double, double, double, void*);
 template Status sgd_spectrain_step<double>(std::span<const SgdTensor>, const void*, double, double, double, void*);
+template Status adam_predict<float>(void*, const void*, const void*, const void*, const void*, int64_t, const void*,
+                                    double, double, double, double, double, void*);
+template Status adam_predict<double>(void*, const void*, const void*, const void*, const void*, int64_t, const void*,
+                                     double, double, double, double, double, void*);
 template Status spectrain_predict<float>(void*, const void*, const void*, int64_t, const void*, double, void*);
 template Status spectrain_predict<double>(void*, const void*, const void*, int64_t, const void*, double, void*);
 

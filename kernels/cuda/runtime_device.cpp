@@ -215,6 +215,21 @@ class CudaDevice : public Device {
     if (out.dtype == DType::kFloat64) return spectrain_predict<double>(out.data, w.data, v.data, out.size(), lr.data, s, stream);
     return spectrain_predict<float>(out.data, w.data, v.data, out.size(), lr.data, s, stream);
   }
+  Status predict_adam(const TensorView& out, const TensorView& w, const TensorView& m, const TensorView& v,
+                      const TensorView& step, const TensorView& lr, double s, const AdamPredict& h,
+                      void* stream) override {
+    RETURN_IF_ERROR(check_float("predict_adam", out, w));
+    RETURN_IF_ERROR(check_float("predict_adam", out, m));
+    RETURN_IF_ERROR(check_float("predict_adam", out, v));
+    if (lr.dtype != out.dtype) return internal_error("predict_adam: the learning rate is not " + std::string(dtype_name(out.dtype)));
+    if (step.dtype != DType::kInt64 || step.size() != 1) return internal_error("predict_adam: step is not an int64 scalar");
+    RETURN_IF_ERROR(activate());
+    if (out.dtype == DType::kFloat64)
+      return adam_predict<double>(out.data, w.data, m.data, v.data, step.data, out.size(), lr.data, s, h.beta1, h.beta2,
+                                  h.eps, h.decoupled_wd, stream);
+    return adam_predict<float>(out.data, w.data, m.data, v.data, step.data, out.size(), lr.data, s, h.beta1, h.beta2,
+                               h.eps, h.decoupled_wd, stream);
+  }
   Status accumulate(const TensorView& acc, const TensorView& x, void* stream) override {
     RETURN_IF_ERROR(check_float("accumulate", acc, x));
     RETURN_IF_ERROR(activate());

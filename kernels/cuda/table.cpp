@@ -103,6 +103,8 @@ const KernelEntry kNative[] = {
     PT_CUDA_F("MSELoss", mse_loss),
     PT_CUDA_F("MSELossGrad", mse_loss_grad),
     PT_CUDA_F("SGDMomentum", sgd_momentum),
+    PT_CUDA_F("SGD", sgd),
+    PT_CUDA_F("Adam", adam),
 };
 
 #undef PT_CUDA_F

@@ -81,7 +81,13 @@ class TrainingToolsTest(unittest.TestCase):
     def test_pipelined_resume_equals_uninterrupted(self):
         configs = {"spectrain3": ["--gpus", 3], "stash2": ["--gpus", 2, "--weights", "stash"],
                    "exact4": ["--gpus", 4, "--spectrain-staleness", "exact"],
-                   "gpipe3": ["--gpus", 3, "--schedule", "gpipe", "--micro-batches", 2]}
+                   "gpipe3": ["--gpus", 3, "--schedule", "gpipe", "--micro-batches", 2],
+                   # optimizer state (moments, the per-parameter step count) travels in checkpoints
+                   "adam1": ["--optimizer", "adam", "--lr", 0.01],
+                   "adam3": ["--gpus", 3, "--optimizer", "adam", "--lr", 0.01, "--weight-decay", 1e-3],
+                   "adamw_gpipe2": ["--gpus", 2, "--schedule", "gpipe", "--micro-batches", 2, "--optimizer", "adamw",
+                                    "--lr", 0.01, "--weight-decay", 0.1],
+                   "sgd_nesterov3": ["--gpus", 3, "--optimizer", "sgd", "--nesterov", "--momentum", 0.8]}
         for name, cfg in configs.items():
             full = self.train(f"{name}_full", "--steps", 30, "--checkpoint-every", 10, *cfg)
             part = self.train(f"{name}_part", "--steps", 20, "--checkpoint-every", 10, *cfg)
@@ -91,6 +97,13 @@ class TrainingToolsTest(unittest.TestCase):
             a, b = metrics(full), metrics(part)
             self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b], f"{name}: losses differ")
             self.assertEqual(len(b), 30)
+
+    def test_resume_with_another_optimizer_is_refused(self):
+        self.train("opt_then", "--steps", 6, "--checkpoint-every", 3, "--optimizer", "adam", "--lr", 0.01)
+        rc, so, se = run(self.model, "--data", self.data, "--out", os.path.join(self.dir, "opt_then"), *COMMON,
+                         "--lr", "0.01", "--steps", "9", "--resume", "--optimizer", "adamw")
+        self.assertEqual(rc, 2, so + se)
+        self.assertIn("--optimizer: adam (betas 0.9, 0.999, eps 1e-08) in the checkpoint, adamw", se)
 
     def test_resume_on_another_pipeline(self):
         # GPipe is sequential training up to rounding: checkpoints move between it and one stage.

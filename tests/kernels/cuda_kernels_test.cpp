@@ -210,6 +210,15 @@ std::vector<Case> make_cases() {
   // Optimizer: W and V updated in place.
   add("SGDMomentum", "SGDMomentum", {u({1000, 7}), u({1000, 7}), u({1000, 7}), scalar(0.1)}, {},
        attrs({{"momentum", 0.9f}, {"weight_decay", 1e-4f}}), {0, 2});
+  // torch.optim.SGD / Adam / AdamW: W, the state and the int64 step count updated in place.
+  add("SGD_first_step", "SGD", {u({1000, 7}), u({1000, 7}), u({1000, 7}), scalar(0.1), step(0)}, {},
+      attrs({{"momentum", 0.9f}, {"dampening", 0.1f}, {"weight_decay", 1e-4f}}), {0, 2, 4});
+  add("SGD_nesterov", "SGD", {u({1000, 7}), u({1000, 7}), u({1000, 7}), scalar(0.1), step(3), u({1000, 7})}, {},
+      attrs({{"momentum", 0.9f}, {"weight_decay", 1e-4f}, {"nesterov", int64_t{1}}}), {0, 2, 4, 5});
+  add("Adam", "Adam", {u({1000, 7}), u({1000, 7}), u({1000, 7}), pos({1000, 7}), scalar(0.01), step(2)}, {},
+      attrs({{"beta1", 0.85f}, {"beta2", 0.99f}, {"epsilon", 1e-6f}, {"weight_decay", 1e-3f}}), {0, 2, 3, 5});
+  add("AdamW", "Adam", {u({1000, 7}), u({1000, 7}), u({1000, 7}), pos({1000, 7}), scalar(0.01), step(0)}, {},
+      attrs({{"weight_decay", 0.1f}, {"decoupled", int64_t{1}}}), {0, 2, 3, 5});
   // A few host fallbacks (the rest share the same code path).
   add("LRN_fallback", "LRN", {u({2, 5, 4, 4})}, {{{2, 5, 4, 4}}}, attrs({{"size", int64_t{3}}}));
   add("LayerNorm_fallback", "LayerNormalization", {u({4, 6}), u({6}), u({6})}, {{{4, 6}}}, attrs({{"axis", int64_t{1}}}));
@@ -519,7 +528,7 @@ TEST(CudaKernelTable, EntriesAreUniqueAndOnCuda) {
 // The fallback copies back outputs only, so the ops that write through their inputs are native;
 // so are the ops of a ResNet training step (the GPU check trains one).
 TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
-  for (const char* op : {"SGDMomentum", "BatchNormalization", "BatchNormalizationGrad", "Conv", "ConvGradInput",
+  for (const char* op : {"SGDMomentum", "SGD", "Adam", "BatchNormalization", "BatchNormalizationGrad", "Conv", "ConvGradInput",
                          "ConvGradWeight", "ConvGradBias", "Relu", "ReluGrad", "MaxPool", "MaxPoolGrad",
                          "GlobalAveragePool", "GlobalAveragePoolGrad", "Add", "Sum", "Gemm", "MatMul",
                          "ReduceSumToShape", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "Flatten",

@@ -175,6 +175,16 @@ class MpiTest(unittest.TestCase):
                 self.assertTrue(np.array_equal(a[k], b[k]), f"case {i} ({n} ranks {flags}): {k} differs")
             self.assertEqual(losses(os.path.join(single, "metrics.csv")), losses(os.path.join(mpi, "metrics.csv")))
 
+    def test_adam_spectrain_np3(self):
+        # Adam's moments and per-parameter step counts live on each rank; SpecTrain predicts with them.
+        self.check_same_as_single_process(3, ["--schedule", "1f1b", "--optimizer", "adam", "--lr", 0.002], "adam3")
+
+    def test_gpipe_clip_grad_norm_np3(self):
+        # --clip-grad-norm under GPipe: rank 0 adds every rank's sum of squares (kMsgNorm), as the
+        # single process adds its stages' (the clip is active: without it the weights end up to 0.036 elsewhere).
+        self.check_same_as_single_process(3, ["--schedule", "gpipe", "--micro-batches", 2, "--optimizer", "adamw",
+                                              "--lr", 0.002, "--clip-grad-norm", 0.05], "clip3")
+
     def test_killed_rank_ends_the_job(self):
         env = dict(ENV, PIPETRAIN_DEBUG_LOSE_RANK="2:5")
         rc, log, secs = mpirun(4, MODEL, "--data", TRAIN, "--gpus", 4, "--epochs", 200, "--quiet", "--out",
@@ -215,8 +225,11 @@ class MpiTest(unittest.TestCase):
     def test_checkpoints_and_resume(self):
         # Rank 0 writes one checkpoint holding every stage's part; resuming under MPI equals the
         # single-process run with the same drain points, and the file resumes in one process too.
-        common = [MODEL, "--data", TRAIN, "--seed", 7, "--lr", 0.1, "--checkpoint-every", 10]
-        for n, flags in ((2, []), (4, ["--schedule", "gpipe", "--micro-batches", 2])):
+        common = [MODEL, "--data", TRAIN, "--seed", 7, "--checkpoint-every", 10]
+        sgd = ["--lr", 0.1]
+        # 3 ranks with Adam: each rank's moments and step counts travel to rank 0's file and back.
+        for n, flags in ((2, sgd), (4, [*sgd, "--schedule", "gpipe", "--micro-batches", 2]),
+                         (3, ["--lr", 0.002, "--optimizer", "adam"])):
             ref, part = self.out(f"ck_ref{n}"), self.out(f"ck_mpi{n}")
             rc, log, _ = run([BIN, *common, "--gpus", n, "--steps", 30, "--quiet", "--out", ref, *flags])
             self.assertEqual(rc, 0, log)
@@ -232,7 +245,7 @@ class MpiTest(unittest.TestCase):
             self.assertEqual(losses(os.path.join(ref, "metrics.csv")), losses(os.path.join(part, "metrics.csv")))
         # The 4-rank GPipe checkpoint resumes in one process on 3 stages.
         one = self.out("ck_mpi4")
-        rc, log, _ = run([BIN, *common, "--gpus", 3, "--steps", 40, "--out", one, "--resume=" +
+        rc, log, _ = run([BIN, *common, *sgd, "--gpus", 3, "--steps", 40, "--out", one, "--resume=" +
                           os.path.join(one, "checkpoints", "step-20.ckpt"), "--schedule", "gpipe", "--micro-batches", 2])
         self.assertEqual(rc, 0, log)
         self.assertIn("written by a run of 4 stages", log)

@@ -11,12 +11,22 @@
 # Shared weights (one initializer read by nodes of several stages): one history per weight, kept by
 # its owner (the first stage that reads it); a node reads the version its own stage k would use by
 # the rules above, and the gradients of all its readers are summed into one update per mini-batch.
+# Other optimizers (an optional 11th field: sgd | adam | adamw, then key=value hyper-parameters
+# momentum is the 9th field; dampening=, nesterov=1, beta1=, beta2=, eps=): the history holds
+# their state per version too, and the step count of version t is t itself:
+#   sgd (torch.optim.SGD): d = G + wd W_t; buf_(t+1) = d at t = 0, else momentum buf_t +
+#     (1-dampening) d; dir = buf_(t+1) (nesterov: d + momentum buf_(t+1); momentum 0: d);
+#     W_(t+1) = W_t - lr dir; spectrain predicts W_t - s lr dir_t (dir_0 = 0)
+#   adam / adamw (torch.optim.Adam / AdamW): t' = t+1; adamw first W_t (1 - lr wd), adam g = G + wd W_t;
+#     m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; W_(t+1) = W - lr/(1-b1^t') m / (sqrt(v)/sqrt(1-b2^t') + eps);
+#     spectrain predicts W_t - s (lr/(1-b1^t) m_t / (sqrt(v_t)/sqrt(1-b2^t) + eps) + [adamw] lr wd W_t),
+#     the direction of the last update with its own bias corrections (none at t = 0)
 # No thread, queue or slot appears here: the C++ pipeline must realise these versions by its schedule.
 #
 # Run: /usr/bin/python3 THIS DIR. DIR holds model path (model.txt), x.npy, y.npy and cases.txt, one
 # case a line: "name stages balance(comma list) mode staleness steps batch lr momentum wd"; the C++
 # result of a case is DIR/name/<initializer>.npy. Exits 1 when any weight differs by more than 1e-5
-# (max |a-b| / max |b| per tensor).
+# (max |a-b| / max |b| per tensor; Adam / AdamW: see TOL_ADAM_MAX).
 import os
 import sys
 
@@ -25,6 +35,13 @@ import onnx
 from onnx import numpy_helper
 
 TOL = 1e-5
+# Adam / AdamW: per tensor at most max(4, size/1000) elements beyond TOL, none beyond this. Adam
+# moves an element whose gradient is at float32 rounding level by about lr with the sign of that
+# rounding (its first step is lr * g / (|g| + eps)), so float32 and this float64 reference may
+# part there: measured, AdamW (decoupled decay leaves tiny gradients tiny) on 3 stages, 1 element
+# of 2,048 at 2.6e-5, the rest within 1e-5 (tests/python/torch_optim_oracle.py measures the same
+# against torch).
+TOL_ADAM_MAX = 1e-3
 
 
 def load_layers(model_path):
@@ -56,7 +73,51 @@ def staleness(k, n, backward, mode):
     return k // 2 if backward else k // 2 + gap
 
 
-def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, batch, lr, gamma, wd):
+def make_optimizer(kind, lr, gamma, wd, hp):
+    """(init_state(w), update(w, g, state, t) -> (w_new, state_new), direction(w, state, t))."""
+    if kind == "sgd-paper":
+        def update(w, g, st, t):
+            v = gamma * st["v"] + (1 - gamma) * (g + wd * w)
+            return w - lr * v, {"v": v}
+        return (lambda w: {"v": np.zeros_like(w)}), update, (lambda w, st, t: lr * st["v"])
+    if kind == "sgd":
+        damp, nesterov = float(hp.get("dampening", 0)), int(hp.get("nesterov", 0))
+
+        def update(w, g, st, t):
+            d = g + wd * w
+            if gamma == 0:
+                direction, buf = d, st["buf"]
+            else:
+                buf = d.copy() if t == 0 else gamma * st["buf"] + (1 - damp) * d
+                direction = d + gamma * buf if nesterov else buf
+            return w - lr * direction, {"buf": buf, "dir": direction}
+        return (lambda w: {"buf": np.zeros_like(w), "dir": np.zeros_like(w)}), update, \
+            (lambda w, st, t: lr * st["dir"])
+    assert kind in ("adam", "adamw"), kind
+    b1, b2, eps = float(hp.get("beta1", 0.9)), float(hp.get("beta2", 0.999)), float(hp.get("eps", 1e-8))
+    decoupled = kind == "adamw"
+
+    def update(w, g, st, t):
+        tt = t + 1
+        if decoupled:
+            w = w * (1 - lr * wd)
+        else:
+            g = g + wd * w
+        m = b1 * st["m"] + (1 - b1) * g
+        v = b2 * st["v"] + (1 - b2) * g * g
+        w = w - lr / (1 - b1 ** tt) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** tt) + eps)
+        return w, {"m": m, "v": v}
+
+    def direction(w, st, t):
+        out = lr * wd * w if decoupled else np.zeros_like(w)
+        if t > 0:
+            out = out + lr / (1 - b1 ** t) * st["m"] / (np.sqrt(st["v"]) / np.sqrt(1 - b2 ** t) + eps)
+        return out
+    return (lambda w: {"m": np.zeros_like(w), "v": np.zeros_like(w)}), update, direction
+
+
+def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, batch, lr, gamma, wd,
+             optimizer="sgd-paper", hp=None):
     assert sum(balance) == len(layers) and len(balance) == n_stages
     stage_of = []
     for k, c in enumerate(balance):
@@ -66,9 +127,10 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
         if layer[0] in ("gemm", "gather"):
             names += [p for p in layer[1:3] if isinstance(p, str) and p not in names]
     # Explicit history per parameter (one per weight, however many stages read it): W[name][t],
-    # V[name][t] after t updates.
+    # S[name][t] (the optimizer state) after t updates.
+    init_state, update, direction = make_optimizer(optimizer, lr, gamma, wd, hp or {})
     W = {p: [init[p].copy()] for p in names}
-    V = {p: [np.zeros_like(init[p])] for p in W}
+    S = {p: [init_state(init[p])] for p in W}
     per_epoch = max(1, len(x_all) // batch)
 
     def weights(name, k, i, backward):
@@ -77,7 +139,7 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
         if mode == "spectrain":
             t = i if backward else t_fwd
             s = staleness(k, n_stages, backward, stal)
-            return W[name][t] - s * lr * V[name][t]
+            return W[name][t] - s * direction(W[name][t], S[name][t], t)
         if mode == "stash":
             return W[name][t_fwd]
         return W[name][i] if backward else W[name][t_fwd]  # stale: the latest at that moment
@@ -124,11 +186,9 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
             elif layer[0] == "relu":
                 d = d * (xin > 0)
         for name in W:
-            w, v = W[name][i], V[name][i]
-            g = grads[name] + wd * w
-            v_new = gamma * v + (1 - gamma) * g
-            W[name].append(w - lr * v_new)
-            V[name].append(v_new)
+            w_new, s_new = update(W[name][i], grads[name], S[name][i], i)
+            W[name].append(w_new)
+            S[name].append(s_new)
     return {name: hist[-1] for name, hist in W.items()}
 
 
@@ -143,18 +203,28 @@ def main():
     failed = 0
     with open(os.path.join(d, "cases.txt")) as f:
         cases = [line.split() for line in f if line.strip()]
-    for name, n, bal, mode, stal, steps, batch, lr, gamma, wd in cases:
+    for name, n, bal, mode, stal, steps, batch, lr, gamma, wd, *rest in cases:
+        optimizer = rest[0] if rest else "sgd-paper"
+        hp = dict(kv.split("=") for kv in rest[1:])
         ref = run_case(layers, init, x_all, y_all, int(n), [int(c) for c in bal.split(",")], mode, stal,
-                       int(steps), int(batch), float(lr), float(gamma), float(wd))
-        worst, moved = 0.0, 0.0
+                       int(steps), int(batch), float(lr), float(gamma), float(wd), optimizer, hp)
+        worst, moved, where, noisy_ok = 0.0, 0.0, "", True
         for pname, want in ref.items():
             got = np.load(os.path.join(d, name, pname + ".npy")).astype(np.float64)
             scale = max(np.abs(want).max(), 1e-12)
-            worst = max(worst, np.abs(got - want).max() / scale)
+            err = np.abs(got - want).max() / scale
+            if err > worst:
+                i = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
+                worst, where = err, f"{pname}{list(i)}: {got[i]:.7g} vs {want[i]:.7g}, " \
+                    f"{int((np.abs(got - want) > TOL * scale).sum())} of {want.size} beyond {TOL:g}"
             moved = max(moved, np.abs(want - init[pname]).max() / scale)
-        ok = worst <= TOL and moved > 1e-3
+            n_out = int((np.abs(got - want) > TOL * scale).sum())
+            noisy_ok = noisy_ok and n_out <= max(4, want.size // 1000) and err <= TOL_ADAM_MAX
+        # Adam / AdamW: a few elements may follow their rounding (see TOL_ADAM_MAX).
+        ok = (worst <= TOL or (optimizer.startswith("adam") and noisy_ok)) and moved > 1e-3
         failed += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name:<24} max rel diff {worst:.2e} (weights moved {moved:.2e})")
+        print(f"{'ok  ' if ok else 'FAIL'} {name:<24} max rel diff {worst:.2e} (weights moved {moved:.2e})"
+              + (f"; worst {where}" if worst > TOL else ""))
     sys.exit(1 if failed else 0)
 
 

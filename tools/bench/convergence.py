@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Convergence benchmark (issue 5): LeNet-5 (no BatchNorm, Dropout(0)) on Fashion-MNIST, trained by
 onnx-pipetrain with the same hyper-parameters as sequential, GPipe, 1F1B stale / stash / SpecTrain
-(paper and exact staleness) on 4 CPU stages, at one or more learning rates.
+(paper and exact staleness) on 4 CPU stages, at one or more learning rates; and SpecTrain with
+AdamW (--optimizer adamw, at --adamw-lr) on 4 stages.
 
 Writes docs/convergence.svg (loss curves and validation accuracy, one row per learning rate) and prints
 the Markdown result tables for docs/convergence.md. Not a CI test.
@@ -42,6 +43,12 @@ CONFIGS = [
      ["--gpus", "4", "--schedule", "1f1b", "--weights", "spectrain", "--spectrain-staleness", "paper"]),
     ("spectrain-exact", "SpecTrain exact", "#2ca02c",
      ["--gpus", "4", "--schedule", "1f1b", "--weights", "spectrain", "--spectrain-staleness", "exact"]),
+    # AdamW with SpecTrain's prediction along Adam's own step (runtime/optimizer.h); it runs at
+    # --adamw-lr instead of the row's SGD rate (Adam's scale-free steps want a far smaller rate),
+    # without --momentum (refused for adamw).
+    ("spectrain-adamw", "SpecTrain AdamW", "#9467bd",
+     ["--gpus", "4", "--schedule", "1f1b", "--weights", "spectrain", "--spectrain-staleness", "paper",
+      "--optimizer", "adamw", "--weight-decay", "0.01"]),
 ]
 
 
@@ -92,9 +99,11 @@ def run_dir(work, lr, key):
 
 
 def command(args, model, train, val, lr, key, flags):
+    adam = "--optimizer" in flags and flags[flags.index("--optimizer") + 1] in ("adam", "adamw")  # at --adamw-lr
+    rate = ["--lr", "%g" % (args.adamw_lr if adam else lr)] + ([] if adam else ["--momentum", "%g" % args.momentum])
     return [args.bin, model] + flags + [
         "--data", train, "--val-data", val, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-        "--lr", "%g" % lr, "--momentum", "%g" % args.momentum, "--seed", str(args.seed),
+        *rate, "--seed", str(args.seed),
         "--out", run_dir(args.work, lr, key)] + args.extra.split()
 
 
@@ -251,6 +260,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--adamw-lr", type=float, default=1e-3, help="the rate of the AdamW runs (every row)")
     ap.add_argument("--seed", type=int, default=1, help="data order and model initialisation")
     ap.add_argument("--train-subset", type=int, default=0, help="first N training images (0: all 60,000)")
     ap.add_argument("--val-subset", type=int, default=0, help="first N t10k images (0: all 10,000)")
@@ -305,16 +315,17 @@ def main():
         print("| config | lr | final val accuracy | final val loss | %s | train loss (last %d steps) | samples/s | wall s |"
               % (ep_hdr, args.smooth))
         print("|---|---|---|---|%s---|---|---|" % ("---|" * args.epochs))
-        for key, label, *_ in CONFIGS:
+        for key, label, _, flags in CONFIGS:
             if key not in table[lr]:
                 continue
+            rate = args.adamw_lr if "adamw" in flags else lr  # the rate the run used
             t, (s, l, ep) = table[lr][key], results[lr][key]
             accs = {e: a for (e, _, a) in ep}
             last = np.mean(l[-args.smooth:]) if l else float("nan")
             fa = "%.2f%%" % t["val_acc"] if "val_acc" in t else "- (rc %s)" % t.get("rc")
             fl = "%.4f" % t["val_loss"] if "val_loss" in t else "-"
             print("| %s | %g | %s | %s | %s | %.4f | %s | %.0f |" % (
-                label, lr, fa, fl, " | ".join("%.2f%%" % (100 * accs[e]) if e in accs else "-"
+                label, rate, fa, fl, " | ".join("%.2f%%" % (100 * accs[e]) if e in accs else "-"
                                                for e in range(1, args.epochs + 1)),
                 last, "%.0f" % t["samples_per_s"] if "samples_per_s" in t else "-", t.get("wall_s", float("nan"))))
 
