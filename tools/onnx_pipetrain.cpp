@@ -414,7 +414,8 @@ int main_impl(int argc, char** argv) {
   // The optimizer and its flags.
   app.add_option("--optimizer", o.optimizer,
                  "sgd-paper (SpecTrain's v = gamma v + (1 - gamma) g, w -= lr v) | sgd (torch.optim.SGD) | adam "
-                 "(torch.optim.Adam) | adamw (torch.optim.AdamW); SpecTrain predicts with each one's own step")
+                 "(torch.optim.Adam) | adamw (torch.optim.AdamW); SpecTrain predicts with each one's own step. --lr: "
+                 "sgd-paper's rate is 1/(1-momentum) times torch SGD's; adam/adamw want ~1e-3")
       ->capture_default_str();
   app.add_option("--momentum", o.momentum, "sgd-paper: gamma of v = gamma v + (1 - gamma) g; sgd: torch's momentum")
       ->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
