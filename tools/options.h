@@ -57,6 +57,12 @@ struct Options {
   bool resume = false;      // --resume given
   std::string resume_path;  // its value; empty: the run folder's newest intact checkpoint
   int ranks_per_node = 0;   // --plan-only of a multi-node job: stages k / R share node k / R
+
+  // ---- trainer-ux: exports, parameters, run folder, data, TensorBoard (issue #15, items 3 to 7)
+  bool export_training = false;  // also write <stem>.training.onnx (the training-mode graph)
+  std::vector<std::string> trainable;  // fnmatch globs: train these float initializers instead of the weights
+  bool overwrite = false;   // train into a run folder that holds a finished run
+  bool data_given = false;  // --data was on the command line
 };
 
 }  // namespace pt

@@ -37,7 +37,10 @@ MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS", 
 
 def run(cmd, env=None, timeout=120):
     t0 = time.monotonic()
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env or ENV, timeout=timeout)
+    cmd = [str(c) for c in cmd]
+    if "--out" in cmd and "--overwrite" not in cmd and not any(c.startswith("--resume") for c in cmd):
+        cmd.append("--overwrite")  # tests train into the same run folder more than once
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, timeout=timeout)
     return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
 
 

@@ -1,0 +1,386 @@
+"""What users expect of a trainer (issue #15, items 3 to 7), end to end through the command line.
+Inference-ready export: a small CNN with BatchNorm and Dropout, exported by PyTorch in training
+mode (opset 13: BatchNorm with 5 outputs; opset 17: training_mode=1), is trained a few steps on
+sklearn's digits; ONNX Runtime runs <stem>.trained.onnx at batch 1 and at batch 256 and must find
+the validation loss and accuracy that onnx-pipetrain reported in metrics.csv (its validation uses
+running statistics and no dropout); --export-training keeps the training-mode graph.
+Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_trainer_ux.py"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import numpy as np
+import onnx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
+
+try:
+    import onnxruntime as ort
+except ImportError:  # tools/setup.sh installs it; PIPETRAIN_REQUIRE_ORT=1 makes it mandatory
+    ort = None
+    if os.environ.get("PIPETRAIN_REQUIRE_ORT") == "1":
+        raise
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def digits_data(folder):
+    """sklearn's digits as [N, 1, 8, 8] float32 in [0, 1]: 1437 for training, 360 held out."""
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None]
+    y = d.target.astype(np.int64)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(y))
+    x, y = x[order], y[order]
+    train, val = os.path.join(folder, "train"), os.path.join(folder, "val")
+    for path, xs, ys in ((train, x[:1437], y[:1437]), (val, x[1437:], y[1437:])):
+        os.makedirs(path, exist_ok=True)
+        np.save(os.path.join(path, "x.npy"), xs)
+        np.save(os.path.join(path, "y.npy"), ys)
+    return train, val, x[1437:], y[1437:]
+
+
+def bn_cnn(path, opset):
+    """Conv-BatchNorm-ReLU-Conv-BatchNorm-ReLU-Flatten-Dropout-Linear, exported in training mode."""
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Dropout(0.25), torch.nn.Linear(8 * 4 * 4, 10))
+    m.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, torch.zeros(2, 1, 8, 8), path, opset_version=opset, input_names=["x"],
+                          output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    return path
+
+
+def ort_eval(path, x, y, batch):
+    """Mean cross-entropy and accuracy of the model at `path` on (x, y) in chunks of `batch`."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    logits = np.concatenate([sess.run(None, {name: x[i:i + batch]})[0] for i in range(0, len(x), batch)])
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(y)), y].mean()), float((logits.argmax(axis=1) == y).mean()), logits
+
+
+class InferenceExportTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-ux-")
+        cls.dir = cls.tmp.name
+        cls.train_dir, cls.val_dir, cls.xv, cls.yv = digits_data(cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, model, out, *extra):
+        rc, so, se = run(model, "--data", self.train_dir, "--val-data", self.val_dir, "--steps", 60,
+                         "--batch-size", 32, "--lr", 0.2, "--seed", 3, "--out", out, *extra)
+        self.assertEqual(rc, 0, f"exit {rc}: {se or so}")
+        return so
+
+    def check_bn_model(self, opset):
+        if ort is None:
+            self.skipTest("onnxruntime is not installed (tools/setup.sh installs it)")
+        src = bn_cnn(os.path.join(self.dir, f"bn_cnn{opset}.onnx"), opset)
+        out = os.path.join(self.dir, f"run{opset}")
+        self.train(src, out, "--export-training")
+        last = metrics(out)[-1]
+        val_loss, val_acc = float(last["val_loss"]), float(last["val_accuracy"])
+        self.assertGreater(val_acc, 0.5, f"the CNN did not learn: {last}")
+        trained = os.path.join(out, "bn_cnn%d.trained.onnx" % opset)
+        onnx.checker.check_model(trained)
+        m = onnx.load(trained)
+        bns = [n for n in m.graph.node if n.op_type == "BatchNormalization"]
+        drops = [n for n in m.graph.node if n.op_type == "Dropout"]
+        self.assertEqual((len(bns), len(drops)), (2, 1))
+        for n in bns:
+            self.assertEqual(len(n.output), 1, n)
+            self.assertFalse(any(a.name == "training_mode" and a.i for a in n.attribute), n)
+        self.assertEqual(len(drops[0].output), 1)
+        self.assertLessEqual(len(drops[0].input), 2, "Dropout still reads training_mode")
+        self.assertEqual([o.name for o in m.graph.output], ["logits"])
+        # The reported validation, at batch 1 and batch 256, within float rounding: argmax may
+        # flip only on a near tie, so at most one of the 360 samples.
+        n = len(self.yv)
+        results = {}
+        for batch in (1, 256):
+            loss, acc, logits = ort_eval(trained, self.xv, self.yv, batch)
+            results[batch] = logits
+            self.assertAlmostEqual(loss, val_loss, delta=1e-4 * max(1.0, val_loss),
+                                   msg=f"batch {batch}: ONNX Runtime loss {loss}, onnx-pipetrain {val_loss}")
+            self.assertLessEqual(abs(acc - val_acc) * n, 1.0 + 1e-9,
+                                 f"batch {batch}: ONNX Runtime accuracy {acc}, onnx-pipetrain {val_acc}")
+        np.testing.assert_allclose(results[1], results[256], rtol=1e-4, atol=1e-5)
+        # --export-training: the source's graph unchanged but for the weights; in training mode its
+        # result depends on the batch (batch statistics), unlike the inference model's.
+        import check_exported_model
+        training = os.path.join(out, "bn_cnn%d.training.onnx" % opset)
+        self.assertEqual(check_exported_model.compare_structure(onnx.load(src), onnx.load(training)), [])
+        _, _, t1 = ort_eval(training, self.xv[:8], self.yv[:8], 8)
+        _, _, t2 = ort_eval(training, self.xv[:8], self.yv[:8], 4)
+        self.assertGreater(np.abs(t1 - t2).max(), 1e-3, "the training-mode graph should use batch statistics")
+        w_inf = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+        w_tr = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(training).graph.initializer}
+        self.assertEqual(sorted(w_inf), sorted(w_tr))
+        for k in w_inf:
+            np.testing.assert_array_equal(w_inf[k], w_tr[k], k)
+
+    def test_batchnorm_opset13_five_outputs(self):
+        self.check_bn_model(13)
+
+    def test_batchnorm_opset17_training_mode(self):
+        self.check_bn_model(17)
+
+    def test_stage_models_are_inference_models(self):
+        if ort is None:
+            self.skipTest("onnxruntime is not installed (tools/setup.sh installs it)")
+        import check_stage_models
+        src = bn_cnn(os.path.join(self.dir, "bn_cnn_stages.onnx"), 13)
+        out = os.path.join(self.dir, "stages")
+        self.train(src, out, "--gpus", 2, "--export-stages")
+        for k in (0, 1):
+            for n in onnx.load(os.path.join(out, "stages", f"stage{k}.onnx")).graph.node:
+                if n.op_type in ("BatchNormalization", "Dropout"):
+                    self.assertEqual(len(n.output), 1, n)
+        lines = []
+        failure = check_stage_models.check(os.path.join(out, "bn_cnn_stages.trained.onnx"),
+                                           os.path.join(out, "stages"), batch=1, log=lines.append)
+        self.assertIsNone(failure, "\n".join(lines + [str(failure)]))
+
+
+def layernorm_model(path):
+    """A BERT-style block with LayerNorm spelled out (ReduceMean, Sub, Pow 2, ReduceMean, Add eps,
+    Sqrt, Div), every constant an initializer: the exponent is a [1] tensor (only its place in Pow
+    says it is no weight), epsilon and the Clip bounds are scalars. x [N, 4, 8] -> logits [N, 3]."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(7)
+    w = {"W1": rng.standard_normal((8, 8)) * 0.4, "b1": rng.standard_normal(8) * 0.1,
+         "gamma": 1 + rng.standard_normal(8) * 0.1, "beta": rng.standard_normal(8) * 0.1,
+         "W2": rng.standard_normal((8, 3)) * 0.4, "b2": np.zeros(3),
+         "two": np.array([2.0]), "eps": np.array(1e-5), "lo": np.array(-2.0), "hi": np.array(2.0)}
+    w = {k: np.asarray(v, np.float32) for k, v in w.items()}
+    N = helper.make_node
+    nodes = [N("MatMul", ["x", "W1"], ["h0"]), N("Add", ["h0", "b1"], ["h"]),
+             N("ReduceMean", ["h"], ["mu"], axes=[-1]), N("Sub", ["h", "mu"], ["d"]),
+             N("Pow", ["d", "two"], ["d2"]), N("ReduceMean", ["d2"], ["var"], axes=[-1]),
+             N("Add", ["var", "eps"], ["ve"]), N("Sqrt", ["ve"], ["sd"]), N("Div", ["d", "sd"], ["n"]),
+             N("Mul", ["n", "gamma"], ["ng"]), N("Add", ["ng", "beta"], ["y"]),
+             N("Clip", ["y", "lo", "hi"], ["yc"]), N("ReduceMean", ["yc"], ["pooled"], axes=[1], keepdims=0),
+             N("MatMul", ["pooled", "W2"], ["z"]), N("Add", ["z", "b2"], ["logits"])]
+    g = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+                          [numpy_helper.from_array(v, k) for k, v in w.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return w
+
+
+def torch_layernorm_losses(w, x, y, steps, batch, lr):
+    """The same block in PyTorch, trained by plain SGD on the batches in order: losses and weights."""
+    import torch
+    p = {k: torch.tensor(w[k], dtype=torch.float64, requires_grad=True) for k in ("W1", "b1", "gamma", "beta", "W2", "b2")}
+    losses = []
+    for s in range(steps):
+        xb = torch.tensor(x[s * batch:(s + 1) * batch], dtype=torch.float64)
+        yb = torch.tensor(y[s * batch:(s + 1) * batch])
+        h = xb @ p["W1"] + p["b1"]
+        d = h - h.mean(-1, keepdim=True)
+        n = d / torch.sqrt((d ** 2.0).mean(-1, keepdim=True) + 1e-5)
+        yc = torch.clamp(n * p["gamma"] + p["beta"], -2.0, 2.0)
+        loss = torch.nn.functional.cross_entropy(yc.mean(1) @ p["W2"] + p["b2"], yb)
+        for t in p.values():
+            t.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for t in p.values():
+                t -= lr * t.grad
+        losses.append(loss.item())
+    return losses, {k: v.detach().numpy() for k, v in p.items()}
+
+
+class TrainableTest(unittest.TestCase):
+    STEPS, BATCH, LR = 5, 8, 0.3
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-trainable-")
+        cls.dir = cls.tmp.name
+        cls.model = os.path.join(cls.dir, "ln.onnx")
+        cls.w = layernorm_model(cls.model)
+        rng = np.random.default_rng(11)
+        cls.x = rng.standard_normal((cls.STEPS * cls.BATCH, 4, 8)).astype(np.float32)
+        cls.y = rng.integers(0, 3, size=cls.STEPS * cls.BATCH).astype(np.int64)
+        cls.data = os.path.join(cls.dir, "data")
+        os.makedirs(cls.data)
+        np.save(os.path.join(cls.data, "x.npy"), cls.x)
+        np.save(os.path.join(cls.data, "y.npy"), cls.y)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, out, *extra):
+        rc, so, se = run(self.model, "--data", self.data, "--steps", self.STEPS, "--batch-size", self.BATCH,
+                         "--lr", self.LR, "--momentum", 0, "--no-shuffle", "--out", out, *extra)
+        self.assertEqual(rc, 0, f"exit {rc}: {se or so}")
+        trained = {t.name: onnx.numpy_helper.to_array(t)
+                   for t in onnx.load(os.path.join(out, "ln.trained.onnx")).graph.initializer}
+        return so, trained
+
+    def test_default_trains_weights_only_and_matches_pytorch(self):
+        out = os.path.join(self.dir, "default")
+        so, trained = self.train(out)
+        self.assertIn("parameters: training 115 in 6 tensors (4 float initializers kept constant", so)
+        for k in ("two", "eps", "lo", "hi"):
+            np.testing.assert_array_equal(trained[k], self.w[k], f"'{k}' changed in training")
+        losses, ref = torch_layernorm_losses(self.w, self.x, self.y, self.STEPS, self.BATCH, self.LR)
+        ours = [float(r["loss"]) for r in metrics(out)]
+        np.testing.assert_allclose(ours, losses, rtol=1e-4, err_msg="per-step loss against PyTorch")
+        for k, v in ref.items():
+            np.testing.assert_allclose(trained[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
+            self.assertFalse(np.array_equal(trained[k], self.w[k]), f"'{k}' did not train")
+
+    def test_freeze_and_trainable_globs(self):
+        _, trained = self.train(os.path.join(self.dir, "freeze"), "--freeze", "b*")
+        for k in ("b1", "b2", "two", "eps"):
+            np.testing.assert_array_equal(trained[k], self.w[k], k)
+        for k in ("W1", "W2", "gamma", "beta"):
+            self.assertFalse(np.array_equal(trained[k], self.w[k]), k)
+        so, trained = self.train(os.path.join(self.dir, "trainable"), "--trainable", "W?")
+        self.assertIn("parameters: training 88 in 2 tensors", so)
+        for k in ("b1", "b2", "gamma", "beta", "two", "eps"):
+            np.testing.assert_array_equal(trained[k], self.w[k], k)
+        for k in ("W1", "W2"):
+            self.assertFalse(np.array_equal(trained[k], self.w[k]), k)
+        for flag in ("--freeze", "--trainable"):
+            rc, so, se = run(self.model, "--data", self.data, "--steps", 1, flag, "nothing*",
+                             "--out", os.path.join(self.dir, "bad"))
+            self.assertEqual(rc, 2, se)
+            self.assertIn(f"{flag}: 'nothing*' matches no initializer", se)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+
+
+MLP = os.path.join(ROOT, "models", "digits_mlp.onnx")
+DIGITS = os.path.join(ROOT, "models", "digits")
+
+
+class RunsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-runs-")
+        cls.dir = cls.tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_synthetic_data_is_said_first(self):
+        for extra in ([], ["--data", "synthetic"]):
+            rc, so, se = run(MLP, "--steps", 2, "--out", os.path.join(self.dir, "synthetic"), "--overwrite", *extra)
+            self.assertEqual(rc, 0, se)
+            first = so.splitlines()[0]
+            self.assertTrue(first.startswith("notice: ") and "synthetic" in first, so)
+            self.assertIn("no --data given" if not extra else "--data synthetic", first)
+        rc, so, se = run(MLP, "--steps", 2, "--data", os.path.join(DIGITS, "train"),
+                         "--out", os.path.join(self.dir, "real"))
+        self.assertEqual(rc, 0, se)
+        self.assertNotIn("synthetic", so)
+
+    def test_finished_run_folder_is_refused(self):
+        out = os.path.join(self.dir, "finished")
+        args = [MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 3, "--out", out]
+        self.assertEqual(run(*args)[0], 0)
+        with open(os.path.join(out, "metrics.csv"), "rb") as f:
+            before = f.read()
+        rc, so, se = run(*args)
+        self.assertEqual(rc, 2, so + se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn(f"--out {out}: the folder holds a finished run (digits_mlp.trained.onnx, metrics.csv)", se)
+        with open(os.path.join(out, "metrics.csv"), "rb") as f:
+            self.assertEqual(f.read(), before, "the refused run touched the folder")
+        os.remove(os.path.join(out, "digits_mlp.trained.onnx"))  # metrics.csv alone is a finished run too
+        self.assertEqual(run(*args)[0], 2)
+        rc, so, se = run(*args, "--overwrite", "--steps", 4)
+        self.assertEqual(rc, 0, se)
+        self.assertEqual(len(metrics(out)), 4)
+        rc, so, se = run(*args, "--overwrite", "--resume")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("--overwrite excludes --resume", se)
+        # --resume continues a finished run's checkpoints without --overwrite.
+        ck = os.path.join(self.dir, "ck")
+        self.assertEqual(run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 3, "--checkpoint-every", 3,
+                             "--out", ck)[0], 0)
+        rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 6, "--checkpoint-every", 3,
+                         "--out", ck, "--resume")
+        self.assertEqual(rc, 0, se)
+        self.assertEqual(len(metrics(ck)), 6)
+        # Planning alone does not finish a run.
+        rc, so, se = run(MLP, "--plan-only", "--out", out)
+        self.assertEqual(rc, 0, se)
+
+    def test_version(self):
+        rc, so, se = run("--version")
+        protobuf = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "libprotobuf-dev"], capture_output=True,
+                                  text=True).stdout.split("-")[0]
+        self.assertEqual(rc, 0, se)
+        with open("/usr/include/oneapi/dnnl/dnnl_version.h") as f:
+            text = f.read()
+        import re
+        dnnl = ".".join(re.search(r"#define DNNL_VERSION_%s (\d+)" % k, text).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
+        lines = so.splitlines()
+        self.assertRegex(lines[0], r"^onnx-pipetrain \d+\.\d+\.\d+$")
+        self.assertIn(f"  ONNX {onnx.__version__}", lines)
+        self.assertIn(f"  protobuf {protobuf}", lines)
+        self.assertIn(f"  oneDNN {dnnl}", lines)
+        self.assertTrue(any(l.startswith("  CUDA") for l in lines), so)
+
+    def test_report_shows_measured_throughput(self):
+        import json
+        import re
+        for gpus in (1, 2):
+            out = os.path.join(self.dir, f"report{gpus}")
+            rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 20, "--gpus", gpus, "--out", out)
+            self.assertEqual(rc, 0, se)
+            done = float(re.search(r"^done: .* \(([\d.]+) samples/s\)", so, re.M).group(1))
+            with open(os.path.join(out, "partition.json")) as f:
+                j = json.load(f)
+            self.assertAlmostEqual(j["measured_samples_per_s"], done, delta=0.5 + 1e-3 * done)
+            with open(os.path.join(out, "partition.txt")) as f:
+                txt = f.read()
+            m = re.search(r"^predicted ([\d.]+) samples/s, measured ([\d.]+) samples/s \(([\d.]+)x the prediction\)",
+                          txt, re.M)
+            self.assertIsNotNone(m, txt)
+            self.assertAlmostEqual(float(m.group(2)), j["measured_samples_per_s"], delta=0.05)
+            self.assertAlmostEqual(float(m.group(1)), j["predicted_samples_per_s"], delta=0.05)
+            with open(os.path.join(out, "partition.html")) as f:
+                self.assertIn("samples/s in training", f.read())
+        rc, so, se = run(MLP, "--plan-only", "--out", os.path.join(self.dir, "planonly"))
+        with open(os.path.join(self.dir, "planonly", "partition.json")) as f:
+            self.assertNotIn("measured_samples_per_s", json.load(f))
+
+
+if __name__ == "__main__":
+    unittest.main()
