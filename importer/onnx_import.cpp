@@ -257,8 +257,8 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
 }
 
 // Which float initializers train. By default the weights: rank >= 1 and flowing, through data
-// inputs, into a node that also reads the model's data (so never a scalar, an exponent, an
-// epsilon, a clip bound, a shape or an index). --trainable PATTERNS replaces the default by the
+// inputs, into a node that also reads something computed from the model's inputs (so never a
+// scalar, an exponent, an epsilon, a clip bound, a shape or an index). --trainable PATTERNS replaces the default by the
 // float initializers whose names match (fnmatch globs); --freeze PATTERNS then removes matches.
 // Patterns that match no initializer are refused.
 Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const ImportOptions& opts,
@@ -271,15 +271,14 @@ Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const
         return invalid_input(std::string(list == &opts.freeze ? "--freeze" : "--trainable") + ": '" + p +
                              "' matches no initializer of " + path);
     }
-  // Values computed from the model's inputs, through data slots.
+  // Values computed from the model's inputs (token ids through Gather's indices too).
   std::set<const Value*> data;
   for (const Value* v : g.inputs) data.insert(v);
   for (bool changed = true; changed;) {
     changed = false;
     for (auto& up : g.nodes()) {
       bool reads = false;
-      for (size_t i = 0; i < up->inputs.size(); ++i)
-        reads = reads || (up->inputs[i] && is_data_slot(*up, i) && data.count(up->inputs[i]));
+      for (const Value* in : up->inputs) reads = reads || (in && data.count(in));
       if (!reads) continue;
       for (Value* o : up->outputs)
         if (o && data.insert(o).second) changed = true;
@@ -295,9 +294,9 @@ Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const
       for (const Node* n : v->consumers) {
         bool through = false, meets_data = false;
         for (size_t i = 0; i < n->inputs.size(); ++i) {
-          if (!n->inputs[i] || !is_data_slot(*n, i)) continue;
-          through = through || n->inputs[i] == v;
-          meets_data = meets_data || data.count(n->inputs[i]);
+          if (!n->inputs[i]) continue;
+          through = through || (n->inputs[i] == v && is_data_slot(*n, i));
+          meets_data = meets_data || (n->inputs[i] != v && data.count(n->inputs[i]));
         }
         if (!through) continue;
         if (meets_data) return true;

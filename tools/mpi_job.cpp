@@ -97,7 +97,7 @@ std::string flags_fingerprint(const Options& o) {
     << o.plan_only << '|' << o.lr_schedule << '|' << o.warmup_steps << '|' << o.lr_decay_every << '|' << o.lr_gamma
     << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
     << '|' << o.resume  // checkpoint steps are drain points every rank must share
-    << '|' << o.profile << '|' << o.oversubscribe;  // --oversubscribe decides NCCL or MPI links
+    << '|' << o.profile << '|' << o.oversubscribe << '|' << o.ignore_index;  // --oversubscribe decides NCCL or MPI links
   for (const auto* list : {&o.freeze, &o.trainable, &o.device_spec, &o.split_at}) {
     f << '|';
     for (const auto& x : *list) f << x << ',';

@@ -43,6 +43,23 @@ std::string human_count(int64_t n) {
   return b;
 }
 
+// The vocabulary of an integer input: the rows of the embedding the Gather that reads it indexes
+// (through Cast / Identity / Reshape-like nodes); 0 when no Gather reads it.
+int64_t token_vocabulary(const pt::Value& input) {
+  std::vector<const pt::Value*> todo{&input};
+  for (size_t k = 0; k < todo.size() && k < 64; ++k)
+    for (const pt::Node* n : todo[k]->consumers) {
+      if (n->op_type == "Gather" && n->inputs.size() > 1 && n->inputs[1] == todo[k] && !n->inputs[0]->dims.empty() &&
+          n->attrs.get_int("axis", 0) == 0)
+        return n->inputs[0]->dims[0];
+      if ((n->op_type == "Cast" || n->op_type == "Identity" || n->op_type == "Reshape" || n->op_type == "Unsqueeze" ||
+           n->op_type == "Squeeze" || n->op_type == "Flatten") &&
+          n->inputs[0] == todo[k] && !n->outputs.empty() && n->outputs[0])
+        todo.push_back(n->outputs[0]);
+    }
+  return 0;
+}
+
 int run(const Options& o) {
   using namespace pt;
   if (!o.plan_only && o.data == "synthetic")  // the first line, so that nobody mistakes the numbers
@@ -99,7 +116,7 @@ int run(const Options& o) {
                "; training with batches of that size (--batch-size " + std::to_string(o.batch_size) + " ignored)");
   LossKind lk = o.loss == "mse" ? LossKind::kMse : o.loss == "cross-entropy" ? LossKind::kCrossEntropy : LossKind::kAuto;
   SgdOptions sgd{o.momentum, o.weight_decay};
-  auto tg = build_training_graph(g, lk, sgd);
+  auto tg = build_training_graph(g, lk, sgd, o.ignore_index);
   if (!tg) return fail_run(tg.status().with_context(o.model + ": "));
   int64_t params = 0;
   for (Value* p : tg->params) params += p->size();
@@ -168,6 +185,8 @@ int run(const Options& o) {
   spec.label_dtype = tg->loss.labels->dtype;
   spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
   spec.num_classes = tg->loss.num_classes;
+  spec.ignore_index = o.ignore_index;
+  spec.input_vocab = token_vocabulary(*in);
   spec.scale_pixels = !o.raw_pixels;
   Dataset train, val;
   if (!leads_run()) {
@@ -210,6 +229,7 @@ int run(const Options& o) {
   tc.quiet = o.quiet;
   tc.metrics_path = (out_dir / "metrics.csv").string();
   tc.curves_path = (out_dir / "curves.svg").string();
+  if (o.tensorboard) tc.tensorboard_dir = out_dir.string();
   tc.title = m.stem + ": " + tg->loss.description.substr(0, tg->loss.description.find(" on output"));
   tc.checkpoint.dir = (out_dir / "checkpoints").string();
   tc.checkpoint.every = o.checkpoint_every;
@@ -423,6 +443,12 @@ int main_impl(int argc, char** argv) {
   app.add_option("--momentum", o.momentum, "gamma of v = gamma v + (1 - gamma) g")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
+  app.add_flag("--tensorboard", o.tensorboard,
+               "also write the metrics (train/loss, train/lr, train/samples_per_s, val/loss, val/accuracy) as a "
+               "TensorBoard event file into the run folder (tensorboard --logdir RUN)");
+  app.add_option("--ignore-index", o.ignore_index,
+                 "cross-entropy: labels equal to this count for nothing (token-level labels [N, T] of sequence "
+                 "outputs [N, T, V] or [N*T, V]; padding)")->capture_default_str();
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
   app.add_option("--trainable", o.trainable,
                  "train only the float initializers matching these names or fnmatch globs (comma-separated; default: "

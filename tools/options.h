@@ -63,6 +63,8 @@ struct Options {
   std::vector<std::string> trainable;  // fnmatch globs: train these float initializers instead of the weights
   bool overwrite = false;   // train into a run folder that holds a finished run
   bool data_given = false;  // --data was on the command line
+  int64_t ignore_index = -100;  // cross-entropy: labels equal to it count for nothing
+  bool tensorboard = false;     // also write the metrics as TensorBoard event files into the run folder
 };
 
 }  // namespace pt
