@@ -443,17 +443,7 @@ int main_impl(int argc, char** argv) {
   app.add_option("--momentum", o.momentum, "gamma of v = gamma v + (1 - gamma) g")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
-  app.add_flag("--tensorboard", o.tensorboard,
-               "also write the metrics (train/loss, train/lr, train/samples_per_s, val/loss, val/accuracy) as a "
-               "TensorBoard event file into the run folder (tensorboard --logdir RUN)");
-  app.add_option("--ignore-index", o.ignore_index,
-                 "cross-entropy: labels equal to this count for nothing (token-level labels [N, T] of sequence "
-                 "outputs [N, T, V] or [N*T, V]; padding)")->capture_default_str();
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
-  app.add_option("--trainable", o.trainable,
-                 "train only the float initializers matching these names or fnmatch globs (comma-separated; default: "
-                 "the weights: rank >= 1 and feeding the data path, never scalars, exponents, epsilons, clip bounds)")
-      ->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->capture_default_str();
   app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
   app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)");
@@ -489,10 +479,20 @@ int main_impl(int argc, char** argv) {
                                 "file or a folder); --steps/--epochs stay totals; write --resume=PATH before the model")
                      ->expected(0, 1)->type_name("[PATH]");
   app.add_flag("--quiet", o.quiet, "print errors only");
+  // ---- trainer-ux flags (exports, parameters, run folder, data, TensorBoard) ----
   app.add_flag("--overwrite", o.overwrite,
-                                 "train into a run folder that holds a finished run (a trained model or metrics.csv), "
-                                 "replacing it; without it such a folder is refused");
-  // ---- trainer-ux flags (exports, parameters, run folder, data, TensorBoard)
+               "train into a run folder that holds a finished run (a trained model or metrics.csv), replacing it; "
+               "without it such a folder is refused");
+  app.add_option("--trainable", o.trainable,
+                 "train only the float initializers matching these names or fnmatch globs (comma-separated; default: "
+                 "the weights: rank >= 1 and feeding the data path, never scalars, exponents, epsilons, clip bounds)")
+      ->delimiter(',');
+  app.add_flag("--tensorboard", o.tensorboard,
+               "also write the metrics (train/loss, train/lr, train/samples_per_s, val/loss, val/accuracy) as a "
+               "TensorBoard event file into the run folder (tensorboard --logdir RUN)");
+  app.add_option("--ignore-index", o.ignore_index,
+                 "cross-entropy: labels equal to this count for nothing (token-level labels [N, T] of sequence "
+                 "outputs [N, T, V] or [N*T, V]; padding)")->capture_default_str();
   app.add_flag("--export-training", o.export_training,
                "also write RUN/<stem>.training.onnx: the trained weights in the source's training-mode graph "
                "(BatchNorm on batch statistics, Dropout on); <stem>.trained.onnx is always the inference model");
