@@ -258,9 +258,10 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
 
 // Which float initializers train. By default the weights: rank >= 1 and flowing, through data
 // inputs, into a node that also reads something computed from the model's inputs (so never a
-// scalar, an exponent, an epsilon, a clip bound, a shape or an index). --trainable PATTERNS replaces the default by the
-// float initializers whose names match (fnmatch globs); --freeze PATTERNS then removes matches.
-// Patterns that match no initializer are refused.
+// scalar, an exponent, an epsilon, a clip bound, a shape or an index). --trainable PATTERNS
+// replaces the default by the float initializers whose names match (fnmatch globs); --freeze
+// PATTERNS then removes matches.
+// Patterns that match none of `candidates` (the initializers and Constant-node tensors) are refused.
 Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const ImportOptions& opts,
                         const std::string& path) {
   for (const auto* list : {&opts.trainable, &opts.freeze})
@@ -491,10 +492,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   // Float initializers that feed no computation after folding are constants, not parameters.
   for (Value* v : g->values_of_kind(ValueKind::kParameter))
     if (v->consumers.empty()) v->kind = ValueKind::kConstant;
-  std::set<std::string> candidates;  // float initializers and Constant-node weights still read
-  for (const auto& name : trainable_names)
-    if (const Value* v = g->find_value(name); v && v->from_initializer) candidates.insert(name);
-  RETURN_IF_ERROR(choose_trainable(*g, candidates, opts, path));
+  RETURN_IF_ERROR(choose_trainable(*g, trainable_names, opts, path));
 
   src->proto = std::move(original);
   out.graph = std::move(g);
