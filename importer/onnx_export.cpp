@@ -103,11 +103,51 @@ void erase_attr(onnx::NodeProto* n, const std::string& name) {
     if (attrs->Get(i).name() == name) attrs->DeleteSubrange(i, 1);
 }
 
+// Sets a boolean tensor to false, keeping its name and dims.
+void set_false(onnx::TensorProto* t) {
+  int64_t n = 1;
+  for (int64_t d : t->dims()) n *= d;
+  t->clear_int32_data();
+  t->clear_external_data();
+  t->set_data_location(onnx::TensorProto::DEFAULT);
+  t->set_data_type(onnx::TensorProto::BOOL);
+  t->set_raw_data(std::string(static_cast<size_t>(n), '\0'));
+}
+
+// Dropout's training_mode inputs: where one is a constant (Constant node or initializer) that only
+// training_mode inputs read, it becomes false in place, so that nothing is left unused; the others
+// are dropped from their Dropout (absent means false). Returns the names set to false.
+std::set<std::string> switch_off_dropout(onnx::GraphProto* g) {
+  std::map<std::string, int> readers, mode_readers;
+  for (const auto& n : g->node())
+    for (int i = 0; i < n.input_size(); ++i) {
+      ++readers[n.input(i)];
+      if (n.op_type() == "Dropout" && i == 2) ++mode_readers[n.input(i)];
+    }
+  for (const auto& o : g->output()) ++readers[o.name()];
+  std::set<std::string> off;
+  for (auto& n : *g->mutable_node())
+    if (n.op_type() == "Constant" && n.output_size() == 1 && mode_readers.count(n.output(0)) &&
+        readers[n.output(0)] == mode_readers[n.output(0)])
+      for (auto& a : *n.mutable_attribute())
+        if (a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) {
+          set_false(a.mutable_t());
+          off.insert(n.output(0));
+        }
+  for (auto& t : *g->mutable_initializer())
+    if (mode_readers.count(t.name()) && readers[t.name()] == mode_readers[t.name()]) {
+      set_false(&t);
+      off.insert(t.name());
+    }
+  return off;
+}
+
 }  // namespace
 
 Status to_inference(onnx::ModelProto* proto, const std::string& what) {
   const int64_t opset = proto_opset(*proto);
   onnx::GraphProto* g = proto->mutable_graph();
+  const std::set<std::string> off = opset >= 12 ? switch_off_dropout(g) : std::set<std::string>{};
   std::set<std::string> dropped;  // outputs that only training computes
   for (int i = 0; i < g->node_size(); ++i) {
     onnx::NodeProto* n = g->mutable_node(i);
@@ -123,7 +163,7 @@ Status to_inference(onnx::ModelProto* proto, const std::string& what) {
       // Opset 12+: training_mode (input 2) absent means false; before, Dropout is the identity at
       // inference (6 and older: is_test). The mask output is training's.
       keep = 1;
-      if (n->input_size() > 2) n->mutable_input()->DeleteSubrange(2, n->input_size() - 2);
+      if (n->input_size() > 2 && !off.count(n->input(2))) n->mutable_input()->DeleteSubrange(2, n->input_size() - 2);
       if (opset <= 6) set_int_attr(n, "is_test", 1);
     }
     for (int k = static_cast<int>(keep); k < n->output_size(); ++k)

@@ -31,8 +31,8 @@ Expected<onnx::ModelProto> trained_proto(const ImportedModel& model, const std::
 
 // Turns the training-mode nodes of `proto` into their inference form, in place and keeping every
 // node (so that node indices still match): BatchNormalization uses its running statistics (extra
-// outputs dropped, training_mode / is_test set), Dropout is off (training_mode input and mask
-// output dropped). Graph outputs and value_info of dropped tensors go too; a node that reads one
+// outputs dropped, training_mode / is_test set), Dropout is off (its training_mode constant set to
+// false where only training_mode inputs read it, else the input dropped; mask output dropped). Graph outputs and value_info of dropped tensors go too; a node that reads one
 // is refused (naming it and `what`). A model without training-mode nodes is unchanged.
 Status to_inference(onnx::ModelProto* proto, const std::string& what);
 

@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -121,7 +122,14 @@ class InferenceExportTest(unittest.TestCase):
             self.assertEqual(len(n.output), 1, n)
             self.assertFalse(any(a.name == "training_mode" and a.i for a in n.attribute), n)
         self.assertEqual(len(drops[0].output), 1)
-        self.assertLessEqual(len(drops[0].input), 2, "Dropout still reads training_mode")
+        if len(drops[0].input) > 2:   # training_mode: a constant false (else absent, which means false)
+            consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in m.graph.node
+                      if n.op_type == "Constant"}
+            consts.update({t.name: numpy_helper.to_array(t) for t in m.graph.initializer})
+            self.assertFalse(bool(consts[drops[0].input[2]]), "Dropout still trains")
+        used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
+        self.assertEqual([n.output[0] for n in m.graph.node if n.op_type == "Constant" and n.output[0] not in used], [],
+                         "the rewrite left unused constants")
         self.assertEqual([o.name for o in m.graph.output], ["logits"])
         # The reported validation, at batch 1 and batch 256, within float rounding: argmax may
         # flip only on a near tie, so at most one of the 360 samples.
@@ -143,8 +151,8 @@ class InferenceExportTest(unittest.TestCase):
         _, _, t1 = ort_eval(training, self.xv[:8], self.yv[:8], 8)
         _, _, t2 = ort_eval(training, self.xv[:8], self.yv[:8], 4)
         self.assertGreater(np.abs(t1 - t2).max(), 1e-3, "the training-mode graph should use batch statistics")
-        w_inf = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
-        w_tr = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(training).graph.initializer}
+        w_inf = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+        w_tr = {t.name: numpy_helper.to_array(t) for t in onnx.load(training).graph.initializer}
         self.assertEqual(sorted(w_inf), sorted(w_tr))
         for k in w_inf:
             np.testing.assert_array_equal(w_inf[k], w_tr[k], k)
@@ -246,7 +254,7 @@ class TrainableTest(unittest.TestCase):
         rc, so, se = run(self.model, "--data", self.data, "--steps", self.STEPS, "--batch-size", self.BATCH,
                          "--lr", self.LR, "--momentum", 0, "--no-shuffle", "--out", out, *extra)
         self.assertEqual(rc, 0, f"exit {rc}: {se or so}")
-        trained = {t.name: onnx.numpy_helper.to_array(t)
+        trained = {t.name: numpy_helper.to_array(t)
                    for t in onnx.load(os.path.join(out, "ln.trained.onnx")).graph.initializer}
         return so, trained
 
