@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_cli import BIN, mlp_model, read_bytes, reuse_ok, run, write_data  # noqa: E402
+from test_cli import BIN, mlp_model, read_bytes, run, write_data  # noqa: E402
 
 COMMON = ["--quiet", "--batch-size", 8, "--seed", 3]
 
