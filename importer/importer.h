@@ -18,7 +18,12 @@ struct OnnxModel;  // the source ModelProto and its external-data bookkeeping (o
 struct ImportOptions {
   int64_t batch_size = 32;          // binds the symbolic batch dimension of every model input
   DeviceKind device = DeviceKind::kCpu;  // the unsupported-op report asks the registry for it
-  std::vector<std::string> freeze;  // initializer names kept fixed
+  // Which float initializers train (fnmatch globs; see choose_trainable in onnx_import.cpp):
+  // default the weights (rank >= 1, flowing into a node that reads the data; never exponents,
+  // epsilons, clip bounds, shapes or indices); `trainable` replaces the default by the matches;
+  // `freeze` removes matches. A pattern matching no initializer is refused.
+  std::vector<std::string> trainable;
+  std::vector<std::string> freeze;
   bool for_training = true;         // also require a gradient builder for every op
   uint64_t seed = 0;                // seeds the random ops (Dropout masks)
   // Graph inputs given values at import: they become constants (so that shape-like inputs such as
@@ -42,11 +47,18 @@ struct ImportedModel {
 // subgraphs and checks every op against the kernel registry. Errors name the file and node.
 Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts);
 
+// kInference: training-mode BatchNormalization and Dropout become their inference form (running
+// statistics, no dropout, training-only outputs removed), so that any runtime computes the same
+// result at any batch size. kTraining: the source graph as it came (batch statistics).
+enum class ExportMode { kInference, kTraining };
+
 // Writes `out_path`: the source model with the initializers named in `values` replaced (same
-// dtype and dims required); everything else unchanged. External-data models keep external data,
-// written beside out_path as <out file name>.data. Written to a temporary file, then renamed.
+// dtype and dims required); everything else unchanged, except for the inference rewrite in
+// kInference mode (a model without training-mode nodes is unchanged in either mode).
+// External-data models keep external data, written beside out_path as <out file name>.data.
+// Written to a temporary file, then renamed.
 Status export_onnx(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
-                   const std::string& out_path);
+                   const std::string& out_path, ExportMode mode = ExportMode::kInference);
 
 // The names of a model's graph inputs that are not initializers, in order (no validation).
 Expected<std::vector<std::string>> onnx_input_names(const std::string& path);

@@ -4,6 +4,8 @@
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -234,6 +236,91 @@ void lower_random_ops(Graph& g, uint64_t seed) {
   }
 }
 
+// Inputs of an op that are not data: exponents, bounds, shapes, axes, indices, pads, masks,
+// labels, running statistics. No gradient flows through them into a weight worth training.
+bool is_data_slot(const Node& n, size_t i) {
+  static const std::map<std::string, std::set<size_t>> kNotData = {
+      {"Pow", {1}}, {"Clip", {1, 2}}, {"Reshape", {1}}, {"Expand", {1}}, {"Tile", {1}},
+      {"Slice", {1, 2, 3, 4}}, {"Pad", {1, 2, 3}}, {"Unsqueeze", {1}}, {"Squeeze", {1}},
+      {"ReduceSum", {1}}, {"ReduceMean", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
+      {"Split", {1}}, {"Gather", {1}}, {"Resize", {1, 2, 3}}, {"Upsample", {1}}, {"ConstantOfShape", {0}},
+      {"Range", {0, 1, 2}}, {"Dropout", {1, 2}}, {"BatchNormalization", {3, 4, 5}},
+      {"SoftmaxCrossEntropyLoss", {1, 2}}, {"MSELoss", {1}}, {"Where", {0}}, {"TopK", {1}}, {"CumSum", {1}},
+      {"Shape", {0}}, {"Size", {0}}, {"Equal", {0, 1}}, {"Less", {0, 1}}, {"Greater", {0, 1}}, {"Not", {0}},
+      {"OneHot", {0, 1, 2}}};
+  auto it = kNotData.find(n.op_type);
+  return it == kNotData.end() || !it->second.count(i);
+}
+
+bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {
+  for (const auto& p : patterns)
+    if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  return false;
+}
+
+// Which float initializers train. By default the weights: rank >= 1 and flowing, through data
+// inputs, into a node that also reads something computed from the model's inputs (so never a
+// scalar, an exponent, an epsilon, a clip bound, a shape or an index). --trainable PATTERNS
+// replaces the default by the float initializers whose names match (fnmatch globs); --freeze
+// PATTERNS then removes matches.
+// Patterns that match none of `candidates` (the initializers and Constant-node tensors) are refused.
+Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const ImportOptions& opts,
+                        const std::string& path) {
+  for (const auto* list : {&opts.trainable, &opts.freeze})
+    for (const auto& p : *list) {
+      bool any = false;
+      for (const auto& c : candidates) any = any || fnmatch(p.c_str(), c.c_str(), 0) == 0;
+      if (!any)
+        return invalid_input(std::string(list == &opts.freeze ? "--freeze" : "--trainable") + ": '" + p +
+                             "' matches no initializer of " + path);
+    }
+  // Values computed from the model's inputs (token ids through Gather's indices too).
+  std::set<const Value*> data;
+  for (const Value* v : g.inputs) data.insert(v);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto& up : g.nodes()) {
+      bool reads = false;
+      for (const Value* in : up->inputs) reads = reads || (in && data.count(in));
+      if (!reads) continue;
+      for (Value* o : up->outputs)
+        if (o && data.insert(o).second) changed = true;
+    }
+  }
+  auto is_weight = [&](const Value* p) {
+    if (p->dims.empty()) return false;
+    std::set<const Value*> seen{p};
+    std::vector<const Value*> todo{p};
+    while (!todo.empty()) {
+      const Value* v = todo.back();
+      todo.pop_back();
+      for (const Node* n : v->consumers) {
+        bool through = false, meets_data = false;
+        for (size_t i = 0; i < n->inputs.size(); ++i) {
+          if (!n->inputs[i]) continue;
+          through = through || (n->inputs[i] == v && is_data_slot(*n, i));
+          meets_data = meets_data || (n->inputs[i] != v && data.count(n->inputs[i]));
+        }
+        if (!through) continue;
+        if (meets_data) return true;
+        for (const Value* o : n->outputs)
+          if (o && seen.insert(o).second) todo.push_back(o);
+      }
+    }
+    return false;
+  };
+  for (auto& up : g.values()) {
+    Value* v = up.get();
+    if (!v->from_initializer || !candidates.count(v->name)) continue;
+    if (v->kind != ValueKind::kParameter && v->kind != ValueKind::kConstant) continue;
+    if (!is_floating(v->dtype) || v->consumers.empty()) continue;
+    bool train = opts.trainable.empty() ? is_weight(v) : matches_any(v->name, opts.trainable);
+    if (matches_any(v->name, opts.freeze)) train = false;
+    v->kind = train ? ValueKind::kParameter : ValueKind::kConstant;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Expected<std::vector<std::string>> onnx_input_names(const std::string& path) {
@@ -336,12 +423,9 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   const auto& gp = proto.graph();
   std::set<std::string> init_names;
   for (const auto& t : gp.initializer()) init_names.insert(t.name());
-  std::set<std::string> frozen(opts.freeze.begin(), opts.freeze.end());
   std::set<std::string> trainable_names = init_names;  // initializers and Constant-node tensors
   for (const auto& n : gp.node())
     if (n.op_type() == "Constant" && n.output_size() == 1) trainable_names.insert(n.output(0));
-  for (const auto& f : frozen)
-    if (!trainable_names.count(f)) return invalid_input("--freeze: '" + f + "' is not an initializer of " + path);
 
   for (const auto& vi : gp.input()) {
     if (init_names.count(vi.name())) continue;  // old models list initializers as inputs
@@ -357,7 +441,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   }
   for (const auto& t : gp.initializer()) {
     ASSIGN_OR_RETURN(HostTensor ht, tensor_from_proto(t, path));
-    bool trainable = is_floating(ht.dtype()) && !frozen.count(t.name());
+    bool trainable = is_floating(ht.dtype());  // until choose_trainable decides
     Value* v = g->add_value(t.name(), ht.dtype(), ht.dims(), trainable ? ValueKind::kParameter : ValueKind::kConstant);
     v->data = std::make_shared<HostTensor>(std::move(ht));
     v->from_initializer = true;
@@ -390,7 +474,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
       v->dims = c.dims();
       // Weights that converters feed through Constant nodes train like initializers; scalars
       // (the constants of formulas such as Gelu's 0.5) stay constants.
-      const bool weight = is_floating(c.dtype()) && c.size() > 1 && !frozen.count(v->name);
+      const bool weight = is_floating(c.dtype()) && c.size() > 1;
       v->kind = weight ? ValueKind::kParameter : ValueKind::kConstant;
       v->from_initializer = weight;
       v->data = std::make_shared<HostTensor>(std::move(c));
@@ -434,6 +518,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   // Float initializers that feed no computation after folding are constants, not parameters.
   for (Value* v : g->values_of_kind(ValueKind::kParameter))
     if (v->consumers.empty()) v->kind = ValueKind::kConstant;
+  RETURN_IF_ERROR(choose_trainable(*g, trainable_names, opts, path));
 
   src->proto = std::move(original);
   out.graph = std::move(g);

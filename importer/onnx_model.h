@@ -29,6 +29,13 @@ struct ImportedModel;
 Expected<onnx::ModelProto> trained_proto(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
                                          std::set<std::string>* was_external);
 
+// Turns the training-mode nodes of `proto` into their inference form, in place and keeping every
+// node (so that node indices still match): BatchNormalization uses its running statistics (extra
+// outputs dropped, training_mode / is_test set), Dropout is off (its training_mode constant set to
+// false where only training_mode inputs read it, else the input dropped; mask output dropped). Graph outputs and value_info of dropped tensors go too; a node that reads one
+// is refused (naming it and `what`). A model without training-mode nodes is unchanged.
+Status to_inference(onnx::ModelProto* proto, const std::string& what);
+
 // Writes `bytes` to path + ".tmp", then renames it onto `path`.
 Status write_atomically(const std::filesystem::path& path, const std::string& bytes);
 

@@ -222,7 +222,10 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
                                                     const std::map<std::string, HostTensor>& values,
                                                     const std::vector<StageCut>& stages, const std::string& dir) {
   const Graph& ir = *model.graph;
-  ASSIGN_OR_RETURN(const onnx::ModelProto full, trained_proto(model, values, nullptr));
+  // Stage models follow the trained model's rule: inference form (BatchNorm with running
+  // statistics, Dropout off); node indices are unchanged by the rewrite.
+  ASSIGN_OR_RETURN(onnx::ModelProto full, trained_proto(model, values, nullptr));
+  RETURN_IF_ERROR(to_inference(&full, "--export-stages"));
   const onnx::GraphProto& g = full.graph();
   const SourceIndex src(g);
   const int num_stages = static_cast<int>(stages.size());

@@ -38,7 +38,8 @@ struct StageModelInfo {
 // inputs and outputs in order, so that they can be chained), each to a temporary file renamed into
 // place; stage files of an earlier run with more stages are removed. Every model holds the source
 // model's nodes (in source order) that compute its outputs from its inputs, the initializers and
-// Constant nodes those read with `values` substituted as export_onnx does (data inline), typed
+// Constant nodes those read with `values` substituted as export_onnx does (data inline) and in the
+// same inference form (BatchNormalization with running statistics, Dropout off), typed
 // inputs and outputs (the source's symbolic batch dimension where ONNX shape inference of the source
 // carries it to the value, the bound static dims otherwise), and the source's IR version, opset
 // imports and producer; each passes onnx::checker and strict shape inference (where the source model

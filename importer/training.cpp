@@ -20,9 +20,52 @@ Value* scalar_one(Graph& g, DType dt) {
   return c;
 }
 
+// Token-level cross-entropy for a sequence output: logits [N, T, V] (a [N*T, V] output is
+// reshaped to it) are transposed to [N, V, T] so that SoftmaxCrossEntropyLoss reads labels [N, T].
+Expected<LossInfo> attach_token_loss(Graph& g, Value* out, int64_t batch, int64_t ignore_index) {
+  LossInfo info;
+  info.kind = LossKind::kCrossEntropy;
+  info.output = out;
+  info.ignore_index = ignore_index;
+  const bool flat = out->dims.size() == 2;
+  const int64_t n = flat ? batch : out->dims[0];
+  const int64_t t = flat ? out->dims[0] / batch : out->dims[1];
+  const int64_t v = out->dims.back();
+  Value* logits = out;
+  if (flat) {
+    Value* shape = g.add_value("loss/shape", DType::kInt64, {3}, ValueKind::kConstant);
+    shape->data = std::make_shared<HostTensor>(DType::kInt64, Dims{3});
+    int64_t* s = shape->data->as<int64_t>();
+    s[0] = n, s[1] = t, s[2] = v;
+    logits = g.add_value("loss/logits", out->dtype, {n, t, v}, ValueKind::kActivation);
+    g.add_node("Reshape", "loss/Reshape", {out, shape}, {logits}, {}, Phase::kLoss);
+  }
+  Value* scores = g.add_value("loss/scores", out->dtype, {n, v, t}, ValueKind::kActivation);
+  AttrMap tm;
+  tm.set("perm", std::vector<int64_t>{0, 2, 1});
+  g.add_node("Transpose", "loss/Transpose", {logits}, {scores}, tm, Phase::kLoss);
+  info.logits = scores;
+  info.num_classes = v;
+  info.tokens = t;
+  info.labels = g.add_value("labels", DType::kInt64, {n, t}, ValueKind::kLabel);
+  Value* loss = g.add_value("loss", out->dtype, {}, ValueKind::kActivation);
+  Value* logp = g.add_value("loss/log_prob", out->dtype, {n, v, t}, ValueKind::kActivation);
+  AttrMap m;
+  m.set("reduction", std::string("mean"));
+  m.set("ignore_index", ignore_index);
+  g.add_node("SoftmaxCrossEntropyLoss", "loss/SoftmaxCrossEntropyLoss", {scores, info.labels}, {loss, logp}, m,
+             Phase::kLoss);
+  info.loss = loss;
+  info.description = "token-level softmax cross-entropy (mean over the tokens whose label is not " +
+                     std::to_string(ignore_index) + ", int64 labels [N, " + std::to_string(t) + "] in [0, " +
+                     std::to_string(v) + ")) on output '" + out->name + "' " + dims_str(out->dims);
+  g.loss = loss;
+  return info;
+}
+
 }  // namespace
 
-Expected<LossInfo> attach_loss(Graph& g, LossKind kind) {
+Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index) {
   if (g.outputs.empty()) return invalid_input("the model has no outputs to attach a loss to");
   LossInfo info;
   // A model that already computes its loss.
@@ -54,7 +97,12 @@ Expected<LossInfo> attach_loss(Graph& g, LossKind kind) {
   Value* out = g.outputs[0];
   if (!is_floating(out->dtype)) return invalid_input("model output '" + out->name + "' is " + dtype_name(out->dtype) + ", not a float tensor");
   const bool nc = out->dims.size() == 2;
-  if (kind == LossKind::kAuto) kind = nc ? LossKind::kCrossEntropy : LossKind::kMse;
+  // Sequence outputs: [N, T, V], or [N*T, V] where N is the batch (the first input's first dimension).
+  const int64_t batch = g.inputs.empty() || g.inputs[0]->dims.empty() ? 0 : g.inputs[0]->dims[0];
+  const bool flat_tokens = nc && batch > 0 && out->dims[0] != batch && out->dims[0] % batch == 0;
+  const bool seq = out->dims.size() == 3 || flat_tokens;
+  if (kind == LossKind::kAuto) kind = nc || seq ? LossKind::kCrossEntropy : LossKind::kMse;
+  if (kind == LossKind::kCrossEntropy && seq) return attach_token_loss(g, out, batch, ignore_index);
   info.kind = kind;
   info.output = info.logits = out;
   std::string note;
@@ -178,9 +226,9 @@ Expected<OptimizerKind> parse_optimizer(const std::string& name) {
   return invalid_input("--optimizer " + name + ": unknown optimizer (valid: sgd-paper, sgd, adam, adamw)");
 }
 
-Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd) {
+Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd, int64_t ignore_index) {
   TrainingGraph tg;
-  ASSIGN_OR_RETURN(tg.loss, attach_loss(g, kind));
+  ASSIGN_OR_RETURN(tg.loss, attach_loss(g, kind, ignore_index));
   std::vector<Value*> params = g.values_of_kind(ValueKind::kParameter);
   Value* seed = scalar_one(g, tg.loss.loss->dtype);
   ASSIGN_OR_RETURN(tg.grads, build_gradients(g, {{tg.loss.loss, seed}}, params));

@@ -19,12 +19,16 @@ struct LossInfo {
   Value* labels = nullptr;  // kLabel value fed by the data loader
   Value* loss = nullptr;    // scalar
   int64_t num_classes = 0;  // cross-entropy only
+  int64_t tokens = 0;       // token-level cross-entropy: labels [N, tokens]; 0: one label per sample
+  int64_t ignore_index = -100;  // cross-entropy: labels equal to it count for nothing (PyTorch's default)
   std::string description;  // one line for the user: which output, which loss, why
 };
 
 // Appends the loss. kAuto: a model that already ends in SoftmaxCrossEntropyLoss uses it; an output
-// shaped [N, C] gets softmax cross-entropy (mean, int64 labels [N]); other shapes get MSE.
-Expected<LossInfo> attach_loss(Graph& g, LossKind kind);
+// shaped [N, C] gets softmax cross-entropy (mean, int64 labels [N]); a sequence output, [N, T, V]
+// or [N*T, V] (N the batch), token-level cross-entropy (int64 labels [N, T], mean over the tokens
+// whose label is not `ignore_index`); other shapes get MSE.
+Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index = -100);
 
 // Reverse-mode autodiff. Seeds pair a value with its incoming gradient; returns the gradient of
 // every value in `wrt` that the seeds depend on (absent: no path). Gradients nobody needs are never
@@ -67,6 +71,7 @@ struct TrainingGraph {
 // attach_loss + build_gradients(loss, 1) + one update node per parameter (Phase kUpdate, domain
 // pipetrain): SGDMomentum(W, G, V, lr); SGD(W, G, B, lr, step [, D]) with D, the last step
 // direction, only when nesterov; Adam(W, G, M, V, lr, step). Every input after lr is kState.
-Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd);
+Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd,
+                                             int64_t ignore_index = -100);
 
 }  // namespace pt

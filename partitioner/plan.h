@@ -71,6 +71,7 @@ struct Plan {
   double imbalance = 0;                  // max stage time / mean stage time
   double predicted_samples_per_s = 0;
   double single_device_samples_per_s = 0;  // the whole model on stage 0's device
+  double measured_samples_per_s = 0;     // after training: the run's throughput (0: not trained)
 };
 
 // One stage holding the whole training graph (no cost model needed).

@@ -31,6 +31,7 @@ Summary summarize(const Plan& p) {
                     : s.bottleneck_ms > 0         ? batch * 1e3 / s.bottleneck_ms
                                                   : 0;
   s.single_device_samples_per_s = p.single_device_samples_per_s;
+  s.measured_samples_per_s = p.measured_samples_per_s;
   s.speedup = s.single_device_samples_per_s > 0 ? s.samples_per_s / s.single_device_samples_per_s : 0;
   return s;
 }
@@ -169,6 +170,9 @@ std::string report_text(const ReportInputs& r) {
   out += format("bottleneck %.3f ms (stage %d), imbalance %.2f (max/mean stage time)\n", sum.bottleneck_ms,
                 sum.bottleneck_stage, sum.imbalance);
   out += format("predicted %.1f samples/s", sum.samples_per_s);
+  if (sum.measured_samples_per_s > 0)
+    out += format(", measured %.1f samples/s (%.2fx the prediction)", sum.measured_samples_per_s,
+                  sum.samples_per_s > 0 ? sum.measured_samples_per_s / sum.samples_per_s : 0.0);
   if (sum.speedup > 0)
     out += format(", %.2fx over one device (%.1f samples/s)", sum.speedup, sum.single_device_samples_per_s);
   out += "\n";

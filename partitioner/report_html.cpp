@@ -152,6 +152,10 @@ std::string report_html(const ReportInputs& r) {
 
   h += "<div class=\"kpis\">\n";
   h += kpi("throughput", format("%.0f", sum.samples_per_s), "samples/s, predicted");
+  if (sum.measured_samples_per_s > 0)
+    h += kpi("measured", format("%.0f", sum.measured_samples_per_s),
+             format("samples/s in training (%.2f× the prediction)",
+                    sum.samples_per_s > 0 ? sum.measured_samples_per_s / sum.samples_per_s : 0.0));
   h += kpi("speedup", sum.speedup > 0 ? format("%.2f×", sum.speedup) : "-",
            sum.single_device_samples_per_s > 0 ? format("over one device (%.0f samples/s)", sum.single_device_samples_per_s)
                                                : "one-device figure unknown");

@@ -106,6 +106,7 @@ std::string report_json(const ReportInputs& r) {
       {"speedup", sum.speedup},
       {"has_measured", sum.measured},
   };
+  if (sum.measured_samples_per_s > 0) doc["measured_samples_per_s"] = sum.measured_samples_per_s;
   if (r.automatic) {
     json a = summary_json(*r.automatic);
     const double ab = a["bottleneck_ms"].get<double>();

@@ -19,6 +19,7 @@ struct Summary {
   double single_device_samples_per_s = 0;
   double speedup = 0;  // 0 when the one-device figure is unknown
   bool measured = false;  // some stage has measured times
+  double measured_samples_per_s = 0;  // the trained run's throughput; 0 before training
 };
 Summary summarize(const Plan& p);
 

@@ -191,16 +191,23 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
   }
   Dims ls(d.y.dims().begin() + 1, d.y.dims().end());
   if (numel(ls) != numel(spec.label_sample_dims))
-    return invalid_input(yp + ": each label is " + dims_str(ls) + ", the loss wants " + dims_str(spec.label_sample_dims));
+    return invalid_input(yp + ": labels " + dims_str(d.y.dims()) + " do not fit the loss, which wants " +
+                         dims_str([&] {
+                           Dims w = spec.label_sample_dims;
+                           w.insert(w.begin(), n);
+                           return w;
+                         }()) + " (each label " + dims_str(ls) + ", wanted " + dims_str(spec.label_sample_dims) + ")");
   Dims lnd = spec.label_sample_dims;
   lnd.insert(lnd.begin(), n);
   d.y.reshape(lnd);
   if (spec.num_classes > 0) {
     const int64_t* y = d.y.as<int64_t>();
-    for (int64_t i = 0; i < n; ++i)
-      if (y[i] < 0 || y[i] >= spec.num_classes)
-        return invalid_input(yp + ": label " + std::to_string(y[i]) + " of sample " + std::to_string(i) +
-                             " is outside [0, " + std::to_string(spec.num_classes) + ")");
+    const int64_t per = n > 0 ? d.y.size() / n : 1;
+    for (int64_t i = 0; i < d.y.size(); ++i)
+      if ((y[i] < 0 || y[i] >= spec.num_classes) && y[i] != spec.ignore_index)
+        return invalid_input(yp + ": label " + std::to_string(y[i]) + " of sample " + std::to_string(i / per) +
+                             " is outside [0, " + std::to_string(spec.num_classes) + ") and is not the --ignore-index " +
+                             std::to_string(spec.ignore_index));
   }
   return d;
 }
@@ -212,8 +219,18 @@ Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Dims xd = spec.sample_dims;
   xd.insert(xd.begin(), n);
-  d.x = HostTensor(DType::kFloat32, xd);
-  for (int64_t i = 0; i < d.x.size(); ++i) d.x.as<float>()[i] = normal(rng);
+  if (spec.input_dtype == DType::kInt64 || spec.input_dtype == DType::kInt32) {
+    // Token ids (or other integer inputs): uniform in [0, vocabulary), the embedding's rows.
+    d.x = HostTensor(spec.input_dtype, xd);
+    std::uniform_int_distribution<int64_t> id(0, std::max<int64_t>(spec.input_vocab, 2) - 1);
+    for (int64_t i = 0; i < d.x.size(); ++i) {
+      if (spec.input_dtype == DType::kInt64) d.x.as<int64_t>()[i] = id(rng);
+      else d.x.as<int32_t>()[i] = static_cast<int32_t>(id(rng));
+    }
+  } else {
+    d.x = HostTensor(DType::kFloat32, xd);
+    for (int64_t i = 0; i < d.x.size(); ++i) d.x.as<float>()[i] = normal(rng);
+  }
   Dims yd = spec.label_sample_dims;
   yd.insert(yd.begin(), n);
   d.y = HostTensor(spec.label_dtype, yd);

@@ -31,6 +31,8 @@ struct DataSpec {
   DType label_dtype = DType::kInt64;
   Dims label_sample_dims;  // [] for class labels
   int64_t num_classes = 0;  // > 0 for class labels
+  int64_t ignore_index = -100;  // class labels equal to it are allowed (the loss skips them)
+  int64_t input_vocab = 0;  // integer inputs (token ids): synthetic ids are drawn from [0, input_vocab)
   bool scale_pixels = true;  // unsigned integer pixels (IDX, CIFAR, uint8/uint16 x.npy) scaled to [0, 1]; false: raw values
 };
 
@@ -51,7 +53,8 @@ Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::
 // Splits off the last `fraction` of a seeded shuffle as a validation set (--val-split).
 Dataset split_validation(Dataset* train, double fraction, uint64_t seed);
 
-// Random inputs (N(0,1)) and labels, deterministic in `seed`.
+// Random inputs and labels, deterministic in `seed`. Integer inputs get ids uniform in [0, spec.input_vocab), float inputs standard normal values;
+// class labels (token labels too) are uniform in [0, num_classes), targets standard normal.
 Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed);
 
 // Copies samples order[begin .. begin+count) (wrapping around) into the batch tensors; either

@@ -607,7 +607,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     return r;
   }
   MetricsFile csv;  // rank 0 alone writes it under MPI
-  RETURN_IF_ERROR(csv.open(coord ? cfg.metrics_path : std::string(), rows));
+  RETURN_IF_ERROR(csv.open(coord ? cfg.metrics_path : std::string(), rows, cfg.tensorboard_dir));
 
   using clock = std::chrono::steady_clock;
   sh.t0 = clock::now();

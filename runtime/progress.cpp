@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "runtime/tensorboard.h"
 #include "runtime/trainer.h"
 
 namespace pt {
@@ -70,9 +71,13 @@ void Progress::step(int64_t step, int64_t epoch, double loss, double samples_per
   window_loss_ = 0;
 }
 
-Status MetricsFile::open(const std::string& path, const std::vector<std::string>& rows) {
+Status MetricsFile::open(const std::string& path, const std::vector<std::string>& rows,
+                         const std::string& tensorboard_dir) {
   path_ = path;
   if (path.empty()) return Status::ok();
+  if (!tensorboard_dir.empty()) {
+    ASSIGN_OR_RETURN(tb_, TensorBoardWriter::open(tensorboard_dir));
+  }
   partial_ = path + ".partial";
   f_.open(partial_, std::ios::trunc);
   if (!f_) return invalid_input(path + ": cannot be written");
@@ -84,8 +89,36 @@ Status MetricsFile::open(const std::string& path, const std::vector<std::string>
 
 MetricsFile::~MetricsFile() { (void)close(); }
 
+namespace {
+
+// The row's fields (metrics_row's format) as TensorBoard scalars; empty fields (no validation at
+// this step) and accuracy -1 (regression) are left out.
+Status row_to_tensorboard(const std::string& row, TensorBoardWriter* tb) {
+  std::vector<std::string> f;
+  size_t start = 0;
+  for (size_t i = 0; i <= row.size(); ++i)
+    if (i == row.size() || row[i] == ',') {
+      f.push_back(row.substr(start, i - start));
+      start = i + 1;
+    }
+  if (f.size() < 7) return internal_error("metrics row '" + row + "' has " + std::to_string(f.size()) + " fields");
+  const int64_t step = std::stoll(f[0]);
+  static const char* const kTags[] = {nullptr, nullptr, "train/loss", "train/lr", "train/samples_per_s", "val/loss",
+                                      "val/accuracy"};
+  for (size_t k = 2; k < 7; ++k) {
+    if (f[k].empty()) continue;
+    const double v = std::stod(f[k]);
+    if (k == 6 && v < 0) continue;
+    RETURN_IF_ERROR(tb->scalar(kTags[k], step, v));
+  }
+  return tb->flush();
+}
+
+}  // namespace
+
 Status MetricsFile::add(const std::string& row, bool publish_now) {
   if (path_.empty()) return Status::ok();
+  if (tb_) RETURN_IF_ERROR(row_to_tensorboard(row, tb_.get()));
   f_ << row << "\n";
   ++since_;
   // At a validation, but not more than once a second (--eval-every 1 would copy the file per step).

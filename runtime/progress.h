@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/tensorboard.h"
 
 namespace pt {
 
@@ -46,7 +48,9 @@ class MetricsFile {
   MetricsFile& operator=(const MetricsFile&) = delete;
   ~MetricsFile();  // a run that fails keeps the rows it wrote: the file is closed as by close()
   // An empty path disables the file. `rows`: those of the steps before a resume.
-  Status open(const std::string& path, const std::vector<std::string>& rows);
+  // `tensorboard_dir` (with a path): every row added is also written there as TensorBoard scalars
+  // (train/loss, train/lr, train/samples_per_s, val/loss, val/accuracy), in a new event file.
+  Status open(const std::string& path, const std::vector<std::string>& rows, const std::string& tensorboard_dir = "");
   // Appends one row; publishes PATH when `publish` is set or a few seconds have passed.
   Status add(const std::string& row, bool publish);
   Status close();
@@ -58,6 +62,7 @@ class MetricsFile {
   std::ofstream f_;
   clock::time_point last_;
   int64_t since_ = 0;  // rows since the last publication
+  std::unique_ptr<TensorBoardWriter> tb_;
 };
 
 }  // namespace pt

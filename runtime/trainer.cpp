@@ -106,36 +106,46 @@ Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg,
   const bool ce = tg.loss.kind == LossKind::kCrossEntropy;
   // Probabilities when the model ends in Softmax; a final LogSoftmax gives log-probabilities,
   // whose log-softmax below is themselves.
-  const bool probs = tg.loss.output != tg.loss.logits && tg.loss.output->producer &&
+  const bool probs = tg.loss.tokens == 0 && tg.loss.output != tg.loss.logits && tg.loss.output->producer &&
                      tg.loss.output->producer->op_type == "Softmax";
   const int64_t per = out.size() / batch;
+  // Cross-entropy: one label per sample, or per token (tg.loss.tokens labels of per / tokens
+  // classes each); labels equal to ignore_index are skipped, as the loss skips them.
+  const int64_t tokens = std::max<int64_t>(tg.loss.tokens, 1);
+  const int64_t classes = per / tokens;
+  int64_t counted = 0;
   for (int64_t b = 0; b < n; b += batch) {
     gather_batch(d, order, b, x, y);
     RETURN_IF_ERROR(forward());
     const int64_t real = std::min(batch, n - b);
     for (int64_t i = 0; i < real; ++i) {
       if (ce) {
-        // log-softmax in double on the model output (probabilities when it ended in Softmax).
-        double mx = -INFINITY;
-        int64_t arg = 0;
-        for (int64_t c = 0; c < per; ++c) {
-          const double v = out.get_double(i * per + c);
-          if (v > mx) {
-            mx = v;
-            arg = c;
+        for (int64_t t = 0; t < tokens; ++t) {
+          const int64_t label = y->as<int64_t>()[i * tokens + t];
+          if (label == tg.loss.ignore_index) continue;
+          const int64_t base = (i * tokens + t) * classes;
+          // log-softmax in double on the model output (probabilities when it ended in Softmax).
+          double mx = -INFINITY;
+          int64_t arg = 0;
+          for (int64_t c = 0; c < classes; ++c) {
+            const double v = out.get_double(base + c);
+            if (v > mx) {
+              mx = v;
+              arg = c;
+            }
           }
+          double lp;
+          if (probs) {
+            lp = std::log(std::max(out.get_double(base + label), 1e-30));
+          } else {
+            double s = 0;
+            for (int64_t c = 0; c < classes; ++c) s += std::exp(out.get_double(base + c) - mx);
+            lp = out.get_double(base + label) - mx - std::log(s);
+          }
+          loss_sum += -lp;
+          correct += arg == label;
+          ++counted;
         }
-        const int64_t label = y->as<int64_t>()[i];
-        double lp;
-        if (probs) {
-          lp = std::log(std::max(out.get_double(i * per + label), 1e-30));
-        } else {
-          double s = 0;
-          for (int64_t c = 0; c < per; ++c) s += std::exp(out.get_double(i * per + c) - mx);
-          lp = out.get_double(i * per + label) - mx - std::log(s);
-        }
-        loss_sum += -lp;
-        correct += arg == label;
       } else {
         double s = 0;
         for (int64_t c = 0; c < per; ++c) {
@@ -147,8 +157,9 @@ Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg,
     }
   }
   r.samples = n;
-  r.loss = loss_sum / n;
-  r.accuracy = ce ? static_cast<double>(correct) / n : -1;
+  if (!ce) counted = n;
+  r.loss = counted ? loss_sum / counted : 0;
+  r.accuracy = ce ? (counted ? static_cast<double>(correct) / counted : 0) : -1;
   return r;
 }
 
@@ -335,7 +346,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     return r;
   }
   MetricsFile csv;
-  RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows));
+  RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows, cfg.tensorboard_dir));
   constexpr int64_t kTimedSteps = 3;
   std::vector<double> node_seconds;
   int64_t timed_steps = 0;

@@ -46,6 +46,7 @@ struct TrainConfig {
   bool quiet = false;
   std::string metrics_path;  // metrics.csv; written as <path>.partial, renamed when done
   std::string curves_path;   // curves.svg, refreshed at every validation and at the end
+  std::string tensorboard_dir;  // --tensorboard: event files of the metrics rows (empty: none)
   std::string title;         // of the curves
   CheckpointOptions checkpoint;
   // Polled after every mini-batch: when set, the loop writes a checkpoint (if checkpoint.dir is

@@ -11,5 +11,5 @@ cmake --build "$build" -j "$(nproc)" --target onnx-pipetrain >"$build.build.log"
   || { tail -50 "$build.build.log"; exit 1; }
 "$build/tools/onnx-pipetrain" models/digits_mlp.onnx \
   --data models/digits/train --val-data models/digits/val \
-  --epochs 30 --batch-size 32 --lr 0.5 --momentum 0.9 --seed 1 --out runs/digits_mlp "$@"
+  --epochs 30 --batch-size 32 --lr 0.5 --momentum 0.9 --seed 1 --out runs/digits_mlp --overwrite "$@"
 echo "results: runs/digits_mlp/ (digits_mlp.trained.onnx, metrics.csv)"

@@ -269,10 +269,10 @@ elif [ "$(cap 60)" -lt 20 ]; then
 else
   t0=$(date +%s)
   timeout "$(cap 60)" "$pipetrain" "$assets/resnet18.onnx" --device cpu --steps 3 --batch-size 32 "${data_flags[@]}" \
-    --out "$log_dir/cli_cpu" >"$log_dir/cli_cpu.log" 2>&1
+    --out "$log_dir/cli_cpu" --overwrite >"$log_dir/cli_cpu.log" 2>&1
   rc=$?
   timeout 30 "$pipetrain" "$assets/resnet18.onnx" --device cuda --gpus $((n_gpus + 1)) --steps 1 \
-    --out "$log_dir/cli_count" >"$log_dir/cli_count.log" 2>&1
+    --out "$log_dir/cli_count" --overwrite >"$log_dir/cli_count.log" 2>&1
   rc_count=$?
   if [ "$rc_count" = 2 ] && grep -q "this machine has $n_gpus CUDA device" "$log_dir/cli_count.log"; then
     sees="sees $n_gpus CUDA device(s) as nvidia-smi does"

@@ -136,7 +136,7 @@ verify() {
     cp -a "$dir/bin" "$dir/lib" "$dir/assets" "$cr/"
     : >"$cr/dev/null"
     if env -i PATH=/bin LD_LIBRARY_PATH=/lib:/lib/cxx:/cuda OMP_NUM_THREADS=2 \
-         "$chroot_bin" "$cr" /bin/onnx-pipetrain /assets/resnet18.onnx "${train_args[@]/$dir/}" --out /tmp/run \
+         "$chroot_bin" "$cr" /bin/onnx-pipetrain /assets/resnet18.onnx "${train_args[@]/$dir/}" --out /tmp/run --overwrite \
          >"$dir/chroot.log" 2>&1 && [ -f "$cr/tmp/run/metrics.csv" ]; then
       chrooted="ok ($(tail -1 "$cr/tmp/run/metrics.csv" | cut -d, -f1,3 | sed 's/,/ steps, last loss /'))"
       for f in kernel_tests runtime_tests cuda_resnet_bench; do
@@ -154,7 +154,7 @@ verify() {
   echo "chroot (archive + glibc + CUDA libraries only, bundled libstdc++): $chrooted"
   # 3. env -i with the library path gpu-check.sh chooses.
   if env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$PT_LDP" OMP_NUM_THREADS=2 "$dir/bin/onnx-pipetrain" \
-       "$dir/assets/resnet18.onnx" "${train_args[@]}" --out "$dir/run" >"$dir/envi.log" 2>&1; then
+       "$dir/assets/resnet18.onnx" "${train_args[@]}" --out "$dir/run" --overwrite >"$dir/envi.log" 2>&1; then
     echo "env -i: onnx-pipetrain --device cpu on the packed ResNet-18 and data: ok ($(tail -1 "$dir/run/metrics.csv" | cut -d, -f1,3 | sed 's/,/ steps, last loss /'))"
   else
     echo "FAIL: env -i run:"; sed 's/^/    /' "$dir/envi.log" | tail -5

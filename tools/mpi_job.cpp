@@ -98,8 +98,8 @@ std::string flags_fingerprint(const Options& o) {
     << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
     << '|' << o.resume  // checkpoint steps are drain points every rank must share
     << '|' << o.profile << '|' << o.oversubscribe
-    << '|' << o.optimizer << '|' << o.dampening << '|' << o.nesterov << '|' << o.beta1 << '|' << o.beta2 << '|' << o.eps << '|' << o.clip_grad_norm;  // --oversubscribe decides NCCL or MPI links
-  for (const auto* list : {&o.freeze, &o.device_spec, &o.split_at}) {
+    << '|' << o.optimizer << '|' << o.dampening << '|' << o.nesterov << '|' << o.beta1 << '|' << o.beta2 << '|' << o.eps << '|' << o.clip_grad_norm << '|' << o.ignore_index;  // --oversubscribe decides NCCL or MPI links
+  for (const auto* list : {&o.freeze, &o.trainable, &o.device_spec, &o.split_at}) {
     f << '|';
     for (const auto& x : *list) f << x << ',';
   }

@@ -4,6 +4,8 @@
 // error, 130 stopped by SIGINT or SIGTERM (after writing a checkpoint and the model; under MPI also
 // SIGUSR1, tools/mpi_job.h).
 #include <CLI/CLI.hpp>
+#include <dnnl_version.h>
+#include <google/protobuf/stubs/common.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -66,8 +68,28 @@ pt::Expected<pt::SgdOptions> optimizer_options(const Options& o) {
   return s;
 }
 
+// The vocabulary of an integer input: the rows of the embedding the Gather that reads it indexes
+// (through Cast / Identity / Reshape-like nodes); 0 when no Gather reads it.
+int64_t token_vocabulary(const pt::Value& input) {
+  std::vector<const pt::Value*> todo{&input};
+  for (size_t k = 0; k < todo.size() && k < 64; ++k)
+    for (const pt::Node* n : todo[k]->consumers) {
+      if (n->op_type == "Gather" && n->inputs.size() > 1 && n->inputs[1] == todo[k] && !n->inputs[0]->dims.empty() &&
+          n->attrs.get_int("axis", 0) == 0)
+        return n->inputs[0]->dims[0];
+      if ((n->op_type == "Cast" || n->op_type == "Identity" || n->op_type == "Reshape" || n->op_type == "Unsqueeze" ||
+           n->op_type == "Squeeze" || n->op_type == "Flatten") &&
+          n->inputs[0] == todo[k] && !n->outputs.empty() && n->outputs[0])
+        todo.push_back(n->outputs[0]);
+    }
+  return 0;
+}
+
 int run(const Options& o) {
   using namespace pt;
+  if (!o.plan_only && o.data == "synthetic")  // the first line, so that nobody mistakes the numbers
+    say(o, std::string("notice: ") + (o.data_given ? "--data synthetic" : "no --data given") +
+               ": training on synthetic random inputs and labels, so loss and accuracy mean nothing");
   if (o.gpus < 1) return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
   if (Status js = check_job_stages(o.gpus); !js.is_ok()) return fail_run(js);
   auto opt = optimizer_options(o);
@@ -107,6 +129,7 @@ int run(const Options& o) {
   io.batch_size = o.batch_size / micro;
   io.device = device;
   io.freeze = o.freeze;
+  io.trainable = o.trainable;
   io.seed = o.seed;
   auto imported = import_onnx(o.model, io);
   if (!imported) return fail_run(imported.status());
@@ -129,16 +152,35 @@ int run(const Options& o) {
     say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
                "; training with batches of that size (--batch-size " + std::to_string(o.batch_size) + " ignored)");
   LossKind lk = o.loss == "mse" ? LossKind::kMse : o.loss == "cross-entropy" ? LossKind::kCrossEntropy : LossKind::kAuto;
-  auto tg = build_training_graph(g, lk, sgd);
+  auto tg = build_training_graph(g, lk, sgd, o.ignore_index);
   if (!tg) return fail_run(tg.status().with_context(o.model + ": "));
   int64_t params = 0;
   for (Value* p : tg->params) params += p->size();
   say(o, "loss: " + tg->loss.description);
-  say(o, "parameters: " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
-             (o.freeze.empty() ? "" : " (" + std::to_string(o.freeze.size()) + " frozen)"));
+  {
+    // What trains, and how many float initializers stay as they are (scalars, exponents,
+    // epsilons, bounds; --freeze; --trainable).
+    int64_t kept = 0;
+    for (Value* v : g.values_of_kind(ValueKind::kConstant))
+      if (v->from_initializer && is_floating(v->dtype) && !v->consumers.empty()) ++kept;
+    say(o, "parameters: training " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
+               (kept ? " (" + std::to_string(kept) + " float initializer" + (kept == 1 ? "" : "s") + " kept constant: " +
+                           (o.trainable.empty() ? "scalars, exponents, bounds" : "not matched by --trainable") +
+                           (o.freeze.empty() ? "" : ", --freeze") + ")"
+                     : ""));
+  }
   for (const auto& u : tg->unused_params) say(o, "notice: parameter '" + u + "' does not reach the loss; it stays as it is");
   const fs::path out_dir = o.out.empty() ? fs::path("runs") / m.stem : fs::path(o.out);
   std::error_code ec;
+  if (!o.plan_only && !o.overwrite && !o.resume && leads_run()) {
+    // A finished run is not overwritten by accident (rank 0 alone writes the run folder).
+    std::string found;
+    for (const fs::path& f : {out_dir / (m.stem + ".trained.onnx"), out_dir / "metrics.csv"})
+      if (fs::exists(f, ec)) found += (found.empty() ? "" : ", ") + f.filename().string();
+    if (!found.empty())
+      return fail_run(invalid_input("--out " + out_dir.string() + ": the folder holds a finished run (" + found +
+                                    "); add --overwrite to replace it, --resume to continue it, or choose another --out"));
+  }
   fs::create_directories(out_dir, ec);
   if (ec) return fail_run(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
 
@@ -180,13 +222,14 @@ int run(const Options& o) {
   spec.label_dtype = tg->loss.labels->dtype;
   spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
   spec.num_classes = tg->loss.num_classes;
+  spec.ignore_index = o.ignore_index;
+  spec.input_vocab = token_vocabulary(*in);
   spec.scale_pixels = !o.raw_pixels;
   Dataset train, val;
   if (!leads_run()) {
     // Rank 0 alone reads the data and sends every stage what it reads.
   } else if (o.data == "synthetic") {
-    train = synthetic_dataset(spec, std::max<int64_t>(o.batch_size * 16, 512), o.seed);
-    say(o, "notice: --data synthetic: random inputs and labels, so loss and accuracy mean nothing");
+    train = synthetic_dataset(spec, std::max<int64_t>(o.batch_size * 16, 512), o.seed);  // said on the first line
   } else {
     auto d = load_dataset(o.data, spec);
     if (!d) return fail_run(d.status().with_context("--data: "));
@@ -224,6 +267,7 @@ int run(const Options& o) {
   tc.quiet = o.quiet;
   tc.metrics_path = (out_dir / "metrics.csv").string();
   tc.curves_path = (out_dir / "curves.svg").string();
+  if (o.tensorboard) tc.tensorboard_dir = out_dir.string();
   tc.title = m.stem + ": " + tg->loss.description.substr(0, tg->loss.description.find(" on output"));
   tc.checkpoint.dir = (out_dir / "checkpoints").string();
   tc.checkpoint.every = o.checkpoint_every;
@@ -317,8 +361,9 @@ int run(const Options& o) {
     }
     pipeline = std::move(*pipe);
   }
-  // The reports again, with measured stage times; with --trace, trace.json then holds the passes
-  // as they ran instead of the simulated schedule.
+  // The reports again, with measured stage times and throughput; with --trace, trace.json then
+  // holds the passes as they ran instead of the simulated schedule.
+  planned->plan.measured_samples_per_s = result->samples_per_s;
   if (Status rs = rewrite_reports(*planned, g, out_dir.string()); !rs.is_ok()) return fail_run(rs);
   if (o.trace) {
     if (!pipeline) {
@@ -343,8 +388,13 @@ int run(const Options& o) {
                                (last_good.empty() ? " (try a smaller --lr)" : "; the last good checkpoint is in " + last_good)));
   }
   const fs::path trained = out_dir / (m.stem + ".trained.onnx");
-  Status st = export_onnx(m, trained_values, trained.string());
+  Status st = export_onnx(m, trained_values, trained.string(), ExportMode::kInference);
   if (!st.is_ok()) return fail_run(st);
+  const fs::path training_model = out_dir / (m.stem + ".training.onnx");
+  if (o.export_training) {
+    st = export_onnx(m, trained_values, training_model.string(), ExportMode::kTraining);
+    if (!st.is_ok()) return fail_run(st);
+  }
   if (o.export_stages) {
     st = export_plan_stages(m, trained_values, planned->plan, (out_dir / "stages").string(), o.quiet);
     if (!st.is_ok()) return fail_run(st);
@@ -364,7 +414,8 @@ int run(const Options& o) {
                     static_cast<long long>(result->val.samples));
     say(o, line);
   }
-  say(o, "wrote: " + trained.string() + ", " + (out_dir / "metrics.csv").string() + ", " +
+  say(o, "wrote: " + trained.string() + (o.export_training ? ", " + training_model.string() : "") + ", " +
+             (out_dir / "metrics.csv").string() + ", " +
              (out_dir / "curves.svg").string());
   if (!result->last_checkpoint.empty()) say(o, "checkpoint: " + result->last_checkpoint);
   if (result->interrupted) {
@@ -379,6 +430,26 @@ int run(const Options& o) {
 
 int main_impl(int argc, char** argv);
 
+namespace {
+
+// --version: this tool's version and those of the libraries it was built with.
+std::string version_text() {
+  std::string s = std::string("onnx-pipetrain ") + PIPETRAIN_VERSION + "\n";
+  s += std::string("  ONNX ") + PIPETRAIN_ONNX_VERSION + "\n";
+  s += "  protobuf " + google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION) + "\n";
+  s += "  oneDNN " + std::to_string(DNNL_VERSION_MAJOR) + "." + std::to_string(DNNL_VERSION_MINOR) + "." +
+       std::to_string(DNNL_VERSION_PATCH) + "\n";
+#ifdef PIPETRAIN_CUDA_VERSION
+  s += std::string("  CUDA ") + PIPETRAIN_CUDA_VERSION + "\n";
+#else
+  s += "  CUDA: not built with it\n";
+#endif
+  s.pop_back();  // CLI11 ends the text with a newline
+  return s;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   pt::ensure_passive_omp_wait(argv);
   return pt::run_job(argc, argv, main_impl);
@@ -388,9 +459,10 @@ int main_impl(int argc, char** argv) {
   Options o;
   CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
   app.add_option("model", o.model, "the ONNX model to train")->required();
+  app.set_version_flag("--version", version_text());
   app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->capture_default_str();
   app.add_option("--device", o.device, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
-  app.add_option("--data", o.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
+  auto* data_opt = app.add_option("--data", o.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
   auto* vd = app.add_option("--val-data", o.val_data, "validation set (same formats as --data)");
   app.add_option("--val-split", o.val_split, "hold out this fraction of --data for validation (seeded)")
       ->check(CLI::Range(0.0, 0.9))->excludes(vd);
@@ -431,7 +503,7 @@ int main_impl(int argc, char** argv) {
                  "its own norm")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
-  app.add_option("--freeze", o.freeze, "initializers kept fixed (comma-separated)")->delimiter(',');
+  app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->capture_default_str();
   app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
   app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)");
@@ -467,6 +539,23 @@ int main_impl(int argc, char** argv) {
                                 "file or a folder); --steps/--epochs stay totals; write --resume=PATH before the model")
                      ->expected(0, 1)->type_name("[PATH]");
   app.add_flag("--quiet", o.quiet, "print errors only");
+  // ---- trainer-ux flags (exports, parameters, run folder, data, TensorBoard) ----
+  app.add_flag("--overwrite", o.overwrite,
+               "train into a run folder that holds a finished run (a trained model or metrics.csv), replacing it; "
+               "without it such a folder is refused");
+  app.add_option("--trainable", o.trainable,
+                 "train only the float initializers matching these names or fnmatch globs (comma-separated; default: "
+                 "the weights: rank >= 1 and feeding the data path, never scalars, exponents, epsilons, clip bounds)")
+      ->delimiter(',');
+  app.add_flag("--tensorboard", o.tensorboard,
+               "also write the metrics (train/loss, train/lr, train/samples_per_s, val/loss, val/accuracy) as a "
+               "TensorBoard event file into the run folder (tensorboard --logdir RUN)");
+  app.add_option("--ignore-index", o.ignore_index,
+                 "cross-entropy: labels equal to this count for nothing (token-level labels [N, T] of sequence "
+                 "outputs [N, T, V] or [N*T, V]; padding)")->capture_default_str();
+  app.add_flag("--export-training", o.export_training,
+               "also write RUN/<stem>.training.onnx: the trained weights in the source's training-mode graph "
+               "(BatchNorm on batch statistics, Dropout on); <stem>.trained.onnx is always the inference model");
   app.footer("Ctrl-C (SIGINT) or SIGTERM (how Slurm, Kubernetes and docker stop a job) stops a run at the next mini-batch boundary (pipelined runs: after the mini-batches "
              "already started), writes a checkpoint and the trained model, and exits 130. Under mpirun: kill -USR1 "
              "<mpirun's pid> (mpirun exits 130), or Ctrl-C (mpirun sends SIGTERM, then SIGKILL after "
@@ -479,9 +568,13 @@ int main_impl(int argc, char** argv) {
     o.resume = resume->count() > 0;
     for (const char* f : {"--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps"})
       if (app.count(f) > 0) o.optimizer_flags.push_back(f);
+    o.data_given = data_opt->count() > 0;
+    if (o.overwrite && o.resume) throw CLI::ExcludesError("--overwrite", "--resume");
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (pt::leads_run()) {

@@ -66,6 +66,13 @@ struct Options {
   double clip_grad_norm = 0;  // --clip-grad-norm; 0: off
   std::vector<std::string> optimizer_flags;  // those of --momentum, --dampening, --nesterov, --beta1,
                                              // --beta2, --eps given on the command line
+  // ---- trainer-ux: exports, parameters, run folder, data, TensorBoard (issue #15, items 3 to 7)
+  bool export_training = false;  // also write <stem>.training.onnx (the training-mode graph)
+  std::vector<std::string> trainable;  // fnmatch globs: train these float initializers instead of the weights
+  bool overwrite = false;   // train into a run folder that holds a finished run
+  bool data_given = false;  // --data was on the command line
+  int64_t ignore_index = -100;  // cross-entropy: labels equal to it count for nothing
+  bool tensorboard = false;     // also write the metrics as TensorBoard event files into the run folder
 };
 
 }  // namespace pt

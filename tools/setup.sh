@@ -9,7 +9,8 @@ debs=(cmake g++ make pkg-config
       libopenmpi-dev openmpi-bin
       graphviz chromium dataset-fashion-mnist
       python3-torch python3-torchvision python3-onnx python3-numpy python3-sklearn python3-protobuf
-      python3-pip python3-flatbuffers python3-coloredlogs python3-sympy python3-packaging)
+      python3-pip python3-flatbuffers python3-coloredlogs python3-sympy python3-packaging
+      python3-absl)
 
 missing=()
 for p in "${debs[@]}"; do
@@ -31,4 +32,11 @@ if ! /usr/bin/python3 -c "import onnxruntime" 2>/dev/null; then
   echo "setup: installing onnxruntime (PyPI) for /usr/bin/python3"
   /usr/bin/python3 -m pip install -q --no-deps --break-system-packages --root-user-action=ignore \
     onnxruntime==1.18.1
+fi
+# TensorBoard's own event-file reader checks the --tensorboard files (tests/cli/test_trainer_ux.py);
+# what that reader imports (absl, numpy, protobuf) comes from apt above.
+if ! /usr/bin/python3 -c "import tensorboard" 2>/dev/null; then
+  echo "setup: installing tensorboard (PyPI) for /usr/bin/python3"
+  /usr/bin/python3 -m pip install -q --no-deps --break-system-packages --root-user-action=ignore \
+    tensorboard==2.17.1
 fi

@@ -19,8 +19,17 @@ BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx
 PY = "/usr/bin/python3"
 
 
+def reuse_ok(args):
+    """`args` with --overwrite added where it names a run folder (--out) and does not resume: the
+    tests train into the same folder several times, which onnx-pipetrain refuses without it."""
+    args = [str(a) for a in args]
+    if "--out" in args and "--overwrite" not in args and not any(a.startswith("--resume") for a in args):
+        args.append("--overwrite")
+    return args
+
+
 def run(*args, cwd=None):
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+    p = subprocess.run([BIN, *reuse_ok(args)], capture_output=True, text=True, cwd=cwd, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -20,13 +20,15 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import check_stage_models  # noqa: E402
+sys.path.insert(0, HERE)
+from test_cli import reuse_ok  # noqa: E402
 
 BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 MLP = os.path.join(ROOT, "models", "digits_mlp.onnx")
 
 
 def run(*args):
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([BIN, *reuse_ok(args)], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -58,7 +58,7 @@ def write_data(folder, name, input_shape, classes, n=STEPS * BATCH, seed=5):
 def train(model_path, data, out):
     cmd = [BIN, model_path, "--data", data, "--steps", str(STEPS), "--batch-size", str(BATCH),
            "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "1e-4", "--no-shuffle",
-           "--loss", "cross-entropy", "--out", out, "--quiet", "--seed", "1"]
+           "--loss", "cross-entropy", "--out", out, "--overwrite", "--quiet", "--seed", "1"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return p, " ".join(cmd)
 

@@ -37,7 +37,19 @@ MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS", 
 
 def run(cmd, env=None, timeout=120):
     t0 = time.monotonic()
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env or ENV, timeout=timeout)
+    # Tests train into the same run folder more than once: --overwrite for every program of the
+    # command line (an MPMD one has several, separated by ':') that names a folder and does not resume.
+    parts, part = [], []
+    for c in [str(c) for c in cmd] + [":"]:
+        if c != ":":
+            part.append(c)
+            continue
+        if "--out" in part and "--overwrite" not in part and not any(a.startswith("--resume") for a in part):
+            part.append("--overwrite")
+        parts.append(part)
+        part = []
+    cmd = [c for k, p in enumerate(parts) for c in ([":"] if k else []) + p]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, timeout=timeout)
     return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
 
 

@@ -226,7 +226,7 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print, gpus=1, 
     cmd = [binary, onnx_path, "--data", os.path.join(outdir, "data"), "--steps", "1",
            "--batch-size", str(batch), "--lr", str(LR), "--momentum", str(GAMMA),
            "--weight-decay", str(WD), "--no-shuffle", "--loss", "cross-entropy",
-           "--out", run_dir, "--quiet"]
+           "--out", run_dir, "--overwrite", "--quiet"]
     if gpus > 1 or micro > 1:
         cmd += ["--gpus", str(gpus), "--schedule", "gpipe", "--micro-batches", str(micro)]
     t1 = time.time()

@@ -104,7 +104,7 @@ def command(args, model, train, val, lr, key, flags):
     return [args.bin, model] + flags + [
         "--data", train, "--val-data", val, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
         *rate, "--seed", str(args.seed),
-        "--out", run_dir(args.work, lr, key)] + args.extra.split()
+        "--out", run_dir(args.work, lr, key), "--overwrite"] + args.extra.split()
 
 
 def run_one(cmd, out):

@@ -180,7 +180,7 @@ def run_ours_cli(pipetrain, model_path, name, batch, steps, warmup, tmp, device)
     total = VALIDATION_STEPS + warmup + steps
     cmd = [pipetrain, model_path, "--device", device, "--gpus", "1", "--data", data, "--no-shuffle",
            "--batch-size", str(batch), "--steps", str(total), "--lr", str(LR), "--momentum", str(MOMENTUM),
-           "--out", out, "--quiet"]
+           "--out", out, "--overwrite", "--quiet"]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     r = {"cmd": cmd, "wall_s": time.time() - t0}

@@ -1,0 +1,592 @@
+"""What users expect of a trainer (issue #15, items 3 to 7), end to end through the command line.
+Inference-ready export: a small CNN with BatchNorm and Dropout, exported by PyTorch in training
+mode (opset 13: BatchNorm with 5 outputs; opset 17: training_mode=1), is trained a few steps on
+sklearn's digits; ONNX Runtime runs <stem>.trained.onnx at batch 1 and at batch 256 and must find
+the validation loss and accuracy that onnx-pipetrain reported in metrics.csv (its validation uses
+running statistics and no dropout); --export-training keeps the training-mode graph.
+Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_trainer_ux.py"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
+
+try:
+    import onnxruntime as ort
+except ImportError:  # tools/setup.sh installs it; PIPETRAIN_REQUIRE_ORT=1 makes it mandatory
+    ort = None
+    if os.environ.get("PIPETRAIN_REQUIRE_ORT") == "1":
+        raise
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def digits_data(folder):
+    """sklearn's digits as [N, 1, 8, 8] float32 in [0, 1]: 1437 for training, 360 held out."""
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None]
+    y = d.target.astype(np.int64)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(y))
+    x, y = x[order], y[order]
+    train, val = os.path.join(folder, "train"), os.path.join(folder, "val")
+    for path, xs, ys in ((train, x[:1437], y[:1437]), (val, x[1437:], y[1437:])):
+        os.makedirs(path, exist_ok=True)
+        np.save(os.path.join(path, "x.npy"), xs)
+        np.save(os.path.join(path, "y.npy"), ys)
+    return train, val, x[1437:], y[1437:]
+
+
+def bn_cnn(path, opset):
+    """Conv-BatchNorm-ReLU-Conv-BatchNorm-ReLU-Flatten-Dropout-Linear, exported in training mode."""
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Dropout(0.25), torch.nn.Linear(8 * 4 * 4, 10))
+    m.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, torch.zeros(2, 1, 8, 8), path, opset_version=opset, input_names=["x"],
+                          output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    return path
+
+
+def ort_eval(path, x, y, batch):
+    """Mean cross-entropy and accuracy of the model at `path` on (x, y) in chunks of `batch`."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    logits = np.concatenate([sess.run(None, {name: x[i:i + batch]})[0] for i in range(0, len(x), batch)])
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(y)), y].mean()), float((logits.argmax(axis=1) == y).mean()), logits
+
+
+class InferenceExportTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-ux-")
+        cls.dir = cls.tmp.name
+        cls.train_dir, cls.val_dir, cls.xv, cls.yv = digits_data(cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, model, out, *extra):
+        rc, so, se = run(model, "--data", self.train_dir, "--val-data", self.val_dir, "--steps", 60,
+                         "--batch-size", 32, "--lr", 0.2, "--seed", 3, "--out", out, *extra)
+        self.assertEqual(rc, 0, f"exit {rc}: {se or so}")
+        return so
+
+    def check_bn_model(self, opset):
+        if ort is None:
+            self.skipTest("onnxruntime is not installed (tools/setup.sh installs it)")
+        src = bn_cnn(os.path.join(self.dir, f"bn_cnn{opset}.onnx"), opset)
+        out = os.path.join(self.dir, f"run{opset}")
+        self.train(src, out, "--export-training")
+        last = metrics(out)[-1]
+        val_loss, val_acc = float(last["val_loss"]), float(last["val_accuracy"])
+        self.assertGreater(val_acc, 0.5, f"the CNN did not learn: {last}")
+        trained = os.path.join(out, "bn_cnn%d.trained.onnx" % opset)
+        onnx.checker.check_model(trained)
+        m = onnx.load(trained)
+        bns = [n for n in m.graph.node if n.op_type == "BatchNormalization"]
+        drops = [n for n in m.graph.node if n.op_type == "Dropout"]
+        self.assertEqual((len(bns), len(drops)), (2, 1))
+        for n in bns:
+            self.assertEqual(len(n.output), 1, n)
+            self.assertFalse(any(a.name == "training_mode" and a.i for a in n.attribute), n)
+        self.assertEqual(len(drops[0].output), 1)
+        if len(drops[0].input) > 2:   # training_mode: a constant false (else absent, which means false)
+            consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in m.graph.node
+                      if n.op_type == "Constant"}
+            consts.update({t.name: numpy_helper.to_array(t) for t in m.graph.initializer})
+            self.assertFalse(bool(consts[drops[0].input[2]]), "Dropout still trains")
+        used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
+        self.assertEqual([n.output[0] for n in m.graph.node if n.op_type == "Constant" and n.output[0] not in used], [],
+                         "the rewrite left unused constants")
+        self.assertEqual([o.name for o in m.graph.output], ["logits"])
+        # The reported validation, at batch 1 and batch 256, within float rounding: argmax may
+        # flip only on a near tie, so at most one of the 360 samples.
+        n = len(self.yv)
+        results = {}
+        for batch in (1, 256):
+            loss, acc, logits = ort_eval(trained, self.xv, self.yv, batch)
+            results[batch] = logits
+            self.assertAlmostEqual(loss, val_loss, delta=1e-4 * max(1.0, val_loss),
+                                   msg=f"batch {batch}: ONNX Runtime loss {loss}, onnx-pipetrain {val_loss}")
+            self.assertLessEqual(abs(acc - val_acc) * n, 1.0 + 1e-9,
+                                 f"batch {batch}: ONNX Runtime accuracy {acc}, onnx-pipetrain {val_acc}")
+        np.testing.assert_allclose(results[1], results[256], rtol=1e-4, atol=1e-5)
+        # --export-training: the source's graph unchanged but for the weights; in training mode its
+        # result depends on the batch (batch statistics), unlike the inference model's.
+        import check_exported_model
+        training = os.path.join(out, "bn_cnn%d.training.onnx" % opset)
+        self.assertEqual(check_exported_model.compare_structure(onnx.load(src), onnx.load(training)), [])
+        _, _, t1 = ort_eval(training, self.xv[:8], self.yv[:8], 8)
+        _, _, t2 = ort_eval(training, self.xv[:8], self.yv[:8], 4)
+        self.assertGreater(np.abs(t1 - t2).max(), 1e-3, "the training-mode graph should use batch statistics")
+        w_inf = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+        w_tr = {t.name: numpy_helper.to_array(t) for t in onnx.load(training).graph.initializer}
+        self.assertEqual(sorted(w_inf), sorted(w_tr))
+        for k in w_inf:
+            np.testing.assert_array_equal(w_inf[k], w_tr[k], k)
+
+    def test_batchnorm_opset13_five_outputs(self):
+        self.check_bn_model(13)
+
+    def test_batchnorm_opset17_training_mode(self):
+        self.check_bn_model(17)
+
+    def test_stage_models_are_inference_models(self):
+        if ort is None:
+            self.skipTest("onnxruntime is not installed (tools/setup.sh installs it)")
+        import check_stage_models
+        src = bn_cnn(os.path.join(self.dir, "bn_cnn_stages.onnx"), 13)
+        out = os.path.join(self.dir, "stages")
+        self.train(src, out, "--gpus", 2, "--export-stages")
+        for k in (0, 1):
+            for n in onnx.load(os.path.join(out, "stages", f"stage{k}.onnx")).graph.node:
+                if n.op_type in ("BatchNormalization", "Dropout"):
+                    self.assertEqual(len(n.output), 1, n)
+        lines = []
+        failure = check_stage_models.check(os.path.join(out, "bn_cnn_stages.trained.onnx"),
+                                           os.path.join(out, "stages"), batch=1, log=lines.append)
+        self.assertIsNone(failure, "\n".join(lines + [str(failure)]))
+
+
+def layernorm_model(path):
+    """A BERT-style block with LayerNorm spelled out (ReduceMean, Sub, Pow 2, ReduceMean, Add eps,
+    Sqrt, Div), every constant an initializer: the exponent is a [1] tensor (only its place in Pow
+    says it is no weight), epsilon and the Clip bounds are scalars. x [N, 4, 8] -> logits [N, 3]."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(7)
+    w = {"W1": rng.standard_normal((8, 8)) * 0.4, "b1": rng.standard_normal(8) * 0.1,
+         "gamma": 1 + rng.standard_normal(8) * 0.1, "beta": rng.standard_normal(8) * 0.1,
+         "W2": rng.standard_normal((8, 3)) * 0.4, "b2": np.zeros(3),
+         "two": np.array([2.0]), "eps": np.array(1e-5), "lo": np.array(-2.0), "hi": np.array(2.0)}
+    w = {k: np.asarray(v, np.float32) for k, v in w.items()}
+    N = helper.make_node
+    nodes = [N("MatMul", ["x", "W1"], ["h0"]), N("Add", ["h0", "b1"], ["h"]),
+             N("ReduceMean", ["h"], ["mu"], axes=[-1]), N("Sub", ["h", "mu"], ["d"]),
+             N("Pow", ["d", "two"], ["d2"]), N("ReduceMean", ["d2"], ["var"], axes=[-1]),
+             N("Add", ["var", "eps"], ["ve"]), N("Sqrt", ["ve"], ["sd"]), N("Div", ["d", "sd"], ["n"]),
+             N("Mul", ["n", "gamma"], ["ng"]), N("Add", ["ng", "beta"], ["y"]),
+             N("Clip", ["y", "lo", "hi"], ["yc"]), N("ReduceMean", ["yc"], ["pooled"], axes=[1], keepdims=0),
+             N("MatMul", ["pooled", "W2"], ["z"]), N("Add", ["z", "b2"], ["logits"])]
+    g = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+                          [numpy_helper.from_array(v, k) for k, v in w.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return w
+
+
+def torch_layernorm_losses(w, x, y, steps, batch, lr):
+    """The same block in PyTorch, trained by plain SGD on the batches in order: losses and weights."""
+    import torch
+    p = {k: torch.tensor(w[k], dtype=torch.float64, requires_grad=True) for k in ("W1", "b1", "gamma", "beta", "W2", "b2")}
+    losses = []
+    for s in range(steps):
+        xb = torch.tensor(x[s * batch:(s + 1) * batch], dtype=torch.float64)
+        yb = torch.tensor(y[s * batch:(s + 1) * batch])
+        h = xb @ p["W1"] + p["b1"]
+        d = h - h.mean(-1, keepdim=True)
+        n = d / torch.sqrt((d ** 2.0).mean(-1, keepdim=True) + 1e-5)
+        yc = torch.clamp(n * p["gamma"] + p["beta"], -2.0, 2.0)
+        loss = torch.nn.functional.cross_entropy(yc.mean(1) @ p["W2"] + p["b2"], yb)
+        for t in p.values():
+            t.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for t in p.values():
+                t -= lr * t.grad
+        losses.append(loss.item())
+    return losses, {k: v.detach().numpy() for k, v in p.items()}
+
+
+class TrainableTest(unittest.TestCase):
+    STEPS, BATCH, LR = 5, 8, 0.3
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-trainable-")
+        cls.dir = cls.tmp.name
+        cls.model = os.path.join(cls.dir, "ln.onnx")
+        cls.w = layernorm_model(cls.model)
+        rng = np.random.default_rng(11)
+        cls.x = rng.standard_normal((cls.STEPS * cls.BATCH, 4, 8)).astype(np.float32)
+        cls.y = rng.integers(0, 3, size=cls.STEPS * cls.BATCH).astype(np.int64)
+        cls.data = os.path.join(cls.dir, "data")
+        os.makedirs(cls.data)
+        np.save(os.path.join(cls.data, "x.npy"), cls.x)
+        np.save(os.path.join(cls.data, "y.npy"), cls.y)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, out, *extra):
+        rc, so, se = run(self.model, "--data", self.data, "--steps", self.STEPS, "--batch-size", self.BATCH,
+                         "--lr", self.LR, "--momentum", 0, "--no-shuffle", "--out", out, *extra)
+        self.assertEqual(rc, 0, f"exit {rc}: {se or so}")
+        trained = {t.name: numpy_helper.to_array(t)
+                   for t in onnx.load(os.path.join(out, "ln.trained.onnx")).graph.initializer}
+        return so, trained
+
+    def test_default_trains_weights_only_and_matches_pytorch(self):
+        out = os.path.join(self.dir, "default")
+        so, trained = self.train(out)
+        self.assertIn("parameters: training 115 in 6 tensors (4 float initializers kept constant", so)
+        for k in ("two", "eps", "lo", "hi"):
+            np.testing.assert_array_equal(trained[k], self.w[k], f"'{k}' changed in training")
+        losses, ref = torch_layernorm_losses(self.w, self.x, self.y, self.STEPS, self.BATCH, self.LR)
+        ours = [float(r["loss"]) for r in metrics(out)]
+        np.testing.assert_allclose(ours, losses, rtol=1e-4, err_msg="per-step loss against PyTorch")
+        for k, v in ref.items():
+            np.testing.assert_allclose(trained[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
+            self.assertFalse(np.array_equal(trained[k], self.w[k]), f"'{k}' did not train")
+
+    def test_freeze_and_trainable_globs(self):
+        _, trained = self.train(os.path.join(self.dir, "freeze"), "--freeze", "b?")
+        for k in ("b1", "b2", "two", "eps"):
+            np.testing.assert_array_equal(trained[k], self.w[k], k)
+        for k in ("W1", "W2", "gamma", "beta"):
+            self.assertFalse(np.array_equal(trained[k], self.w[k]), k)
+        so, trained = self.train(os.path.join(self.dir, "trainable"), "--trainable", "W?")
+        self.assertIn("parameters: training 88 in 2 tensors", so)
+        for k in ("b1", "b2", "gamma", "beta", "two", "eps"):
+            np.testing.assert_array_equal(trained[k], self.w[k], k)
+        for k in ("W1", "W2"):
+            self.assertFalse(np.array_equal(trained[k], self.w[k]), k)
+        for flag in ("--freeze", "--trainable"):
+            rc, so, se = run(self.model, "--data", self.data, "--steps", 1, flag, "nothing*",
+                             "--out", os.path.join(self.dir, "bad"))
+            self.assertEqual(rc, 2, se)
+            self.assertIn(f"{flag}: 'nothing*' matches no initializer", se)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+
+
+MLP = os.path.join(ROOT, "models", "digits_mlp.onnx")
+DIGITS = os.path.join(ROOT, "models", "digits")
+
+
+class RunsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-runs-")
+        cls.dir = cls.tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_synthetic_data_is_said_first(self):
+        for extra in ([], ["--data", "synthetic"]):
+            rc, so, se = run(MLP, "--steps", 2, "--out", os.path.join(self.dir, "synthetic"), "--overwrite", *extra)
+            self.assertEqual(rc, 0, se)
+            first = so.splitlines()[0]
+            self.assertTrue(first.startswith("notice: ") and "synthetic" in first, so)
+            self.assertIn("no --data given" if not extra else "--data synthetic", first)
+        rc, so, se = run(MLP, "--steps", 2, "--data", os.path.join(DIGITS, "train"),
+                         "--out", os.path.join(self.dir, "real"))
+        self.assertEqual(rc, 0, se)
+        self.assertNotIn("synthetic", so)
+
+    def test_finished_run_folder_is_refused(self):
+        out = os.path.join(self.dir, "finished")
+        args = [MLP, "--data", os.path.join(DIGITS, "train"), "--out", out]
+        self.assertEqual(run(*args, "--steps", 3)[0], 0)
+        with open(os.path.join(out, "metrics.csv"), "rb") as f:
+            before = f.read()
+        rc, so, se = run(*args, "--steps", 3)
+        self.assertEqual(rc, 2, so + se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn(f"--out {out}: the folder holds a finished run (digits_mlp.trained.onnx, metrics.csv)", se)
+        with open(os.path.join(out, "metrics.csv"), "rb") as f:
+            self.assertEqual(f.read(), before, "the refused run touched the folder")
+        os.remove(os.path.join(out, "digits_mlp.trained.onnx"))  # metrics.csv alone is a finished run too
+        self.assertEqual(run(*args, "--steps", 3)[0], 2)
+        rc, so, se = run(*args, "--overwrite", "--steps", 4)
+        self.assertEqual(rc, 0, se)
+        self.assertEqual(len(metrics(out)), 4)
+        rc, so, se = run(*args, "--steps", 4, "--overwrite", "--resume")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("--overwrite excludes --resume", se)
+        # --resume continues a finished run's checkpoints without --overwrite.
+        ck = os.path.join(self.dir, "ck")
+        self.assertEqual(run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 3, "--checkpoint-every", 3,
+                             "--out", ck)[0], 0)
+        rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 6, "--checkpoint-every", 3,
+                         "--out", ck, "--resume")
+        self.assertEqual(rc, 0, se)
+        self.assertEqual(len(metrics(ck)), 6)
+        # Planning alone does not finish a run.
+        rc, so, se = run(MLP, "--plan-only", "--out", out)
+        self.assertEqual(rc, 0, se)
+
+    def test_version(self):
+        rc, so, se = run("--version")
+        protobuf = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "libprotobuf-dev"], capture_output=True,
+                                  text=True).stdout.split("-")[0]
+        self.assertEqual(rc, 0, se)
+        with open("/usr/include/oneapi/dnnl/dnnl_version.h") as f:
+            text = f.read()
+        import re
+        dnnl = ".".join(re.search(r"#define DNNL_VERSION_%s (\d+)" % k, text).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
+        lines = so.splitlines()
+        self.assertRegex(lines[0], r"^onnx-pipetrain \d+\.\d+\.\d+$")
+        self.assertIn(f"  ONNX {onnx.__version__}", lines)
+        self.assertIn(f"  protobuf {protobuf}", lines)
+        self.assertIn(f"  oneDNN {dnnl}", lines)
+        self.assertTrue(any(l.startswith("  CUDA") for l in lines), so)
+
+    def test_report_shows_measured_throughput(self):
+        import json
+        import re
+        for gpus in (1, 2):
+            out = os.path.join(self.dir, f"report{gpus}")
+            rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 20, "--gpus", gpus, "--out", out)
+            self.assertEqual(rc, 0, se)
+            done = float(re.search(r"^done: .* \(([\d.]+) samples/s\)", so, re.M).group(1))
+            with open(os.path.join(out, "partition.json")) as f:
+                j = json.load(f)
+            self.assertAlmostEqual(j["measured_samples_per_s"], done, delta=0.5 + 1e-3 * done)
+            with open(os.path.join(out, "partition.txt")) as f:
+                txt = f.read()
+            m = re.search(r"^predicted ([\d.]+) samples/s, measured ([\d.]+) samples/s \(([\d.]+)x the prediction\)",
+                          txt, re.M)
+            self.assertIsNotNone(m, txt)
+            self.assertAlmostEqual(float(m.group(2)), j["measured_samples_per_s"], delta=0.05)
+            self.assertAlmostEqual(float(m.group(1)), j["predicted_samples_per_s"], delta=0.05)
+            with open(os.path.join(out, "partition.html")) as f:
+                self.assertIn("samples/s in training", f.read())
+        rc, so, se = run(MLP, "--plan-only", "--out", os.path.join(self.dir, "planonly"))
+        with open(os.path.join(self.dir, "planonly", "partition.json")) as f:
+            self.assertNotIn("measured_samples_per_s", json.load(f))
+
+
+V, T, D, C = 11, 5, 8, 7  # vocabulary, tokens, embedding width, classes per token
+
+
+def token_model(path, flat):
+    """Embedding (Gather of int64 token ids [N, T]) -> MatMul -> Add: logits [N, T, C], or with
+    flat=True reshaped to [N*T, C] as some exporters write them."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(21)
+    w = {"E": rng.standard_normal((V, D)) * 0.5, "W": rng.standard_normal((D, C)) * 0.5, "b": rng.standard_normal(C) * 0.1}
+    w = {k: np.asarray(v, np.float32) for k, v in w.items()}
+    N = helper.make_node
+    nodes = [N("Gather", ["E", "tokens"], ["emb"]), N("MatMul", ["emb", "W"], ["z"]),
+             N("Add", ["z", "b"], ["logits3" if flat else "logits"])]
+    inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
+    out_dims = ["batch", T, C]
+    if flat:
+        nodes.append(N("Reshape", ["logits3", "shape"], ["logits"]))
+        inits.append(numpy_helper.from_array(np.array([-1, C], np.int64), "shape"))
+        out_dims = ["NT", C]
+    g = helper.make_graph(nodes, "tok", [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", T])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, out_dims)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return w
+
+
+def torch_token_run(w, x, y, xv, yv, steps, batch, lr, ignore):
+    """PyTorch: the same model trained by plain SGD on the batches in order; per-step losses, then
+    validation loss and accuracy over the tokens whose label is not `ignore`."""
+    import torch
+    p = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in w.items()}
+
+    def logits(xb):
+        return p["E"][torch.tensor(xb)] @ p["W"] + p["b"]
+    losses = []
+    for s in range(steps):
+        sl = slice(s * batch, (s + 1) * batch)
+        loss = torch.nn.functional.cross_entropy(logits(x[sl]).reshape(-1, C), torch.tensor(y[sl]).reshape(-1),
+                                                 ignore_index=ignore)
+        for t in p.values():
+            t.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for t in p.values():
+                t -= lr * t.grad
+        losses.append(loss.item())
+    with torch.no_grad():
+        z = logits(xv).reshape(-1, C)
+        yt = torch.tensor(yv).reshape(-1)
+        val_loss = torch.nn.functional.cross_entropy(z, yt, ignore_index=ignore).item()
+        keep = yt != ignore
+        acc = (z.argmax(1)[keep] == yt[keep]).double().mean().item()
+    return losses, val_loss, acc
+
+
+class TokenDataTest(unittest.TestCase):
+    STEPS, BATCH, LR = 4, 6, 0.5
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-tokens-")
+        cls.dir = cls.tmp.name
+        rng = np.random.default_rng(4)
+        n = cls.STEPS * cls.BATCH
+        cls.x = rng.integers(0, V, size=(n, T)).astype(np.int64)
+        cls.y = rng.integers(0, C, size=(n, T)).astype(np.int64)
+        cls.y[::3, -2:] = -100                      # padding
+        cls.xv = rng.integers(0, V, size=(10, T)).astype(np.int64)
+        cls.yv = rng.integers(0, C, size=(10, T)).astype(np.int64)
+        cls.yv[::2, -1] = -100
+        for name, x, y in (("train", cls.x, cls.y), ("val", cls.xv, cls.yv)):
+            os.makedirs(os.path.join(cls.dir, name))
+            np.save(os.path.join(cls.dir, name, "x.npy"), x)
+            np.save(os.path.join(cls.dir, name, "y.npy"), y)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check_against_torch(self, flat):
+        model = os.path.join(self.dir, f"tok{int(flat)}.onnx")
+        w = token_model(model, flat)
+        out = os.path.join(self.dir, f"run{int(flat)}")
+        rc, so, se = run(model, "--data", os.path.join(self.dir, "train"), "--val-data", os.path.join(self.dir, "val"),
+                         "--steps", self.STEPS, "--batch-size", self.BATCH, "--lr", self.LR, "--momentum", 0,
+                         "--no-shuffle", "--out", out)
+        self.assertEqual(rc, 0, se or so)
+        self.assertIn("token-level softmax cross-entropy", so)
+        losses, val_loss, val_acc = torch_token_run(w, self.x, self.y, self.xv, self.yv, self.STEPS, self.BATCH,
+                                                    self.LR, -100)
+        rows = metrics(out)
+        np.testing.assert_allclose([float(r["loss"]) for r in rows], losses, rtol=1e-4)
+        self.assertAlmostEqual(float(rows[-1]["val_loss"]), val_loss, delta=1e-4 * val_loss)
+        self.assertAlmostEqual(float(rows[-1]["val_accuracy"]), val_acc, delta=1e-6)  # metrics.csv: %.6g
+
+    def test_sequence_output_matches_pytorch(self):
+        self.check_against_torch(flat=False)
+
+    def test_flattened_sequence_output_matches_pytorch(self):
+        self.check_against_torch(flat=True)
+
+    def test_synthetic_token_ids(self):
+        model = os.path.join(self.dir, "tok_syn.onnx")
+        token_model(model, False)
+        rc, so, se = run(model, "--steps", 3, "--batch-size", 4, "--out", os.path.join(self.dir, "syn"))
+        self.assertEqual(rc, 0, se or so)   # an id outside the vocabulary would fail in Gather
+        self.assertIn("synthetic", so.splitlines()[0])
+        # A smaller vocabulary than the ids ever drawn would fail: the ids stay within it.
+        from onnx import numpy_helper
+        m = onnx.load(model)
+        for t in m.graph.initializer:
+            if t.name == "E":
+                t.CopyFrom(numpy_helper.from_array(np.ones((2, D), np.float32), "E"))
+        small = os.path.join(self.dir, "tok_small.onnx")
+        onnx.save(m, small)
+        rc, so, se = run(small, "--steps", 3, "--batch-size", 4, "--out", os.path.join(self.dir, "syn_small"))
+        self.assertEqual(rc, 0, se or so)
+
+    def test_labels_that_do_not_fit_are_refused(self):
+        model = os.path.join(self.dir, "tok_bad.onnx")
+        token_model(model, False)
+        cases = {"per_sample": (self.y[:, 0], "labels [24] do not fit the loss, which wants [24, 5]"),
+                 "too_long": (np.zeros((24, T + 1), np.int64), "labels [24, 6] do not fit the loss, which wants [24, 5]"),
+                 "out_of_range": (np.full((24, T), C, np.int64), f"label {C} of sample 0 is outside [0, {C})")}
+        for name, (y, message) in cases.items():
+            d = os.path.join(self.dir, "bad_" + name)
+            os.makedirs(d)
+            np.save(os.path.join(d, "x.npy"), self.x)
+            np.save(os.path.join(d, "y.npy"), y)
+            rc, so, se = run(model, "--data", d, "--steps", 1, "--out", os.path.join(self.dir, "bad_run"))
+            self.assertEqual(rc, 2, f"{name}: {se or so}")
+            self.assertIn(message, se, name)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+        # --ignore-index changes which label is padding.
+        d = os.path.join(self.dir, "bad_ignore")
+        os.makedirs(d)
+        np.save(os.path.join(d, "x.npy"), self.x)
+        y = self.y.copy()
+        y[y == -100] = -1
+        np.save(os.path.join(d, "y.npy"), y)
+        rc, so, se = run(model, "--data", d, "--steps", 1, "--out", os.path.join(self.dir, "ign"))
+        self.assertEqual(rc, 2, se)
+        rc, so, se = run(model, "--data", d, "--steps", 1, "--ignore-index", -1, "--out", os.path.join(self.dir, "ign"))
+        self.assertEqual(rc, 0, se)
+
+
+class TensorBoardTest(unittest.TestCase):
+    """--tensorboard, read back by TensorBoard's own event-file reader (which checks every record's
+    masked CRC-32C) and compared with metrics.csv."""
+
+    def test_event_file_matches_metrics_csv(self):
+        try:
+            from tensorboard.backend.event_processing import event_accumulator, event_file_loader
+        except ImportError:
+            if os.environ.get("PIPETRAIN_REQUIRE_TENSORBOARD") == "1":
+                raise
+            self.skipTest("tensorboard is not installed (tools/setup.sh installs it)")
+        with tempfile.TemporaryDirectory(prefix="pipetrain-tb-") as tmp:
+            for gpus in (1, 2):
+                out = os.path.join(tmp, f"run{gpus}")
+                rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--val-data", os.path.join(DIGITS, "val"),
+                                 "--steps", 30, "--eval-every", 10, "--gpus", gpus, "--tensorboard", "--out", out)
+                self.assertEqual(rc, 0, se)
+                files = [f for f in os.listdir(out) if f.startswith("events.out.tfevents.")]
+                self.assertEqual(len(files), 1, os.listdir(out))
+                events = list(event_file_loader.RawEventFileLoader(os.path.join(out, files[0])).Load())
+                self.assertEqual(len(events), 1 + 3 * 30 + 2 * 3)   # version, 3 per step, 2 per validation
+                acc = event_accumulator.EventAccumulator(out)
+                acc.Reload()
+                self.assertEqual(acc.file_version, 2.0)  # the reader parses "brain.Event:2"
+                self.assertEqual(sorted(acc.Tags()["scalars"]), ["train/loss", "train/lr", "train/samples_per_s",
+                                                                 "val/accuracy", "val/loss"])
+                rows = metrics(out)
+                for tag, col in (("train/loss", "loss"), ("train/lr", "lr"), ("train/samples_per_s", "samples_per_s"),
+                                 ("val/loss", "val_loss"), ("val/accuracy", "val_accuracy")):
+                    want = [(int(r["step"]), float(r[col])) for r in rows if r[col] != ""]
+                    got = [(e.step, e.value) for e in acc.Scalars(tag)]
+                    self.assertEqual([s for s, _ in got], [s for s, _ in want], tag)
+                    np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-6, err_msg=tag)
+                self.assertEqual([e.step for e in acc.Scalars("val/loss")], [10, 20, 30])
+        # A corrupted record is caught by the reader's CRC check (the test would see a bad writer).
+        with tempfile.TemporaryDirectory(prefix="pipetrain-tb-") as tmp:
+            out = os.path.join(tmp, "run")
+            self.assertEqual(run(MLP, "--steps", 2, "--tensorboard", "--out", out)[0], 0)
+            path = os.path.join(out, [f for f in os.listdir(out) if f.startswith("events.out")][0])
+            with open(path, "r+b") as f:
+                data = bytearray(f.read())
+                data[-6] ^= 0xFF
+                f.seek(0)
+                f.write(data)
+            loaded = []
+            try:
+                for e in event_file_loader.RawEventFileLoader(path).Load():
+                    loaded.append(e)
+            except Exception:  # noqa: BLE001 (a reader may raise on the bad record instead of stopping)
+                pass
+            self.assertLess(len(loaded), 1 + 3 * 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
