@@ -319,6 +319,107 @@ Status layer_norm(Node& n, const std::string& where) {
   return Status::ok();
 }
 
+Status gelu(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 1, where));
+  const std::string a = n.attrs.get_string("approximate", "none");
+  if (a != "none" && a != "tanh") return invalid_input(where + ": approximate '" + a + "' (none or tanh)");
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status arg_max(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 1, where));
+  const Dims& d = n.inputs[0]->dims;
+  int64_t axis = n.attrs.get_int("axis", 0);
+  RETURN_IF_ERROR(axis_in_range(&axis, static_cast<int64_t>(d.size()), where));
+  n.attrs.set("_axis", axis);
+  Dims out = d;
+  if (n.attrs.get_int("keepdims", 1)) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  set_out(n, 0, DType::kInt64, out);
+  return Status::ok();
+}
+
+Status cum_sum(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 2, where));
+  ASSIGN_OR_RETURN(std::vector<int64_t> axis, const_ints(n, 1, where, "axis"));
+  if (axis.size() != 1) return invalid_input(where + ": axis must be a scalar");
+  RETURN_IF_ERROR(axis_in_range(&axis[0], static_cast<int64_t>(n.inputs[0]->dims.size()), where));
+  n.attrs.set("_axis", axis[0]);
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status trilu(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 2, where));
+  if (n.inputs[0]->dims.size() < 2) return invalid_input(where + ": the input must have rank 2 or more");
+  int64_t k = 0;
+  if (present(n, 1)) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> kv, const_ints(n, 1, where, "k"));
+    if (kv.size() != 1) return invalid_input(where + ": k must be a scalar");
+    k = kv[0];
+  }
+  n.attrs.set("_k", k);
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status gather_elements(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 2, where));
+  const Dims& d = n.inputs[0]->dims;
+  const Dims& id = n.inputs[1]->dims;
+  if (n.inputs[1]->dtype != DType::kInt64 && n.inputs[1]->dtype != DType::kInt32)
+    return invalid_input(where + ": indices must be int64 or int32");
+  if (id.size() != d.size()) return invalid_input(where + ": indices " + dims_str(id) + " and data " + dims_str(d) + " differ in rank");
+  int64_t axis = n.attrs.get_int("axis", 0);
+  RETURN_IF_ERROR(axis_in_range(&axis, static_cast<int64_t>(d.size()), where));
+  for (size_t i = 0; i < d.size(); ++i)
+    if (static_cast<int64_t>(i) != axis && id[i] > d[i])
+      return invalid_input(where + ": indices " + dims_str(id) + " exceed data " + dims_str(d) + " outside the axis");
+  n.attrs.set("_axis", axis);
+  set_out(n, 0, n.inputs[0]->dtype, id);
+  return Status::ok();
+}
+
+namespace {
+// Scale and bias of a normalisation over (N, C, ...): `params` elements each.
+Status norm_params(Node& n, int64_t params, const std::string& where, const char* form) {
+  for (size_t i = 1; i < 3; ++i)
+    if (n.inputs[i]->size() != params)
+      return invalid_input(where + ": " + (i == 1 ? "scale " : "bias ") + dims_str(n.inputs[i]->dims) + " must have " +
+                           std::to_string(params) + " elements (" + form + ")");
+  return Status::ok();
+}
+}  // namespace
+
+// Opsets 18 to 20: scale and bias per group; 21: per channel (ONNX's Changelog).
+Status group_norm(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 3, 3, where));
+  const Dims& d = n.inputs[0]->dims;
+  if (d.size() < 2) return invalid_input(where + ": X must be (N, C, ...), is " + dims_str(d));
+  if (!n.attrs.has("num_groups")) return invalid_input(where + ": attribute num_groups is required");
+  const int64_t g = n.attrs.get_int("num_groups", 0);
+  if (g <= 0 || d[1] % g)
+    return invalid_input(where + ": " + std::to_string(d[1]) + " channels do not split into num_groups = " + std::to_string(g));
+  const bool per_group = n.since_version < 21;
+  RETURN_IF_ERROR(norm_params(n, per_group ? g : d[1], where, per_group ? "one per group before opset 21" : "one per channel from opset 21"));
+  n.attrs.set("_groups", g);
+  n.attrs.set("_per_group", static_cast<int64_t>(per_group));
+  set_out(n, 0, n.inputs[0]->dtype, d);
+  return Status::ok();
+}
+
+Status instance_norm(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 3, 3, where));
+  const Dims& d = n.inputs[0]->dims;
+  if (d.size() < 3) return invalid_input(where + ": X must be (N, C, D1, ...), is " + dims_str(d));
+  RETURN_IF_ERROR(norm_params(n, d[1], where, "one per channel"));
+  n.attrs.set("_groups", d[1]);
+  n.attrs.set("_per_group", int64_t{0});
+  set_out(n, 0, n.inputs[0]->dtype, d);
+  return Status::ok();
+}
+
 Status check_cast(const Node& n, const std::string& where) {
   const Value* x = n.inputs.empty() ? nullptr : n.inputs[0];
   if (!x || (x->is_constant() && x->data)) return Status::ok();  // folded
