@@ -198,6 +198,7 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("GroupNormalization", group_norm),
     PT_CPU_F("InstanceNormalization", group_norm),
     PT_CPU_F("GroupNormalizationGrad", group_norm_grad),
+    PT_CPU_F("ConvTranspose", conv_transpose),
     // Optimizer steps
     PT_CPU_F("SGDMomentum", sgd_momentum),
 };

@@ -77,5 +77,6 @@ Status cum_sum(GradContext& c);
 Status trilu(GradContext& c);
 Status gather_elements(GradContext& c);
 Status group_norm(GradContext& c);  // also InstanceNormalization
+Status conv_transpose(GradContext& c);  // conv_grad.cpp
 
 }  // namespace pt::grad

@@ -153,6 +153,7 @@ const std::map<std::string, GradBuilder>& table() {
       {"GatherElements", grad::gather_elements},
       {"GroupNormalization", grad::group_norm},
       {"InstanceNormalization", grad::group_norm},
+      {"ConvTranspose", grad::conv_transpose},
   };
   return t;
 }

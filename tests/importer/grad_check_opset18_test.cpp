@@ -181,10 +181,40 @@ TEST(GradCheckOpset18, ScaleSizeFollowsTheOpset) {
   EXPECT_TRUE(infer_node(*n, "gn").is_ok());
 }
 
+TEST(GradCheckOpset18, ConvTranspose) {
+  struct Case {
+    const char* what;
+    Dims xd, wd;
+    AttrMap attrs;
+    Dims yd;
+  };
+  const Case cases[] = {
+      {"2-D stride 2, pads 1, output_padding 1, group 2, bias", {2, 4, 3, 3}, {4, 3, 3, 3},
+       attrs_of({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"output_padding", Ints{1, 0}},
+                 {"group", int64_t{2}}}),
+       {2, 6, 6, 5}},
+      {"1-D dilation 2, SAME_UPPER stride 2", {1, 2, 5}, {2, 3, 3},
+       attrs_of({{"dilations", Ints{2}}, {"strides", Ints{2}}, {"auto_pad", std::string("SAME_UPPER")}}), {1, 3, 10}},
+      {"2-D output_shape", {1, 1, 3, 3}, {1, 2, 3, 3}, attrs_of({{"strides", Ints{3, 2}}, {"output_shape", Ints{10, 8}}}),
+       {1, 2, 10, 8}},
+  };
+  uint32_t seed = 6900;
+  for (const Case& cc : cases) {
+    SCOPED_TRACE(seed_trace(seed, std::string("ConvTranspose ") + cc.what));
+    GradCheck c(seed++);
+    Value* x = c.value("x", cc.xd);
+    Value* w = c.value("w", cc.wd);
+    Value* b = c.value("b", {cc.yd[1]});
+    Value* y = c.op1("ConvTranspose", {x, w, b}, cc.attrs);
+    EXPECT_EQ(y->dims, cc.yd);
+    c.check({y}, {x, w, b});
+  }
+}
+
 TEST(GradCheckOpset18, EveryNewOpHasABuilder) {
   for (const char* op : {"Sin", "Cos", "Softsign", "Mish", "Gelu", "Min", "Max", "CumSum", "Trilu", "ArgMax",
                          "ReduceL2", "ReduceLogSumExp", "ReduceMin", "ReduceSumSquare", "GatherElements",
-                         "InstanceNormalization", "GroupNormalization"})
+                         "InstanceNormalization", "GroupNormalization", "ConvTranspose"})
     EXPECT_TRUE(has_grad_builder(op)) << op;
 }
 
