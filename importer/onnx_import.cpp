@@ -286,6 +286,25 @@ void lower_random_ops(Graph& g, uint64_t seed) {
   }
 }
 
+// Float initializers read only as settings, never as data (Resize's roi and scales, Pad's
+// constant_value), are constants: exporters fold such values into initializers, and the shape
+// functions need them known before training.
+void mark_setting_initializers(Graph& g) {
+  static const std::map<std::string, std::set<size_t>> kSettingInputs = {{"Resize", {1, 2}}, {"Pad", {2}}};
+  std::map<const Value*, bool> only_settings;
+  for (const auto& n : g.nodes())
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Value* v = n->inputs[i];
+      if (!v || v->kind != ValueKind::kParameter) continue;
+      auto it = kSettingInputs.find(n->op_type);
+      const bool setting = it != kSettingInputs.end() && it->second.count(i);
+      auto [pos, fresh] = only_settings.emplace(v, setting);
+      if (!fresh) pos->second = pos->second && setting;
+    }
+  for (auto& [v, setting] : only_settings)
+    if (setting) const_cast<Value*>(v)->kind = ValueKind::kConstant;
+}
+
 }  // namespace
 
 Expected<std::vector<std::string>> onnx_input_names(const std::string& path) {
@@ -452,6 +471,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     }
   }
   for (const auto& o : gp.output()) g->outputs.push_back(g->find_value(o.name()));
+  mark_setting_initializers(*g);
 
   RETURN_IF_ERROR(infer_and_fold(*g, path, opts.device));
   lower_random_ops(*g, opts.seed);

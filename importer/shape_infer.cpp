@@ -408,7 +408,7 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"ArgMax", shapes::arg_max}, {"CumSum", shapes::cum_sum}, {"Trilu", shapes::trilu},
       {"GatherElements", shapes::gather_elements},
       {"GroupNormalization", shapes::group_norm}, {"InstanceNormalization", shapes::instance_norm},
-      {"ConvTranspose", shapes::conv_transpose},
+      {"ConvTranspose", shapes::conv_transpose}, {"Resize", shapes::resize},
   };
   return m;
 }

@@ -3,6 +3,7 @@
 #include "importer/shapes_tensor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace pt::shapes {
@@ -417,6 +418,80 @@ Status instance_norm(Node& n, const std::string& where) {
   n.attrs.set("_groups", d[1]);
   n.attrs.set("_per_group", int64_t{0});
   set_out(n, 0, n.inputs[0]->dtype, d);
+  return Status::ok();
+}
+
+// Resize, opsets 10 (X, scales; asymmetric coordinates, floor) to 21 (X, roi, scales, sizes; axes,
+// keep_aspect_ratio_policy and antialias from 18, half_pixel_symmetric from 19).
+Status resize(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 4, where));
+  const Dims& d = n.inputs[0]->dims;
+  const int64_t r = static_cast<int64_t>(d.size());
+  const bool v10 = n.since_version < 11;
+  const std::string mode = n.attrs.get_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear")
+    return unsupported(where + ": mode '" + mode + "' (supported: nearest, linear)");
+  const std::string coord = v10 ? "asymmetric" : n.attrs.get_string("coordinate_transformation_mode", "half_pixel");
+  bool known = false;
+  for (const char* ok : {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                         "tf_half_pixel_for_nn"})
+    known |= coord == ok;
+  if (!known) return unsupported(where + ": coordinate_transformation_mode '" + coord + "'");
+  if (n.attrs.get_int("antialias", 0) != 0) return unsupported(where + ": antialias 1 is not supported");
+  const std::string nearest = v10 ? "floor" : n.attrs.get_string("nearest_mode", "round_prefer_floor");
+  if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" && nearest != "ceil")
+    return invalid_input(where + ": unknown nearest_mode '" + nearest + "'");
+  std::vector<int64_t> axes = n.attrs.get_ints("axes");
+  if (axes.empty())
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  ASSIGN_OR_RETURN(axes, normalize_axes(axes, r, where));
+  const size_t scales_at = v10 ? 1 : 2;
+  std::vector<double> scales;
+  if (present(n, scales_at) && n.inputs[scales_at]->size() > 0) {
+    const Value* s = n.inputs[scales_at];
+    if (!s->is_constant() || !s->data)
+      return invalid_input(where + ": scales input '" + s->name + "' must be known before training (a constant or a "
+                           "foldable shape computation), but it is computed from data at run time");
+    for (int64_t i = 0; i < s->data->size(); ++i) scales.push_back(s->data->get_double(i));
+  }
+  std::vector<int64_t> sizes;
+  if (!v10 && present(n, 3) && n.inputs[3]->size() > 0) {
+    ASSIGN_OR_RETURN(sizes, const_ints(n, 3, where, "sizes"));
+  }
+  if (scales.empty() == sizes.empty()) return invalid_input(where + ": exactly one of scales and sizes must be given");
+  const size_t na = axes.size();
+  if ((!scales.empty() && scales.size() != na) || (!sizes.empty() && sizes.size() != na))
+    return invalid_input(where + ": scales / sizes need " + std::to_string(na) + " entries");
+  std::vector<float> full_scales(r, 1.0f);
+  Dims out = d;
+  if (!sizes.empty()) {
+    const std::string policy = n.attrs.get_string("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
+      return invalid_input(where + ": unknown keep_aspect_ratio_policy '" + policy + "'");
+    double common = policy == "not_larger" ? 1e300 : 0.0;
+    for (size_t i = 0; i < na; ++i) {
+      const double s = static_cast<double>(sizes[i]) / static_cast<double>(d[axes[i]]);
+      common = policy == "not_larger" ? std::min(common, s) : std::max(common, s);
+    }
+    for (size_t i = 0; i < na; ++i) {
+      const double s = policy == "stretch" ? static_cast<double>(sizes[i]) / static_cast<double>(d[axes[i]]) : common;
+      out[axes[i]] = policy == "stretch" ? sizes[i] : static_cast<int64_t>(std::round(s * static_cast<double>(d[axes[i]])));
+      full_scales[axes[i]] = static_cast<float>(s);
+    }
+  } else {
+    for (size_t i = 0; i < na; ++i) {
+      if (scales[i] <= 0) return invalid_input(where + ": scales must be positive");
+      out[axes[i]] = static_cast<int64_t>(std::floor(static_cast<double>(d[axes[i]]) * scales[i]));
+      full_scales[axes[i]] = static_cast<float>(scales[i]);
+    }
+  }
+  for (int64_t o : out)
+    if (o < 1) return invalid_input(where + ": the output " + dims_str(out) + " would be empty");
+  n.attrs.set("mode", mode);
+  n.attrs.set("_coord", coord);
+  n.attrs.set("_nearest", nearest);
+  n.attrs.set("_scales", full_scales);
+  set_out(n, 0, n.inputs[0]->dtype, out);
   return Status::ok();
 }
 

@@ -199,6 +199,8 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("InstanceNormalization", group_norm),
     PT_CPU_F("GroupNormalizationGrad", group_norm_grad),
     PT_CPU_F("ConvTranspose", conv_transpose),
+    PT_CPU_F("Resize", resize),
+    PT_CPU_F("ResizeGrad", resize_grad),
     // Optimizer steps
     PT_CPU_F("SGDMomentum", sgd_momentum),
 };

@@ -78,5 +78,6 @@ Status trilu(GradContext& c);
 Status gather_elements(GradContext& c);
 Status group_norm(GradContext& c);  // also InstanceNormalization
 Status conv_transpose(GradContext& c);  // conv_grad.cpp
+Status resize(GradContext& c);
 
 }  // namespace pt::grad

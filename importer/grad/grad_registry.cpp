@@ -154,6 +154,7 @@ const std::map<std::string, GradBuilder>& table() {
       {"GroupNormalization", grad::group_norm},
       {"InstanceNormalization", grad::group_norm},
       {"ConvTranspose", grad::conv_transpose},
+      {"Resize", grad::resize},
   };
   return t;
 }

@@ -129,6 +129,15 @@ Status gather_elements(GradContext& c) {
   return Status::ok();
 }
 
+Status resize(GradContext& c) {  // ResizeGrad(dY): dY spread back with the forward's weights
+  if (!c.dy(0) || !c.needs(0)) return Status::ok();
+  AttrMap m;
+  for (const char* k : {"mode", "_coord", "_nearest"}) m.set(k, c.fwd().attrs.get_string(k, ""));
+  m.set("_scales", c.fwd().attrs.get_floats("_scales"));
+  c.set_dx(0, c.emit("ResizeGrad", {c.dy(0)}, c.x(0)->dims, m));
+  return Status::ok();
+}
+
 Status group_norm(GradContext& c) {
   if (!c.dy(0) || !(c.needs(0) || c.needs(1) || c.needs(2))) return Status::ok();
   AttrMap m;

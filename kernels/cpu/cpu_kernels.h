@@ -120,6 +120,10 @@ PT_DECLARE_CPU_KERNEL(group_norm_grad);
 // conv_transpose.cpp: ConvTranspose (X, W[, B]) -> Y, Conv's input gradient plus the bias.
 PT_DECLARE_CPU_KERNEL(conv_transpose);
 
+// resize.cpp: Resize (X, ...) -> Y (nearest, linear); ResizeGrad (dY) -> dX.
+PT_DECLARE_CPU_KERNEL(resize);
+PT_DECLARE_CPU_KERNEL(resize_grad);
+
 // unary_math.cpp: Gelu (attribute approximate) and GeluGrad (dY, X) -> dX; the one-formula ops of
 // kernels/unary_math_ops.h are declared there.
 PT_DECLARE_CPU_KERNEL(gelu);

@@ -177,6 +177,8 @@ const KernelEntry kFallback[] = {
     PT_FB_F("InstanceNormalization", group_norm),
     PT_FB_F("GroupNormalizationGrad", group_norm_grad),
     PT_FB_F("ConvTranspose", conv_transpose),
+    PT_FB_F("Resize", resize),
+    PT_FB_F("ResizeGrad", resize_grad),
     PT_FB_F("LRNGrad", lrn_grad),
 };
 

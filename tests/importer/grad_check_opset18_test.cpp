@@ -211,10 +211,36 @@ TEST(GradCheckOpset18, ConvTranspose) {
   }
 }
 
+TEST(GradCheckOpset18, Resize) {
+  struct Case {
+    const char* mode;
+    const char* coord;
+    std::vector<double> scales;
+  };
+  const Case cases[] = {{"nearest", "asymmetric", {1, 1, 2, 3}},
+                        {"linear", "pytorch_half_pixel", {1, 1, 2, 1.5}},
+                        {"linear", "align_corners", {1, 1, 0.5, 2}},
+                        {"linear", "half_pixel", {1, 1, 0.75, 1.25}}};
+  uint32_t seed = 7000;
+  for (const Case& rc : cases) {
+    SCOPED_TRACE(seed_trace(seed, std::string("Resize ") + rc.mode + " " + rc.coord));
+    GradCheck c(seed++);
+    Value* x = c.value("x", {2, 2, 4, 4});
+    Value* s = c.graph().add_value("scales", DType::kFloat32, {4}, ValueKind::kConstant);
+    std::vector<float> sv(rc.scales.begin(), rc.scales.end());
+    s->data = std::make_shared<HostTensor>(HostTensor::from<float>({4}, sv));
+    AttrMap a;
+    a.set("mode", std::string(rc.mode));
+    a.set("coordinate_transformation_mode", std::string(rc.coord));
+    a.set("nearest_mode", std::string("floor"));
+    c.check({c.op1("Resize", {x, nullptr, s}, a, 18)}, {x});
+  }
+}
+
 TEST(GradCheckOpset18, EveryNewOpHasABuilder) {
   for (const char* op : {"Sin", "Cos", "Softsign", "Mish", "Gelu", "Min", "Max", "CumSum", "Trilu", "ArgMax",
                          "ReduceL2", "ReduceLogSumExp", "ReduceMin", "ReduceSumSquare", "GatherElements",
-                         "InstanceNormalization", "GroupNormalization", "ConvTranspose"})
+                         "InstanceNormalization", "GroupNormalization", "ConvTranspose", "Resize"})
     EXPECT_TRUE(has_grad_builder(op)) << op;
 }
 

@@ -71,12 +71,13 @@ def main(out):
     case(out, "split_sizes_input_op18", 18, [n("Split", ["x", "s"], ["a", "b"], axis=0)], {"x": f32(5, 3)},
          {"s": i64(2, 3)})
     # Pad at 18: the axes input; at 19 and 21 the same op (wrap mode is refused).
-    # (the pad value comes from a Constant node, as exporters write it: a float initializer is a
-    # trainable parameter to the tool, not a constant)
-    case(out, "pad_axes_input_op18", 18,
-         [n("Constant", [], ["v"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [0.5])),
-          n("Pad", ["x", "pads", "v", "axes"], ["y"], mode="constant")],
-         {"x": f32(2, 3, 4)}, {"pads": i64(1, 2, 0, 3), "axes": i64(1, -1)})
+    # (the pad value is a float initializer: a setting, not a trainable parameter)
+    case(out, "pad_axes_input_op18", 18, [n("Pad", ["x", "pads", "v", "axes"], ["y"], mode="constant")],
+         {"x": f32(2, 3, 4)}, {"pads": i64(1, 2, 0, 3), "v": np.array(0.5, np.float32), "axes": i64(1, -1)})
+    case(out, "pad_constant_node_op18", 18,
+         [n("Constant", [], ["v"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [0.25])),
+          n("Pad", ["x", "pads", "v"], ["y"], mode="constant")],
+         {"x": f32(2, 3)}, {"pads": i64(1, 0, 0, 2)})
     case(out, "pad_edge_op19", 19, [n("Pad", ["x", "pads"], ["y"], mode="edge")], {"x": f32(2, 3)},
          {"pads": i64(0, 1, 1, 2)})
     case(out, "pad_reflect_axes_op21", 21, [n("Pad", ["x", "pads", "", "axes"], ["y"], mode="reflect")],
@@ -107,6 +108,24 @@ def main(out):
          {"x": np.round(f32(3, 4))}, {"z": np.zeros((1,), np.float32)})
     case(out, "averagepool_op19", 19, [n("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                          pads=[1, 1, 1, 1], count_include_pad=0)], {"x": f32(1, 2, 7, 7)})
+    # Resize: the modes PyTorch exports (nearest asymmetric floor, linear pytorch_half_pixel,
+    # align_corners), axes and keep_aspect_ratio_policy (18), half_pixel_symmetric (19).
+    x4 = f32(1, 2, 4, 5)
+    case(out, "resize_nearest_asymmetric_floor_op18", 18,
+         [n("Resize", ["x", "", "s"], ["y"], mode="nearest", coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor")], {"x": x4}, {"s": np.array([1, 1, 2, 2], np.float32)})
+    case(out, "resize_linear_pytorch_half_pixel_op18", 18,
+         [n("Resize", ["x", "", "s"], ["y"], mode="linear", coordinate_transformation_mode="pytorch_half_pixel")],
+         {"x": x4}, {"s": np.array([1, 1, 2, 1.5], np.float32)})
+    case(out, "resize_linear_align_corners_sizes_op19", 19,
+         [n("Resize", ["x", "", "", "sz"], ["y"], mode="linear", coordinate_transformation_mode="align_corners")],
+         {"x": x4}, {"sz": i64(1, 2, 7, 3)})
+    case(out, "resize_linear_axes_not_larger_op18", 18,
+         [n("Resize", ["x", "", "", "sz"], ["y"], mode="linear", axes=[2, 3], keep_aspect_ratio_policy="not_larger")],
+         {"x": x4}, {"sz": i64(8, 20)})
+    case(out, "resize_linear_half_pixel_symmetric_op19", 19,
+         [n("Resize", ["x", "", "s"], ["y"], mode="linear", coordinate_transformation_mode="half_pixel_symmetric")],
+         {"x": x4}, {"s": np.array([1, 1, 1.7, 0.6], np.float32)})
     case(out, "mlp_op21", 21, [n("Gemm", ["x", "w", "b"], ["h"], transB=1), n("Relu", ["h"], ["r"]),
                                n("Gelu", ["r"], ["y"])],
          {"x": f32(4, 5)}, {"w": f32(3, 5), "b": f32(3)})

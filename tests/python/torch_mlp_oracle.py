@@ -3,7 +3,7 @@
 # data, trains it 20 steps by hand with the SpecTrain-form momentum SGD, and saves the per-step
 # losses and final weights keyed by ONNX initializer name.  Run: /usr/bin/python3 THIS OUTDIR [newops]
 # With "newops" the model uses the ops added for issue 13 as PyTorch 1.13 exports them at opset 17:
-# GroupNorm (Reshape + InstanceNormalization + Mul/Add), GELU, Mish, Sin, maximum (Max),
+# GroupNorm (Reshape + InstanceNormalization + Mul/Add), GELU, Mish, Sin, maximum (Max), interpolate (Resize),
 # softsign (Abs + Div), cumsum, tril (Trilu); OUTDIR/freeze.txt then names the initializers PyTorch does not
 # train (InstanceNormalization's constant unit scale and zero bias).
 #
@@ -29,19 +29,20 @@ LR, GAMMA, WD = 0.1, 0.9, 1e-4
 
 class NewOps(nn.Module):
     """Linear -> GroupNorm(3 groups of 2 channels) -> GELU -> Mish + 0.1 sin -> max(h, 0.3 h) ->
-    softsign -> cumsum * 0.2 -> tril -> Linear."""
+    softsign -> cumsum * 0.2 -> tril -> x2 linear + x2 nearest upsampling (Resize) -> Linear."""
 
     def __init__(self):
         super().__init__()
         self.fc1 = nn.Linear(16, 24)
         self.gn = nn.GroupNorm(3, 6)
-        self.fc2 = nn.Linear(24, 5)
+        self.fc2 = nn.Linear(48, 5)
 
     def forward(self, x):
         h = self.gn(self.fc1(x).view(-1, 6, 4))
         h = F.mish(F.gelu(h)) + 0.1 * torch.sin(h)
         h = torch.maximum(h, 0.3 * h)
         h = torch.tril(torch.cumsum(F.softsign(h), dim=2) * 0.2)
+        h = F.interpolate(h, scale_factor=2.0, mode="linear") + F.interpolate(h, scale_factor=2.0, mode="nearest")
         return self.fc2(h.flatten(1))
 
 
@@ -73,7 +74,7 @@ def main():
     inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
     if newops:
         ops = {n.op_type for n in proto.graph.node}
-        for op in ("InstanceNormalization", "Sin", "Max", "CumSum", "Trilu", "Erf"):
+        for op in ("InstanceNormalization", "Sin", "Max", "CumSum", "Trilu", "Erf", "Resize"):
             assert op in ops, f"the export has no {op} node: {sorted(ops)}"
         fixed = [n.input[k] for n in proto.graph.node if n.op_type == "InstanceNormalization" for k in (1, 2)]
         with open(os.path.join(out, "freeze.txt"), "w") as fh:
