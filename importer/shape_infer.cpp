@@ -409,6 +409,7 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"GatherElements", shapes::gather_elements},
       {"GroupNormalization", shapes::group_norm}, {"InstanceNormalization", shapes::instance_norm},
       {"ConvTranspose", shapes::conv_transpose}, {"Resize", shapes::resize},
+      {"Einsum", shapes::einsum},
   };
   return m;
 }

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+
+#include "kernels/einsum_equation.h"
 #include <limits>
 
 namespace pt::shapes {
@@ -418,6 +421,35 @@ Status instance_norm(Node& n, const std::string& where) {
   n.attrs.set("_groups", d[1]);
   n.attrs.set("_per_group", int64_t{0});
   set_out(n, 0, n.inputs[0]->dtype, d);
+  return Status::ok();
+}
+
+Status einsum(Node& n, const std::string& where) {
+  if (n.inputs.empty()) return invalid_input(where + ": needs at least one input");
+  auto e = einsum::parse(n.attrs.get_string("equation", ""));
+  if (!e) return Status(e.status().code(), where + ": " + e.status().message());
+  if (e->inputs.size() != n.inputs.size())
+    return invalid_input(where + ": the equation has " + std::to_string(e->inputs.size()) + " terms for " +
+                         std::to_string(n.inputs.size()) + " inputs");
+  std::map<char, int64_t> size;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const Value* v = n.inputs[k];
+    if (!v || v->dtype != n.inputs[0]->dtype) return invalid_input(where + ": inputs must be present and of one type");
+    if (e->inputs[k].size() != v->dims.size())
+      return invalid_input(where + ": term '" + e->inputs[k] + "' for input " + dims_str(v->dims));
+    for (size_t i = 0; i < v->dims.size(); ++i) {
+      auto [it, fresh] = size.emplace(e->inputs[k][i], v->dims[i]);
+      if (!fresh && it->second != v->dims[i])
+        return invalid_input(where + ": letter '" + std::string(1, e->inputs[k][i]) + "' has sizes " +
+                             std::to_string(it->second) + " and " + std::to_string(v->dims[i]));
+    }
+  }
+  Dims out;
+  for (char c : e->output) {
+    if (!size.count(c)) return invalid_input(where + ": output letter '" + std::string(1, c) + "' is in no input");
+    out.push_back(size[c]);
+  }
+  set_out(n, 0, n.inputs[0]->dtype, out);
   return Status::ok();
 }
 

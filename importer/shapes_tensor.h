@@ -30,6 +30,7 @@ Status trilu(Node& n, const std::string& where);        // k input -> `_k`
 Status gather_elements(Node& n, const std::string& where);  // -> `_axis`
 Status group_norm(Node& n, const std::string& where);   // GroupNormalization 18 / 21 -> `_groups`, `_per_group`
 Status instance_norm(Node& n, const std::string& where);  // -> `_groups` = C
+Status einsum(Node& n, const std::string& where);       // equation checked against the inputs
 Status resize(Node& n, const std::string& where);       // nearest / linear -> `_scales`, `_coord`, `_nearest`
 // Cast of a computed value: unsupported (not wrong results) for element types the kernel lacks.
 Status check_cast(const Node& n, const std::string& where);

@@ -201,6 +201,7 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("ConvTranspose", conv_transpose),
     PT_CPU_F("Resize", resize),
     PT_CPU_F("ResizeGrad", resize_grad),
+    PT_CPU_F("Einsum", einsum),
     // Optimizer steps
     PT_CPU_F("SGDMomentum", sgd_momentum),
 };

@@ -79,5 +79,6 @@ Status gather_elements(GradContext& c);
 Status group_norm(GradContext& c);  // also InstanceNormalization
 Status conv_transpose(GradContext& c);  // conv_grad.cpp
 Status resize(GradContext& c);
+Status einsum(GradContext& c);
 
 }  // namespace pt::grad

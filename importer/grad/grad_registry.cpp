@@ -155,6 +155,7 @@ const std::map<std::string, GradBuilder>& table() {
       {"InstanceNormalization", grad::group_norm},
       {"ConvTranspose", grad::conv_transpose},
       {"Resize", grad::resize},
+      {"Einsum", grad::einsum},
   };
   return t;
 }

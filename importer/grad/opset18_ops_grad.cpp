@@ -5,6 +5,7 @@
 // CumSum and Trilu (themselves, transposed), GatherElements (GatherElementsGrad: a scatter-add) and
 // Group/InstanceNormalization (GroupNormalizationGrad, which recomputes the statistics from X).
 #include "importer/grad/builders.h"
+#include "kernels/einsum_equation.h"
 
 namespace pt::grad {
 
@@ -135,6 +136,28 @@ Status resize(GradContext& c) {  // ResizeGrad(dY): dY spread back with the forw
   for (const char* k : {"mode", "_coord", "_nearest"}) m.set(k, c.fwd().attrs.get_string(k, ""));
   m.set("_scales", c.fwd().attrs.get_floats("_scales"));
   c.set_dx(0, c.emit("ResizeGrad", {c.dy(0)}, c.x(0)->dims, m));
+  return Status::ok();
+}
+
+// Einsum is linear in each operand: dX_i = Einsum(out, others -> term_i)(dY, others); letters of
+// term_i summed out in the forward broadcast back (the kernel sizes them from dX's dims).
+Status einsum(GradContext& c) {
+  if (!c.dy(0)) return Status::ok();
+  auto e = einsum::parse(c.fwd().attrs.get_string("equation", ""));
+  if (!e) return e.status();
+  for (size_t i = 0; i < c.fwd().inputs.size(); ++i) {
+    if (!c.needs(i)) continue;
+    std::string eq = e->output;
+    std::vector<Value*> ins = {c.dy(0)};
+    for (size_t k = 0; k < c.fwd().inputs.size(); ++k)
+      if (k != i) {
+        eq += "," + e->inputs[k];
+        ins.push_back(c.x(k));
+      }
+    AttrMap m;
+    m.set("equation", eq + "->" + e->inputs[i]);
+    c.set_dx(i, c.emit("Einsum", ins, c.x(i)->dims, m));
+  }
   return Status::ok();
 }
 

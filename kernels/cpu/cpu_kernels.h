@@ -124,6 +124,9 @@ PT_DECLARE_CPU_KERNEL(conv_transpose);
 PT_DECLARE_CPU_KERNEL(resize);
 PT_DECLARE_CPU_KERNEL(resize_grad);
 
+// einsum.cpp: Einsum (attribute equation), naive loops.
+PT_DECLARE_CPU_KERNEL(einsum);
+
 // unary_math.cpp: Gelu (attribute approximate) and GeluGrad (dY, X) -> dX; the one-formula ops of
 // kernels/unary_math_ops.h are declared there.
 PT_DECLARE_CPU_KERNEL(gelu);

@@ -179,6 +179,7 @@ const KernelEntry kFallback[] = {
     PT_FB_F("ConvTranspose", conv_transpose),
     PT_FB_F("Resize", resize),
     PT_FB_F("ResizeGrad", resize_grad),
+    PT_FB_F("Einsum", einsum),
     PT_FB_F("LRNGrad", lrn_grad),
 };
 

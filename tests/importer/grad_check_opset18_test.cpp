@@ -237,10 +237,32 @@ TEST(GradCheckOpset18, Resize) {
   }
 }
 
+TEST(GradCheckOpset18, Einsum) {
+  struct Case {
+    const char* eq;
+    std::vector<Dims> dims;
+  };
+  const Case cases[] = {{"ij,jk->ik", {{3, 4}, {4, 5}}},
+                        {"bhqd,bhkd->bhqk", {{2, 2, 3, 4}, {2, 2, 5, 4}}},
+                        {"ij->j", {{3, 4}}},                 // a summed-out letter broadcasts back
+                        {"i,j->ij", {{3}, {4}}},              // outer product
+                        {"bij,bjk,k", {{2, 3, 4}, {2, 4, 2}, {2}}}};  // implicit output: "bi"
+  uint32_t seed = 7100;
+  for (const Case& ec : cases) {
+    SCOPED_TRACE(seed_trace(seed, std::string("Einsum ") + ec.eq));
+    GradCheck c(seed++);
+    std::vector<Value*> ins;
+    for (size_t k = 0; k < ec.dims.size(); ++k) ins.push_back(c.value("x" + std::to_string(k), ec.dims[k]));
+    AttrMap a;
+    a.set("equation", std::string(ec.eq));
+    c.check({c.op1("Einsum", ins, a, 12)}, ins);
+  }
+}
+
 TEST(GradCheckOpset18, EveryNewOpHasABuilder) {
   for (const char* op : {"Sin", "Cos", "Softsign", "Mish", "Gelu", "Min", "Max", "CumSum", "Trilu", "ArgMax",
                          "ReduceL2", "ReduceLogSumExp", "ReduceMin", "ReduceSumSquare", "GatherElements",
-                         "InstanceNormalization", "GroupNormalization", "ConvTranspose", "Resize"})
+                         "InstanceNormalization", "GroupNormalization", "ConvTranspose", "Resize", "Einsum"})
     EXPECT_TRUE(has_grad_builder(op)) << op;
 }
 
