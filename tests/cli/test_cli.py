@@ -191,6 +191,23 @@ class CliTest(unittest.TestCase):
             self.assertEqual(rc, 0, f"opset {opset}: {se}")
             m = onnx.load(os.path.join(out, f"mlp_op{opset}.trained.onnx"))
             self.assertEqual([(o.domain, o.version) for o in m.opset_import], [("", opset)])
+        # Stage models keep it too, and chain to the trained model in ONNX Runtime.
+        import onnxruntime as ort
+        out = os.path.join(self.dir, "op21_stages")
+        rc, so, se = run(os.path.join(self.dir, "mlp_op21.onnx"), "--data", self.data, "--steps", 3, "--gpus", 2,
+                         "--device", "cpu", "--export-stages", "--out", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+        feed = {"x": x}
+        for k in range(2):
+            sm = onnx.load(os.path.join(out, "stages", f"stage{k}.onnx"))
+            self.assertEqual([(o.domain, o.version) for o in sm.opset_import], [("", 21)])
+            sess = ort.InferenceSession(sm.SerializeToString(), providers=["CPUExecutionProvider"])
+            res = sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs()})
+            feed.update({o.name: r for o, r in zip(sess.get_outputs(), res)})
+        full = ort.InferenceSession(os.path.join(out, "mlp_op21.trained.onnx"),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(feed["y"], full, rtol=1e-6, atol=1e-6)
 
     def test_opset_21_new_ops_train_and_export(self):
         # Gemm -> Reshape -> GroupNormalization-21 (per-channel scale) -> Gelu-20 -> ReduceMean-18
