@@ -126,6 +126,8 @@ def main(out):
     case(out, "resize_linear_half_pixel_symmetric_op19", 19,
          [n("Resize", ["x", "", "s"], ["y"], mode="linear", coordinate_transformation_mode="half_pixel_symmetric")],
          {"x": x4}, {"s": np.array([1, 1, 1.7, 0.6], np.float32)})
+    case(out, "averagepool_dilations_op19", 19, [n("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[1, 1],
+                                                   dilations=[2, 2])], {"x": f32(1, 2, 6, 6)})
     case(out, "mlp_op21", 21, [n("Gemm", ["x", "w", "b"], ["h"], transB=1), n("Relu", ["h"], ["r"]),
                                n("Gelu", ["r"], ["y"])],
          {"x": f32(4, 5)}, {"w": f32(3, 5), "b": f32(3)})
