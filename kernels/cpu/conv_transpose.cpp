@@ -14,7 +14,7 @@ Status conv_transpose(const KernelCall& call) {
   const TensorView& y = call.outputs[0];  // (N, M, out...)
   const TensorView& b = call.inputs[2];   // (M)
   if (y.rank() < 2 || b.size() != y.dims[1]) return invalid_input("ConvTranspose: B " + dims_str(b.dims) + " does not fit Y " + dims_str(y.dims));
-  const int64_t n = y.dims[0], m = y.dims[1], sp = n * m ? y.size() / (n * m) : 0;
+  const int64_t n = y.dims[0], m = y.dims[1], sp = n * m != 0 ? y.size() / (n * m) : 0;
   T* py = y.as<T>();
   const T* pb = b.as<T>();
 #pragma omp parallel for if (y.size() > kParallelThreshold)
