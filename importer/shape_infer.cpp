@@ -404,7 +404,7 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"ReduceMin", shapes::reduce}, {"ReduceProd", shapes::reduce}, {"ReduceL1", shapes::reduce},
       {"ReduceL2", shapes::reduce}, {"ReduceSumSquare", shapes::reduce}, {"ReduceLogSum", shapes::reduce},
       {"ReduceLogSumExp", shapes::reduce},
-      {"Max", shapes::variadic}, {"Min", shapes::variadic},
+      {"Max", shapes::variadic}, {"Min", shapes::variadic}, {"Mod", binary_broadcast},
       {"ArgMax", shapes::arg_max}, {"CumSum", shapes::cum_sum}, {"Trilu", shapes::trilu},
       {"GatherElements", shapes::gather_elements},
       {"GroupNormalization", shapes::group_norm}, {"InstanceNormalization", shapes::instance_norm},

@@ -189,6 +189,7 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("ReduceLogSumExp", reduce_log_sum_exp),
     PT_CPU_F("Max", max_op), PT_CPU_I64("Max", max_op), PT_CPU_I32("Max", max_op),
     PT_CPU_F("Min", min_op), PT_CPU_I64("Min", min_op), PT_CPU_I32("Min", min_op),
+    PT_CPU_F("Mod", mod_op), PT_CPU_I64("Mod", mod_op), PT_CPU_I32("Mod", mod_op),
     PT_CPU_F("ArgMax", arg_max), PT_CPU_I64("ArgMax", arg_max), PT_CPU_I32("ArgMax", arg_max),
     PT_CPU_F("CumSum", cum_sum), PT_CPU_I64("CumSum", cum_sum), PT_CPU_I32("CumSum", cum_sum),
     PT_CPU_F("Trilu", trilu), PT_CPU_I64("Trilu", trilu), PT_CPU_I32("Trilu", trilu),

@@ -73,6 +73,7 @@ Status reduce_log_sum(GradContext& c);
 Status reduce_log_sum_exp(GradContext& c);
 Status reduce_prod(GradContext& c);
 Status min_max(GradContext& c);
+Status mod(GradContext& c);
 Status cum_sum(GradContext& c);
 Status trilu(GradContext& c);
 Status gather_elements(GradContext& c);

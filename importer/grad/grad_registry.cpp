@@ -147,6 +147,7 @@ const std::map<std::string, GradBuilder>& table() {
       {"ReduceProd", grad::reduce_prod},
       {"Max", grad::min_max},
       {"Min", grad::min_max},
+      {"Mod", grad::mod},
       {"ArgMax", grad::no_gradient},
       {"CumSum", grad::cum_sum},
       {"Trilu", grad::trilu},

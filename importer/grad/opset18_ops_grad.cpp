@@ -103,6 +103,20 @@ Status min_max(GradContext& c) {
   return Status::ok();
 }
 
+// Y = A - q B with q = trunc(A / B) (fmod) or floor(A / B), piecewise constant: dA = dY,
+// dB = -dY q, where q = (A - Y) / B exactly.
+Status mod(GradContext& c) {
+  Value* dy = c.dy(0);
+  if (!dy) return Status::ok();
+  if (c.needs(0)) c.set_dx(0, c.reduce_to(dy, c.x(0)->dims));
+  if (c.needs(1)) {
+    const Dims& yd = c.y(0)->dims;
+    Value* q = c.emit("Div", {c.emit("Sub", {c.x(0), c.y(0)}, yd), c.x(1)}, yd);
+    c.set_dx(1, c.reduce_to(c.emit("Neg", {c.emit("Mul", {dy, q}, yd)}, yd), c.x(1)->dims));
+  }
+  return Status::ok();
+}
+
 Status cum_sum(GradContext& c) {  // the sums run the other way
   if (!c.dy(0) || !c.needs(0)) return Status::ok();
   AttrMap m;

@@ -106,6 +106,7 @@ PT_DECLARE_CPU_KERNEL(reduce_log_sum_exp);
 // CumSum, Trilu, GatherElements; GatherElementsGrad (dY, indices) -> dData (float, double).
 PT_DECLARE_CPU_KERNEL(max_op);
 PT_DECLARE_CPU_KERNEL(min_op);
+PT_DECLARE_CPU_KERNEL(mod_op);  // broadcasting; attribute fmod
 PT_DECLARE_CPU_KERNEL(arg_max);
 PT_DECLARE_CPU_KERNEL(cum_sum);
 PT_DECLARE_CPU_KERNEL(trilu);

@@ -1,7 +1,9 @@
 // CPU kernels of the selection and scan ops of opsets 8 to 21: the broadcasting variadic Min and
-// Max, ArgMax, CumSum, Trilu, GatherElements and its backward op (a scatter-add). Attributes are
+// Max, Mod, ArgMax, CumSum, Trilu, GatherElements and its backward op (a scatter-add). Attributes are
 // read as the shape functions left them: `_axis` (normalised), `_k` (Trilu's diagonal).
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -225,6 +227,49 @@ Status gather_elements_grad(const KernelCall& call) {
   return Status::ok();
 }
 
+// (A, B) -> A mod B under numpy broadcasting: fmod = 1 takes the dividend's sign (C's fmod, the only
+// form ONNX allows for floats), fmod = 0 the divisor's (Python's %). Integer division by zero is refused.
+template <typename T>
+Status mod_op(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Mod", 2, 1));
+  const TensorView& a = call.inputs[0];
+  const TensorView& b = call.inputs[1];
+  const TensorView& y = call.outputs[0];
+  Dims bd;
+  if (!broadcast_dims(a.dims, b.dims, &bd) || bd != y.dims)
+    return invalid_input("Mod: shapes " + dims_str(a.dims) + " and " + dims_str(b.dims) + " do not broadcast to " +
+                         dims_str(y.dims));
+  const bool fmod = call.attrs.get_int("fmod", 0) != 0;
+  if (std::is_floating_point_v<T> && !fmod) return invalid_input("Mod: floating-point inputs need fmod = 1");
+  const Dims sa = broadcast_strides(a.dims, y.dims), sb = broadcast_strides(b.dims, y.dims);
+  const T* pa = a.as<T>();
+  const T* pb = b.as<T>();
+  T* py = y.as<T>();
+  const size_t r = y.dims.size();
+  std::vector<int64_t> coord(r, 0);
+  int64_t oa = 0, ob = 0;
+  for (int64_t i = 0; i < y.size(); ++i) {
+    const T x = pa[oa], d = pb[ob];
+    if constexpr (std::is_floating_point_v<T>) {
+      py[i] = std::fmod(x, d);
+    } else {
+      if (d == 0) return invalid_input("Mod: integer division by zero");
+      T m = x % d;
+      if (!fmod && m != 0 && ((m < 0) != (d < 0))) m += d;
+      py[i] = m;
+    }
+    for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+      oa += sa[k];
+      ob += sb[k];
+      if (++coord[k] < y.dims[k]) break;
+      oa -= sa[k] * y.dims[k];
+      ob -= sb[k] * y.dims[k];
+      coord[k] = 0;
+    }
+  }
+  return Status::ok();
+}
+
 #define PT_INSTANTIATE(name, T) template Status name<T>(const KernelCall& call);
 #define PT_ALL(name) PT_INSTANTIATE(name, float) PT_INSTANTIATE(name, double) PT_INSTANTIATE(name, int64_t) \
                      PT_INSTANTIATE(name, int32_t)
@@ -234,6 +279,7 @@ PT_ALL(arg_max)
 PT_ALL(cum_sum)
 PT_ALL(trilu)
 PT_ALL(gather_elements)
+PT_ALL(mod_op)
 PT_INSTANTIATE(gather_elements_grad, float)
 PT_INSTANTIATE(gather_elements_grad, double)
 #undef PT_ALL

@@ -167,6 +167,7 @@ const KernelEntry kFallback[] = {
     PT_FB_F("ReduceLogSumExp", reduce_log_sum_exp),
     PT_FB_F("Max", max_op), PT_FB_I64("Max", max_op), PT_FB_I32("Max", max_op),
     PT_FB_F("Min", min_op), PT_FB_I64("Min", min_op), PT_FB_I32("Min", min_op),
+    PT_FB_F("Mod", mod_op), PT_FB_I64("Mod", mod_op), PT_FB_I32("Mod", mod_op),
     PT_FB_F("ArgMax", arg_max), PT_FB_I64("ArgMax", arg_max), PT_FB_I32("ArgMax", arg_max),
     PT_FB_F("CumSum", cum_sum), PT_FB_I64("CumSum", cum_sum), PT_FB_I32("CumSum", cum_sum),
     PT_FB_F("Trilu", trilu), PT_FB_I64("Trilu", trilu), PT_FB_I32("Trilu", trilu),

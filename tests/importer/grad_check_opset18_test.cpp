@@ -102,6 +102,21 @@ TEST(GradCheckOpset18, MinMaxBroadcast) {
   }
 }
 
+TEST(GradCheckOpset18, ModBroadcast) {
+  SCOPED_TRACE(seed_trace(6350, "Mod fmod 1 of [3, 4] by [4], both"));
+  GradCheck c(6350);
+  Value* a = c.value("a", {3, 4}, ValueKind::kParameter, {0.5, 5.0, true});
+  Value* b = c.value("b", {4}, ValueKind::kParameter, {0.7, 1.3, true});
+  // Keep A / B away from integers, where the quotient jumps.
+  double* pa = a->data->as<double>();
+  const double* pb = b->data->as<double>();
+  for (int64_t i = 0; i < 12; ++i) {
+    const double q = pa[i] / pb[i % 4], f = q - std::trunc(q);
+    if (std::fabs(f) < 0.05 || std::fabs(f) > 0.95) pa[i] += 0.3 * pb[i % 4];
+  }
+  c.check({c.op1("Mod", {a, b}, attrs_of({{"fmod", int64_t{1}}}))}, {a, b});
+}
+
 TEST(GradCheckOpset18, CumSum) {
   uint32_t seed = 6400;
   for (int64_t exclusive : {0, 1})
@@ -262,7 +277,7 @@ TEST(GradCheckOpset18, Einsum) {
 TEST(GradCheckOpset18, EveryNewOpHasABuilder) {
   for (const char* op : {"Sin", "Cos", "Softsign", "Mish", "Gelu", "Min", "Max", "CumSum", "Trilu", "ArgMax",
                          "ReduceL2", "ReduceLogSumExp", "ReduceMin", "ReduceSumSquare", "GatherElements",
-                         "InstanceNormalization", "GroupNormalization", "ConvTranspose", "Resize", "Einsum"})
+                         "InstanceNormalization", "GroupNormalization", "ConvTranspose", "Resize", "Einsum", "Mod"})
     EXPECT_TRUE(has_grad_builder(op)) << op;
 }
 
