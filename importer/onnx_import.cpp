@@ -14,6 +14,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "core/file.h"
 #include "importer/grad/grad_registry.h"
@@ -28,8 +29,32 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int64_t kMinOpset = 7;
-constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMaxOpset = 21;
 constexpr int64_t kConvertTarget = 13;
+// The newest default-domain opset the system's ONNX library (Debian's 1.12) knows. Models of a
+// newer opset are checked by check_newer_opset below instead of onnx::checker::check_model.
+constexpr int64_t kCheckerOpset = 17;
+
+// Default-domain ops that appeared or changed in opsets 18 to 21 (ONNX's docs/Changelog.md). The
+// 1.12 checker knows only their opset-17 form or nothing, so it must not judge them: our own
+// shape functions check their inputs and attributes, per opset, when the op is supported.
+const std::set<std::string>& ops_changed_after_checker() {
+  static const std::set<std::string> s = {
+      // 18
+      "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CenterCropPad", "Col2Im", "GroupNormalization",
+      "LpPool", "Mish", "OptionalGetElement", "OptionalHasElement", "Pad", "ReduceL1", "ReduceL2", "ReduceLogSum",
+      "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSumSquare", "Resize",
+      "ScatterElements", "ScatterND", "Split",
+      // 19
+      "AveragePool", "Cast", "CastLike", "Constant", "DeformConv", "DequantizeLinear", "Equal", "Identity", "If",
+      "Loop", "QuantizeLinear", "Reshape", "Scan", "Shape", "Size",
+      // 20
+      "AffineGrid", "ConstantOfShape", "DFT", "Gelu", "GridSample", "ImageDecoder", "IsInf", "IsNaN",
+      "RegexFullMatch", "StringConcat", "StringSplit",
+      // 21
+      "Flatten", "QLinearMatMul", "Squeeze", "Transpose", "Unsqueeze"};
+  return s;
+}
 
 std::string one_line(std::string s) {
   for (char& c : s)
@@ -137,6 +162,35 @@ Status check_structure(onnx::GraphProto* g, const std::string& path) {
     google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
     for (int i : order) *nodes.Add() = g->node(i);
     g->mutable_node()->Swap(&nodes);
+  }
+  return Status::ok();
+}
+
+// The checks of onnx::checker::check_model for a model of opset 18 to 21, which the 1.12 checker
+// refuses: initializers and graph inputs/outputs as the checker checks them, and every node of an
+// op unchanged since opset 17 against its opset-17 schema. Ops new or changed in 18 to 21 are left
+// to our shape functions; the graph's structure was checked by check_structure.
+Status check_newer_opset(const onnx::ModelProto& m, const std::string& path) {
+  onnx::checker::CheckerContext ctx;
+  ctx.set_ir_version(static_cast<int>(std::min<int64_t>(m.ir_version(), static_cast<int64_t>(onnx::IR_VERSION))));
+  std::unordered_map<std::string, int> imports;
+  for (const auto& o : m.opset_import())
+    imports[o.domain() == "ai.onnx" ? "" : o.domain()] = static_cast<int>(o.version());
+  imports[""] = static_cast<int>(kCheckerOpset);
+  ctx.set_opset_imports(imports);
+  onnx::checker::LexicalScopeContext lex;
+  const auto& g = m.graph();
+  try {
+    for (const auto& t : g.initializer()) onnx::checker::check_tensor(t, ctx);
+    for (const auto& vi : g.input()) onnx::checker::check_value_info(vi, ctx);
+    for (const auto& vi : g.output()) onnx::checker::check_value_info(vi, ctx);
+    for (const auto& n : g.node()) {
+      const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+      if (default_domain && !ops_changed_after_checker().count(n.op_type())) onnx::checker::check_node(n, ctx, lex);
+    }
+  } catch (const std::exception& e) {
+    return invalid_input(path + ": onnx checker (opset-" + std::to_string(kCheckerOpset) +
+                         " schemas of ops unchanged since): " + one_line(e.what()));
   }
   return Status::ok();
 }
@@ -321,6 +375,25 @@ Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const
   return Status::ok();
 }
 
+// Float initializers read only as settings, never as data (Resize's roi and scales, Pad's
+// constant_value), are constants: exporters fold such values into initializers, and the shape
+// functions need them known before training.
+void mark_setting_initializers(Graph& g) {
+  static const std::map<std::string, std::set<size_t>> kSettingInputs = {{"Resize", {1, 2}}, {"Pad", {2}}};
+  std::map<const Value*, bool> only_settings;
+  for (const auto& n : g.nodes())
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Value* v = n->inputs[i];
+      if (!v || v->kind != ValueKind::kParameter) continue;
+      auto it = kSettingInputs.find(n->op_type);
+      const bool setting = it != kSettingInputs.end() && it->second.count(i);
+      auto [pos, fresh] = only_settings.emplace(v, setting);
+      if (!fresh) pos->second = pos->second && setting;
+    }
+  for (auto& [v, setting] : only_settings)
+    if (setting) const_cast<Value*>(v)->kind = ValueKind::kConstant;
+}
+
 }  // namespace
 
 Expected<std::vector<std::string>> onnx_input_names(const std::string& path) {
@@ -353,16 +426,20 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     tp.set_data_location(onnx::TensorProto::DEFAULT);
     tp.set_raw_data(std::move(bytes));
   }
-  try {
-    onnx::checker::check_model(proto);
-  } catch (const std::exception& e) {
-    return invalid_input(path + ": onnx checker: " + one_line(e.what()));
-  }
   out.source_opset = default_opset(proto);
   if (out.source_opset == 0) return invalid_input(path + ": the model imports no opset of the default ONNX domain");
   if (out.source_opset > kMaxOpset)
     return unsupported(path + ": opset " + std::to_string(out.source_opset) + " is newer than this tool supports (" +
                        std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+  if (out.source_opset > kCheckerOpset) {
+    RETURN_IF_ERROR(check_newer_opset(proto, path));
+  } else {
+    try {
+      onnx::checker::check_model(proto);
+    } catch (const std::exception& e) {
+      return invalid_input(path + ": onnx checker: " + one_line(e.what()));
+    }
+  }
   if (out.source_opset < kMinOpset) {
     // The converter's broadcast adapters need static dims: bind the batch dimension first.
     std::set<std::string> inits;
@@ -383,12 +460,8 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     out.converted = true;
   }
   const int64_t opset = default_opset(proto);
-  for (const auto& o : proto.opset_import())
-    if (!(o.domain().empty() || o.domain() == "ai.onnx")) {
-      bool used = false;
-      for (const auto& n : proto.graph().node()) used |= n.domain() == o.domain();
-      if (used) return unsupported(path + ": ops of domain '" + o.domain() + "' are not supported");
-    }
+  std::map<std::string, int64_t> domain_opset;
+  for (const auto& o : proto.opset_import()) domain_opset[o.domain().empty() ? "ai.onnx" : o.domain()] = o.version();
 
   // Early unsupported-op report, before any work: every offending node at once.
   {
@@ -397,13 +470,16 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     for (int i = 0; i < proto.graph().node_size(); ++i) {
       const auto& n = proto.graph().node(i);
       const std::string& op = n.op_type();
+      const std::string domain = n.domain().empty() ? "ai.onnx" : n.domain();
       bool ok = op == "Constant" || is_foldable_op(op) ||
                 (has_shape_fn(op) && !supported_dtypes(op, opts.device).empty());
       if (ok && opts.for_training && !is_foldable_op(op) && op != "Constant") ok = has_grad_builder(op);
+      if (domain != "ai.onnx") ok = false;  // no other domain's ops are implemented
       if (!ok) {
         std::string name = n.name().empty() ? op + "_" + std::to_string(i) : n.name();
-        bad.push_back("'" + name + "' (" + op + ", opset " + std::to_string(opset) + ")");
-        bad_ops.insert(op);
+        bad.push_back("'" + name + "' (" + op + ", opset " + std::to_string(domain_opset[domain]) + ", domain " +
+                      domain + ")");
+        bad_ops.insert(domain == "ai.onnx" ? op : domain + "." + op);
       }
     }
     if (!bad.empty()) {
@@ -481,6 +557,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     }
   }
   for (const auto& o : gp.output()) g->outputs.push_back(g->find_value(o.name()));
+  mark_setting_initializers(*g);
 
   RETURN_IF_ERROR(infer_and_fold(*g, path, opts.device));
   lower_random_ops(*g, opts.seed);

@@ -11,6 +11,7 @@
 #include "importer/importer.h"
 #include "importer/shapes_tensor.h"
 #include "importer/shapes_cnn.h"
+#include "kernels/unary_math_ops.h"
 
 namespace pt {
 
@@ -377,7 +378,11 @@ Status dropout(Node& n, const std::string& where) {
 
 Status range_op(Node& n, const std::string& where) {
   RETURN_IF_ERROR(need_inputs(n, 3, 3, where));
-  return Status::ok();  // folded: the folder computes the length
+  for (size_t i = 0; i < 3; ++i)  // folded: the folder computes the length, so every input is needed
+    if (!n.inputs[i]->is_constant() || !n.inputs[i]->data)
+      return invalid_input(where + ": input '" + n.inputs[i]->name + "' must be known before training (a constant or "
+                           "a foldable shape computation), but it is computed from data at run time");
+  return Status::ok();
 }
 
 const std::map<std::string, ShapeFn>& shape_fns() {
@@ -404,6 +409,20 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"Conv", shapes::conv}, {"MaxPool", shapes::max_pool}, {"AveragePool", shapes::average_pool},
       {"GlobalAveragePool", shapes::global_pool}, {"GlobalMaxPool", shapes::global_pool}, {"LRN", shapes::lrn},
       {"BatchNormalization", shapes::batch_norm},
+      // Ops of opsets 18 to 21 and the missing ops of issue 13.
+#define PT_UNARY_MATH_SHAPE(Name, fn, fwd, bwd) {#Name, shapes::unary},
+      PT_UNARY_MATH_OPS(PT_UNARY_MATH_SHAPE)
+#undef PT_UNARY_MATH_SHAPE
+      {"Gelu", shapes::gelu},
+      {"ReduceMin", shapes::reduce}, {"ReduceProd", shapes::reduce}, {"ReduceL1", shapes::reduce},
+      {"ReduceL2", shapes::reduce}, {"ReduceSumSquare", shapes::reduce}, {"ReduceLogSum", shapes::reduce},
+      {"ReduceLogSumExp", shapes::reduce},
+      {"Max", shapes::variadic}, {"Min", shapes::variadic}, {"Mod", binary_broadcast},
+      {"ArgMax", shapes::arg_max}, {"CumSum", shapes::cum_sum}, {"Trilu", shapes::trilu},
+      {"GatherElements", shapes::gather_elements},
+      {"GroupNormalization", shapes::group_norm}, {"InstanceNormalization", shapes::instance_norm},
+      {"ConvTranspose", shapes::conv_transpose}, {"Resize", shapes::resize},
+      {"Einsum", shapes::einsum},
   };
   return m;
 }

@@ -112,6 +112,81 @@ Status conv(Node& n, const std::string& where) {
   return Status::ok();
 }
 
+// ConvTranspose: Y = ConvGradInput(X, W), i.e. the input gradient of a Conv whose input is Y. The
+// window attributes are normalised for that Conv (explicit pads from pads / auto_pad /
+// output_shape, as ONNX's ConvTranspose defines them), so the kernels share Conv's window code.
+Status conv_transpose(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 3, where));
+  RETURN_IF_ERROR(check_float(n, where));
+  const Dims& x = n.inputs[0]->dims;
+  const Dims& wd = n.inputs[1]->dims;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  if (wd.size() != x.size() || rank < 3 || rank > 2 + kMaxSpatial)
+    return invalid_input(where + ": X " + dims_str(x) + " and W " + dims_str(wd) +
+                         " must be [N, C, D1...] and [C, M/group, k...] with 1 to 3 spatial dims");
+  const int64_t group = n.attrs.get_int("group", 1);
+  if (group < 1 || x[1] != wd[0] || wd[0] % group != 0)
+    return invalid_input(where + ": group " + std::to_string(group) + " does not fit X " + dims_str(x) + " and W " +
+                         dims_str(wd) + " (W must be [C, M/group, k...])");
+  const int64_t m = wd[1] * group;
+  if (n.inputs.size() > 2 && n.inputs[2] && n.inputs[2]->dims != Dims{m})
+    return invalid_input(where + ": B " + dims_str(n.inputs[2]->dims) + " must be [" + std::to_string(m) + "]");
+  const size_t nd = static_cast<size_t>(rank - 2);
+  const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
+  const std::vector<int64_t> k = n.attrs.get_ints("kernel_shape", kernel);
+  if (k != kernel) return invalid_input(where + ": kernel_shape does not match W " + dims_str(wd));
+  const std::vector<int64_t> st = n.attrs.get_ints("strides", std::vector<int64_t>(nd, 1));
+  const std::vector<int64_t> dl = n.attrs.get_ints("dilations", std::vector<int64_t>(nd, 1));
+  const std::vector<int64_t> op = n.attrs.get_ints("output_padding", std::vector<int64_t>(nd, 0));
+  std::vector<int64_t> pads = n.attrs.get_ints("pads", std::vector<int64_t>(2 * nd, 0));
+  const std::vector<int64_t> out_shape = n.attrs.get_ints("output_shape");
+  const std::string auto_pad = n.attrs.get_string("auto_pad", "NOTSET");
+  if (st.size() != nd || dl.size() != nd || op.size() != nd || pads.size() != 2 * nd ||
+      (!out_shape.empty() && out_shape.size() != nd))
+    return invalid_input(where + ": strides, dilations, output_padding, pads or output_shape have the wrong length");
+  Dims y = {x[0], m};
+  for (size_t i = 0; i < nd; ++i) {
+    if (st[i] < 1 || dl[i] < 1 || op[i] < 0) return invalid_input(where + ": strides and dilations must be positive");
+    if (op[i] >= st[i])
+      return unsupported(where + ": output_padding " + std::to_string(op[i]) + " not below the stride " +
+                         std::to_string(st[i]));
+    const int64_t keff = (k[i] - 1) * dl[i] + 1;
+    int64_t full = st[i] * (x[2 + i] - 1) + op[i] + keff;
+    if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t want = !out_shape.empty() ? out_shape[i] : x[2 + i] * st[i];
+      int64_t total = full - want;
+      if (total < 0) {  // the extra rows are output padding at the end (ONNX Runtime's reading)
+        if (-total - op[i] >= st[i])
+          return unsupported(where + ": output_shape exceeds the transposed convolution by a stride or more");
+        full = want;
+        total = 0;
+      }
+      const bool upper = auto_pad == "SAME_UPPER";
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[nd + i] = total - pads[i];
+    } else if (auto_pad == "VALID") {
+      pads[i] = pads[nd + i] = 0;
+    } else if (auto_pad != "NOTSET") {
+      return invalid_input(where + ": unknown auto_pad '" + auto_pad + "'");
+    }
+    y.push_back(full - pads[i] - pads[nd + i]);
+    if (y.back() < 1) return invalid_input(where + ": the output would be empty");
+  }
+  n.attrs.set("auto_pad", std::string("NOTSET"));
+  n.attrs.set("kernel_shape", k);
+  n.attrs.set("strides", st);
+  n.attrs.set("dilations", dl);
+  n.attrs.set("pads", pads);
+  n.attrs.set("group", group);
+  n.attrs.set("ceil_mode", int64_t{0});
+  Window w;  // the Conv that ConvTranspose transposes must map Y back to X
+  RETURN_IF_ERROR(window_from_attrs("ConvTranspose", n.attrs, y, &kernel, false, &w).with_context(where + ": "));
+  if (window_output_dims(w, x[1]) != x)
+    return unsupported(where + ": output " + dims_str(y) + " does not map back onto X " + dims_str(x));
+  set_out(n, 0, n.inputs[0]->dtype, y);
+  return Status::ok();
+}
+
 Status max_pool(Node& n, const std::string& where) {
   Window w;
   RETURN_IF_ERROR(pool(n, where, &w));

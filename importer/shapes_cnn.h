@@ -12,6 +12,7 @@
 namespace pt::shapes {
 
 Status conv(Node& n, const std::string& where);          // group, dilations, auto_pad; kernel from W
+Status conv_transpose(Node& n, const std::string& where);  // pads from pads / auto_pad / output_shape
 Status max_pool(Node& n, const std::string& where);      // Y and optional int64 Indices
 Status average_pool(Node& n, const std::string& where);  // count_include_pad, ceil_mode
 Status global_pool(Node& n, const std::string& where);   // GlobalAveragePool, GlobalMaxPool

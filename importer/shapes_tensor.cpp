@@ -3,6 +3,10 @@
 #include "importer/shapes_tensor.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kernels/einsum_equation.h"
 #include <limits>
 
 namespace pt::shapes {
@@ -316,6 +320,210 @@ Status layer_norm(Node& n, const std::string& where) {
   set_out(n, 0, n.inputs[0]->dtype, d);
   set_out(n, 1, n.inputs[0]->dtype, stat);
   set_out(n, 2, n.inputs[0]->dtype, stat);
+  return Status::ok();
+}
+
+Status gelu(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 1, where));
+  const std::string a = n.attrs.get_string("approximate", "none");
+  if (a != "none" && a != "tanh") return invalid_input(where + ": approximate '" + a + "' (none or tanh)");
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status arg_max(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 1, where));
+  const Dims& d = n.inputs[0]->dims;
+  int64_t axis = n.attrs.get_int("axis", 0);
+  RETURN_IF_ERROR(axis_in_range(&axis, static_cast<int64_t>(d.size()), where));
+  n.attrs.set("_axis", axis);
+  Dims out = d;
+  if (n.attrs.get_int("keepdims", 1)) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  set_out(n, 0, DType::kInt64, out);
+  return Status::ok();
+}
+
+Status cum_sum(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 2, where));
+  ASSIGN_OR_RETURN(std::vector<int64_t> axis, const_ints(n, 1, where, "axis"));
+  if (axis.size() != 1) return invalid_input(where + ": axis must be a scalar");
+  RETURN_IF_ERROR(axis_in_range(&axis[0], static_cast<int64_t>(n.inputs[0]->dims.size()), where));
+  n.attrs.set("_axis", axis[0]);
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status trilu(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 2, where));
+  if (n.inputs[0]->dims.size() < 2) return invalid_input(where + ": the input must have rank 2 or more");
+  int64_t k = 0;
+  if (present(n, 1)) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> kv, const_ints(n, 1, where, "k"));
+    if (kv.size() != 1) return invalid_input(where + ": k must be a scalar");
+    k = kv[0];
+  }
+  n.attrs.set("_k", k);
+  set_out(n, 0, n.inputs[0]->dtype, n.inputs[0]->dims);
+  return Status::ok();
+}
+
+Status gather_elements(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 2, 2, where));
+  const Dims& d = n.inputs[0]->dims;
+  const Dims& id = n.inputs[1]->dims;
+  if (n.inputs[1]->dtype != DType::kInt64 && n.inputs[1]->dtype != DType::kInt32)
+    return invalid_input(where + ": indices must be int64 or int32");
+  if (id.size() != d.size()) return invalid_input(where + ": indices " + dims_str(id) + " and data " + dims_str(d) + " differ in rank");
+  int64_t axis = n.attrs.get_int("axis", 0);
+  RETURN_IF_ERROR(axis_in_range(&axis, static_cast<int64_t>(d.size()), where));
+  for (size_t i = 0; i < d.size(); ++i)
+    if (static_cast<int64_t>(i) != axis && id[i] > d[i])
+      return invalid_input(where + ": indices " + dims_str(id) + " exceed data " + dims_str(d) + " outside the axis");
+  n.attrs.set("_axis", axis);
+  set_out(n, 0, n.inputs[0]->dtype, id);
+  return Status::ok();
+}
+
+namespace {
+// Scale and bias of a normalisation over (N, C, ...): `params` elements each.
+Status norm_params(Node& n, int64_t params, const std::string& where, const char* form) {
+  for (size_t i = 1; i < 3; ++i)
+    if (n.inputs[i]->size() != params)
+      return invalid_input(where + ": " + (i == 1 ? "scale " : "bias ") + dims_str(n.inputs[i]->dims) + " must have " +
+                           std::to_string(params) + " elements (" + form + ")");
+  return Status::ok();
+}
+}  // namespace
+
+// Opsets 18 to 20: scale and bias per group; 21: per channel (ONNX's Changelog).
+Status group_norm(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 3, 3, where));
+  const Dims& d = n.inputs[0]->dims;
+  if (d.size() < 2) return invalid_input(where + ": X must be (N, C, ...), is " + dims_str(d));
+  if (!n.attrs.has("num_groups")) return invalid_input(where + ": attribute num_groups is required");
+  const int64_t g = n.attrs.get_int("num_groups", 0);
+  if (g <= 0 || d[1] % g)
+    return invalid_input(where + ": " + std::to_string(d[1]) + " channels do not split into num_groups = " + std::to_string(g));
+  const bool per_group = n.since_version < 21;
+  RETURN_IF_ERROR(norm_params(n, per_group ? g : d[1], where, per_group ? "one per group before opset 21" : "one per channel from opset 21"));
+  n.attrs.set("_groups", g);
+  n.attrs.set("_per_group", static_cast<int64_t>(per_group));
+  set_out(n, 0, n.inputs[0]->dtype, d);
+  return Status::ok();
+}
+
+Status instance_norm(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 3, 3, where));
+  const Dims& d = n.inputs[0]->dims;
+  if (d.size() < 3) return invalid_input(where + ": X must be (N, C, D1, ...), is " + dims_str(d));
+  RETURN_IF_ERROR(norm_params(n, d[1], where, "one per channel"));
+  n.attrs.set("_groups", d[1]);
+  n.attrs.set("_per_group", int64_t{0});
+  set_out(n, 0, n.inputs[0]->dtype, d);
+  return Status::ok();
+}
+
+Status einsum(Node& n, const std::string& where) {
+  if (n.inputs.empty()) return invalid_input(where + ": needs at least one input");
+  auto e = einsum::parse(n.attrs.get_string("equation", ""));
+  if (!e) return Status(e.status().code(), where + ": " + e.status().message());
+  if (e->inputs.size() != n.inputs.size())
+    return invalid_input(where + ": the equation has " + std::to_string(e->inputs.size()) + " terms for " +
+                         std::to_string(n.inputs.size()) + " inputs");
+  std::map<char, int64_t> size;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const Value* v = n.inputs[k];
+    if (!v || v->dtype != n.inputs[0]->dtype) return invalid_input(where + ": inputs must be present and of one type");
+    if (e->inputs[k].size() != v->dims.size())
+      return invalid_input(where + ": term '" + e->inputs[k] + "' for input " + dims_str(v->dims));
+    for (size_t i = 0; i < v->dims.size(); ++i) {
+      auto [it, fresh] = size.emplace(e->inputs[k][i], v->dims[i]);
+      if (!fresh && it->second != v->dims[i])
+        return invalid_input(where + ": letter '" + std::string(1, e->inputs[k][i]) + "' has sizes " +
+                             std::to_string(it->second) + " and " + std::to_string(v->dims[i]));
+    }
+  }
+  Dims out;
+  for (char c : e->output) {
+    if (!size.count(c)) return invalid_input(where + ": output letter '" + std::string(1, c) + "' is in no input");
+    out.push_back(size[c]);
+  }
+  set_out(n, 0, n.inputs[0]->dtype, out);
+  return Status::ok();
+}
+
+// Resize, opsets 10 (X, scales; asymmetric coordinates, floor) to 21 (X, roi, scales, sizes; axes,
+// keep_aspect_ratio_policy and antialias from 18, half_pixel_symmetric from 19).
+Status resize(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 1, 4, where));
+  const Dims& d = n.inputs[0]->dims;
+  const int64_t r = static_cast<int64_t>(d.size());
+  const bool v10 = n.since_version < 11;
+  const std::string mode = n.attrs.get_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear")
+    return unsupported(where + ": mode '" + mode + "' (supported: nearest, linear)");
+  const std::string coord = v10 ? "asymmetric" : n.attrs.get_string("coordinate_transformation_mode", "half_pixel");
+  bool known = false;
+  for (const char* ok : {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                         "tf_half_pixel_for_nn"})
+    known |= coord == ok;
+  if (!known) return unsupported(where + ": coordinate_transformation_mode '" + coord + "'");
+  if (n.attrs.get_int("antialias", 0) != 0) return unsupported(where + ": antialias 1 is not supported");
+  const std::string nearest = v10 ? "floor" : n.attrs.get_string("nearest_mode", "round_prefer_floor");
+  if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" && nearest != "ceil")
+    return invalid_input(where + ": unknown nearest_mode '" + nearest + "'");
+  std::vector<int64_t> axes = n.attrs.get_ints("axes");
+  if (axes.empty())
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  ASSIGN_OR_RETURN(axes, normalize_axes(axes, r, where));
+  const size_t scales_at = v10 ? 1 : 2;
+  std::vector<double> scales;
+  if (present(n, scales_at) && n.inputs[scales_at]->size() > 0) {
+    const Value* s = n.inputs[scales_at];
+    if (!s->is_constant() || !s->data)
+      return invalid_input(where + ": scales input '" + s->name + "' must be known before training (a constant or a "
+                           "foldable shape computation), but it is computed from data at run time");
+    for (int64_t i = 0; i < s->data->size(); ++i) scales.push_back(s->data->get_double(i));
+  }
+  std::vector<int64_t> sizes;
+  if (!v10 && present(n, 3) && n.inputs[3]->size() > 0) {
+    ASSIGN_OR_RETURN(sizes, const_ints(n, 3, where, "sizes"));
+  }
+  if (scales.empty() == sizes.empty()) return invalid_input(where + ": exactly one of scales and sizes must be given");
+  const size_t na = axes.size();
+  if ((!scales.empty() && scales.size() != na) || (!sizes.empty() && sizes.size() != na))
+    return invalid_input(where + ": scales / sizes need " + std::to_string(na) + " entries");
+  std::vector<float> full_scales(r, 1.0f);
+  Dims out = d;
+  if (!sizes.empty()) {
+    const std::string policy = n.attrs.get_string("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
+      return invalid_input(where + ": unknown keep_aspect_ratio_policy '" + policy + "'");
+    double common = policy == "not_larger" ? 1e300 : 0.0;
+    for (size_t i = 0; i < na; ++i) {
+      const double s = static_cast<double>(sizes[i]) / static_cast<double>(d[axes[i]]);
+      common = policy == "not_larger" ? std::min(common, s) : std::max(common, s);
+    }
+    for (size_t i = 0; i < na; ++i) {
+      const double s = policy == "stretch" ? static_cast<double>(sizes[i]) / static_cast<double>(d[axes[i]]) : common;
+      out[axes[i]] = policy == "stretch" ? sizes[i] : static_cast<int64_t>(std::round(s * static_cast<double>(d[axes[i]])));
+      full_scales[axes[i]] = static_cast<float>(s);
+    }
+  } else {
+    for (size_t i = 0; i < na; ++i) {
+      if (scales[i] <= 0) return invalid_input(where + ": scales must be positive");
+      out[axes[i]] = static_cast<int64_t>(std::floor(static_cast<double>(d[axes[i]]) * scales[i]));
+      full_scales[axes[i]] = static_cast<float>(scales[i]);
+    }
+  }
+  for (int64_t o : out)
+    if (o < 1) return invalid_input(where + ": the output " + dims_str(out) + " would be empty");
+  n.attrs.set("mode", mode);
+  n.attrs.set("_coord", coord);
+  n.attrs.set("_nearest", nearest);
+  n.attrs.set("_scales", full_scales);
+  set_out(n, 0, n.inputs[0]->dtype, out);
   return Status::ok();
 }
 

@@ -22,6 +22,16 @@ Status slice(Node& n, const std::string& where);        // -> `_starts`, `_steps
 Status tile(Node& n, const std::string& where);         // -> `_repeats`
 Status pad(Node& n, const std::string& where);          // -> `_pads` (begins, ends), `_value`
 Status layer_norm(Node& n, const std::string& where);   // Y, optional Mean and InvStdDev
+// Ops of opsets 18 to 21 and the missing ops of issue 13.
+Status gelu(Node& n, const std::string& where);         // approximate: none | tanh
+Status arg_max(Node& n, const std::string& where);      // -> `_axis`; int64 output
+Status cum_sum(Node& n, const std::string& where);      // axis input -> `_axis`
+Status trilu(Node& n, const std::string& where);        // k input -> `_k`
+Status gather_elements(Node& n, const std::string& where);  // -> `_axis`
+Status group_norm(Node& n, const std::string& where);   // GroupNormalization 18 / 21 -> `_groups`, `_per_group`
+Status instance_norm(Node& n, const std::string& where);  // -> `_groups` = C
+Status einsum(Node& n, const std::string& where);       // equation checked against the inputs
+Status resize(Node& n, const std::string& where);       // nearest / linear -> `_scales`, `_coord`, `_nearest`
 // Cast of a computed value: unsupported (not wrong results) for element types the kernel lacks.
 Status check_cast(const Node& n, const std::string& where);
 

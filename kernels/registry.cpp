@@ -8,6 +8,7 @@
 #include <set>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/unary_math_ops.h"
 #ifdef PIPETRAIN_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.h"
 #endif
@@ -171,6 +172,37 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("GlobalMaxPoolGrad", global_max_pool_grad),
     PT_CPU_F("BatchNormalizationGrad", batch_normalization_grad),
     PT_CPU_F("LRNGrad", lrn_grad),
+    // Ops of opsets 18 to 21 and the missing ops of issue 13 (one block: unary_math.cpp,
+    // reduce_ops.cpp, index_ops.cpp, group_norm.cpp); the one-formula ops come from their list.
+#define PT_CPU_UNARY_MATH(Name, fn, fwd, bwd) PT_CPU_F(#Name, fn##_math), PT_CPU_F(#Name "Grad", fn##_math_grad),
+    PT_UNARY_MATH_OPS(PT_CPU_UNARY_MATH)
+#undef PT_CPU_UNARY_MATH
+    PT_CPU_F("Gelu", gelu),
+    PT_CPU_F("GeluGrad", gelu_grad),
+    PT_CPU_F("ReduceMin", reduce_min),
+    PT_CPU_I64("ReduceMin", reduce_min),
+    PT_CPU_F("ReduceProd", reduce_prod),
+    PT_CPU_F("ReduceL1", reduce_l1),
+    PT_CPU_F("ReduceL2", reduce_l2),
+    PT_CPU_F("ReduceSumSquare", reduce_sum_square),
+    PT_CPU_F("ReduceLogSum", reduce_log_sum),
+    PT_CPU_F("ReduceLogSumExp", reduce_log_sum_exp),
+    PT_CPU_F("Max", max_op), PT_CPU_I64("Max", max_op), PT_CPU_I32("Max", max_op),
+    PT_CPU_F("Min", min_op), PT_CPU_I64("Min", min_op), PT_CPU_I32("Min", min_op),
+    PT_CPU_F("Mod", mod_op), PT_CPU_I64("Mod", mod_op), PT_CPU_I32("Mod", mod_op),
+    PT_CPU_F("ArgMax", arg_max), PT_CPU_I64("ArgMax", arg_max), PT_CPU_I32("ArgMax", arg_max),
+    PT_CPU_F("CumSum", cum_sum), PT_CPU_I64("CumSum", cum_sum), PT_CPU_I32("CumSum", cum_sum),
+    PT_CPU_F("Trilu", trilu), PT_CPU_I64("Trilu", trilu), PT_CPU_I32("Trilu", trilu),
+    PT_CPU_F("GatherElements", gather_elements), PT_CPU_I64("GatherElements", gather_elements),
+    PT_CPU_I32("GatherElements", gather_elements),
+    PT_CPU_F("GatherElementsGrad", gather_elements_grad),
+    PT_CPU_F("GroupNormalization", group_norm),
+    PT_CPU_F("InstanceNormalization", group_norm),
+    PT_CPU_F("GroupNormalizationGrad", group_norm_grad),
+    PT_CPU_F("ConvTranspose", conv_transpose),
+    PT_CPU_F("Resize", resize),
+    PT_CPU_F("ResizeGrad", resize_grad),
+    PT_CPU_F("Einsum", einsum),
     // Optimizer steps
     PT_CPU_F("SGDMomentum", sgd_momentum),
     PT_CPU_F("SGD", sgd),

@@ -62,5 +62,24 @@ Status global_average_pool(GradContext& c);
 Status global_max_pool(GradContext& c);
 Status batch_norm(GradContext& c);
 Status lrn(GradContext& c);
+// Ops of opsets 18 to 21 and issue 13: opset18_ops_grad.cpp.
+Status unary_math(GradContext& c);  // the ops of kernels/unary_math_ops.h: <Op>Grad(dY, X)
+Status gelu(GradContext& c);
+Status reduce_min(GradContext& c);
+Status reduce_sum_square(GradContext& c);
+Status reduce_l2(GradContext& c);
+Status reduce_l1(GradContext& c);
+Status reduce_log_sum(GradContext& c);
+Status reduce_log_sum_exp(GradContext& c);
+Status reduce_prod(GradContext& c);
+Status min_max(GradContext& c);
+Status mod(GradContext& c);
+Status cum_sum(GradContext& c);
+Status trilu(GradContext& c);
+Status gather_elements(GradContext& c);
+Status group_norm(GradContext& c);  // also InstanceNormalization
+Status conv_transpose(GradContext& c);  // conv_grad.cpp
+Status resize(GradContext& c);
+Status einsum(GradContext& c);
 
 }  // namespace pt::grad

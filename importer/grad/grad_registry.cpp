@@ -4,6 +4,7 @@
 #include <map>
 
 #include "importer/grad/builders.h"
+#include "kernels/unary_math_ops.h"
 
 namespace pt {
 
@@ -132,6 +133,30 @@ const std::map<std::string, GradBuilder>& table() {
       {"LRN", grad::lrn},
       {"ConstantOfShape", grad::no_gradient},
       {"Range", grad::no_gradient},
+      // Ops of opsets 18 to 21 and issue 13.
+#define PT_UNARY_MATH_GRAD(Name, fn, fwd, bwd) {#Name, grad::unary_math},
+      PT_UNARY_MATH_OPS(PT_UNARY_MATH_GRAD)
+#undef PT_UNARY_MATH_GRAD
+      {"Gelu", grad::gelu},
+      {"ReduceMin", grad::reduce_min},
+      {"ReduceSumSquare", grad::reduce_sum_square},
+      {"ReduceL2", grad::reduce_l2},
+      {"ReduceL1", grad::reduce_l1},
+      {"ReduceLogSum", grad::reduce_log_sum},
+      {"ReduceLogSumExp", grad::reduce_log_sum_exp},
+      {"ReduceProd", grad::reduce_prod},
+      {"Max", grad::min_max},
+      {"Min", grad::min_max},
+      {"Mod", grad::mod},
+      {"ArgMax", grad::no_gradient},
+      {"CumSum", grad::cum_sum},
+      {"Trilu", grad::trilu},
+      {"GatherElements", grad::gather_elements},
+      {"GroupNormalization", grad::group_norm},
+      {"InstanceNormalization", grad::group_norm},
+      {"ConvTranspose", grad::conv_transpose},
+      {"Resize", grad::resize},
+      {"Einsum", grad::einsum},
   };
   return t;
 }

@@ -94,6 +94,48 @@ PT_DECLARE_CPU_KERNEL(reduce_max_grad);
 PT_DECLARE_CPU_KERNEL(sum_op);
 PT_DECLARE_CPU_KERNEL(mean_op);
 
+// reduce_ops.cpp, the reductions of opset 18's family (axes as an input): ReduceMin (also int64;
+// backward: ReduceMaxGrad, which matches Y by equality), ReduceProd, ReduceL1, ReduceL2,
+// ReduceSumSquare, ReduceLogSum, ReduceLogSumExp.
+PT_DECLARE_CPU_KERNEL(reduce_min);
+PT_DECLARE_CPU_KERNEL(reduce_prod);
+PT_DECLARE_CPU_KERNEL(reduce_l1);
+PT_DECLARE_CPU_KERNEL(reduce_l2);
+PT_DECLARE_CPU_KERNEL(reduce_sum_square);
+PT_DECLARE_CPU_KERNEL(reduce_log_sum);
+PT_DECLARE_CPU_KERNEL(reduce_log_sum_exp);
+
+// index_ops.cpp (float, double, int64, int32): broadcasting variadic Max and Min; ArgMax -> int64;
+// CumSum, Trilu, GatherElements; GatherElementsGrad (dY, indices) -> dData (float, double).
+PT_DECLARE_CPU_KERNEL(max_op);
+PT_DECLARE_CPU_KERNEL(min_op);
+PT_DECLARE_CPU_KERNEL(mod_op);  // broadcasting; attribute fmod
+PT_DECLARE_CPU_KERNEL(arg_max);
+PT_DECLARE_CPU_KERNEL(cum_sum);
+PT_DECLARE_CPU_KERNEL(trilu);
+PT_DECLARE_CPU_KERNEL(gather_elements);
+PT_DECLARE_CPU_KERNEL(gather_elements_grad);
+
+// group_norm.cpp: GroupNormalization and InstanceNormalization (X, scale, bias) -> Y;
+// GroupNormalizationGrad (dY, X, scale) -> dX, dScale, dBias.
+PT_DECLARE_CPU_KERNEL(group_norm);
+PT_DECLARE_CPU_KERNEL(group_norm_grad);
+
+// conv_transpose.cpp: ConvTranspose (X, W[, B]) -> Y, Conv's input gradient plus the bias.
+PT_DECLARE_CPU_KERNEL(conv_transpose);
+
+// resize.cpp: Resize (X, ...) -> Y (nearest, linear); ResizeGrad (dY) -> dX.
+PT_DECLARE_CPU_KERNEL(resize);
+PT_DECLARE_CPU_KERNEL(resize_grad);
+
+// einsum.cpp: Einsum (attribute equation), naive loops.
+PT_DECLARE_CPU_KERNEL(einsum);
+
+// unary_math.cpp: Gelu (attribute approximate) and GeluGrad (dY, X) -> dX; the one-formula ops of
+// kernels/unary_math_ops.h are declared there.
+PT_DECLARE_CPU_KERNEL(gelu);
+PT_DECLARE_CPU_KERNEL(gelu_grad);
+
 // tensor_ops.cpp: data movement for float, double, int64, int32, bool (Pad: no bool); the
 // backward ops SliceGrad (dY) -> dX, PadGrad (dY) -> dX, GatherGrad (dY, indices) -> dData for
 // float and double. Comparisons take their input type and write bool.

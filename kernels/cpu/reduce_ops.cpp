@@ -3,6 +3,7 @@
 // variadic broadcasting Sum and Mean. Float sums accumulate in double. Reductions over trailing
 // dims (LayerNorm statistics, mean pooling) and over leading dims take row / column fast paths.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -158,6 +159,52 @@ Status reduce_max(const KernelCall& call) {
                    [](Acc a, int64_t) { return static_cast<T>(a); });
 }
 
+template <typename T>
+Status reduce_min(const KernelCall& call) {
+  using Acc = AccOf<T>;
+  const Acc hi = std::is_floating_point_v<T> ? std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::max();
+  return reduce<T>(call, "ReduceMin", hi, [](Acc a, T v) { return v < a || v != v ? Acc(v) : a; },
+                   [](Acc a, int64_t) { return static_cast<T>(a); });
+}
+template <typename T>
+Status reduce_prod(const KernelCall& call) {
+  using Acc = AccOf<T>;
+  return reduce<T>(call, "ReduceProd", Acc(1), [](Acc a, T v) { return a * v; },
+                   [](Acc a, int64_t) { return static_cast<T>(a); });
+}
+template <typename T>
+Status reduce_l1(const KernelCall& call) {
+  return reduce<T>(call, "ReduceL1", 0.0, [](double a, T v) { return a + std::abs(static_cast<double>(v)); },
+                   [](double a, int64_t) { return static_cast<T>(a); });
+}
+template <typename T>
+Status reduce_l2(const KernelCall& call) {
+  return reduce<T>(call, "ReduceL2", 0.0, [](double a, T v) { return a + static_cast<double>(v) * v; },
+                   [](double a, int64_t) { return static_cast<T>(std::sqrt(a)); });
+}
+template <typename T>
+Status reduce_sum_square(const KernelCall& call) {
+  return reduce<T>(call, "ReduceSumSquare", 0.0, [](double a, T v) { return a + static_cast<double>(v) * v; },
+                   [](double a, int64_t) { return static_cast<T>(a); });
+}
+template <typename T>
+Status reduce_log_sum(const KernelCall& call) {
+  return reduce<T>(call, "ReduceLogSum", 0.0, [](double a, T v) { return a + v; },
+                   [](double a, int64_t) { return static_cast<T>(std::log(a)); });
+}
+// A running log(sum(exp)): log(e^a + e^v) = max + log1p(e^-|a - v|), exact at -inf (empty sums).
+template <typename T>
+Status reduce_log_sum_exp(const KernelCall& call) {
+  return reduce<T>(call, "ReduceLogSumExp", -std::numeric_limits<double>::infinity(),
+                   [](double a, T v) {
+                     const double b = v;
+                     if (a == -std::numeric_limits<double>::infinity()) return b;
+                     if (b == -std::numeric_limits<double>::infinity()) return a;
+                     return std::max(a, b) + std::log1p(std::exp(-std::abs(a - b)));
+                   },
+                   [](double a, int64_t) { return static_cast<T>(a); });
+}
+
 // (dY, X, Y) -> dX. Each output's gradient goes to the first input element (in row-major order)
 // equal to the maximum; tied elements after it get zero.
 template <typename T>
@@ -211,6 +258,14 @@ PT_INSTANTIATE(reduce_max);
 PT_INSTANTIATE(reduce_max_grad);
 PT_INSTANTIATE(sum_op);
 PT_INSTANTIATE(mean_op);
+PT_INSTANTIATE(reduce_min);
+PT_INSTANTIATE(reduce_prod);
+PT_INSTANTIATE(reduce_l1);
+PT_INSTANTIATE(reduce_l2);
+PT_INSTANTIATE(reduce_sum_square);
+PT_INSTANTIATE(reduce_log_sum);
+PT_INSTANTIATE(reduce_log_sum_exp);
+template Status reduce_min<int64_t>(const KernelCall& call);
 template Status reduce_sum<int64_t>(const KernelCall& call);
 template Status reduce_max<int64_t>(const KernelCall& call);
 template Status sum_op<int64_t>(const KernelCall& call);

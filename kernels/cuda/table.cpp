@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/fallback.h"
+#include "kernels/unary_math_ops.h"
 
 namespace pt::cuda {
 
@@ -153,6 +154,35 @@ const KernelEntry kFallback[] = {
     PT_FB_F("GlobalMaxPool", global_max_pool),
     PT_FB_F("GlobalMaxPoolGrad", global_max_pool_grad),
     PT_FB_F("LRN", lrn),
+    // Ops of opsets 18 to 21 and the missing ops of issue 13: host fallbacks for now.
+#define PT_FB_UNARY_MATH(Name, fn, fwd, bwd) PT_FB_F(#Name, fn##_math), PT_FB_F(#Name "Grad", fn##_math_grad),
+    PT_UNARY_MATH_OPS(PT_FB_UNARY_MATH)
+#undef PT_FB_UNARY_MATH
+    PT_FB_F("Gelu", gelu),
+    PT_FB_F("GeluGrad", gelu_grad),
+    PT_FB_F("ReduceMin", reduce_min), PT_FB_I64("ReduceMin", reduce_min),
+    PT_FB_F("ReduceProd", reduce_prod),
+    PT_FB_F("ReduceL1", reduce_l1),
+    PT_FB_F("ReduceL2", reduce_l2),
+    PT_FB_F("ReduceSumSquare", reduce_sum_square),
+    PT_FB_F("ReduceLogSum", reduce_log_sum),
+    PT_FB_F("ReduceLogSumExp", reduce_log_sum_exp),
+    PT_FB_F("Max", max_op), PT_FB_I64("Max", max_op), PT_FB_I32("Max", max_op),
+    PT_FB_F("Min", min_op), PT_FB_I64("Min", min_op), PT_FB_I32("Min", min_op),
+    PT_FB_F("Mod", mod_op), PT_FB_I64("Mod", mod_op), PT_FB_I32("Mod", mod_op),
+    PT_FB_F("ArgMax", arg_max), PT_FB_I64("ArgMax", arg_max), PT_FB_I32("ArgMax", arg_max),
+    PT_FB_F("CumSum", cum_sum), PT_FB_I64("CumSum", cum_sum), PT_FB_I32("CumSum", cum_sum),
+    PT_FB_F("Trilu", trilu), PT_FB_I64("Trilu", trilu), PT_FB_I32("Trilu", trilu),
+    PT_FB_F("GatherElements", gather_elements), PT_FB_I64("GatherElements", gather_elements),
+    PT_FB_I32("GatherElements", gather_elements),
+    PT_FB_F("GatherElementsGrad", gather_elements_grad),
+    PT_FB_F("GroupNormalization", group_norm),
+    PT_FB_F("InstanceNormalization", group_norm),
+    PT_FB_F("GroupNormalizationGrad", group_norm_grad),
+    PT_FB_F("ConvTranspose", conv_transpose),
+    PT_FB_F("Resize", resize),
+    PT_FB_F("ResizeGrad", resize_grad),
+    PT_FB_F("Einsum", einsum),
     PT_FB_F("LRNGrad", lrn_grad),
 };
 

@@ -192,8 +192,26 @@ class CliTest(unittest.TestCase):
 
     def test_unsupported_ops_listed_once(self):
         line = self.refuse([os.path.join(self.dir, "bad", "unsupported_op.onnx")], "unsupported_op.onnx",
-                           "'hardmax' (Hardmax, opset 13)", "'det' (Det, opset 13)", "cpu")
+                           "'hardmax' (Hardmax, opset 13, domain ai.onnx)", "'det' (Det, opset 13, domain ai.onnx)",
+                           "cpu")
         self.assertIn("2 node(s)", line)
+
+    def test_unsupported_domain_listed_with_the_ops(self):
+        # Nodes of another domain join the one list, each with its op, its domain's opset and domain.
+        g = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("FastGelu", ["r"], ["f"], name="fastgelu", domain="com.microsoft"),
+             helper.make_node("Hardmax", ["f"], ["y"], name="hardmax")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])])
+        for opset in (13, 20):
+            p = os.path.join(self.dir, f"domains{opset}.onnx")
+            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
+                                                          helper.make_opsetid("com.microsoft", 1)]), p)
+            line = self.refuse([p, "--data", self.data, "--steps", 1], f"domains{opset}.onnx", "2 node(s)",
+                               "'fastgelu' (FastGelu, opset 1, domain com.microsoft)",
+                               f"'hardmax' (Hardmax, opset {opset}, domain ai.onnx)")
+            self.assertEqual(line.count("fastgelu"), 1, line)
 
     # --- external data --------------------------------------------------------------------
     def test_external_absolute(self):
@@ -237,9 +255,82 @@ class CliTest(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.assertIn("converted to", so)
 
+    def test_opset_18_to_21_keep_their_opset(self):
+        for opset in (18, 19, 20, 21):
+            p = mlp_model(os.path.join(self.dir, f"mlp_op{opset}.onnx"), opset=opset)
+            out = os.path.join(self.dir, f"op{opset}")
+            rc, so, se = run(p, "--data", self.data, "--steps", 3, "--out", out, "--quiet")
+            self.assertEqual(rc, 0, f"opset {opset}: {se}")
+            m = onnx.load(os.path.join(out, f"mlp_op{opset}.trained.onnx"))
+            self.assertEqual([(o.domain, o.version) for o in m.opset_import], [("", opset)])
+        # Stage models keep it too, and chain to the trained model in ONNX Runtime.
+        import onnxruntime as ort
+        out = os.path.join(self.dir, "op21_stages")
+        rc, so, se = run(os.path.join(self.dir, "mlp_op21.onnx"), "--data", self.data, "--steps", 3, "--gpus", 2,
+                         "--device", "cpu", "--export-stages", "--out", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+        feed = {"x": x}
+        for k in range(2):
+            sm = onnx.load(os.path.join(out, "stages", f"stage{k}.onnx"))
+            self.assertEqual([(o.domain, o.version) for o in sm.opset_import], [("", 21)])
+            sess = ort.InferenceSession(sm.SerializeToString(), providers=["CPUExecutionProvider"])
+            res = sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs()})
+            feed.update({o.name: r for o, r in zip(sess.get_outputs(), res)})
+        full = ort.InferenceSession(os.path.join(out, "mlp_op21.trained.onnx"),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(feed["y"], full, rtol=1e-6, atol=1e-6)
+
+    def test_opset_21_new_ops_train_and_export(self):
+        # Gemm -> Reshape -> GroupNormalization-21 (per-channel scale) -> Gelu-20 -> ReduceMean-18
+        # (axes input) -> Split-18 (num_outputs) -> Add -> Gemm, trained, exported at opset 21 and
+        # run by ONNX Runtime.
+        rng = np.random.default_rng(21)
+        t = lambda a, name: numpy_helper.from_array(np.asarray(a), name)
+        inits = [t(rng.standard_normal((32, 8)).astype(np.float32) * 0.3, "W1"), t(np.zeros(32, np.float32), "b1"),
+                 t(np.array([-1, 4, 8], np.int64), "shape"), t(np.ones(4, np.float32), "gs"),
+                 t(np.zeros(4, np.float32), "gb"), t(np.array([2], np.int64), "axes"),
+                 t(rng.standard_normal((3, 2)).astype(np.float32) * 0.3, "W2"), t(np.zeros(3, np.float32), "b2")]
+        n = helper.make_node
+        nodes = [n("Gemm", ["x", "W1", "b1"], ["h"], name="fc1", transB=1),
+                 n("Reshape", ["h", "shape"], ["h3"], name="reshape"),
+                 n("GroupNormalization", ["h3", "gs", "gb"], ["g"], name="gn", num_groups=2),
+                 n("Gelu", ["g"], ["a"], name="gelu"),
+                 n("ReduceMean", ["a", "axes"], ["m"], name="mean", keepdims=0),
+                 n("Split", ["m"], ["s0", "s1"], name="split", axis=1, num_outputs=2),
+                 n("Add", ["s0", "s1"], ["s"], name="add"),
+                 n("Gemm", ["s", "W2", "b2"], ["y"], name="fc2", transB=1)]
+        g = helper.make_graph(nodes, "newops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], inits)
+        p = os.path.join(self.dir, "newops21.onnx")
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        m.ir_version = 8
+        onnx.save(m, p)
+        out = os.path.join(self.dir, "newops21")
+        rc, so, se = run(p, "--data", self.data, "--steps", 5, "--lr", 0.1, "--out", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        trained = onnx.load(os.path.join(out, "newops21.trained.onnx"))
+        self.assertEqual([(o.domain, o.version) for o in trained.opset_import], [("", 21)])
+        w = {i.name: numpy_helper.to_array(i) for i in trained.graph.initializer}
+        self.assertFalse(np.allclose(w["gs"], 1.0), "GroupNormalization's scale did not train")
+        import onnxruntime as ort
+        x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+        y = ort.InferenceSession(trained.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        self.assertEqual(y.shape, (4, 3))
+        self.assertTrue(np.all(np.isfinite(y)))
+
     def test_opset_too_new(self):
-        p = mlp_model(os.path.join(self.dir, "mlp_op18.onnx"), opset=18)
-        self.refuse([p], "mlp_op18.onnx", "opset 18")
+        p = mlp_model(os.path.join(self.dir, "mlp_op22.onnx"), opset=22)
+        self.refuse([p], "mlp_op22.onnx", "opset 22", "7 to 21")
+
+    def test_opset_19_pad_wrap_refused(self):
+        g = helper.make_graph([helper.make_node("Pad", ["x", "pads"], ["y"], name="padwrap", mode="wrap")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 10])],
+                              [numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads")])
+        p = os.path.join(self.dir, "padwrap.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), p)
+        self.refuse([p, "--data", self.data, "--steps", 1], "padwrap.onnx", "'padwrap'", "wrap")
 
     def test_symbolic_non_batch_dim(self):
         p = mlp_model(os.path.join(self.dir, "mlp_sym.onnx"), in_dims=("batch", "features"))
@@ -636,6 +727,25 @@ class CliTest(unittest.TestCase):
         sys.stdout.write(p.stdout)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
+
+    def test_pytorch_oracle_new_ops(self):
+        # GroupNorm (InstanceNormalization), GELU, Mish, Sin, Max, softsign, CumSum, Trilu as
+        # PyTorch 1.13 exports them at opset 17: 20 steps equal PyTorch autograd's.
+        o = os.path.join(self.dir, "oracle_newops")
+        subprocess.run([PY, os.path.join(ROOT, "tests", "python", "torch_mlp_oracle.py"), o, "newops"], check=True,
+                       capture_output=True)
+        with open(os.path.join(o, "freeze.txt")) as fh:
+            freeze = fh.read().strip()
+        rc, so, se = run(os.path.join(o, "mlp.onnx"), "--data", os.path.join(o, "data"), "--steps", 20,
+                         "--batch-size", 8, "--lr", 0.1, "--momentum", 0.9, "--weight-decay", 1e-4,
+                         "--loss", "cross-entropy", "--no-shuffle", "--freeze", freeze,
+                         "--out", os.path.join(o, "run"), "--quiet")
+        self.assertEqual(rc, 0, se)
+        p = subprocess.run([PY, os.path.join(ROOT, "tests", "python", "check_training_oracle.py"), o,
+                            os.path.join(o, "run", "mlp.trained.onnx"), os.path.join(o, "run", "metrics.csv")],
+                           capture_output=True, text=True)
+        sys.stdout.write(p.stdout)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
 if __name__ == "__main__":
     unittest.main()
