@@ -18,6 +18,10 @@ struct OnnxModel {
   onnx::ModelProto proto;  // as read from the file (before any version conversion or node
                            // reordering), external data still external
   std::string dir;         // folder of the model file (external data is relative to it)
+  // Initializers whose inline data was dropped from `proto` after import (training holds the
+  // weights in its executors; a second copy here would stay resident for the whole run).
+  // trained_proto re-reads the ones it needs from the file.
+  std::set<std::string> stripped;
 };
 
 struct ImportedModel;
@@ -28,6 +32,11 @@ struct ImportedModel;
 // initializers the source kept in external data. Shared by export_onnx and export_stages.
 Expected<onnx::ModelProto> trained_proto(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
                                          std::set<std::string>* was_external);
+
+// The initializers named in `names` as the model file holds them now (inline or external, as in
+// the file); an error when the file changed since import (its hash differs).
+Expected<std::map<std::string, onnx::TensorProto>> reread_initializers(const ImportedModel& model,
+                                                                       const std::set<std::string>& names);
 
 // Writes `bytes` to path + ".tmp", then renames it onto `path`.
 Status write_atomically(const std::filesystem::path& path, const std::string& bytes);

@@ -57,6 +57,7 @@ json stage_json(const StagePlan& s) {
   };
   if (is_measured(s))
     j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};
+  if (s.measured_memory_bytes >= 0) j["measured"]["memory_bytes"] = s.measured_memory_bytes;
   return j;
 }
 
@@ -106,6 +107,13 @@ std::string report_json(const ReportInputs& r) {
       {"speedup", sum.speedup},
       {"has_measured", sum.measured},
   };
+  {
+    // The process: the stages' predicted memory plus what it holds beside them.
+    int64_t planned = p.baseline_bytes + p.data_bytes;
+    for (const StagePlan& s : p.stages) planned += s.memory_bytes;
+    doc["process_memory"] = {{"baseline_bytes", p.baseline_bytes}, {"data_bytes", p.data_bytes}, {"planned_bytes", planned}};
+    if (p.measured_peak_rss_bytes >= 0) doc["process_memory"]["measured_peak_rss_bytes"] = p.measured_peak_rss_bytes;
+  }
   if (r.automatic) {
     json a = summary_json(*r.automatic);
     const double ab = a["bottleneck_ms"].get<double>();
