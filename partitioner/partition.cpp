@@ -19,7 +19,8 @@ int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts) {
 }
 
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts) {
-  if (opts.schedule == Schedule::kGPipe) return 0;
+  // One 1F1B stage trains sequentially (the single-stage trainer): no version to predict or stash.
+  if (opts.schedule == Schedule::kGPipe || num_stages == 1) return 0;
   switch (opts.weights) {
     case WeightMode::kSpecTrain: return 1;
     case WeightMode::kStash: return std::max(0, num_stages - stage - 1);

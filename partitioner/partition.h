@@ -56,8 +56,9 @@ std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
 // param_bytes, saved_bytes and workspace_bytes:
 //   param_bytes * (2 [weights, gradients] + optimizer_state_copies + copies)
 //   + saved_bytes * saved_copies + workspace_bytes + evaluator_bytes + shared_memory_bytes,
-// saved_copies = in_flight (+ 1 when pipelined: N > 1 or GPipe), in_flight = N - k (1F1B) or M (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1
-// (stash: one version per other mini-batch in flight), 0 (stale, and GPipe).
+// saved_copies = in_flight (+ 1 when pipelined: N > 1 or GPipe), in_flight = N - k (1F1B) or M
+// (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1 (stash: one version per other
+// mini-batch in flight), 0 (stale, GPipe, and a single 1F1B stage, which trains sequentially).
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts);
 
 // What the pipelined trainer refuses in a plan, with its one-line reason (the same checks as

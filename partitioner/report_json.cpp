@@ -54,6 +54,7 @@ json stage_json(const StagePlan& s) {
       {"shared", names_of(s.shared_params)},
       {"shared_recv_bytes", s.shared_recv_bytes},
       {"shared_memory_bytes", s.shared_memory_bytes},
+      {"evaluator_bytes", s.evaluator_bytes},
   };
   if (is_measured(s))
     j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};
