@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -112,15 +113,28 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
     ex->plan_.first.assign(g.values().size(), -1);
     ex->plan_.last.assign(g.values().size(), -1);
   }
+  // An arena that cannot be had is named by its largest value.
+  auto arena_what = [&]() {
+    const Value* big = nullptr;
+    for (auto& v : g.values())
+      if (ex->plan_.planned(v.get()) && (!big || v->bytes() > big->bytes())) big = v.get();
+    std::string what = "the memory plan's arena";
+    if (big) {
+      char mb[32];
+      std::snprintf(mb, sizeof mb, "%.1f MB", static_cast<double>(big->bytes()) / 1e6);
+      what += " (its largest value '" + big->name + "' " + dims_str(big->dims) + " " + dtype_name(big->dtype) + ", " + mb + ")";
+    }
+    return what;
+  };
   if (ex->plan_.arena_bytes) {
     if (ex->direct_) {
       void* a = std::aligned_alloc(kPlanAlignment, ex->plan_.arena_bytes);  // a multiple of the alignment
-      if (!a) return internal_error(out_of_memory_message("the memory plan's arena", ex->plan_.arena_bytes));
+      if (!a) return internal_error(out_of_memory_message(arena_what(), ex->plan_.arena_bytes));
       std::memset(a, 0, ex->plan_.arena_bytes);
       ex->arena_ = a;
     } else {
       auto a = dev.allocate(ex->plan_.arena_bytes, ex->stream_);
-      if (!a) return internal_error(out_of_memory_message("the memory plan's arena", ex->plan_.arena_bytes) + ": " +
+      if (!a) return internal_error(out_of_memory_message(arena_what(), ex->plan_.arena_bytes) + ": " +
                                     a.status().message());
       ex->arena_ = *a;
     }

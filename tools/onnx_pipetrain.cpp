@@ -313,11 +313,11 @@ int run(const Options& o) {
     for (const StagePlan& st : p.stages) {
       stages_planned += st.memory_bytes;
       if (st.measured_memory_bytes < 0) continue;
-      std::snprintf(b, sizeof b, "memory: stage %d peak %.0f MB, planned %.0f MB", st.index,
+      std::snprintf(b, sizeof b, "memory: stage %d peak %.1f MB, planned %.1f MB", st.index,
                     static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6);
       say(o, b);
     }
-    std::snprintf(b, sizeof b, "memory: process peak %.0f MB, planned %.0f MB (stages %.0f MB + data %.0f MB + baseline %.0f MB)",
+    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages %.1f MB + data %.1f MB + baseline %.1f MB)",
                   static_cast<double>(p.measured_peak_rss_bytes) / 1e6,
                   static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6,
                   static_cast<double>(stages_planned) / 1e6, static_cast<double>(p.data_bytes) / 1e6,
