@@ -1,5 +1,6 @@
 // DType names and sizes, shape helpers, HostTensor storage.
 #include <cstdlib>
+#include <new>
 #include <sstream>
 
 #include "core/tensor.h"
@@ -91,7 +92,7 @@ HostTensor::HostTensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(
   size_t alloc = ((n + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
-  PT_CHECK(p != nullptr) << "out of host memory allocating " << alloc << " bytes";
+  if (!p) throw std::bad_alloc();  // callers that can report it (the executor) catch it
   std::memset(p, 0, alloc);
   buf_.reset(p);
 }

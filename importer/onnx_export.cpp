@@ -32,8 +32,13 @@ Status write_atomically(const fs::path& path, const std::string& bytes) {
 Expected<onnx::ModelProto> trained_proto(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
                                          std::set<std::string>* was_external) {
   onnx::ModelProto proto = model.source->proto;
+  std::set<std::string> reread;  // stripped at import and not replaced: their data comes from the file
+  for (const auto& name : model.source->stripped)
+    if (!values.count(name)) reread.insert(name);
+  ASSIGN_OR_RETURN(auto from_file, reread_initializers(model, reread));
   std::set<std::string> done;
   for (auto& t : *proto.mutable_graph()->mutable_initializer()) {
+    if (auto f = from_file.find(t.name()); f != from_file.end()) t = std::move(f->second);
     const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
     if (external && was_external) was_external->insert(t.name());
     auto it = values.find(t.name());

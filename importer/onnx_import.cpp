@@ -26,6 +26,9 @@ namespace pt {
 
 namespace fs = std::filesystem;
 
+// Initializers smaller than this keep their data in the source proto after import.
+constexpr size_t kKeepInlineBytes = 4096;
+
 namespace {
 
 constexpr int64_t kMinOpset = 7;
@@ -406,6 +409,21 @@ Expected<std::vector<std::string>> onnx_input_names(const std::string& path) {
   return names;
 }
 
+Expected<std::map<std::string, onnx::TensorProto>> reread_initializers(const ImportedModel& model,
+                                                                       const std::set<std::string>& names) {
+  std::map<std::string, onnx::TensorProto> out;
+  if (names.empty()) return out;
+  if (file_hash(model.path) != model.hash)
+    return invalid_input(model.path + ": the model file changed since it was imported; its initializers cannot be "
+                         "re-read for export");
+  ASSIGN_OR_RETURN(onnx::ModelProto proto, parse_file(model.path));
+  for (auto& t : *proto.mutable_graph()->mutable_initializer())
+    if (names.count(t.name())) out[t.name()] = std::move(t);
+  for (const auto& n : names)
+    if (!out.count(n)) return internal_error("export: initializer '" + n + "' is no longer in " + model.path);
+  return out;
+}
+
 Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts) {
   ASSIGN_OR_RETURN(onnx::ModelProto proto, parse_file(path));
   onnx::ModelProto original = proto;  // exported as it came, with new initializer values
@@ -597,6 +615,19 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     if (v->consumers.empty()) v->kind = ValueKind::kConstant;
   RETURN_IF_ERROR(choose_trainable(*g, trainable_names, opts, path));
 
+  // The graph holds the weights now: drop the source's inline copies (export re-reads what it
+  // does not replace). Small tensors stay: re-reading the file for them is not worth it.
+  for (auto& t : *original.mutable_graph()->mutable_initializer()) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL || t.ByteSizeLong() < kKeepInlineBytes) continue;
+    t.clear_raw_data();
+    t.clear_float_data();
+    t.clear_int32_data();
+    t.clear_int64_data();
+    t.clear_double_data();
+    t.clear_uint64_data();
+    t.clear_string_data();
+    src->stripped.insert(t.name());
+  }
   src->proto = std::move(original);
   out.graph = std::move(g);
   out.source = std::move(src);

@@ -18,6 +18,10 @@ struct OnnxModel {
   onnx::ModelProto proto;  // as read from the file (before any version conversion or node
                            // reordering), external data still external
   std::string dir;         // folder of the model file (external data is relative to it)
+  // Initializers whose inline data was dropped from `proto` after import (training holds the
+  // weights in its executors; a second copy here would stay resident for the whole run).
+  // trained_proto re-reads the ones it needs from the file.
+  std::set<std::string> stripped;
 };
 
 struct ImportedModel;
@@ -35,6 +39,11 @@ Expected<onnx::ModelProto> trained_proto(const ImportedModel& model, const std::
 // false where only training_mode inputs read it, else the input dropped; mask output dropped). Graph outputs and value_info of dropped tensors go too; a node that reads one
 // is refused (naming it and `what`). A model without training-mode nodes is unchanged.
 Status to_inference(onnx::ModelProto* proto, const std::string& what);
+
+// The initializers named in `names` as the model file holds them now (inline or external, as in
+// the file); an error when the file changed since import (its hash differs).
+Expected<std::map<std::string, onnx::TensorProto>> reread_initializers(const ImportedModel& model,
+                                                                       const std::set<std::string>& names);
 
 // Writes `bytes` to path + ".tmp", then renames it onto `path`.
 Status write_atomically(const std::filesystem::path& path, const std::string& bytes);

@@ -19,7 +19,8 @@ int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts) {
 }
 
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts) {
-  if (opts.schedule == Schedule::kGPipe) return 0;
+  // One 1F1B stage trains sequentially (the single-stage trainer): no version to predict or stash.
+  if (opts.schedule == Schedule::kGPipe || num_stages == 1) return 0;
   switch (opts.weights) {
     case WeightMode::kSpecTrain: return 1;
     case WeightMode::kStash: return std::max(0, num_stages - stage - 1);
@@ -31,17 +32,28 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
 namespace {
 
 double memory_of(double param_bytes, double saved, double workspace, int stage, int num_stages,
-                 const PartitionOptions& opts, double act_scale) {
+                 const PartitionOptions& opts, double act_scale, double model_param_bytes) {
   const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts);
-  return param_bytes * copies + act_scale * (saved * stage_in_flight(stage, num_stages, opts) + workspace);
+  return param_bytes * copies + act_scale * (saved * stage_saved_copies(stage, num_stages, opts) + workspace) +
+         stage_evaluator_param_bytes(stage, num_stages, opts, model_param_bytes);
 }
 
 }  // namespace
 
+int stage_saved_copies(int stage, int num_stages, const PartitionOptions& opts) {
+  const bool pipelined = num_stages > 1 || opts.schedule == Schedule::kGPipe;
+  return stage_in_flight(stage, num_stages, opts) + (pipelined ? 1 : 0);
+}
+
+double stage_evaluator_param_bytes(int stage, int num_stages, const PartitionOptions& opts, double model_param_bytes) {
+  const bool pipelined = num_stages > 1 || opts.schedule == Schedule::kGPipe;
+  return pipelined && stage == 0 ? model_param_bytes : 0.0;
+}
+
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts) {
   return static_cast<int64_t>(memory_of(static_cast<double>(s.param_bytes), static_cast<double>(s.saved_bytes),
-                                        static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0)) +
-         s.shared_memory_bytes;
+                                        static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0, 0.0)) +
+         s.evaluator_bytes + s.shared_memory_bytes;
 }
 
 int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe) {
@@ -405,7 +417,8 @@ double split_time(const Problem& P, const std::vector<int>& starts, const std::v
     sw.start(starts[k], k);
     for (int p = starts[k]; p < end; ++p) sw.add();
     const int dev = device_index[k];
-    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale) + sw.shared_memory() >
+    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, P.prefix_params.back()) +
+            sw.shared_memory() >
         opts.devices[dev].memory_bytes)
       return kInf;
     worst = std::max(worst, sw.time_s(P.class_of[dev]));
@@ -458,7 +471,9 @@ Solution solve(const Problem& P, const std::vector<int>& device_index, const Par
       sw.start(i, k);
       for (int j = i + 1; j <= last_end; ++j) {
         sw.add();
-        const double mem = memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale) + sw.shared_memory();
+        const double mem =
+            memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, P.prefix_params.back()) +
+            sw.shared_memory();
         double value;
         if (obj == Objective::kTime) {
           if (mem > cap) break;  // memory only grows with j
@@ -556,6 +571,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.shared_memory_bytes = static_cast<int64_t>(sw.shared_memory());
     s.in_flight = stage_in_flight(k, N, opts);
     s.weight_copies = stage_weight_copies(k, N, opts);
+    s.evaluator_bytes = static_cast<int64_t>(stage_evaluator_param_bytes(k, N, opts, P.prefix_params.back()));
     s.memory_bytes = stage_memory_bytes(s, N, opts);
   }
   // Sends: each value once in the list, its bytes once per stage that receives it.

@@ -55,9 +55,10 @@ std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
 // Predicted memory of a stage (DESIGN.md section 5) for the schedule and weight mode, from its
 // param_bytes, saved_bytes and workspace_bytes:
 //   param_bytes * (2 [weights, gradients] + optimizer_state_copies + copies)
-//   + saved_bytes * in_flight + workspace_bytes,
-// in_flight = N - k (1F1B) or M (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1
-// (stash: one version per other mini-batch in flight), 0 (stale, and GPipe).
+//   + saved_bytes * saved_copies + workspace_bytes + evaluator_bytes + shared_memory_bytes,
+// saved_copies = in_flight (+ 1 when pipelined: N > 1 or GPipe), in_flight = N - k (1F1B) or M
+// (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1 (stash: one version per other
+// mini-batch in flight), 0 (stale, GPipe, and a single 1F1B stage, which trains sequentially).
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts);
 
 // What the pipelined trainer refuses in a plan, with its one-line reason (the same checks as
@@ -73,5 +74,11 @@ Status check_trainable(const Plan& plan);
 int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe);
 int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts);
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts);
+// Copies of a stage's saved activations: one per mini-batch in flight, plus (pipelined runs,
+// where the saved values wait in slots) the executor's own working copy.
+int stage_saved_copies(int stage, int num_stages, const PartitionOptions& opts);
+// Pipelined runs evaluate on stage 0's device with an evaluator that holds every parameter of
+// the model: those bytes are charged to stage 0 (0 elsewhere, and for single-stage runs).
+double stage_evaluator_param_bytes(int stage, int num_stages, const PartitionOptions& opts, double model_param_bytes);
 
 }  // namespace pt

@@ -35,9 +35,11 @@ struct StagePlan {
   int64_t grad_send_bytes = 0;           // gradients of `recv` sent back per mini-batch
   int64_t memory_bytes = 0;              // predicted peak (DESIGN.md section 5)
   // The parts of memory_bytes: param_bytes * (2 + optimizer copies + weight_copies)
-  // + saved_bytes * in_flight + workspace_bytes.
+  // + saved_bytes * (in_flight + 1 when pipelined) + workspace_bytes + evaluator_bytes
+  // + shared_memory_bytes (partition.h, stage_memory_bytes).
   int64_t saved_bytes = 0;               // activations kept for backward, per mini-batch
   int64_t workspace_bytes = 0;           // largest transient need of one node
+  int64_t evaluator_bytes = 0;           // pipelined stage 0: the evaluator's copy of every parameter
   // Weights shared with an earlier stage (their owner): the versions received per mini-batch (one
   // per pass that reads them: 1F1B forward and backward, GPipe once), and the memory of the
   // received copies (the stage's own buffer plus its weight link's slots); in memory_bytes too.
@@ -53,6 +55,9 @@ struct StagePlan {
   LinkSpec link_in;                      // the link of that cut (what comm_ms was charged with)
   // Measured after training (ms per mini-batch); < 0 when not measured.
   double measured_fwd_ms = -1, measured_bwd_ms = -1;
+  // Measured after training: the bytes the stage's buffers took (executor buffers and arena,
+  // master / saved / stashed copies); < 0 when not measured.
+  int64_t measured_memory_bytes = -1;
 };
 
 struct Plan {
@@ -72,6 +77,10 @@ struct Plan {
   double predicted_samples_per_s = 0;
   double single_device_samples_per_s = 0;  // the whole model on stage 0's device
   double measured_samples_per_s = 0;     // after training: the run's throughput (0: not trained)
+  // Memory of the process beside the stages (set by the CLI): its resident set before import
+  // (binary, libraries) and the data sets it holds; after training, its peak resident set.
+  int64_t baseline_bytes = 0, data_bytes = 0;
+  int64_t measured_peak_rss_bytes = -1;
 };
 
 // One stage holding the whole training graph (no cost model needed).

@@ -138,6 +138,9 @@ std::string report_text(const ReportInputs& r) {
   out += format("%5s  %-*s  %-*s %9s %9s %9s %10s %9s", "stage", dw, "device", nw, "first -> last node", "params",
                 "fwd ms", "bwd ms", "memory MB", "sent MB");
   if (sum.measured) out += format(" %10s %10s %8s", "meas fwd", "meas bwd", "error");
+  bool mem_measured = false;  // measured memory per stage (after training)
+  for (const StagePlan& s : p.stages) mem_measured = mem_measured || s.measured_memory_bytes >= 0;
+  if (mem_measured) out += format(" %10s", "meas MB");
   out += "\n";
   for (const StagePlan& s : p.stages) {
     const std::string nodes = truncate(first_node(s) + " -> " + last_node(s), node_w);
@@ -148,7 +151,16 @@ std::string report_text(const ReportInputs& r) {
       out += format(" %10.3f %10.3f %+7.1f%%", s.measured_fwd_ms, s.measured_bwd_ms, 100 * measured_error(s));
     else if (sum.measured)
       out += format(" %10s %10s %8s", "-", "-", "-");
+    if (s.measured_memory_bytes >= 0) out += format(" %10.1f", static_cast<double>(s.measured_memory_bytes) / 1e6);
+    else if (mem_measured) out += format(" %10s", "-");
     out += "\n";
+  }
+  if (p.measured_peak_rss_bytes >= 0) {
+    int64_t planned = p.baseline_bytes + p.data_bytes;
+    for (const StagePlan& s : p.stages) planned += s.memory_bytes;
+    out += format("process memory: peak resident %.1f MB, planned %.1f MB (stages, data %.1f MB, baseline %.1f MB)\n",
+                  static_cast<double>(p.measured_peak_rss_bytes) / 1e6, static_cast<double>(planned) / 1e6,
+                  static_cast<double>(p.data_bytes) / 1e6, static_cast<double>(p.baseline_bytes) / 1e6);
   }
   for (const StagePlan& s : p.stages)
     if (s.cut_crosses_nodes)

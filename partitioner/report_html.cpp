@@ -73,6 +73,9 @@ std::string stage_table(const Plan& p, const Summary& sum) {
                   "<th class=\"n\">bwd ms</th><th class=\"n\">update</th><th class=\"n\">comm</th>"
                   "<th class=\"n\">stage ms</th><th class=\"n\">memory</th><th class=\"n\">sent</th>";
   if (sum.measured) s += "<th class=\"n\">meas. fwd</th><th class=\"n\">meas. bwd</th><th class=\"n\">error</th>";
+  bool mem_measured = false;  // measured memory per stage (after training)
+  for (const StagePlan& st : p.stages) mem_measured = mem_measured || st.measured_memory_bytes >= 0;
+  if (mem_measured) s += "<th class=\"n\">meas. memory</th>";
   s += "</tr>\n";
   for (size_t k = 0; k < p.stages.size(); ++k) {
     const StagePlan& st = p.stages[k];
@@ -98,6 +101,8 @@ std::string stage_table(const Plan& p, const Summary& sum) {
         s += td("-", true) + td("-", true) + td("-", true);
       }
     }
+    if (mem_measured)
+      s += td(st.measured_memory_bytes >= 0 ? human_bytes(static_cast<double>(st.measured_memory_bytes)) : "-", true);
     s += "</tr>\n";
   }
   return s + "</table></div>\n";

@@ -54,9 +54,11 @@ json stage_json(const StagePlan& s) {
       {"shared", names_of(s.shared_params)},
       {"shared_recv_bytes", s.shared_recv_bytes},
       {"shared_memory_bytes", s.shared_memory_bytes},
+      {"evaluator_bytes", s.evaluator_bytes},
   };
   if (is_measured(s))
     j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};
+  if (s.measured_memory_bytes >= 0) j["measured"]["memory_bytes"] = s.measured_memory_bytes;
   return j;
 }
 
@@ -107,6 +109,13 @@ std::string report_json(const ReportInputs& r) {
       {"has_measured", sum.measured},
   };
   if (sum.measured_samples_per_s > 0) doc["measured_samples_per_s"] = sum.measured_samples_per_s;
+  {
+    // The process: the stages' predicted memory plus what it holds beside them.
+    int64_t planned = p.baseline_bytes + p.data_bytes;
+    for (const StagePlan& s : p.stages) planned += s.memory_bytes;
+    doc["process_memory"] = {{"baseline_bytes", p.baseline_bytes}, {"data_bytes", p.data_bytes}, {"planned_bytes", planned}};
+    if (p.measured_peak_rss_bytes >= 0) doc["process_memory"]["measured_peak_rss_bytes"] = p.measured_peak_rss_bytes;
+  }
   if (r.automatic) {
     json a = summary_json(*r.automatic);
     const double ab = a["bottleneck_ms"].get<double>();

@@ -3,14 +3,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <unordered_set>
 
+#include "runtime/executor_memory.h"
+
 namespace pt {
 
-MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep) {
+MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep,
+                       bool outside_reads) {
   MemoryPlan p;
   const size_t nv = g.values().size();
   p.offset.assign(nv, MemoryPlan::kOwn);
@@ -39,7 +44,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, co
     bool inside = true;
     for (const Node* c : v->consumers) {
       const int u = pos_of(c);
-      if (u < 0) inside = false;  // read outside this list (sent to another stage)
+      if (u < 0 && outside_reads) inside = false;  // read outside this list (sent to another stage)
       last = std::max(last, u);
     }
     if (!inside || last < def) continue;
@@ -102,20 +107,36 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
   if (nodes.empty())
     for (auto& n : g.nodes()) nodes.push_back(n.get());
   if (opts.plan_memory) {
-    ex->plan_ = plan_memory(g, nodes, opts.keep);
+    ex->plan_ = plan_memory(g, nodes, opts.keep, opts.outside_reads);
   } else {
     ex->plan_.offset.assign(g.values().size(), MemoryPlan::kOwn);
     ex->plan_.first.assign(g.values().size(), -1);
     ex->plan_.last.assign(g.values().size(), -1);
   }
+  // An arena that cannot be had is named by its largest value.
+  auto arena_what = [&]() {
+    const Value* big = nullptr;
+    for (auto& v : g.values())
+      if (ex->plan_.planned(v.get()) && (!big || v->bytes() > big->bytes())) big = v.get();
+    std::string what = "the memory plan's arena";
+    if (big) {
+      char mb[32];
+      std::snprintf(mb, sizeof mb, "%.1f MB", static_cast<double>(big->bytes()) / 1e6);
+      what += " (its largest value '" + big->name + "' " + dims_str(big->dims) + " " + dtype_name(big->dtype) + ", " + mb + ")";
+    }
+    return what;
+  };
   if (ex->plan_.arena_bytes) {
     if (ex->direct_) {
       void* a = std::aligned_alloc(kPlanAlignment, ex->plan_.arena_bytes);  // a multiple of the alignment
-      if (!a) return internal_error("out of memory for a " + std::to_string(ex->plan_.arena_bytes) + "-byte arena");
+      if (!a) return internal_error(out_of_memory_message(arena_what(), ex->plan_.arena_bytes));
       std::memset(a, 0, ex->plan_.arena_bytes);
       ex->arena_ = a;
     } else {
-      ASSIGN_OR_RETURN(ex->arena_, dev.allocate(ex->plan_.arena_bytes, ex->stream_));
+      auto a = dev.allocate(ex->plan_.arena_bytes, ex->stream_);
+      if (!a) return internal_error(out_of_memory_message(arena_what(), ex->plan_.arena_bytes) + ": " +
+                                    a.status().message());
+      ex->arena_ = *a;
     }
   }
   const size_t nv = g.values().size();
@@ -135,6 +156,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
   for (auto& v : g.values())
     if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel || v->kind == ValueKind::kHyper) used[v->id] = 1;
   ex->allocated_.assign(nv, 0);
+  ex->value_of_.assign(nv, nullptr);
+  for (auto& v : g.values()) ex->value_of_[v->id] = v.get();
   for (auto& v : g.values()) {
     if (v->dtype == DType::kUndefined) continue;  // never computed (unused optional outputs)
     if (!used[v->id]) continue;
@@ -158,13 +181,40 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
 }
 
 Status Executor::allocate_value(const Value* v) {
+  auto out_of_memory = [&](const std::string& why) {
+    return internal_error(out_of_memory_message("'" + v->name + "' (" + dims_str(v->dims) + " " + dtype_name(v->dtype) + ")",
+                                                v->bytes()) + (why.empty() ? "" : ": " + why));
+  };
   if (direct_) {
-    bufs_[v->id] = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+    try {
+      bufs_[v->id] = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+    } catch (const std::bad_alloc&) {
+      return out_of_memory("");
+    }
     return Status::ok();
   }
-  ASSIGN_OR_RETURN(dptr_[v->id], device_->allocate(v->bytes(), stream_));
+  auto p = device_->allocate(v->bytes(), stream_);
+  if (!p) return out_of_memory(p.status().message());
+  dptr_[v->id] = *p;
   if (v->data && v->bytes()) RETURN_IF_ERROR(device_->to_device(dptr_[v->id], v->data->data(), v->bytes(), stream_));
   return Status::ok();
+}
+
+Executor::Allocated Executor::allocated_bytes() const {
+  Allocated a;
+  a.arena = plan_.arena_bytes;
+  for (size_t id = 0; id < allocated_.size(); ++id) {
+    if (!allocated_[id]) continue;
+    const Value* v = value_of_[id];
+    if (!v || plan_.planned(v)) continue;
+    const size_t b = (v->bytes() + 63) / 64 * 64;
+    if (v->data || v->kind == ValueKind::kParameter || v->kind == ValueKind::kState || v->kind == ValueKind::kConstant)
+      a.params += b;
+    else
+      a.activations += b;
+    if (!direct_ && !mirror_[id].empty()) a.host_copies += mirror_[id].bytes();
+  }
+  return a;
 }
 
 Executor::~Executor() {

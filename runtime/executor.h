@@ -45,11 +45,15 @@ constexpr size_t kPlanAlignment = 64;
 
 // The plan for `nodes` (in run order) of `g`; `keep`: values the caller reads or writes between
 // runs (values saved for a later backward pass, sent to another stage, read after the step).
-MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep);
+// `outside_reads` false: nodes outside the list never run while this list does (an evaluator of
+// the forward nodes), so a value read only by them is planned like any other.
+MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep,
+                       bool outside_reads = true);
 
 struct ExecutorOptions {
   bool plan_memory = false;         // share storage between values with disjoint lifetimes
   std::vector<const Value*> keep;   // never shared (see plan_memory)
+  bool outside_reads = true;        // see plan_memory
   // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers); the
   // environment variable PIPETRAIN_DEBUG_SEPARATE_HOST=1 turns it on for every executor.
   bool separate_host = false;
@@ -104,6 +108,15 @@ class Executor {
   size_t node_count() const { return steps_.size(); }
   // The memory plan (all values kOwn when created without one).
   const MemoryPlan& plan() const { return plan_; }
+  // Bytes this executor holds now: its own buffers (host copies included) and the arena.
+  struct Allocated {
+    size_t arena = 0;
+    size_t params = 0;       // parameters, optimizer state, constants (values with initial data)
+    size_t activations = 0;  // unplanned activations, gradients, inputs, labels, scalars
+    size_t host_copies = 0;  // separate host copies (CUDA, separate_host)
+    size_t total() const { return arena + params + activations + host_copies; }
+  };
+  Allocated allocated_bytes() const;
 
  private:
   struct Step {
@@ -122,6 +135,7 @@ class Executor {
   mutable std::vector<HostTensor> mirror_;  // otherwise: [value id] host copies, made on first use
   // [value id]: has storage (used by the node list, kept, or asked for through host() since).
   std::vector<char> allocated_;
+  std::vector<const Value*> value_of_;   // [value id]
   void* arena_ = nullptr;                // aligned_alloc'ed (direct) or from the device
   MemoryPlan plan_;
   std::vector<Step> steps_;

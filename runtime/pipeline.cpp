@@ -187,7 +187,9 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
                                                       : opts.gpu_of_stage[sp.index % opts.gpu_of_stage.size()];
         ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
       }
-      ASSIGN_OR_RETURN(st->ex, Executor::create(g, dev, sp.nodes, eo));
+      auto ex = Executor::create(g, dev, sp.nodes, eo);
+      if (!ex) return ex.status().with_context("stage " + std::to_string(sp.index) + ": ");
+      st->ex = std::move(*ex);
     }
     impl->stages.push_back(std::move(st));
   }
@@ -255,7 +257,10 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     for (auto& n : g.nodes())
       if (n->phase == Phase::kForward) fwd_nodes.push_back(n.get());
     // On the device of stage 0 (the coordinator's own stage).
-    ASSIGN_OR_RETURN(impl->eval, Executor::create(g, impl->stages.at(0)->ex->device(), fwd_nodes));
+    // Activations share one arena: evaluation reads only the model output (and the loss).
+    ExecutorOptions eo{true, {tg.loss.output}};
+    eo.outside_reads = false;  // the backward nodes never run on the evaluator
+    ASSIGN_OR_RETURN(impl->eval, Executor::create(g, impl->stages.at(0)->ex->device(), fwd_nodes, eo));
   }
   return std::unique_ptr<PipelineTrainer>(new PipelineTrainer(std::move(impl)));
 }
@@ -315,6 +320,16 @@ std::vector<StageStats> PipelineTrainer::stage_stats() const {
     for (const StageStats& r : impl_->remote_stats)
       if (r.stage == st->index) out.push_back(r);
   }
+  return out;
+}
+
+std::vector<int64_t> PipelineTrainer::stage_allocated_bytes() const {
+  std::vector<int64_t> out(impl_->stages.size(), -1);
+  for (auto& st : impl_->stages) {
+    if (!impl_->local(st->index)) continue;
+    out[st->index] = static_cast<int64_t>(st->ex->allocated_bytes().total() + st->held_bytes());
+  }
+  if (impl_->eval && !out.empty() && out[0] >= 0) out[0] += static_cast<int64_t>(impl_->eval->allocated_bytes().total());
   return out;
 }
 

@@ -95,6 +95,10 @@ class PipelineTrainer {
   // under MPI as parameters().
   std::vector<PassRecord> trace() const;
   std::vector<StageStats> stage_stats() const;
+  // Bytes each stage of this process holds ([stage]; -1 for a stage of another rank): its
+  // executor's buffers and arena, its master, saved-activation and stashed copies; stage 0 also
+  // holds the evaluator.
+  std::vector<int64_t> stage_allocated_bytes() const;
   // Writes trace() in Chrome trace format (one row per stage; args: mini-batch, version, s).
   Status write_chrome_trace(const std::string& path) const;
 

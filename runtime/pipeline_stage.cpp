@@ -298,6 +298,17 @@ Status Stage::prepare() {
   return ex->device()->synchronize(ex->stream());
 }
 
+size_t Stage::held_bytes() const {
+  size_t b = 0;
+  for (const auto& t : master_) b += t.bytes();
+  for (const auto& slot : saved_slots_)
+    for (const auto& t : slot) b += t.bytes();
+  for (const auto& slot : stash_)
+    for (const auto& t : slot) b += t.bytes();
+  for (const auto& t : grad_acc_) b += t.bytes();
+  return b;
+}
+
 Expected<HostTensor> Stage::master(size_t i) const {
   if (separate_master_) return master_[i].to_host(ex->stream());
   return ex->fetch(params[i]);

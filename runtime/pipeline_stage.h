@@ -200,6 +200,9 @@ class Stage {
   // Allocates slots and weight copies on the executor's device; call once after the fields
   // above are set.
   Status prepare();
+  // Bytes of the stage's own buffers beside its executor: master weights, saved-activation
+  // slots, stashed versions, GPipe's gradient sums.
+  size_t held_bytes() const;
   // Clears the trace and the statistics (at the start of PipelineTrainer::train).
   void begin_train();
   // Runs the stage's schedule for the current segment of the run (the body of its thread).

@@ -125,6 +125,7 @@ class Trainer {
   // What export writes back: the parameters and the model's own state (BatchNorm running stats).
   std::map<std::string, HostTensor> trained_initializers() const;
   int64_t batch_size() const { return batch_; }
+  const Executor& executor() const { return *ex_; }  // memory accounting
 
  private:
   Trainer(const Graph& g, const TrainingGraph& tg) : g_(g), tg_(tg) {}

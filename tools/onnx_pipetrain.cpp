@@ -20,6 +20,7 @@
 #include "tools/options.h"
 #include "tools/plan_step.h"
 #include "runtime/data.h"
+#include "runtime/executor_memory.h"
 #include "runtime/pipeline.h"
 #include "runtime/trainer.h"
 
@@ -131,6 +132,7 @@ int run(const Options& o) {
   io.freeze = o.freeze;
   io.trainable = o.trainable;
   io.seed = o.seed;
+  const size_t baseline_rss = process_rss_bytes();  // the memory report's process baseline
   auto imported = import_onnx(o.model, io);
   if (!imported) return fail_run(imported.status());
   ImportedModel& m = *imported;
@@ -215,6 +217,7 @@ int run(const Options& o) {
     return es.is_ok() ? 0 : fail_run(es);
   }
 
+  if (!use_cuda) release_zero_state(g);  // the CPU executors start optimizer state at zero themselves
   DataSpec spec;
   Value* in = g.inputs.at(0);
   spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
@@ -291,7 +294,10 @@ int run(const Options& o) {
     auto dev = open_device(device, use_cuda ? job_local_gpu(gpus_here) : 0);
     if (!dev) return fail_run(dev.status());
     auto trainer = Trainer::create(g, *tg, *dev);
-    if (!trainer) return fail_run(trainer.status());
+    if (!trainer)
+      return fail_run(with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""),
+                                      planned->plan, baseline_rss + train.x.bytes() + train.y.bytes() + val.x.bytes() + val.y.bytes()));
+    if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
     {
       StopRequests stop;  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
       tc.stop = stop.flag();
@@ -305,6 +311,7 @@ int run(const Options& o) {
       s0.measured_fwd_ms = result->fwd_ms;
       s0.measured_bwd_ms = result->bwd_ms;
     }
+    planned->plan.stages[0].measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
   } else {
     PipelineOptions po;
     po.schedule = gpipe ? Schedule::kGPipe : Schedule::k1F1B;
@@ -316,7 +323,10 @@ int run(const Options& o) {
     po.device = device;
     set_job_pipeline(&po, use_cuda, gpus_here, o.oversubscribe);
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
-    if (!pipe) return fail_run(pipe.status());
+    if (!pipe)
+      return fail_run(with_batch_hint(pipe.status(), planned->plan,
+                                      baseline_rss + train.x.bytes() + train.y.bytes() + val.x.bytes() + val.y.bytes()));
+    if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
                                                 "1F1B, " + o.weights + " weights" +
                                                     (o.weights == "spectrain" ? " (" + o.staleness + " staleness)" : "")) +
@@ -359,7 +369,33 @@ int run(const Options& o) {
         say(o, b);
       }
     }
+    const std::vector<int64_t> held = (*pipe)->stage_allocated_bytes();
+    for (size_t k = 0; k < held.size() && k < planned->plan.stages.size(); ++k)
+      planned->plan.stages[k].measured_memory_bytes = held[k];
     pipeline = std::move(*pipe);
+  }
+  {
+    // Memory: each stage's buffers against the plan's model of them, and the process's peak
+    // resident set against the stages' sum plus the process baseline and the data sets.
+    Plan& p = planned->plan;
+    p.baseline_bytes = static_cast<int64_t>(baseline_rss);
+    p.data_bytes = static_cast<int64_t>(train.x.bytes() + train.y.bytes() + val.x.bytes() + val.y.bytes());
+    p.measured_peak_rss_bytes = static_cast<int64_t>(process_peak_rss_bytes());
+    int64_t stages_planned = 0;
+    char b[256];
+    for (const StagePlan& st : p.stages) {
+      stages_planned += st.memory_bytes;
+      if (st.measured_memory_bytes < 0) continue;
+      std::snprintf(b, sizeof b, "memory: stage %d peak %.1f MB, planned %.1f MB", st.index,
+                    static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6);
+      say(o, b);
+    }
+    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages %.1f MB + data %.1f MB + baseline %.1f MB)",
+                  static_cast<double>(p.measured_peak_rss_bytes) / 1e6,
+                  static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6,
+                  static_cast<double>(stages_planned) / 1e6, static_cast<double>(p.data_bytes) / 1e6,
+                  static_cast<double>(p.baseline_bytes) / 1e6);
+    say(o, b);
   }
   // The reports again, with measured stage times and throughput; with --trace, trace.json then
   // holds the passes as they ran instead of the simulated schedule.
@@ -372,6 +408,9 @@ int run(const Options& o) {
       return fail_run(ts);
     }
   }
+  pipeline.reset();  // the export below needs only the trained values: not the stages, not the data
+  train = Dataset{};
+  val = Dataset{};
   if (use_cuda) {  // the caching allocators: peak, cached, fragmentation, per GPU this process used
     const int first = in_job() ? job_local_gpu(gpus_here) : 0;
     const int count = in_job() ? 1 : std::min(gpus_here, o.gpus);

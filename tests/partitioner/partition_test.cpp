@@ -426,11 +426,17 @@ TEST(Partition, MemoryFollowsScheduleAndWeightMode) {
     opts.weights = w;
     auto plan = partition(big.m.graph(), opts);
     ASSERT_TRUE(plan.has_value()) << plan.status().message();
+    int64_t model_params = 0;
+    for (const StagePlan& s : plan->stages) model_params += s.param_bytes;
     for (const StagePlan& s : plan->stages) {
       EXPECT_EQ(s.in_flight, 4 - s.index);
       const int copies = w == WeightMode::kSpecTrain ? 1 : w == WeightMode::kStash ? 3 - s.index : 0;
       EXPECT_EQ(s.weight_copies, copies);
-      EXPECT_EQ(s.memory_bytes, s.param_bytes * (3 + copies) + s.saved_bytes * s.in_flight + s.workspace_bytes);
+      // Saved activations: one copy per mini-batch in flight plus the executor's working copy;
+      // stage 0 also holds the evaluator's copy of every parameter.
+      EXPECT_EQ(s.evaluator_bytes, s.index == 0 ? model_params : 0);
+      EXPECT_EQ(s.memory_bytes, s.param_bytes * (3 + copies) + s.saved_bytes * (s.in_flight + 1) + s.workspace_bytes +
+                                    s.evaluator_bytes);
     }
   }
   opts.schedule = Schedule::kGPipe;

@@ -1,0 +1,42 @@
+// Memory as the process and the executors see it: the process's resident set (current and peak,
+// from /proc/self/status), the bytes an executor allocated, and the clean out-of-memory error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "core/status.h"
+#include "importer/ir.h"
+#include "partitioner/plan.h"
+
+namespace pt {
+
+// Resident set size of this process now / its peak since start (VmRSS / VmHWM), in bytes; 0 where
+// /proc is not available.
+size_t process_rss_bytes();
+size_t process_peak_rss_bytes();
+
+// Drops the graph's initial values (Value::data) of parameters and optimizer state once every
+// executor that trains them holds its own copy (CPU executors copy them at creation), so that the
+// weights are not resident twice for the whole run. Values named in `keep` stay (parameters that
+// reach no loss: the trainers read their data back). Returns the bytes released. Call it only
+// when no executor that reads these values is created later.
+size_t release_initial_values(Graph& g, const std::set<std::string>& keep);
+
+// Drops the initial values of optimizer state that is all zeros (momentum, Adam moments: a CPU
+// executor gives a value without data zero-filled storage), before the executors are created.
+size_t release_zero_state(Graph& g);
+
+// "out of memory allocating WHAT (N MB)": the message of every allocation failure of an executor.
+std::string out_of_memory_message(const std::string& what, size_t bytes);
+bool is_out_of_memory(const Status& s);
+
+// When `s` is an allocation failure, the same error with what the plan's memory model says would
+// fit: the batch size whose stages fit in the memory this process may use (RLIMIT_AS when set,
+// else MemAvailable plus what the process holds now) beside `other_bytes` (baseline and data);
+// any other status unchanged.
+Status with_batch_hint(const Status& s, const Plan& plan, size_t other_bytes);
+
+}  // namespace pt

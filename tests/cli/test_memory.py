@@ -1,0 +1,124 @@
+"""Memory against the plan (issue 14, item 5): the 'memory:' lines and the report's measured memory,
+an allocation failure as a clean error (exit 1, one line naming the stage, the value and its size,
+with the batch-size hint; never an abort), and export after import dropped the source's weights.
+Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_memory.py
+"""
+import json
+import os
+import re
+import resource
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
+DIGITS = os.path.join(ROOT, "models", "digits_mlp.onnx")
+
+
+def run(args, limit_as=None):
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300,
+                       preexec_fn=cap if limit_as else None)
+    return p.returncode, p.stdout, p.stderr
+
+
+def wide_model(path, hidden=1 << 20):
+    # x [N, 8] -> MatMul [8, hidden] -> Relu -> MatMul [hidden, 3]: 44 MB of weights, and at batch
+    # 256 activations of 1 GB each.
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((8, hidden)) * 0.01).astype(np.float32), "W1")
+    w2 = numpy_helper.from_array((rng.standard_normal((hidden, 3)) * 0.01).astype(np.float32), "W2")
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"], name="wide"),
+             helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+             helper.make_node("MatMul", ["hr", "W2"], ["y"], name="head")]
+    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], [w1, w2])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+class MemoryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-memory-")
+        cls.dir = cls.tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_memory_lines_and_report(self):
+        out = os.path.join(self.dir, "digits2")
+        rc, so, se = run([DIGITS, "--device", "cpu", "--gpus", "2", "--steps", "3", "--out", out])
+        self.assertEqual(rc, 0, se)
+        lines = {k: (meas, planned) for k, meas, planned in
+                 re.findall(r"memory: stage (\d+) peak ([\d.]+) MB, planned ([\d.]+) MB", so)}
+        self.assertEqual(sorted(lines), ["0", "1"], so)
+        m = re.search(r"memory: process peak ([\d.]+) MB, planned ([\d.]+) MB \(stages ([\d.]+) MB \+ data ([\d.]+) MB "
+                      r"\+ baseline ([\d.]+) MB\)", so)
+        self.assertIsNotNone(m, so)
+        with open(os.path.join(out, "partition.json")) as f:
+            plan = json.load(f)
+        pm = plan["process_memory"]
+        self.assertEqual(pm["planned_bytes"],
+                         sum(s["memory_bytes"] for s in plan["stages"]) + pm["data_bytes"] + pm["baseline_bytes"])
+        # Synthetic data: max(16 batches of 32, 512) samples of 64 float32 pixels and an int64 label.
+        self.assertEqual(pm["data_bytes"], 512 * (64 * 4 + 8))
+        self.assertGreater(pm["measured_peak_rss_bytes"], pm["baseline_bytes"])
+        for s in plan["stages"]:
+            meas = s["measured"]["memory_bytes"]
+            self.assertGreater(meas, 0)
+            # The stage's buffers follow the model (rounding to 64 bytes and per-step scalars aside).
+            self.assertLess(abs(meas - s["memory_bytes"]) / s["memory_bytes"], 0.25, s)
+        self.assertGreater(plan["stages"][0]["evaluator_bytes"], 0)
+        with open(os.path.join(out, "partition.txt")) as f:
+            txt = f.read()
+        self.assertIn("meas MB", txt)
+        self.assertIn("process memory: peak resident", txt)
+
+    def test_allocation_failure_is_a_clean_error(self):
+        model = wide_model(os.path.join(self.dir, "wide.onnx"))
+        rc, so, se = run([model, "--device", "cpu", "--batch-size", "256", "--steps", "1", "--quiet",
+                          "--out", os.path.join(self.dir, "wide")], limit_as=1536 << 20)
+        self.assertEqual(rc, 1, se)
+        lines = [l for l in se.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, se)
+        self.assertNotIn("check failed", se)
+        line = lines[0]
+        self.assertTrue(line.startswith("onnx-pipetrain: error: stage 0: out of memory allocating "), line)
+        self.assertRegex(line, r"\(\d+\.\d MB\)")
+        self.assertIn("'h' [256, 1048576] float32", line)  # the arena named by its largest value
+        self.assertRegex(line, r"a batch size of about \d+ \(now 256\)")
+
+    def test_export_rereads_dropped_initializers(self):
+        # W1 (64 x 32 floats, 8 KB) is frozen: the importer dropped its data from the source model,
+        # so export reads it back from the file; the trained W2 is written from training.
+        rng = np.random.default_rng(1)
+        w1 = (rng.standard_normal((32, 64)) * 0.1).astype(np.float32)
+        w2 = (rng.standard_normal((64, 10)) * 0.1).astype(np.float32)
+        nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"], name="fc1"),
+                 helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+                 helper.make_node("MatMul", ["hr", "W2"], ["y"], name="fc2")]
+        g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+                              [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")])
+        path = os.path.join(self.dir, "frozen.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+        out = os.path.join(self.dir, "frozen")
+        rc, so, se = run([path, "--device", "cpu", "--freeze", "W1", "--steps", "3", "--batch-size", "8", "--out", out])
+        self.assertEqual(rc, 0, se)
+        m = onnx.load(os.path.join(out, "frozen.trained.onnx"))
+        onnx.checker.check_model(m)
+        got = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+        self.assertEqual(got["W1"].tobytes(), w1.tobytes())
+        self.assertFalse(np.array_equal(got["W2"], w2))
+
+
+if __name__ == "__main__":
+    unittest.main()
