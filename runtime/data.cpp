@@ -151,6 +151,7 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
   ASSIGN_OR_RETURN(d.y, read_npy(yp));
   if (d.x.dims().empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
   const int64_t n = d.x.dims()[0];
+  if (n == 0) return invalid_input(xp + ": no samples (its first dimension is 0)");
   const DType xt = d.x.dtype();
   if (spec.input_dtype == DType::kFloat32 && (xt == DType::kUint8 || xt == DType::kInt8 || xt == DType::kUint16 ||
                                               xt == DType::kInt16 || xt == DType::kInt32 || xt == DType::kInt64)) {
