@@ -459,6 +459,7 @@ class MalformedInputTest(unittest.TestCase):
         idx("idx_header_only", struct.pack(">HB", 0, 8), 0)
         idx("idx_label_count", struct.pack(">HBBIII", 0, 8, 3, 64, 2, 4), 512,
             lab_header=struct.pack(">HBBI", 0, 8, 1, 63), needle="train-labels-idx1-ubyte")
+        idx("idx_trailing", struct.pack(">HBBIII", 0, 8, 3, 64, 2, 4), 600)
         idx("idx_empty_images", b"", 0)
         d = self.path("data", "idx_gz_garbage", "train-images-idx3-ubyte.gz")
         with open(d, "wb") as f:
