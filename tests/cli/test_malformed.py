@@ -128,6 +128,9 @@ class MalformedInputTest(unittest.TestCase):
                     if rc == 0:
                         continue
                     self.assertEqual(len(lines), 1, f"{label}: not a one-line message: {err!r}")
+                    if rc == 3:  # the documented divergence, not a refusal of the input
+                        self.assertIn("diverged", lines[0], f"{label}: {lines[0]}")
+                        continue
                 else:
                     self.assertEqual(rc, code, f"{label}: exit code {rc}, expected {code}: {argv}\nstderr: {err}")
                 self.assertTrue(lines, f"{label}: no error message")
@@ -409,6 +412,26 @@ class MalformedInputTest(unittest.TestCase):
                 f.write(data)
             cases.append((f"name_{name}", [p, "--plan-only", "--out", self.out()], (p, "not printable UTF-8"), 2))
         self.assertEqual(self.run_cases(cases), 153)
+
+    def test_npy_header_bit_flips(self):
+        # 100 seeded flips in the headers of x.npy and y.npy: exit 0 (still valid), 2 with one line
+        # naming the file, or 3 (a flip in the first values made a NaN or a huge input diverge).
+        # Flips that once failed: a newline echoed from a bad shape or dtype (a two-line message).
+        rng = np.random.default_rng(5)
+        cases = []
+        for k in range(100):
+            which = "x.npy" if k % 2 == 0 else "y.npy"
+            d = self.path("npy_flips", f"f{k}", "x")[:-2]
+            for f in ("x.npy", "y.npy"):
+                b = bytearray(open(os.path.join(self.data, f), "rb").read())
+                if f == which:
+                    for _ in range(int(rng.integers(1, 4))):
+                        b[int(rng.integers(0, 128))] ^= 1 << int(rng.integers(0, 8))
+                with open(os.path.join(d, f), "wb") as out:
+                    out.write(b)
+            cases.append((f"npy flip {k} ({which})", [self.model, "--data", d, "--steps", 1, "--out", self.out()],
+                          (which,), (0, 2, 3)))
+        self.assertEqual(self.run_cases(cases), 100)
 
     # --- data folders -----------------------------------------------------------------------
     def test_data(self):
