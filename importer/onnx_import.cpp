@@ -101,9 +101,44 @@ std::string file_hash(const std::string& path) {
   return hex;
 }
 
+// Names go into one-line messages and the JSON reports: a name with bytes that are not UTF-8, or
+// with control characters (a newline), is refused, shown with those bytes escaped as \xNN.
+Status check_name(const std::string& name, const std::string& what, const std::string& path) {
+  std::string shown;
+  bool bad = false;
+  for (size_t i = 0; i < name.size();) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = len > 0 && i + len <= name.size() && c >= 0x20 && c != 0x7f;
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(name[i + k]) >> 6) == 2;
+    if (ok) {
+      shown.append(name, i, len);
+      i += len;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      shown += hex;
+      bad = true;
+      ++i;
+    }
+  }
+  if (bad) return invalid_input(path + ": " + what + " '" + shown + "' is not printable UTF-8");
+  return Status::ok();
+}
+
 // Duplicate outputs, dangling inputs and cycles, named precisely (the checker only says
 // "not topologically sorted"). Reorders the nodes topologically when they are not.
 Status check_structure(onnx::GraphProto* g, const std::string& path) {
+  for (const auto& i : g->input()) RETURN_IF_ERROR(check_name(i.name(), "graph input", path));
+  for (const auto& o : g->output()) RETURN_IF_ERROR(check_name(o.name(), "graph output", path));
+  for (const auto& t : g->initializer()) RETURN_IF_ERROR(check_name(t.name(), "initializer", path));
+  for (const auto& n : g->node()) {
+    RETURN_IF_ERROR(check_name(n.name(), "node", path));
+    RETURN_IF_ERROR(check_name(n.domain() + "::" + n.op_type(), "operator", path));
+    for (const auto& a : n.attribute()) RETURN_IF_ERROR(check_name(a.name(), "attribute", path));
+    for (const auto& v : n.input()) RETURN_IF_ERROR(check_name(v, "tensor", path));
+    for (const auto& v : n.output()) RETURN_IF_ERROR(check_name(v, "tensor", path));
+  }
   std::map<std::string, std::string> defined;  // name -> who defines it
   for (const auto& i : g->input()) defined[i.name()] = "graph input";
   for (const auto& t : g->initializer()) defined[t.name()] = "initializer";

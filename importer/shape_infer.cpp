@@ -241,6 +241,14 @@ Status gather(Node& n, const std::string& where) {
   int64_t axis = n.attrs.get_int("axis", 0);
   RETURN_IF_ERROR(normalize_axis(&axis, d.size(), where));
   n.attrs.set("axis", axis);
+  const Value* idx = n.inputs[1];
+  if (idx->dtype != DType::kInt64 && idx->dtype != DType::kInt32)
+    return invalid_input(where + ": indices '" + idx->name + "' must be int32 or int64, are " + dtype_name(idx->dtype));
+  if (idx->is_constant() && idx->data)  // constant indices: checked here, as the kernel trusts them
+    for (int64_t k = 0; k < idx->data->size(); ++k)
+      if (const int64_t i = idx->data->get_int(k); i < -d[axis] || i >= d[axis])
+        return invalid_input(where + ": index " + std::to_string(i) + " is outside [-" + std::to_string(d[axis]) +
+                             ", " + std::to_string(d[axis]) + ") on axis " + std::to_string(axis));
   Dims out(d.begin(), d.begin() + axis);
   for (int64_t x : n.inputs[1]->dims) out.push_back(x);
   out.insert(out.end(), d.begin() + axis + 1, d.end());

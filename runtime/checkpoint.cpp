@@ -301,9 +301,20 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
       const std::string name = t.at("name").get<std::string>();
       const int code = t.at("dtype_code").get<int>();
       if (!known_dtype(code)) return invalid_input(path + ": tensor '" + name + "' has unknown dtype " + std::to_string(code));
-      HostTensor ht(static_cast<DType>(code), t.at("dims").get<Dims>());
+      const Dims dims = t.at("dims").get<Dims>();
       const uint64_t off = t.at("offset").get<uint64_t>(), bytes = t.at("bytes").get<uint64_t>();
-      if (bytes != ht.bytes() || off > tensor_bytes || bytes > tensor_bytes - off)
+      // The dims are checked against the bytes before anything is allocated: negative or huge dims
+      // (a lying JSON section with a valid checksum) are refused, not passed to the allocator.
+      uint64_t elems = 1;
+      for (int64_t d : dims) {
+        if (d < 0 || (d > 0 && elems > tensor_bytes / static_cast<uint64_t>(d)))
+          return invalid_input(path + ": tensor '" + name + "' does not fit its dims or the file");
+        elems *= static_cast<uint64_t>(d);
+      }
+      if (elems > tensor_bytes || off > tensor_bytes || bytes > tensor_bytes - off)
+        return invalid_input(path + ": tensor '" + name + "' does not fit its dims or the file");
+      HostTensor ht(static_cast<DType>(code), dims);
+      if (bytes != ht.bytes())
         return invalid_input(path + ": tensor '" + name + "' does not fit its dims or the file");
       if (bytes) std::memcpy(ht.data(), data + off, bytes);
       c.tensors.emplace(name, std::move(ht));

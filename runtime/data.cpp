@@ -3,6 +3,7 @@
 #include "core/file.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Header text echoed in a one-line message: bytes outside printable ASCII escaped as \xNN.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const unsigned char c : s.substr(0, s.find_last_not_of(' ') + 1)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 Expected<DType> npy_dtype(const std::string& descr, const std::string& path) {
   static const std::pair<const char*, DType> table[] = {
       {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64}, {"<i8", DType::kInt64}, {"<i4", DType::kInt32},
@@ -21,7 +37,7 @@ Expected<DType> npy_dtype(const std::string& descr, const std::string& path) {
       {"|b1", DType::kBool},    {"<u1", DType::kUint8}};
   for (auto& [d, t] : table)
     if (descr == d) return t;
-  return invalid_input(path + ": unsupported .npy dtype '" + descr +
+  return invalid_input(path + ": unsupported .npy dtype '" + printable(descr) +
                        "' (little-endian float32, float64, int64, int32, int16, uint16, uint8, int8, bool)");
 }
 
@@ -85,7 +101,7 @@ Expected<HostTensor> read_npy(const std::string& path) {
     const size_t e = tok.find_last_not_of(' ');
     const std::string num = tok.substr(b, e - b + 1);
     if (num.empty() || num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos)
-      return invalid_input(path + ": bad .npy shape " + shape + " (dimensions must be non-negative integers)");
+      return invalid_input(path + ": bad .npy shape " + printable(shape) + " (dimensions must be non-negative integers)");
     const int64_t d = std::stoll(num);
     dims.push_back(d);
     if (d > 0 && elements > data_bytes / static_cast<uint64_t>(d)) too_big = true;
@@ -151,6 +167,7 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
   ASSIGN_OR_RETURN(d.y, read_npy(yp));
   if (d.x.dims().empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
   const int64_t n = d.x.dims()[0];
+  if (n == 0) return invalid_input(xp + ": no samples (its first dimension is 0)");
   const DType xt = d.x.dtype();
   if (spec.input_dtype == DType::kFloat32 && (xt == DType::kUint8 || xt == DType::kInt8 || xt == DType::kUint16 ||
                                               xt == DType::kInt16 || xt == DType::kInt32 || xt == DType::kInt64)) {

@@ -59,6 +59,9 @@ Expected<std::pair<Dims, std::string>> read_idx(const std::string& path) {
                          " bytes of data), the file ends at byte " + std::to_string(b.size()) + ", in record " +
                          std::to_string((b.size() - header) / per));
   }
+  if (b.size() - header > need)
+    return invalid_input(path + ": " + std::to_string(b.size() - header - need) + " bytes after the " +
+                         std::to_string(need) + " bytes of data its header promises (" + dims_str(dims) + ")");
   return std::make_pair(dims, b.substr(header, need));
 }
 

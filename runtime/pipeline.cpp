@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -481,6 +482,9 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
   if (n == 0) return invalid_input("the training set is empty");
   const int64_t per_epoch = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
+  if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
+    return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
+                         " steps overflow a 64-bit step count");
   const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
   const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
   const LrSchedule sched = schedule_of(cfg, total);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -271,6 +272,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   const int64_t n = train.size();
   if (n == 0) return invalid_input("the training set is empty");
   const int64_t per_epoch = std::max<int64_t>(1, n / batch_);  // the last partial batch is dropped
+  if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
+    return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
+                         " steps overflow a 64-bit step count");
   const int64_t total = total_steps(train, cfg);
   const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
   const LrSchedule sched = schedule_of(cfg, total);

@@ -7,7 +7,10 @@
 #include <dnnl_version.h>
 #include <google/protobuf/stubs/common.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -487,6 +490,36 @@ std::string version_text() {
   return s;
 }
 
+// Real-valued flags refuse NaN and infinities (CLI11's ranges compare with < and >, which NaN passes) and
+// anything that is not a number, with a message that says so.
+CLI::Validator finite() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0') return "Value " + s + " is not a number";
+        if (!std::isfinite(v)) return "Value " + s + " is not a finite number";
+        return std::string();
+      },
+      "FINITE", "finite");
+}
+
+// Integer flags refuse values beyond 64 bits (CLI11 saturates them) and, for the unsigned --seed,
+// negative ones (which would wrap around).
+CLI::Validator integer(bool allow_negative = true) {
+  return CLI::Validator(
+      [allow_negative](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        (void)std::strtoll(s.c_str(), &end, 0);
+        if (end == s.c_str() || *end != '\0') return std::string();  // CLI11 says what it is not
+        if (errno == ERANGE) return "Value " + s + " is out of range (64-bit integers)";
+        if (!allow_negative && s.find('-') != std::string::npos) return "Value " + s + " is negative";
+        return std::string();
+      },
+      "INT", "integer");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -499,53 +532,53 @@ int main_impl(int argc, char** argv) {
   CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
   app.add_option("model", o.model, "the ONNX model to train")->required();
   app.set_version_flag("--version", version_text());
-  app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->capture_default_str();
+  app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->check(integer())->capture_default_str();
   app.add_option("--device", o.device, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
   auto* data_opt = app.add_option("--data", o.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
   auto* vd = app.add_option("--val-data", o.val_data, "validation set (same formats as --data)");
-  app.add_option("--val-split", o.val_split, "hold out this fraction of --data for validation (seeded)")
+  app.add_option("--val-split", o.val_split, "hold out this fraction of --data for validation (seeded)")->check(finite())
       ->check(CLI::Range(0.0, 0.9))->excludes(vd);
-  app.add_option("--mean", o.mean, "subtract per channel (one value, or one per channel of [C,H,W] inputs), after scaling pixels")->delimiter(',');
-  app.add_option("--std", o.std, "divide per channel, after --mean")->delimiter(',');
+  app.add_option("--mean", o.mean, "subtract per channel (one value, or one per channel of [C,H,W] inputs), after scaling pixels")->check(finite())->delimiter(',');
+  app.add_option("--std", o.std, "divide per channel, after --mean")->check(finite())->delimiter(',');
   app.add_flag("--raw-pixels", o.raw_pixels, "keep integer pixels (IDX, CIFAR, uint8/uint16 x.npy) as 0..255 / 0..65535 instead of scaling to [0, 1]");
-  app.add_option("--eval-every", o.eval_every, "also validate every N steps (besides every epoch end)")->check(CLI::PositiveNumber);
-  auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
-  auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", o.eval_every, "also validate every N steps (besides every epoch end)")->check(integer())->check(CLI::PositiveNumber);
+  auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
+  auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(integer())->check(CLI::PositiveNumber);
   ep->excludes(sp);
-  app.add_option("--batch-size", o.batch_size, "samples per mini-batch")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "samples per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->check(finite())->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr-schedule", o.lr_schedule, "constant | step | cosine | poly (decay over the run's total steps)")
       ->check(CLI::IsMember({"constant", "step", "cosine", "poly"}))->capture_default_str();
-  app.add_option("--warmup-steps", o.warmup_steps, "linear warm-up from lr/N to lr over the first N steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr-decay-every", o.lr_decay_every, "step schedule: multiply the rate by --lr-gamma every N steps")->check(CLI::PositiveNumber);
-  app.add_option("--lr-gamma", o.lr_gamma, "step schedule: the decay factor")->capture_default_str();
-  app.add_option("--lr-power", o.lr_power, "poly schedule: lr * (1 - progress)^P")->capture_default_str();
-  app.add_option("--lr-min", o.lr_min, "cosine and poly schedules: the rate at the last step")->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay, added to the gradient (adamw: decoupled, w -= lr*wd*w each step)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warm-up from lr/N to lr over the first N steps")->check(integer())->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-decay-every", o.lr_decay_every, "step schedule: multiply the rate by --lr-gamma every N steps")->check(integer())->check(CLI::PositiveNumber);
+  app.add_option("--lr-gamma", o.lr_gamma, "step schedule: the decay factor")->check(finite())->capture_default_str();
+  app.add_option("--lr-power", o.lr_power, "poly schedule: lr * (1 - progress)^P")->check(finite())->capture_default_str();
+  app.add_option("--lr-min", o.lr_min, "cosine and poly schedules: the rate at the last step")->check(finite())->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay, added to the gradient (adamw: decoupled, w -= lr*wd*w each step)")->check(finite())->check(CLI::NonNegativeNumber)->capture_default_str();
   // The optimizer and its flags.
   app.add_option("--optimizer", o.optimizer,
                  "sgd-paper (SpecTrain's v = gamma v + (1 - gamma) g, w -= lr v) | sgd (torch.optim.SGD) | adam "
                  "(torch.optim.Adam) | adamw (torch.optim.AdamW); SpecTrain predicts with each one's own step. --lr: "
                  "sgd-paper's rate is 1/(1-momentum) times torch SGD's; adam/adamw want ~1e-3")
       ->capture_default_str();
-  app.add_option("--momentum", o.momentum, "sgd-paper: gamma of v = gamma v + (1 - gamma) g; sgd: torch's momentum")
+  app.add_option("--momentum", o.momentum, "sgd-paper: gamma of v = gamma v + (1 - gamma) g; sgd: torch's momentum")->check(finite())
       ->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
-  app.add_option("--dampening", o.dampening, "sgd: torch's dampening")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+  app.add_option("--dampening", o.dampening, "sgd: torch's dampening")->check(finite())->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
   app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum > 0 and --dampening 0)");
-  app.add_option("--beta1", o.beta1, "adam, adamw: decay of the first moment")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
-  app.add_option("--beta2", o.beta2, "adam, adamw: decay of the second moment")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
-  app.add_option("--eps", o.eps, "adam, adamw: added to sqrt(v_hat)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--beta1", o.beta1, "adam, adamw: decay of the first moment")->check(finite())->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
+  app.add_option("--beta2", o.beta2, "adam, adamw: decay of the second moment")->check(finite())->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
+  app.add_option("--eps", o.eps, "adam, adamw: added to sqrt(v_hat)")->check(finite())->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--clip-grad-norm", o.clip_grad_norm,
                  "scale the gradients by min(1, X/(norm+1e-6)) before each update (torch.nn.utils.clip_grad_norm_): "
                  "the global norm of the mini-batch on one stage and under GPipe (summed across stages); under "
                  "asynchronous 1F1B no update sees every stage's gradient of one mini-batch, so each stage clips by "
                  "its own norm")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite())->check(CLI::NonNegativeNumber);
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
-  app.add_option("--seed", o.seed, "seed for data order and synthetic data")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed for data order and synthetic data")->check(integer(false))->capture_default_str();
   app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
-  app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)");
+  app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)")->check(integer());
   app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
   app.add_flag("--oversubscribe", o.oversubscribe, "--device cuda: allow more stages than GPUs (several stages share a GPU)");
   app.add_flag("--plan-only", o.plan_only, "partition and write the reports, no training");
@@ -556,7 +589,7 @@ int main_impl(int argc, char** argv) {
   app.add_flag("--profile", o.profile, "measure every node on the real device before partitioning (cached in the run folder)");
   app.add_option("--schedule", o.schedule, "1f1b | gpipe")->check(CLI::IsMember({"1f1b", "gpipe"}))->capture_default_str();
   app.add_option("--weights", o.weights, "spectrain | stash | stale")->check(CLI::IsMember({"spectrain", "stash", "stale"}))->capture_default_str();
-  auto* mb = app.add_option("--micro-batches", o.micro_batches, "GPipe: micro-batches per mini-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  auto* mb = app.add_option("--micro-batches", o.micro_batches, "GPipe: micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--spectrain-staleness", o.staleness, "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0")
       ->check(CLI::IsMember({"paper", "exact"}))->capture_default_str();
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
@@ -564,14 +597,14 @@ int main_impl(int argc, char** argv) {
   app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network (default: host for CPU stages, pcie4 for GPUs)");
   app.add_option("--ranks-per-node", o.ranks_per_node,
                  "with --plan-only: plan a multi-node job, R stages per node (cuts between nodes use the network "
-                 "link); under mpirun/srun the nodes come from the job")
+                 "link); under mpirun/srun the nodes come from the job")->check(integer())
       ->check(CLI::PositiveNumber);
   app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
   app.add_option("--balance", o.balance, "manual plan: forward nodes per stage, e.g. 3,5,4")->delimiter(',');
   app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "write RUN/checkpoints/step-<k>.ckpt every N steps and after the last (pipelined runs drain there)")
+                 "write RUN/checkpoints/step-<k>.ckpt every N steps and after the last (pipelined runs drain there)")->check(integer())
       ->check(CLI::PositiveNumber);
-  app.add_option("--keep-checkpoints", o.keep_checkpoints, "keep the newest K checkpoints")
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "keep the newest K checkpoints")->check(integer())
       ->check(CLI::PositiveNumber)->capture_default_str();
   auto* resume = app.add_option("--resume", o.resume_path,
                                 "continue from the newest intact checkpoint of the run folder, or from PATH (a .ckpt "
@@ -591,7 +624,7 @@ int main_impl(int argc, char** argv) {
                "TensorBoard event file into the run folder (tensorboard --logdir RUN)");
   app.add_option("--ignore-index", o.ignore_index,
                  "cross-entropy: labels equal to this count for nothing (token-level labels [N, T] of sequence "
-                 "outputs [N, T, V] or [N*T, V]; padding)")->capture_default_str();
+                 "outputs [N, T, V] or [N*T, V]; padding)")->check(integer())->capture_default_str();
   app.add_flag("--export-training", o.export_training,
                "also write RUN/<stem>.training.onnx: the trained weights in the source's training-mode graph "
                "(BatchNorm on batch statistics, Dropout on); <stem>.trained.onnx is always the inference model");
