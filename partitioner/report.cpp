@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -205,19 +207,27 @@ std::string report_text(const ReportInputs& r) {
 namespace {
 
 Status write_atomically(const std::filesystem::path& path, const std::string& text) {
+  // A failed write says which file and why (errno: a full disk, permissions) and leaves no
+  // temporary file behind.
   const std::filesystem::path tmp = path.string() + ".tmp";
+  auto failed = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    return internal_error(path.string() + ": " + what + ": " + why);
+  };
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return internal_error(tmp.string() + ": cannot open for writing");
+    if (!f) return failed("cannot be written");
     f << text;
     f.flush();
-    if (!f) return internal_error(tmp.string() + ": write failed");
+    if (!f) return failed("write failed");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
-    return internal_error(path.string() + ": cannot rename the temporary file into place");
+    return internal_error(path.string() + ": cannot rename the temporary file into place: " + ec.message());
   }
   return Status::ok();
 }
@@ -241,6 +251,7 @@ Status write_reports(const ReportInputs& r, const std::string& dir) {
       {"trace.json", trace_json(with_sim.sim->events, *r.plan)},
   };
   for (const auto& [name, text] : files) {
+    if (!r.write_trace && std::string(name) == "trace.json") continue;
     Status s = write_atomically(d / name, text);
     if (!s.is_ok()) return s;
   }

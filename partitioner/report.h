@@ -14,6 +14,7 @@ struct ReportInputs {
   const Plan* automatic = nullptr;  // when `plan` is manual: the automatic plan to compare with
   const SimResult* sim = nullptr;   // for the timeline
   const Graph* graph = nullptr;     // for the DOT and the layer picture
+  bool write_trace = true;          // false: keep the trace.json a real run recorded (--trace)
 };
 
 std::string report_text(const ReportInputs& r);

@@ -400,10 +400,8 @@ int run(const Options& o) {
                   static_cast<double>(p.baseline_bytes) / 1e6);
     say(o, b);
   }
-  // The reports again, with measured stage times and throughput; with --trace, trace.json then
-  // holds the passes as they ran instead of the simulated schedule.
-  planned->plan.measured_samples_per_s = result->samples_per_s;
-  if (Status rs = rewrite_reports(*planned, g, out_dir.string()); !rs.is_ok()) return fail_run(rs);
+  // With --trace, trace.json holds the passes as they ran instead of the simulated schedule.
+  const bool real_trace = o.trace && pipeline != nullptr;
   if (o.trace) {
     if (!pipeline) {
       say(o, "notice: --trace records pipelined runs; trace.json keeps the simulated schedule of this single-stage run");
@@ -441,6 +439,10 @@ int run(const Options& o) {
     st = export_plan_stages(m, trained_values, planned->plan, (out_dir / "stages").string(), o.quiet);
     if (!st.is_ok()) return fail_run(st);
   }
+  // The reports again, with measured stage times and throughput: after the model, so that a full
+  // disk or any failure writing them never costs the trained model.
+  planned->plan.measured_samples_per_s = result->samples_per_s;
+  if (Status rs = rewrite_reports(*planned, g, out_dir.string(), !real_trace); !rs.is_ok()) return fail_run(rs);
 
   char line[512];
   std::snprintf(line, sizeof line, "done: %lld steps in %.2f s (%.0f samples/s), loss %.4f -> %.4f",

@@ -183,8 +183,9 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
   return out;
 }
 
-Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_dir) {
+Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_dir, bool write_trace) {
   ReportInputs r;
+  r.write_trace = write_trace;
   r.plan = &p.plan;
   r.graph = &g;
   r.sim = &p.sim;

@@ -54,7 +54,8 @@ struct PlanOutcome {
 Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& f);
 
 // Rewrites the reports with measured stage times.
-Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_dir);
+// write_trace false keeps the trace.json a pipelined --trace run wrote (the passes as they ran).
+Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_dir, bool write_trace = true);
 
 // --export-stages: one ONNX model per stage of `plan` in `dir` (importer/stage_export.h), with
 // `values` (the trained initializers; empty: the source's) substituted; prints one line.

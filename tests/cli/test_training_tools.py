@@ -183,6 +183,28 @@ class TrainingToolsTest(unittest.TestCase):
             self.assertEqual(len(metrics(out)), step)
             self.train(f"term{gpus}", "--gpus", gpus, "--steps", step + 2, "--resume", resumed_from=step)
 
+    def test_a_failed_report_write_keeps_the_model(self):
+        # The reports are rewritten after the model: a report that cannot be written (here a folder
+        # in the way of partition.html's temporary file, made once training runs) ends the run with
+        # exit 1 naming the file and the reason, and the trained model and checkpoint are there.
+        out = os.path.join(self.dir, "report_fails")
+        p = subprocess.Popen([BIN, self.model, "--data", self.data, "--out", out, *map(str, COMMON), "--lr", "0.1",
+                              "--steps", "100000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(600):
+            if os.path.exists(os.path.join(out, "metrics.csv.partial")):
+                break
+            time.sleep(0.05)
+        os.makedirs(os.path.join(out, "partition.html.tmp", "blocker"))
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        so, se = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 1, se)
+        self.assertIn("partition.html", se)
+        self.assertIn("cannot be written", se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertTrue(os.path.exists(os.path.join(out, "mlp.trained.onnx")))
+        self.assertEqual(len(os.listdir(os.path.join(out, "checkpoints"))), 1)
+
     def test_nan_weights_are_not_exported(self):
         # W1 all NaN: Relu maps the NaN pre-activations to 0, so the loss stays finite while W1
         # stays NaN. The run must end as diverged (exit 3), name the weight, write neither the
