@@ -155,48 +155,114 @@ Status write_npy(const std::string& path, const HostTensor& t) {
   return Status::ok();
 }
 
-Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return invalid_input(dir + ": not a folder (expected x.npy and y.npy inside, or 'synthetic')");
-  const std::string xp = (fs::path(dir) / "x.npy").string(), yp = (fs::path(dir) / "y.npy").string();
-  for (const auto& p : {xp, yp})
-    if (!fs::exists(p)) return invalid_input(dir + ": " + fs::path(p).filename().string() + " is missing");
-  Dataset d;
-  d.source = dir + " (x.npy + y.npy)";
-  ASSIGN_OR_RETURN(d.x, read_npy(xp));
-  ASSIGN_OR_RETURN(d.y, read_npy(yp));
-  if (d.x.dims().empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
-  const int64_t n = d.x.dims()[0];
+namespace {
+
+// Converts integer samples for a float input and checks a loaded input array against the model
+// input (dtype, sample dims; samples of the right element count are reshaped).
+Status check_input_array(HostTensor* x, const std::string& xp, const Dims& sample_dims, DType want, bool scale_pixels) {
+  if (x->dims().empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
+  const int64_t n = x->dims()[0];
   if (n == 0) return invalid_input(xp + ": no samples (its first dimension is 0)");
-  const DType xt = d.x.dtype();
-  if (spec.input_dtype == DType::kFloat32 && (xt == DType::kUint8 || xt == DType::kInt8 || xt == DType::kUint16 ||
-                                              xt == DType::kInt16 || xt == DType::kInt32 || xt == DType::kInt64)) {
+  const DType xt = x->dtype();
+  if (want == DType::kFloat32 && (xt == DType::kUint8 || xt == DType::kInt8 || xt == DType::kUint16 ||
+                                  xt == DType::kInt16 || xt == DType::kInt32 || xt == DType::kInt64)) {
     // Integer samples for a float input are converted. Unsigned 8- and 16-bit ones are pixels
     // and get scaled to [0, 1] by their full range (255, 65535; 16-bit PNG/TIFF convention);
     // signed and wider integers have no such range and stay as they are.
-    HostTensor f = cast_tensor(d.x, DType::kFloat32);
+    HostTensor f = cast_tensor(*x, DType::kFloat32);
     const float scale = xt == DType::kUint8 ? 1.0f / 255.0f : xt == DType::kUint16 ? 1.0f / 65535.0f : 1.0f;
-    if (spec.scale_pixels && scale != 1.0f) {
+    if (scale_pixels && scale != 1.0f) {
       float* p = f.as<float>();
       for (int64_t i = 0; i < f.size(); ++i) p[i] *= scale;
     }
-    d.x = std::move(f);
+    *x = std::move(f);
   }
-  if (d.x.dtype() != spec.input_dtype)
-    return invalid_input(xp + ": dtype " + dtype_name(d.x.dtype()) + ", the model input wants " + dtype_name(spec.input_dtype));
-  Dims sample(d.x.dims().begin() + 1, d.x.dims().end());
-  if (sample != spec.sample_dims) {
-    if (numel(sample) != numel(spec.sample_dims))
+  if (x->dtype() != want)
+    return invalid_input(xp + ": dtype " + dtype_name(x->dtype()) + ", the model input wants " + dtype_name(want));
+  Dims sample(x->dims().begin() + 1, x->dims().end());
+  if (sample != sample_dims) {
+    if (numel(sample) != numel(sample_dims))
       return invalid_input(xp + ": samples are " + dims_str(sample) + " (" + std::to_string(numel(sample)) +
-                           " values), the model input wants " + dims_str(spec.sample_dims) + " (" +
-                           std::to_string(numel(spec.sample_dims)) + ")");
-    Dims nd = spec.sample_dims;
+                           " values), the model input wants " + dims_str(sample_dims) + " (" +
+                           std::to_string(numel(sample_dims)) + ")");
+    Dims nd = sample_dims;
     nd.insert(nd.begin(), n);
-    d.x.reshape(nd);
+    x->reshape(nd);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string input_file_name(const std::string& input_name) {
+  std::string f;
+  for (char c : input_name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    f += ok ? c : '_';
+  }
+  if (f.empty() || f == "." || f == "..") f = "_" + f;
+  return f + ".npy";
+}
+
+Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec) {
+  std::error_code ec;
+  const bool several = !spec.more_inputs.empty();
+  if (!fs::is_directory(dir, ec))
+    return invalid_input(dir + ": not a folder (expected " + (several ? "x0.npy, x1.npy, ..." : "x.npy") +
+                         " and y.npy inside, or 'synthetic')");
+  std::string xp = (fs::path(dir) / "x.npy").string();
+  const std::string yp = (fs::path(dir) / "y.npy").string();
+  // Several inputs: x0.npy, x1.npy, ... in graph order, or <input name>.npy each.
+  std::vector<std::string> files;
+  std::string xname = "x.npy";
+  if (several) {
+    std::vector<std::string> numbered, named;
+    std::string names;
+    for (size_t k = 0; k <= spec.more_inputs.size(); ++k) {
+      const std::string& name = k == 0 ? spec.input_name : spec.more_inputs[k - 1].name;
+      numbered.push_back("x" + std::to_string(k) + ".npy");
+      named.push_back(input_file_name(name));
+      names += (k ? ", " : "") + name;
+    }
+    if (fs::exists(fs::path(dir) / numbered[0])) files = numbered;
+    else if (fs::exists(fs::path(dir) / named[0])) files = named;
+    else
+      return invalid_input(dir + ": the model has " + std::to_string(numbered.size()) + " data inputs (" + names +
+                           "): expected " + numbered[0] + ", " + numbered[1] + ", ... or " + named[0] + ", " + named[1] +
+                           ", ... and y.npy" +
+                           (fs::exists(xp) ? std::string(" (x.npy is the one-input form)") : std::string()));
+    for (const std::string& f : files)
+      if (!fs::exists(fs::path(dir) / f)) return invalid_input(dir + ": " + f + " is missing");
+    xp = (fs::path(dir) / files[0]).string();
+    xname = files[0];
+  }
+  for (const auto& p : {xp, yp})
+    if (!fs::exists(p)) return invalid_input(dir + ": " + fs::path(p).filename().string() + " is missing");
+  Dataset d;
+  if (several) {
+    d.source = dir + " (";
+    for (const std::string& f : files) d.source += f + " + ";
+    d.source += "y.npy)";
+  } else {
+    d.source = dir + " (x.npy + y.npy)";
+  }
+  ASSIGN_OR_RETURN(d.x, read_npy(xp));
+  ASSIGN_OR_RETURN(d.y, read_npy(yp));
+  RETURN_IF_ERROR(check_input_array(&d.x, xp, spec.sample_dims, spec.input_dtype, spec.scale_pixels));
+  const int64_t n = d.x.dims()[0];
+  for (size_t k = 1; k < files.size(); ++k) {
+    const std::string fp = (fs::path(dir) / files[k]).string();
+    const InputSpec& is = spec.more_inputs[k - 1];
+    ASSIGN_OR_RETURN(HostTensor t, read_npy(fp));
+    RETURN_IF_ERROR(check_input_array(&t, fp, is.sample_dims, is.dtype, spec.scale_pixels));
+    if (t.dims()[0] != n)
+      return invalid_input(dir + ": " + files[0] + " holds " + std::to_string(n) + " samples, " + files[k] + " holds " +
+                           std::to_string(t.dims()[0]) + " (every input file and y.npy must hold the same count)");
+    d.more.push_back(std::move(t));
   }
   if (d.y.dims().empty() || d.y.dims()[0] != n)
     return invalid_input(yp + ": holds " + (d.y.dims().empty() ? std::string("a scalar") : std::to_string(d.y.dims()[0])) +
-                         " labels for " + std::to_string(n) + " samples in x.npy");
+                         " labels for " + std::to_string(n) + " samples in " + xname);
   if (d.y.dtype() != spec.label_dtype) {
     const DType yt = d.y.dtype();
     if (spec.label_dtype == DType::kInt64 && (yt == DType::kInt32 || yt == DType::kUint8 || yt == DType::kInt8 ||
@@ -257,14 +323,35 @@ Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed) {
   } else {
     for (int64_t i = 0; i < d.y.size(); ++i) d.y.as<float>()[i] = normal(rng);
   }
+  // Further inputs, drawn after the first input and the labels (a one-input set is unchanged):
+  // token ids within the vocabulary of the Gather that reads them, ones for an integer input no
+  // Gather reads (an attention mask), standard normal values for float inputs.
+  for (const InputSpec& is : spec.more_inputs) {
+    Dims md = is.sample_dims;
+    md.insert(md.begin(), n);
+    const bool wide = is.dtype == DType::kFloat32 || is.dtype == DType::kInt64 || is.dtype == DType::kInt32;
+    HostTensor t(wide ? is.dtype : DType::kFloat32, md);
+    std::uniform_int_distribution<int64_t> id(0, std::max<int64_t>(is.vocab, 1) - 1);
+    for (int64_t i = 0; i < t.size(); ++i) {
+      if (!wide) t.as<float>()[i] = 1.0f;  // bool / 8- and 16-bit inputs: ones
+      else if (is.dtype == DType::kFloat32) t.as<float>()[i] = normal(rng);
+      else if (is.dtype == DType::kInt64) t.as<int64_t>()[i] = is.vocab > 0 ? id(rng) : 1;
+      else t.as<int32_t>()[i] = static_cast<int32_t>(is.vocab > 0 ? id(rng) : 1);
+    }
+    d.more.push_back(wide ? std::move(t) : cast_tensor(t, is.dtype));
+  }
   return d;
 }
 
 Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::vector<float>& std) {
   if ((mean.empty() && std.empty()) || d->x.empty()) return Status::ok();
-  if (d->x.dtype() != DType::kFloat32)
+  // Several inputs: the first float one (token ids and masks stay as they are).
+  HostTensor* xt = &d->x;
+  for (HostTensor& m : d->more)
+    if (xt->dtype() != DType::kFloat32 && m.dtype() == DType::kFloat32) xt = &m;
+  if (xt->dtype() != DType::kFloat32)
     return invalid_input("--mean/--std: the model input is " + std::string(dtype_name(d->x.dtype())) + ", not float");
-  const Dims& dims = d->x.dims();
+  const Dims& dims = xt->dims();
   const int64_t n = d->size();
   const int64_t channels = dims.size() >= 3 ? dims[1] : 1;  // [N, C, ...]; flat samples are one channel
   auto check = [&](const std::vector<float>& v, const char* flag) -> Status {
@@ -277,8 +364,8 @@ Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::
   RETURN_IF_ERROR(check(std, "--std"));
   for (float s : std)
     if (!(s > 0)) return invalid_input("--std: " + std::to_string(s) + " is not positive");
-  const int64_t per_channel = n > 0 ? d->x.size() / (n * channels) : 0;
-  float* x = d->x.as<float>();
+  const int64_t per_channel = n > 0 ? xt->size() / (n * channels) : 0;
+  float* x = xt->as<float>();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = 0; c < channels; ++c) {
       const float m = mean.empty() ? 0.0f : mean[mean.size() == 1 ? 0 : c];
@@ -310,6 +397,10 @@ Dataset split_validation(Dataset* train, double fraction, uint64_t seed) {
   val.x = take(train->x, n - nv, nv);
   val.y = take(train->y, n - nv, nv);
   HostTensor tx = take(train->x, 0, n - nv), ty = take(train->y, 0, n - nv);
+  for (HostTensor& m : train->more) {
+    val.more.push_back(take(m, n - nv, nv));
+    m = take(m, 0, n - nv);
+  }
   train->x = std::move(tx);
   train->y = std::move(ty);
   return val;
@@ -322,6 +413,19 @@ void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t b
     int64_t s = order[(begin + i) % order.size()];
     if (x) std::memcpy(static_cast<char*>(x->data()) + i * xs, static_cast<const char*>(d.x.data()) + s * xs, xs);
     if (y) std::memcpy(static_cast<char*>(y->data()) + i * ys, static_cast<const char*>(d.y.data()) + s * ys, ys);
+  }
+}
+
+void gather_more(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, const std::vector<HostTensor*>& more) {
+  for (size_t k = 0; k < more.size() && k < d.more.size(); ++k) {
+    HostTensor* t = more[k];
+    if (!t) continue;
+    const int64_t b = t->dims()[0];
+    const size_t per = d.more[k].bytes() / d.size();
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t s = order[(begin + i) % order.size()];
+      std::memcpy(static_cast<char*>(t->data()) + i * per, static_cast<const char*>(d.more[k].data()) + s * per, per);
+    }
   }
 }
 

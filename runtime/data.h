@@ -21,7 +21,18 @@ struct Dataset {
   std::string source;  // "models/digits/train (x.npy + y.npy)", "synthetic"
   HostTensor x;        // [N, ...sample]
   HostTensor y;        // [N] int64 labels or [N, ...] float targets
+  // A model with several data inputs: inputs 2, 3, ... in the order of the graph's inputs, each
+  // [N, ...] (x is the first). Empty for the one-input form.
+  std::vector<HostTensor> more;
   int64_t size() const { return x.empty() ? 0 : x.dims()[0]; }
+};
+
+// A further data input of a model with several (token ids, an attention mask, ...).
+struct InputSpec {
+  std::string name;  // the graph input's name (a by-name folder holds <name>.npy)
+  Dims sample_dims;
+  DType dtype = DType::kFloat32;
+  int64_t vocab = 0;  // integer inputs read by a Gather: synthetic ids in [0, vocab); 0: synthetic ones (a mask)
 };
 
 // What the model wants per sample; the loader checks the data against it.
@@ -33,11 +44,18 @@ struct DataSpec {
   int64_t num_classes = 0;  // > 0 for class labels
   int64_t ignore_index = -100;  // class labels equal to it are allowed (the loss skips them)
   int64_t input_vocab = 0;  // integer inputs (token ids): synthetic ids are drawn from [0, input_vocab)
+  std::string input_name;  // the first input's name (by-name folders)
+  std::vector<InputSpec> more_inputs;  // the model's further data inputs, in graph order
   bool scale_pixels = true;  // unsigned integer pixels (IDX, CIFAR, uint8/uint16 x.npy) scaled to [0, 1]; false: raw values
 };
 
 // Loads DIR/x.npy and DIR/y.npy; samples whose element count matches the model input are
-// reshaped to it. Errors name the file and what is wrong.
+// reshaped to it. A model with several inputs (spec.more_inputs) reads DIR/x0.npy, x1.npy, ...
+// in graph input order, or DIR/<input name>.npy for each input, every one with the same sample
+// count. Errors name the file and what is wrong.
+// The file of an input in a by-name folder: its name with every character other than ASCII
+// letters, digits, '_', '-' and '.' replaced by '_', plus ".npy" ("input/ids:0" -> input_ids_0.npy).
+std::string input_file_name(const std::string& input_name);
 Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec);
 // Any supported format, detected: a folder of x.npy + y.npy; MNIST-style IDX (plain or gzip): a
 // folder holding one *images*idx3* and one *labels*idx1* file, or a prefix such as
@@ -45,7 +63,8 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
 // (or CIFAR-100's train.bin). Image bytes are scaled to [0, 1]. Dataset::source names the format.
 Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec);
 
-// Per-channel normalisation (--mean, --std): x = (x - mean[c]) / std[c], channel c being the
+// Per-channel normalisation (--mean, --std) of the first input (several inputs: the first float
+// one): x = (x - mean[c]) / std[c], channel c being the
 // first sample dimension of an image-like input ([C, H, W], [C, L]); one value applies to every
 // element. Errors name the flag and the mismatch.
 Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::vector<float>& std);
@@ -60,5 +79,7 @@ Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed);
 // Copies samples order[begin .. begin+count) (wrapping around) into the batch tensors; either
 // tensor may be null (not gathered), the batch size is the first dimension of the other.
 void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, HostTensor* x, HostTensor* y);
+// The same for the further inputs: more[k] (null: not gathered) receives d.more[k].
+void gather_more(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, const std::vector<HostTensor*>& more);
 
 }  // namespace pt

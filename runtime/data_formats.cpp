@@ -169,6 +169,8 @@ Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec) {
   std::error_code ec;
   const fs::path p(path);
   if (fs::is_directory(p, ec) && fs::exists(p / "x.npy")) return load_npy_dataset(path, spec);
+  // IDX and CIFAR hold one input: a model with several reads .npy folders only.
+  if (!spec.more_inputs.empty()) return load_npy_dataset(path, spec);
   const std::string images = find_with(p, {"images", "idx3"});
   const std::string labels = find_with(p, {"labels", "idx1"});
   if (images.rfind("ambiguous:", 0) == 0 || labels.rfind("ambiguous:", 0) == 0)

@@ -56,6 +56,9 @@ PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& g, const TrainingGraph& tg,
                                                                    const Plan& plan, const PipelineOptions& opts) {
+  if (g.inputs.size() > 1)
+    return unsupported("pipelined training (--gpus > 1, --schedule gpipe) of a model with several data inputs is not "
+                       "supported yet; this one has " + std::to_string(g.inputs.size()) + " (train it on 1 stage)");
   if (g.inputs.size() != 1)
     return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
   if (plan.stages.empty()) return invalid_input("the plan has no stages");

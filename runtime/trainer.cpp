@@ -40,14 +40,18 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
 }
 
 Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device) {
-  if (g.inputs.size() != 1)
-    return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
+  if (g.inputs.empty()) return unsupported("training needs a model with a data input; this one has none");
+  for (const Value* in : g.inputs)
+    if (in->dims.empty() || in->dims[0] != g.inputs[0]->dims.at(0))
+      return unsupported("the model's data inputs do not share one batch dimension ('" + in->name + "' is " +
+                         dims_str(in->dims) + ")");
   std::unique_ptr<Trainer> t(new Trainer(g, tg));
   // The memory plan shares activation and gradient buffers; the loss and the model output are
   // read after a step, everything else the trainer touches is an input, parameter or state.
   ExecutorOptions eo{true, {tg.loss.loss, tg.loss.output}};
   ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device, {}, eo));
   t->input_ = g.inputs[0];
+  t->more_inputs_.assign(g.inputs.begin() + 1, g.inputs.end());
   t->batch_ = t->input_->dims.at(0);
   return t;
 }
@@ -81,6 +85,22 @@ std::map<std::string, HostTensor> Trainer::trained_initializers() const {
   return out;
 }
 
+Status check_dataset_inputs(const Dataset& d, const Graph& g) {
+  if (d.more.size() + 1 != g.inputs.size())
+    return invalid_input("the data holds " + std::to_string(d.more.size() + 1) + " input array" +
+                         (d.more.empty() ? "" : "s") + ", the model has " + std::to_string(g.inputs.size()) +
+                         " data inputs");
+  for (size_t k = 0; k < d.more.size(); ++k) {
+    const Value* v = g.inputs[k + 1];
+    const HostTensor& t = d.more[k];
+    if (t.dtype() != v->dtype || t.dims().empty() || t.dims()[0] != d.size() ||
+        numel(Dims(t.dims().begin() + 1, t.dims().end())) != numel(Dims(v->dims.begin() + 1, v->dims.end())))
+      return invalid_input("the data for input '" + v->name + "' is " + dims_str(t.dims()) + " " + dtype_name(t.dtype()) +
+                           ", the model wants " + dims_str(v->dims) + " " + dtype_name(v->dtype));
+  }
+  return Status::ok();
+}
+
 void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vector<std::string>* rows, Curves* curves) {
   r->resumed_from = c->step;
   r->steps = c->step;
@@ -95,7 +115,8 @@ void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vec
 }
 
 Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg, HostTensor* x, HostTensor* y,
-                                      const HostTensor& out, const std::function<Status()>& forward) {
+                                      const HostTensor& out, const std::function<Status()>& forward,
+                                      const std::vector<HostTensor*>& more) {
   EvalResult r;
   const int64_t n = d.size();
   if (n == 0) return r;
@@ -117,6 +138,7 @@ Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg,
   int64_t counted = 0;
   for (int64_t b = 0; b < n; b += batch) {
     gather_batch(d, order, b, x, y);
+    gather_more(d, order, b, more);
     RETURN_IF_ERROR(forward());
     const int64_t real = std::min(batch, n - b);
     for (int64_t i = 0; i < real; ++i) {
@@ -165,14 +187,24 @@ Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg,
 }
 
 Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
+  RETURN_IF_ERROR(check_inputs(d));
+  std::vector<HostTensor*> more;
+  for (Value* v : more_inputs_) more.push_back(&ex_->host(v));
   return evaluate_dataset(d, tg_, &ex_->host(input_), &ex_->host(tg_.loss.labels), ex_->host(tg_.loss.output),
                           [this] {
                             RETURN_IF_ERROR(ex_->upload(input_));
+                            for (Value* v : more_inputs_) RETURN_IF_ERROR(ex_->upload(v));
                             RETURN_IF_ERROR(ex_->upload(tg_.loss.labels));
                             RETURN_IF_ERROR(set_step(-1));
                             RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kForward; }));
                             return ex_->download(tg_.loss.output);
-                          });
+                          },
+                          more);
+}
+
+Status Trainer::check_inputs(const Dataset& d) const {
+  if (d.size() == 0) return Status::ok();
+  return check_dataset_inputs(d, g_);
 }
 
 std::vector<const Value*> checkpoint_values(const Graph& g) {
@@ -207,6 +239,7 @@ CheckpointMeta make_checkpoint_meta(const Graph& g, const TrainingGraph& tg, con
   m.data_samples = train.size();
   uint64_t h = fnv1a64(train.x.data(), train.x.bytes());
   h = fnv1a64(train.y.data(), train.y.bytes(), h);
+  for (const HostTensor& t : train.more) h = fnv1a64(t.data(), t.bytes(), h);  // several inputs: every array
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
   m.data_hash = b;
@@ -271,6 +304,7 @@ int64_t Trainer::total_steps(const Dataset& train, const TrainConfig& cfg) const
 Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   const int64_t n = train.size();
   if (n == 0) return invalid_input("the training set is empty");
+  RETURN_IF_ERROR(check_inputs(train));
   const int64_t per_epoch = std::max<int64_t>(1, n / batch_);  // the last partial batch is dropped
   if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
     return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
@@ -371,6 +405,13 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     const int64_t in_epoch = (step - 1) % per_epoch;
     if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
     prefetch.take(step, &x, &y);
+    if (!more_inputs_.empty()) {
+      // Further inputs are gathered here, from the same order the prefetcher draws.
+      std::vector<HostTensor*> more;
+      for (Value* v : more_inputs_) more.push_back(&ex_->host(v));
+      gather_more(train, order, in_epoch * batch_, more);
+      for (Value* v : more_inputs_) RETURN_IF_ERROR(ex_->upload(v));
+    }
     RETURN_IF_ERROR(ex_->upload(input_));
     RETURN_IF_ERROR(ex_->upload(tg_.loss.labels));
     RETURN_IF_ERROR(set_step(step));

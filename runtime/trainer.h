@@ -91,8 +91,13 @@ void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vec
 // Forward-only evaluation of every sample of d in batches of x's first dimension (the last batch
 // padded by wrapping around, padding not counted): gathers into x and y, calls forward(), scores
 // `out` against the labels (cross-entropy: mean loss and accuracy; MSE: mean loss).
+// A model with several data inputs: more[k] (null: not read) receives d.more[k] per batch.
 Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg, HostTensor* x, HostTensor* y,
-                                      const HostTensor& out, const std::function<Status()>& forward);
+                                      const HostTensor& out, const std::function<Status()>& forward,
+                                      const std::vector<HostTensor*>& more = {});
+// The data holds one array per data input of g (x, then d.more in graph order) of its dtype and
+// sample size.
+Status check_dataset_inputs(const Dataset& d, const Graph& g);
 
 // What a checkpoint holds: every parameter and every piece of state (momentum, BatchNorm running
 // statistics) of g, by name; the same for single-stage and pipelined runs of one model.
@@ -142,7 +147,9 @@ class Trainer {
   const Graph& g_;
   const TrainingGraph& tg_;
   std::unique_ptr<Executor> ex_;
+  Status check_inputs(const Dataset& d) const;
   Value* input_ = nullptr;
+  std::vector<Value*> more_inputs_;  // the further data inputs of a model with several
   int64_t batch_ = 0;
 };
 

@@ -230,6 +230,16 @@ int run(const Options& o) {
   spec.num_classes = tg->loss.num_classes;
   spec.ignore_index = o.ignore_index;
   spec.input_vocab = token_vocabulary(*in);
+  spec.input_name = in->name;
+  for (size_t k = 1; k < g.inputs.size(); ++k) {
+    const Value* v = g.inputs[k];
+    InputSpec is;
+    is.name = v->name;
+    if (!v->dims.empty()) is.sample_dims.assign(v->dims.begin() + 1, v->dims.end());
+    is.dtype = v->dtype;
+    is.vocab = token_vocabulary(*v);
+    spec.more_inputs.push_back(std::move(is));
+  }
   spec.scale_pixels = !o.raw_pixels;
   Dataset train, val;
   if (!leads_run()) {
