@@ -56,11 +56,14 @@ PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& g, const TrainingGraph& tg,
                                                                    const Plan& plan, const PipelineOptions& opts) {
-  if (g.inputs.size() > 1)
-    return unsupported("pipelined training (--gpus > 1, --schedule gpipe) of a model with several data inputs is not "
-                       "supported yet; this one has " + std::to_string(g.inputs.size()) + " (train it on 1 stage)");
-  if (g.inputs.size() != 1)
-    return unsupported("training needs a model with exactly one data input; this one has " + std::to_string(g.inputs.size()));
+  if (g.inputs.size() > 1 && opts.cluster)
+    return unsupported("a model with several data inputs (this one has " + std::to_string(g.inputs.size()) +
+                       ") trains on stages of one process only, not yet under MPI");
+  if (g.inputs.empty()) return unsupported("training needs a model with a data input; this one has none");
+  for (const Value* in : g.inputs)
+    if (in->dims.empty() || in->dims[0] != g.inputs[0]->dims.at(0))
+      return unsupported("the model's data inputs do not share one batch dimension ('" + in->name + "' is " +
+                         dims_str(in->dims) + ")");
   if (plan.stages.empty()) return invalid_input("the plan has no stages");
   if (opts.micro_batches < 1) return invalid_input("--micro-batches must be at least 1");
   if (opts.schedule != Schedule::kGPipe && opts.micro_batches != 1)
@@ -129,6 +132,10 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       for (const Value* v : n->inputs) {
         if (!v) continue;
         if (v == st->input) st->reads_input = true;
+        for (size_t k = 1; k < g.inputs.size(); ++k)
+          if (v == g.inputs[k] && std::none_of(st->more_inputs.begin(), st->more_inputs.end(),
+                                               [&](const auto& e) { return e.second == v; }))
+            st->more_inputs.emplace_back(k - 1, v);
         if (v == st->labels) st->reads_labels = true;
         if (v->kind == ValueKind::kParameter) {
           auto it = param_stage.find(v);
@@ -399,13 +406,18 @@ Expected<EvalResult> PipelineTrainer::Impl::run_eval(const Dataset& d) {
     for (const Value* v : st->state) RETURN_IF_ERROR(eval->upload(v));
   }
   if (g.rng_step) RETURN_IF_ERROR(eval->set_scalar(g.rng_step, -1));
+  RETURN_IF_ERROR(check_dataset_inputs(d, g));
+  std::vector<HostTensor*> more;
+  for (size_t k = 1; k < g.inputs.size(); ++k) more.push_back(&eval->host(g.inputs[k]));
   return evaluate_dataset(d, tg, &eval->host(g.inputs[0]), &eval->host(tg.loss.labels), eval->host(tg.loss.output),
                           [this] {
                             RETURN_IF_ERROR(eval->upload(g.inputs[0]));
+                            for (size_t k = 1; k < g.inputs.size(); ++k) RETURN_IF_ERROR(eval->upload(g.inputs[k]));
                             RETURN_IF_ERROR(eval->upload(tg.loss.labels));
                             RETURN_IF_ERROR(eval->run());
                             return eval->download(tg.loss.output);
-                          });
+                          },
+                          more);
 }
 
 Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
@@ -484,6 +496,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   const int64_t batch = samples_per_step();
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
   if (n == 0) return invalid_input("the training set is empty");
+  RETURN_IF_ERROR(check_dataset_inputs(train, I.g));
   const int64_t per_epoch = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
   if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
     return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
