@@ -4,10 +4,11 @@ self-attention layer and a masked mean pool, trained from x0.npy / x1.npy agains
 (float64, plain SGD, the same batches) within 1e-4; by-name folders (<input name>.npy) give
 bit-identical weights; 2 GPipe stages (the ids read by stage 0, the mask by stage 1) equal 1 stage
 within 1e-5; the data hash of a checkpoint covers the mask; refusals exit 2 naming the
-files; synthetic data fills the mask with ones.
+files; synthetic data fills the mask with ones; an MPI launch of several ranks refuses them (exit 2).
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_inputs.py"""
 import csv
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -226,6 +227,23 @@ class SeveralInputsTest(unittest.TestCase):
         so, spec = self.train(self.numbered, os.path.join(self.dir, "spec"), "--gpus", 2, "--balance", "7,16")
         self.assertTrue(all(np.isfinite(v).all() for v in spec.values()))
         self.assertFalse(np.array_equal(spec["Wq"], self.w["Wq"]))
+
+
+    def test_mpi_refuses_several_inputs(self):
+        mpirun = os.environ.get("PIPETRAIN_MPIRUN") or shutil.which("mpirun")
+        if not mpirun:
+            self.skipTest("no mpirun")
+        flags = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", BIN, self.model, "--gpus", "2"]
+        flags = list(map(str, flags))
+        probe = subprocess.run(flags + ["--plan-only", "--quiet", "--out", os.path.join(self.dir, "mpi_probe")],
+                               capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            self.skipTest("built without MPI")
+        p = subprocess.run(flags + ["--data", self.numbered, "--steps", "1", "--batch-size", str(self.BATCH), "--out",
+                                    os.path.join(self.dir, "mpi")], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr or p.stdout)
+        self.assertIn("several data inputs (this one has 2) trains on stages of one process only, not yet under MPI",
+                      p.stderr + p.stdout)
 
 
 if __name__ == "__main__":
