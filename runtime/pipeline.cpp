@@ -56,9 +56,6 @@ PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& g, const TrainingGraph& tg,
                                                                    const Plan& plan, const PipelineOptions& opts) {
-  if (g.inputs.size() > 1 && opts.cluster)
-    return unsupported("a model with several data inputs (this one has " + std::to_string(g.inputs.size()) +
-                       ") trains on stages of one process only, not yet under MPI");
   if (g.inputs.empty()) return unsupported("training needs a model with a data input; this one has none");
   for (const Value* in : g.inputs)
     if (in->dims.empty() || in->dims[0] != g.inputs[0]->dims.at(0))
@@ -115,6 +112,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     st->opts = opts;
     st->nodes = sp.nodes;
     st->input = g.inputs[0];
+    st->graph_more_inputs.assign(g.inputs.begin() + 1, g.inputs.end());
     st->labels = tg.loss.labels;
     st->lr = tg.lr;
     st->rng_step = g.rng_step;
@@ -406,7 +404,7 @@ Expected<EvalResult> PipelineTrainer::Impl::run_eval(const Dataset& d) {
     for (const Value* v : st->state) RETURN_IF_ERROR(eval->upload(v));
   }
   if (g.rng_step) RETURN_IF_ERROR(eval->set_scalar(g.rng_step, -1));
-  RETURN_IF_ERROR(check_dataset_inputs(d, g));
+  if (d.size() > 0) RETURN_IF_ERROR(check_dataset_inputs(d, g));
   std::vector<HostTensor*> more;
   for (size_t k = 1; k < g.inputs.size(); ++k) more.push_back(&eval->host(g.inputs[k]));
   return evaluate_dataset(d, tg, &eval->host(g.inputs[0]), &eval->host(tg.loss.labels), eval->host(tg.loss.output),
@@ -496,7 +494,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   const int64_t batch = samples_per_step();
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
   if (n == 0) return invalid_input("the training set is empty");
-  RETURN_IF_ERROR(check_dataset_inputs(train, I.g));
+  if (train.size() > 0) RETURN_IF_ERROR(check_dataset_inputs(train, I.g));  // under MPI rank 0 holds the data
   const int64_t per_epoch = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
   if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
     return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +

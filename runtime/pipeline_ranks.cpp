@@ -65,12 +65,13 @@ Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std
     }
   }
   for (auto& st : stages) {
-    if (st->index == 0 || (!st->reads_input && !st->reads_labels)) continue;
+    if (st->index == 0 || (!st->reads_input && !st->reads_labels && st->more_inputs.empty())) continue;
     ++link_no;
     if (me != 0 && me != st->index) continue;
     std::vector<const Value*> values;
     if (st->reads_input) values.push_back(st->input);
     if (st->reads_labels) values.push_back(st->labels);
+    for (const auto& [k, v] : st->more_inputs) values.push_back(v);  // several inputs: those it reads
     ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, 0, st->index, kLinkData));
     Link* l = add(std::move(link));
     if (me == 0) stages[0]->data_out.push_back(l);

@@ -340,14 +340,26 @@ Status Stage::feed(RunShared& sh, int64_t key) {
     if (x) RETURN_IF_ERROR(ex->upload(input));
     if (y) RETURN_IF_ERROR(ex->upload(labels));
   }
-  if (!more_inputs.empty()) {
-    // Further inputs: gathered here from the order the prefetcher draws for this key.
+  if (!more_inputs.empty() || (sends && !graph_more_inputs.empty())) {
+    // Further inputs: gathered here from the order the prefetcher draws for this key; the data
+    // rank gathers every one (what the other stages read travels from its buffers).
     const int64_t M = micro(), step = key / M, j = key % M;
     const int64_t epoch = step / sh.per_epoch, in_epoch = step % sh.per_epoch;
     std::vector<HostTensor*> more(sh.data->more.size(), nullptr);
-    for (const auto& [k, v] : more_inputs) more.at(k) = &ex->host(v);
+    std::vector<const Value*> up;
+    if (sends) {
+      for (size_t k = 0; k < graph_more_inputs.size() && k < more.size(); ++k) {
+        more[k] = &ex->host(graph_more_inputs[k]);
+        up.push_back(graph_more_inputs[k]);
+      }
+    } else {
+      for (const auto& [k, v] : more_inputs) {
+        more.at(k) = &ex->host(v);
+        up.push_back(v);
+      }
+    }
     gather_more(*sh.data, *sh.orders->get(epoch), in_epoch * sh.mini_batch + j * sh.graph_batch, more);
-    for (const auto& [k, v] : more_inputs) RETURN_IF_ERROR(ex->upload(v));
+    for (const Value* v : up) RETURN_IF_ERROR(ex->upload(v));
   }
   for (Link* l : data_out)
     if (!l->send(key, *ex)) return link_failed(l);

@@ -176,8 +176,9 @@ class Stage {
   const Value* labels = nullptr;       // the labels (fed only when reads_labels)
   bool reads_input = false, reads_labels = false;
   // A model with several data inputs: the further ones this stage's nodes read, with their index
-  // k in Dataset::more; gathered and uploaded by feed() (one process only).
+  // k in Dataset::more; gathered and uploaded by feed(), or received over the data link (MPI).
   std::vector<std::pair<size_t, const Value*>> more_inputs;
+  std::vector<const Value*> graph_more_inputs;  // every further input (the data rank gathers them all)
   const Value* loss = nullptr;         // the loss, when this stage computes it
   const Value* lr = nullptr;
   const Value* rng_step = nullptr;

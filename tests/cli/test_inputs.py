@@ -4,7 +4,7 @@ self-attention layer and a masked mean pool, trained from x0.npy / x1.npy agains
 (float64, plain SGD, the same batches) within 1e-4; by-name folders (<input name>.npy) give
 bit-identical weights; 2 GPipe stages (the ids read by stage 0, the mask by stage 1) equal 1 stage
 within 1e-5; the data hash of a checkpoint covers the mask; refusals exit 2 naming the
-files; synthetic data fills the mask with ones; an MPI launch of several ranks refuses them (exit 2).
+files; synthetic data fills the mask with ones; mpirun -np 2 equals the same pipeline in one process bit for bit.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_inputs.py"""
 import csv
 import os
@@ -229,21 +229,32 @@ class SeveralInputsTest(unittest.TestCase):
         self.assertFalse(np.array_equal(spec["Wq"], self.w["Wq"]))
 
 
-    def test_mpi_refuses_several_inputs(self):
+    def test_mpi_ranks_equal_one_process(self):
+        """mpirun -np 2 (rank 0 reads the data and sends stage 1 the mask and the labels) trains the
+        weights and losses of the same pipeline in one process, bit for bit, GPipe and 1F1B."""
         mpirun = os.environ.get("PIPETRAIN_MPIRUN") or shutil.which("mpirun")
         if not mpirun:
             self.skipTest("no mpirun")
         flags = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", BIN, self.model, "--gpus", "2"]
-        flags = list(map(str, flags))
         probe = subprocess.run(flags + ["--plan-only", "--quiet", "--out", os.path.join(self.dir, "mpi_probe")],
                                capture_output=True, text=True, timeout=120)
         if probe.returncode != 0:
             self.skipTest("built without MPI")
-        p = subprocess.run(flags + ["--data", self.numbered, "--steps", "1", "--batch-size", str(self.BATCH), "--out",
-                                    os.path.join(self.dir, "mpi")], capture_output=True, text=True, timeout=120)
-        self.assertEqual(p.returncode, 2, p.stderr or p.stdout)
-        self.assertIn("several data inputs (this one has 2) trains on stages of one process only, not yet under MPI",
-                      p.stderr + p.stdout)
+        for name, extra in (("gpipe", ["--schedule", "gpipe", "--micro-batches", "2"]), ("1f1b", [])):
+            args = ["--data", self.numbered, "--val-data", self.val, "--steps", str(self.STEPS), "--batch-size",
+                    str(self.BATCH), "--lr", str(self.LR), "--momentum", "0", "--no-shuffle", "--balance", "7,16",
+                    *extra]
+            local = os.path.join(self.dir, "local_" + name)
+            _, one = self.train(self.numbered, local, "--gpus", 2, "--balance", "7,16", *extra)
+            out = os.path.join(self.dir, "mpi_" + name)
+            p = subprocess.run(flags + args + ["--out", out], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr or p.stdout)
+            two = {t.name: numpy_helper.to_array(t)
+                   for t in onnx.load(os.path.join(out, "enc.trained.onnx")).graph.initializer}
+            for k in self.w:
+                np.testing.assert_array_equal(two[k], one[k], f"{name}: {k}")
+            self.assertEqual([(r["loss"], r["val_loss"]) for r in metrics(out)],
+                             [(r["loss"], r["val_loss"]) for r in metrics(local)], name)
 
 
 if __name__ == "__main__":
