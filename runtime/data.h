@@ -25,6 +25,11 @@ struct Dataset {
   // [N, ...] (x is the first). Empty for the one-input form.
   std::vector<HostTensor> more;
   int64_t size() const { return x.empty() ? 0 : x.dims()[0]; }
+  size_t bytes() const {  // every array's
+    size_t b = x.bytes() + y.bytes();
+    for (const HostTensor& t : more) b += t.bytes();
+    return b;
+  }
 };
 
 // A further data input of a model with several (token ids, an attention mask, ...).

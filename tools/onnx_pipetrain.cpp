@@ -309,7 +309,7 @@ int run(const Options& o) {
     auto trainer = Trainer::create(g, *tg, *dev);
     if (!trainer)
       return fail_run(with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""),
-                                      planned->plan, baseline_rss + train.x.bytes() + train.y.bytes() + val.x.bytes() + val.y.bytes()));
+                                      planned->plan, baseline_rss + train.bytes() + val.bytes()));
     if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
     {
       StopRequests stop;  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
@@ -338,7 +338,7 @@ int run(const Options& o) {
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
     if (!pipe)
       return fail_run(with_batch_hint(pipe.status(), planned->plan,
-                                      baseline_rss + train.x.bytes() + train.y.bytes() + val.x.bytes() + val.y.bytes()));
+                                      baseline_rss + train.bytes() + val.bytes()));
     if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
                                                 "1F1B, " + o.weights + " weights" +
@@ -392,7 +392,7 @@ int run(const Options& o) {
     // resident set against the stages' sum plus the process baseline and the data sets.
     Plan& p = planned->plan;
     p.baseline_bytes = static_cast<int64_t>(baseline_rss);
-    p.data_bytes = static_cast<int64_t>(train.x.bytes() + train.y.bytes() + val.x.bytes() + val.y.bytes());
+    p.data_bytes = static_cast<int64_t>(train.bytes() + val.bytes());
     p.measured_peak_rss_bytes = static_cast<int64_t>(process_peak_rss_bytes());
     int64_t stages_planned = 0;
     char b[256];
