@@ -271,6 +271,55 @@ class TrainableTest(unittest.TestCase):
             np.testing.assert_allclose(trained[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
             self.assertFalse(np.array_equal(trained[k], self.w[k]), f"'{k}' did not train")
 
+    def test_model_rewritten_by_onnxruntime(self):
+        # ONNX Runtime's basic optimizer (as tf2onnx and onnx-simplifier do) folds Constant nodes into
+        # initializers: the LayerNorm's exponent 2.0 and epsilon become float initializers. They must
+        # stay fixed, and the rewritten model must train as the PyTorch export it came from does.
+        import onnxruntime as ort
+        import torch
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.fc1, self.fc2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+                self.g = torch.nn.Parameter(torch.ones(8) + 0.1 * torch.randn(8))
+                self.b = torch.nn.Parameter(0.1 * torch.randn(8))
+
+            def forward(self, x):
+                h = self.fc1(x)
+                d = h - h.mean(-1, keepdim=True)
+                n = d / torch.sqrt(d.pow(2.0).mean(-1, keepdim=True) + 1e-5)
+                return self.fc2((n * self.g + self.b).mean(1))
+
+        orig, rewritten = os.path.join(self.dir, "bert_block.onnx"), os.path.join(self.dir, "bert_block_ort.onnx")
+        torch.onnx.export(Block().eval(), torch.randn(2, 4, 8), orig, opset_version=13, input_names=["x"],
+                          output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          do_constant_folding=False)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = rewritten
+        ort.InferenceSession(orig, so, providers=["CPUExecutionProvider"])
+        before = {t.name: numpy_helper.to_array(t) for t in onnx.load(rewritten).graph.initializer}
+        scalars = [k for k, v in before.items() if v.ndim == 0]
+        self.assertEqual(len(scalars), 2, f"the rewrite did not fold the exponent and epsilon: {sorted(before)}")
+        losses = {}
+        for name, path in (("orig", orig), ("ort", rewritten)):
+            out = os.path.join(self.dir, "rewritten_" + name)
+            rc, so_, se = run(path, "--data", self.data, "--steps", self.STEPS, "--batch-size", self.BATCH,
+                              "--lr", self.LR, "--momentum", 0, "--no-shuffle", "--out", out)
+            self.assertEqual(rc, 0, f"{name}: exit {rc}: {se or so_}")
+            losses[name] = [float(r["loss"]) for r in metrics(out)]
+            if name == "ort":
+                self.assertIn("parameters: training 115 in 6 tensors (2 float initializers kept constant", so_)
+                after = {t.name: numpy_helper.to_array(t)
+                         for t in onnx.load(os.path.join(out, "bert_block_ort.trained.onnx")).graph.initializer}
+                for k in scalars:
+                    np.testing.assert_array_equal(after[k], before[k], f"'{k}' changed in training")
+        self.assertTrue(np.isfinite(losses["ort"]).all(), losses)
+        np.testing.assert_allclose(losses["ort"], losses["orig"], rtol=1e-5, err_msg="rewritten vs original export")
+        self.assertLess(losses["ort"][-1], losses["ort"][0])
+
     def test_freeze_and_trainable_globs(self):
         _, trained = self.train(os.path.join(self.dir, "freeze"), "--freeze", "b?")
         for k in ("b1", "b2", "two", "eps"):
