@@ -872,6 +872,12 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (!coord) return r;
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
+  for (const StageStats& st : stage_stats()) {  // TensorBoard (--tensorboard): each stage's balance
+    const std::string tag = "stage/" + std::to_string(st.stage) + "/";
+    RETURN_IF_ERROR(csv.add_scalar(tag + "busy_fraction", r.steps, st.busy_fraction));
+    RETURN_IF_ERROR(csv.add_scalar(tag + "forward_ms", r.steps, st.fwd_ms));
+    RETURN_IF_ERROR(csv.add_scalar(tag + "backward_ms", r.steps, st.bwd_ms));
+  }
   RETURN_IF_ERROR(csv.close());
   return r;
 }

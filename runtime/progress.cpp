@@ -127,6 +127,12 @@ Status MetricsFile::add(const std::string& row, bool publish_now) {
   return Status::ok();
 }
 
+Status MetricsFile::add_scalar(const std::string& tag, int64_t step, double value) {
+  if (!tb_) return Status::ok();
+  RETURN_IF_ERROR(tb_->scalar(tag, step, value));
+  return tb_->flush();
+}
+
 Status MetricsFile::publish() {
   f_.flush();
   if (!f_) return invalid_input(partial_ + ": write failed (disk full?)");

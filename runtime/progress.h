@@ -53,6 +53,8 @@ class MetricsFile {
   Status open(const std::string& path, const std::vector<std::string>& rows, const std::string& tensorboard_dir = "");
   // Appends one row; publishes PATH when `publish` is set or a few seconds have passed.
   Status add(const std::string& row, bool publish);
+  // With --tensorboard: one more scalar (per-stage busy fraction and pass times at the run's end).
+  Status add_scalar(const std::string& tag, int64_t step, double value);
   Status close();
 
  private:

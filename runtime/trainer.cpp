@@ -487,6 +487,10 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   }
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch_) / r.seconds : 0;
+  if (timed_steps > 0) {  // TensorBoard (--tensorboard): the one stage's pass times, as pipelines report theirs
+    RETURN_IF_ERROR(csv.add_scalar("stage/0/forward_ms", r.steps, r.fwd_ms));
+    RETURN_IF_ERROR(csv.add_scalar("stage/0/backward_ms", r.steps, r.bwd_ms));
+  }
   RETURN_IF_ERROR(csv.close());
   return r;
 }

@@ -604,12 +604,24 @@ class TensorBoardTest(unittest.TestCase):
                 files = [f for f in os.listdir(out) if f.startswith("events.out.tfevents.")]
                 self.assertEqual(len(files), 1, os.listdir(out))
                 events = list(event_file_loader.RawEventFileLoader(os.path.join(out, files[0])).Load())
-                self.assertEqual(len(events), 1 + 3 * 30 + 2 * 3)   # version, 3 per step, 2 per validation
+                # version, 3 per step, 2 per validation; at the end per stage its pass times (and, pipelined,
+                # its busy fraction)
+                stage_tags = [f"stage/{k}/{t}" for k in range(gpus)
+                              for t in (("backward_ms", "busy_fraction", "forward_ms") if gpus > 1 else
+                                        ("backward_ms", "forward_ms"))]
+                self.assertEqual(len(events), 1 + 3 * 30 + 2 * 3 + len(stage_tags))
                 acc = event_accumulator.EventAccumulator(out)
                 acc.Reload()
                 self.assertEqual(acc.file_version, 2.0)  # the reader parses "brain.Event:2"
-                self.assertEqual(sorted(acc.Tags()["scalars"]), ["train/loss", "train/lr", "train/samples_per_s",
-                                                                 "val/accuracy", "val/loss"])
+                self.assertEqual(sorted(acc.Tags()["scalars"]), sorted(["train/loss", "train/lr", "train/samples_per_s",
+                                                                        "val/accuracy", "val/loss"] + stage_tags))
+                for tag in stage_tags:
+                    (e,) = acc.Scalars(tag)
+                    self.assertEqual(e.step, 30, tag)
+                    self.assertGreater(e.value, 0, tag)
+                    if tag.endswith("busy_fraction"):  # as the run printed it
+                        k = int(tag.split("/")[1])
+                        self.assertIn(f"stage {k}: busy {100 * e.value:.0f}%", so)
                 rows = metrics(out)
                 for tag, col in (("train/loss", "loss"), ("train/lr", "lr"), ("train/samples_per_s", "samples_per_s"),
                                  ("val/loss", "val_loss"), ("val/accuracy", "val_accuracy")):
@@ -634,7 +646,7 @@ class TensorBoardTest(unittest.TestCase):
                     loaded.append(e)
             except Exception:  # noqa: BLE001 (a reader may raise on the bad record instead of stopping)
                 pass
-            self.assertLess(len(loaded), 1 + 3 * 2)
+            self.assertLess(len(loaded), 1 + 3 * 2 + 2)  # version, 3 per step, the stage's 2 pass times
 
 
 if __name__ == "__main__":
