@@ -12,6 +12,17 @@
 
 namespace pt::cpu {
 
+namespace {
+
+// The learning rate every update node reads: a scalar the runtime sets each step.
+Status check_lr(const char* op, const TensorView& lr) {
+  if (lr.size() != 1 || !lr.data)
+    return invalid_input(std::string(op) + ": lr " + dims_str(lr.dims) + " must be a scalar");
+  return Status::ok();
+}
+
+}  // namespace
+
 template <typename T>
 Status sgd_momentum(const KernelCall& call) {
   const char* op = "SGDMomentum";
@@ -22,8 +33,7 @@ Status sgd_momentum(const KernelCall& call) {
   const TensorView& lr = call.inputs[3];
   RETURN_IF_ERROR(check_same_dims(op, "G", g.dims, w.dims));
   RETURN_IF_ERROR(check_same_dims(op, "V", v.dims, w.dims));
-  if (lr.size() != 1 || !lr.data)
-    return invalid_input(std::string(op) + ": lr " + dims_str(lr.dims) + " must be a scalar");
+  RETURN_IF_ERROR(check_lr(op, lr));
   const T gamma = static_cast<T>(call.attrs.get_float("momentum", 0.9f));
   const T wd = static_cast<T>(call.attrs.get_float("weight_decay", 0.0f));
   const T rate = lr.as<T>()[0];
@@ -66,8 +76,7 @@ Status sgd(const KernelCall& call) {
   RETURN_IF_ERROR(check_same_dims(op, "G", g.dims, w.dims));
   RETURN_IF_ERROR(check_same_dims(op, "B", b.dims, w.dims));
   if (nesterov) RETURN_IF_ERROR(check_same_dims(op, "D", call.inputs[5].dims, w.dims));
-  if (lr.size() != 1 || !lr.data)
-    return invalid_input(std::string(op) + ": lr " + dims_str(lr.dims) + " must be a scalar");
+  RETURN_IF_ERROR(check_lr(op, lr));
   RETURN_IF_ERROR(check_step(op, step));
   const T mom = static_cast<T>(call.attrs.get_float("momentum", 0.0f));
   const T damp1 = static_cast<T>(1.0 - static_cast<double>(call.attrs.get_float("dampening", 0.0f)));
@@ -125,8 +134,7 @@ Status adam(const KernelCall& call) {
   RETURN_IF_ERROR(check_same_dims(op, "G", g.dims, w.dims));
   RETURN_IF_ERROR(check_same_dims(op, "M", m.dims, w.dims));
   RETURN_IF_ERROR(check_same_dims(op, "V", v.dims, w.dims));
-  if (lr.size() != 1 || !lr.data)
-    return invalid_input(std::string(op) + ": lr " + dims_str(lr.dims) + " must be a scalar");
+  RETURN_IF_ERROR(check_lr(op, lr));
   RETURN_IF_ERROR(check_step(op, step));
   const bool decoupled = call.attrs.get_int("decoupled", 0) != 0;
   const float b1f = call.attrs.get_float("beta1", 0.9f), b2f = call.attrs.get_float("beta2", 0.999f);
