@@ -320,6 +320,61 @@ class TrainableTest(unittest.TestCase):
         np.testing.assert_allclose(losses["ort"], losses["orig"], rtol=1e-5, err_msg="rewritten vs original export")
         self.assertLess(losses["ort"][-1], losses["ort"][0])
 
+    def test_causal_mask_buffer_stays_fixed(self):
+        # A language model that registers its causal mask as a buffer exports it as a float
+        # initializer of 0 and -inf feeding attention's scores, on the data path like a weight. It
+        # must stay a constant (a step would make it NaN) and the model train as PyTorch does.
+        import torch
+
+        class CausalLM(torch.nn.Module):
+            def __init__(self, vocab=20, d=8, seq=6):
+                super().__init__()
+                torch.manual_seed(0)
+                self.tok = torch.nn.Embedding(vocab, d)
+                self.layer = torch.nn.TransformerEncoderLayer(d, 2, dim_feedforward=16, dropout=0.0,
+                                                              batch_first=True)
+                self.head = torch.nn.Linear(d, vocab)
+                self.register_buffer("causal", torch.triu(torch.full((seq, seq), float("-inf")), 1))
+
+            def forward(self, x):
+                return self.head(self.layer(self.tok(x), src_mask=self.causal))
+
+        steps, batch, lr = 4, 4, 0.5
+        m = CausalLM()
+        path = os.path.join(self.dir, "causal_lm.onnx")
+        torch.onnx.export(m, torch.zeros(2, 6, dtype=torch.long), path, opset_version=13, input_names=["x"],
+                          output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+        before = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+        masks = [k for k, v in before.items() if np.isinf(v).any()]
+        self.assertEqual(len(masks), 1, f"expected the causal mask among the initializers: {sorted(before)}")
+        rng = np.random.default_rng(5)
+        x = rng.integers(0, 20, size=(steps * batch, 6)).astype(np.int64)
+        y = rng.integers(0, 20, size=(steps * batch, 6)).astype(np.int64)
+        data = os.path.join(self.dir, "lm_data")
+        os.makedirs(data, exist_ok=True)
+        np.save(os.path.join(data, "x.npy"), x)
+        np.save(os.path.join(data, "y.npy"), y)
+        out = os.path.join(self.dir, "causal_lm")
+        rc, so, se = run(path, "--data", data, "--steps", steps, "--batch-size", batch, "--lr", lr,
+                         "--momentum", 0, "--no-shuffle", "--out", out)
+        self.assertEqual(rc, 0, f"exit {rc}: {se or so}")
+        after = {t.name: numpy_helper.to_array(t)
+                 for t in onnx.load(os.path.join(out, "causal_lm.trained.onnx")).graph.initializer}
+        np.testing.assert_array_equal(after[masks[0]], before[masks[0]], "the causal mask changed in training")
+        opt = torch.optim.SGD(m.parameters(), lr=lr)
+        ref = []
+        for i in range(steps):
+            opt.zero_grad()
+            logits = m(torch.from_numpy(x[i * batch:(i + 1) * batch]))
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 20),
+                                                     torch.from_numpy(y[i * batch:(i + 1) * batch]).reshape(-1))
+            loss.backward()
+            opt.step()
+            ref.append(float(loss))
+        ours = [float(r["loss"]) for r in metrics(out)]
+        np.testing.assert_allclose(ours, ref, rtol=1e-4, err_msg="per-step loss against PyTorch")
+
     def test_freeze_and_trainable_globs(self):
         _, trained = self.train(os.path.join(self.dir, "freeze"), "--freeze", "b?")
         for k in ("b1", "b2", "two", "eps"):
