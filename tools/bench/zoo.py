@@ -94,9 +94,9 @@ def gpt():
 # name: (builder, input shape without batch, input kind, note)
 MODELS = {
     "resnet18": (tv("resnet18", num_classes=10), (3, 32, 32), "image", ""),
-    "resnet50": (tv("resnet50", num_classes=10), (3, 32, 32), "image", ""),
-    "resnext50_32x4d": (tv("resnext50_32x4d", num_classes=10), (3, 32, 32), "image", ""),
-    "wide_resnet50_2": (tv("wide_resnet50_2", num_classes=10), (3, 32, 32), "image", ""),
+    "resnet50": (tv("resnet50", num_classes=10), (3, 64, 64), "image", ""),
+    "resnext50_32x4d": (tv("resnext50_32x4d", num_classes=10), (3, 64, 64), "image", ""),
+    "wide_resnet50_2": (tv("wide_resnet50_2", num_classes=10), (3, 64, 64), "image", ""),
     "mobilenet_v2": (tv("mobilenet_v2", num_classes=10), (3, 32, 32), "image", ""),
     "mobilenet_v3_small": (tv("mobilenet_v3_small", num_classes=10), (3, 32, 32), "image", ""),
     "efficientnet_b0": (tv("efficientnet_b0", num_classes=10), (3, 32, 32), "image", ""),
@@ -223,8 +223,36 @@ def ort_check(path, kind, shape, expect_shape_of):
     return "ok"
 
 
+def to_float64(m):
+    """The same model computing in float64: float initializers, Constant and ConstantOfShape
+    tensors, graph inputs/outputs and Cast-to-float become double."""
+    m = copy.deepcopy(m)
+    g = m.graph
+    for i, t in enumerate(g.initializer):
+        if t.data_type == onnx.TensorProto.FLOAT:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    for n in g.node:
+        for at in n.attribute:
+            if n.op_type == "Cast" and at.name == "to" and at.i == onnx.TensorProto.FLOAT:
+                at.i = onnx.TensorProto.DOUBLE
+            if at.type == onnx.AttributeProto.TENSOR and at.t.data_type == onnx.TensorProto.FLOAT:
+                at.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(at.t).astype(np.float64), at.t.name))
+    return m
+
+
 def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
-    """One SGD step (the paper's form, as the CLI's default) in torch float64 vs the CLI."""
+    """One SGD step (the paper's form, the CLI's default) by torch autograd against the CLI.
+
+    First in float64 on both sides (the ONNX file converted by to_float64): the step then
+    compares at 1e-6, whatever the conditioning. Where the CLI cannot run the model in float64 (an
+    op without a double kernel), in float32 against torch's float64 and float32 steps: a tensor
+    passes within tolerance of either, the tolerance widened per tensor to 3x torch's own float32
+    error, and tensors where that error alone exceeds the tolerance are counted, not judged (tiny
+    batches through BatchNorm at 1x1 are ill-conditioned: ResNet-50 at 32x32 and batch 4 moves
+    torch's own float32 update 25 % away from its float64 one)."""
     m = onnx.load(onnx_path)
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     named = list(model.named_parameters())
@@ -234,49 +262,90 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
     except RuntimeError as e:
         return f"n/a ({str(e).splitlines()[1].strip()[:80]} ...)"
     has_bn = any(n.op_type == "BatchNormalization" for n in m.graph.node)
-    tol_v, tol_u = (1e-3, 1e-2) if has_bn else (1e-4, 1e-3)
-    w0 = {name_map[n]: t.detach().numpy().copy() for n, t in named}
+    w0 = {name_map[n]: t.detach().numpy().astype(np.float64) for n, t in named}
     x, y = make_input(kind, shape, batch, seed=11), make_labels(kind, batch, seed=11)
-    os.makedirs(os.path.join(work, "data"), exist_ok=True)
-    np.save(os.path.join(work, "data", "x.npy"), x)
-    np.save(os.path.join(work, "data", "y.npy"), y)
-    ref = copy.deepcopy(model).double()
-    ref.train()
-    ref.zero_grad(set_to_none=True)
-    xt = torch.from_numpy(x)
-    xt = xt.double() if xt.is_floating_point() else xt
-    out = ref(xt)
-    loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), torch.from_numpy(y).reshape(-1))
-    loss.backward()
-    params = dict(ref.named_parameters())
-    with torch.no_grad():
-        for _, p in params.items():
-            g = (p.grad if p.grad is not None else torch.zeros_like(p)) + tmo.WD * p
-            p.sub_(tmo.LR * (1.0 - tmo.GAMMA) * g)
-    state = dict(params)
-    state.update(dict(ref.named_buffers()))
-    run = os.path.join(work, "oracle_run")
-    p, _ = run_cli(binary, [onnx_path, "--data", os.path.join(work, "data"), "--steps", "1",
-                            "--batch-size", str(batch), "--lr", str(tmo.LR), "--momentum", str(tmo.GAMMA),
-                            "--weight-decay", str(tmo.WD), "--no-shuffle", "--loss", "cross-entropy",
-                            "--out", run, "--overwrite", "--quiet"])
-    if p.returncode != 0:
-        return f"FAIL: exit {p.returncode}: {first_line(p.stderr or p.stdout)}"
-    got = {i.name: numpy_helper.to_array(i)
-           for i in onnx.load(os.path.join(run, "model.trained.onnx")).graph.initializer}
-    worst = 0.0
+
+    def step(m):
+        """One step of the paper's SGD on m (float64 or float32); {torch name: value after}, loss."""
+        m.train()
+        m.zero_grad(set_to_none=True)
+        xt = torch.from_numpy(x)
+        xt = xt.to(next(m.parameters()).dtype) if xt.is_floating_point() else xt
+        out = m(xt)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), torch.from_numpy(y).reshape(-1))
+        loss.backward()
+        params = dict(m.named_parameters())
+        with torch.no_grad():
+            for _, p in params.items():
+                g = (p.grad if p.grad is not None else torch.zeros_like(p)) + tmo.WD * p
+                p.sub_(tmo.LR * (1.0 - tmo.GAMMA) * g)
+        state = dict(params)
+        state.update(dict(m.named_buffers()))
+        return {k: v.detach().double().numpy().copy() for k, v in state.items()}, float(loss)
+
+    def cli_step(path, dtype, tag):
+        data = os.path.join(work, "data" + tag)
+        os.makedirs(data, exist_ok=True)
+        np.save(os.path.join(data, "x.npy"), x.astype(dtype) if x.dtype.kind == "f" else x)
+        np.save(os.path.join(data, "y.npy"), y)
+        run = os.path.join(work, "oracle_run" + tag)
+        p, _ = run_cli(binary, [path, "--data", data, "--steps", "1", "--batch-size", str(batch),
+                                "--lr", str(tmo.LR), "--momentum", str(tmo.GAMMA), "--weight-decay",
+                                str(tmo.WD), "--no-shuffle", "--loss", "cross-entropy", "--out", run,
+                                "--overwrite", "--quiet"])
+        if p.returncode != 0:
+            return None, None, f"exit {p.returncode}: {first_line(p.stderr or p.stdout)}"
+        stem = os.path.splitext(os.path.basename(path))[0]
+        got = {i.name: numpy_helper.to_array(i)
+               for i in onnx.load(os.path.join(run, stem + ".trained.onnx")).graph.initializer}
+        return got, losses(os.path.join(run, "metrics.csv"))[0], None
+
+    s64, loss = step(copy.deepcopy(model).double())
+    path64 = os.path.join(work, "model_fp64.onnx")
+    onnx.save(to_float64(m), path64)
+    got, our_loss, err64 = cli_step(path64, np.float64, "64")
+    if got is not None:
+        worst = tmo.rel(our_loss, loss)
+        bad = []
+        for tname, _ in named:
+            iname = name_map[tname]
+            r = tmo.compare(got[iname], s64[tname], w0[iname], 1e-6, 1e-6)
+            worst = max(worst, r["ev"], r["eu"])
+            if not (r["ev"] <= 1e-6 and r["eu"] <= 1e-6):
+                bad.append(iname)
+        if bad or worst > 1e-6:
+            return f"FAIL fp64: {len(bad)} tensors off (e.g. {bad[:2]}), worst rel err {worst:.1e}"
+        return f"ok fp64 ({worst:.0e})"
+
+    tol_v, tol_u = (1e-3, 1e-2) if has_bn else (1e-4, 1e-3)
+    s32, _ = step(copy.deepcopy(model))
+    got, our_loss, err = cli_step(onnx_path, np.float32, "32")
+    if got is None:
+        return f"FAIL: {err}"
+    worst = cond = 0.0
+    unjudged = 0
     bad = []
     for tname, _ in named:
         iname = name_map[tname]
-        r = tmo.compare(got[iname], state[tname].detach().numpy(), w0[iname], tol_v, tol_u)
+        cu = tmo.rel(s32[tname] - w0[iname], s64[tname] - w0[iname])
+        cv = tmo.rel(s32[tname], s64[tname])
+        r = min((tmo.compare(got[iname], ref[tname], w0[iname], max(tol_v, 3 * cv), max(tol_u, 3 * cu))
+                 for ref in (s64, s32)), key=lambda r: r["score"])
+        cond = max(cond, cu)
+        if cu > tol_u:
+            unjudged += 1
+            continue
         worst = max(worst, r["ev"], 0.0 if r["floored"] else r["eu"])
         if not r["ok"]:
             bad.append(iname)
-    el = tmo.rel(losses(os.path.join(run, "metrics.csv"))[0], float(loss))
+    el = tmo.rel(our_loss, loss)
     worst = max(worst, el)
+    why64 = f" [fp64: {err64[:60]}]"
     if bad or el > tol_v:
-        return f"FAIL: {len(bad)} tensors off (e.g. {bad[:2]}), loss rel err {el:.1e}, worst {worst:.1e}"
-    return f"ok ({worst:.0e})"
+        return (f"FAIL fp32: {len(bad)} tensors off (e.g. {bad[:2]}), loss rel err {el:.1e}, worst {worst:.1e}, "
+                f"torch float32 vs float64 {cond:.1e}" + why64)
+    note = f"; {unjudged} ill-conditioned not judged" if unjudged else ""
+    return f"ok fp32 ({worst:.0e}{note})" + why64
 
 
 def evaluate(name, spec, opset, mode, binary, work, log):
@@ -307,7 +376,9 @@ def evaluate(name, spec, opset, mode, binary, work, log):
         return row
     row["export"] = "ok"
     row["nodes"] = len(onnx.load(path, load_external_data=False).graph.node)
-    lm = ["--loss", "cross-entropy"]
+    # A small rate: these runs check the mechanics on random labels (an eval export of a BatchNorm
+    # network has no normalization left, and ResNet-50's diverges at the default rate in 3 steps).
+    lm = ["--loss", "cross-entropy", "--lr", "0.005"]
 
     p, _ = run_cli(binary, [path, "--gpus", "4", "--plan-only", "--batch-size", "4",
                             "--out", os.path.join(work, "plan"), "--overwrite", "--quiet"])
