@@ -50,6 +50,8 @@ const char* const kOpPrefixes[] = {
     "sin", "cos", "tan", "sinh", "cosh", "atan", "softsign", "min", "max", "argmax", "cumsum", "tril", "triu",
     "gather_elements", "instancenorm", "reduce_min", "reduce_prod", "reduce_l1", "reduce_l2", "reduce_sum_square",
     "reduce_log_sum", "reduce_log_sum_exp", "range", "convtranspose", "resize", "einsum", "mod",
+    // LSTM and GRU (expanded at import) and the scatter / gather ops of Swin's masks
+    "lstm", "gru",
 };
 
 // Cases whose reference follows a convention the tool deliberately does not use by default: the
