@@ -10,6 +10,7 @@
 #include "importer/fold.h"
 #include "importer/importer.h"
 #include "importer/rnn_expand.h"
+#include "importer/shapes_scatter.h"
 #include "importer/shapes_tensor.h"
 #include "importer/shapes_cnn.h"
 #include "kernels/unary_math_ops.h"
@@ -433,6 +434,8 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"ConvTranspose", shapes::conv_transpose}, {"Resize", shapes::resize},
       {"Einsum", shapes::einsum},
       {"LSTM", rnn_shape}, {"GRU", rnn_shape},
+      {"GatherND", shapes::gather_nd}, {"ScatterND", shapes::scatter_nd},
+      {"ScatterElements", shapes::scatter_elements},
   };
   return m;
 }
