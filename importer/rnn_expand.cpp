@@ -174,6 +174,7 @@ class Expander {
       for (size_t i = 0; i < outputs; ++i)
         outs.push_back(g_.add_value(prefix_ + "/" + op_type, DType::kUndefined, {}, ValueKind::kActivation));
     }
+    attrs.set("_expanded_from", rnn_.name);  // the stage export maps the node to its source node
     Node* n = g_.add_node(op_type, g_.unique_name(prefix_ + "/" + op_type + std::to_string(count_++)),
                           std::move(inputs), outs, std::move(attrs));
     n->since_version = rnn_.since_version;

@@ -177,6 +177,26 @@ class RnnOracle(unittest.TestCase):
             plan = json.load(f)
         self.assertEqual(len(plan["stages"]), 2)
 
+    def test_stage_models_keep_each_lstm_whole(self):
+        """--export-stages: a cut between the two LSTM layers gives stage models whose chain equals
+        the trained model in ONNX Runtime; a cut inside an LSTM's steps is refused naming the node."""
+        path, _, _, _ = build_case("lstm", self.dir)
+        common = [path, "--data", os.path.join(self.dir, "data"), "--steps", 1, "--batch-size", N, "--gpus", 2,
+                  "--device", "cpu", "--export-stages", "--quiet"]
+        out = os.path.join(self.dir, "between")
+        rc, so, se = run(*common, "--split-at", "/rnn/Transpose_1", "--out", out)
+        self.assertEqual(rc, 0, se)
+        p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "python", "check_stage_models.py"),
+                            os.path.join(out, "lstm.trained.onnx"), os.path.join(out, "stages"), "--batch", str(N)],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with open(os.path.join(out, "partition.json")) as f:
+            stage1 = json.load(f)["stages"][1]["nodes"]
+        inside = next(n for n in stage1 if n.startswith("/rnn/LSTM_1/d0/t2/"))
+        rc, so, se = run(*common, "--split-at", inside, "--out", os.path.join(self.dir, "inside"))
+        self.assertEqual(rc, 2, se)
+        self.assertIn("node '/rnn/LSTM_1' (LSTM) is split between", se)
+
     def test_unsupported_attributes_exit_2_naming_node_and_attribute(self):
         path, _, _, _ = build_case("gru", self.dir)
         for attr, value in [("clip", 3.0), ("activations", ["Relu", "Tanh", "Relu", "Tanh"])]:
