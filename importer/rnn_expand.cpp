@@ -242,7 +242,7 @@ class Expander {
       prefix_ = rnn_.name + "/d" + std::to_string(d) + "/t" + std::to_string(t);
       Value* xt = slice(xp, 0, t * Bn, (t + 1) * Bn);  // [B, GH]
       if (s_.lstm) {
-        Value* gates = op("Add", {xt, gemm_bt(h, r, nullptr)});
+        Value* gates = gemm_bt(h, r, xt);  // H R^T + (X W^T + biases)
         std::vector<Value*> g = ops("Split", {gates}, axis_attr(1), 4);  // i, o, f, c
         Value* i = op("Sigmoid", {g[0]});
         Value* o = op("Sigmoid", {g[1]});
