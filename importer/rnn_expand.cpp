@@ -274,8 +274,10 @@ class Expander {
       hs[t] = h;
     }
     prefix_ = rnn_.name + "/d" + std::to_string(d);
-    Value* all = s_.seq == 1 ? hs[0] : op("Concat", hs, axis_attr(0));  // [T*B, H]
-    ys->push_back(out(0) ? reshape(all, {s_.seq, 1, Bn, H}) : nullptr);
+    if (out(0)) {
+      Value* all = s_.seq == 1 ? hs[0] : op("Concat", hs, axis_attr(0));  // [T*B, H]
+      ys->push_back(reshape(all, {s_.seq, 1, Bn, H}));
+    }
     yhs->push_back(out(1) ? reshape(h, {1, Bn, H}) : nullptr);
     if (s_.lstm) ycs->push_back(out(2) ? reshape(c, {1, Bn, H}) : nullptr);
   }
