@@ -16,10 +16,10 @@ namespace {
 
 struct RnnSpec {
   bool lstm = true;
-  int64_t gates = 4;            // LSTM: i, o, f, c; GRU: z, r, h (ONNX's order)
+  int64_t gates = 4;  // LSTM: i, o, f, c; GRU: z, r, h (ONNX's order)
   int64_t seq = 0, batch = 0, input = 0, hidden = 0, dirs = 1;
-  bool reverse_only = false;    // direction = reverse
-  int64_t layout = 0;           // 0: [T, B, ...]; 1: [B, T, ...]
+  bool reverse_only = false;  // direction = reverse
+  int64_t layout = 0;         // 0: [T, B, ...]; 1: [B, T, ...]
   bool linear_before_reset = false;
 };
 
@@ -31,7 +31,8 @@ std::vector<std::string> strings_attr(const Node& n, const std::string& name) {
 }
 
 Status refuse(const std::string& where, const std::string& what) {
-  return unsupported(where + ": " + what + " (supported: directions forward, reverse and bidirectional, layout 0 "
+  return unsupported(where + ": " + what +
+                     " (supported: directions forward, reverse and bidirectional, layout 0 "
                      "or 1, the default activations, no clip, no peepholes, sequence_lens absent or all full)");
 }
 
@@ -53,11 +54,10 @@ Expected<RnnSpec> read_spec(const Node& n, const std::string& where) {
   if (n.attrs.has("clip")) return refuse(where, "attribute 'clip' is not supported");
   if (n.attrs.has("activation_alpha")) return refuse(where, "attribute 'activation_alpha' is not supported");
   if (n.attrs.has("activation_beta")) return refuse(where, "attribute 'activation_beta' is not supported");
-  if (s.lstm && n.attrs.get_int("input_forget", 0) != 0)
-    return refuse(where, "attribute 'input_forget' = 1 is not supported");
+  if (s.lstm && n.attrs.get_int("input_forget", 0) != 0) return refuse(where, "attribute 'input_forget' = 1 is not supported");
   if (n.attrs.has("activations")) {
-    const std::vector<std::string> one = s.lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
-                                                : std::vector<std::string>{"Sigmoid", "Tanh"};
+    const std::vector<std::string> one =
+        s.lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"} : std::vector<std::string>{"Sigmoid", "Tanh"};
     std::vector<std::string> want;
     for (int64_t d = 0; d < s.dirs; ++d) want.insert(want.end(), one.begin(), one.end());
     if (strings_attr(n, "activations") != want)
@@ -87,21 +87,23 @@ Expected<RnnSpec> read_spec(const Node& n, const std::string& where) {
     return invalid_input(where + ": B is " + dims_str(n.inputs[3]->dims) + ", expected " + dims_str({s.dirs, 2 * gh}));
   for (size_t i = 1; i < n.inputs.size(); ++i)
     if (n.inputs[i] && i != 4 && n.inputs[i]->dtype != n.inputs[0]->dtype)
-      return invalid_input(where + ": input '" + n.inputs[i]->name + "' is " + dtype_name(n.inputs[i]->dtype) +
-                           ", X is " + dtype_name(n.inputs[0]->dtype));
+      return invalid_input(where + ": input '" + n.inputs[i]->name + "' is " + dtype_name(n.inputs[i]->dtype) + ", X is " +
+                           dtype_name(n.inputs[0]->dtype));
   if (shape::present(n, 4)) {
     const Value* sl = n.inputs[4];
     bool full = sl->is_constant() && sl->data && sl->dims == Dims{s.batch};
     for (int64_t b = 0; full && b < s.batch; ++b) full = sl->data->get_int(b) == s.seq;
     if (!full)
-      return refuse(where, "input 'sequence_lens' ('" + sl->name + "') must be absent or a constant equal to the "
-                    "sequence length " + std::to_string(s.seq) + " for every sample");
+      return refuse(where, "input 'sequence_lens' ('" + sl->name +
+                               "') must be absent or a constant equal to the "
+                               "sequence length " +
+                               std::to_string(s.seq) + " for every sample");
   }
   const Dims state = s.layout ? Dims{s.batch, s.dirs, s.hidden} : Dims{s.dirs, s.batch, s.hidden};
   for (size_t i : {size_t{5}, size_t{6}})
     if (shape::present(n, i) && (s.lstm || i == 5) && n.inputs[i]->dims != state)
-      return invalid_input(where + ": " + (i == 5 ? "initial_h" : "initial_c") + " is " +
-                           dims_str(n.inputs[i]->dims) + ", expected " + dims_str(state));
+      return invalid_input(where + ": " + (i == 5 ? "initial_h" : "initial_c") + " is " + dims_str(n.inputs[i]->dims) +
+                           ", expected " + dims_str(state));
   if (s.seq < 1) return invalid_input(where + ": the sequence length is 0");
   return s;
 }
@@ -109,8 +111,7 @@ Expected<RnnSpec> read_spec(const Node& n, const std::string& where) {
 // Builds the unrolled form of one node. New values are named after the node.
 class Expander {
  public:
-  Expander(Graph& g, Node& rnn, const RnnSpec& s, const std::string& where)
-      : g_(g), rnn_(rnn), s_(s), where_(where) {}
+  Expander(Graph& g, Node& rnn, const RnnSpec& s, const std::string& where) : g_(g), rnn_(rnn), s_(s), where_(where) {}
 
   Status run() {
     Value* x = rnn_.inputs[0];
@@ -175,8 +176,8 @@ class Expander {
         outs.push_back(g_.add_value(prefix_ + "/" + op_type, DType::kUndefined, {}, ValueKind::kActivation));
     }
     attrs.set("_expanded_from", rnn_.name);  // the stage export maps the node to its source node
-    Node* n = g_.add_node(op_type, g_.unique_name(prefix_ + "/" + op_type + std::to_string(count_++)),
-                          std::move(inputs), outs, std::move(attrs));
+    Node* n = g_.add_node(op_type, g_.unique_name(prefix_ + "/" + op_type + std::to_string(count_++)), std::move(inputs), outs,
+                          std::move(attrs));
     n->since_version = rnn_.since_version;
     n->domain = rnn_.domain;
     if (x_status_.is_ok()) x_status_ = infer_node(*n, where_ + " (expanded: " + n->describe() + ")");
@@ -242,7 +243,7 @@ class Expander {
       prefix_ = rnn_.name + "/d" + std::to_string(d) + "/t" + std::to_string(t);
       Value* xt = slice(xp, 0, t * Bn, (t + 1) * Bn);  // [B, GH]
       if (s_.lstm) {
-        Value* gates = gemm_bt(h, r, xt);  // H R^T + (X W^T + biases)
+        Value* gates = gemm_bt(h, r, xt);                                // H R^T + (X W^T + biases)
         std::vector<Value*> g = ops("Split", {gates}, axis_attr(1), 4);  // i, o, f, c
         Value* i = op("Sigmoid", {g[0]});
         Value* o = op("Sigmoid", {g[1]});
@@ -301,8 +302,7 @@ Status rnn_shape(Node& n, const std::string& where) {
   const Dims y = s.layout ? Dims{s.batch, s.seq, s.dirs, s.hidden} : Dims{s.seq, s.dirs, s.batch, s.hidden};
   const Dims st = s.layout ? Dims{s.batch, s.dirs, s.hidden} : Dims{s.dirs, s.batch, s.hidden};
   if (n.outputs.size() > (s.lstm ? 3u : 2u))
-    return invalid_input(where + ": has " + std::to_string(n.outputs.size()) + " outputs, at most " +
-                         (s.lstm ? "3" : "2"));
+    return invalid_input(where + ": has " + std::to_string(n.outputs.size()) + " outputs, at most " + (s.lstm ? "3" : "2"));
   shape::set_out(n, 0, dt, y);
   shape::set_out(n, 1, dt, st);
   shape::set_out(n, 2, dt, st);

@@ -15,8 +15,7 @@ Status index_type(const Node& n, const std::string& where) {
 
 Status reduction_none(const Node& n, const std::string& where) {
   const std::string r = n.attrs.get_string("reduction", "none");
-  if (r != "none")
-    return unsupported(where + ": attribute 'reduction' = '" + r + "' is not supported (only 'none')");
+  if (r != "none") return unsupported(where + ": attribute 'reduction' = '" + r + "' is not supported (only 'none')");
   return Status::ok();
 }
 
@@ -24,14 +23,12 @@ Status reduction_none(const Node& n, const std::string& where) {
 Expected<Dims> gather_nd_dims(const Dims& data, const Dims& idx, int64_t b, const std::string& where) {
   if (idx.empty() || data.empty()) return invalid_input(where + ": data and indices must have rank >= 1");
   const int64_t k = idx.back(), rd = static_cast<int64_t>(data.size()), ri = static_cast<int64_t>(idx.size());
-  if (b < 0 || b >= std::min(rd, ri))
-    return invalid_input(where + ": batch_dims " + std::to_string(b) + " is out of range");
+  if (b < 0 || b >= std::min(rd, ri)) return invalid_input(where + ": batch_dims " + std::to_string(b) + " is out of range");
   if (k < 1 || b + k > rd)
     return invalid_input(where + ": index tuples of length " + std::to_string(k) + " do not fit data " + dims_str(data));
   for (int64_t d = 0; d < b; ++d)
     if (data[d] != idx[d])
-      return invalid_input(where + ": the batch dims of data " + dims_str(data) + " and indices " + dims_str(idx) +
-                           " differ");
+      return invalid_input(where + ": the batch dims of data " + dims_str(data) + " and indices " + dims_str(idx) + " differ");
   Dims out(idx.begin(), idx.end() - 1);
   out.insert(out.end(), data.begin() + b + k, data.end());
   return out;
@@ -42,8 +39,7 @@ Expected<Dims> gather_nd_dims(const Dims& data, const Dims& idx, int64_t b, cons
 Status gather_nd(Node& n, const std::string& where) {
   RETURN_IF_ERROR(shape::need_inputs(n, 2, 2, where));
   RETURN_IF_ERROR(index_type(n, where));
-  ASSIGN_OR_RETURN(Dims out, gather_nd_dims(n.inputs[0]->dims, n.inputs[1]->dims, n.attrs.get_int("batch_dims", 0),
-                                            where));
+  ASSIGN_OR_RETURN(Dims out, gather_nd_dims(n.inputs[0]->dims, n.inputs[1]->dims, n.attrs.get_int("batch_dims", 0), where));
   shape::set_out(n, 0, n.inputs[0]->dtype, out);
   return Status::ok();
 }

@@ -261,8 +261,8 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
       return unsupported("--export-stages: " + stage_name(k) + ": " + n->describe() +
                          " was made by the importer and is no node of the source model");
     if (owner[s->second] != k)
-      return unsupported("--export-stages: node '" + from + "' (" + g.node(s->second).op_type() +
-                         ") is split between " + stage_name(k) + " and " +
+      return unsupported("--export-stages: node '" + from + "' (" + g.node(s->second).op_type() + ") is split between " +
+                         stage_name(k) + " and " +
                          (owner[s->second] < 0 ? std::string("no stage") : stage_name(owner[s->second])) +
                          "; a stage model needs it whole (move the cut with --split-at or --balance)");
   }

@@ -34,8 +34,7 @@ Status scatter_elements(GradContext& c) {
   if (!c.dy(0)) return Status::ok();
   AttrMap m;
   m.set("_axis", c.fwd().attrs.get_int("_axis", 0));
-  if (c.needs(0))
-    c.set_dx(0, c.emit("ScatterElements", {c.dy(0), c.x(1), zeros_like(c, c.x(2))}, c.x(0)->dims, m));
+  if (c.needs(0)) c.set_dx(0, c.emit("ScatterElements", {c.dy(0), c.x(1), zeros_like(c, c.x(2))}, c.x(0)->dims, m));
   if (c.needs(2)) c.set_dx(2, c.emit("GatherElements", {c.dy(0), c.x(1)}, c.x(2)->dims, m));
   return Status::ok();
 }

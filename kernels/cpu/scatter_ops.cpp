@@ -29,10 +29,10 @@ Expected<int64_t> checked_index(const TensorView& idx, int64_t i, int64_t dim, c
 // The geometry shared by GatherND and ScatterND: data [b..., d..., s...] (batch dims, the k
 // indexed dims, the slice), indices [b..., q..., k]. Element offsets of each (batch, tuple) pair.
 struct NdGeometry {
-  int64_t batch = 1;   // product of the batch dims
-  int64_t tuples = 1;  // index tuples per batch entry (product of q...)
-  int64_t k = 0;       // tuple length
-  int64_t slice = 1;   // elements per indexed slice
+  int64_t batch = 1;      // product of the batch dims
+  int64_t tuples = 1;     // index tuples per batch entry (product of q...)
+  int64_t k = 0;          // tuple length
+  int64_t slice = 1;      // elements per indexed slice
   int64_t per_batch = 1;  // data elements per batch entry
 };
 
@@ -40,8 +40,7 @@ Expected<NdGeometry> nd_geometry(const Dims& data, const Dims& idx, int64_t batc
   NdGeometry g;
   if (idx.empty()) return invalid_input(std::string(op) + ": indices must have rank >= 1");
   g.k = idx.back();
-  if (batch_dims < 0 || batch_dims + g.k > static_cast<int64_t>(data.size()) ||
-      batch_dims >= static_cast<int64_t>(idx.size()))
+  if (batch_dims < 0 || batch_dims + g.k > static_cast<int64_t>(data.size()) || batch_dims >= static_cast<int64_t>(idx.size()))
     return invalid_input(std::string(op) + ": indices " + dims_str(idx) + " do not fit data " + dims_str(data));
   for (int64_t d = 0; d < batch_dims; ++d) g.batch *= data[d];
   for (size_t d = batch_dims; d + 1 < idx.size(); ++d) g.tuples *= idx[d];
@@ -168,8 +167,9 @@ Status scatter_elements(const KernelCall& call) {
 }
 
 #define PT_INSTANTIATE(name, T) template Status name<T>(const KernelCall& call);
-#define PT_ALL(name) PT_INSTANTIATE(name, float) PT_INSTANTIATE(name, double) PT_INSTANTIATE(name, int64_t) \
-                     PT_INSTANTIATE(name, int32_t) PT_INSTANTIATE(name, bool)
+#define PT_ALL(name)          \
+  PT_INSTANTIATE(name, float) \
+  PT_INSTANTIATE(name, double) PT_INSTANTIATE(name, int64_t) PT_INSTANTIATE(name, int32_t) PT_INSTANTIATE(name, bool)
 PT_ALL(gather_nd)
 PT_ALL(scatter_nd)
 PT_ALL(scatter_elements)

@@ -28,8 +28,8 @@ struct RnnCase {
 
 // Sequence 3, batch 2, input 3, hidden 2.
 void check_rnn(const RnnCase& rc, uint32_t seed) {
-  SCOPED_TRACE(seed_trace(seed, std::string(rc.op) + " " + rc.direction + " layout " + std::to_string(rc.layout) +
-                                    " lbr " + std::to_string(rc.linear_before_reset)));
+  SCOPED_TRACE(seed_trace(seed, std::string(rc.op) + " " + rc.direction + " layout " + std::to_string(rc.layout) + " lbr " +
+                                    std::to_string(rc.linear_before_reset)));
   const bool lstm = std::string(rc.op) == "LSTM";
   const int64_t T = 3, B = 2, I = 3, H = 2, G = lstm ? 4 : 3;
   const int64_t D = std::string(rc.direction) == "bidirectional" ? 2 : 1;
@@ -78,10 +78,8 @@ TEST(GradCheckRnn, LstmDirectionsAndLayouts) {
 
 TEST(GradCheckRnn, GruDirectionsLayoutsAndLinearBeforeReset) {
   const RnnCase cases[] = {
-      {"GRU", "forward", 0, 0, true, true},
-      {"GRU", "forward", 0, 1, true, false},
-      {"GRU", "reverse", 1, 1, false, true},
-      {"GRU", "bidirectional", 0, 0, false, false},
+      {"GRU", "forward", 0, 0, true, true},       {"GRU", "forward", 0, 1, true, false},
+      {"GRU", "reverse", 1, 1, false, true},      {"GRU", "bidirectional", 0, 0, false, false},
       {"GRU", "bidirectional", 1, 1, true, true},
   };
   uint32_t seed = 7100;
@@ -132,17 +130,17 @@ TEST(GradCheckRnn, UnsupportedAttributesAreRefusedByName) {
   lens->data->as<int32_t>()[0] = 3;
   lens->data->as<int32_t>()[1] = 2;
   Value* y = g.add_value("Y", DType::kUndefined, {}, ValueKind::kActivation);
-  Node* n = g.add_node("GRU", "gru3", {val("X", {3, 2, 4}), val("W", {1, 6, 4}), val("R", {1, 6, 2}), nullptr, lens},
-                       {y}, {});
+  Node* n = g.add_node("GRU", "gru3", {val("X", {3, 2, 4}), val("W", {1, 6, 4}), val("R", {1, 6, 2}), nullptr, lens}, {y}, {});
   Status st = rnn_shape(*n, n->describe());
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
   EXPECT_NE(st.message().find("'sequence_lens'"), std::string::npos) << st.message();
   lens->data->as<int32_t>()[1] = 3;
   EXPECT_TRUE(rnn_shape(*n, n->describe()).is_ok());
   Value* y2 = g.add_value("Y2", DType::kUndefined, {}, ValueKind::kActivation);
-  Node* p = g.add_node("LSTM", "lstm_p", {val("X2", {3, 2, 4}), val("W2", {1, 8, 4}), val("R2", {1, 8, 2}), nullptr,
-                                          nullptr, nullptr, nullptr, val("P", {1, 6})},
-                       {y2}, {});
+  Node* p = g.add_node(
+      "LSTM", "lstm_p",
+      {val("X2", {3, 2, 4}), val("W2", {1, 8, 4}), val("R2", {1, 8, 2}), nullptr, nullptr, nullptr, nullptr, val("P", {1, 6})},
+      {y2}, {});
   st = rnn_shape(*p, p->describe());
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
   EXPECT_NE(st.message().find("'P'"), std::string::npos) << st.message();

@@ -71,8 +71,7 @@ TEST(GradCheckScatter, ReductionsOtherThanNoneAreRefused) {
     Graph g;
     Value* x = g.add_value("x", DType::kFloat32, {4, 3}, ValueKind::kParameter);
     Value* idx = g.add_value("i", DType::kInt64, {2, 1}, ValueKind::kConstant);
-    Value* u = g.add_value("u", DType::kFloat32, std::string(op) == "ScatterND" ? Dims{2, 3} : Dims{2, 1},
-                           ValueKind::kParameter);
+    Value* u = g.add_value("u", DType::kFloat32, std::string(op) == "ScatterND" ? Dims{2, 3} : Dims{2, 1}, ValueKind::kParameter);
     Value* y = g.add_value("y", DType::kUndefined, {}, ValueKind::kActivation);
     Node* n = g.add_node(op, "mask_scatter", {x, idx, u}, {y}, attrs_of({{"reduction", std::string("add")}}));
     Status st = infer_node(*n, n->describe());

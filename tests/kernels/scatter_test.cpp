@@ -38,7 +38,8 @@ TYPED_TEST(ScatterOpsTest, GatherNDBatchDims1) {
   std::vector<double> dref(24, 0.0);
   for (int b = 0; b < 2; ++b)
     for (int q = 0; q < 2; ++q)
-      for (int e = 0; e < 4; ++e) dref[(b * 3 + rows[b][q]) * 4 + e] += static_cast<double>(static_cast<T>(dyv[(b * 2 + q) * 4 + e]));
+      for (int e = 0; e < 4; ++e)
+        dref[(b * 3 + rows[b][q]) * 4 + e] += static_cast<double>(static_cast<T>(dyv[(b * 2 + q) * 4 + e]));
   expect_close(dx, dref, "GatherNDGrad", 1e-6, 1e-6);
 }
 
