@@ -21,6 +21,7 @@
 #include "importer/grad/grad_registry.h"
 #include "importer/importer.h"
 #include "importer/onnx_model.h"
+#include "importer/rnn_expand.h"
 #include "importer/shape_infer.h"
 
 namespace pt {
@@ -541,9 +542,10 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
       const auto& n = proto.graph().node(i);
       const std::string& op = n.op_type();
       const std::string domain = n.domain().empty() ? "ai.onnx" : n.domain();
-      bool ok = op == "Constant" || is_foldable_op(op) ||
+      bool ok = op == "Constant" || is_foldable_op(op) || is_expanded_op(op) ||
                 (has_shape_fn(op) && !supported_dtypes(op, opts.device).empty());
-      if (ok && opts.for_training && !is_foldable_op(op) && op != "Constant") ok = has_grad_builder(op);
+      if (ok && opts.for_training && !is_foldable_op(op) && !is_expanded_op(op) && op != "Constant")
+        ok = has_grad_builder(op);
       if (domain != "ai.onnx") ok = false;  // no other domain's ops are implemented
       if (!ok) {
         std::string name = n.name().empty() ? op + "_" + std::to_string(i) : n.name();

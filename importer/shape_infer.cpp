@@ -9,6 +9,8 @@
 
 #include "importer/fold.h"
 #include "importer/importer.h"
+#include "importer/rnn_expand.h"
+#include "importer/shapes_scatter.h"
 #include "importer/shapes_tensor.h"
 #include "importer/shapes_cnn.h"
 #include "kernels/unary_math_ops.h"
@@ -431,6 +433,9 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"GroupNormalization", shapes::group_norm}, {"InstanceNormalization", shapes::instance_norm},
       {"ConvTranspose", shapes::conv_transpose}, {"Resize", shapes::resize},
       {"Einsum", shapes::einsum},
+      {"LSTM", rnn_shape}, {"GRU", rnn_shape},
+      {"GatherND", shapes::gather_nd}, {"ScatterND", shapes::scatter_nd},
+      {"ScatterElements", shapes::scatter_elements},
   };
   return m;
 }
@@ -476,6 +481,7 @@ Status infer_and_fold(Graph& g, const std::string& path, DeviceKind device) {
         return invalid_input(where + ": output '" + v->name + "' has no static shape (its inputs are computed at run time)");
   }
   g.remove_nodes(folded);
+  RETURN_IF_ERROR(expand_recurrent(g, path));  // LSTM and GRU become existing ops (rnn_expand.h)
   std::vector<std::string> bad;
   for (auto& n : g.nodes()) {
     DType dt = n->inputs.empty() || !n->inputs[0] ? DType::kFloat32 : n->inputs[0]->dtype;

@@ -249,10 +249,23 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
       matched.insert(v->producer);
       break;
     }
-  for (const auto& [n, k] : stage_of)
-    if (!matched.count(n))
+  // Nodes of an expanded LSTM / GRU (importer/rnn_expand.h) belong to their source node, which
+  // must then lie whole on one stage.
+  std::unordered_map<std::string, int> by_label;
+  for (int i = 0; i < g.node_size(); ++i) by_label.emplace(src.label(i), i);
+  for (const auto& [n, k] : stage_of) {
+    if (matched.count(n)) continue;
+    const std::string from = n->attrs.get_string("_expanded_from", "");
+    auto s = from.empty() ? by_label.end() : by_label.find(from);
+    if (s == by_label.end())
       return unsupported("--export-stages: " + stage_name(k) + ": " + n->describe() +
                          " was made by the importer and is no node of the source model");
+    if (owner[s->second] != k)
+      return unsupported("--export-stages: node '" + from + "' (" + g.node(s->second).op_type() + ") is split between " +
+                         stage_name(k) + " and " +
+                         (owner[s->second] < 0 ? std::string("no stage") : stage_name(owner[s->second])) +
+                         "; a stage model needs it whole (move the cut with --split-at or --balance)");
+  }
 
   std::set<std::string> batch = batch_names(g, src);
   bool strict = true;

@@ -203,6 +203,12 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("Resize", resize),
     PT_CPU_F("ResizeGrad", resize_grad),
     PT_CPU_F("Einsum", einsum),
+#define PT_CPU_INDEX(op, fn) PT_CPU_F(op, fn), PT_CPU_I64(op, fn), PT_CPU_I32(op, fn), \
+                             {op, DeviceKind::kCpu, DType::kBool, &cpu::fn<bool>}
+    PT_CPU_INDEX("GatherND", gather_nd), PT_CPU_INDEX("ScatterND", scatter_nd),
+    PT_CPU_INDEX("ScatterElements", scatter_elements),
+    PT_CPU_F("GatherNDGrad", gather_nd_grad),
+#undef PT_CPU_INDEX
     // Optimizer steps
     PT_CPU_F("SGDMomentum", sgd_momentum),
     PT_CPU_F("SGD", sgd),

@@ -81,5 +81,8 @@ Status group_norm(GradContext& c);  // also InstanceNormalization
 Status conv_transpose(GradContext& c);  // conv_grad.cpp
 Status resize(GradContext& c);
 Status einsum(GradContext& c);
+Status gather_nd(GradContext& c);         // scatter_grad.cpp
+Status scatter_nd(GradContext& c);
+Status scatter_elements(GradContext& c);
 
 }  // namespace pt::grad

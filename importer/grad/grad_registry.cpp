@@ -157,6 +157,9 @@ const std::map<std::string, GradBuilder>& table() {
       {"ConvTranspose", grad::conv_transpose},
       {"Resize", grad::resize},
       {"Einsum", grad::einsum},
+      {"GatherND", grad::gather_nd},
+      {"ScatterND", grad::scatter_nd},
+      {"ScatterElements", grad::scatter_elements},
   };
   return t;
 }

@@ -191,6 +191,13 @@ PT_DECLARE_CPU_KERNEL(batch_normalization_grad);
 PT_DECLARE_CPU_KERNEL(lrn);
 PT_DECLARE_CPU_KERNEL(lrn_grad);
 
+// scatter_ops.cpp (float, double, int64, int32, bool): GatherND (attr batch_dims), ScatterND and
+// ScatterElements (reduction none, attr _axis); GatherNDGrad (dY, indices) -> dData (float, double).
+PT_DECLARE_CPU_KERNEL(gather_nd);
+PT_DECLARE_CPU_KERNEL(gather_nd_grad);
+PT_DECLARE_CPU_KERNEL(scatter_nd);
+PT_DECLARE_CPU_KERNEL(scatter_elements);
+
 #undef PT_DECLARE_CPU_KERNEL
 
 }  // namespace pt::cpu

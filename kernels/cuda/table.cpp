@@ -183,6 +183,9 @@ const KernelEntry kFallback[] = {
     PT_FB_F("Resize", resize),
     PT_FB_F("ResizeGrad", resize_grad),
     PT_FB_F("Einsum", einsum),
+    PT_FB_MOVE("GatherND", gather_nd), PT_FB_MOVE("ScatterND", scatter_nd),
+    PT_FB_MOVE("ScatterElements", scatter_elements),
+    PT_FB_F("GatherNDGrad", gather_nd_grad),
     PT_FB_F("LRNGrad", lrn_grad),
 };
 

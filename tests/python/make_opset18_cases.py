@@ -131,6 +131,29 @@ def main(out):
     case(out, "mlp_op21", 21, [n("Gemm", ["x", "w", "b"], ["h"], transB=1), n("Relu", ["h"], ["r"]),
                                n("Gelu", ["r"], ["y"])],
          {"x": f32(4, 5)}, {"w": f32(3, 5), "b": f32(3)})
+    # Scatters with reduction none at 18 (which added max / min), GatherND, LSTM and GRU at 21.
+    case(out, "scatternd_rows_op18", 18, [n("ScatterND", ["x", "i", "u"], ["y"], reduction="none")],
+         {"x": f32(4, 3), "u": f32(2, 3)}, {"i": np.array([[3], [0]], np.int64)})
+    case(out, "scatter_elements_axis1_op18", 18, [n("ScatterElements", ["x", "i", "u"], ["y"], axis=1)],
+         {"x": f32(3, 5), "u": f32(3, 2)}, {"i": np.array([[4, 0], [1, 3], [-1, 2]], np.int64)})
+    case(out, "gathernd_batch_dims1_op21", 21, [n("GatherND", ["x", "i"], ["y"], batch_dims=1)],
+         {"x": f32(2, 3, 4)}, {"i": np.array([[[2], [0]], [[1], [1]]], np.int64)})
+    T, B, I, H = 4, 2, 3, 5
+    case(out, "lstm_bidirectional_states_op21", 21,
+         [n("LSTM", ["x", "w", "r", "b", "len", "h0", "c0"], ["y", "yh", "yc"], hidden_size=H,
+            direction="bidirectional")],
+         {"x": f32(T, B, I)},
+         {"w": f32(2, 4 * H, I, lo=-0.5, hi=0.5), "r": f32(2, 4 * H, H, lo=-0.5, hi=0.5), "b": f32(2, 8 * H, lo=-0.5, hi=0.5),
+          "len": np.full(B, T, np.int32), "h0": f32(2, B, H), "c0": f32(2, B, H)})
+    case(out, "gru_reverse_linear_before_reset0_op21", 21,
+         [n("GRU", ["x", "w", "r", "b", "", "h0"], ["y", "yh"], hidden_size=H, direction="reverse")],
+         {"x": f32(T, B, I)},
+         {"w": f32(1, 3 * H, I, lo=-0.5, hi=0.5), "r": f32(1, 3 * H, H, lo=-0.5, hi=0.5), "b": f32(1, 6 * H, lo=-0.5, hi=0.5),
+          "h0": f32(1, B, H)})
+    case(out, "gru_bidirectional_linear_before_reset1_op21", 21,
+         [n("GRU", ["x", "w", "r", "b"], ["y"], hidden_size=H, direction="bidirectional", linear_before_reset=1)],
+         {"x": f32(T, B, I)},
+         {"w": f32(2, 3 * H, I, lo=-0.5, hi=0.5), "r": f32(2, 3 * H, H, lo=-0.5, hi=0.5), "b": f32(2, 6 * H, lo=-0.5, hi=0.5)})
 
 
 if __name__ == "__main__":
