@@ -223,6 +223,13 @@ def ort_check(path, kind, shape, expect_shape_of):
     return "ok"
 
 
+# In float64 what still differs from torch are values ONNX and the command line hold in float32:
+# the momentum ((1 - 0.9f) is 2.4e-7 off 0.1), learning rate, BatchNorm's epsilon attribute. Through
+# the ill-conditioned BatchNorm steps of tiny batches (see torch_oracle) those reach 2e-6
+# (MobileNet-V2); a wrong gradient is off by far more.
+FP64_TOL = 1e-5
+
+
 def to_float64(m):
     """The same model computing in float64: float initializers, Constant and ConstantOfShape
     tensors, graph inputs/outputs and Cast-to-float become double."""
@@ -247,7 +254,7 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
     """One SGD step (the paper's form, the CLI's default) by torch autograd against the CLI.
 
     First in float64 on both sides (the ONNX file converted by to_float64): the step then
-    compares at 1e-6, whatever the conditioning. Where the CLI cannot run the model in float64 (an
+    compares at FP64_TOL, whatever the conditioning. Where the CLI cannot run the model in float64 (an
     op without a double kernel), in float32 against torch's float64 and float32 steps: a tensor
     passes within tolerance of either, the tolerance widened per tensor to 3x torch's own float32
     error, and tensors where that error alone exceeds the tolerance are counted, not judged (tiny
@@ -309,11 +316,11 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
         bad = []
         for tname, _ in named:
             iname = name_map[tname]
-            r = tmo.compare(got[iname], s64[tname], w0[iname], 1e-6, 1e-6)
+            r = tmo.compare(got[iname], s64[tname], w0[iname], FP64_TOL, FP64_TOL)
             worst = max(worst, r["ev"], r["eu"])
-            if not (r["ev"] <= 1e-6 and r["eu"] <= 1e-6):
+            if not (r["ev"] <= FP64_TOL and r["eu"] <= FP64_TOL):
                 bad.append(iname)
-        if bad or worst > 1e-6:
+        if bad or worst > FP64_TOL:
             return f"FAIL fp64: {len(bad)} tensors off (e.g. {bad[:2]}), worst rel err {worst:.1e}"
         return f"ok fp64 ({worst:.0e})"
 
