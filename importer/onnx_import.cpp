@@ -352,24 +352,25 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
   return false;
 }
 
-// A weight holds finite values; an initializer with -inf or NaN in it is a mask or a sentinel (a
-// causal attention mask registered as a buffer: triu of -inf), which a gradient step would turn to NaN.
-bool holds_only_finite(const Value* v) {
+// A weight holds no infinity; an initializer with -inf in it is a mask (a causal attention mask
+// registered as a buffer: triu of -inf), which a gradient step would turn to NaN. NaN is left to
+// training, which reports it as divergence naming the weight (a corrupt file, not a mask).
+bool holds_no_infinity(const Value* v) {
   if (!v->data) return true;
   const HostTensor& t = *v->data;
-  auto finite = [](const auto* p, int64_t n) {
+  auto none = [](const auto* p, int64_t n) {
     for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(p[i])) return false;
+      if (std::isinf(p[i])) return false;
     return true;
   };
-  if (t.dtype() == DType::kFloat32) return finite(t.as<float>(), t.size());
-  if (t.dtype() == DType::kFloat64) return finite(t.as<double>(), t.size());
+  if (t.dtype() == DType::kFloat32) return none(t.as<float>(), t.size());
+  if (t.dtype() == DType::kFloat64) return none(t.as<double>(), t.size());
   return true;
 }
 
 // Which float initializers train. By default the weights: rank >= 1 and flowing, through data
 // inputs, into a node that also reads something computed from the model's inputs (so never a
-// scalar, an exponent, an epsilon, a clip bound, a shape or an index) and holding only finite values
+// scalar, an exponent, an epsilon, a clip bound, a shape or an index) and holding no infinity
 // (never a mask of -inf). --trainable PATTERNS
 // replaces the default by the float initializers whose names match (fnmatch globs); --freeze
 // PATTERNS then removes matches.
@@ -424,7 +425,7 @@ Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const
     if (!v->from_initializer || !candidates.count(v->name)) continue;
     if (v->kind != ValueKind::kParameter && v->kind != ValueKind::kConstant) continue;
     if (!is_floating(v->dtype) || v->consumers.empty()) continue;
-    bool train = opts.trainable.empty() ? is_weight(v) && holds_only_finite(v) : matches_any(v->name, opts.trainable);
+    bool train = opts.trainable.empty() ? is_weight(v) && holds_no_infinity(v) : matches_any(v->name, opts.trainable);
     if (matches_any(v->name, opts.freeze)) train = false;
     v->kind = train ? ValueKind::kParameter : ValueKind::kConstant;
   }
