@@ -99,6 +99,19 @@ class PipelineTrainer {
   // executor's buffers and arena, its master, saved-activation and stashed copies; stage 0 also
   // holds the evaluator.
   std::vector<int64_t> stage_allocated_bytes() const;
+  // The links this process wired between its stages, as the stages hold them: kind "activations"
+  // (from -> to), "gradients" (from -> to, upstream) or "weights" (owner -> reader; backward: for
+  // the reader's backward passes), with the names of the values each carries in link order. Tests
+  // compare it with the partition report's layout.
+  struct WiredLink {
+    std::string kind;
+    int from = 0, to = 0;
+    bool backward = false;
+    std::vector<std::string> values;
+  };
+  std::vector<WiredLink> wired_links() const;
+  // The parameters each stage updates (its master weights), [stage] -> names in update order.
+  std::vector<std::vector<std::string>> stage_params() const;
   // Writes trace() in Chrome trace format (one row per stage; args: mini-batch, version, s).
   Status write_chrome_trace(const std::string& path) const;
 
