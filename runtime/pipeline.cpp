@@ -582,16 +582,6 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (C) I.relay_claims(sh);
   for (auto& st : I.stages)
     if (I.local(st->index)) st->begin_train();
-  if (C)
-    if (const char* lose = std::getenv("PIPETRAIN_DEBUG_LOSE_RANK")) {  // test hook: rank:step[:stop]
-      int rank = -1;
-      long long at = -1;
-      char mode[16] = {0};
-      if (std::sscanf(lose, "%d:%lld:%15s", &rank, &at, mode) >= 2 && rank == C->rank() && at >= 1) {
-        sh.debug_lose_step = at - 1;
-        sh.debug_stop = std::string(mode) == "stop";
-      }
-    }
   const int local_stages = C ? 1 : static_cast<int>(I.stages.size());
   std::vector<char> snap_buf;  // under MPI: a stage's snapshot on its way to rank 0 (and back in)
 

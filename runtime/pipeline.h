@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,9 @@ struct PipelineOptions {
   // Under MPI with CUDA stages: NCCL links between ranks (each rank on a GPU of its own); false:
   // MPI links staged through the host (several ranks sharing a GPU, or no NCCL).
   bool nccl_links = false;
+  // Test hook, set only by tests (the CLI's hidden --test-lose-rank): called by each stage of this
+  // process after the update of 0-based step `step` (a test makes its rank vanish or hang there).
+  std::function<void(int stage, int64_t step)> after_update;
   // One stage per rank (rank k runs stage k; --gpus must equal the number of ranks); null: every
   // stage in this process, one thread each. Not owned.
   Cluster* cluster = nullptr;

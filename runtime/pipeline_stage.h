@@ -132,10 +132,6 @@ struct RunShared {
   std::function<Expected<double>(int64_t step, double local)> sum_across_ranks;
   Expected<double> sum_over_stages(int64_t step, int stage, int num_stages, double local);
   std::map<int64_t, std::pair<std::vector<double>, int>> norm_parts;  // [step] -> (by stage, readers left)
-  // Test hook (PIPETRAIN_DEBUG_LOSE_RANK=rank:step[:stop]): this process leaves (exit 1) or
-  // stops (SIGSTOP) after the update of this 0-based step; -1: never.
-  int64_t debug_lose_step = -1;
-  bool debug_stop = false;
   void fail(Status s);
 
   // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
