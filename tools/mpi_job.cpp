@@ -2,7 +2,6 @@
 #include "tools/mpi_job.h"
 
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -135,22 +134,6 @@ Status MpiJob::share_profile(Profile* p, bool* have) {
   return Status::ok();
 }
 
-// The watchdog's verdict on a lost rank (runtime/cluster.h): one line naming it, then this rank
-// exits, so that no rank waits for a stage that is gone.
-void MpiJob::on_lost_rank(int lost, const std::string& why) {
-  const int me = cluster_->rank();
-  if (lost >= 0)
-    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: lost %s; the pipeline needs every stage, so rank %d exits\n",
-                 me, why.c_str(), me);
-  else
-    std::fprintf(stderr, "onnx-pipetrain: rank %d: %s; rank %d exits\n", me, why.c_str(), me);
-  std::fflush(stderr);
-  // The other survivors poll every 50 ms: staying a moment longer lets them name the rank that
-  // was lost first rather than this one.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::_Exit(1);
-}
-
 // Compares the fingerprints of model file, flags and plan with rank 0's; 0 to go on, else the
 // exit code (2, naming the rank that differs).
 int MpiJob::agree_hashes(uint64_t model, uint64_t flags, uint64_t plan) {
@@ -175,14 +158,14 @@ int MpiJob::agree_hashes(uint64_t model, uint64_t flags, uint64_t plan) {
   return 0;
 }
 
-Expected<std::unique_ptr<MpiJob>> MpiJob::join(int* argc, char*** argv) {
+Expected<std::unique_ptr<MpiJob>> MpiJob::join(int* argc, char*** argv, LostRankHandler on_lost_rank) {
   std::unique_ptr<MpiJob> job(new MpiJob);
   ASSIGN_OR_RETURN(job->cluster_, Cluster::init(argc, argv));
   if (!job->cluster_) return job;
   const char* t = std::getenv("PIPETRAIN_MPI_TIMEOUT");
   const double timeout_s = t && std::atof(t) > 0 ? std::atof(t) : 30.0;
-  MpiJob* self = job.get();
-  job->cluster_->start_watchdog(timeout_s, [self](int lost, const std::string& why) { self->on_lost_rank(lost, why); });
+  const int me = job->cluster_->rank();
+  job->cluster_->start_watchdog(timeout_s, [me, on_lost_rank](int lost, const std::string& why) { on_lost_rank(me, lost, why); });
   return job;
 }
 

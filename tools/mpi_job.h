@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,9 +21,14 @@ namespace pt {
 
 class MpiJob {
  public:
+  // The program's answer to the watchdog's verdict (runtime/cluster.h) that rank `lost` is gone
+  // (or, lost < 0, that the launcher ends the job), called on the watchdog thread of rank `me`:
+  // the pipeline needs every stage, so it must end this process (the command line prints one line
+  // and exits 1). The library itself never ends the process.
+  using LostRankHandler = std::function<void(int me, int lost, const std::string& why)>;
   // Under mpirun / srun joins the job (MPI_Init, the lost-rank watchdog with
   // PIPETRAIN_MPI_TIMEOUT seconds, default 30); else a single process. Errors: MPI failed to start.
-  static Expected<std::unique_ptr<MpiJob>> join(int* argc, char*** argv);
+  static Expected<std::unique_ptr<MpiJob>> join(int* argc, char*** argv, LostRankHandler on_lost_rank);
   // A single process (library users that run no MPI job).
   static std::unique_ptr<MpiJob> single_process();
   ~MpiJob();
@@ -75,7 +81,6 @@ class MpiJob {
   int sync_before_start();
   Status share_cpu_spec(DeviceSpec* d);
   Status share_profile(Profile* p, bool* have);
-  void on_lost_rank(int lost, const std::string& why);
 
   std::unique_ptr<Cluster> cluster_;
   bool started_ = false;  // every rank agreed (after that, a failure ends the job)

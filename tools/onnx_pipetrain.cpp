@@ -9,6 +9,8 @@
 #include <google/protobuf/stubs/common.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +48,21 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E* target, std::
       help);
   opt->check(CLI::IsMember(keys))->default_str(current);
   return opt;
+}
+
+// The watchdog's verdict on a lost rank: one line naming it, then this rank exits, so that no
+// rank waits for a stage that is gone.
+void on_lost_rank(int me, int lost, const std::string& why) {
+  if (lost >= 0)
+    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: lost %s; the pipeline needs every stage, so rank %d exits\n",
+                 me, why.c_str(), me);
+  else
+    std::fprintf(stderr, "onnx-pipetrain: rank %d: %s; rank %d exits\n", me, why.c_str(), me);
+  std::fflush(stderr);
+  // The other survivors poll every 50 ms: staying a moment longer lets them name the rank that
+  // was lost first rather than this one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::_Exit(1);
 }
 
 // --test-lose-rank RANK:STEP[:stop] (tests/mpi/test_mpi.py): after the update of step STEP
@@ -121,7 +138,7 @@ CLI::Validator integer(bool allow_negative = true) {
 
 int main(int argc, char** argv) {
   pt::ensure_passive_omp_wait(argv);
-  auto job = pt::MpiJob::join(&argc, &argv);
+  auto job = pt::MpiJob::join(&argc, &argv, on_lost_rank);
   if (!job) {
     std::fprintf(stderr, "onnx-pipetrain: error: %s\n", job.status().message().c_str());
     return pt::exit_code_for(job.status());
