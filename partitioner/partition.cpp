@@ -764,47 +764,6 @@ bool fits(const Plan& p) {
 
 }  // namespace
 
-Status check_trainable(const Plan& plan) {
-  std::unordered_map<const Node*, int> stage_of;
-  std::unordered_map<const Value*, int> param_stage, state_stage;
-  for (const StagePlan& s : plan.stages)
-    for (const Node* n : s.nodes) {
-      stage_of[n] = s.index;
-      if (n->phase == Phase::kUpdate && !n->inputs.empty()) param_stage[n->inputs[0]] = s.index;
-    }
-  for (const StagePlan& s : plan.stages)
-    for (const Node* n : s.nodes) {
-      if (n->phase == Phase::kUpdate) continue;
-      for (const Value* v : n->inputs) {
-        if (!v) continue;
-        if (v->kind == ValueKind::kParameter)
-          if (auto it = param_stage.find(v); it != param_stage.end() && it->second > s.index)
-            return unsupported("parameter '" + v->name + "' is read by " + n->describe() + " in stage " +
-                               std::to_string(s.index) + " and updated in later stage " + std::to_string(it->second) +
-                               ": a shared weight must be updated by the first stage that reads it");
-        if (v->kind == ValueKind::kState && v->from_initializer) {
-          auto [it, fresh] = state_stage.emplace(v, s.index);
-          if (!fresh && it->second != s.index)
-            return unsupported("model state '" + v->name + "' is used in stages " + std::to_string(it->second) + " and " +
-                               std::to_string(s.index) + "; keep its readers in one stage");
-        }
-        if (!v->producer) continue;
-        auto it = stage_of.find(v->producer);
-        if (it == stage_of.end() || it->second == s.index) continue;
-        const int from = it->second;
-        if (is_forward_phase(*v->producer)) {
-          if (from > s.index)
-            return unsupported(n->describe() + " in stage " + std::to_string(s.index) + " reads '" + v->name +
-                               "' computed by the forward of later stage " + std::to_string(from));
-        } else if (from < s.index) {
-          return unsupported(n->describe() + " in stage " + std::to_string(s.index) + " reads gradient '" + v->name +
-                             "' computed by earlier stage " + std::to_string(from) + "; gradients must flow upstream");
-        }
-      }
-    }
-  return Status::ok();
-}
-
 Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
   const int N = static_cast<int>(opts.devices.size());
   if (N == 0) return invalid_input("partition: no devices given");
@@ -833,7 +792,7 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
         const bool auto_fits = solve(P, identity_devices(N), opts, 1.0, Objective::kTime).feasible;
         return memory_error(g, P, plan, opts, "the manual partition does not fit:", auto_fits);
       }
-      RETURN_IF_ERROR(check_trainable(plan));
+      RETURN_IF_ERROR(layout_plan(g, &plan));
       return plan;
     }
     const Solution sol = solve(P, identity_devices(N), opts, 1.0, Objective::kTime);
@@ -841,7 +800,7 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
     Plan plan = build_plan(g, P, sol.starts, opts, param_owner);
     plan.order = names[static_cast<int>(order)];
     if (opts.order == NodeOrder::kAuto && !backward_flows_backwards(plan)) continue;
-    if (Status st = check_trainable(plan); !st.is_ok()) {
+    if (Status st = layout_plan(g, &plan); !st.is_ok()) {
       if (refused.is_ok()) refused = st;
       continue;
     }

@@ -61,12 +61,6 @@ std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
 // mini-batch in flight), 0 (stale, GPipe, and a single 1F1B stage, which trains sequentially).
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts);
 
-// What the pipelined trainer refuses in a plan, with its one-line reason (the same checks as
-// PipelineTrainer::create, so that --plan-only refuses what training would): model state
-// (BatchNorm running statistics) used by two stages, a shared weight read by a stage before the
-// one that updates it, a gradient or activation that would flow against the pipeline.
-Status check_trainable(const Plan& plan);
-
 // Messages the link that brings a shared weight to reader stage `reader` holds (the runtime sizes
 // its weight links with it; the memory model charges the reader these slots plus its own buffer):
 // GPipe 2 (one version per mini-batch); 1F1B forward N - reader + 1 (the owner serves the reader's

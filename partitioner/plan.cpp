@@ -52,6 +52,8 @@ Plan plan_single_stage(const Graph& g, const DeviceSpec& device) {
   p.stages.push_back(std::move(s));
   p.bottleneck_ms = p.stages[0].stage_ms();
   p.imbalance = 1.0;
+  // One stage: no flows; a graph whose nodes are in no stage cannot occur (the layout then says so).
+  (void)layout_plan(g, &p);
   if (p.bottleneck_ms > 0) p.predicted_samples_per_s = p.single_device_samples_per_s = 1e3 * p.batch_size / p.bottleneck_ms;
   return p;
 }

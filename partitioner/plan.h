@@ -8,6 +8,7 @@
 
 #include "importer/ir.h"
 #include "partitioner/device_spec.h"
+#include "partitioner/stage_layout.h"
 
 namespace pt {
 
@@ -22,8 +23,10 @@ struct StagePlan {
   std::vector<const Node*> nodes;        // every node of the stage, in execution order
   std::vector<const Node*> forward_nodes;  // the forward (and loss) nodes that define the stage
   std::vector<const Value*> params;
-  std::vector<const Value*> recv;        // activations from earlier stages (gradients go back up)
-  std::vector<const Value*> send;        // activations to later stages
+  // From the plan's StageLayout (layout_plan): activations from earlier stages (gradients go back
+  // up) and to later stages, each value once, ascending value id.
+  std::vector<const Value*> recv;
+  std::vector<const Value*> send;
   int64_t param_count = 0;
   int64_t param_bytes = 0;
   double fwd_ms = 0, bwd_ms = 0, update_ms = 0;
@@ -40,7 +43,7 @@ struct StagePlan {
   int64_t saved_bytes = 0;               // activations kept for backward, per mini-batch
   int64_t workspace_bytes = 0;           // largest transient need of one node
   int64_t evaluator_bytes = 0;           // pipelined stage 0: the evaluator's copy of every parameter
-  // Weights shared with an earlier stage (their owner): the versions received per mini-batch (one
+  // Weights shared with an earlier stage (their owner; from the layout): the versions received per mini-batch (one
   // per pass that reads them: 1F1B forward and backward, GPipe once), and the memory of the
   // received copies (the stage's own buffer plus its weight link's slots); in memory_bytes too.
   // Their gradients go back with grad_send_bytes.
@@ -69,6 +72,11 @@ struct Plan {
   LinkSpec link;                         // between stages on one node
   int num_nodes = 1;                     // nodes the stages run on (see StagePlan::node)
   std::vector<StagePlan> stages;
+  // Who owns, keeps, reads and sends what (stage_layout.h): made by partition() and
+  // plan_single_stage(), remade by layout_plan() after a hand edit of the stages' node lists. The
+  // runtime trains from it; layout_status is why a plan has none (a plan training would refuse).
+  StageLayout layout;
+  Status layout_status;
   bool manual = false;                   // from --split-at / --balance
   std::string order;                     // node order the stages cut: "graph" or "branch"
                                          // (partition.h); "graph" for single-stage plans

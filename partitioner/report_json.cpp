@@ -79,6 +79,32 @@ json summary_json(const Plan& p) {
           {"stages", stages}};
 }
 
+// The plan's stage layout (partitioner/stage_layout.h): what each stage owns and every link
+// between stages with the values it carries, in the order the runtime wires them.
+json layout_json(const StageLayout& L) {
+  json stages = json::array();
+  for (const StageLayoutStage& s : L.stages)
+    stages.push_back({{"index", s.index},
+                      {"owns", names_of(s.params)},
+                      {"state", names_of(s.state)},
+                      {"saved", names_of(s.saved)},
+                      {"recv", names_of(s.recv)},
+                      {"send", names_of(s.send)},
+                      {"shared", names_of(s.shared)},
+                      {"reads_input", s.reads_input},
+                      {"reads_labels", s.reads_labels}});
+  auto flows = [](const std::vector<ValueFlow>& fs) {
+    json out = json::array();
+    for (const ValueFlow& f : fs) out.push_back({{"from", f.from}, {"to", f.to}, {"values", names_of(f.values)}});
+    return out;
+  };
+  json weights = json::array();
+  for (const WeightFlow& f : L.weights)
+    weights.push_back({{"owner", f.owner}, {"reader", f.reader}, {"backward", f.backward}, {"slots", f.slots},
+                       {"values", names_of(f.values)}});
+  return {{"stages", stages}, {"activations", flows(L.activations)}, {"gradients", flows(L.gradients)}, {"weights", weights}};
+}
+
 }  // namespace
 
 std::string report_json(const ReportInputs& r) {
@@ -108,6 +134,7 @@ std::string report_json(const ReportInputs& r) {
       {"speedup", sum.speedup},
       {"has_measured", sum.measured},
   };
+  if (p.layout.describes(p) && !p.layout.stages.empty()) doc["layout"] = layout_json(p.layout);
   if (sum.measured_samples_per_s > 0) doc["measured_samples_per_s"] = sum.measured_samples_per_s;
   {
     // The process: the stages' predicted memory plus what it holds beside them.

@@ -2,6 +2,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -84,12 +85,11 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, co
 
 namespace {
 
-bool separate_host_from_env() {
-  const char* e = std::getenv("PIPETRAIN_DEBUG_SEPARATE_HOST");
-  return e && *e && std::string(e) != "0";
-}
+std::atomic<bool> g_separate_host_for_tests{false};
 
 }  // namespace
+
+void set_separate_host_for_tests(bool on) { g_separate_host_for_tests.store(on); }
 
 Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind device, std::vector<const Node*> nodes,
                                                      const ExecutorOptions& opts) {
@@ -103,7 +103,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
   ex->device_ = std::move(device);
   Device& dev = *ex->device_;
   ASSIGN_OR_RETURN(ex->stream_, dev.create_stream());
-  ex->direct_ = dev.host_memory() && !opts.separate_host && !separate_host_from_env();
+  ex->direct_ = dev.host_memory() && !opts.separate_host && !g_separate_host_for_tests.load();
   if (nodes.empty())
     for (auto& n : g.nodes()) nodes.push_back(n.get());
   if (opts.plan_memory) {

@@ -7,7 +7,7 @@
 // itself and upload / download do nothing. On a device (CUDA), host(v) is a separate host copy:
 // write it and upload(v) to change the value, download(v) to refresh it. The runtime uses only
 // host / upload / download / fetch / copy_in / copy_out, so it drives both; ExecutorOptions::
-// separate_host (or PIPETRAIN_DEBUG_SEPARATE_HOST=1) gives CPU executors separate host copies
+// separate_host (or set_separate_host_for_tests) gives CPU executors separate host copies
 // too, which is how the tests check, without a GPU, that the runtime transfers what it must.
 #pragma once
 
@@ -54,10 +54,14 @@ struct ExecutorOptions {
   bool plan_memory = false;         // share storage between values with disjoint lifetimes
   std::vector<const Value*> keep;   // never shared (see plan_memory)
   bool outside_reads = true;        // see plan_memory
-  // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers); the
-  // environment variable PIPETRAIN_DEBUG_SEPARATE_HOST=1 turns it on for every executor.
+  // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers);
+  // set_separate_host_for_tests turns it on for every executor.
   bool separate_host = false;
 };
+
+// Test switch, set only by tests (runtime_tests under separate_host_tests, the CLI's hidden
+// --test-separate-host): every executor created afterwards keeps separate host copies.
+void set_separate_host_for_tests(bool on);
 
 class Executor {
  public:

@@ -43,12 +43,6 @@ int PipelineTrainer::Impl::rank() const { return opts.cluster ? opts.cluster->ra
 
 namespace {
 
-bool forward_phase(Phase p) { return p == Phase::kForward || p == Phase::kLoss; }
-
-struct ById {
-  bool operator()(const Value* a, const Value* b) const { return a->id < b->id; }
-};
-
 }  // namespace
 
 PipelineTrainer::PipelineTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -65,8 +59,16 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   if (opts.micro_batches < 1) return invalid_input("--micro-batches must be at least 1");
   if (opts.schedule != Schedule::kGPipe && opts.micro_batches != 1)
     return invalid_input("--micro-batches applies to --schedule gpipe only");
-  // What the partitioner already refuses (partitioner/partition.h), so --plan-only and training agree.
-  RETURN_IF_ERROR(check_trainable(plan));
+  // The plan's stage layout (partitioner/stage_layout.h) says who owns, keeps and sends what; a
+  // plan training cannot run has none, and the reason is the partitioner's (so --plan-only refuses
+  // what training would).
+  if (!plan.layout_status.is_ok()) return plan.layout_status;
+  if (!plan.layout.describes(plan))
+    return internal_error("the plan's stage layout is not of its stages' nodes (call layout_plan after editing a plan)");
+  const StageLayout& layout = plan.layout;
+  if (!layout.weights.empty() && plan.schedule != opts.schedule)
+    return invalid_input(std::string("the plan shares weights across stages for --schedule ") + schedule_name(plan.schedule) +
+                         "; training was asked for " + schedule_name(opts.schedule));
   auto impl = std::make_unique<Impl>(g, tg);
   impl->opts = opts;
   for (const StagePlan& sp : plan.stages) {
@@ -87,100 +89,31 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     return invalid_input("--gpus " + std::to_string(N) + ": the job has " + std::to_string(opts.cluster->size()) +
                          " ranks; one rank runs one stage, so --gpus must equal the number of ranks");
 
-  std::unordered_map<const Node*, int> stage_of;
-  for (const StagePlan& s : plan.stages)
-    for (const Node* n : s.nodes) {
-      if (!stage_of.emplace(n, s.index).second) return internal_error(n->describe() + " is in two stages of the plan");
-    }
-  for (auto& n : g.nodes())
-    if (n->phase != Phase::kComm && !stage_of.count(n.get()))
-      return internal_error(n->describe() + " is in no stage of the plan");
-
-  // Who updates each parameter, and who owns each piece of model state.
-  std::unordered_map<const Value*, int> param_stage, state_stage;
-  for (const StagePlan& s : plan.stages)
-    for (const Node* n : s.nodes)
-      if (n->phase == Phase::kUpdate) param_stage[n->inputs.at(0)] = s.index;
-
-  std::map<std::pair<int, int>, std::set<const Value*, ById>> fwd_flow, bwd_flow;
-  // Shared weights: (owner, reader, read by the reader's backward) -> parameters.
-  std::map<std::tuple<int, int, bool>, std::set<const Value*, ById>> shared_flow;
-  for (const StagePlan& sp : plan.stages) {
+  for (const StageLayoutStage& ls : layout.stages) {
     auto st = std::make_unique<Stage>();
-    st->index = sp.index;
+    st->index = ls.index;
     st->num_stages = N;
     st->opts = opts;
-    st->nodes = sp.nodes;
+    st->nodes = ls.nodes;
     st->input = g.inputs[0];
     st->graph_more_inputs.assign(g.inputs.begin() + 1, g.inputs.end());
     st->labels = tg.loss.labels;
     st->lr = tg.lr;
     st->rng_step = g.rng_step;
-    std::set<const Value*, ById> saved, state;
-    for (const Node* n : sp.nodes) {
-      if (n->phase == Phase::kUpdate) {
-        st->params.push_back(n->inputs.at(0));
-        st->grads.push_back(n->inputs.at(1));
-        st->updates.push_back(n);
-        st->opt_state.emplace_back();
-        for (size_t j = 2; j < n->inputs.size(); ++j)
-          if (n->inputs[j]->kind == ValueKind::kState) st->opt_state.back().push_back(n->inputs[j]);
-        continue;
-      }
-      for (const Value* v : n->inputs) {
-        if (!v) continue;
-        if (v == st->input) st->reads_input = true;
-        for (size_t k = 1; k < g.inputs.size(); ++k)
-          if (v == g.inputs[k] && std::none_of(st->more_inputs.begin(), st->more_inputs.end(),
-                                               [&](const auto& e) { return e.second == v; }))
-            st->more_inputs.emplace_back(k - 1, v);
-        if (v == st->labels) st->reads_labels = true;
-        if (v->kind == ValueKind::kParameter) {
-          auto it = param_stage.find(v);
-          if (it != param_stage.end() && it->second != sp.index) {
-            // Served by its owner for every pass; an owner after a reader could not be (the
-            // reader's passes would need versions the owner has not made yet).
-            if (it->second > sp.index)
-              return unsupported("parameter '" + v->name + "' is read by " + n->describe() + " in stage " +
-                                 std::to_string(sp.index) + " and updated in later stage " + std::to_string(it->second) +
-                                 ": a shared weight must be updated by the first stage that reads it");
-            const bool bwd_read = n->phase == Phase::kBackward && opts.schedule != Schedule::kGPipe;
-            shared_flow[{it->second, sp.index, bwd_read}].insert(v);
-          }
-        }
-        if (v->kind == ValueKind::kState && v->from_initializer) {
-          auto [it, fresh] = state_stage.emplace(v, sp.index);
-          if (!fresh && it->second != sp.index)
-            return unsupported("model state '" + v->name + "' is used in stages " + std::to_string(it->second) +
-                               " and " + std::to_string(sp.index) + "; keep its readers in one stage");
-          state.insert(v);
-        }
-        if (n->phase == Phase::kBackward) {
-          const bool fwd_act = v->kind == ValueKind::kActivation && v->producer && forward_phase(v->producer->phase);
-          if (fwd_act || v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) saved.insert(v);
-        }
-        if (!v->producer) continue;
-        const int from = stage_of.at(v->producer);
-        if (from == sp.index) continue;
-        if (forward_phase(v->producer->phase)) {
-          if (from > sp.index)
-            return unsupported(n->describe() + " in stage " + std::to_string(sp.index) + " reads '" + v->name +
-                               "' computed by the forward of later stage " + std::to_string(from));
-          fwd_flow[{from, sp.index}].insert(v);
-        } else {
-          if (from < sp.index)
-            return unsupported(n->describe() + " in stage " + std::to_string(sp.index) + " reads gradient '" + v->name +
-                               "' computed by earlier stage " + std::to_string(from) + "; gradients must flow upstream");
-          bwd_flow[{from, sp.index}].insert(v);
-        }
-      }
+    st->params = ls.params;
+    st->grads = ls.grads;
+    st->updates = ls.updates;
+    st->opt_state = ls.opt_state;
+    st->saved = ls.saved;
+    st->state = ls.state;
+    st->reads_input = ls.reads_input;
+    st->reads_labels = ls.reads_labels;
+    st->more_inputs = ls.more_inputs;
+    for (const Node* n : ls.nodes)
       for (const Value* v : n->outputs)
         if (v && v == tg.loss.loss) st->loss = v;
-    }
-    if (st->loss) impl->loss_stage = sp.index;
-    st->saved.assign(saved.begin(), saved.end());
-    st->state.assign(state.begin(), state.end());
-    if (impl->local(sp.index)) {
+    if (st->loss) impl->loss_stage = ls.index;
+    if (impl->local(ls.index)) {
       // Memory plan: the stage reads back its saved activations, gradients and loss between
       // passes (values sent to other stages are read outside its node list: kept by the plan).
       ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
@@ -192,12 +125,12 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       } else {
         // Stage k on GPU k (wrapping around when --oversubscribe puts several stages on one).
         const int gpus = std::max(1, cuda_device_count());
-        const int ordinal = opts.gpu_of_stage.empty() ? sp.index % gpus
-                                                      : opts.gpu_of_stage[sp.index % opts.gpu_of_stage.size()];
+        const int ordinal = opts.gpu_of_stage.empty() ? ls.index % gpus
+                                                      : opts.gpu_of_stage[ls.index % opts.gpu_of_stage.size()];
         ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
       }
-      auto ex = Executor::create(g, dev, sp.nodes, eo);
-      if (!ex) return ex.status().with_context("stage " + std::to_string(sp.index) + ": ");
+      auto ex = Executor::create(g, dev, ls.nodes, eo);
+      if (!ex) return ex.status().with_context("stage " + std::to_string(ls.index) + ": ");
       st->ex = std::move(*ex);
     }
     impl->stages.push_back(std::move(st));
@@ -206,17 +139,8 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   // Channels hold what is in flight between two stages at most: N - k mini-batches (1F1B) or M
   // micro-batches (GPipe).
   const int capacity = std::max(N, opts.micro_batches) + 1;
-  std::map<std::pair<int, int>, std::vector<const Value*>> fwd_values, bwd_values;
-  for (const auto& [ends, values] : fwd_flow) fwd_values[ends].assign(values.begin(), values.end());
-  for (const auto& [ends, values] : bwd_flow) bwd_values[ends].assign(values.begin(), values.end());
-  std::vector<SharedFlow> shared;
-  for (const auto& [key, values] : shared_flow) {
-    const auto [owner, reader, backward] = key;
-    shared.push_back(SharedFlow{owner, reader, backward, std::vector<const Value*>(values.begin(), values.end()),
-                                shared_link_slots(reader, N, backward, opts.schedule == Schedule::kGPipe)});
-  }
   // Both ends of a weight link: the owner's indices of the parameters it sends.
-  auto attach_shared = [&](const SharedFlow& f, Link* l) -> Status {
+  auto attach_shared = [&](const WeightFlow& f, Link* l) -> Status {
     if (impl->local(f.owner)) {
       Stage& o = *impl->stages[f.owner];
       Stage::WeightLink w;
@@ -234,20 +158,20 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     return Status::ok();
   };
   if (impl->distributed()) {
-    RETURN_IF_ERROR(impl->wire_ranks(fwd_values, bwd_values, capacity, shared));
-    for (size_t i = 0; i < shared.size(); ++i)
-      if (impl->shared_links.at(i)) RETURN_IF_ERROR(attach_shared(shared[i], impl->shared_links[i]));
+    RETURN_IF_ERROR(impl->wire_ranks(layout, capacity));
+    for (size_t i = 0; i < layout.weights.size(); ++i)
+      if (impl->shared_links.at(i)) RETURN_IF_ERROR(attach_shared(layout.weights[i], impl->shared_links[i]));
   } else {
-    for (const SharedFlow& f : shared) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, f.capacity, impl->stages[f.reader]->ex->device()));
+    for (const WeightFlow& f : layout.weights) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, f.slots, impl->stages[f.reader]->ex->device()));
       impl->channels.push_back(std::move(ch));
       RETURN_IF_ERROR(attach_shared(f, impl->channels.back().get()));
     }
-    auto wire = [&](const auto& flows, bool forward) -> Status {
-      for (const auto& [ends, values] : flows) {
-        Stage& from = *impl->stages[ends.first];
-        Stage& to = *impl->stages[ends.second];
-        ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(values, capacity, to.ex->device()));
+    auto wire = [&](const std::vector<ValueFlow>& flows, bool forward) -> Status {
+      for (const ValueFlow& f : flows) {
+        Stage& from = *impl->stages[f.from];
+        Stage& to = *impl->stages[f.to];
+        ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, capacity, to.ex->device()));
         impl->channels.push_back(std::move(ch));
         Link* c = impl->channels.back().get();
         (forward ? from.fwd_out : from.bwd_out).push_back(c);
@@ -255,8 +179,8 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       }
       return Status::ok();
     };
-    RETURN_IF_ERROR(wire(fwd_values, true));
-    RETURN_IF_ERROR(wire(bwd_values, false));
+    RETURN_IF_ERROR(wire(layout.activations, true));
+    RETURN_IF_ERROR(wire(layout.gradients, false));
   }
   for (auto& st : impl->stages)
     if (impl->local(st->index)) RETURN_IF_ERROR(st->prepare());
@@ -309,6 +233,44 @@ std::map<std::string, HostTensor> PipelineTrainer::trained_initializers() const 
       if (impl_->local(st->index)) out[v->name] = must(st->ex->fetch(v), v->name);
       else if (auto it = impl_->remote_values.find(v->name); it != impl_->remote_values.end()) out[v->name] = it->second;
     }
+  return out;
+}
+
+namespace {
+
+std::vector<std::string> names_of(const std::vector<const Value*>& vs) {
+  std::vector<std::string> out;
+  for (const Value* v : vs) out.push_back(v->name);
+  return out;
+}
+
+}  // namespace
+
+std::vector<PipelineTrainer::WiredLink> PipelineTrainer::wired_links() const {
+  std::vector<WiredLink> out;
+  for (auto& from : impl_->stages)
+    for (auto& to : impl_->stages)
+      for (const auto& [kind, outs, ins] : {std::tuple{"activations", &from->fwd_out, &to->fwd_in},
+                                            std::tuple{"gradients", &from->bwd_out, &to->bwd_in}})
+        for (Link* l : *outs)
+          if (std::find(ins->begin(), ins->end(), l) != ins->end())
+            out.push_back({kind, from->index, to->index, false, names_of(l->values())});
+  for (auto& owner : impl_->stages)
+    for (const Stage::WeightLink& w : owner->weights_out) {
+      const Stage& reader = *impl_->stages.at(w.reader);
+      const auto& ins = w.backward ? reader.weights_bwd_in : reader.weights_fwd_in;
+      if (std::find(ins.begin(), ins.end(), w.link) == ins.end()) continue;
+      std::vector<std::string> sent;  // what the owner sends: its parameters at w.params
+      for (size_t i : w.params) sent.push_back(owner->params.at(i)->name);
+      if (sent != names_of(w.link->values())) continue;  // a link that would mix up weights is not wired
+      out.push_back({"weights", owner->index, w.reader, w.backward, sent});
+    }
+  return out;
+}
+
+std::vector<std::vector<std::string>> PipelineTrainer::stage_params() const {
+  std::vector<std::vector<std::string>> out;
+  for (auto& st : impl_->stages) out.push_back(names_of(st->params));
   return out;
 }
 
@@ -620,16 +582,6 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (C) I.relay_claims(sh);
   for (auto& st : I.stages)
     if (I.local(st->index)) st->begin_train();
-  if (C)
-    if (const char* lose = std::getenv("PIPETRAIN_DEBUG_LOSE_RANK")) {  // test hook: rank:step[:stop]
-      int rank = -1;
-      long long at = -1;
-      char mode[16] = {0};
-      if (std::sscanf(lose, "%d:%lld:%15s", &rank, &at, mode) >= 2 && rank == C->rank() && at >= 1) {
-        sh.debug_lose_step = at - 1;
-        sh.debug_stop = std::string(mode) == "stop";
-      }
-    }
   const int local_stages = C ? 1 : static_cast<int>(I.stages.size());
   std::vector<char> snap_buf;  // under MPI: a stage's snapshot on its way to rank 0 (and back in)
 

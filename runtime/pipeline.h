@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,9 @@ struct PipelineOptions {
   // Under MPI with CUDA stages: NCCL links between ranks (each rank on a GPU of its own); false:
   // MPI links staged through the host (several ranks sharing a GPU, or no NCCL).
   bool nccl_links = false;
+  // Test hook, set only by tests (the CLI's hidden --test-lose-rank): called by each stage of this
+  // process after the update of 0-based step `step` (a test makes its rank vanish or hang there).
+  std::function<void(int stage, int64_t step)> after_update;
   // One stage per rank (rank k runs stage k; --gpus must equal the number of ranks); null: every
   // stage in this process, one thread each. Not owned.
   Cluster* cluster = nullptr;
@@ -99,6 +103,19 @@ class PipelineTrainer {
   // executor's buffers and arena, its master, saved-activation and stashed copies; stage 0 also
   // holds the evaluator.
   std::vector<int64_t> stage_allocated_bytes() const;
+  // The links this process wired between its stages, as the stages hold them: kind "activations"
+  // (from -> to), "gradients" (from -> to, upstream) or "weights" (owner -> reader; backward: for
+  // the reader's backward passes), with the names of the values each carries in link order. Tests
+  // compare it with the partition report's layout.
+  struct WiredLink {
+    std::string kind;
+    int from = 0, to = 0;
+    bool backward = false;
+    std::vector<std::string> values;
+  };
+  std::vector<WiredLink> wired_links() const;
+  // The parameters each stage updates (its master weights), [stage] -> names in update order.
+  std::vector<std::vector<std::string>> stage_params() const;
   // Writes trace() in Chrome trace format (one row per stage; args: mini-batch, version, s).
   Status write_chrome_trace(const std::string& path) const;
 

@@ -19,9 +19,7 @@ size_t value_bytes(const Value* v) { return static_cast<size_t>(numel(v->dims)) 
 
 }  // namespace
 
-Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std::vector<const Value*>>& fwd,
-                                         const std::map<std::pair<int, int>, std::vector<const Value*>>& bwd,
-                                         int capacity, const std::vector<SharedFlow>& shared) {
+Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity) {
   Cluster& C = *opts.cluster;
   const int me = C.rank();
   Stage& mine = *stages.at(me);
@@ -37,22 +35,22 @@ Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std
     if (nccl) return make_nccl_link(values, C, from, to, link_no, mine.ex->device());
     return C.make_link(values, from, to, kind, capacity);
   };
-  for (const auto* flows : {&fwd, &bwd}) {
-    const bool forward = flows == &fwd;
-    for (const auto& [ends, values] : *flows) {
-      const auto [from, to] = ends;
+  for (const auto* flows : {&layout.activations, &layout.gradients}) {
+    const bool forward = flows == &layout.activations;
+    for (const ValueFlow& f : *flows) {
+      const int from = f.from, to = f.to;
       ++link_no;
       if (from != me && to != me) continue;
-      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, from, to, forward ? kLinkForward : kLinkBackward));
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(f.values, from, to, forward ? kLinkForward : kLinkBackward));
       Link* l = add(std::move(link));
       if (from == me) (forward ? mine.fwd_out : mine.bwd_out).push_back(l);
       else (forward ? mine.fwd_in : mine.bwd_in).push_back(l);
     }
   }
   // Shared weights, owner to reader (the trainer attaches them to the stages).
-  shared_links.assign(shared.size(), nullptr);
-  for (size_t i = 0; i < shared.size(); ++i) {
-    const SharedFlow& f = shared[i];
+  shared_links.assign(layout.weights.size(), nullptr);
+  for (size_t i = 0; i < layout.weights.size(); ++i) {
+    const WeightFlow& f = layout.weights[i];
     ++link_no;
     if (f.owner != me && f.reader != me) continue;
     if (nccl) {
@@ -60,7 +58,7 @@ Status PipelineTrainer::Impl::wire_ranks(const std::map<std::pair<int, int>, std
       shared_links[i] = add(std::move(link));
     } else {
       ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(f.values, f.owner, f.reader,
-                                                               f.backward ? kLinkWeightsBackward : kLinkWeightsForward, f.capacity));
+                                                               f.backward ? kLinkWeightsBackward : kLinkWeightsForward, f.slots));
       shared_links[i] = add(std::move(link));
     }
   }

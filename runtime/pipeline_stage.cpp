@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -509,13 +508,7 @@ Status Stage::update(RunShared& sh, int64_t step) {
   upd_s_ += busy;
   ++stats.updates;
   if (sh.snapshot_at(step)) RETURN_IF_ERROR(post_snapshot(sh, step));
-  if (step == sh.debug_lose_step) {
-    std::fprintf(stderr, "onnx-pipetrain: stage %d: PIPETRAIN_DEBUG_LOSE_RANK: %s after step %lld\n", index,
-                 sh.debug_stop ? "stopping (SIGSTOP)" : "leaving (exit 1)", static_cast<long long>(step + 1));
-    std::fflush(stderr);
-    if (sh.debug_stop) std::raise(SIGSTOP);
-    else std::_Exit(1);
-  }
+  if (opts.after_update) opts.after_update(index, step);
   return Status::ok();
 }
 

@@ -132,10 +132,6 @@ struct RunShared {
   std::function<Expected<double>(int64_t step, double local)> sum_across_ranks;
   Expected<double> sum_over_stages(int64_t step, int stage, int num_stages, double local);
   std::map<int64_t, std::pair<std::vector<double>, int>> norm_parts;  // [step] -> (by stage, readers left)
-  // Test hook (PIPETRAIN_DEBUG_LOSE_RANK=rank:step[:stop]): this process leaves (exit 1) or
-  // stops (SIGSTOP) after the update of this 0-based step; -1: never.
-  int64_t debug_lose_step = -1;
-  bool debug_stop = false;
   void fail(Status s);
 
   // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
@@ -260,14 +256,6 @@ class Stage {
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };
 
-// Shared weights sent from their owner stage to a reader stage for one kind of pass.
-struct SharedFlow {
-  int owner = 0, reader = 0;
-  bool backward = false;
-  std::vector<const Value*> values;
-  int capacity = 2;
-};
-
 // The trainer's state (runtime/pipeline.cpp); under MPI (opts.cluster) stages holds every stage's
 // description but only this rank's stage has an executor and runs (runtime/pipeline_ranks.cpp).
 struct PipelineTrainer::Impl {
@@ -277,7 +265,7 @@ struct PipelineTrainer::Impl {
   PipelineOptions opts;
   std::vector<std::unique_ptr<Stage>> stages;
   std::vector<std::unique_ptr<Link>> channels;
-  std::vector<Link*> shared_links;  // MPI: [shared flow] this rank's end of its weight link (null: not an end)
+  std::vector<Link*> shared_links;  // MPI: [layout weight flow] this rank's end of its weight link (null: not an end)
   std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
   int64_t graph_batch = 0;
   int loss_stage = -1;             // the stage that computes the loss
@@ -301,9 +289,8 @@ struct PipelineTrainer::Impl {
   Status restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step);
 
   // pipeline_ranks.cpp: the wiring and the coordinator messages between ranks.
-  Status wire_ranks(const std::map<std::pair<int, int>, std::vector<const Value*>>& fwd,
-                    const std::map<std::pair<int, int>, std::vector<const Value*>>& bwd, int capacity,
-                    const std::vector<SharedFlow>& shared);
+  // Every rank walks the layout's flows in the same order, so a link's number names it on both ends.
+  Status wire_ranks(const StageLayout& layout, int capacity);
   // Bytes of stage k's snapshot: its master weights, then its model state.
   size_t snapshot_bytes(int k) const;
   void pack_snapshot(const std::vector<std::pair<const Value*, HostTensor>>& snap, std::vector<char>* out) const;

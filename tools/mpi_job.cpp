@@ -1,25 +1,17 @@
-// The MPI side of the command line: see tools/mpi_job.h.
+// The MPI side of a run: see tools/mpi_job.h.
 #include "tools/mpi_job.h"
 
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 namespace pt {
 
 namespace {
-
-// Under mpirun / srun: this rank's share of the job; null for a single process.
-std::unique_ptr<Cluster> g_cluster;
-// Whether every rank agreed on model, flags and plan (after that, a failure ends the job).
-bool g_started = false;
-int g_peer_failed = 0;  // the exit code of a rank that failed before the start (it printed why)
 
 // Set by the stop signals' handler, polled by the trainer at every mini-batch boundary.
 std::atomic<bool> g_stop{false};
@@ -29,84 +21,44 @@ extern "C" void on_stop_signal(int sig) {
   std::signal(sig, SIG_DFL);  // a second one ends the process at once
 }
 
+}  // namespace
+
 // A failure on one rank. Before the start every rank reaches exactly one agreement (here, or
 // agree_start on success), so all of them stop together with the first failing rank's code;
 // after it, the failing rank ends the whole job.
-int rank_fail(const Status& s) {
-  const int me = g_cluster->rank(), code = exit_code_for(s);
+int MpiJob::rank_fail(const Status& s) {
+  const int me = cluster_->rank(), code = exit_code_for(s);
   auto print = [&] {
     if (me == 0) std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
     else std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", me, s.message().c_str());
     std::fflush(stderr);
   };
-  if (g_started) {
+  if (started_) {
     print();
-    g_cluster->abort_job(code);
+    cluster_->abort_job(code);
   }
-  if (g_peer_failed) return g_peer_failed;  // another rank failed first: the error here follows from it
-  auto codes = g_cluster->allgather(static_cast<uint64_t>(code));
+  if (peer_failed_) return peer_failed_;  // another rank failed first: the error here follows from it
+  auto codes = cluster_->allgather(static_cast<uint64_t>(code));
   if (!codes || me == 0 || (*codes)[0] == 0) print();  // rank 0 speaks for failures every rank shares
   return code;
 }
 
 // Every collective before the start is preceded by this status exchange, which a failing rank's
 // rank_fail() matches: 0 when every rank is fine, else the first failing rank's exit code.
-int sync_before_start() {
-  auto codes = g_cluster->allgather(0);
+int MpiJob::sync_before_start() {
+  auto codes = cluster_->allgather(0);
   if (!codes) return 1;
-  for (int r = 0; r < g_cluster->size(); ++r)
+  for (int r = 0; r < cluster_->size(); ++r)
     if ((*codes)[r] != 0) {
-      if (g_cluster->rank() == 0)
+      if (cluster_->rank() == 0)
         std::fprintf(stderr, "onnx-pipetrain: error: rank %d failed before training (see its message)\n", r);
-      g_peer_failed = static_cast<int>((*codes)[r]);
-      return g_peer_failed;
+      peer_failed_ = static_cast<int>((*codes)[r]);
+      return peer_failed_;
     }
   return 0;
 }
 
-// Compares the fingerprints of model file, flags and plan with rank 0's; 0 to go on, else the
-// exit code (2, naming the rank that differs).
-int agree_start(uint64_t model, uint64_t flags, uint64_t plan) {
-  const int me = g_cluster->rank();
-  if (int code = sync_before_start(); code != 0) return code;
-  const std::pair<const char*, uint64_t> parts[] = {{"model file differs", model}, {"flags differ", flags},
-                                                    {"plan differs", plan}};
-  for (const auto& [what, h] : parts) {
-    auto all = g_cluster->allgather(h);
-    if (!all) return rank_fail(all.status());
-    for (int r = 1; r < g_cluster->size(); ++r)
-      if ((*all)[r] != (*all)[0]) {
-        if (me == 0)
-          std::fprintf(stderr,
-                       "onnx-pipetrain: error: rank %d's %s from rank 0's: every rank must run the same model file, "
-                       "training flags and plan (rank %d on %s, rank 0 on %s)\n",
-                       r, what, r, g_cluster->host_of(r).c_str(), g_cluster->host_of(0).c_str());
-        return 2;
-      }
-  }
-  g_started = true;
-  return 0;
-}
-
-// The flags that must agree between ranks (not --out, --data, --quiet: rank 0 alone uses them).
-std::string flags_fingerprint(const Options& o) {
-  std::ostringstream f;
-  f << o.gpus << '|' << o.device << '|' << o.epochs << '|' << o.steps << '|' << o.batch_size << '|' << o.lr << '|'
-    << o.momentum << '|' << o.weight_decay << '|' << o.loss << '|' << o.seed << '|' << o.no_shuffle << '|'
-    << o.schedule << '|' << o.weights << '|' << o.micro_batches << '|' << o.staleness << '|' << o.link << '|'
-    << o.plan_only << '|' << o.lr_schedule << '|' << o.warmup_steps << '|' << o.lr_decay_every << '|' << o.lr_gamma
-    << '|' << o.lr_power << '|' << o.lr_min << '|' << o.eval_every << '|' << o.raw_pixels << '|' << o.checkpoint_every
-    << '|' << o.resume  // checkpoint steps are drain points every rank must share
-    << '|' << o.profile << '|' << o.oversubscribe
-    << '|' << o.optimizer << '|' << o.dampening << '|' << o.nesterov << '|' << o.beta1 << '|' << o.beta2 << '|' << o.eps << '|' << o.clip_grad_norm << '|' << o.ignore_index;  // --oversubscribe decides NCCL or MPI links
-  for (const auto* list : {&o.freeze, &o.trainable, &o.device_spec, &o.split_at}) {
-    f << '|';
-    for (const auto& x : *list) f << x << ',';
-  }
-  f << '|';
-  for (int b : o.balance) f << b << ',';
-  return f.str();
-}
+namespace {
 
 // Stage names of every stage of the plan, for agree_start.
 std::string plan_fingerprint(const Plan& p) {
@@ -118,8 +70,10 @@ std::string plan_fingerprint(const Plan& p) {
   return s;
 }
 
+}  // namespace
+
 // Rank 0's measured CPU spec for every rank (planning is deterministic given the specs).
-Status share_cpu_spec(DeviceSpec* d) {
+Status MpiJob::share_cpu_spec(DeviceSpec* d) {
   struct Wire {
     char name[64];
     int32_t kind;
@@ -132,7 +86,7 @@ Status share_cpu_spec(DeviceSpec* d) {
   w.mem_bandwidth = d->mem_bandwidth;
   w.memory_bytes = d->memory_bytes;
   w.kernel_overhead_s = d->kernel_overhead_s;
-  RETURN_IF_ERROR(g_cluster->broadcast(&w, sizeof w, 0));
+  RETURN_IF_ERROR(cluster_->broadcast(&w, sizeof w, 0));
   d->name = w.name;
   d->kind = static_cast<DeviceKind>(w.kind);
   d->peak_flops = w.peak_flops;
@@ -146,10 +100,10 @@ Status share_cpu_spec(DeviceSpec* d) {
 // rank 0 alone: per-node times differ from run to run, and every rank must plan with the same.
 // Every rank takes part in a job, with or without --profile, so that the collectives match
 // whatever the flags say (a difference in --profile is refused by agree_start afterwards).
-Status share_profile(Profile* p, bool* have) {
+Status MpiJob::share_profile(Profile* p, bool* have) {
   if (sync_before_start() != 0) return internal_error("another rank failed");
   std::string wire;  // per entry: phase byte, name length (uint32), name, seconds (double)
-  if (g_cluster->rank() == 0 && *have) {
+  if (cluster_->rank() == 0 && *have) {
     for (const auto* m : {&p->fwd_s, &p->bwd_s})
       for (const auto& [name, s] : *m) {
         const char phase = m == &p->fwd_s ? 'f' : 'b';
@@ -159,11 +113,11 @@ Status share_profile(Profile* p, bool* have) {
       }
   }
   int64_t head[2] = {*have ? 1 : 0, static_cast<int64_t>(wire.size())};
-  RETURN_IF_ERROR(g_cluster->broadcast(head, sizeof head, 0));
+  RETURN_IF_ERROR(cluster_->broadcast(head, sizeof head, 0));
   wire.resize(static_cast<size_t>(head[1]));
-  if (head[1] > 0) RETURN_IF_ERROR(g_cluster->broadcast(wire.data(), wire.size(), 0));
+  if (head[1] > 0) RETURN_IF_ERROR(cluster_->broadcast(wire.data(), wire.size(), 0));
   *have = head[0] != 0;
-  if (g_cluster->rank() == 0) return Status::ok();
+  if (cluster_->rank() == 0) return Status::ok();
   *p = Profile{};
   for (size_t at = 0; at < wire.size();) {
     const char phase = wire[at++];
@@ -180,115 +134,117 @@ Status share_profile(Profile* p, bool* have) {
   return Status::ok();
 }
 
-// The watchdog's verdict on a lost rank (runtime/cluster.h): one line naming it, then this rank
-// exits, so that no rank waits for a stage that is gone.
-void on_lost_rank(int lost, const std::string& why) {
-  const int me = g_cluster->rank();
-  if (lost >= 0)
-    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: lost %s; the pipeline needs every stage, so rank %d exits\n",
-                 me, why.c_str(), me);
-  else
-    std::fprintf(stderr, "onnx-pipetrain: rank %d: %s; rank %d exits\n", me, why.c_str(), me);
-  std::fflush(stderr);
-  // The other survivors poll every 50 ms: staying a moment longer lets them name the rank that
-  // was lost first rather than this one.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::_Exit(1);
+// Compares the fingerprints of model file, flags and plan with rank 0's; 0 to go on, else the
+// exit code (2, naming the rank that differs).
+int MpiJob::agree_hashes(uint64_t model, uint64_t flags, uint64_t plan) {
+  const int me = cluster_->rank();
+  if (int code = sync_before_start(); code != 0) return code;
+  const std::pair<const char*, uint64_t> parts[] = {{"model file differs", model}, {"flags differ", flags},
+                                                    {"plan differs", plan}};
+  for (const auto& [what, h] : parts) {
+    auto all = cluster_->allgather(h);
+    if (!all) return rank_fail(all.status());
+    for (int r = 1; r < cluster_->size(); ++r)
+      if ((*all)[r] != (*all)[0]) {
+        if (me == 0)
+          std::fprintf(stderr,
+                       "onnx-pipetrain: error: rank %d's %s from rank 0's: every rank must run the same model file, "
+                       "training flags and plan (rank %d on %s, rank 0 on %s)\n",
+                       r, what, r, cluster_->host_of(r).c_str(), cluster_->host_of(0).c_str());
+        return 2;
+      }
+  }
+  started_ = true;
+  return 0;
 }
 
-}  // namespace
-
-int run_job(int argc, char** argv, int (*body)(int, char**)) {
-  {
-    auto cluster = Cluster::init(&argc, &argv);
-    if (!cluster) {
-      std::fprintf(stderr, "onnx-pipetrain: error: %s\n", cluster.status().message().c_str());
-      return exit_code_for(cluster.status());
-    }
-    g_cluster = std::move(*cluster);
-  }
-  if (!g_cluster) return body(argc, argv);
+Expected<std::unique_ptr<MpiJob>> MpiJob::join(int* argc, char*** argv, LostRankHandler on_lost_rank) {
+  std::unique_ptr<MpiJob> job(new MpiJob);
+  ASSIGN_OR_RETURN(job->cluster_, Cluster::init(argc, argv));
+  if (!job->cluster_) return job;
   const char* t = std::getenv("PIPETRAIN_MPI_TIMEOUT");
   const double timeout_s = t && std::atof(t) > 0 ? std::atof(t) : 30.0;
-  g_cluster->start_watchdog(timeout_s, on_lost_rank);
-  int code = body(argc, argv);
-  if (Status s = g_cluster->finalize(); !s.is_ok() && code == 0) {
-    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", g_cluster->rank(), s.message().c_str());
-    code = 1;
-  }
-  g_cluster.reset();
-  return code;
+  const int me = job->cluster_->rank();
+  job->cluster_->start_watchdog(timeout_s, [me, on_lost_rank](int lost, const std::string& why) { on_lost_rank(me, lost, why); });
+  return job;
 }
 
-bool in_job() { return g_cluster != nullptr; }
-bool leads_run() { return !g_cluster || g_cluster->rank() == 0; }
-Cluster* job_cluster() { return g_cluster.get(); }
+std::unique_ptr<MpiJob> MpiJob::single_process() { return std::unique_ptr<MpiJob>(new MpiJob); }
 
-int fail_run(const Status& s) {
-  if (g_cluster) return rank_fail(s);
+MpiJob::~MpiJob() = default;
+
+Status MpiJob::leave() {
+  if (!cluster_) return Status::ok();
+  Status s = cluster_->finalize();
+  cluster_.reset();
+  return s;
+}
+
+int MpiJob::fail(const Status& s) {
+  if (cluster_) return rank_fail(s);
   std::fprintf(stderr, "onnx-pipetrain: error: %s\n", s.message().c_str());
   return exit_code_for(s);
 }
 
-Status check_job_stages(int gpus) {
-  if (!g_cluster || gpus == g_cluster->size()) return Status::ok();
-  return invalid_input("--gpus " + std::to_string(gpus) + ": this job has " + std::to_string(g_cluster->size()) +
+Status MpiJob::check_stages(int gpus) const {
+  if (!cluster_ || gpus == cluster_->size()) return Status::ok();
+  return invalid_input("--gpus " + std::to_string(gpus) + ": this job has " + std::to_string(cluster_->size()) +
                        " ranks; one rank runs one stage, so --gpus must equal the number of ranks (mpirun -np " +
                        std::to_string(gpus) + ")");
 }
 
-void set_job_plan_flags(PlanFlags* pf) {
-  if (!g_cluster) return;
-  pf->write_reports = g_cluster->rank() == 0;
+void MpiJob::set_plan_flags(PlanFlags* pf) {
+  if (!cluster_) return;
+  pf->write_reports = cluster_->rank() == 0;
   pf->node_of_stage.clear();
-  for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(g_cluster->node_of(k));
+  for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(cluster_->node_of(k));
   pf->cpu_threads = threads_per_stage(pf->stages);
-  pf->agree_cpu_spec = share_cpu_spec;
-  pf->profile_here = g_cluster->rank() == 0;
-  pf->agree_profile = share_profile;
+  pf->agree_cpu_spec = [this](DeviceSpec* d) { return share_cpu_spec(d); };
+  pf->profile_here = cluster_->rank() == 0;
+  pf->agree_profile = [this](Profile* p, bool* have) { return share_profile(p, have); };
 }
 
-int cuda_devices_needed(int stages) { return g_cluster ? g_cluster->local_size() : stages; }
+int MpiJob::cuda_devices_needed(int stages) const { return cluster_ ? cluster_->local_size() : stages; }
 
-int job_local_gpu(int gpus_here) { return g_cluster ? g_cluster->local_rank() % std::max(1, gpus_here) : 0; }
+int MpiJob::local_gpu(int gpus_here) const { return cluster_ ? cluster_->local_rank() % std::max(1, gpus_here) : 0; }
 
-void set_job_pipeline(PipelineOptions* po, bool use_cuda, int gpus_here, bool oversubscribe) {
-  if (!g_cluster) return;
-  po->cluster = g_cluster.get();
+void MpiJob::set_pipeline(PipelineOptions* po, bool use_cuda, int gpus_here, bool oversubscribe) const {
+  if (!cluster_) return;
+  po->cluster = cluster_.get();
   if (!use_cuda) return;
-  po->gpu_of_stage.assign(g_cluster->size(), 0);  // one stage per rank (check_job_stages)
-  po->gpu_of_stage[g_cluster->rank()] = job_local_gpu(gpus_here);
+  po->gpu_of_stage.assign(cluster_->size(), 0);  // one stage per rank (check_stages)
+  po->gpu_of_stage[cluster_->rank()] = local_gpu(gpus_here);
   po->nccl_links = !oversubscribe;  // ranks sharing a GPU exchange through MPI
 }
 
-int threads_per_stage(int stages) {
+int MpiJob::threads_per_stage(int stages) const {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                         (g_cluster ? g_cluster->local_size() : std::max(1, stages)));
+                         (cluster_ ? cluster_->local_size() : std::max(1, stages)));
 }
 
-int agree_job_start(const Options& o, const std::string& model_hash, const Plan& plan) {
-  if (!g_cluster) return 0;
-  return agree_start(fnv1a64(model_hash), fnv1a64(flags_fingerprint(o)), fnv1a64(plan_fingerprint(plan)));
+int MpiJob::agree_start(const TrainingSpec& spec, const std::string& model_hash, const Plan& plan) {
+  if (!cluster_) return 0;
+  return agree_hashes(fnv1a64(model_hash), fnv1a64(serialize_for_agreement(spec)), fnv1a64(plan_fingerprint(plan)));
 }
 
-StopRequests::StopRequests() {
+StopRequests::StopRequests(const MpiJob& job) : cluster_(job.cluster()) {
   std::signal(SIGINT, on_stop_signal);
-  if (!g_cluster) {
+  if (!cluster_) {
     std::signal(SIGTERM, on_stop_signal);
     return;
   }
   std::signal(SIGUSR1, on_stop_signal);
-  g_cluster->share_stop(&g_stop);
+  cluster_->share_stop(&g_stop);
 }
 
 StopRequests::~StopRequests() {
   std::signal(SIGINT, SIG_DFL);
-  if (!g_cluster) {
+  if (!cluster_) {
     std::signal(SIGTERM, SIG_DFL);
     return;
   }
   std::signal(SIGUSR1, SIG_DFL);
-  g_cluster->share_stop(nullptr);
+  cluster_->share_stop(nullptr);
 }
 
 const std::atomic<bool>* StopRequests::flag() const { return &g_stop; }

@@ -195,8 +195,12 @@ Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_di
 
 Status export_plan_stages(const ImportedModel& m, const std::map<std::string, HostTensor>& values, const Plan& plan,
                           const std::string& dir, bool quiet) {
+  // Cut at the plan's stage layout (partitioner/stage_layout.h), the boundary the runtime wires.
+  if (!plan.layout_status.is_ok()) return plan.layout_status;
+  if (!plan.layout.describes(plan)) return internal_error("--export-stages: the plan has no stage layout of its stages");
   std::vector<StageCut> cuts;
-  for (const StagePlan& s : plan.stages) cuts.push_back({s.forward_nodes, s.recv, s.send});
+  for (const StagePlan& s : plan.stages)
+    cuts.push_back({s.forward_nodes, plan.layout.stages[s.index].recv, plan.layout.stages[s.index].send});
   ASSIGN_OR_RETURN(std::vector<StageModelInfo> infos, export_stages(m, values, cuts, dir));
   if (!quiet) {
     size_t folded = 0;

@@ -198,9 +198,8 @@ class MpiTest(unittest.TestCase):
                                               "--lr", 0.002, "--clip-grad-norm", 0.05], "clip3")
 
     def test_killed_rank_ends_the_job(self):
-        env = dict(ENV, PIPETRAIN_DEBUG_LOSE_RANK="2:5")
         rc, log, secs = mpirun(4, MODEL, "--data", TRAIN, "--gpus", 4, "--epochs", 200, "--quiet", "--out",
-                               self.out("killed"), env_vars=["PIPETRAIN_DEBUG_LOSE_RANK"], env=env, timeout=120)
+                               self.out("killed"), "--test-lose-rank", "2:5", timeout=120)
         self.assertNotEqual(rc, 0, log)
         self.assertIn("lost rank 2", log)
         self.assertNotIn("lost rank 0", log)
@@ -208,9 +207,9 @@ class MpiTest(unittest.TestCase):
 
     def test_stopped_rank_found_by_heartbeat(self):
         # A rank that hangs (SIGSTOP: alive, silent) is found by the missing heartbeats.
-        env = dict(ENV, PIPETRAIN_DEBUG_LOSE_RANK="1:5:stop", PIPETRAIN_MPI_TIMEOUT="3")
+        env = dict(ENV, PIPETRAIN_MPI_TIMEOUT="3")
         rc, log, secs = mpirun(2, MODEL, "--data", TRAIN, "--gpus", 2, "--epochs", 200, "--quiet", "--out",
-                               self.out("stopped"), env_vars=["PIPETRAIN_DEBUG_LOSE_RANK", "PIPETRAIN_MPI_TIMEOUT"],
+                               self.out("stopped"), "--test-lose-rank", "1:5:stop", env_vars=["PIPETRAIN_MPI_TIMEOUT"],
                                env=env, timeout=120)
         self.assertNotEqual(rc, 0, log)
         self.assertIn("rank 0: error: lost rank 1", log)
@@ -220,6 +219,11 @@ class MpiTest(unittest.TestCase):
     def test_flag_mismatch_refused(self):
         common = [BIN, MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 3, "--quiet", "--out", self.out("mismatch")]
         rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, *common, "--lr", "0.1", ":", "-np", 1, *common, "--lr", "0.2"])
+        self.assertEqual(rc, 2, log)
+        self.assertIn("rank 1's flags differ from rank 0's", log)
+        # The agreement hashes the whole training spec, not a hand-kept list of flags: --trace (every
+        # rank records its passes for rank 0) was missing from that list.
+        rc, log, _ = run([MPIRUN, *MPI_FLAGS, "-np", 1, *common, ":", "-np", 1, *common, "--trace"])
         self.assertEqual(rc, 2, log)
         self.assertIn("rank 1's flags differ from rank 0's", log)
 

@@ -1,0 +1,182 @@
+// The stage layout of a plan (stage_layout.h): one walk over every stage's nodes that finds the
+// owners, the values kept between passes and every value crossing a cut.
+#include "partitioner/stage_layout.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "partitioner/cost_model.h"
+#include "partitioner/partition.h"
+#include "partitioner/plan.h"
+
+namespace pt {
+
+namespace {
+
+struct ById {
+  bool operator()(const Value* a, const Value* b) const { return a->id < b->id; }
+};
+using ValueSet = std::set<const Value*, ById>;
+
+std::vector<const Value*> list_of(const ValueSet& s) { return {s.begin(), s.end()}; }
+
+// The plan checks that --plan-only and training share: the reasons a plan cannot be trained.
+Status check_flows(const Plan& plan) {
+  std::unordered_map<const Node*, int> stage_of;
+  std::unordered_map<const Value*, int> param_stage, state_stage;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes) {
+      stage_of[n] = s.index;
+      if (n->phase == Phase::kUpdate && !n->inputs.empty()) param_stage[n->inputs[0]] = s.index;
+    }
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes) {
+      if (n->phase == Phase::kUpdate) continue;
+      for (const Value* v : n->inputs) {
+        if (!v) continue;
+        if (v->kind == ValueKind::kParameter)
+          if (auto it = param_stage.find(v); it != param_stage.end() && it->second > s.index)
+            return unsupported("parameter '" + v->name + "' is read by " + n->describe() + " in stage " +
+                               std::to_string(s.index) + " and updated in later stage " + std::to_string(it->second) +
+                               ": a shared weight must be updated by the first stage that reads it");
+        if (v->kind == ValueKind::kState && v->from_initializer) {
+          auto [it, fresh] = state_stage.emplace(v, s.index);
+          if (!fresh && it->second != s.index)
+            return unsupported("model state '" + v->name + "' is used in stages " + std::to_string(it->second) + " and " +
+                               std::to_string(s.index) + "; keep its readers in one stage");
+        }
+        if (!v->producer) continue;
+        auto it = stage_of.find(v->producer);
+        if (it == stage_of.end() || it->second == s.index) continue;
+        const int from = it->second;
+        if (is_forward_phase(*v->producer)) {
+          if (from > s.index)
+            return unsupported(n->describe() + " in stage " + std::to_string(s.index) + " reads '" + v->name +
+                               "' computed by the forward of later stage " + std::to_string(from));
+        } else if (from < s.index) {
+          return unsupported(n->describe() + " in stage " + std::to_string(s.index) + " reads gradient '" + v->name +
+                             "' computed by earlier stage " + std::to_string(from) + "; gradients must flow upstream");
+        }
+      }
+    }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool StageLayout::describes(const Plan& plan) const {
+  if (stages.size() != plan.stages.size()) return false;
+  for (size_t k = 0; k < stages.size(); ++k)
+    if (stages[k].nodes != plan.stages[k].nodes) return false;
+  return true;
+}
+
+Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
+  RETURN_IF_ERROR(check_flows(plan));
+  const int N = static_cast<int>(plan.stages.size());
+  std::unordered_map<const Node*, int> stage_of;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes)
+      if (!stage_of.emplace(n, s.index).second) return internal_error(n->describe() + " is in two stages of the plan");
+  for (auto& n : g.nodes())
+    if (n->phase != Phase::kComm && !stage_of.count(n.get()))
+      return internal_error(n->describe() + " is in no stage of the plan");
+
+  // Owners: the stage with a parameter's update node.
+  std::unordered_map<const Value*, int> owner;
+  for (const StagePlan& s : plan.stages)
+    for (const Node* n : s.nodes)
+      if (n->phase == Phase::kUpdate) owner[n->inputs.at(0)] = s.index;
+
+  const bool gpipe = plan.schedule == Schedule::kGPipe;
+  const Value* input = g.inputs.empty() ? nullptr : g.inputs[0];
+  StageLayout L;
+  std::map<std::pair<int, int>, ValueSet> fwd_flow, bwd_flow;
+  std::map<std::tuple<int, int, bool>, ValueSet> weight_flow;  // (owner, reader, backward)
+  for (const StagePlan& sp : plan.stages) {
+    StageLayoutStage st;
+    st.index = sp.index;
+    st.nodes = sp.nodes;
+    ValueSet saved, state, shared;
+    for (const Node* n : sp.nodes) {
+      if (n->phase == Phase::kUpdate) {
+        st.params.push_back(n->inputs.at(0));
+        st.grads.push_back(n->inputs.at(1));
+        st.updates.push_back(n);
+        st.opt_state.emplace_back();
+        for (size_t j = 2; j < n->inputs.size(); ++j)
+          if (n->inputs[j]->kind == ValueKind::kState) st.opt_state.back().push_back(n->inputs[j]);
+        continue;
+      }
+      for (const Value* v : n->inputs) {
+        if (!v) continue;
+        if (v == input) st.reads_input = true;
+        for (size_t k = 1; k < g.inputs.size(); ++k)
+          if (v == g.inputs[k] && std::none_of(st.more_inputs.begin(), st.more_inputs.end(),
+                                               [&](const auto& e) { return e.second == v; }))
+            st.more_inputs.emplace_back(k - 1, v);
+        if (v->kind == ValueKind::kLabel) st.reads_labels = true;
+        if (v->kind == ValueKind::kParameter)
+          if (auto it = owner.find(v); it != owner.end() && it->second != sp.index) {
+            // An earlier owner (check_flows refused a later one) serves every pass that reads it.
+            const bool bwd_read = n->phase == Phase::kBackward && !gpipe;
+            weight_flow[{it->second, sp.index, bwd_read}].insert(v);
+            shared.insert(v);
+          }
+        if (v->kind == ValueKind::kState && v->from_initializer) state.insert(v);
+        if (n->phase == Phase::kBackward) {
+          const bool fwd_act = v->kind == ValueKind::kActivation && v->producer && is_forward_phase(*v->producer);
+          if (fwd_act || v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) saved.insert(v);
+        }
+        if (!v->producer) continue;
+        const int from = stage_of.at(v->producer);
+        if (from == sp.index) continue;
+        (is_forward_phase(*v->producer) ? fwd_flow : bwd_flow)[{from, sp.index}].insert(v);
+      }
+    }
+    st.saved = list_of(saved);
+    st.state = list_of(state);
+    st.shared = list_of(shared);
+    L.stages.push_back(std::move(st));
+  }
+  for (const auto& [ends, values] : fwd_flow) L.activations.push_back({ends.first, ends.second, list_of(values)});
+  for (const auto& [ends, values] : bwd_flow) L.gradients.push_back({ends.first, ends.second, list_of(values)});
+  for (const auto& [key, values] : weight_flow) {
+    const auto [o, r, backward] = key;
+    L.weights.push_back({o, r, backward, list_of(values), shared_link_slots(r, N, backward, gpipe)});
+  }
+  // Each stage's boundary: what it receives from and sends to every other stage, each value once.
+  std::vector<ValueSet> recv(N), send(N);
+  for (const ValueFlow& f : L.activations) {
+    recv[f.to].insert(f.values.begin(), f.values.end());
+    send[f.from].insert(f.values.begin(), f.values.end());
+  }
+  for (int k = 0; k < N; ++k) {
+    L.stages[k].recv = list_of(recv[k]);
+    L.stages[k].send = list_of(send[k]);
+  }
+  return L;
+}
+
+Status layout_plan(const Graph& g, Plan* plan) {
+  Expected<StageLayout> L = build_stage_layout(g, *plan);
+  if (!L) {
+    plan->layout = StageLayout{};
+    plan->layout_status = L.status();
+    return L.status();
+  }
+  plan->layout = std::move(*L);
+  plan->layout_status = Status::ok();
+  for (StagePlan& s : plan->stages) {
+    const StageLayoutStage& ls = plan->layout.stages.at(s.index);
+    s.recv = ls.recv;
+    s.send = ls.send;
+    s.shared_params = ls.shared;
+  }
+  return Status::ok();
+}
+
+}  // namespace pt

@@ -1,0 +1,476 @@
+// The library entry point of a training run (tools/run_training.h): import, training graph,
+// plan and reports, data, training on one stage or a pipeline, the trained model and the reports
+// with what was measured. Prints progress unless the spec is quiet.
+#include "tools/run_training.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "importer/importer.h"
+#include "importer/training.h"
+#include "kernels/device.h"
+#include "partitioner/plan.h"
+#include "runtime/data.h"
+#include "runtime/executor.h"
+#include "runtime/executor_memory.h"
+#include "runtime/pipeline.h"
+#include "runtime/trainer.h"
+#include "tools/plan_step.h"
+
+namespace fs = std::filesystem;
+
+namespace pt {
+
+namespace {
+
+constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report a run stopped by Ctrl-C
+
+void say(const TrainingSpec& s, const std::string& line) {
+  if (!s.local.quiet) std::printf("%s\n", line.c_str());
+}
+
+std::string human_count(int64_t n) {
+  char b[32];
+  if (n >= 1000000) std::snprintf(b, sizeof b, "%.2fM", n / 1e6);
+  else if (n >= 1000) std::snprintf(b, sizeof b, "%.1fk", n / 1e3);
+  else std::snprintf(b, sizeof b, "%lld", static_cast<long long>(n));
+  return b;
+}
+
+// The optimizer of --optimizer and its flags; a flag that does not apply to it is refused.
+Expected<SgdOptions> optimizer_options(const TrainingSpec& o) {
+  const OptimizerKind kind = o.optimizer;
+  auto applies = [&](const std::string& f) {
+    if (f == "--momentum") return kind == OptimizerKind::kSgdPaper || kind == OptimizerKind::kSgd;
+    if (f == "--dampening" || f == "--nesterov") return kind == OptimizerKind::kSgd;
+    return kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW;  // --beta1, --beta2, --eps
+  };
+  for (const std::string& f : o.optimizer_flags)
+    if (!applies(f)) return invalid_input(f + ": does not apply to --optimizer " + std::string(optimizer_name(o.optimizer)));
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+    return invalid_input("--nesterov: needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
+  SgdOptions s;
+  s.kind = kind;
+  s.momentum = o.momentum;
+  s.weight_decay = o.weight_decay;
+  s.dampening = o.dampening;
+  s.nesterov = o.nesterov;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  return s;
+}
+
+// The vocabulary of an integer input: the rows of the embedding the Gather that reads it indexes
+// (through Cast / Identity / Reshape-like nodes); 0 when no Gather reads it.
+int64_t token_vocabulary(const Value& input) {
+  std::vector<const Value*> todo{&input};
+  for (size_t k = 0; k < todo.size() && k < 64; ++k)
+    for (const Node* n : todo[k]->consumers) {
+      if (n->op_type == "Gather" && n->inputs.size() > 1 && n->inputs[1] == todo[k] && !n->inputs[0]->dims.empty() &&
+          n->attrs.get_int("axis", 0) == 0)
+        return n->inputs[0]->dims[0];
+      if ((n->op_type == "Cast" || n->op_type == "Identity" || n->op_type == "Reshape" || n->op_type == "Unsqueeze" ||
+           n->op_type == "Squeeze" || n->op_type == "Flatten") &&
+          n->inputs[0] == todo[k] && !n->outputs.empty() && n->outputs[0])
+        todo.push_back(n->outputs[0]);
+    }
+  return 0;
+}
+
+}  // namespace
+
+int run_training(const TrainingSpec& o, MpiJob& job) {
+  if (o.test.separate_host) set_separate_host_for_tests(true);
+  if (!o.plan_only && o.local.data == "synthetic")  // the first line, so that nobody mistakes the numbers
+    say(o, std::string("notice: ") + (o.local.data_given ? "--data synthetic" : "no --data given") +
+               ": training on synthetic random inputs and labels, so loss and accuracy mean nothing");
+  if (o.gpus < 1) return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
+  if (Status js = job.check_stages(o.gpus); !js.is_ok()) return job.fail(js);
+  auto opt = optimizer_options(o);
+  if (!opt) return job.fail(opt.status());
+  const SgdOptions& sgd = *opt;
+  // Devices: CUDA stages when asked for (or, with auto, when there is a GPU per stage: under MPI
+  // a GPU per rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of
+  // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
+  const int gpus_here = cuda_device_count();
+  const int gpus_needed = job.cuda_devices_needed(o.gpus);
+  if (o.device == DeviceChoice::kCuda && !o.plan_only && (gpus_here == 0 || (gpus_here < gpus_needed && !o.oversubscribe))) {
+    return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
+                                  " CUDA device" + (gpus_here == 1 ? "" : "s") +
+                                  (job.in_job() ? " for " + std::to_string(gpus_needed) + " ranks on this node" : "") +
+                                  (gpus_here > 0 ? "; add --oversubscribe to place several stages on one GPU"
+                                                 : ": " + cuda_unavailable_reason())));
+  }
+  const bool use_cuda = o.device == DeviceChoice::kCuda || (o.device == DeviceChoice::kAuto && gpus_here >= gpus_needed && gpus_here > 0);
+  const DeviceKind device = use_cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  if (o.device == DeviceChoice::kAuto && !o.plan_only)
+    say(o, "notice: " + std::to_string(o.gpus) + (use_cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
+               (use_cuda ? "" : " (" + (gpus_here > 0 ? std::to_string(gpus_here) + " CUDA device" +
+                                                            (gpus_here == 1 ? "" : "s") + " for " +
+                                                            std::to_string(gpus_needed) + " stages; --device cuda " +
+                                                            "--oversubscribe shares them"
+                                                      : cuda_unavailable_reason()) + ")"));
+
+  ImportOptions io;
+  // GPipe builds the graph for one micro-batch.
+  const bool gpipe = o.schedule == Schedule::kGPipe;
+  if (!gpipe && o.batch.micro_batches_given && o.batch.micro_batches != 1)
+    return job.fail(invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) + ": micro-batches need --schedule gpipe"));
+  const int micro = gpipe ? o.batch.micro_batches : 1;
+  if (o.batch.mini_batch % micro != 0)
+    return job.fail(invalid_input("--batch-size " + std::to_string(o.batch.mini_batch) + " is not a multiple of --micro-batches " +
+                                  std::to_string(micro)));
+  io.batch_size = o.batch.mini_batch / micro;
+  io.device = device;
+  io.freeze = o.freeze;
+  io.trainable = o.trainable;
+  io.seed = o.seed;
+  const size_t baseline_rss = process_rss_bytes();  // the memory report's process baseline
+  auto imported = import_onnx(o.model, io);
+  if (!imported) return job.fail(imported.status());
+  ImportedModel& m = *imported;
+  Graph& g = *m.graph;
+  say(o, "model: " + o.model + " (opset " + std::to_string(m.source_opset) +
+             (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
+             (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
+
+  // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
+  // nothing to learn from (and would divide by zero in the epoch arithmetic).
+  for (const Value* in : g.inputs)
+    for (size_t d = 0; d < in->dims.size(); ++d)
+      if (in->dims[d] <= 0)
+        return job.fail(invalid_input(o.model + ": graph input '" + in->name + "' dimension " + std::to_string(d) +
+                                      " is " + std::to_string(in->dims[d]) +
+                                      "; every dimension of a data input must be at least 1" +
+                                      (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : "")));
+  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size)
+    say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
+               "; training with batches of that size (--batch-size " + std::to_string(o.batch.mini_batch) + " ignored)");
+  const LossKind lk = o.loss;
+  auto tg = build_training_graph(g, lk, sgd, o.ignore_index);
+  if (!tg) return job.fail(tg.status().with_context(o.model + ": "));
+  int64_t params = 0;
+  for (Value* p : tg->params) params += p->size();
+  say(o, "loss: " + tg->loss.description);
+  {
+    // What trains, and how many float initializers stay as they are (scalars, exponents,
+    // epsilons, bounds; --freeze; --trainable).
+    int64_t kept = 0;
+    for (Value* v : g.values_of_kind(ValueKind::kConstant))
+      if (v->from_initializer && is_floating(v->dtype) && !v->consumers.empty()) ++kept;
+    say(o, "parameters: training " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
+               (kept ? " (" + std::to_string(kept) + " float initializer" + (kept == 1 ? "" : "s") + " kept constant: " +
+                           (o.trainable.empty() ? "scalars, exponents, bounds" : "not matched by --trainable") +
+                           (o.freeze.empty() ? "" : ", --freeze") + ")"
+                     : ""));
+  }
+  for (const auto& u : tg->unused_params) say(o, "notice: parameter '" + u + "' does not reach the loss; it stays as it is");
+  const fs::path out_dir = o.local.out.empty() ? fs::path("runs") / m.stem : fs::path(o.local.out);
+  std::error_code ec;
+  if (!o.plan_only && !o.local.overwrite && !o.resume && job.leads_run()) {
+    // A finished run is not overwritten by accident (rank 0 alone writes the run folder).
+    std::string found;
+    for (const fs::path& f : {out_dir / (m.stem + ".trained.onnx"), out_dir / "metrics.csv"})
+      if (fs::exists(f, ec)) found += (found.empty() ? "" : ", ") + f.filename().string();
+    if (!found.empty())
+      return job.fail(invalid_input("--out " + out_dir.string() + ": the folder holds a finished run (" + found +
+                                    "); add --overwrite to replace it, --resume to continue it, or choose another --out"));
+  }
+  fs::create_directories(out_dir, ec);
+  if (ec) return job.fail(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
+
+  PlanFlags pf;
+  pf.stages = o.gpus;
+  pf.device = device;
+  pf.device_specs = o.device_spec;
+  pf.link = o.link;
+  pf.schedule = schedule_name(o.schedule);
+  pf.weights = weight_mode_name(o.weights);
+  pf.optimizer_state_copies = sgd.kind == OptimizerKind::kAdam || sgd.kind == OptimizerKind::kAdamW ? 2 : sgd.nesterov ? 2 : 1;
+  pf.micro_batches = o.batch.micro_batches;
+  pf.split_at = o.split_at;
+  pf.balance = o.balance;
+  pf.profile = o.profile;
+  pf.whatif = o.whatif;
+  pf.out_dir = out_dir.string();
+  pf.quiet = o.local.quiet;
+  if (job.in_job()) {
+    job.set_plan_flags(&pf);
+  } else if (o.ranks_per_node > 0) {
+    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
+  }
+  auto planned = plan_and_report(m, g, pf);
+  if (!planned) return job.fail(planned.status());
+  say(o, "reports: " + (out_dir / "partition.{txt,json,html,dot}").string() + ", " + (out_dir / "trace.json").string());
+  if (o.plan_only) {
+    if (int code = job.agree_start(o, m.hash, planned->plan); code != 0) return code;
+    if (!job.leads_run()) return 0;  // rank 0 writes the run folder
+    if (!o.local.export_stages) return 0;
+    Status es = export_plan_stages(m, {}, planned->plan, (out_dir / "stages").string(), o.local.quiet);
+    return es.is_ok() ? 0 : job.fail(es);
+  }
+
+  if (!use_cuda) release_zero_state(g);  // the CPU executors start optimizer state at zero themselves
+  DataSpec spec;
+  Value* in = g.inputs.at(0);
+  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
+  spec.input_dtype = in->dtype;
+  spec.label_dtype = tg->loss.labels->dtype;
+  spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
+  spec.num_classes = tg->loss.num_classes;
+  spec.ignore_index = o.ignore_index;
+  spec.input_vocab = token_vocabulary(*in);
+  spec.input_name = in->name;
+  for (size_t k = 1; k < g.inputs.size(); ++k) {
+    const Value* v = g.inputs[k];
+    InputSpec is;
+    is.name = v->name;
+    if (!v->dims.empty()) is.sample_dims.assign(v->dims.begin() + 1, v->dims.end());
+    is.dtype = v->dtype;
+    is.vocab = token_vocabulary(*v);
+    spec.more_inputs.push_back(std::move(is));
+  }
+  spec.scale_pixels = !o.raw_pixels;
+  Dataset train, val;
+  if (!job.leads_run()) {
+    // Rank 0 alone reads the data and sends every stage what it reads.
+  } else if (o.local.data == "synthetic") {
+    train = synthetic_dataset(spec, std::max<int64_t>(o.batch.mini_batch * 16, 512), o.seed);  // said on the first line
+  } else {
+    auto d = load_dataset(o.local.data, spec);
+    if (!d) return job.fail(d.status().with_context("--data: "));
+    train = std::move(*d);
+  }
+  if (!o.local.val_data.empty() && job.leads_run()) {
+    auto d = load_dataset(o.local.val_data, spec);
+    if (!d) return job.fail(d.status().with_context("--val-data: "));
+    val = std::move(*d);
+  } else if (o.val_split > 0 && train.size() > 0) {
+    if (train.size() < 2) return job.fail(invalid_input("--val-split: the training set has fewer than 2 samples"));
+    val = split_validation(&train, o.val_split, o.seed);
+  }
+  if (Status ns = normalize_dataset(&train, o.mean, o.std); !ns.is_ok()) return job.fail(ns);
+  if (Status ns = normalize_dataset(&val, o.mean, o.std); !ns.is_ok()) return job.fail(ns);
+  if (int code = job.agree_start(o, m.hash, planned->plan); code != 0) return code;
+  say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
+             (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
+
+  TrainConfig tc;
+  tc.epochs = o.epochs;
+  tc.steps = o.steps;
+  tc.lr = o.lr;
+  tc.lr_schedule.kind = o.lr_schedule;
+  tc.lr_schedule.warmup = o.warmup_steps;
+  tc.lr_schedule.decay_every = o.lr_decay_every;
+  tc.lr_schedule.gamma = o.lr_gamma;
+  tc.lr_schedule.power = o.lr_power;
+  tc.lr_schedule.min_lr = o.lr_min;
+  tc.eval_every = o.eval_every;
+  tc.clip_grad_norm = o.clip_grad_norm;
+  tc.seed = o.seed;
+  tc.shuffle = !o.no_shuffle;
+  tc.log_every = o.local.log_every;
+  tc.quiet = o.local.quiet;
+  tc.metrics_path = (out_dir / "metrics.csv").string();
+  tc.curves_path = (out_dir / "curves.svg").string();
+  if (o.local.tensorboard) tc.tensorboard_dir = out_dir.string();
+  tc.title = m.stem + ": " + tg->loss.description.substr(0, tg->loss.description.find(" on output"));
+  tc.checkpoint.dir = (out_dir / "checkpoints").string();
+  tc.checkpoint.every = o.checkpoint_every;
+  tc.checkpoint.keep = o.local.keep_checkpoints;
+  tc.checkpoint.model_hash = m.hash;
+  if (o.resume) {
+    fs::path from = o.local.resume_path.empty() ? fs::path(tc.checkpoint.dir) : fs::path(o.local.resume_path);
+    // A run folder stands for its checkpoints folder.
+    if (fs::is_directory(from) && fs::is_directory(from / "checkpoints")) from /= "checkpoints";
+    if (!fs::exists(from) && job.leads_run())  // under MPI rank 0 alone reads it
+      return job.fail(invalid_input(
+          o.local.resume_path.empty()
+              ? from.string() + ": no checkpoint to resume from (train with --checkpoint-every N first)"
+              : "--resume " + o.local.resume_path + ": no such checkpoint file or folder"));
+    tc.checkpoint.resume = from.string();
+  }
+  std::map<std::string, HostTensor> trained_values;
+  std::unique_ptr<PipelineTrainer> pipeline;
+  Expected<TrainResult> result = internal_error("not trained");
+  if (o.gpus == 1 && !gpipe) {
+    auto dev = open_device(device, use_cuda ? job.local_gpu(gpus_here) : 0);
+    if (!dev) return job.fail(dev.status());
+    auto trainer = Trainer::create(g, *tg, *dev);
+    if (!trainer)
+      return job.fail(with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""),
+                                      planned->plan, baseline_rss + train.bytes() + val.bytes()));
+    if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
+    {
+      StopRequests stop(job);  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
+      tc.stop = stop.flag();
+      result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
+    }
+    if (!result) return job.fail(result.status());
+    trained_values = (*trainer)->trained_initializers();
+    // Measured stage times beside the predicted ones: the trainer timed its own last steps.
+    if (result->fwd_ms + result->bwd_ms > 0) {
+      StagePlan& s0 = planned->plan.stages[0];
+      s0.measured_fwd_ms = result->fwd_ms;
+      s0.measured_bwd_ms = result->bwd_ms;
+    }
+    planned->plan.stages[0].measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
+  } else {
+    PipelineOptions po;
+    po.schedule = gpipe ? Schedule::kGPipe : Schedule::k1F1B;
+    po.weights = o.weights;
+    po.staleness = o.staleness;
+    po.after_update = o.test.after_update;
+    po.micro_batches = micro;
+    po.threads_per_stage = job.threads_per_stage(o.gpus);
+    po.record_trace = o.trace;
+    po.device = device;
+    job.set_pipeline(&po, use_cuda, gpus_here, o.oversubscribe);
+    auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
+    if (!pipe)
+      return job.fail(with_batch_hint(pipe.status(), planned->plan,
+                                      baseline_rss + train.bytes() + val.bytes()));
+    if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
+    say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
+                                                "1F1B, " + std::string(weight_mode_name(o.weights)) + " weights" +
+                                                    (o.weights == WeightMode::kSpecTrain ? " (" + std::string(staleness_name(o.staleness)) + " staleness)" : "")) +
+               ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : ""));
+    {
+      StopRequests stop(job);  // Ctrl-C: finish the mini-batches started, drain, checkpoint, exit 130
+      tc.stop = stop.flag();
+      result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
+    }
+    if (!result) return job.fail(result.status());
+    if (!job.leads_run()) return result->interrupted ? kExitInterrupted : 0;  // rank 0 writes the run folder
+    trained_values = (*pipe)->trained_initializers();
+    for (const StageStats& st : (*pipe)->stage_stats()) {
+      char b[256];
+      std::snprintf(b, sizeof b, "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch", st.stage,
+                    100 * st.busy_fraction, st.fwd_ms, st.bwd_ms);
+      say(o, b);
+      if (st.stage < static_cast<int>(planned->plan.stages.size())) {
+        planned->plan.stages[st.stage].measured_fwd_ms = st.fwd_ms;
+        planned->plan.stages[st.stage].measured_bwd_ms = st.bwd_ms;
+      }
+    }
+    {
+      // Pipeline efficiency: the throughput reached against the bound the slowest stage sets
+      // (its measured forward + backward + update time per mini-batch), and the cost model's
+      // prediction.
+      double slowest = 0;
+      int which = 0;
+      for (const StageStats& st : (*pipe)->stage_stats()) {
+        const double t = st.fwd_ms + st.bwd_ms + st.update_ms;
+        if (t > slowest) { slowest = t; which = st.stage; }
+      }
+      if (slowest > 0 && result->samples_per_s > 0) {
+        const double bound = static_cast<double>((*pipe)->samples_per_step()) / (slowest * 1e-3);
+        char b[320];
+        std::snprintf(b, sizeof b,
+                      "pipeline efficiency: %.0f%% of the slowest stage's bound (stage %d, %.3f ms per mini-batch: "
+                      "%.0f samples/s); the cost model predicted %.0f samples/s",
+                      100 * result->samples_per_s / bound, which, slowest, bound, planned->plan.predicted_samples_per_s);
+        say(o, b);
+      }
+    }
+    const std::vector<int64_t> held = (*pipe)->stage_allocated_bytes();
+    for (size_t k = 0; k < held.size() && k < planned->plan.stages.size(); ++k)
+      planned->plan.stages[k].measured_memory_bytes = held[k];
+    pipeline = std::move(*pipe);
+  }
+  {
+    // Memory: each stage's buffers against the plan's model of them, and the process's peak
+    // resident set against the stages' sum plus the process baseline and the data sets.
+    Plan& p = planned->plan;
+    p.baseline_bytes = static_cast<int64_t>(baseline_rss);
+    p.data_bytes = static_cast<int64_t>(train.bytes() + val.bytes());
+    p.measured_peak_rss_bytes = static_cast<int64_t>(process_peak_rss_bytes());
+    int64_t stages_planned = 0;
+    char b[256];
+    for (const StagePlan& st : p.stages) {
+      stages_planned += st.memory_bytes;
+      if (st.measured_memory_bytes < 0) continue;
+      std::snprintf(b, sizeof b, "memory: stage %d peak %.1f MB, planned %.1f MB", st.index,
+                    static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6);
+      say(o, b);
+    }
+    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages %.1f MB + data %.1f MB + baseline %.1f MB)",
+                  static_cast<double>(p.measured_peak_rss_bytes) / 1e6,
+                  static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6,
+                  static_cast<double>(stages_planned) / 1e6, static_cast<double>(p.data_bytes) / 1e6,
+                  static_cast<double>(p.baseline_bytes) / 1e6);
+    say(o, b);
+  }
+  // With --trace, trace.json holds the passes as they ran instead of the simulated schedule.
+  const bool real_trace = o.trace && pipeline != nullptr;
+  if (o.trace) {
+    if (!pipeline) {
+      say(o, "notice: --trace records pipelined runs; trace.json keeps the simulated schedule of this single-stage run");
+    } else if (Status ts = pipeline->write_chrome_trace((out_dir / "trace.json").string()); !ts.is_ok()) {
+      return job.fail(ts);
+    }
+  }
+  pipeline.reset();  // the export below needs only the trained values: not the stages, not the data
+  train = Dataset{};
+  val = Dataset{};
+  if (use_cuda) {  // the caching allocators: peak, cached, fragmentation, per GPU this process used
+    const int first = job.in_job() ? job.local_gpu(gpus_here) : 0;
+    const int count = job.in_job() ? 1 : std::min(gpus_here, o.gpus);
+    for (int d = first; d < first + count; ++d)
+      if (auto dev = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*dev)->memory_summary());
+  }
+  // A loss can stay finite while weights went NaN (Relu maps NaN to 0): never write such a model.
+  if (std::string bad = describe_non_finite(trained_values); !bad.empty()) {
+    std::string last_good = result->last_checkpoint;
+    if (last_good.empty() && !tc.checkpoint.resume.empty()) last_good = tc.checkpoint.resume;
+    return job.fail(Status(StatusCode::kDiverged,
+                           "training diverged: after step " + std::to_string(result->steps) + " " + bad +
+                               "; the trained model was not written" +
+                               (last_good.empty() ? " (try a smaller --lr)" : "; the last good checkpoint is in " + last_good)));
+  }
+  const fs::path trained = out_dir / (m.stem + ".trained.onnx");
+  Status st = export_onnx(m, trained_values, trained.string(), ExportMode::kInference);
+  if (!st.is_ok()) return job.fail(st);
+  const fs::path training_model = out_dir / (m.stem + ".training.onnx");
+  if (o.local.export_training) {
+    st = export_onnx(m, trained_values, training_model.string(), ExportMode::kTraining);
+    if (!st.is_ok()) return job.fail(st);
+  }
+  if (o.local.export_stages) {
+    st = export_plan_stages(m, trained_values, planned->plan, (out_dir / "stages").string(), o.local.quiet);
+    if (!st.is_ok()) return job.fail(st);
+  }
+  // The reports again, with measured stage times and throughput: after the model, so that a full
+  // disk or any failure writing them never costs the trained model.
+  planned->plan.measured_samples_per_s = result->samples_per_s;
+  if (Status rs = rewrite_reports(*planned, g, out_dir.string(), !real_trace); !rs.is_ok()) return job.fail(rs);
+
+  char line[512];
+  std::snprintf(line, sizeof line, "done: %lld steps in %.2f s (%.0f samples/s), loss %.4f -> %.4f",
+                static_cast<long long>(result->steps), result->seconds, result->samples_per_s, result->first_loss,
+                result->last_loss);
+  say(o, line);
+  if (result->val.samples) {
+    if (result->val.accuracy >= 0)
+      std::snprintf(line, sizeof line, "validation: loss %.4f, accuracy %.2f%% on %lld samples", result->val.loss,
+                    100 * result->val.accuracy, static_cast<long long>(result->val.samples));
+    else
+      std::snprintf(line, sizeof line, "validation: loss %.4f on %lld samples", result->val.loss,
+                    static_cast<long long>(result->val.samples));
+    say(o, line);
+  }
+  say(o, "wrote: " + trained.string() + (o.local.export_training ? ", " + training_model.string() : "") + ", " +
+             (out_dir / "metrics.csv").string() + ", " +
+             (out_dir / "curves.svg").string());
+  if (!result->last_checkpoint.empty()) say(o, "checkpoint: " + result->last_checkpoint);
+  if (result->interrupted) {
+    std::fprintf(stderr, "onnx-pipetrain: interrupted at step %lld; wrote %s and the model; continue with --resume\n",
+                 static_cast<long long>(result->steps), result->last_checkpoint.c_str());
+    return kExitInterrupted;
+  }
+  return 0;
+}
+
+}  // namespace pt

@@ -1,0 +1,98 @@
+// The training spec's names and its canonical serialization (tools/training_spec.h).
+#include "tools/training_spec.h"
+
+#include <nlohmann/json.hpp>
+
+namespace pt {
+
+const char* device_choice_name(DeviceChoice d) {
+  switch (d) {
+    case DeviceChoice::kAuto: return "auto";
+    case DeviceChoice::kCpu: return "cpu";
+    case DeviceChoice::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// One serializer per struct. A field added to TrainingSpec changes its size, which stops the
+// build here until the field is serialized too (or, if rank-local, put into RunLocal): so the
+// agreement between ranks can never forget a flag. The sizes are this project's toolchain's
+// (GCC, libstdc++, x86-64/aarch64 LP64).
+static_assert(sizeof(BatchSpec) == 16, "BatchSpec changed: serialize the new field below");
+static_assert(sizeof(TestHooks) == 72, "TestHooks changed: serialize the new field below");
+static_assert(sizeof(TrainingSpec) == 488 + sizeof(TestHooks) + sizeof(RunLocal),
+              "TrainingSpec changed: serialize the new field below (or move a rank-local one into RunLocal)");
+
+json to_json_value(const BatchSpec& b) {
+  return {{"mini_batch", b.mini_batch}, {"micro_batches", b.micro_batches}, {"micro_batches_given", b.micro_batches_given}};
+}
+
+json to_json_value(const TestHooks& t) {
+  // after_update is what the command line made of lose_rank: the flag's text stands for it.
+  return {{"separate_host", t.separate_host}, {"lose_rank", t.lose_rank}};
+}
+
+json to_json_value(const TrainingSpec& s) {
+  return {
+      {"model", s.model},
+      {"gpus", s.gpus},
+      {"device", device_choice_name(s.device)},
+      {"oversubscribe", s.oversubscribe},
+      {"batch", to_json_value(s.batch)},
+      {"schedule", schedule_name(s.schedule)},
+      {"weights", weight_mode_name(s.weights)},
+      {"staleness", staleness_name(s.staleness)},
+      {"epochs", s.epochs},
+      {"steps", s.steps},
+      {"lr", s.lr},
+      {"lr_schedule", static_cast<int>(s.lr_schedule)},
+      {"warmup_steps", s.warmup_steps},
+      {"lr_decay_every", s.lr_decay_every},
+      {"lr_gamma", s.lr_gamma},
+      {"lr_power", s.lr_power},
+      {"lr_min", s.lr_min},
+      {"optimizer", optimizer_name(s.optimizer)},
+      {"momentum", s.momentum},
+      {"weight_decay", s.weight_decay},
+      {"dampening", s.dampening},
+      {"nesterov", s.nesterov},
+      {"beta1", s.beta1},
+      {"beta2", s.beta2},
+      {"eps", s.eps},
+      {"clip_grad_norm", s.clip_grad_norm},
+      {"optimizer_flags", s.optimizer_flags},
+      {"loss", static_cast<int>(s.loss)},
+      {"ignore_index", s.ignore_index},
+      {"freeze", s.freeze},
+      {"trainable", s.trainable},
+      {"eval_every", s.eval_every},
+      {"val_split", s.val_split},
+      {"mean", s.mean},
+      {"std", s.std},
+      {"raw_pixels", s.raw_pixels},
+      {"seed", s.seed},
+      {"no_shuffle", s.no_shuffle},
+      {"plan_only", s.plan_only},
+      {"whatif", s.whatif},
+      {"profile", s.profile},
+      {"trace", s.trace},
+      {"device_spec", s.device_spec},
+      {"link", s.link},
+      {"split_at", s.split_at},
+      {"balance", s.balance},
+      {"ranks_per_node", s.ranks_per_node},
+      {"checkpoint_every", s.checkpoint_every},
+      {"resume", s.resume},
+      {"test", to_json_value(s.test)},
+  };
+}
+
+}  // namespace
+
+std::string serialize_for_agreement(const TrainingSpec& spec) { return to_json_value(spec).dump(); }
+
+}  // namespace pt

@@ -1,0 +1,116 @@
+// What one training run is asked to do, as one typed value: the library entry point
+// run_training (tools/run_training.h) takes it, the command line parses its flags straight into
+// it (tools/onnx_pipetrain.cpp), and the ranks of an MPI job agree on its serialization.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "importer/training.h"
+#include "partitioner/plan.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/pipeline.h"
+
+namespace pt {
+
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+const char* device_choice_name(DeviceChoice d);
+
+// The batch: samples per weight update, and (GPipe) the passes each mini-batch is split into.
+struct BatchSpec {
+  int64_t mini_batch = 32;         // --batch-size
+  int micro_batches = 4;           // --micro-batches (GPipe only; 1F1B runs one pass per mini-batch)
+  bool micro_batches_given = false;
+};
+
+// Set only by tests (the command line's hidden --test-* flags); never part of a user's run.
+struct TestHooks {
+  // Every executor keeps host copies apart from its buffers, as on CUDA (runtime/executor.h).
+  bool separate_host = false;
+  // --test-lose-rank RANK:STEP[:stop] as given (agreed on by the ranks like every other flag),
+  // and what the command line made of it: called by this process's stages after each update.
+  std::string lose_rank;
+  std::function<void(int stage, int64_t step)> after_update;
+};
+
+// What only the process that leads the run (rank 0, or the single process) reads, writes or
+// prints: not part of the start-up agreement (a rank other than 0 runs quietly).
+struct RunLocal {
+  std::string out;                 // run folder; empty: runs/<model stem>
+  std::string data = "synthetic";  // --data
+  bool data_given = false;
+  std::string val_data;
+  std::string resume_path;         // --resume's value; empty: the run folder's newest checkpoint
+  bool quiet = false;
+  int64_t log_every = 0;
+  int keep_checkpoints = 3;
+  bool overwrite = false;
+  bool export_stages = false;
+  bool export_training = false;
+  bool tensorboard = false;
+};
+
+struct TrainingSpec {
+  std::string model;
+  int gpus = 1;                                 // pipeline stages
+  DeviceChoice device = DeviceChoice::kAuto;
+  bool oversubscribe = false;
+  BatchSpec batch;
+  Schedule schedule = Schedule::k1F1B;
+  WeightMode weights = WeightMode::kSpecTrain;
+  Staleness staleness = Staleness::kPaper;
+  int64_t epochs = 1;
+  int64_t steps = 0;                            // instead of epochs when > 0
+  // Learning rate and its schedule.
+  float lr = 0.05f;
+  LrSchedule::Kind lr_schedule = LrSchedule::Kind::kConstant;
+  int64_t warmup_steps = 0;
+  int64_t lr_decay_every = 0;
+  double lr_gamma = 0.1;
+  double lr_power = 2.0;
+  double lr_min = 0.0;
+  // The optimizer and its hyper-parameters.
+  OptimizerKind optimizer = OptimizerKind::kSgdPaper;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  float dampening = 0.0f;
+  bool nesterov = false;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  double clip_grad_norm = 0;                    // 0: off
+  std::vector<std::string> optimizer_flags;     // those of its flags given (refused where they do not apply)
+  // Loss, parameters, data handling.
+  LossKind loss = LossKind::kAuto;
+  int64_t ignore_index = -100;
+  std::vector<std::string> freeze, trainable;
+  int64_t eval_every = 0;
+  double val_split = 0;
+  std::vector<float> mean, std;
+  bool raw_pixels = false;
+  uint64_t seed = 0;
+  bool no_shuffle = false;
+  // Planning.
+  bool plan_only = false;
+  bool whatif = false;
+  bool profile = false;
+  bool trace = false;
+  std::vector<std::string> device_spec;
+  std::string link;
+  std::vector<std::string> split_at;
+  std::vector<int> balance;
+  int ranks_per_node = 0;
+  // Checkpoints.
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+
+  TestHooks test;
+  RunLocal local;
+};
+
+// Every field of `spec` but `local` and the hooks' function, as canonical JSON text (the start-up
+// agreement hashes it: ranks that differ in any of them are refused). Written with one serializer
+// per struct (tools/training_spec.cpp), which a static_assert on the struct sizes keeps complete.
+std::string serialize_for_agreement(const TrainingSpec& spec);
+
+}  // namespace pt
