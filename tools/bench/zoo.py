@@ -228,6 +228,9 @@ def ort_check(path, kind, shape, expect_shape_of):
 # the ill-conditioned BatchNorm steps of tiny batches (see torch_oracle) those reach 2e-6
 # (MobileNet-V2); a wrong gradient is off by far more.
 FP64_TOL = 1e-5
+# BatchNorm's momentum attribute is float32 too: MNASNet's 0.9997 carries a 3e-5 relative error
+# into (1 - momentum), the running statistics' update.
+FP64_TOL_STATS = 1e-4
 
 
 def to_float64(m):
@@ -308,6 +311,7 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
         return got, losses(os.path.join(run, "metrics.csv"))[0], None
 
     s64, loss = step(copy.deepcopy(model).double())
+    params = {n for n, _ in model.named_parameters()}
     path64 = os.path.join(work, "model_fp64.onnx")
     onnx.save(to_float64(m), path64)
     got, our_loss, err64 = cli_step(path64, np.float64, "64")
@@ -316,9 +320,10 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
         bad = []
         for tname, _ in named:
             iname = name_map[tname]
-            r = tmo.compare(got[iname], s64[tname], w0[iname], FP64_TOL, FP64_TOL)
+            tol = FP64_TOL if tname in params else FP64_TOL_STATS
+            r = tmo.compare(got[iname], s64[tname], w0[iname], tol, tol)
             worst = max(worst, r["ev"], r["eu"])
-            if not (r["ev"] <= FP64_TOL and r["eu"] <= FP64_TOL):
+            if not (r["ev"] <= tol and r["eu"] <= tol):
                 bad.append(iname)
         if bad or worst > FP64_TOL:
             return f"FAIL fp64: {len(bad)} tensors off (e.g. {bad[:2]}), worst rel err {worst:.1e}"
@@ -383,9 +388,11 @@ def evaluate(name, spec, opset, mode, binary, work, log):
         return row
     row["export"] = "ok"
     row["nodes"] = len(onnx.load(path, load_external_data=False).graph.node)
-    # A small rate: these runs check the mechanics on random labels (an eval export of a BatchNorm
-    # network has no normalization left, and ResNet-50's diverges at the default rate in 3 steps).
-    lm = ["--loss", "cross-entropy", "--lr", "0.005"]
+    # A small rate: these runs check the mechanics on random labels. At batch 4 and 32x32 many of
+    # these networks are chaotic (BatchNorm over 4 values at 1x1; an eval export has no
+    # normalization left): EfficientNet-B0 on 4 stages with stale weights ends in NaN at 0.005 by
+    # step 3, while one stage does not, and its step-2 loss moves 12 % between rates 1e-6 and 1e-4.
+    lm = ["--loss", "cross-entropy", "--lr", "0.0001"]
 
     p, _ = run_cli(binary, [path, "--gpus", "4", "--plan-only", "--batch-size", "4",
                             "--out", os.path.join(work, "plan"), "--overwrite", "--quiet"])
