@@ -135,6 +135,7 @@ int run(const Options& o) {
   io.freeze = o.freeze;
   io.trainable = o.trainable;
   io.seed = o.seed;
+  if (Status fs = disable_fusions(o.no_fusion, &io.fuse); !fs.is_ok()) return fail_run(fs);
   const size_t baseline_rss = process_rss_bytes();  // the memory report's process baseline
   auto imported = import_onnx(o.model, io);
   if (!imported) return fail_run(imported.status());
@@ -165,7 +166,7 @@ int run(const Options& o) {
   {
     // What trains, and how many float initializers stay as they are (scalars, exponents,
     // epsilons, bounds; --freeze; --trainable).
-    int64_t kept = 0;
+    int64_t kept = m.fused.absorbed_constants;
     for (Value* v : g.values_of_kind(ValueKind::kConstant))
       if (v->from_initializer && is_floating(v->dtype) && !v->consumers.empty()) ++kept;
     say(o, "parameters: training " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
@@ -588,6 +589,8 @@ int main_impl(int argc, char** argv) {
       ->check(finite())->check(CLI::NonNegativeNumber);
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
+  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, or all")
+      ->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->check(integer(false))->capture_default_str();
   app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
   app.add_option("--log-every", o.log_every, "print the loss every N steps (default: 10 lines per run)")->check(integer());

@@ -32,6 +32,7 @@ struct Options {
   float weight_decay = 0.0f;
   std::string loss = "auto";
   std::vector<std::string> freeze;
+  std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
   uint64_t seed = 0;
   std::string out;
   bool quiet = false;
