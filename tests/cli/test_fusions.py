@@ -3,7 +3,8 @@ it (--no-fusion), to 1e-6 over a few steps, the pass really rewrote the graph (f
 exported model is still the source graph with the trained weights.
 LayerNorm: PyTorch 1.13's own opset-13 spelling (a 2-layer Transformer encoder, 4 LayerNorms; a
 GPT-style decoder, pre-LN, 5 LayerNorms, also on 2 pipeline stages), and near misses that must stay
-unfused (exponent 4, the centred value read by a third node).
+unfused (exponent 4, the centred value read by a third node). GELU: the GPT's two, as PyTorch spells
+them at opset 13.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_fusions.py"""
 import csv
 import os
@@ -96,11 +97,11 @@ class LayerNormFusionTest(unittest.TestCase):
         trained = onnx.load(os.path.join(out, stem + ".trained.onnx"))
         return nodes, losses, trained
 
-    def compare(self, model, data, batch, fused_layernorms, *extra):
-        tag = os.path.basename(model) + "".join(extra)
+    def compare(self, model, data, batch, fused_layernorms, *extra, pass_name="layernorm", per_rewrite=8):
+        tag = os.path.basename(model) + "".join(extra) + "." + pass_name
         n_f, l_f, m_f = self.train(model, data, batch, tag + ".fused", *extra)
-        n_u, l_u, m_u = self.train(model, data, batch, tag + ".unfused", "--no-fusion", "layernorm", *extra)
-        self.assertEqual(n_u - n_f, 8 * fused_layernorms, "nodes with / without the fusion")
+        n_u, l_u, m_u = self.train(model, data, batch, tag + ".unfused", "--no-fusion", pass_name, *extra)
+        self.assertEqual(n_u - n_f, per_rewrite * fused_layernorms, f"nodes with / without the {pass_name} fusion")
         self.assertTrue(np.isfinite(l_f).all(), l_f)
         self.assertLess(np.mean(l_f[-2:]), np.mean(l_f[:2]), f"loss does not fall: {l_f}")
         np.testing.assert_allclose(l_f, l_u, rtol=TOL, atol=TOL, err_msg="per-step losses, fused vs unfused")
@@ -131,6 +132,8 @@ class LayerNormFusionTest(unittest.TestCase):
         data = self.data("gpt", x[:8], y[:8], 2 * self.STEPS)
         self.compare(path, data, 8, 5)
         self.compare(path, data, 8, 5, "--gpus", "2")
+        # Its two GELUs (Div sqrt 2, Erf, Add 1, Mul x, Mul 0.5 -> Gelu: 4 nodes fewer each).
+        self.compare(path, data, 8, 2, pass_name="gelu", per_rewrite=4)
 
     def test_hand_written_chain_and_near_misses(self):
         rng = np.random.default_rng(5)
@@ -150,7 +153,7 @@ class LayerNormFusionTest(unittest.TestCase):
     def test_unknown_pass_refused(self):
         rc, so, se = run(os.path.join(self.dir, "none.onnx"), "--no-fusion", "layernorm,attention")
         self.assertEqual(rc, 2)
-        self.assertIn("--no-fusion: unknown pass 'attention' (known: layernorm, all)", se)
+        self.assertIn("--no-fusion: unknown pass 'attention' (known: layernorm, gelu, all)", se)
 
 
 if __name__ == "__main__":
