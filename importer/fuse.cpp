@@ -10,13 +10,10 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
     if (n == "all") {
       *o = FuseOptions{};
       o->layernorm = false;
-      o->gelu = false;
     } else if (n == "layernorm") {
       o->layernorm = false;
-    } else if (n == "gelu") {
-      o->gelu = false;
     } else {
-      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, gelu, all)");
+      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, all)");
     }
   }
   return Status::ok();
@@ -32,7 +29,6 @@ FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   const std::set<const Value*> before = read_constants();
   FuseReport r;
   if (o.layernorm) r.rewrites += fuse_layernorm(g);
-  if (o.gelu) r.rewrites += fuse_gelu(g);
   r.absorbed_constants = static_cast<int>(before.size() - read_constants().size());
   return r;
 }

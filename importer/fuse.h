@@ -16,12 +16,12 @@ struct FuseOptions {
   // ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul scale, Add bias (LayerNorm as
   // exporters spell it below opset 17) -> LayerNormalization (importer/fuse_layernorm.cpp).
   bool layernorm = true;
-  // Div sqrt 2 (or Mul 1/sqrt 2), Erf, Add 1, Mul x, Mul 0.5 (GELU as exporters spell it below
-  // opset 20) -> Gelu (importer/fuse_gelu.cpp).
-  bool gelu = true;
+  // Not kept: a GELU pass (Div sqrt 2, Erf, Add 1, Mul x, Mul 0.5 -> Gelu; in git history) made the
+  // GPT's step slower: GeluGrad recomputes erf where the spelled-out backward reuses the forward's
+  // (docs/performance.md).
 };
 
-// Turns off the passes named (--no-fusion: "layernorm", "gelu", or "all"); an unknown name is refused,
+// Turns off the passes named (--no-fusion: "layernorm", or "all"); an unknown name is refused,
 // naming the flag and the known passes.
 Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 
@@ -31,10 +31,6 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 // times a scale, plus a bias, both of the normalized dims; every intermediate read by the pattern
 // only, all float32.
 int fuse_layernorm(Graph& g);
-
-// Rewrites every exact GELU spelled out in primitives (x read by the scaling and the product, the
-// intermediates read by the pattern only, float32) into one Gelu node; returns how many.
-int fuse_gelu(Graph& g);
 
 struct FuseReport {
   int rewrites = 0;

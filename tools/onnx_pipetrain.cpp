@@ -589,7 +589,7 @@ int main_impl(int argc, char** argv) {
       ->check(finite())->check(CLI::NonNegativeNumber);
   app.add_option("--loss", o.loss, "auto | cross-entropy | mse")->check(CLI::IsMember({"auto", "cross-entropy", "mse"}))->capture_default_str();
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
-  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, gelu, or all")
+  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, or all")
       ->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->check(integer(false))->capture_default_str();
   app.add_option("--out", o.out, "run folder (default ./runs/<model stem>)");
