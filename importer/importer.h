@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "importer/fuse.h"
 #include "importer/ir.h"
 #include "kernels/registry.h"
 
@@ -29,6 +30,8 @@ struct ImportOptions {
   // Graph inputs given values at import: they become constants (so that shape-like inputs such as
   // Reshape's shape or Slice's starts can be fed, as ONNX's node tests do).
   std::map<std::string, HostTensor> constant_inputs;
+  // Fusion passes run on the forward graph after import (importer/fuse.h; --no-fusion).
+  FuseOptions fuse;
 };
 
 struct ImportedModel {
@@ -40,6 +43,7 @@ struct ImportedModel {
   int64_t source_opset = 0; // default-domain opset before any conversion
   bool converted = false;   // true when ONNX's version converter raised the opset
   std::string hash;         // FNV-1a 64 of the file's bytes, hex (cache keys)
+  FuseReport fused;         // what the fusion passes rewrote (ImportOptions::fuse)
 };
 
 // Loads, validates (onnx::checker, structural checks), converts old opsets, reads external data

@@ -13,10 +13,17 @@ BatchPrefetcher::BatchPrefetcher(const HostTensor* x_like, const HostTensor* y_l
     if (x_like) s.x = HostTensor(x_like->dtype(), x_like->dims());
     if (y_like) s.y = HostTensor(y_like->dtype(), y_like->dims());
   }
+  const int64_t bytes = (x_like ? x_like->bytes() : 0) + (y_like ? y_like->bytes() : 0);
+  if (bytes <= kInlineBytes) {
+    slots_.resize(1);
+    next_ = first_;
+    return;
+  }
   thread_ = std::thread([this] { produce(); });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {
+  if (!thread_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -46,6 +53,15 @@ void BatchPrefetcher::produce() {
 void BatchPrefetcher::take(int64_t key, HostTensor* x, HostTensor* y) {
   PT_CHECK(key >= first_ && key < end_) << "batch " << key << " is outside the prefetched range [" << first_ << ", "
                                         << end_ << ")";
+  if (!thread_.joinable()) {
+    // Gathered here, in key order as the thread would (fill may draw shuffles as it goes).
+    PT_CHECK(key >= next_) << "batch " << key << " was taken after batch " << next_ - 1;
+    Slot& s = slots_[0];
+    for (; next_ <= key; ++next_) fill_(next_, has_x_ ? &s.x : nullptr, has_y_ ? &s.y : nullptr);
+    if (x && has_x_) std::memcpy(x->data(), s.x.data(), s.x.bytes());
+    if (y && has_y_) std::memcpy(y->data(), s.y.data(), s.y.bytes());
+    return;
+  }
   Slot& s = slots_[(key - first_) % static_cast<int64_t>(slots_.size())];
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "importer/fuse.h"
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "kernels/device.h"
@@ -127,6 +128,7 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   io.freeze = o.freeze;
   io.trainable = o.trainable;
   io.seed = o.seed;
+  if (Status fs = disable_fusions(o.no_fusion, &io.fuse); !fs.is_ok()) return job.fail(fs);
   const size_t baseline_rss = process_rss_bytes();  // the memory report's process baseline
   auto imported = import_onnx(o.model, io);
   if (!imported) return job.fail(imported.status());
@@ -157,7 +159,7 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   {
     // What trains, and how many float initializers stay as they are (scalars, exponents,
     // epsilons, bounds; --freeze; --trainable).
-    int64_t kept = 0;
+    int64_t kept = m.fused.absorbed_constants;
     for (Value* v : g.values_of_kind(ValueKind::kConstant))
       if (v->from_initializer && is_floating(v->dtype) && !v->consumers.empty()) ++kept;
     say(o, "parameters: training " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what onnx-pipetrain needs to build and test, from Debian packages (and PyPI only for what
 # Debian lacks). Idempotent: when everything is present it prints nothing and returns at once.
+# --peers: also the peers of the benchmark tools/bench/peers.py (tools/bench/setup_peers.sh).
 set -euo pipefail
+peers=0
+[ "${1:-}" = "--peers" ] && peers=1
 
 debs=(cmake g++ make pkg-config
       libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
@@ -39,4 +42,8 @@ if ! /usr/bin/python3 -c "import tensorboard" 2>/dev/null; then
   echo "setup: installing tensorboard (PyPI) for /usr/bin/python3"
   /usr/bin/python3 -m pip install -q --no-deps --break-system-packages --root-user-action=ignore \
     tensorboard==2.17.1
+fi
+# ONNX Runtime Training for tools/bench/peers.py, on demand (a virtual environment of its own).
+if [ $peers -eq 1 ]; then
+  "$(dirname "$0")/bench/setup_peers.sh"
 fi

@@ -84,6 +84,7 @@ struct TrainingSpec {
   LossKind loss = LossKind::kAuto;
   int64_t ignore_index = -100;
   std::vector<std::string> freeze, trainable;
+  std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
   int64_t eval_every = 0;
   double val_split = 0;
   std::vector<float> mean, std;

@@ -39,6 +39,7 @@ struct Options {
   bool per_node = false;
   bool json = false;
   bool memory_plan = true;
+  std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
 };
 
 constexpr float kLr = 0.01f;
@@ -50,7 +51,8 @@ int usage(const std::string& why) {
   std::fprintf(stderr,
                "step_bench: error: %s\n"
                "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
-               "                  [--vocab V] [--per-node] [--json] [--no-memory-plan]\n",
+               "                  [--vocab V] [--per-node] [--json] [--no-memory-plan]\n"
+               "                  [--no-fusion PASS]...\n",
                why.c_str());
   return 2;
 }
@@ -89,6 +91,9 @@ int parse(int argc, char** argv, Options* o) {
       o->json = true;
     } else if (a == "--no-memory-plan") {
       o->memory_plan = false;
+    } else if (a == "--no-fusion") {
+      if (i + 1 >= argc) return usage("--no-fusion needs a pass name");
+      o->no_fusion.push_back(argv[++i]);
     } else if (a == "-h" || a == "--help") {
       return usage("help requested");
     } else if (!a.empty() && a[0] == '-') {
@@ -179,6 +184,10 @@ int run(const Options& o) {
   }
   ImportOptions io;
   io.batch_size = o.batch_size;
+  if (Status fs = disable_fusions(o.no_fusion, &io.fuse); !fs.is_ok()) {
+    std::fprintf(stderr, "step_bench: error: %s\n", fs.message().c_str());
+    return 2;
+  }
   auto imported = import_onnx(o.model, io);
   if (!imported) {
     std::fprintf(stderr, "FAIL: import: %s\n", imported.status().message().c_str());

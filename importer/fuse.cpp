@@ -1,0 +1,36 @@
+// The fusion passes' switchboard: which run (ImportOptions::fuse, --no-fusion) and in what order.
+#include "importer/fuse.h"
+
+#include <set>
+
+namespace pt {
+
+Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
+  for (const std::string& n : names) {
+    if (n == "all") {
+      *o = FuseOptions{};
+      o->layernorm = false;
+    } else if (n == "layernorm") {
+      o->layernorm = false;
+    } else {
+      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, all)");
+    }
+  }
+  return Status::ok();
+}
+
+FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
+  auto read_constants = [&g] {
+    std::set<const Value*> s;
+    for (const Value* v : g.values_of_kind(ValueKind::kConstant))
+      if (v->from_initializer && is_floating(v->dtype) && !v->consumers.empty()) s.insert(v);
+    return s;
+  };
+  const std::set<const Value*> before = read_constants();
+  FuseReport r;
+  if (o.layernorm) r.rewrites += fuse_layernorm(g);
+  r.absorbed_constants = static_cast<int>(before.size() - read_constants().size());
+  return r;
+}
+
+}  // namespace pt
