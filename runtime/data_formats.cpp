@@ -10,6 +10,7 @@
 
 #include "core/file.h"
 #include "runtime/data.h"
+#include "core/checked_size.h"
 
 namespace pt {
 
@@ -52,9 +53,12 @@ Expected<std::pair<Dims, std::string>> read_idx(const std::string& path) {
   Dims dims;
   for (int i = 0; i < rank; ++i) dims.push_back(be32(b, 4 + 4 * i));
   const size_t header = 4 + 4 * static_cast<size_t>(rank);
-  const size_t need = static_cast<size_t>(numel(dims));
+  int64_t count = 0;
+  if (!checked_numel(dims, &count))
+    return invalid_input(path + ": the IDX header's dimensions " + dims_str(dims) + " multiply past 2^63 elements");
+  const size_t need = static_cast<size_t>(count);
   if (b.size() - header < need) {
-    const int64_t per = dims.empty() ? 1 : std::max<int64_t>(1, numel(dims) / std::max<int64_t>(1, dims[0]));
+    const int64_t per = dims.empty() ? 1 : std::max<int64_t>(1, count / std::max<int64_t>(1, dims[0]));
     return invalid_input(path + ": truncated: the header promises " + dims_str(dims) + " (" + std::to_string(need) +
                          " bytes of data), the file ends at byte " + std::to_string(b.size()) + ", in record " +
                          std::to_string((b.size() - header) / per));

@@ -95,6 +95,10 @@ int run(const Options& o) {
     say(o, std::string("notice: ") + (o.data_given ? "--data synthetic" : "no --data given") +
                ": training on synthetic random inputs and labels, so loss and accuracy mean nothing");
   if (o.gpus < 1) return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
+  // Bounds that keep the per-stage and per-sample arithmetic far from overflow (issue 17).
+  if (o.gpus > 4096) return fail_run(invalid_input("--gpus " + std::to_string(o.gpus) + ": at most 4096 pipeline stages"));
+  if (o.batch_size > (int64_t{1} << 31) - 1)
+    return fail_run(invalid_input("--batch-size " + std::to_string(o.batch_size) + ": at most 2147483647 samples"));
   if (Status js = check_job_stages(o.gpus); !js.is_ok()) return fail_run(js);
   auto opt = optimizer_options(o);
   if (!opt) return fail_run(opt.status());

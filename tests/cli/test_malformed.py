@@ -509,6 +509,8 @@ class MalformedInputTest(unittest.TestCase):
         idx("idx_bad_type", struct.pack(">HBBIII", 0, 0x42, 3, 64, 2, 4), 512)
         idx("idx_dims_lie", struct.pack(">HBBIII", 0, 8, 3, 64, 2000, 4000), 512)
         idx("idx_huge_count", struct.pack(">HBBIII", 0, 8, 3, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), 512)
+        # 64 x 2^64 elements: the product wraps to 0 in 64 bits and used to pass as an empty data set.
+        idx("idx_dims_wrap", struct.pack(">HBBIIIII", 0, 8, 5, 64, 65536, 65536, 65536, 65536), 0)
         idx("idx_zero_rank", struct.pack(">HBBI", 0, 8, 0, 64), 512)
         idx("idx_header_only", struct.pack(">HB", 0, 8), 0)
         idx("idx_label_count", struct.pack(">HBBIII", 0, 8, 3, 64, 2, 4), 512,
@@ -558,6 +560,13 @@ class MalformedInputTest(unittest.TestCase):
             bad(flag, "-1")
         for flag in ("--momentum", "--beta1", "--beta2", "--dampening", "--val-split"):
             bad(flag, "1e30")
+        # Counts that parse but no machine could hold (issue 17 item 7): named, not an overflowed
+        # memory estimate or an allocation failure.
+        bad("--gpus", "100000")
+        bad("--gpus", "2147483647")
+        bad("--gpus", "64")  # more stages than the test model has forward nodes
+        bad("--batch-size", "100000000000")
+        bad("--batch-size", "9223372036854775807")
         bad("--lr", "0")
         bad("--eps", "0")
         bad("--momentum", "1")
@@ -580,8 +589,7 @@ class MalformedInputTest(unittest.TestCase):
         for flag in ("--batch-size", "--steps", "--micro-batches", "--checkpoint-every", "--keep-checkpoints",
                      "--eval-every", "--gpus", "--lr-decay-every", "--ranks-per-node"):
             bad(flag, "0")
-        bad("--batch-size", "100000000000", needle="out of memory")
-        bad("--gpus", "100000", needle="100000 stages")
+        bad("--batch-size", "1000000000", needle="out of memory")  # parses and fits int32; no memory holds it
         cases.append(("--epochs overflow", [self.model, "--data", self.data, "--out", self.out(), "--epochs",
                                             "9223372036854775807"], ("--epochs", "overflow"), 2))
         for flag, value in (("--loss", "hinge"), ("--device", "tpu"), ("--optimizer", "lion"),
