@@ -362,6 +362,9 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
       c.metrics.hash = std::strtoull(h.c_str(), &end, 16);
       if (h.size() != 16 || end != h.c_str() + 16 || c.metrics.rows < 0)
         return invalid_input(path + ": the metrics tail does not parse");
+      if (c.metrics.rows != c.step)
+        return invalid_input(path + ": the metrics tail holds " + std::to_string(c.metrics.rows) + " rows for step " +
+                             std::to_string(c.step));
     } else {
       c.legacy_metrics = j.at("metrics").get<std::vector<std::string>>();
       for (const std::string& row : c.legacy_metrics) c.metrics.add(row);

@@ -28,10 +28,11 @@ Expected<std::string> read_maybe_gz(const std::string& path) {
   int n;
   while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
   int err = 0;
-  const char* msg = gzerror(f, &err);
+  const char* m = gzerror(f, &err);
+  const std::string msg = m ? m : "?";  // gzerror's text belongs to f: copied before gzclose frees it
   gzclose(f);
   if (n < 0 || err < 0) return invalid_input(path + ": corrupt gzip data after " + std::to_string(out.size()) +
-                                             " bytes (" + std::string(msg ? msg : "?") + ")");
+                                             " bytes (" + msg + ")");
   return out;
 }
 

@@ -690,7 +690,14 @@ class MalformedInputTest(unittest.TestCase):
         lie("epoch_negative", lambda jj: jj.update(epoch=-1), "epoch")
         lie("rng_garbage", lambda jj: jj.update(rng="not a generator state"), "rng")
         lie("loss_text", lambda jj: jj.update(last_loss="low"), "JSON")
-        lie("metrics_numbers", lambda jj: jj.update(metrics=[1, 2]), "JSON")
+        lie("metrics_numbers", lambda jj: jj.update(metrics_tail={"rows": 2, "hash": "0" * 16, "last": 3}), "JSON")
+        lie("metrics_hash", lambda jj: jj.update(metrics_tail={"rows": 2, "hash": "zz", "last": ""}), "metrics tail")
+        lie("metrics_rows_negative", lambda jj: jj.update(metrics_tail={"rows": -1, "hash": "0" * 16, "last": ""}),
+            "metrics tail")
+        lie("metrics_rows_lie", lambda jj: jj.update(metrics_tail={"rows": 7, "hash": "0" * 16, "last": ""}),
+            "metrics tail")
+        # Checkpoints from before the metrics tail carry the rows themselves.
+        lie("legacy_metrics_numbers", lambda jj: (jj.pop("metrics_tail"), jj.update(metrics=[1, 2])), "JSON")
         # A folder whose every checkpoint is damaged: refused, and the files stay (nothing deleted).
         dmg = self.path("ckpt_dir", "run", "checkpoints", "step-1.ckpt")
         for k in (1, 2):
