@@ -227,6 +227,12 @@ class MalformedInputTest(unittest.TestCase):
                                 helper.make_node("Flatten", ["c"], ["y"], name="flat")]
         m("conv_neg_stride.onnx", conv("conv_s", strides=[-1, 1]), "conv_s", inputs=img, inits=[W])
         m("conv_zero_stride.onnx", conv("conv_z", strides=[0, 1]), "conv_z", inputs=img, inits=[W])
+        # Below opset 7, ONNX's shape inference and version converter run before our import: a
+        # zero stride (SIGFPE) or a rank-0 Gemm operand (SIGSEGV) must be refused before them. The
+        # models are the fuzz regressions' (tests/fuzz/regressions/model/).
+        reg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "regressions", "model")
+        for f, node in (("opset2_conv_stride0_sigfpe.onnx", "strides"), ("opset1_gemm_rank0_sigsegv.onnx", "rank 0")):
+            cases.append((f, [os.path.join(reg, f), "--plan-only", "--out", self.out()], (f, node), 2))
         m("conv_zero_kernel.onnx", conv("conv_k", kernel_shape=[0, 0]), "conv_k", inputs=img,
           inits=[init("W", np.zeros((4, 1, 0, 0), np.float32))])
         m("conv_kernel_attr_lies.onnx", conv("conv_kl", kernel_shape=[5, 5]), "conv_kl", inputs=img, inits=[W])
