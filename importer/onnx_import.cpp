@@ -210,6 +210,36 @@ Status check_structure(onnx::GraphProto* g, const std::string& path) {
 // refuses: initializers and graph inputs/outputs as the checker checks them, and every node of an
 // op unchanged since opset 17 against its opset-17 schema. Ops new or changed in 18 to 21 are left
 // to our shape functions; the graph's structure was checked by check_structure.
+// Models below opset 7 go through ONNX's shape inference and version converter, which trust the
+// graph: a Conv stride of 0 divides by zero (SIGFPE), a Gemm with a rank-0 operand indexes a
+// missing dimension (SIGSEGV). What they would crash on is refused here first (issue 17).
+Status check_old_opset_model(const onnx::GraphProto& g, const std::string& path) {
+  std::map<std::string, int> rank;  // of initializers and graph inputs with a shape
+  for (const auto& vi : g.input())
+    if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
+      rank[vi.name()] = vi.type().tensor_type().shape().dim_size();
+  for (const auto& t : g.initializer()) rank[t.name()] = t.dims_size();
+  for (const auto& n : g.node()) {
+    const std::string where = path + ": node '" + n.name() + "' (" + n.op_type() + ")";
+    for (const auto& a : n.attribute()) {
+      const bool positive = a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape";
+      if (!positive && a.name() != "pads") continue;
+      for (int64_t v : a.ints())
+        if (positive ? v < 1 : v < 0)
+          return invalid_input(where + ": attribute " + a.name() + " holds " + std::to_string(v) +
+                               (positive ? "; every value must be at least 1" : "; pads must not be negative"));
+    }
+    if (n.op_type() == "Gemm" || n.op_type() == "MatMul")
+      for (int k = 0; k < std::min(n.input_size(), 2); ++k) {
+        auto it = rank.find(n.input(k));
+        if (it != rank.end() && (it->second < 1 || (n.op_type() == "Gemm" && it->second != 2)))
+          return invalid_input(where + ": input '" + n.input(k) + "' has rank " + std::to_string(it->second) + "; " +
+                               n.op_type() + " wants " + (n.op_type() == "Gemm" ? "rank 2" : "rank 1 or more"));
+      }
+  }
+  return Status::ok();
+}
+
 Status check_newer_opset(const onnx::ModelProto& m, const std::string& path) {
   onnx::checker::CheckerContext ctx;
   ctx.set_ir_version(static_cast<int>(std::min<int64_t>(m.ir_version(), static_cast<int64_t>(onnx::IR_VERSION))));
@@ -513,6 +543,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     }
   }
   if (out.source_opset < kMinOpset) {
+    RETURN_IF_ERROR(check_old_opset_model(proto.graph(), path));
     // The converter's broadcast adapters need static dims: bind the batch dimension first.
     std::set<std::string> inits;
     for (const auto& t : proto.graph().initializer()) inits.insert(t.name());

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/checked_size.h"
 #include "importer/fold.h"
 #include "importer/importer.h"
 #include "importer/rnn_expand.h"
@@ -165,9 +166,12 @@ Status reshape(Node& n, const std::string& where) {
     }
     if (s < 0) return invalid_input(where + ": shape has invalid entry " + std::to_string(s));
     out[i] = s;
-    known *= s;
+    if (__builtin_mul_overflow(known, s, &known))
+      return invalid_input(where + ": shape " + dims_str(Dims(shape)) + " multiplies past 2^63 elements");
   }
-  int64_t total = numel(in);
+  int64_t total = 0;
+  if (!checked_numel(in, &total))
+    return invalid_input(where + ": input shape " + dims_str(in) + " multiplies past 2^63 elements");
   if (infer >= 0) {
     if (known == 0 || total % known) return invalid_input(where + ": cannot reshape " + dims_str(in) + " to " + dims_str(Dims(shape)));
     out[infer] = total / known;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -175,6 +177,59 @@ Expected<std::string> save_checkpoint(const std::string& dir, int keep, const Ch
   return path;
 }
 
+void MetricsTail::add(const std::string& row) {
+  if (rows > 0) {
+    hash = fnv1a64(last.data(), last.size(), hash);
+    hash = fnv1a64("\n", 1, hash);
+  }
+  last = row;
+  ++rows;
+}
+
+std::vector<std::string> resume_metrics_rows(const Checkpoint& c, const std::string& metrics_path,
+                                             std::vector<std::string>* notices) {
+  if (!c.legacy_metrics.empty() || c.metrics.rows == 0) return c.legacy_metrics;
+  const int64_t want = c.metrics.rows - 1;  // rows 1..n-1 come from the file
+  std::vector<std::string> candidates;
+  if (!metrics_path.empty()) candidates = {metrics_path + ".partial", metrics_path};
+  if (!c.source.empty()) {
+    const std::filesystem::path run = std::filesystem::path(c.source).parent_path().parent_path();
+    candidates.push_back((run / "metrics.csv.partial").string());
+    candidates.push_back((run / "metrics.csv").string());
+  }
+  std::string why;
+  for (const std::string& path : candidates) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) continue;
+    std::ifstream f(path);
+    std::string line;
+    std::vector<std::string> rows;
+    uint64_t hash = MetricsTail{}.hash;
+    bool header = true;
+    while (static_cast<int64_t>(rows.size()) < want && std::getline(f, line)) {
+      if (header) {
+        header = false;
+        if (line.rfind("step,", 0) == 0) continue;
+      }
+      hash = fnv1a64(line.data(), line.size(), hash);
+      hash = fnv1a64("\n", 1, hash);
+      rows.push_back(std::move(line));
+    }
+    if (static_cast<int64_t>(rows.size()) == want && hash == c.metrics.hash) {
+      rows.push_back(c.metrics.last);
+      return rows;
+    }
+    if (why.empty())
+      why = path + (static_cast<int64_t>(rows.size()) < want ? " holds " + std::to_string(rows.size()) + " rows"
+                                                             : " holds other rows");
+  }
+  if (why.empty()) why = "no metrics.csv";
+  if (notices)
+    notices->push_back("the metrics of steps 1.." + std::to_string(want) + " were not found (" + why +
+                       "); metrics.csv starts at step " + std::to_string(c.metrics.rows));
+  return {c.metrics.last};
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / ("step-" + std::to_string(step) + ".ckpt")).string();
 }
@@ -195,7 +250,11 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   j["first_loss"] = c.first_loss;
   j["last_loss"] = c.last_loss;
   j["val"] = {{"samples", c.val_samples}, {"loss", c.val_loss}, {"accuracy", c.val_accuracy}};
-  j["metrics"] = c.metrics;
+  {
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(c.metrics.hash));
+    j["metrics_tail"] = {{"rows", c.metrics.rows}, {"hash", hash}, {"last", c.metrics.last}};
+  }
   j["plan"] = c.plan;
   json tensors = json::array();
   uint64_t offset = 0;
@@ -294,7 +353,22 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
     c.val_samples = j.at("val").at("samples").get<int64_t>();
     c.val_loss = j.at("val").at("loss").get<double>();
     c.val_accuracy = j.at("val").at("accuracy").get<double>();
-    c.metrics = j.at("metrics").get<std::vector<std::string>>();
+    if (j.contains("metrics_tail")) {
+      const json& t = j.at("metrics_tail");
+      c.metrics.rows = t.at("rows").get<int64_t>();
+      c.metrics.last = t.at("last").get<std::string>();
+      const std::string h = t.at("hash").get<std::string>();
+      char* end = nullptr;
+      c.metrics.hash = std::strtoull(h.c_str(), &end, 16);
+      if (h.size() != 16 || end != h.c_str() + 16 || c.metrics.rows < 0)
+        return invalid_input(path + ": the metrics tail does not parse");
+      if (c.metrics.rows != c.step)
+        return invalid_input(path + ": the metrics tail holds " + std::to_string(c.metrics.rows) + " rows for step " +
+                             std::to_string(c.step));
+    } else {
+      c.legacy_metrics = j.at("metrics").get<std::vector<std::string>>();
+      for (const std::string& row : c.legacy_metrics) c.metrics.add(row);
+    }
     c.plan = j.value("plan", std::vector<std::string>());
     const char* data = s.data() + kHeaderBytes + json_bytes;
     for (const json& t : j.at("tensors")) {
@@ -322,6 +396,7 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
   } catch (const json::exception& e) {
     return invalid_input(path + ": the JSON section is malformed: " + e.what());
   }
+  c.source = path;
   return c;
 }
 

@@ -37,6 +37,18 @@ struct CheckpointMeta {
 // ("--batch-size: 32 in the checkpoint, 16 now").
 std::string describe_mismatch(const CheckpointMeta& saved, const CheckpointMeta& now);
 
+// The metrics.csv rows of steps 1..n as a checkpoint carries them, in constant space however long
+// the run: metrics.csv holds the rows; a checkpoint keeps their count, the FNV-1a 64 of rows
+// 1..n-1 (each with its '\n', as in the file) and row n itself, which the file of a run that ended
+// there holds with the extra validation of its last step.
+struct MetricsTail {
+  int64_t rows = 0;
+  uint64_t hash = 0xcbf29ce484222325ull;  // of rows 1..rows-1
+  std::string last;                       // row `rows` (empty when rows == 0)
+  void add(const std::string& row);
+  bool operator==(const MetricsTail&) const = default;
+};
+
 struct Checkpoint {
   CheckpointMeta meta;
   int64_t step = 0;                  // steps completed
@@ -49,16 +61,27 @@ struct Checkpoint {
   // validation a run does after its last step, so a resumed run writes what an uninterrupted one would.
   int64_t val_samples = 0;
   double val_loss = 0, val_accuracy = -1;
-  std::vector<std::string> metrics;  // metrics.csv rows of steps 1..step, without the header or '\n'
+  MetricsTail metrics;               // the metrics.csv rows of steps 1..step
+  // Checkpoints written before MetricsTail carried the rows themselves (read, never written).
+  std::vector<std::string> legacy_metrics;
   std::map<std::string, HostTensor> tensors;  // parameters, momentum, BatchNorm running stats
   // The plan that wrote it, one line per stage: "stage 1: fc2 .. out (2 parameters)"; a resume
   // on another plan re-partitions (the checkpoint is drained) and says so.
   std::vector<std::string> plan;
+  std::string source;  // the file read_checkpoint read it from (not stored)
 };
+
+// The metrics.csv rows of steps 1..c.step, for a resumed run to write again: from the checkpoint
+// when it carries them (legacy_metrics), else the first c.step - 1 rows of metrics.csv.partial (a
+// run killed) or metrics.csv, checked against c.metrics, then c.metrics.last. The files looked at:
+// `metrics_path` (this run's), then the metrics.csv of the run folder that holds the checkpoint's
+// checkpoints/ folder. When no file holds them, a notice says so and only the last row is returned.
+std::vector<std::string> resume_metrics_rows(const Checkpoint& c, const std::string& metrics_path,
+                                             std::vector<std::string>* notices);
 
 // File layout (little-endian): "PTCKPT\r\n" (8 bytes), u32 version (1), u32 0, u64 JSON bytes,
 // u64 tensor bytes, u64 FNV-1a 64 of everything after the header; then the JSON section (meta,
-// loop state, metrics rows, and per tensor its name, dtype, dims, offset and bytes); then the raw
+// loop state, the metrics tail, and per tensor its name, dtype, dims, offset and bytes); then the raw
 // tensor bytes. Written to PATH.tmp, fsync'ed, renamed to PATH, and the folder fsync'ed.
 Status write_checkpoint(const std::string& path, const Checkpoint& c);
 // Reads and verifies (magic, version, sizes, checksum) a checkpoint; a truncated or torn file is

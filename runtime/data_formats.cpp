@@ -10,6 +10,7 @@
 
 #include "core/file.h"
 #include "runtime/data.h"
+#include "core/checked_size.h"
 
 namespace pt {
 
@@ -27,10 +28,11 @@ Expected<std::string> read_maybe_gz(const std::string& path) {
   int n;
   while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
   int err = 0;
-  const char* msg = gzerror(f, &err);
+  const char* m = gzerror(f, &err);
+  const std::string msg = m ? m : "?";  // gzerror's text belongs to f: copied before gzclose frees it
   gzclose(f);
   if (n < 0 || err < 0) return invalid_input(path + ": corrupt gzip data after " + std::to_string(out.size()) +
-                                             " bytes (" + std::string(msg ? msg : "?") + ")");
+                                             " bytes (" + msg + ")");
   return out;
 }
 
@@ -52,9 +54,12 @@ Expected<std::pair<Dims, std::string>> read_idx(const std::string& path) {
   Dims dims;
   for (int i = 0; i < rank; ++i) dims.push_back(be32(b, 4 + 4 * i));
   const size_t header = 4 + 4 * static_cast<size_t>(rank);
-  const size_t need = static_cast<size_t>(numel(dims));
+  int64_t count = 0;
+  if (!checked_numel(dims, &count))
+    return invalid_input(path + ": the IDX header's dimensions " + dims_str(dims) + " multiply past 2^63 elements");
+  const size_t need = static_cast<size_t>(count);
   if (b.size() - header < need) {
-    const int64_t per = dims.empty() ? 1 : std::max<int64_t>(1, numel(dims) / std::max<int64_t>(1, dims[0]));
+    const int64_t per = dims.empty() ? 1 : std::max<int64_t>(1, count / std::max<int64_t>(1, dims[0]));
     return invalid_input(path + ": truncated: the header promises " + dims_str(dims) + " (" + std::to_string(need) +
                          " bytes of data), the file ends at byte " + std::to_string(b.size()) + ", in record " +
                          std::to_string((b.size() - header) / per));

@@ -473,7 +473,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   };
 
   TrainResult r;
-  std::vector<std::string> rows;  // metrics rows a checkpoint carries (as the single-stage trainer keeps them)
+  std::vector<std::string> rows;  // metrics rows of a resumed run's earlier steps, until the file is opened
+  MetricsTail tail;               // what a checkpoint carries of them (as the single-stage trainer keeps it)
   EvalResult epoch_val;
   Curves curves;
   curves.title = cfg.title;
@@ -502,7 +503,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     // The checkpoint's epoch under way (position > 0): its order stands; otherwise it is drawn next.
     if (c.position > 0) mid_epoch = true;
     start = c.step;
-    continue_from(&c, &r, &epoch_val, &rows, &curves);
+    continue_from(&c, cfg.metrics_path, &r, &epoch_val, &tail, &rows, &curves);
     if (!cfg.quiet) {
       std::printf("resumed: %s (step %lld of %lld", path.c_str(), static_cast<long long>(start),
                   static_cast<long long>(total));
@@ -560,7 +561,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     c.val_samples = epoch_val.samples;
     c.val_loss = epoch_val.loss;
     c.val_accuracy = epoch_val.accuracy;
-    c.metrics = rows;
+    c.metrics = tail;
     c.tensors = std::move(tensors);
     c.plan = I.plan_lines;
     ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
@@ -593,6 +594,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   }
   MetricsFile csv;  // rank 0 alone writes it under MPI
   RETURN_IF_ERROR(csv.open(coord ? cfg.metrics_path : std::string(), rows, cfg.tensorboard_dir));
+  std::vector<std::string>().swap(rows);
 
   using clock = std::chrono::steady_clock;
   sh.t0 = clock::now();
@@ -799,7 +801,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       }
       const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
       if (ev.samples && !run_end_only) epoch_val = ev;
-      rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
+      tail.add(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
     }
     const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
     progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);

@@ -16,7 +16,7 @@ Expected<double> RunShared::sum_over_stages(int64_t step, int stage, int num_sta
   }
   parts[stage] = local;
   cv.notify_all();
-  cv.wait(lock, [&] {
+  cv.wait(lock, [&, &parts = parts] {  // named: clang 14 cannot capture a structured binding
     if (abort) return true;
     for (double p : parts)
       if (p < 0) return false;

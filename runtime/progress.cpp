@@ -120,6 +120,8 @@ Status MetricsFile::add(const std::string& row, bool publish_now) {
   if (path_.empty()) return Status::ok();
   if (tb_) RETURN_IF_ERROR(row_to_tensorboard(row, tb_.get()));
   f_ << row << "\n";
+  // On disk before any checkpoint of this step: a resumed run reads the rows back from the file.
+  f_.flush();
   ++since_;
   // At a validation, but not more than once a second (--eval-every 1 would copy the file per step).
   const auto age = clock::now() - last_;

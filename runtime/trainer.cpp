@@ -101,7 +101,8 @@ Status check_dataset_inputs(const Dataset& d, const Graph& g) {
   return Status::ok();
 }
 
-void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vector<std::string>* rows, Curves* curves) {
+void continue_from(Checkpoint* c, const std::string& metrics_path, TrainResult* r, EvalResult* last_val,
+                   MetricsTail* tail, std::vector<std::string>* rows, Curves* curves) {
   r->resumed_from = c->step;
   r->steps = c->step;
   r->first_loss = c->first_loss;
@@ -110,7 +111,13 @@ void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vec
   r->val.loss = c->val_loss;
   r->val.accuracy = c->val_accuracy;
   *last_val = r->val;
-  *rows = std::move(c->metrics);
+  std::vector<std::string> notices;
+  *rows = resume_metrics_rows(*c, metrics_path, &notices);
+  for (std::string& s : notices) {
+    std::fprintf(stderr, "notice: %s\n", s.c_str());  // even with --quiet: metrics.csv is incomplete
+    r->notices.push_back(std::move(s));
+  }
+  *tail = c->metrics;
   curves_from_metrics_rows(*rows, curves);
 }
 
@@ -328,9 +335,12 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(cfg.seed);
   TrainResult r;
-  // What checkpoints carry: the metrics.csv rows and the last validation as a run to any later
-  // total would have them (without the extra validation after the last step of this run).
+  // What checkpoints carry: the metrics.csv rows (as a MetricsTail; the rows themselves are in
+  // metrics.csv, and in memory only between a resume and the file's opening) and the last
+  // validation as a run to any later total would have them (without the extra validation after
+  // the last step of this run).
   std::vector<std::string> rows;
+  MetricsTail tail;
   EvalResult epoch_val;
   Curves curves;
   curves.title = cfg.title;
@@ -347,7 +357,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     is >> rng;
     if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
     start = c.step;
-    continue_from(&c, &r, &epoch_val, &rows, &curves);
+    continue_from(&c, cfg.metrics_path, &r, &epoch_val, &tail, &rows, &curves);
     if (!cfg.quiet)
       std::printf("resumed: %s (step %lld of %lld)\n", path.c_str(), static_cast<long long>(start),
                   static_cast<long long>(total));
@@ -367,7 +377,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     c.val_samples = epoch_val.samples;
     c.val_loss = epoch_val.loss;
     c.val_accuracy = epoch_val.accuracy;
-    c.metrics = rows;
+    c.metrics = tail;
     c.plan = {"stage 0: the whole model"};
     for (const Value* v : persistent_values()) {
       ASSIGN_OR_RETURN(HostTensor t, ex_->fetch(v));
@@ -385,6 +395,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   }
   MetricsFile csv;
   RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows, cfg.tensorboard_dir));
+  std::vector<std::string>().swap(rows);
   constexpr int64_t kTimedSteps = 3;
   std::vector<double> node_seconds;
   int64_t timed_steps = 0;
@@ -462,7 +473,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       // uninterrupted one's.
       const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
       if (ev.samples && !run_end_only) epoch_val = ev;
-      rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
+      tail.add(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
     }
     const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
     progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);

@@ -86,7 +86,10 @@ struct TrainResult {
 struct Curves;
 // A resumed run's bookkeeping from its checkpoint: the result so far (step, first and last loss,
 // the last scheduled validation), the metrics rows (moved out of c) and the curves drawn from them.
-void continue_from(Checkpoint* c, TrainResult* r, EvalResult* last_val, std::vector<std::string>* rows, Curves* curves);
+// `rows`: the metrics rows of steps 1..c->step (resume_metrics_rows: from `metrics_path`), which
+// the new metrics file starts with; `tail` continues the checkpoint's.
+void continue_from(Checkpoint* c, const std::string& metrics_path, TrainResult* r, EvalResult* last_val,
+                   MetricsTail* tail, std::vector<std::string>* rows, Curves* curves);
 
 // Forward-only evaluation of every sample of d in batches of x's first dimension (the last batch
 // padded by wrapping around, padding not counted): gathers into x and y, calls forward(), scores

@@ -88,6 +88,10 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
     say(o, std::string("notice: ") + (o.local.data_given ? "--data synthetic" : "no --data given") +
                ": training on synthetic random inputs and labels, so loss and accuracy mean nothing");
   if (o.gpus < 1) return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
+  // Bounds that keep the per-stage and per-sample arithmetic far from overflow (issue 17).
+  if (o.gpus > 4096) return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": at most 4096 pipeline stages"));
+  if (o.batch.mini_batch > (int64_t{1} << 31) - 1)
+    return job.fail(invalid_input("--batch-size " + std::to_string(o.batch.mini_batch) + ": at most 2147483647 samples"));
   if (Status js = job.check_stages(o.gpus); !js.is_ok()) return job.fail(js);
   auto opt = optimizer_options(o);
   if (!opt) return job.fail(opt.status());

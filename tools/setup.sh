@@ -6,6 +6,11 @@ set -euo pipefail
 peers=0
 [ "${1:-}" = "--peers" ] && peers=1
 
+# --clang: also clang 14 with its OpenMP runtime and sanitizer/libFuzzer runtimes, for the fuzz
+# targets (tools/fuzz.sh) and the sanitizer builds (tools/sanitize.sh); CI's build does not need them.
+clang=()
+[ "${1:-}" = "--clang" ] && clang=(clang clang-14 libomp-14-dev libclang-rt-14-dev)
+
 debs=(cmake g++ make pkg-config
       libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
       libcli11-dev libgtest-dev libgmock-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev zlib1g-dev
@@ -13,7 +18,7 @@ debs=(cmake g++ make pkg-config
       graphviz chromium dataset-fashion-mnist
       python3-torch python3-torchvision python3-onnx python3-numpy python3-sklearn python3-protobuf
       python3-pip python3-flatbuffers python3-coloredlogs python3-sympy python3-packaging
-      python3-absl)
+      python3-absl "${clang[@]}")
 
 missing=()
 for p in "${debs[@]}"; do

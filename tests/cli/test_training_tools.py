@@ -6,6 +6,7 @@ Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests
 import csv
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,6 +98,43 @@ class TrainingToolsTest(unittest.TestCase):
             a, b = metrics(full), metrics(part)
             self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b], f"{name}: losses differ")
             self.assertEqual(len(b), 30)
+
+    def test_checkpoint_size_does_not_grow_with_the_step_count(self):
+        # Issue 17 item 7: metrics.csv holds the metrics rows; a checkpoint keeps their count, a hash
+        # and the last row, so its size at step 10N equals that at step N up to the digits of the
+        # step numbers. Resuming from step N, or from step 10N (the rows come back from
+        # metrics.csv), still gives the uninterrupted run bit for bit, rows included.
+        for gpus in ("1", "3"):
+            full = self.train(f"flat{gpus}_full", "--gpus", gpus, "--steps", 300, "--checkpoint-every", 30,
+                              "--keep-checkpoints", 10, "--eval-every", 60)
+            ck = os.path.join(full, "checkpoints")
+            small, big = (os.path.getsize(os.path.join(ck, f"step-{s}.ckpt")) for s in (30, 300))
+            self.assertLessEqual(abs(big - small), 16, f"--gpus {gpus}: {small} bytes at step 30, {big} at 300")
+            part = self.train(f"flat{gpus}_part", "--gpus", gpus, "--steps", 150, "--checkpoint-every", 30,
+                              "--eval-every", 60)
+            self.train(f"flat{gpus}_part", "--gpus", gpus, "--steps", 300, "--checkpoint-every", 30, "--resume",
+                       "--eval-every", 60, resumed_from=150)
+            self.assertEqual(read_bytes(os.path.join(full, "mlp.trained.onnx")),
+                             read_bytes(os.path.join(part, "mlp.trained.onnx")), f"--gpus {gpus}: resumed weights differ")
+            a, b = metrics(full), metrics(part)
+            self.assertEqual(len(b), 300)
+            for col in ("step", "epoch", "loss", "lr", "val_loss", "val_accuracy"):
+                self.assertEqual([r[col] for r in a], [r[col] for r in b], f"--gpus {gpus}: column {col} differs")
+
+    def test_resume_without_the_metrics_file_says_so(self):
+        # The rows before the checkpoint live in metrics.csv: without it (and without the
+        # checkpoint's own run folder) the resumed run says so and its file starts at the
+        # checkpoint's step.
+        src = self.train("rows_src", "--steps", 12, "--checkpoint-every", 12)
+        ck = os.path.join(self.dir, "rows_moved.ckpt")
+        shutil.copy(os.path.join(src, "checkpoints", "step-12.ckpt"), ck)
+        os.remove(os.path.join(src, "metrics.csv"))
+        out = os.path.join(self.dir, "rows_dst")
+        rc, so, se = run(self.model, "--data", self.data, "--out", out, "--batch-size", 8, "--seed", 3, "--lr", 0.1,
+                         "--steps", 15, "--resume=" + ck)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("the metrics of steps 1..11 were not found", so + se)
+        self.assertEqual([r["step"] for r in metrics(out)], ["12", "13", "14", "15"])
 
     def test_resume_with_another_optimizer_is_refused(self):
         self.train("opt_then", "--steps", 6, "--checkpoint-every", 3, "--optimizer", "adam", "--lr", 0.01)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sanitizer builds (issue 17), clang 14, CUDA off, separate from CI's build (see docs/reliability.md
+# for why it is not part of .ci/run):
+#   asan: AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), every ctest suite, MPI included;
+#         any UB report is fatal (-fno-sanitize-recover), leaks are reported at exit.
+#   tsan: ThreadSanitizer (build-tsan/), the runtime and pipeline suites (runtime_tests and the
+#         pipelined CLI tests of training_tools_tests): stage workers, channels, the prefetcher.
+# Suppressions (tools/sanitizers/*.supp) cover third-party code only, each with its reason.
+# Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]
+# Environment: JOBS (build jobs, default nproc).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+tools/setup.sh --clang
+what=${1:-all}
+shift || true
+supp="$PWD/tools/sanitizers"
+jobs=${JOBS:-$(nproc)}
+
+build_tree() {  # build_tree DIR FLAGS TARGETS...
+  local dir=$1 flags=$2
+  shift 2
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DPIPETRAIN_CUDA=OFF -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
+    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >"$dir.configure.log" 2>&1 \
+    || { cat "$dir.configure.log"; exit 1; }
+  cmake --build "$dir" -j "$jobs" ${1:+--target "$@"} 2>&1 | grep -vE "^\[ *[0-9]+%\] (Building|Linking|Built)" || true
+  [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+}
+
+status=0
+if [ "$what" = asan ] || [ "$what" = all ]; then
+  build_tree build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+  # One OpenMP and one BLAS thread per process: the sanitizers' cost grows with threads, and the
+  # suites' results do not depend on them.
+  ( cd build-asan &&
+    ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp" \
+    LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+    ctest --output-on-failure -j "$jobs" "$@" ) || status=1
+fi
+if [ "$what" = tsan ] || [ "$what" = all ]; then
+  build_tree build-tsan "-fsanitize=thread" onnx-pipetrain runtime_tests
+  # libomp is not built with TSan: OpenMP regions run on one thread, so every report is about the
+  # project's own threads (stage workers, channels, prefetcher, progress).
+  ( cd build-tsan &&
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+    ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests)$' "$@" ) || status=1
+fi
+exit $status
