@@ -28,6 +28,7 @@
 
 #include "partitioner/partition.h"
 #include "runtime/pipeline_stage.h"
+#include "runtime/rank_coordinator.h"
 
 namespace pt {
 
@@ -443,16 +444,13 @@ Status PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTe
 
 Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   Impl& I = *impl_;
-  Cluster* C = I.opts.cluster;
-  const bool coord = I.coordinator();
+  // What the processes of the run tell each other (one process: nothing); the leader alone reads
+  // the data, computes metrics, validates and writes the run folder.
+  const std::unique_ptr<RankCoordinator> co = I.distributed() ? make_mpi_coordinator(I) : make_local_coordinator(I);
+  const bool coord = co->leads();
   int64_t n = train.size();
   bool validate = val && val->size() > 0;
-  if (C) {  // rank 0 alone reads the data
-    int64_t hdr[2] = {n, validate ? 1 : 0};
-    RETURN_IF_ERROR(C->broadcast(hdr, sizeof hdr, 0));
-    n = hdr[0];
-    validate = hdr[1] != 0;
-  }
+  RETURN_IF_ERROR(co->agree_data(&n, &validate));
   const int64_t batch = samples_per_step();
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
   if (n == 0) return invalid_input("the training set is empty");
@@ -484,7 +482,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   EpochOrders orders;
   int64_t draw_from = 0;
   bool mid_epoch = false;
-  std::map<std::string, HostTensor> resume_tensors;  // rank 0 under MPI: the other stages' part
+  std::map<std::string, HostTensor> resume_tensors;  // the leader: the checkpoint's, for the other processes
   auto resume = [&]() -> Status {
     std::string path;
     ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
@@ -512,38 +510,10 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     }
     return Status::ok();
   };
-  // Under MPI rank 0 alone reads the checkpoint; it tells the others whether it resumes and from
-  // which step, then sends every rank its stage's tensors.
+  // The leader alone reads the checkpoint; every process learns from it whether and where it resumes.
   Status resumed = Status::ok();
   if (!ck.resume.empty() && coord) resumed = resume();
-  if (C && !ck.resume.empty()) {
-    int64_t rs[2] = {resumed.is_ok() ? 1 : 0, start};
-    RETURN_IF_ERROR(C->broadcast(rs, sizeof rs, 0));
-    if (!rs[0])
-      return coord ? resumed : Status(StatusCode::kInvalidInput, "rank 0 could not resume (its message says why)");
-    start = rs[1];
-    std::vector<char> buf;
-    const int N = static_cast<int>(I.stages.size());
-    for (int k = 1; k < N; ++k) {
-      if (coord) {
-        I.pack_values(I.checkpoint_values_of(k), resume_tensors, &buf);
-        if (!C->send(k, kMsgCheckpoint, 0, buf.data(), buf.size()))
-          return internal_error("aborted while sending stage " + std::to_string(k) + " its checkpoint");
-      } else if (k == C->rank()) {
-        const std::vector<const Value*> vs = I.checkpoint_values_of(k);
-        size_t bytes = 0;
-        for (const Value* v : vs) bytes += v->bytes();
-        buf.resize(bytes);
-        if (!C->recv(0, kMsgCheckpoint, 0, buf.data(), buf.size()))
-          return internal_error("aborted while receiving this stage's checkpoint from rank 0");
-        std::map<std::string, HostTensor> t;
-        I.unpack_values(vs, buf, &t);
-        RETURN_IF_ERROR(I.restore_tensors(t, start));
-      }
-    }
-  } else if (!resumed.is_ok()) {
-    return resumed;
-  }
+  if (!ck.resume.empty()) RETURN_IF_ERROR(co->share_resume(resumed, &start, resume_tensors));
   // Stages may be up to N mini-batches apart, which can span as many epochs of a tiny data set.
   orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2);
   if (mid_epoch) orders.set_drawn(draw_from, order, rng);
@@ -579,13 +549,12 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.eval_every = cfg.eval_every;
   sh.clip_grad_norm = cfg.clip_grad_norm;
   for (auto& c : I.channels) sh.channels.push_back(c.get());
-  if (C) I.relay_claims(sh);
+  co->relay_claims(sh);
   for (auto& st : I.stages)
     if (I.local(st->index)) st->begin_train();
-  const int local_stages = C ? 1 : static_cast<int>(I.stages.size());
-  std::vector<char> snap_buf;  // under MPI: a stage's snapshot on its way to rank 0 (and back in)
+  const int local_stages = co->local_stages();
 
-  if (start == total && !ck.resume.empty() && !C) {
+  if (start == total && !ck.resume.empty() && !co->distributed()) {
     // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
     // checkpoint's rows leave out the validation after the last step).
     r.val = EvalResult{};
@@ -618,41 +587,23 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   Status failure = Status::ok();
   bool stopping = false;
   Progress progress(cfg.quiet, total, log_every, batch);
-  // A checkpoint of the drained pipeline; under MPI every rank sends its stage's part to rank 0,
-  // which writes the one file (the same format as in one process, so it resumes on any --gpus).
+  // A checkpoint of the drained pipeline: the leader gathers every process's part and writes the
+  // one file (the same format as in one process, so it resumes on any --gpus).
   auto checkpoint = [&](int64_t step) -> Status {
     using Tensors = std::map<std::string, HostTensor>;
     ASSIGN_OR_RETURN(Tensors t, I.checkpoint_tensors());
-    if (C && !coord) {
-      std::vector<char> buf;
-      I.pack_values(I.checkpoint_values_of(C->rank()), t, &buf);
-      if (!C->send(0, kMsgCheckpoint, step, buf.data(), buf.size()))
-        return internal_error("aborted while sending the checkpoint of step " + std::to_string(step) + " to rank 0");
-      return Status::ok();
-    }
-    for (int k = 1; C && k < static_cast<int>(I.stages.size()); ++k) {
-      const std::vector<const Value*> vs = I.checkpoint_values_of(k);
-      size_t bytes = 0;
-      for (const Value* v : vs) bytes += v->bytes();
-      std::vector<char> buf(bytes);
-      if (!C->recv(k, kMsgCheckpoint, step, buf.data(), buf.size()))
-        return internal_error("aborted while gathering the checkpoint of step " + std::to_string(step));
-      I.unpack_values(vs, buf, &t);
-    }
-    return save(step, std::move(t));
+    RETURN_IF_ERROR(co->gather_checkpoint(step, &t));
+    return coord ? save(step, std::move(t)) : Status::ok();
   };
   // At the end of a segment: join the stage threads, checkpoint, start the next segment. True
-  // when the run ends here. Under MPI rank 0 says whether the run stops here.
-  int64_t segments_ended = 0;
+  // when the run ends here. The leader says whether the run stops here.
   auto end_segment = [&](int64_t step) -> bool {
     join_all();
     if (!sh.error.is_ok()) return true;
-    if (C) {
-      if (Status as = I.agree_segment_end(segments_ended++, &step, &stopping); !as.is_ok()) {
-        failure = as;
-        sh.fail(failure);
-        return true;
-      }
+    if (Status as = co->agree_segment_end(&step, &stopping); !as.is_ok()) {
+      failure = as;
+      sh.fail(failure);
+      return true;
     }
     const bool stop_here = stopping && step < total;
     if (!ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total)))) {
@@ -673,9 +624,9 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     const int64_t s0 = step - 1;
     double l = 0;
     std::vector<double> step_losses(M, 0.0);
-    if (C && !coord) {
-      // Rank 0 decides where a stopped segment ends; this rank's stage hears it when it asks to
-      // start the mini-batch, so wait for that before waiting for the mini-batch's results.
+    if (!coord) {
+      // The leader decides where a stopped segment ends; this process's stage hears it when it
+      // asks to start the mini-batch, so wait for that before waiting for the mini-batch's results.
       std::unique_lock<std::mutex> lock(sh.mu);
       sh.cv.wait(lock, [&] { return sh.abort || sh.settled(s0); });
       if (sh.abort) break;
@@ -683,7 +634,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         lock.unlock();
         r.steps = s0;
         if (end_segment(s0)) break;
-        PT_CHECK(false) << "rank " << C->rank() << ": the segment ended at step " << s0 << " but the run goes on";
+        PT_CHECK(false) << "rank " << I.rank() << ": the segment ended at step " << s0 << " but the run goes on";
       }
     }
     if (I.local(I.loss_stage)) {
@@ -700,29 +651,23 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         sh.losses.erase(s0 * M + j);
       }
     }
-    if (C && I.loss_stage != 0) {  // the loss stage's rank tells rank 0
-      const bool moved = C->rank() == I.loss_stage ? C->send(0, kMsgLoss, s0, step_losses.data(), M * sizeof(double))
-                         : coord                   ? C->recv(I.loss_stage, kMsgLoss, s0, step_losses.data(), M * sizeof(double))
-                                                   : true;
-      if (!moved) {
-        sh.fail(internal_error("aborted while passing the loss of step " + std::to_string(step) + " to rank 0"));
-        break;
-      }
+    if (Status ps = co->pass_losses(s0, &step_losses); !ps.is_ok()) {
+      sh.fail(ps);
+      break;
     }
-    if (!coord) {  // the other ranks only send their weights for validation
+    if (!coord) {  // the followers only send their weights for validation
       if (sh.snapshot_at(s0)) {
         std::vector<std::pair<const Value*, HostTensor>> snap;
         {
           std::unique_lock<std::mutex> lock(sh.mu);
           sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == local_stages; });
           if (sh.abort) break;
-          snap = std::move(sh.snapshots[s0][C->rank()]);
+          snap = std::move(sh.snapshots[s0][I.rank()]);
           sh.snapshots.erase(s0);
           sh.snapshot_count.erase(s0);
         }
-        I.pack_snapshot(snap, &snap_buf);
-        if (!C->send(0, kMsgSnapshot, s0, snap_buf.data(), snap_buf.size())) {
-          sh.fail(internal_error("aborted while sending the weights of step " + std::to_string(step) + " to rank 0"));
+        if (Status ss = co->send_snapshot(s0, snap); !ss.is_ok()) {
+          sh.fail(ss);
           break;
         }
       }
@@ -758,14 +703,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       }
       for (auto& per_stage : snap)
         for (auto& [v, t] : per_stage) I.eval->host(v) = t;
-      bool gathered = true;
-      for (int k = 1; C && k < static_cast<int>(I.stages.size()) && gathered; ++k) {
-        snap_buf.resize(I.snapshot_bytes(k));
-        gathered = C->recv(k, kMsgSnapshot, s0, snap_buf.data(), snap_buf.size());
-        if (gathered) I.unpack_into_eval(k, snap_buf);
-      }
-      if (!gathered) {
-        failure = internal_error("aborted while gathering the weights of step " + std::to_string(step));
+      if (Status gs = co->gather_snapshots(s0); !gs.is_ok()) {
+        failure = gs;
         sh.fail(failure);
         break;
       }
@@ -820,7 +759,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     }
   if (!failure.is_ok()) return failure;
   if (!sh.error.is_ok()) return sh.error;
-  if (C) RETURN_IF_ERROR(I.gather_final());
+  RETURN_IF_ERROR(co->gather_final());
   if (!coord) return r;
   r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
   if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
