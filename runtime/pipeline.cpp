@@ -29,6 +29,7 @@
 #include "partitioner/partition.h"
 #include "runtime/pipeline_stage.h"
 #include "runtime/rank_coordinator.h"
+#include "runtime/training_loop.h"
 
 namespace pt {
 
@@ -455,14 +456,10 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
   if (n == 0) return invalid_input("the training set is empty");
   if (train.size() > 0) RETURN_IF_ERROR(check_dataset_inputs(train, I.g));  // under MPI rank 0 holds the data
-  const int64_t per_epoch = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
-  if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
-    return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
-                         " steps overflow a 64-bit step count");
-  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
-  const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
-  const LrSchedule sched = schedule_of(cfg, total);
-  RETURN_IF_ERROR(sched.validate());
+  TrainingLoop loop(cfg);
+  RETURN_IF_ERROR(loop.plan(n, batch));
+  const int64_t per_epoch = loop.per_epoch();
+  const int64_t total = loop.total();
   const CheckpointOptions& ck = cfg.checkpoint;
   std::optional<CheckpointMeta> meta;
   auto run_meta = [&]() -> const CheckpointMeta& {
@@ -470,11 +467,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     return *meta;
   };
 
-  TrainResult r;
-  std::vector<std::string> rows;  // metrics rows a checkpoint carries (as the single-stage trainer keeps them)
-  EvalResult epoch_val;
-  Curves curves;
-  curves.title = cfg.title;
+  TrainResult& r = loop.result();
   int64_t start = 0;
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -485,10 +478,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   std::map<std::string, HostTensor> resume_tensors;  // the leader: the checkpoint's, for the other processes
   auto resume = [&]() -> Status {
     std::string path;
-    ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
-    if (c.step > total)
-      return invalid_input(path + ": the checkpoint is at step " + std::to_string(c.step) + ", past the " +
-                           std::to_string(total) + " steps of this run (--steps and --epochs are totals)");
+    ASSIGN_OR_RETURN(Checkpoint c, loop.read_resume(&path));
     RETURN_IF_ERROR(check_checkpoint(c, run_meta(), checkpoint_values(I.g), n, per_epoch, path));
     std::istringstream is(c.rng);
     is >> rng;
@@ -499,15 +489,9 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     draw_from = c.epoch;
     // The checkpoint's epoch under way (position > 0): its order stands; otherwise it is drawn next.
     if (c.position > 0) mid_epoch = true;
-    start = c.step;
-    continue_from(&c, &r, &epoch_val, &rows, &curves);
-    if (!cfg.quiet) {
-      std::printf("resumed: %s (step %lld of %lld", path.c_str(), static_cast<long long>(start),
-                  static_cast<long long>(total));
-      if (!c.meta.pipeline.empty() && c.meta.pipeline != run_meta().pipeline)
-        std::printf("; written by a run of %s, continuing on %s", c.meta.pipeline.c_str(), run_meta().pipeline.c_str());
-      std::printf(")\n");
-    }
+    loop.continue_from(&c);
+    start = loop.start();
+    loop.announce_resume(path, c.meta.pipeline, run_meta().pipeline);
     return Status::ok();
   };
   // The leader alone reads the checkpoint; every process learns from it whether and where it resumes.
@@ -518,23 +502,12 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2);
   if (mid_epoch) orders.set_drawn(draw_from, order, rng);
   auto save = [&](int64_t step, std::map<std::string, HostTensor> tensors) -> Status {
-    Checkpoint c;
-    c.meta = run_meta();
-    c.step = step;
-    c.epoch = step / per_epoch;
-    c.position = step % per_epoch;
+    Checkpoint c = loop.checkpoint_at(step, run_meta());
     // The epoch of the last step done: its shuffle is the last the single-stage trainer would have drawn.
     std::tie(c.order, c.rng) = orders.state((step - 1) / per_epoch);
-    c.first_loss = r.first_loss;
-    c.last_loss = r.last_loss;
-    c.val_samples = epoch_val.samples;
-    c.val_loss = epoch_val.loss;
-    c.val_accuracy = epoch_val.accuracy;
-    c.metrics = rows;
     c.tensors = std::move(tensors);
     c.plan = I.plan_lines;
-    ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
-    return Status::ok();
+    return loop.save(c);
   };
 
   RunShared sh;
@@ -544,7 +517,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.total_steps = total;
   sh.mini_batch = batch;
   sh.graph_batch = I.graph_batch;
-  sh.lr = sched;
+  sh.lr = loop.schedule();
   sh.validate = validate;
   sh.eval_every = cfg.eval_every;
   sh.clip_grad_norm = cfg.clip_grad_norm;
@@ -554,17 +527,14 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     if (I.local(st->index)) st->begin_train();
   const int local_stages = co->local_stages();
 
-  if (start == total && !ck.resume.empty() && !co->distributed()) {
+  if (loop.nothing_left() && !co->distributed()) {
     // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
     // checkpoint's rows leave out the validation after the last step).
     r.val = EvalResult{};
     return r;
   }
-  MetricsFile csv;  // rank 0 alone writes it under MPI
-  RETURN_IF_ERROR(csv.open(coord ? cfg.metrics_path : std::string(), rows, cfg.tensorboard_dir));
-
-  using clock = std::chrono::steady_clock;
-  sh.t0 = clock::now();
+  RETURN_IF_ERROR(loop.begin(coord ? cfg.metrics_path : std::string()));  // the leader alone writes metrics
+  sh.t0 = loop.t0();
   // The stages run segment by segment; a segment ends with the pipeline drained, at a checkpoint
   // step or where a stop request cut it short.
   const bool checkpoints = !ck.dir.empty() && ck.every > 0;
@@ -586,7 +556,6 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
 
   Status failure = Status::ok();
   bool stopping = false;
-  Progress progress(cfg.quiet, total, log_every, batch);
   // A checkpoint of the drained pipeline: the leader gathers every process's part and writes the
   // one file (the same format as in one process, so it resumes on any --gpus).
   auto checkpoint = [&](int64_t step) -> Status {
@@ -606,7 +575,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
       return true;
     }
     const bool stop_here = stopping && step < total;
-    if (!ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total)))) {
+    if (loop.checkpoint_due(step, stop_here)) {
       if (Status cs = checkpoint(step); !cs.is_ok()) {
         failure = cs;
         sh.fail(failure);
@@ -677,18 +646,11 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     }
     for (int j = 0; j < M; ++j) l += step_losses[j];
     l /= M;
-    if (!std::isfinite(l)) {
-      failure = Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
-                                                  std::to_string(l) + " (try a smaller --lr)");
+    if (Status ls = loop.record_loss(step, l); !ls.is_ok()) {
+      failure = ls;
       sh.fail(failure);
       break;
     }
-    if (step == 1) r.first_loss = l;
-    curves.add_train_loss(static_cast<double>(step), l);
-    r.last_loss = l;
-    const int64_t epoch = s0 / per_epoch;
-    const int64_t in_epoch = s0 % per_epoch;
-    const bool scheduled_eval = cfg.eval_every > 0 && step % cfg.eval_every == 0;
     EvalResult ev;
     if (sh.snapshot_at(s0)) {
       // The weights after this step's update at every stage.
@@ -715,42 +677,25 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
         break;
       }
       ev = *e;
-      r.val = ev;
-      curves.val_loss.push_back({static_cast<double>(step), ev.loss});
-      if (ev.accuracy >= 0) curves.val_accuracy.push_back({static_cast<double>(step), ev.accuracy});
-      if (!cfg.curves_path.empty()) {
-        if (Status cs = write_curves_svg(curves, cfg.curves_path); !cs.is_ok()) {
-          failure = cs;
-          sh.fail(failure);
-          break;
-        }
-      }
-    }
-    const double elapsed = std::chrono::duration<double>(clock::now() - sh.t0).count();
-    const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch) / elapsed : 0;
-    const double lr_now = sched.at(step);
-    {
-      const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
-        failure = ms;
+      if (Status es = loop.record_eval(step, ev); !es.is_ok()) {
+        failure = es;
         sh.fail(failure);
         break;
       }
-      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
-      if (ev.samples && !run_end_only) epoch_val = ev;
-      rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
     }
-    const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
-    progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
-    r.steps = step;
-    if (!stopping && cfg.stop && cfg.stop->load() && step < total) {
+    if (Status ms = loop.end_step(step, l, ev); !ms.is_ok()) {
+      failure = ms;
+      sh.fail(failure);
+      break;
+    }
+    if (!stopping && loop.stop_requested(step)) {
       stopping = true;  // finish the mini-batches already started, then drain
       sh.stop_early();
     }
     if (step == sh.end_step() && end_segment(step)) break;
   }
   join_all();
-  r.seconds = std::chrono::duration<double>(clock::now() - sh.t0).count();
+  loop.stop_clock();
   for (auto& st : I.stages)  // busy time over the whole run, not the stage's own end
     if (r.seconds > 0 && I.local(st->index)) {
       const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
@@ -761,15 +706,14 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   if (!sh.error.is_ok()) return sh.error;
   RETURN_IF_ERROR(co->gather_final());
   if (!coord) return r;
-  r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
-  if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
+  RETURN_IF_ERROR(loop.finish());
   for (const StageStats& st : stage_stats()) {  // TensorBoard (--tensorboard): each stage's balance
     const std::string tag = "stage/" + std::to_string(st.stage) + "/";
-    RETURN_IF_ERROR(csv.add_scalar(tag + "busy_fraction", r.steps, st.busy_fraction));
-    RETURN_IF_ERROR(csv.add_scalar(tag + "forward_ms", r.steps, st.fwd_ms));
-    RETURN_IF_ERROR(csv.add_scalar(tag + "backward_ms", r.steps, st.bwd_ms));
+    RETURN_IF_ERROR(loop.add_scalar(tag + "busy_fraction", r.steps, st.busy_fraction));
+    RETURN_IF_ERROR(loop.add_scalar(tag + "forward_ms", r.steps, st.fwd_ms));
+    RETURN_IF_ERROR(loop.add_scalar(tag + "backward_ms", r.steps, st.bwd_ms));
   }
-  RETURN_IF_ERROR(csv.close());
+  RETURN_IF_ERROR(loop.close());
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/prefetch.h"
 #include "runtime/progress.h"
+#include "runtime/training_loop.h"
 
 #include <algorithm>
 #include <chrono>
@@ -305,14 +306,11 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   const int64_t n = train.size();
   if (n == 0) return invalid_input("the training set is empty");
   RETURN_IF_ERROR(check_inputs(train));
-  const int64_t per_epoch = std::max<int64_t>(1, n / batch_);  // the last partial batch is dropped
-  if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
-    return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
-                         " steps overflow a 64-bit step count");
-  const int64_t total = total_steps(train, cfg);
-  const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
-  const LrSchedule sched = schedule_of(cfg, total);
-  RETURN_IF_ERROR(sched.validate());
+  TrainingLoop loop(cfg);
+  RETURN_IF_ERROR(loop.plan(n, batch_));
+  const int64_t per_epoch = loop.per_epoch();
+  const int64_t total = loop.total();
+  const LrSchedule& sched = loop.schedule();
   HostTensor& x = ex_->host(input_);
   HostTensor& y = ex_->host(tg_.loss.labels);
   const HostTensor& loss = ex_->host(tg_.loss.loss);
@@ -327,70 +325,43 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(cfg.seed);
-  TrainResult r;
-  // What checkpoints carry: the metrics.csv rows and the last validation as a run to any later
-  // total would have them (without the extra validation after the last step of this run).
-  std::vector<std::string> rows;
-  EvalResult epoch_val;
-  Curves curves;
-  curves.title = cfg.title;
-  int64_t start = 0;  // steps already done (by the checkpoint resumed from)
+  TrainResult& r = loop.result();
   if (!ck.resume.empty()) {
     std::string path;
-    ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
-    if (c.step > total)
-      return invalid_input(path + ": the checkpoint is at step " + std::to_string(c.step) + ", past the " +
-                           std::to_string(total) + " steps of this run (--steps and --epochs are totals)");
+    ASSIGN_OR_RETURN(Checkpoint c, loop.read_resume(&path));
     RETURN_IF_ERROR(restore(c, run_meta(), n, per_epoch, path));
     order = c.order;
     std::istringstream is(c.rng);
     is >> rng;
     if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
-    start = c.step;
-    continue_from(&c, &r, &epoch_val, &rows, &curves);
-    if (!cfg.quiet)
-      std::printf("resumed: %s (step %lld of %lld)\n", path.c_str(), static_cast<long long>(start),
-                  static_cast<long long>(total));
+    loop.continue_from(&c);
+    loop.announce_resume(path, "", "");
   }
+  const int64_t start = loop.start();
   auto save = [&](int64_t step) -> Status {
-    Checkpoint c;
-    c.meta = run_meta();
-    c.step = step;
-    c.epoch = step / per_epoch;
-    c.position = step % per_epoch;
+    Checkpoint c = loop.checkpoint_at(step, run_meta());
     c.order = order;
     std::ostringstream os;
     os << rng;
     c.rng = os.str();
-    c.first_loss = r.first_loss;
-    c.last_loss = r.last_loss;
-    c.val_samples = epoch_val.samples;
-    c.val_loss = epoch_val.loss;
-    c.val_accuracy = epoch_val.accuracy;
-    c.metrics = rows;
     c.plan = {"stage 0: the whole model"};
     for (const Value* v : persistent_values()) {
       ASSIGN_OR_RETURN(HostTensor t, ex_->fetch(v));
       c.tensors.emplace(v->name, std::move(t));
     }
-    ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
-    return Status::ok();
+    return loop.save(c);
   };
 
-  if (start == total && !ck.resume.empty()) {
+  if (loop.nothing_left()) {
     // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
     // checkpoint's rows leave out the validation after the last step).
     r.val = EvalResult{};
     return r;
   }
-  MetricsFile csv;
-  RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows, cfg.tensorboard_dir));
+  RETURN_IF_ERROR(loop.begin(cfg.metrics_path));
   constexpr int64_t kTimedSteps = 3;
   std::vector<double> node_seconds;
   int64_t timed_steps = 0;
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  Progress progress(cfg.quiet, total, log_every, batch_);
   // The batches are gathered a step ahead on a background thread, which draws the same shuffles
   // from its own copy of the order and RNG; this loop keeps the originals for checkpoints.
   BatchPrefetcher prefetch(&x, &y, start + 1, total + 1, 2,
@@ -400,8 +371,8 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
                              if (in_epoch == 0 && shuffle) std::shuffle(p_order.begin(), p_order.end(), p_rng);
                              gather_batch(train, p_order, in_epoch * batch, px, py);
                            });
+  const bool validate = val && val->size() > 0;
   for (int64_t step = start + 1; step <= total; ++step) {
-    const int64_t epoch = (step - 1) / per_epoch;  // 0-based
     const int64_t in_epoch = (step - 1) % per_epoch;
     if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
     prefetch.take(step, &x, &y);
@@ -415,8 +386,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     RETURN_IF_ERROR(ex_->upload(input_));
     RETURN_IF_ERROR(ex_->upload(tg_.loss.labels));
     RETURN_IF_ERROR(set_step(step));
-    const double lr_now = sched.at(step);
-    RETURN_IF_ERROR(ex_->set_scalar(tg_.lr, lr_now));
+    RETURN_IF_ERROR(ex_->set_scalar(tg_.lr, sched.at(step)));
     if (cfg.clip_grad_norm > 0) {
       RETURN_IF_ERROR(ex_->run([](Phase p) { return p != Phase::kUpdate; }));
       std::vector<const Value*> grads;
@@ -434,48 +404,21 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     }
     RETURN_IF_ERROR(ex_->download(tg_.loss.loss));
     const double l = loss.get_double(0);
-    if (!std::isfinite(l))
-      return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
-                                               std::to_string(l) + " (try a smaller --lr)");
-    if (step == 1) r.first_loss = l;
-    curves.add_train_loss(static_cast<double>(step), l);
-    r.last_loss = l;
-    const bool epoch_end = in_epoch == per_epoch - 1 || step == total;
-    const bool scheduled_eval = cfg.eval_every > 0 && step % cfg.eval_every == 0;
+    RETURN_IF_ERROR(loop.record_loss(step, l));
     EvalResult ev;
-    if ((epoch_end || scheduled_eval) && val && val->size() > 0) {
+    if (validate && loop.eval_due(step)) {
       ASSIGN_OR_RETURN(ev, evaluate(*val));
-      r.val = ev;
-      curves.val_loss.push_back({static_cast<double>(step), ev.loss});
-      if (ev.accuracy >= 0) curves.val_accuracy.push_back({static_cast<double>(step), ev.accuracy});
-      if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
+      RETURN_IF_ERROR(loop.record_eval(step, ev));
     }
-    const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-    const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch_) / elapsed : 0;
-    {
-      const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
-        return ms;
-      }
-      // The rows a checkpoint keeps leave out the validation of a run's last step when it is not
-      // at an epoch end or an --eval-every step, so that a resumed run's rows equal an
-      // uninterrupted one's.
-      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
-      if (ev.samples && !run_end_only) epoch_val = ev;
-      rows.push_back(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
-    }
-    const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
-    progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
-    r.steps = step;
+    RETURN_IF_ERROR(loop.end_step(step, l, ev));
     // A stop request is honoured here, at a mini-batch boundary.
-    const bool stop = cfg.stop && cfg.stop->load() && step < total;
-    if (!ck.dir.empty() && (stop || (ck.every > 0 && (step % ck.every == 0 || step == total)))) RETURN_IF_ERROR(save(step));
+    const bool stop = loop.stop_requested(step);
+    if (loop.checkpoint_due(step, stop)) RETURN_IF_ERROR(save(step));
     if (stop) {
       r.interrupted = true;
       break;
     }
   }
-  if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
   if (timed_steps > 0) {
     for (const auto& n : g_.nodes()) {
       if (static_cast<size_t>(n->id) >= node_seconds.size()) continue;
@@ -485,13 +428,13 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
       else if (n->phase == Phase::kUpdate) r.update_ms += ms;
     }
   }
-  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch_) / r.seconds : 0;
+  loop.stop_clock();
+  RETURN_IF_ERROR(loop.finish());
   if (timed_steps > 0) {  // TensorBoard (--tensorboard): the one stage's pass times, as pipelines report theirs
-    RETURN_IF_ERROR(csv.add_scalar("stage/0/forward_ms", r.steps, r.fwd_ms));
-    RETURN_IF_ERROR(csv.add_scalar("stage/0/backward_ms", r.steps, r.bwd_ms));
+    RETURN_IF_ERROR(loop.add_scalar("stage/0/forward_ms", r.steps, r.fwd_ms));
+    RETURN_IF_ERROR(loop.add_scalar("stage/0/backward_ms", r.steps, r.bwd_ms));
   }
-  RETURN_IF_ERROR(csv.close());
+  RETURN_IF_ERROR(loop.close());
   return r;
 }
 
