@@ -29,6 +29,7 @@
 #include "partitioner/partition.h"
 #include "runtime/pipeline_stage.h"
 #include "runtime/rank_coordinator.h"
+#include "runtime/stage_set.h"
 #include "runtime/training_loop.h"
 
 namespace pt {
@@ -443,11 +444,108 @@ Status PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTe
   return Status::ok();
 }
 
+namespace {
+
+// The pipeline's stages as the training loop drives them: one thread per stage of this process,
+// meeting the loop in RunShared (losses, snapshots, claims).
+class PipelineStageSet final : public StageSet {
+ public:
+  PipelineStageSet(const PipelineTrainer& trainer, PipelineTrainer::Impl& impl, RunShared& sh, int local_stages)
+      : trainer_(trainer), I(impl), sh_(sh), local_stages_(local_stages) {}
+  ~PipelineStageSet() override { join(); }
+
+  void launch(int64_t first, int64_t end) override {
+    sh_.set_segment(first, end);
+    threads_.clear();
+    for (auto& st : I.stages)
+      if (I.local(st->index)) threads_.emplace_back([&sh = sh_, s = st.get()] { s->run(sh); });
+  }
+  void join() override {
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  int64_t segment_end() override { return sh_.end_step(); }
+  void stop_early() override { sh_.stop_early(); }
+  Status error() override { return sh_.error; }
+  void fail(Status s) override { sh_.fail(std::move(s)); }
+
+  Settled settle(int64_t s0) override {
+    std::unique_lock<std::mutex> lock(sh_.mu);
+    sh_.cv.wait(lock, [&] { return sh_.abort || sh_.settled(s0); });
+    if (sh_.abort) return Settled::kAborted;
+    return sh_.past_end(s0) ? Settled::kPastEnd : Settled::kClaimed;
+  }
+  bool losses(int64_t s0, std::vector<double>* out) override {
+    if (!I.local(I.loss_stage)) return true;
+    const int M = static_cast<int>(out->size());
+    std::unique_lock<std::mutex> lock(sh_.mu);
+    sh_.cv.wait(lock, [&] {
+      if (sh_.abort) return true;
+      for (int j = 0; j < M; ++j)
+        if (!sh_.losses.count(s0 * M + j)) return false;
+      return true;
+    });
+    if (sh_.abort) return false;
+    for (int j = 0; j < M; ++j) {
+      (*out)[j] = sh_.losses.at(s0 * M + j);
+      sh_.losses.erase(s0 * M + j);
+    }
+    return true;
+  }
+  bool snapshot_due(int64_t s0) const override { return sh_.snapshot_at(s0); }
+  bool take_snapshot(int64_t s0, RankCoordinator::Snapshot* mine) override {
+    std::vector<RankCoordinator::Snapshot> snap;
+    {
+      std::unique_lock<std::mutex> lock(sh_.mu);
+      sh_.cv.wait(lock, [&] { return sh_.abort || sh_.snapshot_count[s0] == local_stages_; });
+      if (sh_.abort) return false;
+      snap = std::move(sh_.snapshots[s0]);
+      sh_.snapshots.erase(s0);
+      sh_.snapshot_count.erase(s0);
+    }
+    if (mine) {
+      *mine = std::move(snap[I.rank()]);
+      return true;
+    }
+    for (auto& per_stage : snap)
+      for (auto& [v, t] : per_stage) I.eval->host(v) = t;
+    return true;
+  }
+  Expected<EvalResult> evaluate_snapshot(const Dataset& val) override { return I.run_eval(val); }
+  Expected<Tensors> checkpoint_tensors() override { return I.checkpoint_tensors(); }
+  void account(TrainResult* r) override {
+    for (auto& st : I.stages)  // busy time over the whole run, not the stage's own end
+      if (r->seconds > 0 && I.local(st->index)) {
+        const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
+                              static_cast<double>(std::max<int64_t>(1, st->stats.updates));
+        st->stats.busy_fraction = busy_s / r->seconds;
+      }
+  }
+  Status add_scalars(TrainingLoop& loop, int64_t step) override {
+    for (const StageStats& st : trainer_.stage_stats()) {  // TensorBoard (--tensorboard): each stage's balance
+      const std::string tag = "stage/" + std::to_string(st.stage) + "/";
+      RETURN_IF_ERROR(loop.add_scalar(tag + "busy_fraction", step, st.busy_fraction));
+      RETURN_IF_ERROR(loop.add_scalar(tag + "forward_ms", step, st.fwd_ms));
+      RETURN_IF_ERROR(loop.add_scalar(tag + "backward_ms", step, st.bwd_ms));
+    }
+    return Status::ok();
+  }
+
+ private:
+  const PipelineTrainer& trainer_;
+  PipelineTrainer::Impl& I;
+  RunShared& sh_;
+  int local_stages_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
 Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   Impl& I = *impl_;
   // What the processes of the run tell each other (one process: nothing); the leader alone reads
   // the data, computes metrics, validates and writes the run folder.
-  const std::unique_ptr<RankCoordinator> co = I.distributed() ? make_mpi_coordinator(I) : make_local_coordinator(I);
+  const std::unique_ptr<RankCoordinator> co = I.distributed() ? make_mpi_coordinator(I) : make_local_coordinator(static_cast<int>(I.stages.size()));
   const bool coord = co->leads();
   int64_t n = train.size();
   bool validate = val && val->size() > 0;
@@ -498,6 +596,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   Status resumed = Status::ok();
   if (!ck.resume.empty() && coord) resumed = resume();
   if (!ck.resume.empty()) RETURN_IF_ERROR(co->share_resume(resumed, &start, resume_tensors));
+  loop.start_at(start);
   // Stages may be up to N mini-batches apart, which can span as many epochs of a tiny data set.
   orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2);
   if (mid_epoch) orders.set_drawn(draw_from, order, rng);
@@ -537,183 +636,10 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.t0 = loop.t0();
   // The stages run segment by segment; a segment ends with the pipeline drained, at a checkpoint
   // step or where a stop request cut it short.
-  const bool checkpoints = !ck.dir.empty() && ck.every > 0;
-  auto segment_end = [&](int64_t first) {
-    return checkpoints ? std::min(total, (first / ck.every + 1) * ck.every) : total;
-  };
-  std::vector<std::thread> threads;
-  auto launch = [&](int64_t first) {
-    sh.set_segment(first, segment_end(first));
-    threads.clear();
-    for (auto& st : I.stages)
-      if (I.local(st->index)) threads.emplace_back([&sh, s = st.get()] { s->run(sh); });
-  };
-  auto join_all = [&] {
-    for (auto& t : threads)
-      if (t.joinable()) t.join();
-  };
-  if (start < total) launch(start);
-
-  Status failure = Status::ok();
-  bool stopping = false;
-  // A checkpoint of the drained pipeline: the leader gathers every process's part and writes the
-  // one file (the same format as in one process, so it resumes on any --gpus).
-  auto checkpoint = [&](int64_t step) -> Status {
-    using Tensors = std::map<std::string, HostTensor>;
-    ASSIGN_OR_RETURN(Tensors t, I.checkpoint_tensors());
-    RETURN_IF_ERROR(co->gather_checkpoint(step, &t));
-    return coord ? save(step, std::move(t)) : Status::ok();
-  };
-  // At the end of a segment: join the stage threads, checkpoint, start the next segment. True
-  // when the run ends here. The leader says whether the run stops here.
-  auto end_segment = [&](int64_t step) -> bool {
-    join_all();
-    if (!sh.error.is_ok()) return true;
-    if (Status as = co->agree_segment_end(&step, &stopping); !as.is_ok()) {
-      failure = as;
-      sh.fail(failure);
-      return true;
-    }
-    const bool stop_here = stopping && step < total;
-    if (loop.checkpoint_due(step, stop_here)) {
-      if (Status cs = checkpoint(step); !cs.is_ok()) {
-        failure = cs;
-        sh.fail(failure);
-        return true;
-      }
-    }
-    if (stop_here) {
-      r.interrupted = true;
-      return true;
-    }
-    if (step < total) launch(step);
-    return false;
-  };
-  for (int64_t step = start + 1; step <= total && failure.is_ok(); ++step) {
-    const int64_t s0 = step - 1;
-    double l = 0;
-    std::vector<double> step_losses(M, 0.0);
-    if (!coord) {
-      // The leader decides where a stopped segment ends; this process's stage hears it when it
-      // asks to start the mini-batch, so wait for that before waiting for the mini-batch's results.
-      std::unique_lock<std::mutex> lock(sh.mu);
-      sh.cv.wait(lock, [&] { return sh.abort || sh.settled(s0); });
-      if (sh.abort) break;
-      if (sh.past_end(s0)) {
-        lock.unlock();
-        r.steps = s0;
-        if (end_segment(s0)) break;
-        PT_CHECK(false) << "rank " << I.rank() << ": the segment ended at step " << s0 << " but the run goes on";
-      }
-    }
-    if (I.local(I.loss_stage)) {
-      std::unique_lock<std::mutex> lock(sh.mu);
-      sh.cv.wait(lock, [&] {
-        if (sh.abort) return true;
-        for (int j = 0; j < M; ++j)
-          if (!sh.losses.count(s0 * M + j)) return false;
-        return true;
-      });
-      if (sh.abort) break;
-      for (int j = 0; j < M; ++j) {
-        step_losses[j] = sh.losses.at(s0 * M + j);
-        sh.losses.erase(s0 * M + j);
-      }
-    }
-    if (Status ps = co->pass_losses(s0, &step_losses); !ps.is_ok()) {
-      sh.fail(ps);
-      break;
-    }
-    if (!coord) {  // the followers only send their weights for validation
-      if (sh.snapshot_at(s0)) {
-        std::vector<std::pair<const Value*, HostTensor>> snap;
-        {
-          std::unique_lock<std::mutex> lock(sh.mu);
-          sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == local_stages; });
-          if (sh.abort) break;
-          snap = std::move(sh.snapshots[s0][I.rank()]);
-          sh.snapshots.erase(s0);
-          sh.snapshot_count.erase(s0);
-        }
-        if (Status ss = co->send_snapshot(s0, snap); !ss.is_ok()) {
-          sh.fail(ss);
-          break;
-        }
-      }
-      r.steps = step;
-      if (step == sh.end_step() && end_segment(step)) break;
-      continue;
-    }
-    for (int j = 0; j < M; ++j) l += step_losses[j];
-    l /= M;
-    if (Status ls = loop.record_loss(step, l); !ls.is_ok()) {
-      failure = ls;
-      sh.fail(failure);
-      break;
-    }
-    EvalResult ev;
-    if (sh.snapshot_at(s0)) {
-      // The weights after this step's update at every stage.
-      std::vector<std::vector<std::pair<const Value*, HostTensor>>> snap;
-      {
-        std::unique_lock<std::mutex> lock(sh.mu);
-        sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == local_stages; });
-        if (sh.abort) break;
-        snap = std::move(sh.snapshots[s0]);
-        sh.snapshots.erase(s0);
-        sh.snapshot_count.erase(s0);
-      }
-      for (auto& per_stage : snap)
-        for (auto& [v, t] : per_stage) I.eval->host(v) = t;
-      if (Status gs = co->gather_snapshots(s0); !gs.is_ok()) {
-        failure = gs;
-        sh.fail(failure);
-        break;
-      }
-      auto e = I.run_eval(*val);
-      if (!e) {
-        failure = e.status();
-        sh.fail(failure);
-        break;
-      }
-      ev = *e;
-      if (Status es = loop.record_eval(step, ev); !es.is_ok()) {
-        failure = es;
-        sh.fail(failure);
-        break;
-      }
-    }
-    if (Status ms = loop.end_step(step, l, ev); !ms.is_ok()) {
-      failure = ms;
-      sh.fail(failure);
-      break;
-    }
-    if (!stopping && loop.stop_requested(step)) {
-      stopping = true;  // finish the mini-batches already started, then drain
-      sh.stop_early();
-    }
-    if (step == sh.end_step() && end_segment(step)) break;
-  }
-  join_all();
-  loop.stop_clock();
-  for (auto& st : I.stages)  // busy time over the whole run, not the stage's own end
-    if (r.seconds > 0 && I.local(st->index)) {
-      const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
-                            static_cast<double>(std::max<int64_t>(1, st->stats.updates));
-      st->stats.busy_fraction = busy_s / r.seconds;
-    }
-  if (!failure.is_ok()) return failure;
-  if (!sh.error.is_ok()) return sh.error;
-  RETURN_IF_ERROR(co->gather_final());
-  if (!coord) return r;
-  RETURN_IF_ERROR(loop.finish());
-  for (const StageStats& st : stage_stats()) {  // TensorBoard (--tensorboard): each stage's balance
-    const std::string tag = "stage/" + std::to_string(st.stage) + "/";
-    RETURN_IF_ERROR(loop.add_scalar(tag + "busy_fraction", r.steps, st.busy_fraction));
-    RETURN_IF_ERROR(loop.add_scalar(tag + "forward_ms", r.steps, st.fwd_ms));
-    RETURN_IF_ERROR(loop.add_scalar(tag + "backward_ms", r.steps, st.bwd_ms));
-  }
-  RETURN_IF_ERROR(loop.close());
+  PipelineStageSet stages(*this, I, sh, local_stages);
+  RETURN_IF_ERROR(drive_stages(stages, *co, loop, val, M, [&](int64_t step, StageSet::Tensors t) {
+    return save(step, std::move(t));
+  }));
   return r;
 }
 

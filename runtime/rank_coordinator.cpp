@@ -26,8 +26,8 @@ class LocalCoordinator final : public RankCoordinator {
 
 }  // namespace
 
-std::unique_ptr<RankCoordinator> make_local_coordinator(PipelineTrainer::Impl& impl) {
-  return std::make_unique<LocalCoordinator>(static_cast<int>(impl.stages.size()));
+std::unique_ptr<RankCoordinator> make_local_coordinator(int stages) {
+  return std::make_unique<LocalCoordinator>(stages);
 }
 
 }  // namespace pt

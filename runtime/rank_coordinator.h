@@ -59,7 +59,7 @@ class RankCoordinator {
 };
 
 // Every stage in this process: nothing travels.
-std::unique_ptr<RankCoordinator> make_local_coordinator(PipelineTrainer::Impl& impl);
+std::unique_ptr<RankCoordinator> make_local_coordinator(int stages);
 // One stage per rank of impl.opts.cluster (runtime/pipeline_ranks.cpp).
 std::unique_ptr<RankCoordinator> make_mpi_coordinator(PipelineTrainer::Impl& impl);
 

@@ -1,10 +1,11 @@
-// The single-stage training loop and evaluation.
+// The single stage as a stage set of the training loop (runtime/stage_set.h), and evaluation.
 #include "runtime/trainer.h"
 
 #include "runtime/curves.h"
 #include "runtime/optimizer.h"
 #include "runtime/prefetch.h"
 #include "runtime/progress.h"
+#include "runtime/stage_set.h"
 #include "runtime/training_loop.h"
 
 #include <algorithm>
@@ -309,11 +310,6 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   TrainingLoop loop(cfg);
   RETURN_IF_ERROR(loop.plan(n, batch_));
   const int64_t per_epoch = loop.per_epoch();
-  const int64_t total = loop.total();
-  const LrSchedule& sched = loop.schedule();
-  HostTensor& x = ex_->host(input_);
-  HostTensor& y = ex_->host(tg_.loss.labels);
-  const HostTensor& loss = ex_->host(tg_.loss.loss);
 
   const CheckpointOptions& ck = cfg.checkpoint;
   // Hashing the training set costs a pass over it: only done when a checkpoint is read or written.
@@ -337,18 +333,14 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     loop.continue_from(&c);
     loop.announce_resume(path, "", "");
   }
-  const int64_t start = loop.start();
-  auto save = [&](int64_t step) -> Status {
+  auto save = [&](int64_t step, std::map<std::string, HostTensor> tensors) -> Status {
     Checkpoint c = loop.checkpoint_at(step, run_meta());
     c.order = order;
     std::ostringstream os;
     os << rng;
     c.rng = os.str();
     c.plan = {"stage 0: the whole model"};
-    for (const Value* v : persistent_values()) {
-      ASSIGN_OR_RETURN(HostTensor t, ex_->fetch(v));
-      c.tensors.emplace(v->name, std::move(t));
-    }
+    c.tensors = std::move(tensors);
     return loop.save(c);
   };
 
@@ -359,82 +351,127 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     return r;
   }
   RETURN_IF_ERROR(loop.begin(cfg.metrics_path));
-  constexpr int64_t kTimedSteps = 3;
-  std::vector<double> node_seconds;
-  int64_t timed_steps = 0;
-  // The batches are gathered a step ahead on a background thread, which draws the same shuffles
-  // from its own copy of the order and RNG; this loop keeps the originals for checkpoints.
-  BatchPrefetcher prefetch(&x, &y, start + 1, total + 1, 2,
-                           [&train, p_order = order, p_rng = rng, per_epoch, batch = batch_,
-                            shuffle = cfg.shuffle](int64_t step, HostTensor* px, HostTensor* py) mutable {
-                             const int64_t in_epoch = (step - 1) % per_epoch;
-                             if (in_epoch == 0 && shuffle) std::shuffle(p_order.begin(), p_order.end(), p_rng);
-                             gather_batch(train, p_order, in_epoch * batch, px, py);
-                           });
-  const bool validate = val && val->size() > 0;
-  for (int64_t step = start + 1; step <= total; ++step) {
-    const int64_t in_epoch = (step - 1) % per_epoch;
-    if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
-    prefetch.take(step, &x, &y);
-    if (!more_inputs_.empty()) {
-      // Further inputs are gathered here, from the same order the prefetcher draws.
-      std::vector<HostTensor*> more;
-      for (Value* v : more_inputs_) more.push_back(&ex_->host(v));
-      gather_more(train, order, in_epoch * batch_, more);
-      for (Value* v : more_inputs_) RETURN_IF_ERROR(ex_->upload(v));
+
+  // The single stage as the training loop drives it: each mini-batch runs when the loop asks for
+  // its loss, on this thread; the executor holds the weights the evaluator reads.
+  class OneStage final : public StageSet {
+   public:
+    OneStage(Trainer& t, const Dataset& train, const Dataset* val, const TrainConfig& cfg, TrainingLoop& loop,
+             std::vector<int64_t>& order, std::mt19937_64& rng)
+        : t_(t), train_(train), cfg_(cfg), loop_(loop), order_(order), rng_(rng),
+          validate_(val && val->size() > 0),
+          // The batches are gathered a step ahead on a background thread, which draws the same
+          // shuffles from its own copy of the order and RNG; the stage keeps the originals for
+          // checkpoints.
+          prefetch_(&t.ex_->host(t.input_), &t.ex_->host(t.tg_.loss.labels), loop.start() + 1, loop.total() + 1, 2,
+                    [&train, p_order = order, p_rng = rng, per_epoch = loop.per_epoch(), batch = t.batch_,
+                     shuffle = cfg.shuffle](int64_t step, HostTensor* px, HostTensor* py) mutable {
+                      const int64_t in_epoch = (step - 1) % per_epoch;
+                      if (in_epoch == 0 && shuffle) std::shuffle(p_order.begin(), p_order.end(), p_rng);
+                      gather_batch(train, p_order, in_epoch * batch, px, py);
+                    }) {}
+
+    void launch(int64_t, int64_t end) override { end_ = end; }
+    void join() override {}
+    int64_t segment_end() override { return end_; }
+    void stop_early() override { end_ = std::min(end_, done_); }  // nothing is in flight
+    Status error() override { return error_; }
+    void fail(Status s) override {
+      if (error_.is_ok()) error_ = std::move(s);
     }
-    RETURN_IF_ERROR(ex_->upload(input_));
-    RETURN_IF_ERROR(ex_->upload(tg_.loss.labels));
-    RETURN_IF_ERROR(set_step(step));
-    RETURN_IF_ERROR(ex_->set_scalar(tg_.lr, sched.at(step)));
-    if (cfg.clip_grad_norm > 0) {
-      RETURN_IF_ERROR(ex_->run([](Phase p) { return p != Phase::kUpdate; }));
-      std::vector<const Value*> grads;
-      for (Value* p : tg_.params) grads.push_back(tg_.grads.at(p));
-      ASSIGN_OR_RETURN(const double sq, grad_sum_squares(*ex_, grads));
-      RETURN_IF_ERROR(scale_grads(*ex_, grads, clip_coefficient(cfg.clip_grad_norm, sq)));
-      RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kUpdate; }));
-    } else if (step > total - kTimedSteps) {
-      // The last steps are timed node by node: the measured stage times come from the run
-      // itself, with no second executor (which would double the memory) after training.
-      RETURN_IF_ERROR(ex_->run_timed(&node_seconds));
-      ++timed_steps;
-    } else {
-      RETURN_IF_ERROR(ex_->run());
+    Settled settle(int64_t) override { return Settled::kClaimed; }  // one process: it leads
+    bool losses(int64_t s0, std::vector<double>* out) override {
+      Expected<double> l = run(s0 + 1);
+      if (!l) {
+        fail(l.status());
+        return false;
+      }
+      (*out)[0] = *l;
+      done_ = s0 + 1;
+      return true;
     }
-    RETURN_IF_ERROR(ex_->download(tg_.loss.loss));
-    const double l = loss.get_double(0);
-    RETURN_IF_ERROR(loop.record_loss(step, l));
-    EvalResult ev;
-    if (validate && loop.eval_due(step)) {
-      ASSIGN_OR_RETURN(ev, evaluate(*val));
-      RETURN_IF_ERROR(loop.record_eval(step, ev));
+    bool snapshot_due(int64_t s0) const override { return validate_ && loop_.eval_due(s0 + 1); }
+    bool take_snapshot(int64_t, RankCoordinator::Snapshot*) override { return true; }  // the executor holds them
+    Expected<EvalResult> evaluate_snapshot(const Dataset& val) override { return t_.evaluate(val); }
+    Expected<Tensors> checkpoint_tensors() override {
+      Tensors out;
+      for (const Value* v : t_.persistent_values()) {
+        ASSIGN_OR_RETURN(HostTensor x, t_.ex_->fetch(v));
+        out.emplace(v->name, std::move(x));
+      }
+      return out;
     }
-    RETURN_IF_ERROR(loop.end_step(step, l, ev));
-    // A stop request is honoured here, at a mini-batch boundary.
-    const bool stop = loop.stop_requested(step);
-    if (loop.checkpoint_due(step, stop)) RETURN_IF_ERROR(save(step));
-    if (stop) {
-      r.interrupted = true;
-      break;
+    void account(TrainResult* r) override {
+      if (timed_steps_ == 0) return;
+      for (const auto& n : t_.g_.nodes()) {
+        if (static_cast<size_t>(n->id) >= node_seconds_.size()) continue;
+        const double ms = 1e3 * node_seconds_[n->id] / static_cast<double>(timed_steps_);
+        if (n->phase == Phase::kForward || n->phase == Phase::kLoss) r->fwd_ms += ms;
+        else if (n->phase == Phase::kBackward) r->bwd_ms += ms;
+        else if (n->phase == Phase::kUpdate) r->update_ms += ms;
+      }
     }
-  }
-  if (timed_steps > 0) {
-    for (const auto& n : g_.nodes()) {
-      if (static_cast<size_t>(n->id) >= node_seconds.size()) continue;
-      const double ms = 1e3 * node_seconds[n->id] / static_cast<double>(timed_steps);
-      if (n->phase == Phase::kForward || n->phase == Phase::kLoss) r.fwd_ms += ms;
-      else if (n->phase == Phase::kBackward) r.bwd_ms += ms;
-      else if (n->phase == Phase::kUpdate) r.update_ms += ms;
+    Status add_scalars(TrainingLoop& loop, int64_t step) override {
+      if (timed_steps_ == 0) return Status::ok();
+      // TensorBoard (--tensorboard): the one stage's pass times, as pipelines report theirs.
+      RETURN_IF_ERROR(loop.add_scalar("stage/0/forward_ms", step, loop.result().fwd_ms));
+      return loop.add_scalar("stage/0/backward_ms", step, loop.result().bwd_ms);
     }
-  }
-  loop.stop_clock();
-  RETURN_IF_ERROR(loop.finish());
-  if (timed_steps > 0) {  // TensorBoard (--tensorboard): the one stage's pass times, as pipelines report theirs
-    RETURN_IF_ERROR(loop.add_scalar("stage/0/forward_ms", r.steps, r.fwd_ms));
-    RETURN_IF_ERROR(loop.add_scalar("stage/0/backward_ms", r.steps, r.bwd_ms));
-  }
-  RETURN_IF_ERROR(loop.close());
+
+   private:
+    // Forward, loss, backward and update of 1-based `step`; its loss.
+    Expected<double> run(int64_t step) {
+      constexpr int64_t kTimedSteps = 3;
+      Executor& ex = *t_.ex_;
+      const int64_t in_epoch = (step - 1) % loop_.per_epoch();
+      if (in_epoch == 0 && cfg_.shuffle) std::shuffle(order_.begin(), order_.end(), rng_);
+      prefetch_.take(step, &ex.host(t_.input_), &ex.host(t_.tg_.loss.labels));
+      if (!t_.more_inputs_.empty()) {
+        // Further inputs are gathered here, from the same order the prefetcher draws.
+        std::vector<HostTensor*> more;
+        for (Value* v : t_.more_inputs_) more.push_back(&ex.host(v));
+        gather_more(train_, order_, in_epoch * t_.batch_, more);
+        for (Value* v : t_.more_inputs_) RETURN_IF_ERROR(ex.upload(v));
+      }
+      RETURN_IF_ERROR(ex.upload(t_.input_));
+      RETURN_IF_ERROR(ex.upload(t_.tg_.loss.labels));
+      RETURN_IF_ERROR(t_.set_step(step));
+      RETURN_IF_ERROR(ex.set_scalar(t_.tg_.lr, loop_.schedule().at(step)));
+      if (cfg_.clip_grad_norm > 0) {
+        RETURN_IF_ERROR(ex.run([](Phase p) { return p != Phase::kUpdate; }));
+        std::vector<const Value*> grads;
+        for (Value* p : t_.tg_.params) grads.push_back(t_.tg_.grads.at(p));
+        ASSIGN_OR_RETURN(const double sq, grad_sum_squares(ex, grads));
+        RETURN_IF_ERROR(scale_grads(ex, grads, clip_coefficient(cfg_.clip_grad_norm, sq)));
+        RETURN_IF_ERROR(ex.run([](Phase p) { return p == Phase::kUpdate; }));
+      } else if (step > loop_.total() - kTimedSteps) {
+        // The last steps are timed node by node: the measured stage times come from the run
+        // itself, with no second executor (which would double the memory) after training.
+        RETURN_IF_ERROR(ex.run_timed(&node_seconds_));
+        ++timed_steps_;
+      } else {
+        RETURN_IF_ERROR(ex.run());
+      }
+      RETURN_IF_ERROR(ex.download(t_.tg_.loss.loss));
+      return ex.host(t_.tg_.loss.loss).get_double(0);
+    }
+
+    Trainer& t_;
+    const Dataset& train_;
+    const TrainConfig& cfg_;
+    TrainingLoop& loop_;
+    std::vector<int64_t>& order_;
+    std::mt19937_64& rng_;
+    bool validate_;
+    BatchPrefetcher prefetch_;
+    int64_t end_ = 0, done_ = 0;
+    Status error_ = Status::ok();
+    std::vector<double> node_seconds_;
+    int64_t timed_steps_ = 0;
+  };
+  OneStage stage(*this, train, val, cfg, loop, order, rng);
+  const std::unique_ptr<RankCoordinator> co = make_local_coordinator(1);
+  RETURN_IF_ERROR(drive_stages(stage, *co, loop, val, 1, [&](int64_t step, StageSet::Tensors t) { return save(step, std::move(t)); }));
   return r;
 }
 

@@ -44,6 +44,12 @@ void TrainingLoop::announce_resume(const std::string& path, const std::string& w
   std::printf(")\n");
 }
 
+int64_t TrainingLoop::segment_end_after(int64_t first) const {
+  const CheckpointOptions& ck = cfg_.checkpoint;
+  const bool checkpoints = !ck.dir.empty() && ck.every > 0;
+  return checkpoints ? std::min(total_, (first / ck.every + 1) * ck.every) : total_;
+}
+
 bool TrainingLoop::checkpoint_due(int64_t step, bool stop_here) const {
   const CheckpointOptions& ck = cfg_.checkpoint;
   return !ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total_)));

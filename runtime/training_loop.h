@@ -35,12 +35,17 @@ class TrainingLoop {
   Expected<Checkpoint> read_resume(std::string* path);
   // Takes the run so far from c (its step, losses, last validation, metrics rows and curves).
   void continue_from(Checkpoint* c);
+  // A process that did not read the checkpoint (an MPI follower) starts at the leader's step.
+  void start_at(int64_t step) { start_ = step; }
   // "resumed: PATH (step K of N[; written by a run of A, continuing on B])" unless quiet; the
   // clause when written_by is set and differs from now.
   void announce_resume(const std::string& path, const std::string& written_by, const std::string& now) const;
   // A resumed run with no step left: nothing is trained or written (the finished run's files stand).
   bool nothing_left() const { return start_ == total_ && !cfg_.checkpoint.resume.empty(); }
 
+  // The end (exclusive, 0-based) of the segment that starts at `first`: the next checkpoint step
+  // (cfg.checkpoint.every with a checkpoint folder) or the run's end.
+  int64_t segment_end_after(int64_t first) const;
   // Whether a checkpoint is written after `step`: at every cfg.checkpoint.every steps, after the
   // last, and where a stop request ends the run.
   bool checkpoint_due(int64_t step, bool stop_here) const;
