@@ -451,14 +451,14 @@ namespace {
 class PipelineStageSet final : public StageSet {
  public:
   PipelineStageSet(const PipelineTrainer& trainer, PipelineTrainer::Impl& impl, RunShared& sh, int local_stages)
-      : trainer_(trainer), I(impl), sh_(sh), local_stages_(local_stages) {}
+      : trainer_(trainer), impl_(impl), sh_(sh), local_stages_(local_stages) {}
   ~PipelineStageSet() override { join(); }
 
   void launch(int64_t first, int64_t end) override {
     sh_.set_segment(first, end);
     threads_.clear();
-    for (auto& st : I.stages)
-      if (I.local(st->index)) threads_.emplace_back([&sh = sh_, s = st.get()] { s->run(sh); });
+    for (auto& st : impl_.stages)
+      if (impl_.local(st->index)) threads_.emplace_back([&sh = sh_, s = st.get()] { s->run(sh); });
   }
   void join() override {
     for (auto& t : threads_)
@@ -476,7 +476,7 @@ class PipelineStageSet final : public StageSet {
     return sh_.past_end(s0) ? Settled::kPastEnd : Settled::kClaimed;
   }
   bool losses(int64_t s0, std::vector<double>* out) override {
-    if (!I.local(I.loss_stage)) return true;
+    if (!impl_.local(impl_.loss_stage)) return true;
     const int M = static_cast<int>(out->size());
     std::unique_lock<std::mutex> lock(sh_.mu);
     sh_.cv.wait(lock, [&] {
@@ -504,18 +504,18 @@ class PipelineStageSet final : public StageSet {
       sh_.snapshot_count.erase(s0);
     }
     if (mine) {
-      *mine = std::move(snap[I.rank()]);
+      *mine = std::move(snap[impl_.rank()]);
       return true;
     }
     for (auto& per_stage : snap)
-      for (auto& [v, t] : per_stage) I.eval->host(v) = t;
+      for (auto& [v, t] : per_stage) impl_.eval->host(v) = t;
     return true;
   }
-  Expected<EvalResult> evaluate_snapshot(const Dataset& val) override { return I.run_eval(val); }
-  Expected<Tensors> checkpoint_tensors() override { return I.checkpoint_tensors(); }
+  Expected<EvalResult> evaluate_snapshot(const Dataset& val) override { return impl_.run_eval(val); }
+  Expected<Tensors> checkpoint_tensors() override { return impl_.checkpoint_tensors(); }
   void account(TrainResult* r) override {
-    for (auto& st : I.stages)  // busy time over the whole run, not the stage's own end
-      if (r->seconds > 0 && I.local(st->index)) {
+    for (auto& st : impl_.stages)  // busy time over the whole run, not the stage's own end
+      if (r->seconds > 0 && impl_.local(st->index)) {
         const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
                               static_cast<double>(std::max<int64_t>(1, st->stats.updates));
         st->stats.busy_fraction = busy_s / r->seconds;
@@ -533,7 +533,7 @@ class PipelineStageSet final : public StageSet {
 
  private:
   const PipelineTrainer& trainer_;
-  PipelineTrainer::Impl& I;
+  PipelineTrainer::Impl& impl_;
   RunShared& sh_;
   int local_stages_;
   std::vector<std::thread> threads_;
@@ -545,7 +545,8 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   Impl& I = *impl_;
   // What the processes of the run tell each other (one process: nothing); the leader alone reads
   // the data, computes metrics, validates and writes the run folder.
-  const std::unique_ptr<RankCoordinator> co = I.distributed() ? make_mpi_coordinator(I) : make_local_coordinator(static_cast<int>(I.stages.size()));
+  const std::unique_ptr<RankCoordinator> co =
+      I.distributed() ? make_mpi_coordinator(I) : make_local_coordinator(static_cast<int>(I.stages.size()));
   const bool coord = co->leads();
   int64_t n = train.size();
   bool validate = val && val->size() > 0;

@@ -26,8 +26,6 @@ class LocalCoordinator final : public RankCoordinator {
 
 }  // namespace
 
-std::unique_ptr<RankCoordinator> make_local_coordinator(int stages) {
-  return std::make_unique<LocalCoordinator>(stages);
-}
+std::unique_ptr<RankCoordinator> make_local_coordinator(int stages) { return std::make_unique<LocalCoordinator>(stages); }
 
 }  // namespace pt

@@ -471,7 +471,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   };
   OneStage stage(*this, train, val, cfg, loop, order, rng);
   const std::unique_ptr<RankCoordinator> co = make_local_coordinator(1);
-  RETURN_IF_ERROR(drive_stages(stage, *co, loop, val, 1, [&](int64_t step, StageSet::Tensors t) { return save(step, std::move(t)); }));
+  RETURN_IF_ERROR(drive_stages(stage, *co, loop, val, 1, [&](int64_t step, StageSet::Tensors t) {
+    return save(step, std::move(t));
+  }));
   return r;
 }
 

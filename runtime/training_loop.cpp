@@ -14,8 +14,8 @@ Status TrainingLoop::plan(int64_t n, int64_t batch) {
   batch_ = batch;
   per_epoch_ = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
   if (cfg_.steps <= 0 && cfg_.epochs > std::numeric_limits<int64_t>::max() / per_epoch_)
-    return invalid_input("--epochs " + std::to_string(cfg_.epochs) + ": that many epochs of " +
-                         std::to_string(per_epoch_) + " steps overflow a 64-bit step count");
+    return invalid_input("--epochs " + std::to_string(cfg_.epochs) + ": that many epochs of " + std::to_string(per_epoch_) +
+                         " steps overflow a 64-bit step count");
   total_ = cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * per_epoch_;
   log_every_ = cfg_.log_every > 0 ? cfg_.log_every : std::max<int64_t>(1, total_ / 10);
   sched_ = schedule_of(cfg_, total_);
@@ -37,8 +37,7 @@ void TrainingLoop::continue_from(Checkpoint* c) {
 
 void TrainingLoop::announce_resume(const std::string& path, const std::string& written_by, const std::string& now) const {
   if (cfg_.quiet) return;
-  std::printf("resumed: %s (step %lld of %lld", path.c_str(), static_cast<long long>(start_),
-              static_cast<long long>(total_));
+  std::printf("resumed: %s (step %lld of %lld", path.c_str(), static_cast<long long>(start_), static_cast<long long>(total_));
   if (!written_by.empty() && written_by != now)
     std::printf("; written by a run of %s, continuing on %s", written_by.c_str(), now.c_str());
   std::printf(")\n");
@@ -89,8 +88,8 @@ bool TrainingLoop::eval_due(int64_t step) const {
 
 Status TrainingLoop::record_loss(int64_t step, double l) {
   if (!std::isfinite(l))
-    return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
-                                             std::to_string(l) + " (try a smaller --lr)");
+    return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " + std::to_string(l) +
+                                             " (try a smaller --lr)");
   if (step == 1) r_.first_loss = l;
   curves_.add_train_loss(static_cast<double>(step), l);
   r_.last_loss = l;
