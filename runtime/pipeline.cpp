@@ -28,6 +28,9 @@
 
 #include "partitioner/partition.h"
 #include "runtime/pipeline_stage.h"
+#include "runtime/rank_coordinator.h"
+#include "runtime/stage_set.h"
+#include "runtime/training_loop.h"
 
 namespace pt {
 
@@ -441,30 +444,121 @@ Status PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTe
   return Status::ok();
 }
 
+namespace {
+
+// The pipeline's stages as the training loop drives them: one thread per stage of this process,
+// meeting the loop in RunShared (losses, snapshots, claims).
+class PipelineStageSet final : public StageSet {
+ public:
+  PipelineStageSet(const PipelineTrainer& trainer, PipelineTrainer::Impl& impl, RunShared& sh, int local_stages)
+      : trainer_(trainer), impl_(impl), sh_(sh), local_stages_(local_stages) {}
+  ~PipelineStageSet() override { join(); }
+
+  void launch(int64_t first, int64_t end) override {
+    sh_.set_segment(first, end);
+    threads_.clear();
+    for (auto& st : impl_.stages)
+      if (impl_.local(st->index)) threads_.emplace_back([&sh = sh_, s = st.get()] { s->run(sh); });
+  }
+  void join() override {
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  int64_t segment_end() override { return sh_.end_step(); }
+  void stop_early() override { sh_.stop_early(); }
+  Status error() override { return sh_.error; }
+  void fail(Status s) override { sh_.fail(std::move(s)); }
+
+  Settled settle(int64_t s0) override {
+    std::unique_lock<std::mutex> lock(sh_.mu);
+    sh_.cv.wait(lock, [&] { return sh_.abort || sh_.settled(s0); });
+    if (sh_.abort) return Settled::kAborted;
+    return sh_.past_end(s0) ? Settled::kPastEnd : Settled::kClaimed;
+  }
+  bool losses(int64_t s0, std::vector<double>* out) override {
+    if (!impl_.local(impl_.loss_stage)) return true;
+    const int M = static_cast<int>(out->size());
+    std::unique_lock<std::mutex> lock(sh_.mu);
+    sh_.cv.wait(lock, [&] {
+      if (sh_.abort) return true;
+      for (int j = 0; j < M; ++j)
+        if (!sh_.losses.count(s0 * M + j)) return false;
+      return true;
+    });
+    if (sh_.abort) return false;
+    for (int j = 0; j < M; ++j) {
+      (*out)[j] = sh_.losses.at(s0 * M + j);
+      sh_.losses.erase(s0 * M + j);
+    }
+    return true;
+  }
+  bool snapshot_due(int64_t s0) const override { return sh_.snapshot_at(s0); }
+  bool take_snapshot(int64_t s0, RankCoordinator::Snapshot* mine) override {
+    std::vector<RankCoordinator::Snapshot> snap;
+    {
+      std::unique_lock<std::mutex> lock(sh_.mu);
+      sh_.cv.wait(lock, [&] { return sh_.abort || sh_.snapshot_count[s0] == local_stages_; });
+      if (sh_.abort) return false;
+      snap = std::move(sh_.snapshots[s0]);
+      sh_.snapshots.erase(s0);
+      sh_.snapshot_count.erase(s0);
+    }
+    if (mine) {
+      *mine = std::move(snap[impl_.rank()]);
+      return true;
+    }
+    for (auto& per_stage : snap)
+      for (auto& [v, t] : per_stage) impl_.eval->host(v) = t;
+    return true;
+  }
+  Expected<EvalResult> evaluate_snapshot(const Dataset& val) override { return impl_.run_eval(val); }
+  Expected<Tensors> checkpoint_tensors() override { return impl_.checkpoint_tensors(); }
+  void account(TrainResult* r) override {
+    for (auto& st : impl_.stages)  // busy time over the whole run, not the stage's own end
+      if (r->seconds > 0 && impl_.local(st->index)) {
+        const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
+                              static_cast<double>(std::max<int64_t>(1, st->stats.updates));
+        st->stats.busy_fraction = busy_s / r->seconds;
+      }
+  }
+  Status add_scalars(TrainingLoop& loop, int64_t step) override {
+    for (const StageStats& st : trainer_.stage_stats()) {  // TensorBoard (--tensorboard): each stage's balance
+      const std::string tag = "stage/" + std::to_string(st.stage) + "/";
+      RETURN_IF_ERROR(loop.add_scalar(tag + "busy_fraction", step, st.busy_fraction));
+      RETURN_IF_ERROR(loop.add_scalar(tag + "forward_ms", step, st.fwd_ms));
+      RETURN_IF_ERROR(loop.add_scalar(tag + "backward_ms", step, st.bwd_ms));
+    }
+    return Status::ok();
+  }
+
+ private:
+  const PipelineTrainer& trainer_;
+  PipelineTrainer::Impl& impl_;
+  RunShared& sh_;
+  int local_stages_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
 Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   Impl& I = *impl_;
-  Cluster* C = I.opts.cluster;
-  const bool coord = I.coordinator();
+  // What the processes of the run tell each other (one process: nothing); the leader alone reads
+  // the data, computes metrics, validates and writes the run folder.
+  const std::unique_ptr<RankCoordinator> co =
+      I.distributed() ? make_mpi_coordinator(I) : make_local_coordinator(static_cast<int>(I.stages.size()));
+  const bool coord = co->leads();
   int64_t n = train.size();
   bool validate = val && val->size() > 0;
-  if (C) {  // rank 0 alone reads the data
-    int64_t hdr[2] = {n, validate ? 1 : 0};
-    RETURN_IF_ERROR(C->broadcast(hdr, sizeof hdr, 0));
-    n = hdr[0];
-    validate = hdr[1] != 0;
-  }
+  RETURN_IF_ERROR(co->agree_data(&n, &validate));
   const int64_t batch = samples_per_step();
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
   if (n == 0) return invalid_input("the training set is empty");
   if (train.size() > 0) RETURN_IF_ERROR(check_dataset_inputs(train, I.g));  // under MPI rank 0 holds the data
-  const int64_t per_epoch = std::max<int64_t>(1, n / batch);  // the last partial batch is dropped
-  if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
-    return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
-                         " steps overflow a 64-bit step count");
-  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
-  const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
-  const LrSchedule sched = schedule_of(cfg, total);
-  RETURN_IF_ERROR(sched.validate());
+  TrainingLoop loop(cfg);
+  RETURN_IF_ERROR(loop.plan(n, batch));
+  const int64_t per_epoch = loop.per_epoch();
+  const int64_t total = loop.total();
   const CheckpointOptions& ck = cfg.checkpoint;
   std::optional<CheckpointMeta> meta;
   auto run_meta = [&]() -> const CheckpointMeta& {
@@ -472,12 +566,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     return *meta;
   };
 
-  TrainResult r;
-  std::vector<std::string> rows;  // metrics rows of a resumed run's earlier steps, until the file is opened
-  MetricsTail tail;               // what a checkpoint carries of them (as the single-stage trainer keeps it)
-  EvalResult epoch_val;
-  Curves curves;
-  curves.title = cfg.title;
+  TrainResult& r = loop.result();
   int64_t start = 0;
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -485,13 +574,10 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   EpochOrders orders;
   int64_t draw_from = 0;
   bool mid_epoch = false;
-  std::map<std::string, HostTensor> resume_tensors;  // rank 0 under MPI: the other stages' part
+  std::map<std::string, HostTensor> resume_tensors;  // the leader: the checkpoint's, for the other processes
   auto resume = [&]() -> Status {
     std::string path;
-    ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
-    if (c.step > total)
-      return invalid_input(path + ": the checkpoint is at step " + std::to_string(c.step) + ", past the " +
-                           std::to_string(total) + " steps of this run (--steps and --epochs are totals)");
+    ASSIGN_OR_RETURN(Checkpoint c, loop.read_resume(&path));
     RETURN_IF_ERROR(check_checkpoint(c, run_meta(), checkpoint_values(I.g), n, per_epoch, path));
     std::istringstream is(c.rng);
     is >> rng;
@@ -502,70 +588,26 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     draw_from = c.epoch;
     // The checkpoint's epoch under way (position > 0): its order stands; otherwise it is drawn next.
     if (c.position > 0) mid_epoch = true;
-    start = c.step;
-    continue_from(&c, cfg.metrics_path, &r, &epoch_val, &tail, &rows, &curves);
-    if (!cfg.quiet) {
-      std::printf("resumed: %s (step %lld of %lld", path.c_str(), static_cast<long long>(start),
-                  static_cast<long long>(total));
-      if (!c.meta.pipeline.empty() && c.meta.pipeline != run_meta().pipeline)
-        std::printf("; written by a run of %s, continuing on %s", c.meta.pipeline.c_str(), run_meta().pipeline.c_str());
-      std::printf(")\n");
-    }
+    loop.continue_from(&c);
+    start = loop.start();
+    loop.announce_resume(path, c.meta.pipeline, run_meta().pipeline);
     return Status::ok();
   };
-  // Under MPI rank 0 alone reads the checkpoint; it tells the others whether it resumes and from
-  // which step, then sends every rank its stage's tensors.
+  // The leader alone reads the checkpoint; every process learns from it whether and where it resumes.
   Status resumed = Status::ok();
   if (!ck.resume.empty() && coord) resumed = resume();
-  if (C && !ck.resume.empty()) {
-    int64_t rs[2] = {resumed.is_ok() ? 1 : 0, start};
-    RETURN_IF_ERROR(C->broadcast(rs, sizeof rs, 0));
-    if (!rs[0])
-      return coord ? resumed : Status(StatusCode::kInvalidInput, "rank 0 could not resume (its message says why)");
-    start = rs[1];
-    std::vector<char> buf;
-    const int N = static_cast<int>(I.stages.size());
-    for (int k = 1; k < N; ++k) {
-      if (coord) {
-        I.pack_values(I.checkpoint_values_of(k), resume_tensors, &buf);
-        if (!C->send(k, kMsgCheckpoint, 0, buf.data(), buf.size()))
-          return internal_error("aborted while sending stage " + std::to_string(k) + " its checkpoint");
-      } else if (k == C->rank()) {
-        const std::vector<const Value*> vs = I.checkpoint_values_of(k);
-        size_t bytes = 0;
-        for (const Value* v : vs) bytes += v->bytes();
-        buf.resize(bytes);
-        if (!C->recv(0, kMsgCheckpoint, 0, buf.data(), buf.size()))
-          return internal_error("aborted while receiving this stage's checkpoint from rank 0");
-        std::map<std::string, HostTensor> t;
-        I.unpack_values(vs, buf, &t);
-        RETURN_IF_ERROR(I.restore_tensors(t, start));
-      }
-    }
-  } else if (!resumed.is_ok()) {
-    return resumed;
-  }
+  if (!ck.resume.empty()) RETURN_IF_ERROR(co->share_resume(resumed, &start, resume_tensors));
+  loop.start_at(start);
   // Stages may be up to N mini-batches apart, which can span as many epochs of a tiny data set.
   orders.init(order, rng, draw_from, cfg.shuffle, static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2);
   if (mid_epoch) orders.set_drawn(draw_from, order, rng);
   auto save = [&](int64_t step, std::map<std::string, HostTensor> tensors) -> Status {
-    Checkpoint c;
-    c.meta = run_meta();
-    c.step = step;
-    c.epoch = step / per_epoch;
-    c.position = step % per_epoch;
+    Checkpoint c = loop.checkpoint_at(step, run_meta());
     // The epoch of the last step done: its shuffle is the last the single-stage trainer would have drawn.
     std::tie(c.order, c.rng) = orders.state((step - 1) / per_epoch);
-    c.first_loss = r.first_loss;
-    c.last_loss = r.last_loss;
-    c.val_samples = epoch_val.samples;
-    c.val_loss = epoch_val.loss;
-    c.val_accuracy = epoch_val.accuracy;
-    c.metrics = tail;
     c.tensors = std::move(tensors);
     c.plan = I.plan_lines;
-    ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
-    return Status::ok();
+    return loop.save(c);
   };
 
   RunShared sh;
@@ -575,264 +617,30 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.total_steps = total;
   sh.mini_batch = batch;
   sh.graph_batch = I.graph_batch;
-  sh.lr = sched;
+  sh.lr = loop.schedule();
   sh.validate = validate;
   sh.eval_every = cfg.eval_every;
   sh.clip_grad_norm = cfg.clip_grad_norm;
   for (auto& c : I.channels) sh.channels.push_back(c.get());
-  if (C) I.relay_claims(sh);
+  co->relay_claims(sh);
   for (auto& st : I.stages)
     if (I.local(st->index)) st->begin_train();
-  const int local_stages = C ? 1 : static_cast<int>(I.stages.size());
-  std::vector<char> snap_buf;  // under MPI: a stage's snapshot on its way to rank 0 (and back in)
+  const int local_stages = co->local_stages();
 
-  if (start == total && !ck.resume.empty() && !C) {
+  if (loop.nothing_left() && !co->distributed()) {
     // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
     // checkpoint's rows leave out the validation after the last step).
     r.val = EvalResult{};
     return r;
   }
-  MetricsFile csv;  // rank 0 alone writes it under MPI
-  RETURN_IF_ERROR(csv.open(coord ? cfg.metrics_path : std::string(), rows, cfg.tensorboard_dir));
-  std::vector<std::string>().swap(rows);
-
-  using clock = std::chrono::steady_clock;
-  sh.t0 = clock::now();
+  RETURN_IF_ERROR(loop.begin(coord ? cfg.metrics_path : std::string()));  // the leader alone writes metrics
+  sh.t0 = loop.t0();
   // The stages run segment by segment; a segment ends with the pipeline drained, at a checkpoint
   // step or where a stop request cut it short.
-  const bool checkpoints = !ck.dir.empty() && ck.every > 0;
-  auto segment_end = [&](int64_t first) {
-    return checkpoints ? std::min(total, (first / ck.every + 1) * ck.every) : total;
-  };
-  std::vector<std::thread> threads;
-  auto launch = [&](int64_t first) {
-    sh.set_segment(first, segment_end(first));
-    threads.clear();
-    for (auto& st : I.stages)
-      if (I.local(st->index)) threads.emplace_back([&sh, s = st.get()] { s->run(sh); });
-  };
-  auto join_all = [&] {
-    for (auto& t : threads)
-      if (t.joinable()) t.join();
-  };
-  if (start < total) launch(start);
-
-  Status failure = Status::ok();
-  bool stopping = false;
-  Progress progress(cfg.quiet, total, log_every, batch);
-  // A checkpoint of the drained pipeline; under MPI every rank sends its stage's part to rank 0,
-  // which writes the one file (the same format as in one process, so it resumes on any --gpus).
-  auto checkpoint = [&](int64_t step) -> Status {
-    using Tensors = std::map<std::string, HostTensor>;
-    ASSIGN_OR_RETURN(Tensors t, I.checkpoint_tensors());
-    if (C && !coord) {
-      std::vector<char> buf;
-      I.pack_values(I.checkpoint_values_of(C->rank()), t, &buf);
-      if (!C->send(0, kMsgCheckpoint, step, buf.data(), buf.size()))
-        return internal_error("aborted while sending the checkpoint of step " + std::to_string(step) + " to rank 0");
-      return Status::ok();
-    }
-    for (int k = 1; C && k < static_cast<int>(I.stages.size()); ++k) {
-      const std::vector<const Value*> vs = I.checkpoint_values_of(k);
-      size_t bytes = 0;
-      for (const Value* v : vs) bytes += v->bytes();
-      std::vector<char> buf(bytes);
-      if (!C->recv(k, kMsgCheckpoint, step, buf.data(), buf.size()))
-        return internal_error("aborted while gathering the checkpoint of step " + std::to_string(step));
-      I.unpack_values(vs, buf, &t);
-    }
+  PipelineStageSet stages(*this, I, sh, local_stages);
+  RETURN_IF_ERROR(drive_stages(stages, *co, loop, val, M, [&](int64_t step, StageSet::Tensors t) {
     return save(step, std::move(t));
-  };
-  // At the end of a segment: join the stage threads, checkpoint, start the next segment. True
-  // when the run ends here. Under MPI rank 0 says whether the run stops here.
-  int64_t segments_ended = 0;
-  auto end_segment = [&](int64_t step) -> bool {
-    join_all();
-    if (!sh.error.is_ok()) return true;
-    if (C) {
-      if (Status as = I.agree_segment_end(segments_ended++, &step, &stopping); !as.is_ok()) {
-        failure = as;
-        sh.fail(failure);
-        return true;
-      }
-    }
-    const bool stop_here = stopping && step < total;
-    if (!ck.dir.empty() && (stop_here || (ck.every > 0 && (step % ck.every == 0 || step == total)))) {
-      if (Status cs = checkpoint(step); !cs.is_ok()) {
-        failure = cs;
-        sh.fail(failure);
-        return true;
-      }
-    }
-    if (stop_here) {
-      r.interrupted = true;
-      return true;
-    }
-    if (step < total) launch(step);
-    return false;
-  };
-  for (int64_t step = start + 1; step <= total && failure.is_ok(); ++step) {
-    const int64_t s0 = step - 1;
-    double l = 0;
-    std::vector<double> step_losses(M, 0.0);
-    if (C && !coord) {
-      // Rank 0 decides where a stopped segment ends; this rank's stage hears it when it asks to
-      // start the mini-batch, so wait for that before waiting for the mini-batch's results.
-      std::unique_lock<std::mutex> lock(sh.mu);
-      sh.cv.wait(lock, [&] { return sh.abort || sh.settled(s0); });
-      if (sh.abort) break;
-      if (sh.past_end(s0)) {
-        lock.unlock();
-        r.steps = s0;
-        if (end_segment(s0)) break;
-        PT_CHECK(false) << "rank " << C->rank() << ": the segment ended at step " << s0 << " but the run goes on";
-      }
-    }
-    if (I.local(I.loss_stage)) {
-      std::unique_lock<std::mutex> lock(sh.mu);
-      sh.cv.wait(lock, [&] {
-        if (sh.abort) return true;
-        for (int j = 0; j < M; ++j)
-          if (!sh.losses.count(s0 * M + j)) return false;
-        return true;
-      });
-      if (sh.abort) break;
-      for (int j = 0; j < M; ++j) {
-        step_losses[j] = sh.losses.at(s0 * M + j);
-        sh.losses.erase(s0 * M + j);
-      }
-    }
-    if (C && I.loss_stage != 0) {  // the loss stage's rank tells rank 0
-      const bool moved = C->rank() == I.loss_stage ? C->send(0, kMsgLoss, s0, step_losses.data(), M * sizeof(double))
-                         : coord                   ? C->recv(I.loss_stage, kMsgLoss, s0, step_losses.data(), M * sizeof(double))
-                                                   : true;
-      if (!moved) {
-        sh.fail(internal_error("aborted while passing the loss of step " + std::to_string(step) + " to rank 0"));
-        break;
-      }
-    }
-    if (!coord) {  // the other ranks only send their weights for validation
-      if (sh.snapshot_at(s0)) {
-        std::vector<std::pair<const Value*, HostTensor>> snap;
-        {
-          std::unique_lock<std::mutex> lock(sh.mu);
-          sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == local_stages; });
-          if (sh.abort) break;
-          snap = std::move(sh.snapshots[s0][C->rank()]);
-          sh.snapshots.erase(s0);
-          sh.snapshot_count.erase(s0);
-        }
-        I.pack_snapshot(snap, &snap_buf);
-        if (!C->send(0, kMsgSnapshot, s0, snap_buf.data(), snap_buf.size())) {
-          sh.fail(internal_error("aborted while sending the weights of step " + std::to_string(step) + " to rank 0"));
-          break;
-        }
-      }
-      r.steps = step;
-      if (step == sh.end_step() && end_segment(step)) break;
-      continue;
-    }
-    for (int j = 0; j < M; ++j) l += step_losses[j];
-    l /= M;
-    if (!std::isfinite(l)) {
-      failure = Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
-                                                  std::to_string(l) + " (try a smaller --lr)");
-      sh.fail(failure);
-      break;
-    }
-    if (step == 1) r.first_loss = l;
-    curves.add_train_loss(static_cast<double>(step), l);
-    r.last_loss = l;
-    const int64_t epoch = s0 / per_epoch;
-    const int64_t in_epoch = s0 % per_epoch;
-    const bool scheduled_eval = cfg.eval_every > 0 && step % cfg.eval_every == 0;
-    EvalResult ev;
-    if (sh.snapshot_at(s0)) {
-      // The weights after this step's update at every stage.
-      std::vector<std::vector<std::pair<const Value*, HostTensor>>> snap;
-      {
-        std::unique_lock<std::mutex> lock(sh.mu);
-        sh.cv.wait(lock, [&] { return sh.abort || sh.snapshot_count[s0] == local_stages; });
-        if (sh.abort) break;
-        snap = std::move(sh.snapshots[s0]);
-        sh.snapshots.erase(s0);
-        sh.snapshot_count.erase(s0);
-      }
-      for (auto& per_stage : snap)
-        for (auto& [v, t] : per_stage) I.eval->host(v) = t;
-      bool gathered = true;
-      for (int k = 1; C && k < static_cast<int>(I.stages.size()) && gathered; ++k) {
-        snap_buf.resize(I.snapshot_bytes(k));
-        gathered = C->recv(k, kMsgSnapshot, s0, snap_buf.data(), snap_buf.size());
-        if (gathered) I.unpack_into_eval(k, snap_buf);
-      }
-      if (!gathered) {
-        failure = internal_error("aborted while gathering the weights of step " + std::to_string(step));
-        sh.fail(failure);
-        break;
-      }
-      auto e = I.run_eval(*val);
-      if (!e) {
-        failure = e.status();
-        sh.fail(failure);
-        break;
-      }
-      ev = *e;
-      r.val = ev;
-      curves.val_loss.push_back({static_cast<double>(step), ev.loss});
-      if (ev.accuracy >= 0) curves.val_accuracy.push_back({static_cast<double>(step), ev.accuracy});
-      if (!cfg.curves_path.empty()) {
-        if (Status cs = write_curves_svg(curves, cfg.curves_path); !cs.is_ok()) {
-          failure = cs;
-          sh.fail(failure);
-          break;
-        }
-      }
-    }
-    const double elapsed = std::chrono::duration<double>(clock::now() - sh.t0).count();
-    const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch) / elapsed : 0;
-    const double lr_now = sched.at(step);
-    {
-      const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
-        failure = ms;
-        sh.fail(failure);
-        break;
-      }
-      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
-      if (ev.samples && !run_end_only) epoch_val = ev;
-      tail.add(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
-    }
-    const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
-    progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
-    r.steps = step;
-    if (!stopping && cfg.stop && cfg.stop->load() && step < total) {
-      stopping = true;  // finish the mini-batches already started, then drain
-      sh.stop_early();
-    }
-    if (step == sh.end_step() && end_segment(step)) break;
-  }
-  join_all();
-  r.seconds = std::chrono::duration<double>(clock::now() - sh.t0).count();
-  for (auto& st : I.stages)  // busy time over the whole run, not the stage's own end
-    if (r.seconds > 0 && I.local(st->index)) {
-      const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
-                            static_cast<double>(std::max<int64_t>(1, st->stats.updates));
-      st->stats.busy_fraction = busy_s / r.seconds;
-    }
-  if (!failure.is_ok()) return failure;
-  if (!sh.error.is_ok()) return sh.error;
-  if (C) RETURN_IF_ERROR(I.gather_final());
-  if (!coord) return r;
-  r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch) / r.seconds : 0;
-  if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
-  for (const StageStats& st : stage_stats()) {  // TensorBoard (--tensorboard): each stage's balance
-    const std::string tag = "stage/" + std::to_string(st.stage) + "/";
-    RETURN_IF_ERROR(csv.add_scalar(tag + "busy_fraction", r.steps, st.busy_fraction));
-    RETURN_IF_ERROR(csv.add_scalar(tag + "forward_ms", r.steps, st.fwd_ms));
-    RETURN_IF_ERROR(csv.add_scalar(tag + "backward_ms", r.steps, st.bwd_ms));
-  }
-  RETURN_IF_ERROR(csv.close());
+  }));
   return r;
 }
 

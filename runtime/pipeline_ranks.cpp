@@ -1,12 +1,14 @@
 // The pipelined trainer with one stage per rank (runtime/cluster.h): the links between this
 // rank's stage and its neighbours, the data links from rank 0, and the coordinator messages that
-// bring losses, validation weights and the final weights, stats and trace to rank 0.
+// bring losses, validation weights, checkpoints and the final weights, stats and trace to rank 0
+// (the MPI RankCoordinator).
 #include <cstring>
 #include <type_traits>
 
 #include "runtime/cluster.h"
 #include "runtime/nccl_link.h"
 #include "runtime/pipeline_stage.h"
+#include "runtime/rank_coordinator.h"
 
 namespace pt {
 
@@ -142,15 +144,128 @@ void PipelineTrainer::Impl::unpack_values(const std::vector<const Value*>& vs, c
   }
 }
 
-Status PipelineTrainer::Impl::gather_final() {
-  Cluster& C = *opts.cluster;
-  const int me = C.rank();
-  const int N = static_cast<int>(stages.size());
+namespace {
+
+// One stage per rank: rank 0 leads, and every message between the loops of two ranks goes
+// through here (the stages' own links are wired by wire_ranks).
+class MpiCoordinator final : public RankCoordinator {
+ public:
+  explicit MpiCoordinator(PipelineTrainer::Impl& impl)
+      : RankCoordinator(impl.opts.cluster->rank() == 0), impl_(impl), cluster_(*impl.opts.cluster) {}
+  bool distributed() const override { return true; }
+  int local_stages() const override { return 1; }
+  Status agree_data(int64_t* n, bool* validate) override;
+  Status share_resume(const Status& resumed, int64_t* start, const Tensors& tensors) override;
+  void relay_claims(RunShared& sh) override;
+  Status agree_segment_end(int64_t* step, bool* stop) override;
+  Status gather_checkpoint(int64_t step, Tensors* t) override;
+  Status pass_losses(int64_t s0, std::vector<double>* losses) override;
+  Status send_snapshot(int64_t s0, const Snapshot& snap) override;
+  Status gather_snapshots(int64_t s0) override;
+  Status gather_final() override;
+
+ private:
+  int num_stages() const { return static_cast<int>(impl_.stages.size()); }
+  size_t bytes_of(const std::vector<const Value*>& vs) const {
+    size_t bytes = 0;
+    for (const Value* v : vs) bytes += v->bytes();
+    return bytes;
+  }
+  PipelineTrainer::Impl& impl_;
+  Cluster& cluster_;
+  int64_t segments_ended_ = 0;  // numbers the segment-end messages
+  std::vector<char> snap_buf_;  // a stage's snapshot on its way to rank 0 (and back in)
+};
+
+Status MpiCoordinator::agree_data(int64_t* n, bool* validate) {  // rank 0 alone reads the data
+  int64_t hdr[2] = {*n, *validate ? 1 : 0};
+  RETURN_IF_ERROR(cluster_.broadcast(hdr, sizeof hdr, 0));
+  *n = hdr[0];
+  *validate = hdr[1] != 0;
+  return Status::ok();
+}
+
+// Rank 0 alone reads the checkpoint; it tells the others whether it resumes and from which step,
+// then sends every rank its stage's tensors.
+Status MpiCoordinator::share_resume(const Status& resumed, int64_t* start, const Tensors& tensors) {
+  int64_t rs[2] = {resumed.is_ok() ? 1 : 0, *start};
+  RETURN_IF_ERROR(cluster_.broadcast(rs, sizeof rs, 0));
+  if (!rs[0]) return leads() ? resumed : Status(StatusCode::kInvalidInput, "rank 0 could not resume (its message says why)");
+  *start = rs[1];
+  std::vector<char> buf;
+  for (int k = 1; k < num_stages(); ++k) {
+    if (leads()) {
+      impl_.pack_values(impl_.checkpoint_values_of(k), tensors, &buf);
+      if (!cluster_.send(k, kMsgCheckpoint, 0, buf.data(), buf.size()))
+        return internal_error("aborted while sending stage " + std::to_string(k) + " its checkpoint");
+    } else if (k == cluster_.rank()) {
+      const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
+      buf.resize(bytes_of(vs));
+      if (!cluster_.recv(0, kMsgCheckpoint, 0, buf.data(), buf.size()))
+        return internal_error("aborted while receiving this stage's checkpoint from rank 0");
+      Tensors t;
+      impl_.unpack_values(vs, buf, &t);
+      RETURN_IF_ERROR(impl_.restore_tensors(t, *start));
+    }
+  }
+  return Status::ok();
+}
+
+// Every rank sends its stage's part to rank 0, which writes the one file (the same format as in
+// one process, so it resumes on any --gpus).
+Status MpiCoordinator::gather_checkpoint(int64_t step, Tensors* t) {
+  if (!leads()) {
+    std::vector<char> buf;
+    impl_.pack_values(impl_.checkpoint_values_of(cluster_.rank()), *t, &buf);
+    if (!cluster_.send(0, kMsgCheckpoint, step, buf.data(), buf.size()))
+      return internal_error("aborted while sending the checkpoint of step " + std::to_string(step) + " to rank 0");
+    return Status::ok();
+  }
+  for (int k = 1; k < num_stages(); ++k) {
+    const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
+    std::vector<char> buf(bytes_of(vs));
+    if (!cluster_.recv(k, kMsgCheckpoint, step, buf.data(), buf.size()))
+      return internal_error("aborted while gathering the checkpoint of step " + std::to_string(step));
+    impl_.unpack_values(vs, buf, t);
+  }
+  return Status::ok();
+}
+
+Status MpiCoordinator::pass_losses(int64_t s0, std::vector<double>* losses) {
+  if (impl_.loss_stage == 0) return Status::ok();  // the loss stage's rank tells rank 0
+  const size_t bytes = losses->size() * sizeof(double);
+  const bool moved = cluster_.rank() == impl_.loss_stage ? cluster_.send(0, kMsgLoss, s0, losses->data(), bytes)
+                     : leads()                ? cluster_.recv(impl_.loss_stage, kMsgLoss, s0, losses->data(), bytes)
+                                              : true;
+  if (!moved) return internal_error("aborted while passing the loss of step " + std::to_string(s0 + 1) + " to rank 0");
+  return Status::ok();
+}
+
+Status MpiCoordinator::send_snapshot(int64_t s0, const Snapshot& snap) {
+  impl_.pack_snapshot(snap, &snap_buf_);
+  if (!cluster_.send(0, kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
+    return internal_error("aborted while sending the weights of step " + std::to_string(s0 + 1) + " to rank 0");
+  return Status::ok();
+}
+
+Status MpiCoordinator::gather_snapshots(int64_t s0) {
+  for (int k = 1; k < num_stages(); ++k) {
+    snap_buf_.resize(impl_.snapshot_bytes(k));
+    if (!cluster_.recv(k, kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
+      return internal_error("aborted while gathering the weights of step " + std::to_string(s0 + 1));
+    impl_.unpack_into_eval(k, snap_buf_);
+  }
+  return Status::ok();
+}
+
+Status MpiCoordinator::gather_final() {
+  const int me = cluster_.rank();
+  const int N = num_stages();
   auto lost = [](int k, const char* what) {
     return internal_error(std::string("aborted while gathering ") + what + " of stage " + std::to_string(k) + " to rank 0");
   };
   if (me != 0) {
-    const Stage& st = *stages.at(me);
+    const Stage& st = *impl_.stages.at(me);
     std::vector<std::pair<const Value*, HostTensor>> snap;
     for (size_t i = 0; i < st.params.size(); ++i) {
       ASSIGN_OR_RETURN(HostTensor t, st.master(i));
@@ -161,48 +276,48 @@ Status PipelineTrainer::Impl::gather_final() {
       snap.emplace_back(v, std::move(t));
     }
     std::vector<char> buf;
-    pack_snapshot(snap, &buf);
-    if (!C.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(me, "the weights");
+    impl_.pack_snapshot(snap, &buf);
+    if (!cluster_.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(me, "the weights");
     const StageStats stats = st.stats;
-    if (!C.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(me, "the stats");
+    if (!cluster_.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(me, "the stats");
     const int64_t count = static_cast<int64_t>(st.trace.size());
-    if (!C.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(me, "the trace");
-    if (count > 0 && !C.send(0, kMsgTrace, 0, st.trace.data(), st.trace.size() * sizeof(PassRecord)))
+    if (!cluster_.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(me, "the trace");
+    if (count > 0 && !cluster_.send(0, kMsgTrace, 0, st.trace.data(), st.trace.size() * sizeof(PassRecord)))
       return lost(me, "the trace");
     return Status::ok();
   }
-  remote_values.clear();
-  remote_stats.clear();
-  remote_trace.clear();
+  impl_.remote_values.clear();
+  impl_.remote_stats.clear();
+  impl_.remote_trace.clear();
   std::vector<char> buf;
   for (int k = 1; k < N; ++k) {
-    buf.resize(snapshot_bytes(k));
-    if (!C.recv(k, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
+    buf.resize(impl_.snapshot_bytes(k));
+    if (!cluster_.recv(k, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
     const char* p = buf.data();
-    for (const auto* list : {&stages[k]->params, &stages[k]->state})
+    for (const auto* list : {&impl_.stages[k]->params, &impl_.stages[k]->state})
       for (const Value* v : *list) {
         HostTensor t(v->dtype, v->dims);
         std::memcpy(t.data(), p, t.bytes());
         p += t.bytes();
-        remote_values[v->name] = std::move(t);
+        impl_.remote_values[v->name] = std::move(t);
       }
     StageStats stats;
-    if (!C.recv(k, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
-    remote_stats.push_back(stats);
+    if (!cluster_.recv(k, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
+    impl_.remote_stats.push_back(stats);
     int64_t count = 0;
-    if (!C.recv(k, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
+    if (!cluster_.recv(k, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
     if (count > 0) {
       std::vector<PassRecord> recs(static_cast<size_t>(count));
-      if (!C.recv(k, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
-      remote_trace.insert(remote_trace.end(), recs.begin(), recs.end());
+      if (!cluster_.recv(k, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
+      impl_.remote_trace.insert(impl_.remote_trace.end(), recs.begin(), recs.end());
     }
   }
   return Status::ok();
 }
 
-void PipelineTrainer::Impl::relay_claims(RunShared& sh) {
-  Cluster* C = opts.cluster;
-  const int N = static_cast<int>(stages.size());
+void MpiCoordinator::relay_claims(RunShared& sh) {
+  Cluster* C = &cluster_;
+  const int N = num_stages();
   if (C->rank() == 0) {
     // A failed send means the run is aborting: the stages stop on their own.
     sh.tell_claim = [C, N](int64_t step, bool granted) {
@@ -233,20 +348,26 @@ void PipelineTrainer::Impl::relay_claims(RunShared& sh) {
   };
 }
 
-Status PipelineTrainer::Impl::agree_segment_end(int64_t n, int64_t* step, bool* stop) {
-  Cluster& C = *opts.cluster;
+Status MpiCoordinator::agree_segment_end(int64_t* step, bool* stop) {
+  const int64_t n = segments_ended_++;  // the n-th segment (0-based) of train()
   int64_t word[2] = {*step, *stop ? 1 : 0};
-  if (C.rank() == 0) {
-    for (int k = 1; k < static_cast<int>(stages.size()); ++k)
-      if (!C.send(k, kMsgSegmentEnd, n, word, sizeof word))
+  if (cluster_.rank() == 0) {
+    for (int k = 1; k < num_stages(); ++k)
+      if (!cluster_.send(k, kMsgSegmentEnd, n, word, sizeof word))
         return internal_error("aborted while telling rank " + std::to_string(k) + " where the run stands");
     return Status::ok();
   }
-  if (!C.recv(0, kMsgSegmentEnd, n, word, sizeof word))
+  if (!cluster_.recv(0, kMsgSegmentEnd, n, word, sizeof word))
     return internal_error("aborted while hearing from rank 0 where the run stands");
-  PT_CHECK(word[0] == *step) << "rank " << C.rank() << " ended a segment at step " << *step << ", rank 0 at " << word[0];
+  PT_CHECK(word[0] == *step) << "rank " << cluster_.rank() << " ended a segment at step " << *step << ", rank 0 at " << word[0];
   *stop = word[1] != 0;
   return Status::ok();
+}
+
+}  // namespace
+
+std::unique_ptr<RankCoordinator> make_mpi_coordinator(PipelineTrainer::Impl& impl) {
+  return std::make_unique<MpiCoordinator>(impl);
 }
 
 }  // namespace pt

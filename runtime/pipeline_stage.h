@@ -288,20 +288,13 @@ struct PipelineTrainer::Impl {
   // Puts checkpoint tensors (checked by check_checkpoint) into the stages, at version `step`.
   Status restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step);
 
-  // pipeline_ranks.cpp: the wiring and the coordinator messages between ranks.
+  // pipeline_ranks.cpp: the wiring between ranks, and what the MPI RankCoordinator packs.
   // Every rank walks the layout's flows in the same order, so a link's number names it on both ends.
   Status wire_ranks(const StageLayout& layout, int capacity);
   // Bytes of stage k's snapshot: its master weights, then its model state.
   size_t snapshot_bytes(int k) const;
   void pack_snapshot(const std::vector<std::pair<const Value*, HostTensor>>& snap, std::vector<char>* out) const;
   void unpack_into_eval(int k, const std::vector<char>& in);
-  // Non-zero ranks send their final weights, stats and trace; rank 0 keeps them.
-  Status gather_final();
-  // Sets sh's claim hooks: rank 0's claims decide for every rank.
-  void relay_claims(RunShared& sh);
-  // At the end of the n-th segment (0-based) of train(): rank 0 tells every rank the step it
-  // ended at and whether the run stops there; the others take both from it.
-  Status agree_segment_end(int64_t n, int64_t* step, bool* stop);
   // What stage k contributes to a checkpoint, in a fixed order: each parameter and its momentum,
   // then the state; packed from / unpacked into a map by name (checkpoint_tensors()).
   std::vector<const Value*> checkpoint_values_of(int k) const;

@@ -1,10 +1,12 @@
-// The single-stage training loop and evaluation.
+// The single stage as a stage set of the training loop (runtime/stage_set.h), and evaluation.
 #include "runtime/trainer.h"
 
 #include "runtime/curves.h"
 #include "runtime/optimizer.h"
 #include "runtime/prefetch.h"
 #include "runtime/progress.h"
+#include "runtime/stage_set.h"
+#include "runtime/training_loop.h"
 
 #include <algorithm>
 #include <chrono>
@@ -312,17 +314,9 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   const int64_t n = train.size();
   if (n == 0) return invalid_input("the training set is empty");
   RETURN_IF_ERROR(check_inputs(train));
-  const int64_t per_epoch = std::max<int64_t>(1, n / batch_);  // the last partial batch is dropped
-  if (cfg.steps <= 0 && cfg.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
-    return invalid_input("--epochs " + std::to_string(cfg.epochs) + ": that many epochs of " + std::to_string(per_epoch) +
-                         " steps overflow a 64-bit step count");
-  const int64_t total = total_steps(train, cfg);
-  const int64_t log_every = cfg.log_every > 0 ? cfg.log_every : std::max<int64_t>(1, total / 10);
-  const LrSchedule sched = schedule_of(cfg, total);
-  RETURN_IF_ERROR(sched.validate());
-  HostTensor& x = ex_->host(input_);
-  HostTensor& y = ex_->host(tg_.loss.labels);
-  const HostTensor& loss = ex_->host(tg_.loss.loss);
+  TrainingLoop loop(cfg);
+  RETURN_IF_ERROR(loop.plan(n, batch_));
+  const int64_t per_epoch = loop.per_epoch();
 
   const CheckpointOptions& ck = cfg.checkpoint;
   // Hashing the training set costs a pass over it: only done when a checkpoint is read or written.
@@ -334,175 +328,159 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(cfg.seed);
-  TrainResult r;
-  // What checkpoints carry: the metrics.csv rows (as a MetricsTail; the rows themselves are in
-  // metrics.csv, and in memory only between a resume and the file's opening) and the last
-  // validation as a run to any later total would have them (without the extra validation after
-  // the last step of this run).
-  std::vector<std::string> rows;
-  MetricsTail tail;
-  EvalResult epoch_val;
-  Curves curves;
-  curves.title = cfg.title;
-  int64_t start = 0;  // steps already done (by the checkpoint resumed from)
+  TrainResult& r = loop.result();
   if (!ck.resume.empty()) {
     std::string path;
-    ASSIGN_OR_RETURN(Checkpoint c, read_resume_checkpoint(ck, cfg.quiet, &r.notices, &path));
-    if (c.step > total)
-      return invalid_input(path + ": the checkpoint is at step " + std::to_string(c.step) + ", past the " +
-                           std::to_string(total) + " steps of this run (--steps and --epochs are totals)");
+    ASSIGN_OR_RETURN(Checkpoint c, loop.read_resume(&path));
     RETURN_IF_ERROR(restore(c, run_meta(), n, per_epoch, path));
     order = c.order;
     std::istringstream is(c.rng);
     is >> rng;
     if (is.fail()) return invalid_input(path + ": the RNG state does not parse");
-    start = c.step;
-    continue_from(&c, cfg.metrics_path, &r, &epoch_val, &tail, &rows, &curves);
-    if (!cfg.quiet)
-      std::printf("resumed: %s (step %lld of %lld)\n", path.c_str(), static_cast<long long>(start),
-                  static_cast<long long>(total));
+    loop.continue_from(&c);
+    loop.announce_resume(path, "", "");
   }
-  auto save = [&](int64_t step) -> Status {
-    Checkpoint c;
-    c.meta = run_meta();
-    c.step = step;
-    c.epoch = step / per_epoch;
-    c.position = step % per_epoch;
+  auto save = [&](int64_t step, std::map<std::string, HostTensor> tensors) -> Status {
+    Checkpoint c = loop.checkpoint_at(step, run_meta());
     c.order = order;
     std::ostringstream os;
     os << rng;
     c.rng = os.str();
-    c.first_loss = r.first_loss;
-    c.last_loss = r.last_loss;
-    c.val_samples = epoch_val.samples;
-    c.val_loss = epoch_val.loss;
-    c.val_accuracy = epoch_val.accuracy;
-    c.metrics = tail;
     c.plan = {"stage 0: the whole model"};
-    for (const Value* v : persistent_values()) {
-      ASSIGN_OR_RETURN(HostTensor t, ex_->fetch(v));
-      c.tensors.emplace(v->name, std::move(t));
-    }
-    ASSIGN_OR_RETURN(r.last_checkpoint, save_checkpoint(ck.dir, ck.keep, c));
-    return Status::ok();
+    c.tensors = std::move(tensors);
+    return loop.save(c);
   };
 
-  if (start == total && !ck.resume.empty()) {
+  if (loop.nothing_left()) {
     // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
     // checkpoint's rows leave out the validation after the last step).
     r.val = EvalResult{};
     return r;
   }
-  MetricsFile csv;
-  RETURN_IF_ERROR(csv.open(cfg.metrics_path, rows, cfg.tensorboard_dir));
-  std::vector<std::string>().swap(rows);
-  constexpr int64_t kTimedSteps = 3;
-  std::vector<double> node_seconds;
-  int64_t timed_steps = 0;
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  Progress progress(cfg.quiet, total, log_every, batch_);
-  // The batches are gathered a step ahead on a background thread, which draws the same shuffles
-  // from its own copy of the order and RNG; this loop keeps the originals for checkpoints.
-  BatchPrefetcher prefetch(&x, &y, start + 1, total + 1, 2,
-                           [&train, p_order = order, p_rng = rng, per_epoch, batch = batch_,
-                            shuffle = cfg.shuffle](int64_t step, HostTensor* px, HostTensor* py) mutable {
-                             const int64_t in_epoch = (step - 1) % per_epoch;
-                             if (in_epoch == 0 && shuffle) std::shuffle(p_order.begin(), p_order.end(), p_rng);
-                             gather_batch(train, p_order, in_epoch * batch, px, py);
-                           });
-  for (int64_t step = start + 1; step <= total; ++step) {
-    const int64_t epoch = (step - 1) / per_epoch;  // 0-based
-    const int64_t in_epoch = (step - 1) % per_epoch;
-    if (in_epoch == 0 && cfg.shuffle) std::shuffle(order.begin(), order.end(), rng);
-    prefetch.take(step, &x, &y);
-    if (!more_inputs_.empty()) {
-      // Further inputs are gathered here, from the same order the prefetcher draws.
-      std::vector<HostTensor*> more;
-      for (Value* v : more_inputs_) more.push_back(&ex_->host(v));
-      gather_more(train, order, in_epoch * batch_, more);
-      for (Value* v : more_inputs_) RETURN_IF_ERROR(ex_->upload(v));
+  RETURN_IF_ERROR(loop.begin(cfg.metrics_path));
+
+  // The single stage as the training loop drives it: each mini-batch runs when the loop asks for
+  // its loss, on this thread; the executor holds the weights the evaluator reads.
+  class OneStage final : public StageSet {
+   public:
+    OneStage(Trainer& t, const Dataset& train, const Dataset* val, const TrainConfig& cfg, TrainingLoop& loop,
+             std::vector<int64_t>& order, std::mt19937_64& rng)
+        : t_(t), train_(train), cfg_(cfg), loop_(loop), order_(order), rng_(rng),
+          validate_(val && val->size() > 0),
+          // The batches are gathered a step ahead on a background thread, which draws the same
+          // shuffles from its own copy of the order and RNG; the stage keeps the originals for
+          // checkpoints.
+          prefetch_(&t.ex_->host(t.input_), &t.ex_->host(t.tg_.loss.labels), loop.start() + 1, loop.total() + 1, 2,
+                    [&train, p_order = order, p_rng = rng, per_epoch = loop.per_epoch(), batch = t.batch_,
+                     shuffle = cfg.shuffle](int64_t step, HostTensor* px, HostTensor* py) mutable {
+                      const int64_t in_epoch = (step - 1) % per_epoch;
+                      if (in_epoch == 0 && shuffle) std::shuffle(p_order.begin(), p_order.end(), p_rng);
+                      gather_batch(train, p_order, in_epoch * batch, px, py);
+                    }) {}
+
+    void launch(int64_t, int64_t end) override { end_ = end; }
+    void join() override {}
+    int64_t segment_end() override { return end_; }
+    void stop_early() override { end_ = std::min(end_, done_); }  // nothing is in flight
+    Status error() override { return error_; }
+    void fail(Status s) override {
+      if (error_.is_ok()) error_ = std::move(s);
     }
-    RETURN_IF_ERROR(ex_->upload(input_));
-    RETURN_IF_ERROR(ex_->upload(tg_.loss.labels));
-    RETURN_IF_ERROR(set_step(step));
-    const double lr_now = sched.at(step);
-    RETURN_IF_ERROR(ex_->set_scalar(tg_.lr, lr_now));
-    if (cfg.clip_grad_norm > 0) {
-      RETURN_IF_ERROR(ex_->run([](Phase p) { return p != Phase::kUpdate; }));
-      std::vector<const Value*> grads;
-      for (Value* p : tg_.params) grads.push_back(tg_.grads.at(p));
-      ASSIGN_OR_RETURN(const double sq, grad_sum_squares(*ex_, grads));
-      RETURN_IF_ERROR(scale_grads(*ex_, grads, clip_coefficient(cfg.clip_grad_norm, sq)));
-      RETURN_IF_ERROR(ex_->run([](Phase p) { return p == Phase::kUpdate; }));
-    } else if (step > total - kTimedSteps) {
-      // The last steps are timed node by node: the measured stage times come from the run
-      // itself, with no second executor (which would double the memory) after training.
-      RETURN_IF_ERROR(ex_->run_timed(&node_seconds));
-      ++timed_steps;
-    } else {
-      RETURN_IF_ERROR(ex_->run());
-    }
-    RETURN_IF_ERROR(ex_->download(tg_.loss.loss));
-    const double l = loss.get_double(0);
-    if (!std::isfinite(l))
-      return Status(StatusCode::kDiverged, "training diverged at step " + std::to_string(step) + ": loss is " +
-                                               std::to_string(l) + " (try a smaller --lr)");
-    if (step == 1) r.first_loss = l;
-    curves.add_train_loss(static_cast<double>(step), l);
-    r.last_loss = l;
-    const bool epoch_end = in_epoch == per_epoch - 1 || step == total;
-    const bool scheduled_eval = cfg.eval_every > 0 && step % cfg.eval_every == 0;
-    EvalResult ev;
-    if ((epoch_end || scheduled_eval) && val && val->size() > 0) {
-      ASSIGN_OR_RETURN(ev, evaluate(*val));
-      r.val = ev;
-      curves.val_loss.push_back({static_cast<double>(step), ev.loss});
-      if (ev.accuracy >= 0) curves.val_accuracy.push_back({static_cast<double>(step), ev.accuracy});
-      if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
-    }
-    const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-    const double sps = elapsed > 0 ? static_cast<double>((step - start) * batch_) / elapsed : 0;
-    {
-      const EvalResult* shown = ev.samples ? &ev : nullptr;
-      if (Status ms = csv.add(metrics_row(step, epoch + 1, l, lr_now, sps, shown), ev.samples > 0); !ms.is_ok()) {
-        return ms;
+    Settled settle(int64_t) override { return Settled::kClaimed; }  // one process: it leads
+    bool losses(int64_t s0, std::vector<double>* out) override {
+      Expected<double> l = run(s0 + 1);
+      if (!l) {
+        fail(l.status());
+        return false;
       }
-      // The rows a checkpoint keeps leave out the validation of a run's last step when it is not
-      // at an epoch end or an --eval-every step, so that a resumed run's rows equal an
-      // uninterrupted one's.
-      const bool run_end_only = ev.samples && in_epoch != per_epoch - 1 && !scheduled_eval;
-      if (ev.samples && !run_end_only) epoch_val = ev;
-      tail.add(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
+      (*out)[0] = *l;
+      done_ = s0 + 1;
+      return true;
     }
-    const double eta = elapsed / std::max(static_cast<double>(step - start) / (total - start), 1e-9) - elapsed;
-    progress.step(step, epoch + 1, l, sps, eta, ev.samples ? &ev : nullptr);
-    r.steps = step;
-    // A stop request is honoured here, at a mini-batch boundary.
-    const bool stop = cfg.stop && cfg.stop->load() && step < total;
-    if (!ck.dir.empty() && (stop || (ck.every > 0 && (step % ck.every == 0 || step == total)))) RETURN_IF_ERROR(save(step));
-    if (stop) {
-      r.interrupted = true;
-      break;
+    bool snapshot_due(int64_t s0) const override { return validate_ && loop_.eval_due(s0 + 1); }
+    bool take_snapshot(int64_t, RankCoordinator::Snapshot*) override { return true; }  // the executor holds them
+    Expected<EvalResult> evaluate_snapshot(const Dataset& val) override { return t_.evaluate(val); }
+    Expected<Tensors> checkpoint_tensors() override {
+      Tensors out;
+      for (const Value* v : t_.persistent_values()) {
+        ASSIGN_OR_RETURN(HostTensor x, t_.ex_->fetch(v));
+        out.emplace(v->name, std::move(x));
+      }
+      return out;
     }
-  }
-  if (!cfg.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves, cfg.curves_path));
-  if (timed_steps > 0) {
-    for (const auto& n : g_.nodes()) {
-      if (static_cast<size_t>(n->id) >= node_seconds.size()) continue;
-      const double ms = 1e3 * node_seconds[n->id] / static_cast<double>(timed_steps);
-      if (n->phase == Phase::kForward || n->phase == Phase::kLoss) r.fwd_ms += ms;
-      else if (n->phase == Phase::kBackward) r.bwd_ms += ms;
-      else if (n->phase == Phase::kUpdate) r.update_ms += ms;
+    void account(TrainResult* r) override {
+      if (timed_steps_ == 0) return;
+      for (const auto& n : t_.g_.nodes()) {
+        if (static_cast<size_t>(n->id) >= node_seconds_.size()) continue;
+        const double ms = 1e3 * node_seconds_[n->id] / static_cast<double>(timed_steps_);
+        if (n->phase == Phase::kForward || n->phase == Phase::kLoss) r->fwd_ms += ms;
+        else if (n->phase == Phase::kBackward) r->bwd_ms += ms;
+        else if (n->phase == Phase::kUpdate) r->update_ms += ms;
+      }
     }
-  }
-  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  r.samples_per_s = r.seconds > 0 ? static_cast<double>((r.steps - start) * batch_) / r.seconds : 0;
-  if (timed_steps > 0) {  // TensorBoard (--tensorboard): the one stage's pass times, as pipelines report theirs
-    RETURN_IF_ERROR(csv.add_scalar("stage/0/forward_ms", r.steps, r.fwd_ms));
-    RETURN_IF_ERROR(csv.add_scalar("stage/0/backward_ms", r.steps, r.bwd_ms));
-  }
-  RETURN_IF_ERROR(csv.close());
+    Status add_scalars(TrainingLoop& loop, int64_t step) override {
+      if (timed_steps_ == 0) return Status::ok();
+      // TensorBoard (--tensorboard): the one stage's pass times, as pipelines report theirs.
+      RETURN_IF_ERROR(loop.add_scalar("stage/0/forward_ms", step, loop.result().fwd_ms));
+      return loop.add_scalar("stage/0/backward_ms", step, loop.result().bwd_ms);
+    }
+
+   private:
+    // Forward, loss, backward and update of 1-based `step`; its loss.
+    Expected<double> run(int64_t step) {
+      constexpr int64_t kTimedSteps = 3;
+      Executor& ex = *t_.ex_;
+      const int64_t in_epoch = (step - 1) % loop_.per_epoch();
+      if (in_epoch == 0 && cfg_.shuffle) std::shuffle(order_.begin(), order_.end(), rng_);
+      prefetch_.take(step, &ex.host(t_.input_), &ex.host(t_.tg_.loss.labels));
+      if (!t_.more_inputs_.empty()) {
+        // Further inputs are gathered here, from the same order the prefetcher draws.
+        std::vector<HostTensor*> more;
+        for (Value* v : t_.more_inputs_) more.push_back(&ex.host(v));
+        gather_more(train_, order_, in_epoch * t_.batch_, more);
+        for (Value* v : t_.more_inputs_) RETURN_IF_ERROR(ex.upload(v));
+      }
+      RETURN_IF_ERROR(ex.upload(t_.input_));
+      RETURN_IF_ERROR(ex.upload(t_.tg_.loss.labels));
+      RETURN_IF_ERROR(t_.set_step(step));
+      RETURN_IF_ERROR(ex.set_scalar(t_.tg_.lr, loop_.schedule().at(step)));
+      if (cfg_.clip_grad_norm > 0) {
+        RETURN_IF_ERROR(ex.run([](Phase p) { return p != Phase::kUpdate; }));
+        std::vector<const Value*> grads;
+        for (Value* p : t_.tg_.params) grads.push_back(t_.tg_.grads.at(p));
+        ASSIGN_OR_RETURN(const double sq, grad_sum_squares(ex, grads));
+        RETURN_IF_ERROR(scale_grads(ex, grads, clip_coefficient(cfg_.clip_grad_norm, sq)));
+        RETURN_IF_ERROR(ex.run([](Phase p) { return p == Phase::kUpdate; }));
+      } else if (step > loop_.total() - kTimedSteps) {
+        // The last steps are timed node by node: the measured stage times come from the run
+        // itself, with no second executor (which would double the memory) after training.
+        RETURN_IF_ERROR(ex.run_timed(&node_seconds_));
+        ++timed_steps_;
+      } else {
+        RETURN_IF_ERROR(ex.run());
+      }
+      RETURN_IF_ERROR(ex.download(t_.tg_.loss.loss));
+      return ex.host(t_.tg_.loss.loss).get_double(0);
+    }
+
+    Trainer& t_;
+    const Dataset& train_;
+    const TrainConfig& cfg_;
+    TrainingLoop& loop_;
+    std::vector<int64_t>& order_;
+    std::mt19937_64& rng_;
+    bool validate_;
+    BatchPrefetcher prefetch_;
+    int64_t end_ = 0, done_ = 0;
+    Status error_ = Status::ok();
+    std::vector<double> node_seconds_;
+    int64_t timed_steps_ = 0;
+  };
+  OneStage stage(*this, train, val, cfg, loop, order, rng);
+  const std::unique_ptr<RankCoordinator> co = make_local_coordinator(1);
+  RETURN_IF_ERROR(drive_stages(stage, *co, loop, val, 1, [&](int64_t step, StageSet::Tensors t) {
+    return save(step, std::move(t));
+  }));
   return r;
 }
 

@@ -1,6 +1,6 @@
-// Single-stage training loop: batches from a Dataset, forward + loss + backward + update through
-// the Executor, metrics.csv, validation after each epoch. Pipelined stages build on the same
-// pieces (runtime/executor.h).
+// Single-stage training: batches from a Dataset, forward + loss + backward + update through the
+// Executor, as a stage set of one driven by the one training loop (runtime/stage_set.h); the
+// training configuration and results every trainer shares; evaluation.
 #pragma once
 
 #include <atomic>
