@@ -457,6 +457,29 @@ def table(results, models, opsets, modes):
     return "\n".join(out)
 
 
+def matrix(results, models, opsets, modes):
+    """One line per model, one cell per opset x mode: `ok` when every check passed (`ok fp64` when
+    the PyTorch step was compared in float64 as well), else the checks that did not pass."""
+    cols = [(o, m) for o in opsets for m in modes]
+    out = ["| model | " + " | ".join(f"op{o} {m}" for o, m in cols) + " |",
+           "| --- | " + " | ".join("---" for _ in cols) + " |"]
+    for name in models:
+        cells = []
+        for o, m in cols:
+            r = results.get(f"{name}/{o}/{m}")
+            if r is None:
+                cells.append("not run")
+                continue
+            bad = [c for c in ("export", "plan4", "step1", "pipe4", "ort", "torch")
+                   if r.get(c) and not (r[c].startswith("ok") or r[c].startswith("n/a"))]
+            if bad:
+                cells.append("FAIL " + ", ".join(bad))
+            else:
+                cells.append("ok fp64" if "fp64" in r.get("torch", "") else "ok")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=None)
@@ -503,7 +526,7 @@ def main():
                 with open(json_path + ".tmp", "w") as f:
                     json.dump(results, f, indent=1)
                 os.replace(json_path + ".tmp", json_path)
-    md = table(results, models, a.opsets, a.modes)
+    md = matrix(results, models, a.opsets, a.modes) + "\n\n" + table(results, models, a.opsets, a.modes)
     print(md)
     if a.markdown:
         with open(a.markdown, "w") as f:
