@@ -138,6 +138,8 @@ Status fold_kernel(Node& n, const std::string& where) {
 
 bool is_foldable_op(const std::string& op) { return fold_only_ops().count(op) != 0; }
 
+bool is_import_time_op(const std::string& op) { return op == "Shape" || op == "ConstantOfShape" || op == "Range"; }
+
 Status fold_node(Node& n, const std::string& where) {
   const std::string& op = n.op_type;
   if (!is_foldable_op(op)) return fold_kernel(n, where);

@@ -72,5 +72,8 @@ Expected<HostTensor> read_tensor_file(const std::string& path);
 
 // The ops the importer can fold when their inputs are constant (shape subgraphs).
 bool is_foldable_op(const std::string& op);
+// The ops that never run and have no kernel: the importer folds them to constants (Shape needs
+// only static dims; ConstantOfShape and Range need constant inputs) and refuses them otherwise.
+bool is_import_time_op(const std::string& op);
 
 }  // namespace pt

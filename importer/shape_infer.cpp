@@ -448,6 +448,12 @@ const std::map<std::string, ShapeFn>& shape_fns() {
 
 bool has_shape_fn(const std::string& op) { return shape_fns().count(op) != 0; }
 
+std::vector<std::string> shape_fn_ops() {
+  std::vector<std::string> v;
+  for (const auto& [op, fn] : shape_fns()) v.push_back(op);
+  return v;
+}
+
 std::vector<DType> supported_dtypes(const std::string& op, DeviceKind device) {
   std::vector<DType> out;
   for (const KernelEntry& e : all_kernels())

@@ -12,6 +12,8 @@
 namespace pt {
 
 bool has_shape_fn(const std::string& op);
+// Every op with a shape function, sorted (tests/importer/op_tables_test.cpp holds the tables together).
+std::vector<std::string> shape_fn_ops();
 // The dtypes (of input 0) for which `op` has a kernel on `device`.
 std::vector<DType> supported_dtypes(const std::string& op, DeviceKind device);
 

@@ -220,6 +220,16 @@ const char* optimizer_name(OptimizerKind k) {
   return "?";
 }
 
+const char* update_op(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kSgdPaper: return "SGDMomentum";
+    case OptimizerKind::kSgd: return "SGD";
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: return "Adam";
+  }
+  return "?";
+}
+
 Expected<OptimizerKind> parse_optimizer(const std::string& name) {
   for (OptimizerKind k : {OptimizerKind::kSgdPaper, OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW})
     if (name == optimizer_name(k)) return k;
@@ -247,17 +257,15 @@ Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdO
     };
     AttrMap m;
     m.set("weight_decay", sgd.weight_decay);
-    std::string op;
+    const std::string op = update_op(sgd.kind);
     std::vector<Value*> in{p, tg.grads[p]};
     switch (sgd.kind) {
       case OptimizerKind::kSgdPaper:
-        op = "SGDMomentum";
         m.set("momentum", sgd.momentum);
         in.push_back(state(".momentum", p->dtype, p->dims));
         in.push_back(tg.lr);
         break;
       case OptimizerKind::kSgd:
-        op = "SGD";
         m.set("momentum", sgd.momentum);
         m.set("dampening", sgd.dampening);
         m.set("nesterov", static_cast<int64_t>(sgd.nesterov));
@@ -268,7 +276,6 @@ Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdO
         break;
       case OptimizerKind::kAdam:
       case OptimizerKind::kAdamW:
-        op = "Adam";
         m.set("beta1", sgd.beta1);
         m.set("beta2", sgd.beta2);
         m.set("epsilon", sgd.eps);

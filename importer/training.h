@@ -57,6 +57,8 @@ using OptimizerOptions = SgdOptions;
 // "sgd-paper", "sgd", "adam", "adamw"; parse_optimizer's error lists the valid names.
 const char* optimizer_name(OptimizerKind k);
 Expected<OptimizerKind> parse_optimizer(const std::string& name);
+// The update op (domain pipetrain) of optimizer k: "SGDMomentum", "SGD" or "Adam".
+const char* update_op(OptimizerKind k);
 
 struct TrainingGraph {
   LossInfo loss;

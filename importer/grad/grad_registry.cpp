@@ -66,8 +66,39 @@ Value* GradContext::reshape(Value* v, const Dims& dims) {
 
 namespace {
 
-const std::map<std::string, GradBuilder>& table() {
-  static const std::map<std::string, GradBuilder> t = {
+// Forward ops whose outputs carry no gradient: their builder emits nothing. Comparisons and Not
+// (bool outputs), ArgMax (integer indices), Shape, ConstantOfShape and Range (shape arithmetic,
+// folded at import). An op missing from both this list and the table below fails
+// OpTables.EveryOpDecidesItsGradient, so a new op cannot skip the decision.
+const char* const kNoGradientOps[] = {"Equal", "Less", "Greater", "Not", "ArgMax", "Shape", "ConstantOfShape", "Range"};
+
+// The internal backward ops (domain "pipetrain") and the forward op whose builder emits each.
+const std::vector<BackwardOp>& backward_op_list() {
+  static const std::vector<BackwardOp> v = {
+      {"ReduceSumToShape", "Add"},  // GradContext::reduce_to, used by every broadcasting op
+      {"ReluGrad", "Relu"}, {"SigmoidGrad", "Sigmoid"}, {"TanhGrad", "Tanh"},
+      {"SoftmaxGrad", "Softmax"}, {"LogSoftmaxGrad", "LogSoftmax"}, {"DropoutGrad", "Dropout"},
+      {"SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLoss"}, {"MSELossGrad", "MSELoss"},
+      {"ClipGrad", "Clip"}, {"LeakyReluGrad", "LeakyRelu"}, {"EluGrad", "Elu"}, {"SeluGrad", "Selu"},
+      {"HardSigmoidGrad", "HardSigmoid"}, {"HardSwishGrad", "HardSwish"}, {"ErfGrad", "Erf"},
+      {"SoftplusGrad", "Softplus"}, {"AbsGrad", "Abs"}, {"PReluGrad", "PRelu"},
+      {"ReduceMaxGrad", "ReduceMax"}, {"SliceGrad", "Slice"}, {"PadGrad", "Pad"}, {"GatherGrad", "Gather"},
+      {"LayerNormalizationGrad", "LayerNormalization"},
+      {"ConvGradInput", "Conv"}, {"ConvGradWeight", "Conv"}, {"ConvGradBias", "Conv"},
+      {"MaxPoolGrad", "MaxPool"}, {"AveragePoolGrad", "AveragePool"},
+      {"GlobalAveragePoolGrad", "GlobalAveragePool"}, {"GlobalMaxPoolGrad", "GlobalMaxPool"},
+      {"BatchNormalizationGrad", "BatchNormalization"}, {"LRNGrad", "LRN"},
+#define PT_UNARY_MATH_BACKWARD(Name, fn, fwd, bwd) {#Name "Grad", #Name},
+      PT_UNARY_MATH_OPS(PT_UNARY_MATH_BACKWARD)
+#undef PT_UNARY_MATH_BACKWARD
+      {"GeluGrad", "Gelu"}, {"GatherElementsGrad", "GatherElements"},
+      {"GroupNormalizationGrad", "GroupNormalization"}, {"ResizeGrad", "Resize"}, {"GatherNDGrad", "GatherND"},
+  };
+  return v;
+}
+
+std::map<std::string, GradBuilder> build_table() {
+  std::map<std::string, GradBuilder> t = {
       {"Gemm", grad::gemm},
       {"MatMul", grad::matmul},
       {"Add", grad::add},
@@ -90,11 +121,6 @@ const std::map<std::string, GradBuilder>& table() {
       {"SoftmaxCrossEntropyLoss", grad::softmax_cross_entropy},
       {"MSELoss", grad::mse_loss},
       {"Dropout", grad::dropout},
-      {"Equal", grad::no_gradient},
-      {"Less", grad::no_gradient},
-      {"Greater", grad::no_gradient},
-      {"Not", grad::no_gradient},
-      {"Shape", grad::no_gradient},
       {"Clip", grad::clip},
       {"LeakyRelu", grad::leaky_relu},
       {"Elu", grad::elu},
@@ -131,8 +157,6 @@ const std::map<std::string, GradBuilder>& table() {
       {"GlobalMaxPool", grad::global_max_pool},
       {"BatchNormalization", grad::batch_norm},
       {"LRN", grad::lrn},
-      {"ConstantOfShape", grad::no_gradient},
-      {"Range", grad::no_gradient},
       // Ops of opsets 18 to 21 and issue 13.
 #define PT_UNARY_MATH_GRAD(Name, fn, fwd, bwd) {#Name, grad::unary_math},
       PT_UNARY_MATH_OPS(PT_UNARY_MATH_GRAD)
@@ -148,7 +172,6 @@ const std::map<std::string, GradBuilder>& table() {
       {"Max", grad::min_max},
       {"Min", grad::min_max},
       {"Mod", grad::mod},
-      {"ArgMax", grad::no_gradient},
       {"CumSum", grad::cum_sum},
       {"Trilu", grad::trilu},
       {"GatherElements", grad::gather_elements},
@@ -161,6 +184,12 @@ const std::map<std::string, GradBuilder>& table() {
       {"ScatterND", grad::scatter_nd},
       {"ScatterElements", grad::scatter_elements},
   };
+  for (const char* op : kNoGradientOps) t.emplace(op, grad::no_gradient);
+  return t;
+}
+
+const std::map<std::string, GradBuilder>& table() {
+  static const std::map<std::string, GradBuilder> t = build_table();
   return t;
 }
 
@@ -172,5 +201,15 @@ GradBuilder find_grad_builder(const std::string& op) {
 }
 
 bool has_grad_builder(const std::string& op) { return find_grad_builder(op) != nullptr; }
+
+std::vector<std::string> grad_builder_ops() {
+  std::vector<std::string> v;
+  for (const auto& [op, fn] : table()) v.push_back(op);
+  return v;
+}
+
+std::vector<std::string> no_gradient_ops() { return {std::begin(kNoGradientOps), std::end(kNoGradientOps)}; }
+
+const std::vector<BackwardOp>& backward_ops() { return backward_op_list(); }
 
 }  // namespace pt

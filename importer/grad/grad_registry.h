@@ -55,5 +55,18 @@ using GradBuilder = Status (*)(GradContext&);
 // builder that sets nothing.
 GradBuilder find_grad_builder(const std::string& op);
 bool has_grad_builder(const std::string& op);
+// Every op of the table (the no-gradient ops included), sorted.
+std::vector<std::string> grad_builder_ops();
+// The forward ops declared to carry no gradient (their builder emits nothing).
+std::vector<std::string> no_gradient_ops();
+
+// An internal backward op (domain "pipetrain") and the forward op whose builder emits it.
+struct BackwardOp {
+  const char* op;
+  const char* forward;
+};
+// Every internal backward op with a kernel; tests/importer/op_tables_test.cpp holds this list
+// against the kernel table.
+const std::vector<BackwardOp>& backward_ops();
 
 }  // namespace pt

@@ -1,6 +1,6 @@
-// Helpers shared by the CPU kernels (not a public header): argument checks, the OpenMP threshold,
-// strided loop nests for broadcasting / transposing / reducing, and the outer x n x inner geometry
-// of ops that work along one axis (Softmax and friends).
+// Helpers shared by the CPU kernels (not a public header): the OpenMP threshold, elementwise maps,
+// and strided loop nests for broadcasting / transposing / reducing. The argument checks and the
+// outer x n x inner geometry of ops along one axis come from kernels/kernel_checks.h.
 #pragma once
 
 #include <omp.h>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_checks.h"
 #include "kernels/registry.h"
 
 namespace pt::cpu {
@@ -18,26 +19,13 @@ namespace pt::cpu {
 // Below this many elements a loop runs on one thread: forking costs more than it saves.
 constexpr int64_t kParallelThreshold = 32768;
 
-inline bool has_input(const KernelCall& call, size_t i) {
-  return call.inputs.size() > i && call.inputs[i].data != nullptr;
-}
-
-// invalid_input unless the call has at least `n_in` inputs and `n_out` outputs.
-inline Status check_arity(const KernelCall& call, const char* op, size_t n_in, size_t n_out) {
-  if (call.inputs.size() < n_in || call.outputs.size() < n_out)
-    return invalid_input(std::string(op) + ": expected at least " + std::to_string(n_in) +
-                         " inputs and " + std::to_string(n_out) + " outputs, got " +
-                         std::to_string(call.inputs.size()) + " and " +
-                         std::to_string(call.outputs.size()));
-  return Status::ok();
-}
-
-inline Status check_same_dims(const char* op, const char* what, const Dims& got, const Dims& want) {
-  if (got != want)
-    return invalid_input(std::string(op) + ": " + what + " has dims " + dims_str(got) +
-                         ", expected " + dims_str(want));
-  return Status::ok();
-}
+// The argument checks and helpers shared with the CUDA wrappers (kernels/kernel_checks.h).
+using kernels::AxisGeometry;
+using kernels::axis_geometry;
+using kernels::broadcast_strides;
+using kernels::check_arity;
+using kernels::check_same_dims;
+using kernels::has_input;
 
 // y = f(x) elementwise over same-shape input 0 and output 0.
 template <typename T, typename F>
@@ -71,17 +59,6 @@ Status map_grad(const KernelCall& call, const char* op, F f) {
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], pz[i]);
   return Status::ok();
-}
-
-// Element strides of `in` broadcast (right-aligned) to `out`: 0 on broadcast dims. `in` must be
-// broadcast-compatible with `out`.
-inline Dims broadcast_strides(const Dims& in, const Dims& out) {
-  Dims s(out.size(), 0);
-  Dims rs = row_major_strides(in);
-  size_t off = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i)
-    s[off + i] = (in[i] == 1 && out[off + i] != 1) ? 0 : rs[i];
-  return s;
 }
 
 // A loop nest over a row-major "driver" shape with K operands that each step through memory with
@@ -153,30 +130,5 @@ struct StridedLoop {
     }
   }
 };
-
-// An op along one axis: data viewed as [outer, n, inner].
-struct AxisGeometry {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-// coerce2d (opset < 13): [prod(dims[:axis]), prod(dims[axis:])], inner = 1. Otherwise the single
-// dim `axis`. A scalar is one row of one element.
-inline Status axis_geometry(const char* op, const Dims& dims, int64_t axis, bool coerce2d,
-                            AxisGeometry* g) {
-  const int64_t r = static_cast<int64_t>(dims.size());
-  *g = AxisGeometry{};
-  if (r == 0) return Status::ok();
-  if (axis < 0 || axis >= r)
-    return invalid_input(std::string(op) + ": axis " + std::to_string(axis) +
-                         " out of range for input of rank " + std::to_string(r));
-  for (int64_t d = 0; d < axis; ++d) g->outer *= dims[d];
-  if (coerce2d) {
-    for (int64_t d = axis; d < r; ++d) g->n *= dims[d];
-  } else {
-    g->n = dims[axis];
-    for (int64_t d = axis + 1; d < r; ++d) g->inner *= dims[d];
-  }
-  return Status::ok();
-}
 
 }  // namespace pt::cpu

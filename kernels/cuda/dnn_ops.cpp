@@ -373,26 +373,14 @@ Status conv_grad_weight(const KernelCall& call) {
 
 namespace {
 
-// [outer, n, inner] of a softmax along `axis` (or over dims[axis:] with _coerce2d), as
-// kernels/cpu/cpu_util.h's axis_geometry; cuDNN then sees (N, C, H, W) = (outer, n, inner, 1).
+// [outer, n, inner] of a softmax along `axis` (or over dims[axis:] with _coerce2d), by
+// kernels/kernel_checks.h's axis_geometry as on the CPU; cuDNN then sees (N, C, H, W) =
+// (outer, n, inner, 1).
 Status softmax_geometry(const KernelCall& call, const char* op, const Dims& dims, Dims* g) {
   const int64_t r = static_cast<int64_t>(dims.size());
-  const int64_t axis = call.attrs.get_int("axis", r - 1);
-  const bool coerce2d = call.attrs.get_int("_coerce2d", 0) != 0;
-  int64_t outer = 1, n = 1, inner = 1;
-  if (r > 0) {
-    if (axis < 0 || axis >= r)
-      return invalid_input(std::string(op) + ": axis " + std::to_string(axis) + " out of range for input of rank " +
-                           std::to_string(r));
-    for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
-    if (coerce2d) {
-      for (int64_t d = axis; d < r; ++d) n *= dims[d];
-    } else {
-      n = dims[axis];
-      for (int64_t d = axis + 1; d < r; ++d) inner *= dims[d];
-    }
-  }
-  *g = Dims{outer, n, inner};
+  AxisGeometry a;
+  RETURN_IF_ERROR(axis_geometry(op, dims, call.attrs.get_int("axis", r - 1), call.attrs.get_int("_coerce2d", 0) != 0, &a));
+  *g = Dims{a.outer, a.n, a.inner};
   return Status::ok();
 }
 

@@ -1,7 +1,7 @@
 // Shared by the host-side wrappers of the CUDA kernels (kernels/cuda/*_ops.cpp): the argument
-// checks the CPU kernels make (same conditions, same messages, so the two backends refuse alike),
-// and the building of launch.h's Strided walks from broadcast shapes, with size-1 dims dropped and
-// mergeable neighbours merged (as kernels/cpu/cpu_util.h's StridedLoop does).
+// checks the CPU kernels make (kernels/kernel_checks.h, one definition for both backends, so they
+// refuse alike), and the building of launch.h's Strided walks from broadcast shapes, with size-1
+// dims dropped and mergeable neighbours merged (as kernels/cpu/cpu_util.h's StridedLoop does).
 #pragma once
 
 #include <array>
@@ -9,37 +9,18 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/registry.h"
 
 namespace pt::cuda {
 
-inline bool has_input(const KernelCall& call, size_t i) {
-  return call.inputs.size() > i && call.inputs[i].data != nullptr;
-}
-
-inline Status check_arity(const KernelCall& call, const char* op, size_t n_in, size_t n_out) {
-  if (call.inputs.size() < n_in || call.outputs.size() < n_out)
-    return invalid_input(std::string(op) + ": expected at least " + std::to_string(n_in) + " inputs and " +
-                         std::to_string(n_out) + " outputs, got " + std::to_string(call.inputs.size()) + " and " +
-                         std::to_string(call.outputs.size()));
-  return Status::ok();
-}
-
-inline Status check_same_dims(const char* op, const char* what, const Dims& got, const Dims& want) {
-  if (got != want)
-    return invalid_input(std::string(op) + ": " + what + " has dims " + dims_str(got) + ", expected " +
-                         dims_str(want));
-  return Status::ok();
-}
-
-// Element strides of `in` broadcast (right-aligned) to `out`: 0 along broadcast dims.
-inline Dims broadcast_strides(const Dims& in, const Dims& out) {
-  Dims s(out.size(), 0);
-  const Dims rs = row_major_strides(in);
-  const size_t off = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i) s[off + i] = (in[i] == 1 && out[off + i] != 1) ? 0 : rs[i];
-  return s;
-}
+// The argument checks and helpers shared with the CPU kernels (kernels/kernel_checks.h).
+using kernels::AxisGeometry;
+using kernels::axis_geometry;
+using kernels::broadcast_strides;
+using kernels::check_arity;
+using kernels::check_same_dims;
+using kernels::has_input;
 
 // A walk over `dims` with K operands' strides, compacted; unsupported when more than kMaxRank
 // dims remain.
