@@ -425,14 +425,15 @@ def evaluate(name, spec, opset, mode, binary, work, log):
         row["pipe4"] = f"FAIL: {first_line(p.stderr or p.stdout)}"
         row["ort"] = "n/a (no trained model)"
 
-    # An eval export folds BatchNorm into the convolutions: its weights are no longer the module's
-    # and the mapping says so (n/a); without BatchNorm (ViT, transformers) the step is the same.
+    # An eval export folds BatchNorm into the convolutions (and ConvNeXt's layer scales): its
+    # weights are no longer the module's and the mapping says so (n/a); where nothing was folded
+    # (SqueezeNet, ViT, the transformers) the step is the same as in training mode.
     try:
         row["torch"] = torch_oracle(model, kind, shape, path, binary, work)
     except Exception as e:  # noqa: BLE001
         row["torch"] = f"FAIL: {type(e).__name__}: {str(e).splitlines()[0][:140]}"
     if mode == "eval" and row["torch"].startswith("n/a"):
-        row["torch"] = "n/a (BatchNorm folded into the weights)"
+        row["torch"] = "n/a (eval export: folded weights do not map to the module's)"
     return row
 
 
