@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <map>
@@ -467,18 +468,28 @@ Status choose_trainable(Graph& g, const std::set<std::string>& candidates, const
 // functions need them known before training.
 void mark_setting_initializers(Graph& g) {
   static const std::map<std::string, std::set<size_t>> kSettingInputs = {{"Resize", {1, 2}}, {"Pad", {2}}};
-  std::map<const Value*, bool> only_settings;
-  for (const auto& n : g.nodes())
-    for (size_t i = 0; i < n->inputs.size(); ++i) {
-      const Value* v = n->inputs[i];
-      if (!v || v->kind != ValueKind::kParameter) continue;
+  // Ops that only move values: a training-mode export (no constant folding) builds Resize's scales
+  // as Concat(Constant [1, 1], Constant [2, 2]), so the constants reach the setting through them.
+  static const std::set<std::string> kPassThrough = {"Concat", "Cast", "Unsqueeze", "Squeeze", "Reshape",
+                                                     "Identity", "Slice", "Gather"};
+  std::function<bool(const Value*, int)> only_settings = [&](const Value* v, int depth) {
+    if (depth > 16 || v->consumers.empty()) return false;
+    for (const Node* n : v->consumers) {
       auto it = kSettingInputs.find(n->op_type);
-      const bool setting = it != kSettingInputs.end() && it->second.count(i);
-      auto [pos, fresh] = only_settings.emplace(v, setting);
-      if (!fresh) pos->second = pos->second && setting;
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        if (n->inputs[i] != v) continue;
+        if (it != kSettingInputs.end() && it->second.count(i)) continue;
+        if (!kPassThrough.count(n->op_type) || (n->op_type != "Concat" && i != 0)) return false;
+        for (const Value* o : n->outputs)
+          if (o && !only_settings(o, depth + 1)) return false;
+      }
     }
-  for (auto& [v, setting] : only_settings)
-    if (setting) const_cast<Value*>(v)->kind = ValueKind::kConstant;
+    return true;
+  };
+  for (auto& up : g.values()) {
+    Value* v = up.get();
+    if (v->kind == ValueKind::kParameter && only_settings(v, 0)) v->kind = ValueKind::kConstant;
+  }
 }
 
 }  // namespace

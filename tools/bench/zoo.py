@@ -71,6 +71,78 @@ class TinyGPT(nn.Module):
         return self.norm(h) @ self.tok.weight.t()
 
 
+class SmallUNet(nn.Module):
+    """A U-Net in the common shapes: two Conv + GroupNorm + ReLU levels down (MaxPool), up once by
+    ConvTranspose and once by bilinear Resize, skips joined by Concat, a nearest-Resize side branch;
+    global average pool and a linear head (classification, so the usual labels apply)."""
+
+    def __init__(self, c=8, num_classes=10):
+        super().__init__()
+
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.GroupNorm(2, o), nn.ReLU())
+        self.d1, self.d2, self.mid = block(3, c), block(c, 2 * c), block(2 * c, 4 * c)
+        self.up2 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2)
+        self.u2 = block(4 * c, 2 * c)
+        self.u1 = block(3 * c, c)
+        self.side = nn.Conv2d(4 * c, c, 1)
+        self.head = nn.Linear(2 * c, num_classes)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(F.max_pool2d(a, 2))
+        m = self.mid(F.max_pool2d(b, 2))
+        u2 = self.u2(torch.cat([self.up2(m), b], 1))
+        u1 = self.u1(torch.cat([F.interpolate(u2, scale_factor=2.0, mode="bilinear", align_corners=False), a], 1))
+        side = F.interpolate(self.side(m), scale_factor=4.0, mode="nearest")
+        h = torch.cat([u1, side], 1).mean(dim=(2, 3))
+        return self.head(h)
+
+
+class RotaryBlock(nn.Module):
+    """One attention block with rotary position embeddings (cos/sin of positions computed in the
+    forward: Range, Sin, Cos in ONNX), a causal-free softmax attention, an MLP, mean pool, head."""
+
+    def __init__(self, vocab=VOCAB, d=32, heads=2, num_classes=5):
+        super().__init__()
+        self.d, self.h = d, heads
+        self.tok = nn.Embedding(vocab, d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.head = nn.Linear(d, num_classes)
+
+    def rotate(self, x, cos, sin):
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+    def forward(self, tokens):
+        n, t = tokens.shape
+        dh = self.d // self.h
+        x = self.tok(tokens)
+        q, k, v = self.qkv(self.norm1(x)).reshape(n, t, 3, self.h, dh).permute(2, 0, 3, 1, 4)
+        pos = torch.arange(t, dtype=torch.float32)
+        inv = 1.0 / (10000.0 ** (torch.arange(0, dh, 2, dtype=torch.float32) / dh))
+        ang = pos[:, None] * inv[None, :]
+        cos, sin = torch.cos(ang), torch.sin(ang)
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        att = torch.softmax(q @ k.transpose(-1, -2) / dh ** 0.5, dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(n, t, self.d))
+        x = x + self.mlp(self.norm2(x))
+        return self.head(x.mean(dim=1))
+
+
+def unet():
+    torch.manual_seed(0)
+    return SmallUNet()
+
+
+def rotary():
+    torch.manual_seed(0)
+    return RotaryBlock()
+
+
 def tv(name, **kw):
     import torchvision
 
@@ -115,6 +187,10 @@ MODELS = {
     "swin_t": (tv("swin_t", num_classes=10), (3, 32, 32), "image", ""),
     "transformer": (em_model("transformer"), (SEQ,), "tokens",
                     "Embedding + 2 post-norm encoder layers with a padding mask, mean pool, head"),
+    "unet": (unet, (3, 32, 32), "image",
+             "GroupNorm, ConvTranspose, bilinear and nearest Resize, skip Concats; pooled head"),
+    "rotary": (rotary, (SEQ,), "tokens-nopad",
+               "rotary position embeddings (Range, Sin, Cos, strided Slice), attention, GELU MLP"),
     "gpt": (gpt, (SEQ,), "tokens-lm",
             "2 pre-norm causal layers, Gelu, output tied to the embedding; token labels [N,16]"),
 }
@@ -169,7 +245,7 @@ def make_labels(kind, batch, seed=0):
     rng = np.random.default_rng(seed + 1)
     if kind == "tokens-lm":
         return rng.integers(0, VOCAB, size=(batch, SEQ)).astype(np.int64)
-    return rng.integers(0, 5 if kind == "tokens" else 10, size=batch).astype(np.int64)
+    return rng.integers(0, 5 if kind.startswith("tokens") else 10, size=batch).astype(np.int64)
 
 
 def zero_dropout(model):
