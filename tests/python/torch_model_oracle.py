@@ -127,7 +127,8 @@ def torch_step(model, keys, x, y, micro=1):
     yt = torch.from_numpy(y)
     total = 0.0
     for xc, yc in zip(torch.chunk(xt, micro), torch.chunk(yt, micro)):
-        part = F.cross_entropy(model(xc), yc) / micro
+        out = model(xc)  # [N, C], or [N, T, C] with token labels [N, T]: flattened alike
+        part = F.cross_entropy(out.reshape(-1, out.shape[-1]), yc.reshape(-1)) / micro
         part.backward()
         total += float(part.item())
     loss = torch.tensor(total)

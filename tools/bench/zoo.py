@@ -351,23 +351,7 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
     w0 = {name_map[n]: t.detach().numpy().astype(np.float64) for n, t in named}
     x, y = make_input(kind, shape, batch, seed=11), make_labels(kind, batch, seed=11)
 
-    def step(m):
-        """One step of the paper's SGD on m (float64 or float32); {torch name: value after}, loss."""
-        m.train()
-        m.zero_grad(set_to_none=True)
-        xt = torch.from_numpy(x)
-        xt = xt.to(next(m.parameters()).dtype) if xt.is_floating_point() else xt
-        out = m(xt)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), torch.from_numpy(y).reshape(-1))
-        loss.backward()
-        params = dict(m.named_parameters())
-        with torch.no_grad():
-            for _, p in params.items():
-                g = (p.grad if p.grad is not None else torch.zeros_like(p)) + tmo.WD * p
-                p.sub_(tmo.LR * (1.0 - tmo.GAMMA) * g)
-        state = dict(params)
-        state.update(dict(m.named_buffers()))
-        return {k: v.detach().double().numpy().copy() for k, v in state.items()}, float(loss)
+    keys = [n for n, _ in named]
 
     def cli_step(path, dtype, tag):
         data = os.path.join(work, "data" + tag)
@@ -386,7 +370,7 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
                for i in onnx.load(os.path.join(run, stem + ".trained.onnx")).graph.initializer}
         return got, losses(os.path.join(run, "metrics.csv"))[0], None
 
-    s64, loss = step(copy.deepcopy(model).double())
+    s64, loss = tmo.torch_step(copy.deepcopy(model).double(), keys, x, y)
     params = {n for n, _ in model.named_parameters()}
     path64 = os.path.join(work, "model_fp64.onnx")
     onnx.save(to_float64(m), path64)
@@ -406,7 +390,7 @@ def torch_oracle(model, kind, shape, onnx_path, binary, work, batch=4):
         return f"ok fp64 ({worst:.0e})"
 
     tol_v, tol_u = (1e-3, 1e-2) if has_bn else (1e-4, 1e-3)
-    s32, _ = step(copy.deepcopy(model))
+    s32, _ = tmo.torch_step(copy.deepcopy(model), keys, x, y)
     got, our_loss, err = cli_step(onnx_path, np.float32, "32")
     if got is None:
         return f"FAIL: {err}"
