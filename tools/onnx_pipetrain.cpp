@@ -158,6 +158,9 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   app.add_option("model", o.model, "the ONNX model to train")->required();
   app.set_version_flag("--version", version_text());
   app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->check(integer())->capture_default_str();
+  app.add_option("--replicas", o.replicas,
+                 "data-parallel copies of the pipeline, each on its share of every mini-batch (--gpus x --replicas devices)")
+      ->check(integer())->capture_default_str();
   add_choice(app, "--device", &o.device, {{"auto", DeviceChoice::kAuto}, {"cuda", DeviceChoice::kCuda}, {"cpu", DeviceChoice::kCpu}}, "auto | cuda | cpu");
   auto* data_opt = app.add_option("--data", o.local.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
   auto* vd = app.add_option("--val-data", o.local.val_data, "validation set (same formats as --data)");

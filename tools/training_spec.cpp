@@ -40,6 +40,7 @@ json to_json_value(const TrainingSpec& s) {
   return {
       {"model", s.model},
       {"gpus", s.gpus},
+      {"replicas", s.replicas},
       {"device", device_choice_name(s.device)},
       {"oversubscribe", s.oversubscribe},
       {"batch", to_json_value(s.batch)},

@@ -55,6 +55,9 @@ struct RunLocal {
 struct TrainingSpec {
   std::string model;
   int gpus = 1;                                 // pipeline stages
+  // Data-parallel copies of the pipeline (--replicas): each runs on its share of every mini-batch
+  // and each stage's gradients are averaged over its replicas before the update.
+  int replicas = 1;
   DeviceChoice device = DeviceChoice::kAuto;
   bool oversubscribe = false;
   BatchSpec batch;
