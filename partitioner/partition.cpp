@@ -29,6 +29,13 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
   return 0;
 }
 
+double allreduce_ms(double bytes, int replicas, const LinkSpec& link) {
+  if (replicas <= 1 || !(bytes > 0)) return 0;
+  const double r = replicas;
+  const double bw_s = link.bandwidth > 0 ? 2.0 * (r - 1) / r * bytes / link.bandwidth : 0;
+  return 1e3 * (bw_s + 2.0 * (r - 1) * std::max(0.0, link.latency_s));
+}
+
 namespace {
 
 double memory_of(double param_bytes, double saved, double workspace, int stage, int num_stages,
@@ -128,6 +135,14 @@ struct Problem {
   std::vector<DeviceSpec> classes;       // distinct device speeds
   std::vector<int> class_of;             // per given device
   std::vector<std::vector<double>> fwd, bwd, upd, prefix;  // [class][position]
+  // Replicas (PartitionOptions::replicas): one replica's compute and activations are `scale`
+  // (graph_replicas / replicas) of the graph's; prefix sums of forward + backward and of update.
+  double scale = 1;
+  int replicas = 1;
+  LinkSpec replica_link;
+  std::vector<std::vector<double>> prefix_fb, prefix_upd;
+  // Plans with one replica of a whole-batch graph take the original arithmetic, bit for bit.
+  bool replicated() const { return replicas != 1 || scale != 1; }
   std::vector<double> prefix_params;
   std::unordered_map<const Node*, int> pos_of;
   LinkSpec link;
@@ -300,6 +315,16 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
     for (int p = 0; p < n; ++p) P.prefix[c][p + 1] = P.prefix[c][p] + P.fwd[c][p] + P.bwd[c][p] + P.upd[c][p];
   P.prefix_params.assign(n + 1, 0);
   for (int p = 0; p < n; ++p) P.prefix_params[p + 1] = P.prefix_params[p] + P.pos[p].param_bytes;
+  P.replicas = std::max(1, opts.replicas);
+  P.scale = static_cast<double>(std::max(1, opts.graph_replicas)) / P.replicas;
+  P.replica_link = opts.replica_link.name.empty() ? opts.link : opts.replica_link;
+  P.prefix_fb.assign(nc, std::vector<double>(n + 1, 0));
+  P.prefix_upd = P.prefix_fb;
+  for (size_t c = 0; c < nc; ++c)
+    for (int p = 0; p < n; ++p) {
+      P.prefix_fb[c][p + 1] = P.prefix_fb[c][p] + P.fwd[c][p] + P.bwd[c][p];
+      P.prefix_upd[c][p + 1] = P.prefix_upd[c][p] + P.upd[c][p];
+    }
   return P;
 }
 
@@ -316,7 +341,7 @@ class StageSweep {
     ++epoch_;
     recv_bytes_ = grad_bytes_ = saved_ = workspace_ = 0;
     recv_count_ = grad_count_ = 0;
-    weight_bytes_ = shared_memory_ = 0;
+    weight_bytes_ = shared_memory_ = shared_grad_bytes_ = 0;
     weight_count_ = 0;
     shared_.clear();
     if (shared_mark_.size() != P_.vals.size()) shared_mark_.assign(P_.vals.size(), {-1, 0});
@@ -353,6 +378,7 @@ class StageSweep {
       if (!bits) {
         shared_.push_back(x.v);
         grad_bytes_ += x.bytes;
+        shared_grad_bytes_ += x.bytes;
         ++grad_count_;
         shared_memory_ += x.bytes;  // the stage's own buffer
       }
@@ -368,17 +394,29 @@ class StageSweep {
     const double per_pass = P_.gpipe ? 1.0 / P_.micro : 1.0;  // weight versions per micro-batch
     const double count = recv_count_ + grad_count_ + per_pass * weight_count_;
     if (!(l.bandwidth > 0)) return count * l.latency_s;
+    if (P_.replicated()) {  // activations and their gradients at one replica's share; weights whole
+      const double act = (recv_bytes_ + grad_bytes_ - shared_grad_bytes_) * P_.scale;
+      return (act + shared_grad_bytes_ + per_pass * weight_bytes_) / l.bandwidth + count * l.latency_s;
+    }
     return (recv_bytes_ + grad_bytes_ + per_pass * weight_bytes_) / l.bandwidth + count * l.latency_s;
   }
+  // The all-reduce of the stage's own parameter gradients across its replicas, in seconds.
+  double allreduce_s() const { return 1e-3 * allreduce_ms(param_bytes(), P_.replicas, P_.replica_link); }
   double shared_memory() const { return shared_memory_; }
   double weight_bytes() const { return weight_bytes_; }
   const std::vector<const Value*>& shared() const { return shared_; }
-  double time_s(int cls) const { return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s(); }
+  double time_s(int cls) const {
+    if (P_.replicated())
+      return P_.scale * (P_.prefix_fb[cls][j_] - P_.prefix_fb[cls][i_]) + (P_.prefix_upd[cls][j_] - P_.prefix_upd[cls][i_]) +
+             comm_s() + allreduce_s();
+    return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s();
+  }
   double param_bytes() const { return P_.prefix_params[j_] - P_.prefix_params[i_]; }
   double saved() const { return saved_; }
   double workspace() const { return workspace_; }
   double recv_bytes() const { return recv_bytes_; }
   double grad_bytes() const { return grad_bytes_; }
+  double shared_grad_bytes() const { return shared_grad_bytes_; }  // of shared weights (in grad_bytes)
 
  private:
   const Problem& P_;
@@ -389,7 +427,7 @@ class StageSweep {
   int i_ = 0, j_ = 0, stage_ = 0;
   double recv_bytes_ = 0, grad_bytes_ = 0, saved_ = 0, workspace_ = 0;
   int recv_count_ = 0, grad_count_ = 0;
-  double weight_bytes_ = 0, shared_memory_ = 0;
+  double weight_bytes_ = 0, shared_memory_ = 0, shared_grad_bytes_ = 0;
   int weight_count_ = 0;
   std::vector<std::pair<int, int>> shared_mark_;  // [value id]: (epoch, bits: 1 forward weights, 2 backward)
   std::vector<const Value*> shared_;
@@ -417,7 +455,7 @@ double split_time(const Problem& P, const std::vector<int>& starts, const std::v
     sw.start(starts[k], k);
     for (int p = starts[k]; p < end; ++p) sw.add();
     const int dev = device_index[k];
-    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, P.prefix_params.back()) +
+    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale * P.scale, P.prefix_params.back()) +
             sw.shared_memory() >
         opts.devices[dev].memory_bytes)
       return kInf;
@@ -472,7 +510,8 @@ Solution solve(const Problem& P, const std::vector<int>& device_index, const Par
       for (int j = i + 1; j <= last_end; ++j) {
         sw.add();
         const double mem =
-            memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, P.prefix_params.back()) +
+            memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale * P.scale,
+                      P.prefix_params.back()) +
             sw.shared_memory();
         double value;
         if (obj == Objective::kTime) {
@@ -528,6 +567,9 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   plan.micro_batches = std::max(1, opts.micro_batches);
   plan.batch_size = graph_batch(g);
   plan.link = opts.link;
+  plan.replicas = P.replicas;
+  plan.graph_replicas = std::max(1, opts.graph_replicas);
+  plan.replica_link = P.replica_link;
   plan.stages.resize(N);
   {
     std::set<int> nodes(opts.node_of_stage.begin(), opts.node_of_stage.end());
@@ -566,6 +608,16 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.grad_send_bytes = static_cast<int64_t>(sw.grad_bytes());
     s.saved_bytes = static_cast<int64_t>(sw.saved());
     s.workspace_bytes = static_cast<int64_t>(sw.workspace());
+    if (P.replicated()) {  // one replica's share of the mini-batch; its stage all-reduces
+      const double a = P.scale;
+      s.fwd_ms *= a;
+      s.bwd_ms *= a;
+      s.recv_bytes = static_cast<int64_t>(sw.recv_bytes() * a);
+      s.grad_send_bytes = static_cast<int64_t>((sw.grad_bytes() - sw.shared_grad_bytes()) * a + sw.shared_grad_bytes());
+      s.saved_bytes = static_cast<int64_t>(sw.saved() * a);
+      s.workspace_bytes = static_cast<int64_t>(sw.workspace() * a);
+      s.allreduce_ms = 1e3 * sw.allreduce_s();
+    }
     s.shared_params = sw.shared();
     s.shared_recv_bytes = static_cast<int64_t>(sw.weight_bytes());
     s.shared_memory_bytes = static_cast<int64_t>(sw.shared_memory());
@@ -579,7 +631,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     for (const Value* v : plan.stages[k].recv) {
       StagePlan& src = plan.stages[stage_of_pos[P.vals[v->id].producer_pos]];
       if (std::find(src.send.begin(), src.send.end(), v) == src.send.end()) src.send.push_back(v);
-      src.send_bytes += static_cast<int64_t>(P.vals[v->id].bytes);
+      src.send_bytes += static_cast<int64_t>(P.replicated() ? P.vals[v->id].bytes * P.scale : P.vals[v->id].bytes);
     }
   // Backward, update and other nodes follow their position's stage, in graph order.
   std::vector<std::vector<const Node*>> tail(N);
@@ -597,15 +649,18 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     sum += s.stage_ms();
     worst = std::max(worst, s.stage_ms());
     worst_no_update = std::max(worst_no_update, s.fwd_ms + s.bwd_ms + s.comm_ms);
-    worst_update = std::max(worst_update, s.update_ms);
+    worst_update = std::max(worst_update, s.update_ms + s.allreduce_ms);
   }
   plan.bottleneck_ms = worst;
   plan.imbalance = sum > 0 ? worst / (sum / N) : 1.0;
-  const double b = static_cast<double>(plan.batch_size);
+  // The whole mini-batch: every replica's share.
+  const double b = static_cast<double>(plan.batch_size) * plan.graph_replicas;
   const double M = plan.micro_batches;
-  const double whole_ms = 1e3 * P.prefix[P.class_of[0]][n];
+  const int c0 = P.class_of[0];
+  const double whole_ms = P.replicated() ? 1e3 * (P.prefix_fb[c0][n] * plan.graph_replicas + P.prefix_upd[c0][n])
+                                         : 1e3 * P.prefix[c0][n];
   double upd_ms = 0;
-  for (int p = 0; p < n; ++p) upd_ms += 1e3 * P.upd[P.class_of[0]][p];
+  for (int p = 0; p < n; ++p) upd_ms += 1e3 * P.upd[c0][p];
   if (opts.schedule == Schedule::kGPipe) {
     const double step_ms = (M + N - 1) * worst_no_update + worst_update;
     plan.predicted_samples_per_s = step_ms > 0 ? 1e3 * M * b / step_ms : 0;

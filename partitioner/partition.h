@@ -34,7 +34,23 @@ struct PartitionOptions {
   std::vector<std::string> split_at;   // manual: first node name of stages 1..N-1
   std::vector<int> balance;            // manual: forward nodes per stage
   NodeOrder order = NodeOrder::kAuto;
+  // Hybrid parallelism (--replicas): `replicas` data-parallel copies of the pipeline, each on
+  // 1/replicas of the mini-batch. The graph holds 1/graph_replicas of it (1: the whole
+  // mini-batch; the runtime, which trains each replica on its share, imports at batch / R and
+  // passes R), so compute, activations, workspace and activation transfers are scaled by
+  // graph_replicas / replicas (linearly: the kernel overhead scales too, an approximation when the
+  // two differ). Each stage then all-reduces its own parameters' gradients across its replicas
+  // over `replica_link` (empty name: `link`, i.e. the replicas of a stage are as far apart as two
+  // adjacent stages are) before its update, on its critical path (allreduce_ms).
+  int replicas = 1;
+  int graph_replicas = 1;
+  LinkSpec replica_link;
 };
+
+// A bandwidth-optimal ring all-reduce of `bytes` across `replicas` over `link`, in ms:
+// 2 (R-1)/R x bytes / bandwidth + 2 x latency (2 steps, each moving bytes / R); 0 for
+// one replica or nothing to send; a bandwidth <= 0 counts as infinite.
+double allreduce_ms(double bytes, int replicas, const LinkSpec& link);
 
 // The automatic (or, with split_at / balance, the manual) plan. An infeasible memory budget is an
 // error naming the stage, how far over it is, and what would fit.
@@ -47,6 +63,11 @@ struct PartitionOptions {
 // it returns the minimum bottleneck over all contiguous splits of the order, subject to memory.
 // Predicted throughput: 1F1B batch / bottleneck; GPipe (the graph's batch is one micro-batch)
 // M * batch / ((M + N - 1) * max_k(fwd_k + bwd_k + comm_k) + max_k update_k).
+// With replicas (PartitionOptions::replicas = R > 1) a stage's cost is one replica's: compute and
+// activation transfers on its share of the mini-batch, the update, plus allreduce_ms of the
+// stage's param_bytes (the GPipe update term becomes max_k (update_k + allreduce_k)); batch is the
+// whole mini-batch, so throughput counts every replica; memory is one device's, with the
+// activations and workspace of the share.
 Expected<Plan> partition(const Graph& g, const PartitionOptions& opts);
 
 // The forward (and loss) nodes in the order `order` names (kAuto: kBranch).

@@ -52,7 +52,12 @@ struct StagePlan {
   int64_t shared_memory_bytes = 0;
   int in_flight = 1;                     // mini-batches (GPipe: micro-batches) whose activations are kept
   int weight_copies = 0;                 // SpecTrain's predicted copy, or stashed versions
-  double stage_ms() const { return fwd_ms + bwd_ms + update_ms + comm_ms; }
+  // With replicas (Plan::replicas > 1): the ring all-reduce of the gradients of this stage's own
+  // parameters (param_bytes) across its replicas, per mini-batch (partition.h, allreduce_ms); 0
+  // with one replica. fwd_ms, bwd_ms, comm_ms and the activation bytes above are then one
+  // replica's, on its share of the mini-batch.
+  double allreduce_ms = 0;
+  double stage_ms() const { return fwd_ms + bwd_ms + update_ms + comm_ms + allreduce_ms; }
   int node = 0;                          // the node (machine) this stage runs on
   bool cut_crosses_nodes = false;        // the cut in front of this stage joins two nodes
   LinkSpec link_in;                      // the link of that cut (what comm_ms was charged with)
@@ -63,12 +68,34 @@ struct StagePlan {
   int64_t measured_memory_bytes = -1;
 };
 
+// One way to use a device count: `stages` pipeline stages times `replicas` data-parallel copies
+// (partitioner/layout.h), as the cost model and the simulator predict it.
+struct LayoutOption {
+  int stages = 1, replicas = 1;
+  bool fits = false;                     // a plan exists (the model splits that far, memory fits)
+  std::string why_not;                   // when it does not: why (one line)
+  double samples_per_s = 0;              // simulated steady state, all replicas together
+  double bubble_fraction = 0;
+  int64_t peak_memory_bytes = 0;         // the largest device's
+  double allreduce_ms = 0;               // the slowest stage's all-reduce per mini-batch
+  bool chosen = false;                   // the fastest that fits
+};
+
 struct Plan {
   std::string model;
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
   int micro_batches = 1;
-  int64_t batch_size = 0;
+  int64_t batch_size = 0;                // the graph's batch (one replica's share when graph_replicas > 1)
+  // Data-parallel copies of the pipeline (--replicas): each runs every stage on its share of the
+  // mini-batch and each stage all-reduces its gradients over replica_link before its update.
+  // graph_replicas: the graph holds 1/graph_replicas of the mini-batch (partition.h).
+  int replicas = 1;
+  int graph_replicas = 1;
+  LinkSpec replica_link;                 // the link the replicas of a stage all-reduce over
+  // The device count's layouts the plan was chosen from (--replicas auto, --whatif); empty when
+  // none was evaluated. Reports show them and mark the chosen one.
+  std::vector<LayoutOption> layouts;
   LinkSpec link;                         // between stages on one node
   int num_nodes = 1;                     // nodes the stages run on (see StagePlan::node)
   std::vector<StagePlan> stages;

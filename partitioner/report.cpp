@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "partitioner/layout.h"
 #include "partitioner/report_util.h"
 
 namespace pt {
@@ -28,7 +29,7 @@ Summary summarize(const Plan& p) {
   const double max_ms = s.stages ? p.stages[s.bottleneck_stage].stage_ms() : 0;
   s.bottleneck_ms = p.bottleneck_ms > 0 ? p.bottleneck_ms : max_ms;
   s.imbalance = p.imbalance > 0 ? p.imbalance : (sum > 0 ? max_ms / (sum / s.stages) : 0);
-  const double batch = static_cast<double>(p.batch_size > 0 ? p.batch_size : 1);
+  const double batch = static_cast<double>(p.batch_size > 0 ? p.batch_size : 1) * std::max(1, p.graph_replicas);
   s.samples_per_s = p.predicted_samples_per_s > 0 ? p.predicted_samples_per_s
                     : s.bottleneck_ms > 0         ? batch * 1e3 / s.bottleneck_ms
                                                   : 0;
@@ -117,6 +118,23 @@ const SimResult& simulation_of(const ReportInputs& r, SimResult& storage) {
 
 using namespace report_detail;
 
+std::string layouts_text(const std::vector<LayoutOption>& layouts) {
+  if (layouts.size() < 2) return "";  // one device: nothing to choose from
+  const int devices = layouts.front().stages * layouts.front().replicas;
+  std::string out = format("layouts of %d devices (stages x replicas, predicted):\n", devices);
+  out += format("  %-20s %12s %8s %12s %13s\n", "layout", "samples/s", "bubble", "peak mem MB", "all-reduce ms");
+  for (const LayoutOption& L : layouts) {
+    const std::string name = layout_name(L.stages, L.replicas);
+    if (!L.fits) {
+      out += format("  %-20s %s\n", name.c_str(), ("does not fit: " + truncate(L.why_not, 90)).c_str());
+      continue;
+    }
+    out += format("  %-20s %12.1f %7.1f%% %12.1f %13.3f%s\n", name.c_str(), L.samples_per_s, 100 * L.bubble_fraction,
+                  static_cast<double>(L.peak_memory_bytes) / 1e6, L.allreduce_ms, L.chosen ? "  <- chosen" : "");
+  }
+  return out;
+}
+
 std::string report_text(const ReportInputs& r) {
   PT_CHECK(r.plan != nullptr) << "report_text needs a plan";
   const Plan& p = *r.plan;
@@ -125,7 +143,8 @@ std::string report_text(const ReportInputs& r) {
   out += format("Partition of %s: %d stage%s, %s schedule, %s weights", p.model.empty() ? "model" : p.model.c_str(),
                 sum.stages, sum.stages == 1 ? "" : "s", schedule_name(p.schedule), weight_mode_name(p.weights));
   if (p.schedule == Schedule::kGPipe) out += format(", %d micro-batches", p.micro_batches);
-  if (p.batch_size > 0) out += format(", batch %lld", static_cast<long long>(p.batch_size));
+  if (p.batch_size > 0) out += format(", batch %lld", static_cast<long long>(p.batch_size * std::max(1, p.graph_replicas)));
+  if (p.replicas > 1) out += format(", %d replicas (%d devices)", p.replicas, sum.stages * p.replicas);
   if (!p.link.name.empty() && sum.stages > 1)
     out += format(", link %s (%.1f GB/s, %.1f us)", p.link.name.c_str(), p.link.bandwidth / 1e9, p.link.latency_s * 1e6);
   if (p.num_nodes > 1) out += format(", %d nodes", p.num_nodes);
@@ -181,6 +200,17 @@ std::string report_text(const ReportInputs& r) {
     out += format("stage %d reads shared weights %s: %.2f MB received per mini-batch, %.2f MB of copies\n", s.index,
                   names.c_str(), static_cast<double>(s.shared_recv_bytes) / 1e6, static_cast<double>(s.shared_memory_bytes) / 1e6);
   }
+  if (p.replicas > 1) {
+    double worst = 0;
+    int at = 0;
+    for (const StagePlan& s : p.stages)
+      if (s.allreduce_ms > worst) worst = s.allreduce_ms, at = s.index;
+    out += format("replicas: %d copies of each stage, each on 1/%d of the mini-batch (times, memory and sent MB above "
+                  "are one replica's); gradients all-reduced per stage over %s (%.1f GB/s, %.1f us, ring): up to "
+                  "%.3f ms per mini-batch (stage %d)\n",
+                  p.replicas, p.replicas, p.replica_link.name.c_str(), p.replica_link.bandwidth / 1e9,
+                  p.replica_link.latency_s * 1e6, worst, at);
+  }
   out += format("bottleneck %.3f ms (stage %d), imbalance %.2f (max/mean stage time)\n", sum.bottleneck_ms,
                 sum.bottleneck_stage, sum.imbalance);
   out += format("predicted %.1f samples/s", sum.samples_per_s);
@@ -193,6 +223,7 @@ std::string report_text(const ReportInputs& r) {
   if (r.sim && !r.sim->events.empty())
     out += format("simulated %s: %.1f samples/s steady state, bubble %.1f%%, makespan %.2f ms\n",
                   schedule_name(p.schedule), r.sim->samples_per_s, 100 * r.sim->bubble_fraction, r.sim->makespan_ms);
+  out += layouts_text(p.layouts);
   if (r.automatic) {
     const Summary a = summarize(*r.automatic);
     const double ratio = a.bottleneck_ms > 0 ? sum.bottleneck_ms / a.bottleneck_ms : 0;

@@ -18,6 +18,9 @@ struct ReportInputs {
 };
 
 std::string report_text(const ReportInputs& r);
+// The layouts a plan was chosen from (Plan::layouts), one line each, the chosen one marked; ""
+// when there are fewer than two. Part of report_text.
+std::string layouts_text(const std::vector<LayoutOption>& layouts);
 std::string report_json(const ReportInputs& r);
 std::string report_html(const ReportInputs& r);
 std::string report_dot(const ReportInputs& r);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "partitioner/layout.h"
 #include "partitioner/report.h"
 #include "partitioner/report_util.h"
 
@@ -181,6 +182,31 @@ std::string report_html(const ReportInputs& r) {
                             ratio > 1.0005 ? "slower" : ratio < 0.9995 ? "faster" : "as fast (equal)", a.samples_per_s,
                             a.imbalance)) +
          "</p></section>\n";
+  }
+
+  if (p.replicas > 1 || !p.layouts.empty()) {
+    h += "<section><h2>Stages x replicas</h2><p class=\"note\">" +
+         html_escape(format("This plan: %d stage%s x %d replica%s; each replica runs on 1/%d of the mini-batch and each "
+                            "stage all-reduces its gradients across its replicas over %s (ring) before its update.",
+                            sum.stages, sum.stages == 1 ? "" : "s", p.replicas, p.replicas == 1 ? "" : "s", p.replicas,
+                            p.replica_link.name.empty() ? p.link.name.c_str() : p.replica_link.name.c_str())) +
+         "</p>\n";
+    if (!p.layouts.empty()) {
+      h += "<table>\n<tr><th>layout</th><th>samples/s</th><th>bubble</th><th>peak memory</th><th>all-reduce ms</th>"
+           "<th></th></tr>\n";
+      for (const LayoutOption& L : p.layouts) {
+        h += "<tr>" + td(layout_name(L.stages, L.replicas));
+        if (L.fits)
+          h += td(format("%.1f", L.samples_per_s)) + td(format("%.1f%%", 100 * L.bubble_fraction)) +
+               td(human_bytes(static_cast<double>(L.peak_memory_bytes))) + td(format("%.3f", L.allreduce_ms)) +
+               td(L.chosen ? "chosen" : "");
+        else
+          h += "<td colspan=\"5\">" + html_escape("does not fit: " + L.why_not) + "</td>";
+        h += "</tr>\n";
+      }
+      h += "</table>\n";
+    }
+    h += "</section>\n";
   }
 
   h += "<section><h2>Time per stage</h2><p class=\"note\">Predicted milliseconds per mini-batch. The slowest stage "

@@ -2,6 +2,7 @@
 // documented field by field in docs/partition-json.md; keep the two in step.
 #include <nlohmann/json.hpp>
 
+#include "partitioner/layout.h"
 #include "partitioner/report.h"
 #include "partitioner/report_util.h"
 
@@ -41,6 +42,7 @@ json stage_json(const StagePlan& s) {
       {"bwd_ms", s.bwd_ms},
       {"update_ms", s.update_ms},
       {"comm_ms", s.comm_ms},
+      {"allreduce_ms", s.allreduce_ms},
       {"node", s.node},
       {"cut_crosses_nodes", s.cut_crosses_nodes},
       {"link_in", s.link_in.name},
@@ -133,7 +135,31 @@ std::string report_json(const ReportInputs& r) {
       {"single_device_samples_per_s", sum.single_device_samples_per_s},
       {"speedup", sum.speedup},
       {"has_measured", sum.measured},
+      {"replicas", p.replicas},
+      {"device_count", sum.stages * std::max(1, p.replicas)},
+      {"graph_replicas", p.graph_replicas},
   };
+  if (p.replicas > 1)
+    doc["replica_link"] = {{"name", p.replica_link.name}, {"bandwidth", p.replica_link.bandwidth},
+                           {"latency_s", p.replica_link.latency_s}};
+  if (!p.layouts.empty()) {
+    json layouts = json::array();
+    for (const LayoutOption& L : p.layouts) {
+      json l = {{"name", layout_name(L.stages, L.replicas)},
+                {"stages", L.stages},
+                {"replicas", L.replicas},
+                {"devices", L.stages * L.replicas},
+                {"fits", L.fits},
+                {"samples_per_s", L.samples_per_s},
+                {"bubble_fraction", L.bubble_fraction},
+                {"peak_memory_bytes", L.peak_memory_bytes},
+                {"allreduce_ms", L.allreduce_ms},
+                {"chosen", L.chosen}};
+      if (!L.fits) l["why_not"] = L.why_not;
+      layouts.push_back(l);
+    }
+    doc["layouts"] = layouts;
+  }
   if (p.layout.describes(p) && !p.layout.stages.empty()) doc["layout"] = layout_json(p.layout);
   if (sum.measured_samples_per_s > 0) doc["measured_samples_per_s"] = sum.measured_samples_per_s;
   {

@@ -248,6 +248,11 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
                          act ? e.stage : e.stage + 1, act ? e.stage + 1 : e.stage, e.mini_batch, e.end_ms - e.start_ms));
         break;
       }
+      case SimEvent::kAllReduce:
+        s += rect(x, ys + row - 5, std::max(w, 1.0), 4, "#5a5a8a",
+                  format("stage %d all-reduce across replicas, mini-batch %d: %.3f ms", e.stage, e.mini_batch,
+                         e.end_ms - e.start_ms));
+        break;
     }
   }
   s += "</g>\n";

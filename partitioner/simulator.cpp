@@ -156,8 +156,8 @@ SimResult simulate(const Plan& plan, int mini_batches) {
   const bool gpipe = plan.schedule == Schedule::kGPipe;
   const int m = gpipe ? std::max(1, plan.micro_batches) : 1;
   // Resources: stage k's device is k, the link k -> k+1 carries activations on n + k and
-  // gradients on 2n + k.
-  Engine eng(3 * n);
+  // gradients on 2n + k; stage k's replicas all-reduce on 3n + k.
+  Engine eng(4 * n);
   // fwd[k][i*m + j], bwd likewise; the transfers that leave them.
   const int passes = t * m;
   std::vector<std::vector<int>> fwd(n, std::vector<int>(passes)), bwd = fwd;
@@ -179,6 +179,11 @@ SimResult simulate(const Plan& plan, int mini_batches) {
     auto U = [&](int i) {
       const int op = eng.add(k, plan.stages[k].update_ms, make_event(k, i, 0, SimEvent::kUpdate));
       eng.depend(op, order[k].back());
+      if (plan.stages[k].allreduce_ms > 0) {  // the update waits for the replicas' gradients
+        const int ar = eng.add(3 * n + k, plan.stages[k].allreduce_ms, make_event(k, i, 0, SimEvent::kAllReduce));
+        eng.depend(ar, order[k].back());
+        eng.depend(op, ar);
+      }
       order[k].push_back(op);
     };
     if (gpipe) {
@@ -233,7 +238,7 @@ SimResult simulate(const Plan& plan, int mini_batches) {
   // Steady state: skip the n warm-up mini-batches and the n-1 whose stage-0 backward is in the drain.
   const int i0 = gpipe ? 0 : n - 1;
   const int i1 = gpipe ? t - 1 : t - n;
-  measure(res, n, t, plan.batch_size, i0, i1);
+  measure(res, n, t, plan.batch_size * std::max(1, plan.graph_replicas), i0, i1);
   track_memory(res, plan, order, eng);
   return res;
 }
@@ -289,14 +294,14 @@ std::string what_if_table(const std::vector<WhatIfRow>& rows) {
   }
   if (base == 0 && !rows.empty()) base = rows.front().samples_per_s;
   std::string out;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-16s %7s %12s %8s %8s %12s\n", "scheme", "devices", "samples/s",
+  char line[320];
+  std::snprintf(line, sizeof line, "%-20s %7s %12s %8s %8s %12s\n", "scheme", "devices", "samples/s",
                 "speedup", "bubble", "peak mem MB");
   out += line;
   for (const WhatIfRow& r : rows) {
-    std::snprintf(line, sizeof line, "%-16s %7d %12.1f %7.2fx %7.1f%% %12.1f\n", r.scheme.c_str(), r.devices,
+    std::snprintf(line, sizeof line, "%-20s %7d %12.1f %7.2fx %7.1f%% %12.1f%s\n", r.scheme.c_str(), r.devices,
                   r.samples_per_s, base > 0 ? r.samples_per_s / base : 0.0, 100.0 * r.bubble_fraction,
-                  static_cast<double>(r.peak_memory_bytes) / 1e6);
+                  static_cast<double>(r.peak_memory_bytes) / 1e6, r.chosen ? "  <- chosen" : "");
     out += line;
   }
   return out;
@@ -313,9 +318,12 @@ std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan) {
   };
   list.push_back({{"ph", "M"}, {"pid", 0}, {"name", "process_name"},
                   {"args", {{"name", plan.model.empty() ? std::string("pipeline") : plan.model}}}});
-  std::vector<bool> has_tid(3 * n, false);
+  std::vector<bool> has_tid(4 * n, false);
   for (const SimEvent& e : events) {
-    const int tid = e.kind == SimEvent::kSend ? n + e.stage : e.kind == SimEvent::kRecv ? 2 * n + e.stage : e.stage;
+    const int tid = e.kind == SimEvent::kSend        ? n + e.stage
+                    : e.kind == SimEvent::kRecv      ? 2 * n + e.stage
+                    : e.kind == SimEvent::kAllReduce ? 3 * n + e.stage
+                                                     : e.stage;
     has_tid[tid] = true;
   }
   for (int k = 0; k < n; ++k) {
@@ -323,6 +331,7 @@ std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan) {
     meta(k, "stage " + std::to_string(k) + (dev.empty() ? "" : " (" + dev + ")"));
     if (has_tid[n + k]) meta(n + k, "link " + std::to_string(k) + "->" + std::to_string(k + 1) + " activations");
     if (has_tid[2 * n + k]) meta(2 * n + k, "link " + std::to_string(k + 1) + "->" + std::to_string(k) + " gradients");
+    if (has_tid[3 * n + k]) meta(3 * n + k, "stage " + std::to_string(k) + " all-reduce across replicas");
   }
   for (const SimEvent& e : events) {
     std::string id = std::to_string(e.mini_batch);
@@ -335,6 +344,7 @@ std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan) {
       case SimEvent::kUpdate: name = "U" + std::to_string(e.mini_batch); cat = "update"; break;
       case SimEvent::kSend: name = "send F" + id; cat = "comm"; tid = n + e.stage; break;
       case SimEvent::kRecv: name = "grad B" + id; cat = "comm"; tid = 2 * n + e.stage; break;
+      case SimEvent::kAllReduce: name = "all-reduce " + std::to_string(e.mini_batch); cat = "comm"; tid = 3 * n + e.stage; break;
     }
     list.push_back({{"name", name},
                     {"cat", cat},

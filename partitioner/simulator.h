@@ -12,12 +12,14 @@ namespace pt {
 // One busy interval. Compute events (kForward, kBackward, kUpdate) run on `stage`; kSend is the
 // activation transfer from `stage` to stage + 1, kRecv the gradient transfer from stage + 1 back
 // to `stage` (both on the link between them); in data parallelism kSend is `stage`'s share of the
-// ring all-reduce. micro_batch is 0 except under GPipe.
+// ring all-reduce; kAllReduce is a replicated stage's all-reduce of its gradients across its
+// replicas (Plan::replicas > 1), on the link the replicas share. micro_batch is 0 except under
+// GPipe.
 struct SimEvent {
   int stage = 0;
   int mini_batch = 0;
   int micro_batch = 0;
-  enum Kind { kForward, kBackward, kUpdate, kSend, kRecv } kind = kForward;
+  enum Kind { kForward, kBackward, kUpdate, kSend, kRecv, kAllReduce } kind = kForward;
   double start_ms = 0, end_ms = 0;
 };
 
@@ -37,19 +39,26 @@ struct SimResult {
 // forwards, all backwards, then the update (a flush). samples_per_s is measured over the later
 // half of the mini-batches; peak memory is the plan's memory_bytes corrected by the simulated
 // in-flight activations (saved_bytes each).
+// Replicas (plan.replicas > 1): the replicas run alike, so one replica's pipeline is simulated
+// (the stages' times are already one replica's) with each stage's all-reduce (allreduce_ms, on a
+// link of its own) between its last backward of a mini-batch and its update; samples_per_s counts
+// the whole mini-batch (batch_size x graph_replicas), bubble and memory are per device.
 SimResult simulate(const Plan& plan, int mini_batches);
 
 // Data parallelism: each of `devices` replicas runs the whole single-stage plan on batch/devices
 // samples (compute scales by 1/devices), then a ring all-reduce of the gradients taking
 // 2 (N-1)/N param_bytes / bandwidth + 2 (N-1) latency, then the update. Simulates 8 mini-batches.
+// (The what-if's data-parallel rows are 1 x D layouts through partition() and simulate() instead:
+// partitioner/layout.h; this stays as the direct model of the same thing.)
 SimResult simulate_data_parallel(const Plan& single_stage_plan, int devices, const LinkSpec& link);
 
 struct WhatIfRow {
-  std::string scheme;             // "1f1b", "gpipe (M=4)", "data-parallel"
+  std::string scheme;             // "1f1b", "gpipe (M=4)", "hybrid 2x2", "data-parallel 1x4"
   int devices = 0;
   double samples_per_s = 0;
   double bubble_fraction = 0;
   int64_t peak_memory_bytes = 0;
+  bool chosen = false;            // marked "<- chosen" (the layout --replicas auto picks)
 };
 
 // The what-if table (--whatif): one line per row, with the speedup over the first one-device row.

@@ -134,6 +134,26 @@ CLI::Validator integer(bool allow_negative = true) {
       "INT", "integer");
 }
 
+// --replicas: a positive integer, or "auto" (the cost model splits the --gpus devices).
+pt::Status parse_replicas(const std::string& text, int gpus, pt::TrainingSpec* o) {
+  if (text == "auto") {
+    o->replicas_auto = true;
+    o->replicas = 1;
+    return pt::Status::ok();
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE)
+    return pt::invalid_input("--replicas " + text + ": expected a positive integer or 'auto'");
+  if (v < 1) return pt::invalid_input("--replicas " + text + ": must be at least 1 (or 'auto')");
+  if (v > 4096 || v * std::max(1, gpus) > 4096)
+    return pt::invalid_input("--replicas " + text + ": at most 4096 devices in all (--gpus " + std::to_string(gpus) +
+                             " x --replicas " + text + ")");
+  o->replicas = static_cast<int>(v);
+  return pt::Status::ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,9 +178,11 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   app.add_option("model", o.model, "the ONNX model to train")->required();
   app.set_version_flag("--version", version_text());
   app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->check(integer())->capture_default_str();
-  app.add_option("--replicas", o.replicas,
-                 "data-parallel copies of the pipeline, each on its share of every mini-batch (--gpus x --replicas devices)")
-      ->check(integer())->capture_default_str();
+  std::string replicas_text = "1";
+  app.add_option("--replicas", replicas_text,
+                 "data-parallel copies of the pipeline, each on its share of every mini-batch (--gpus x --replicas "
+                 "devices); auto: split the --gpus devices into stages x replicas by the cost model")
+      ->capture_default_str();
   add_choice(app, "--device", &o.device, {{"auto", DeviceChoice::kAuto}, {"cuda", DeviceChoice::kCuda}, {"cpu", DeviceChoice::kCpu}}, "auto | cuda | cpu");
   auto* data_opt = app.add_option("--data", o.local.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
   auto* vd = app.add_option("--val-data", o.local.val_data, "validation set (same formats as --data)");
@@ -296,6 +318,7 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
     }
     return 2;
   }
+  if (pt::Status st = parse_replicas(replicas_text, o.gpus, &o); !st.is_ok()) return job.fail(st);
   if (!job.leads_run()) o.local.quiet = true;  // rank 0 prints progress and reports
   if (pt::Status st = set_lose_rank(&o, job); !st.is_ok()) return job.fail(st);
   try {

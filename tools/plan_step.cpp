@@ -41,7 +41,9 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   if (f.device_specs.empty()) {
     if (f.device == DeviceKind::kCpu) {
       const int cores = std::max(1u, std::thread::hardware_concurrency());
-      DeviceSpec cpu = measure_cpu_spec(cache_dir(), f.cpu_threads > 0 ? f.cpu_threads : std::max(1, cores / f.stages));
+      // Every device (stages x replicas) gets its share of the cores and of the memory.
+      const int replicas = std::max(1, f.replicas);
+      DeviceSpec cpu = measure_cpu_spec(cache_dir(), f.cpu_threads > 0 ? f.cpu_threads : std::max(1, cores / (f.stages * replicas)));
       if (f.agree_cpu_spec) RETURN_IF_ERROR(f.agree_cpu_spec(&cpu));
       int per_node = f.stages;  // the stages of one node share its memory
       if (!f.node_of_stage.empty()) {
@@ -50,7 +52,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
         per_node = 1;
         for (auto& [n, c] : count) per_node = std::max(per_node, c);
       }
-      cpu.memory_bytes /= per_node;
+      cpu.memory_bytes /= per_node * replicas;
       o.devices.assign(f.stages, cpu);
     } else {
       // The GPU this process sees (device 0), by its name: "NVIDIA H200" has the built-in H200.
@@ -72,7 +74,8 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       ASSIGN_OR_RETURN(DeviceSpec gpu, builtin_device_spec(found));
       // Stages sharing a GPU (--oversubscribe) share its memory.
       const int gpus = std::max(1, cuda_device_count());
-      gpu.memory_bytes /= (f.stages + gpus - 1) / gpus;
+      const int devices = f.stages * std::max(1, f.replicas);
+      gpu.memory_bytes /= (devices + gpus - 1) / gpus;
       o.devices.assign(f.stages, gpu);
     }
   } else if (f.device_specs.size() == 1 || static_cast<int>(f.device_specs.size()) == f.stages) {
@@ -101,10 +104,62 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   o.split_at = f.split_at;
   o.balance = f.balance;
   o.optimizer_state_copies = f.optimizer_state_copies;
+  o.replicas = std::max(1, f.replicas);
+  o.graph_replicas = std::max(1, f.graph_replicas);
   return o;
 }
 
+// The flags of one layout (automatic partition): N stages x R replicas; a per-stage device list
+// or a node per stage that does not match N gives way to the first spec and one node.
+PlanFlags layout_flags(const PlanFlags& f, int stages, int replicas) {
+  PlanFlags fd = f;
+  fd.stages = stages;
+  fd.replicas = replicas;
+  fd.split_at.clear();
+  fd.balance.clear();
+  if (fd.device_specs.size() > 1 && static_cast<int>(fd.device_specs.size()) != stages) fd.device_specs.resize(1);
+  if (!fd.node_of_stage.empty() && static_cast<int>(fd.node_of_stage.size()) != stages) fd.node_of_stage.clear();
+  return fd;
+}
+
+Expected<std::vector<LayoutOption>> layouts_of(const Graph& g, const PlanFlags& f, int devices, const Profile* profile) {
+  return evaluate_layouts(g, devices, [&](int n, int r) { return options_from(layout_flags(f, n, r), profile); });
+}
+
+int64_t peak_of(const SimResult& s) {
+  int64_t peak = 0;
+  for (int64_t b : s.peak_memory_bytes) peak = std::max(peak, b);
+  return peak;
+}
+
 }  // namespace
+
+Expected<LayoutChoice> choose_layout(const Graph& g, const PlanFlags& f) {
+  // The profile (--profile) is measured by plan_and_report, for the chosen layout's plan; the
+  // choice uses the cost model's analytic times.
+  const int devices = std::max(1, f.stages);
+  ASSIGN_OR_RETURN(std::vector<LayoutOption> layouts, layouts_of(g, f, devices, nullptr));
+  const int c = chosen_layout(layouts);
+  if (c < 0) {
+    // None fits: the pipeline layout's reason (the layouts run from D x 1 down).
+    const std::string why = layouts.empty() ? std::string("no layout") : layouts.front().why_not;
+    return invalid_input("--replicas auto: no layout of " + std::to_string(devices) + " devices fits: " + why);
+  }
+  LayoutChoice out;
+  out.stages = layouts[c].stages;
+  out.replicas = layouts[c].replicas;
+  out.layouts = layouts;
+  if (!f.quiet) {
+    std::string from;
+    for (const LayoutOption& L : layouts)
+      from += (from.empty() ? "" : ", ") + std::to_string(L.stages) + "x" + std::to_string(L.replicas);
+    std::printf("layout: %d stage%s x %d replica%s (chosen from %s on %d device%s by predicted throughput; --whatif "
+                "shows the table)\n",
+                out.stages, out.stages == 1 ? "" : "s", out.replicas, out.replicas == 1 ? "" : "s", from.c_str(), devices,
+                devices == 1 ? "" : "s");
+  }
+  return out;
+}
 
 Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& f) {
   PlanOutcome out;
@@ -136,46 +191,56 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
       r.automatic = &out.automatic;
     }
   }
+  const int devices = f.stages * std::max(1, f.replicas);
+  if (!f.layouts.empty()) {
+    out.plan.layouts = f.layouts;
+  } else if (f.whatif && devices > 1) {
+    ASSIGN_OR_RETURN(out.plan.layouts, layouts_of(g, f, devices, out.options.profile));
+  }
   out.sim = simulate(out.plan, 2 * static_cast<int>(out.plan.stages.size()) + 2);
   r.sim = &out.sim;
   if (!f.quiet) std::printf("%s", report_text(r).c_str());
   if (f.write_reports) RETURN_IF_ERROR(write_reports(r, f.out_dir));
   if (f.whatif) {
+    // For 1..D devices (D = stages x replicas): the pipeline with each schedule, then every
+    // hybrid and data-parallel layout of d devices (with the plan's schedule); at D the chosen
+    // layout is marked.
     std::vector<WhatIfRow> rows;
-    for (int d = 1; d <= f.stages; ++d) {
-      PlanFlags fd = f;
-      fd.stages = d;
-      fd.split_at.clear();
-      fd.balance.clear();
-      if (fd.device_specs.size() > 1) fd.device_specs.resize(1);
+    for (int d = 1; d <= devices; ++d) {
+      const PlanFlags base = layout_flags(f, d, 1);
+      int user_row = -1;  // the row of d x 1 with the plan's schedule
       for (const char* sched : {"1f1b", "gpipe"}) {
+        PlanFlags fd = base;
         fd.schedule = sched;
         auto o = options_from(fd, out.options.profile);
         if (!o) return o.status();
+        if (fd.schedule == f.schedule || d == 1) user_row = static_cast<int>(rows.size());
         auto p = partition(g, *o);
         if (!p) {
           rows.push_back({std::string(sched) + " (does not fit)", d, 0, 0, 0});
           continue;
         }
         SimResult s = simulate(*p, 4 * d + 4);
-        int64_t peak = 0;
-        for (int64_t b : s.peak_memory_bytes) peak = std::max(peak, b);
         rows.push_back({sched == std::string("gpipe") ? "gpipe (M=" + std::to_string(o->micro_batches) + ")" : sched, d,
-                        s.samples_per_s, s.bubble_fraction, peak});
+                        s.samples_per_s, s.bubble_fraction, peak_of(s)});
         if (d == 1) break;  // one device: both schedules are sequential training
       }
-      if (d > 1) {
-        auto o = options_from(fd, out.options.profile);
-        PlanFlags f1 = fd;
-        f1.stages = 1;
-        auto o1 = options_from(f1, out.options.profile);
-        auto p1 = o1 ? partition(g, *o1) : Expected<Plan>(o1.status());
-        if (p1 && o) {
-          SimResult s = simulate_data_parallel(*p1, d, o->link);
-          int64_t peak = 0;
-          for (int64_t b : s.peak_memory_bytes) peak = std::max(peak, b);
-          rows.push_back({"data-parallel", d, s.samples_per_s, s.bubble_fraction, peak});
+      if (d == 1) continue;
+      std::vector<LayoutOption> layouts;
+      if (d == devices && !out.plan.layouts.empty()) {
+        layouts = out.plan.layouts;
+      } else {
+        ASSIGN_OR_RETURN(layouts, layouts_of(g, f, d, out.options.profile));
+      }
+      for (const LayoutOption& L : layouts) {
+        if (L.replicas == 1) {
+          if (d == devices && L.chosen && user_row >= 0) rows[user_row].chosen = true;
+          continue;
         }
+        WhatIfRow row{layout_name(L.stages, L.replicas) + (L.fits ? "" : " (does not fit)"), d, L.samples_per_s,
+                      L.bubble_fraction, L.peak_memory_bytes};
+        row.chosen = d == devices && L.chosen;
+        rows.push_back(row);
       }
     }
     if (!f.quiet) std::printf("%s", what_if_table(rows).c_str());

@@ -9,6 +9,7 @@
 
 #include "importer/importer.h"
 #include "importer/stage_export.h"
+#include "partitioner/layout.h"
 #include "partitioner/partition.h"
 #include "partitioner/simulator.h"
 
@@ -16,6 +17,13 @@ namespace pt {
 
 struct PlanFlags {
   int stages = 1;
+  // Data-parallel copies of the pipeline (--replicas): stages x replicas devices in all. The
+  // graph planned holds 1/graph_replicas of the mini-batch (PartitionOptions: 1 when it was
+  // imported at the whole --batch-size, R when at the replica's share batch / R).
+  int replicas = 1;
+  int graph_replicas = 1;
+  // The layouts choose_layout evaluated (--replicas auto): shown in the reports and the what-if.
+  std::vector<LayoutOption> layouts;
   DeviceKind device = DeviceKind::kCpu;
   std::vector<std::string> device_specs;  // builtin names or JSON files; one for all, or one per stage
   std::string link;                       // builtin link name; "" = default for the device
@@ -50,7 +58,21 @@ struct PlanOutcome {
   bool have_profile = false;
 };
 
+// --replicas auto: the f.stages devices split into N stages x R replicas (N x R = f.stages), the
+// layout that fits with the highest simulated throughput (partitioner/layout.h), for the graph
+// `g` (f.graph_replicas as for plan_and_report; the other fields of f as for it). Prints
+// "layout: N stages x R replicas (chosen from ...; --whatif shows the table)" unless quiet.
+// An error when no layout fits (the pipeline layout's error: what the plan would have said).
+struct LayoutChoice {
+  int stages = 1, replicas = 1;
+  std::vector<LayoutOption> layouts;  // for PlanFlags::layouts
+};
+Expected<LayoutChoice> choose_layout(const Graph& g, const PlanFlags& f);
+
 // Plans `g` (a training graph), prints the report table, writes the reports into out_dir.
+// f.stages stages with f.replicas replicas; with --whatif also every layout of the
+// f.stages x f.replicas devices (in the plan's layouts, for the reports, unless f.layouts gives
+// them) and the what-if table of 1..that many devices.
 Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& f);
 
 // Rewrites the reports with measured stage times.

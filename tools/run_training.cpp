@@ -189,6 +189,7 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
 
   PlanFlags pf;
   pf.stages = o.gpus;
+  pf.replicas = o.replicas;  // --replicas auto: 1 here, resolved below
   pf.device = device;
   pf.device_specs = o.device_spec;
   pf.link = o.link;
@@ -202,10 +203,24 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   pf.whatif = o.whatif;
   pf.out_dir = out_dir.string();
   pf.quiet = o.local.quiet;
-  if (job.in_job()) {
-    job.set_plan_flags(&pf);
-  } else if (o.ranks_per_node > 0) {
-    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
+  auto place_stages = [&] {
+    if (job.in_job()) {
+      job.set_plan_flags(&pf);
+    } else if (o.ranks_per_node > 0) {
+      pf.node_of_stage.clear();
+      for (int k = 0; k < pf.stages; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
+    }
+  };
+  place_stages();
+  if (o.replicas_auto) {
+    // --replicas auto: the --gpus devices as N stages x R replicas; from here on the plan has
+    // pf.stages stages and pf.replicas replicas (planned->plan.stages.size(), plan.replicas).
+    auto layout = choose_layout(g, pf);
+    if (!layout) return job.fail(layout.status());
+    pf.stages = layout->stages;
+    pf.replicas = layout->replicas;
+    pf.layouts = layout->layouts;
+    place_stages();
   }
   auto planned = plan_and_report(m, g, pf);
   if (!planned) return job.fail(planned.status());

@@ -41,6 +41,7 @@ json to_json_value(const TrainingSpec& s) {
       {"model", s.model},
       {"gpus", s.gpus},
       {"replicas", s.replicas},
+      {"replicas_auto", s.replicas_auto},
       {"device", device_choice_name(s.device)},
       {"oversubscribe", s.oversubscribe},
       {"batch", to_json_value(s.batch)},

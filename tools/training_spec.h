@@ -60,6 +60,9 @@ struct TrainingSpec {
   int replicas = 1;
   DeviceChoice device = DeviceChoice::kAuto;
   bool oversubscribe = false;
+  // --replicas auto: the --gpus devices are split into N stages x R replicas (N x R = --gpus) by
+  // the cost model (tools/plan_step.h, choose_layout); replicas stays 1 until then.
+  bool replicas_auto = false;
   BatchSpec batch;
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;

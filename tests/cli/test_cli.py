@@ -623,6 +623,56 @@ class CliTest(unittest.TestCase):
         self.assertIn("data-parallel", so)   # the what-if table
         json.load(open(os.path.join(out, "trace.json")))
 
+    def test_replicas_auto_chooses_a_layout(self):
+        # --replicas auto splits the --gpus devices into stages x replicas by the cost model: one
+        # "layout:" line, the plan and partition.json with that many stages and replicas, and the
+        # layouts it was chosen from in partition.json (the chosen one the fastest that fits).
+        import json, re
+        out = os.path.join(self.dir, "replicas_auto")
+        rc, so, se = run(self.model, "--gpus", 4, "--replicas", "auto", "--plan-only", "--device-spec", "h100",
+                         "--whatif", "--out", out)
+        self.assertEqual(rc, 0, se)
+        lines = [l for l in so.splitlines() if l.startswith("layout:")]
+        self.assertEqual(len(lines), 1, so)
+        m = re.fullmatch(r"layout: (\d+) stages? x (\d+) replicas? \(chosen from 4x1, 2x2, 1x4 on 4 devices "
+                         r"by predicted throughput; --whatif shows the table\)", lines[0])
+        self.assertTrue(m, lines[0])
+        n, r = int(m.group(1)), int(m.group(2))
+        self.assertEqual(n * r, 4)
+        j = json.loads(read_bytes(os.path.join(out, "partition.json")))
+        self.assertEqual(len(j["stages"]), n)
+        self.assertEqual(j["replicas"], r)
+        self.assertEqual(j["device_count"], 4)
+        self.assertEqual([(l["stages"], l["replicas"]) for l in j["layouts"]], [(4, 1), (2, 2), (1, 4)])
+        chosen = [l for l in j["layouts"] if l["chosen"]]
+        self.assertEqual(len(chosen), 1)
+        self.assertEqual((chosen[0]["stages"], chosen[0]["replicas"]), (n, r))
+        self.assertEqual(chosen[0]["samples_per_s"], max(l["samples_per_s"] for l in j["layouts"] if l["fits"]))
+        # The what-if table: hybrid and data-parallel rows, the choice marked once.
+        self.assertIn("hybrid 2x2", so)
+        self.assertIn("data-parallel 1x4", so)
+        self.assertEqual(so.count("<- chosen"), 2, so)  # the report's layouts and the what-if table
+        self.assertIn("layouts of 4 devices", read_bytes(os.path.join(out, "partition.txt")).decode())
+        self.assertIn("Stages x replicas", read_bytes(os.path.join(out, "partition.html")).decode())
+        # One device: the only layout, 1x1, no error.
+        rc, so, se = run(self.model, "--gpus", 1, "--replicas", "auto", "--plan-only", "--device-spec", "h100",
+                         "--out", out)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("layout: 1 stage x 1 replica (chosen from 1x1 on 1 device", so)
+        # An explicit count: --gpus stages with that many replicas.
+        rc, so, se = run(self.model, "--gpus", 2, "--replicas", 3, "--plan-only", "--device-spec", "h100", "--out", out)
+        self.assertEqual(rc, 0, se)
+        self.assertNotIn("layout:", so)
+        self.assertIn("2 stages, 1f1b schedule, spectrain weights, batch 32, 3 replicas (6 devices)", so)
+        j = json.loads(read_bytes(os.path.join(out, "partition.json")))
+        self.assertEqual((len(j["stages"]), j["replicas"]), (2, 3))
+
+    def test_replicas_refuses_bad_counts(self):
+        for bad in ("0", "-2", "two", "1.5", "2x"):
+            self.refuse([self.model, "--replicas", bad, "--plan-only", "--out", os.path.join(self.dir, "bad_r")],
+                        "--replicas " + bad)
+        self.refuse([self.model, "--gpus", 4, "--replicas", 2000, "--plan-only"], "--replicas 2000", "4096")
+
     def test_training_writes_measured_times(self):
         import json
         out = os.path.join(self.dir, "measured")
