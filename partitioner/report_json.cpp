@@ -1,5 +1,6 @@
 // partition.json: the machine-readable partition report (DESIGN.md section 3). The schema is
 // documented field by field in docs/partition-json.md; keep the two in step.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "partitioner/layout.h"
@@ -122,7 +123,7 @@ std::string report_json(const ReportInputs& r) {
       {"schedule", schedule_name(p.schedule)},
       {"weights", weight_mode_name(p.weights)},
       {"micro_batches", p.micro_batches},
-      {"batch_size", p.batch_size},
+      {"batch_size", p.batch_size * std::max(1, p.graph_replicas)},  // the whole mini-batch
       {"link", {{"name", p.link.name}, {"bandwidth", p.link.bandwidth}, {"latency_s", p.link.latency_s}}},
       {"manual", p.manual},
       {"num_nodes", p.num_nodes},

@@ -127,6 +127,32 @@ TEST(Layout, ReplicatedStageRunsItsShareAndAllReduces) {
   }
 }
 
+TEST(Layout, AGraphOfTheReplicasShareIsNotScaledAgain) {
+  // The runtime imports each replica's graph at batch / R and plans it with graph_replicas = R:
+  // its stage times are the graph's own, the throughput counts R x its batch.
+  Mlp share(32, 256, {512, 512});
+  PartitionOptions o1 = options(2, 1, kPcie), oR = options(2, 2, kPcie);
+  o1.split_at = oR.split_at = {"fc1"};
+  oR.graph_replicas = 2;
+  auto p1 = partition(share.g, o1);
+  auto pR = partition(share.g, oR);
+  ASSERT_TRUE(p1.has_value() && pR.has_value());
+  EXPECT_EQ(pR->batch_size, 32);
+  EXPECT_EQ(pR->graph_replicas, 2);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_DOUBLE_EQ(pR->stages[k].fwd_ms, p1->stages[k].fwd_ms);
+    EXPECT_EQ(pR->stages[k].saved_bytes, p1->stages[k].saved_bytes);
+    EXPECT_GT(pR->stages[k].allreduce_ms, 0);
+  }
+  EXPECT_NEAR(pR->predicted_samples_per_s, 1e3 * 64 / pR->bottleneck_ms, 1e-6 * pR->predicted_samples_per_s);
+  // The simulator counts 64 samples per mini-batch: twice what the same times give for 32.
+  Plan half = *pR;
+  half.graph_replicas = 1;
+  const SimResult s = simulate(*pR, 8), h = simulate(half, 8);
+  EXPECT_GT(h.samples_per_s, 0);
+  EXPECT_NEAR(s.samples_per_s, 2 * h.samples_per_s, 1e-9 * s.samples_per_s);
+}
+
 TEST(Layout, OneReplicaIsThePipelineAsBefore) {
   // replicas = 1 (and graph_replicas = 1) take the original arithmetic: the pipeline layout's row
   // is exactly partition() + simulate() of the plain options.
@@ -175,8 +201,11 @@ void expect_one_chosen_fastest(const std::vector<LayoutOption>& layouts) {
   ASSERT_EQ(chosen, 1);
   const LayoutOption& c = layouts[chosen_layout(layouts)];
   EXPECT_TRUE(c.fits);
-  for (const LayoutOption& L : layouts)
-    if (L.fits) EXPECT_GE(c.samples_per_s, L.samples_per_s) << layout_name(L.stages, L.replicas);
+  for (const LayoutOption& L : layouts) {
+    if (L.fits) {
+      EXPECT_GE(c.samples_per_s, L.samples_per_s) << layout_name(L.stages, L.replicas);
+    }
+  }
 }
 
 TEST(Layout, BigMlpOverASlowLinkPrefersThePipeline) {
