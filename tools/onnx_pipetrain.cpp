@@ -177,7 +177,8 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
   app.add_option("model", o.model, "the ONNX model to train")->required();
   app.set_version_flag("--version", version_text());
-  app.add_option("--gpus", o.gpus, "pipeline stages, one device each")->check(integer())->capture_default_str();
+  app.add_option("--gpus", o.gpus, "pipeline stages, one device each (with --replicas auto: the devices to split into stages x replicas)")
+      ->check(integer())->capture_default_str();
   std::string replicas_text = "1";
   app.add_option("--replicas", replicas_text,
                  "data-parallel copies of the pipeline, each on its share of every mini-batch (--gpus x --replicas "

@@ -138,6 +138,14 @@ Expected<LayoutChoice> choose_layout(const Graph& g, const PlanFlags& f) {
   // The profile (--profile) is measured by plan_and_report, for the chosen layout's plan; the
   // choice uses the cost model's analytic times.
   const int devices = std::max(1, f.stages);
+  // Flags that fix the stage count leave nothing to choose.
+  if (!f.split_at.empty() || !f.balance.empty())
+    return invalid_input(std::string("--replicas auto: cannot be combined with ") +
+                         (f.split_at.empty() ? "--balance" : "--split-at") +
+                         ", which fixes the stages; give --replicas R (stages = --gpus)");
+  if (f.device_specs.size() > 1)
+    return invalid_input("--replicas auto: --device-spec lists " + std::to_string(f.device_specs.size()) +
+                         " specs, one per stage, which fixes the stages; give one spec for every device");
   ASSIGN_OR_RETURN(std::vector<LayoutOption> layouts, layouts_of(g, f, devices, nullptr));
   const int c = chosen_layout(layouts);
   if (c < 0) {

@@ -62,7 +62,8 @@ struct PlanOutcome {
 // layout that fits with the highest simulated throughput (partitioner/layout.h), for the graph
 // `g` (f.graph_replicas as for plan_and_report; the other fields of f as for it). Prints
 // "layout: N stages x R replicas (chosen from ...; --whatif shows the table)" unless quiet.
-// An error when no layout fits (the pipeline layout's error: what the plan would have said).
+// An error when no layout fits (the pipeline layout's error: what the plan would have said), and
+// with flags that fix the stage count (--split-at, --balance, one --device-spec per stage).
 struct LayoutChoice {
   int stages = 1, replicas = 1;
   std::vector<LayoutOption> layouts;  // for PlanFlags::layouts

@@ -672,6 +672,11 @@ class CliTest(unittest.TestCase):
             self.refuse([self.model, "--replicas", bad, "--plan-only", "--out", os.path.join(self.dir, "bad_r")],
                         "--replicas " + bad)
         self.refuse([self.model, "--gpus", 4, "--replicas", 2000, "--plan-only"], "--replicas 2000", "4096")
+        # auto chooses the stage count: flags that fix it are refused.
+        self.refuse([self.model, "--gpus", 2, "--replicas", "auto", "--split-at", "fc2", "--plan-only",
+                     "--out", os.path.join(self.dir, "bad_r")], "--replicas auto", "--split-at")
+        self.refuse([self.model, "--gpus", 2, "--replicas", "auto", "--device-spec", "h100,a100", "--plan-only",
+                     "--out", os.path.join(self.dir, "bad_r")], "--replicas auto", "--device-spec")
 
     def test_training_writes_measured_times(self):
         import json
