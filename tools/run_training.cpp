@@ -28,7 +28,9 @@ namespace {
 constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report a run stopped by Ctrl-C
 
 void say(const TrainingSpec& s, const std::string& line) {
-  if (!s.local.quiet) std::printf("%s\n", line.c_str());
+  // --replicas auto's first pass only chooses the layout (its "layout:" line); the run that
+  // trains the chosen layout says the rest.
+  if (!s.local.quiet && !s.replicas_auto) std::printf("%s\n", line.c_str());
 }
 
 std::string human_count(int64_t n) {
@@ -80,9 +82,30 @@ int64_t token_vocabulary(const Value& input) {
   return 0;
 }
 
+// run_training's body. `layouts`: the layouts --replicas auto chose this spec's stages and
+// replicas from (for the reports). With o.replicas_auto, `choice` receives the chosen layout and
+// the run stops there (returning 0) before planning.
+int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOption>* layouts, LayoutChoice* choice);
+
 }  // namespace
 
 int run_training(const TrainingSpec& o, MpiJob& job) {
+  if (!o.replicas_auto) return train_layout(o, job, nullptr, nullptr);
+  // --replicas auto: every stages x replicas split of the --gpus devices, planned on the model at
+  // the whole mini-batch; then the chosen one trains as if given --gpus N --replicas R (the model
+  // imported again, the first import freed).
+  LayoutChoice choice;
+  if (int rc = train_layout(o, job, nullptr, &choice); rc != 0 || choice.layouts.empty()) return rc;
+  TrainingSpec chosen = o;
+  chosen.replicas_auto = false;
+  chosen.gpus = choice.stages;
+  chosen.replicas = choice.replicas;
+  return train_layout(chosen, job, &choice.layouts, nullptr);
+}
+
+namespace {
+
+int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOption>* layouts, LayoutChoice* choice) {
   if (o.test.separate_host) set_separate_host_for_tests(true);
   if (!o.plan_only && o.local.data == "synthetic")  // the first line, so that nobody mistakes the numbers
     say(o, std::string("notice: ") + (o.local.data_given ? "--data synthetic" : "no --data given") +
@@ -189,7 +212,8 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
 
   PlanFlags pf;
   pf.stages = o.gpus;
-  pf.replicas = o.replicas;  // --replicas auto: 1 here, resolved below
+  pf.replicas = o.replicas;  // --replicas auto: 1 here (the layouts are chosen below)
+  if (layouts) pf.layouts = *layouts;
   pf.device = device;
   pf.device_specs = o.device_spec;
   pf.link = o.link;
@@ -203,24 +227,16 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   pf.whatif = o.whatif;
   pf.out_dir = out_dir.string();
   pf.quiet = o.local.quiet;
-  auto place_stages = [&] {
-    if (job.in_job()) {
-      job.set_plan_flags(&pf);
-    } else if (o.ranks_per_node > 0) {
-      pf.node_of_stage.clear();
-      for (int k = 0; k < pf.stages; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
-    }
-  };
-  place_stages();
+  if (job.in_job()) {
+    job.set_plan_flags(&pf);
+  } else if (o.ranks_per_node > 0) {
+    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
+  }
   if (o.replicas_auto) {
-    // --replicas auto: the --gpus devices as N stages x R replicas; from here on the plan has
-    // pf.stages stages and pf.replicas replicas (planned->plan.stages.size(), plan.replicas).
     auto layout = choose_layout(g, pf);
     if (!layout) return job.fail(layout.status());
-    pf.stages = layout->stages;
-    pf.replicas = layout->replicas;
-    pf.layouts = layout->layouts;
-    place_stages();
+    *choice = std::move(*layout);
+    return 0;
   }
   auto planned = plan_and_report(m, g, pf);
   if (!planned) return job.fail(planned.status());
@@ -493,5 +509,7 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   }
   return 0;
 }
+
+}  // namespace
 
 }  // namespace pt
