@@ -91,6 +91,30 @@ class EpochOrders {
   bool shuffle_ = true;
 };
 
+struct RunShared;
+
+// The R replicas of one stage average their gradients of each mini-batch here (in one process,
+// through shared memory): every replica arrives with its gradient buffers, each sums its share of
+// the elements over the replicas in replica order (r = 0, 1, ...) into every replica's buffers,
+// and, once all have summed, each divides its own by R: the same arithmetic as an all-reduce sum
+// followed by the division, so that every replica's buffers hold bit-identical means. Gradients
+// on a device whose memory the host cannot address are staged through host copies.
+class ReplicaReducer {
+ public:
+  explicit ReplicaReducer(int replicas) : replicas_(replicas), views_(replicas) {}
+  int replicas() const { return replicas_; }
+  // Replica `r`'s gradients `grads` (on `dev`, with stream `stream`): averaged over the replicas in
+  // place. Every replica calls it once per update, in the same order; waits end at sh.abort.
+  Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream);
+
+ private:
+  bool barrier(RunShared& sh);
+  const int replicas_;
+  std::vector<std::vector<TensorView>> views_;  // [replica][gradient] host-addressable
+  int count_ = 0;                               // guarded by sh.mu
+  int64_t generation_ = 0;
+};
+
 // Batches a stage's prefetch thread gathers ahead of its forwards.
 constexpr int kPrefetchDepth = 2;
 
@@ -105,8 +129,13 @@ struct RunShared {
   int64_t total_steps = 0;
   int64_t first_step = 0;  // of the current segment
   LrSchedule lr;           // the rate of step t (1-based) is lr.at(t)
-  int64_t mini_batch = 0;  // samples per step
+  int64_t mini_batch = 0;  // samples per step (over every replica)
   int64_t graph_batch = 0;  // samples per pass
+  int replicas = 1;         // replica r reads samples [r, r + 1) * mini_batch / replicas of each step
+  // The first sample (in the epoch's order) of micro-batch j of replica r, in_epoch steps into the epoch.
+  int64_t first_sample(int64_t in_epoch, int r, int64_t j) const {
+    return in_epoch * mini_batch + r * (mini_batch / replicas) + j * graph_batch;
+  }
   // Validation needs the weights after 0-based step s at epoch ends, every eval_every steps and
   // after the last step (only when there is a validation set).
   bool validate = false;
@@ -119,7 +148,7 @@ struct RunShared {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int64_t, double> losses;   // [pass id], filled by the loss stage, erased when consumed
+  std::map<int64_t, double> losses;   // [pass id * replicas + replica], filled by the loss stages, erased when consumed
   // [step] -> per-stage snapshot of (value, tensor), posted after that step's update.
   std::map<int64_t, std::vector<std::vector<std::pair<const Value*, HostTensor>>>> snapshots;
   std::map<int64_t, int> snapshot_count;
@@ -159,6 +188,8 @@ class Stage {
  public:
   int index = 0;
   int num_stages = 1;
+  int replica = 0;                       // which copy of the pipeline (PipelineOptions::replicas)
+  ReplicaReducer* reducer = nullptr;     // with replicas: where stage `index` averages its gradients
   PipelineOptions opts;
   std::vector<const Node*> nodes;
   std::unique_ptr<Executor> ex;
@@ -263,7 +294,12 @@ struct PipelineTrainer::Impl {
   const Graph& g;
   const TrainingGraph& tg;
   PipelineOptions opts;
-  std::vector<std::unique_ptr<Stage>> stages;
+  std::vector<std::unique_ptr<Stage>> stages;  // replica 0's (the ones reported, saved and exported)
+  // Replicas 1.. (PipelineOptions::replicas) in this process: [replica - 1][stage]. Their weights
+  // equal replica 0's after every update; their model state (BatchNorm statistics) is their own,
+  // and replica 0's is the model's (as PyTorch's DistributedDataParallel keeps rank 0's buffers).
+  std::vector<std::vector<std::unique_ptr<Stage>>> more_replicas;
+  std::vector<std::unique_ptr<ReplicaReducer>> reducers;  // [stage] with replicas
   std::vector<std::unique_ptr<Link>> channels;
   std::vector<Link*> shared_links;  // MPI: [layout weight flow] this rank's end of its weight link (null: not an end)
   std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
@@ -277,6 +313,8 @@ struct PipelineTrainer::Impl {
   std::vector<PassRecord> remote_trace;
 
   bool distributed() const { return opts.cluster != nullptr; }
+  // Every stage this process runs, of every replica (replica 0's first).
+  std::vector<Stage*> local_stages() const;
   int rank() const;
   bool coordinator() const { return rank() == 0; }  // prints, validates, writes the run folder
   bool local(int stage) const { return !distributed() || stage == rank(); }
