@@ -389,6 +389,13 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(rc, 2, log)
         self.assertIn("--gpus 4: this job has 2 ranks", log)
 
+    def test_replicas_under_mpi_refused(self):
+        # --replicas runs its replicas in one process for now (issue 16 item 2 is open)
+        rc, log, secs = mpirun(2, MODEL, "--gpus", 1, "--replicas", 2, "--steps", 1, "--out", self.out("replicas"))
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--replicas 2: replicas run in one process for now", log)
+        self.assertLess(secs, 60)
+
     def test_bad_data_on_rank_0_stops_every_rank(self):
         rc, log, secs = mpirun(2, MODEL, "--data", self.out("no-such-data"), "--gpus", 2, "--steps", 1, "--out",
                                self.out("nodata"))
