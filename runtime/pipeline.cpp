@@ -98,14 +98,17 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   }
   impl->graph_batch = g.inputs[0]->dims.at(0);
   const int N = static_cast<int>(plan.stages.size());
-  if (opts.cluster && opts.cluster->size() != N)
-    return invalid_input("--gpus " + std::to_string(N) + ": the job has " + std::to_string(opts.cluster->size()) +
-                         " ranks; one rank runs one stage, so --gpus must equal the number of ranks");
 
   const int R = opts.replicas;
   if (R < 1) return invalid_input("--replicas " + std::to_string(R) + ": must be at least 1");
-  if (R > 1 && opts.cluster)
-    return unsupported("--replicas " + std::to_string(R) + " under MPI is not supported yet; run the replicas in one process");
+  if (opts.cluster && opts.cluster->size() != N * R)
+    return invalid_input("--gpus " + std::to_string(N) + (R > 1 ? " x --replicas " + std::to_string(R) : "") + ": the job has " +
+                         std::to_string(opts.cluster->size()) + " ranks; one rank runs one stage" +
+                         (R > 1 ? " of one replica" : "") + ", so --gpus" + (R > 1 ? " x --replicas" : "") +
+                         " must equal the number of ranks");
+  if (opts.cluster && R > 1 && g.inputs.size() > 1)
+    return unsupported("--replicas " + std::to_string(R) + " under MPI: models with several data inputs are not supported yet ('" +
+                       g.inputs[1]->name + "'); run the replicas in one process");
   // The stages of one replica of the pipeline (each with its executor where this process runs it).
   auto build = [&](int replica, std::vector<std::unique_ptr<Stage>>* out) -> Status {
     for (const StageLayoutStage& ls : layout.stages) {
@@ -147,7 +150,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
           // Stage k of replica r on GPU r * N + k (wrapping around when --oversubscribe puts
           // several stages on one).
           const int gpus = std::max(1, cuda_device_count());
-          const int slot = replica * N + ls.index;
+          const int slot = impl->distributed() ? impl->rank() : replica * N + ls.index;
           const int ordinal = opts.gpu_of_stage.empty() ? slot % gpus : opts.gpu_of_stage[slot % opts.gpu_of_stage.size()];
           ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
         }
@@ -162,7 +165,8 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     return Status::ok();
   };
   RETURN_IF_ERROR(build(0, &impl->stages));
-  for (int r = 1; r < R; ++r) {
+  if (impl->distributed()) impl->stages.at(impl->my_stage())->replica = impl->my_replica();  // its replica's stage
+  for (int r = 1; r < R && !impl->distributed(); ++r) {
     impl->more_replicas.emplace_back();
     RETURN_IF_ERROR(build(r, &impl->more_replicas.back()));
   }
@@ -218,7 +222,11 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     RETURN_IF_ERROR(wire_replica(impl->stages));
     for (auto& rep : impl->more_replicas) RETURN_IF_ERROR(wire_replica(rep));
   }
-  if (R > 1)
+  if (R > 1 && impl->distributed()) {  // the ranks of one stage's replicas form a group
+    RETURN_IF_ERROR(opts.cluster->split_groups(impl->my_stage()));
+    impl->reducers.push_back(make_rank_reducer(*opts.cluster, R));
+    impl->stages[impl->my_stage()]->reducer = impl->reducers.back().get();
+  } else if (R > 1)
     for (int k = 0; k < N; ++k) {
       impl->reducers.push_back(std::make_unique<ReplicaReducer>(R));
       impl->stages[k]->reducer = impl->reducers.back().get();
@@ -518,7 +526,7 @@ class PipelineStageSet final : public StageSet {
   bool losses(int64_t s0, std::vector<double>* out) override {
     if (!impl_.local(impl_.loss_stage)) return true;
     const int M = static_cast<int>(out->size());
-    const int R = sh_.replicas;
+    const int R = sh_.local_replicas;  // under MPI the other replicas' losses come through pass_losses
     // Micro-batch j's loss: the mean over the replicas (each the mean over its share), in replica order.
     auto id = [&](int j, int r) { return (s0 * M + j) * R + r; };
     std::unique_lock<std::mutex> lock(sh_.mu);
@@ -540,7 +548,8 @@ class PipelineStageSet final : public StageSet {
     }
     return true;
   }
-  bool snapshot_due(int64_t s0) const override { return sh_.snapshot_at(s0); }
+  // Replica 0's stages alone send weights for validation (the replicas' are equal).
+  bool snapshot_due(int64_t s0) const override { return sh_.snapshot_at(s0) && impl_.my_replica() == 0; }
   bool take_snapshot(int64_t s0, RankCoordinator::Snapshot* mine) override {
     std::vector<RankCoordinator::Snapshot> snap;
     {
@@ -552,7 +561,7 @@ class PipelineStageSet final : public StageSet {
       sh_.snapshot_count.erase(s0);
     }
     if (mine) {
-      *mine = std::move(snap[impl_.rank()]);
+      *mine = std::move(snap[impl_.my_stage()]);
       return true;
     }
     for (auto& per_stage : snap)
@@ -672,6 +681,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   for (auto& c : I.channels) sh.channels.push_back(c.get());
   co->relay_claims(sh);
   sh.replicas = I.opts.replicas;
+  sh.local_replicas = I.distributed() ? 1 : I.opts.replicas;
   for (Stage* st : I.local_stages()) st->begin_train();
   const int local_stages = co->local_stages();
 

@@ -393,6 +393,13 @@ Status Stage::load_predicted(int s) {
 Status Stage::feed(RunShared& sh, int64_t key) {
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   if (data_in) return data_in->recv(key, *ex) ? Status::ok() : link_failed(data_in);
+  if (sh.recv_batch && (reads_input || reads_labels)) {  // a replica's stage under MPI: from rank 0
+    if (!sh.recv_batch(key, reads_input ? &ex->host(input) : nullptr, reads_labels ? &ex->host(labels) : nullptr))
+      return aborted();
+    if (reads_input) RETURN_IF_ERROR(ex->upload(input));
+    if (reads_labels) RETURN_IF_ERROR(ex->upload(labels));
+    return Status::ok();
+  }
   const bool sends = !data_out.empty();  // the data rank: what it gathers travels from its buffers
   if (prefetch_) {
     const bool x = reads_input || sends, y = reads_labels || sends;
@@ -471,7 +478,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
     const double l = ex->host(loss).get_double(0);
     {
       std::lock_guard<std::mutex> lock(sh.mu);
-      sh.losses[key * sh.replicas + replica] = l;
+      sh.losses[key * sh.local_replicas + replica % sh.local_replicas] = l;
     }
     sh.cv.notify_all();
   }
@@ -618,7 +625,7 @@ void Stage::run(RunShared& sh) {
   const int64_t first = sh.first_step, end = sh.end_step();
   begin_shared_segment(first);
   const bool sends = !data_out.empty();
-  if ((reads_input || reads_labels || sends) && !data_in) {
+  if ((reads_input || reads_labels || sends) && !data_in && !sh.recv_batch) {
     // Batches of the segment's passes, gathered ahead (the segment can only end earlier).
     const int M = micro();
     const RunShared* shp = &sh;

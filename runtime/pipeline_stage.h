@@ -99,13 +99,18 @@ struct RunShared;
 // and, once all have summed, each divides its own by R: the same arithmetic as an all-reduce sum
 // followed by the division, so that every replica's buffers hold bit-identical means. Gradients
 // on a device whose memory the host cannot address are staged through host copies.
-class ReplicaReducer {
+class GradientReducer {
  public:
-  explicit ReplicaReducer(int replicas) : replicas_(replicas), views_(replicas) {}
-  int replicas() const { return replicas_; }
+  virtual ~GradientReducer() = default;
   // Replica `r`'s gradients `grads` (on `dev`, with stream `stream`): averaged over the replicas in
   // place. Every replica calls it once per update, in the same order; waits end at sh.abort.
-  Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream);
+  virtual Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) = 0;
+};
+
+class ReplicaReducer final : public GradientReducer {
+ public:
+  explicit ReplicaReducer(int replicas) : replicas_(replicas), views_(replicas) {}
+  Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) override;
 
  private:
   bool barrier(RunShared& sh);
@@ -114,6 +119,10 @@ class ReplicaReducer {
   int count_ = 0;                               // guarded by sh.mu
   int64_t generation_ = 0;
 };
+
+// One stage per rank (runtime/pipeline_ranks.cpp): the replicas of a stage are ranks of one group
+// (Cluster::split_groups), and the sum is MPI's all-reduce (then the division by R).
+std::unique_ptr<GradientReducer> make_rank_reducer(Cluster& cluster, int replicas);
 
 // Batches a stage's prefetch thread gathers ahead of its forwards.
 constexpr int kPrefetchDepth = 2;
@@ -132,6 +141,10 @@ struct RunShared {
   int64_t mini_batch = 0;  // samples per step (over every replica)
   int64_t graph_batch = 0;  // samples per pass
   int replicas = 1;         // replica r reads samples [r, r + 1) * mini_batch / replicas of each step
+  int local_replicas = 1;   // the replicas of this process (in one process: all; under MPI: 1)
+  // Under MPI, a stage of replica r > 0 receives its batches from rank 0 (which reads the data):
+  // the input and labels of pass `key` into x / y (null: not read here); false once aborted.
+  std::function<bool(int64_t key, HostTensor* x, HostTensor* y)> recv_batch;
   // The first sample (in the epoch's order) of micro-batch j of replica r, in_epoch steps into the epoch.
   int64_t first_sample(int64_t in_epoch, int r, int64_t j) const {
     return in_epoch * mini_batch + r * (mini_batch / replicas) + j * graph_batch;
@@ -148,7 +161,7 @@ struct RunShared {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int64_t, double> losses;   // [pass id * replicas + replica], filled by the loss stages, erased when consumed
+  std::map<int64_t, double> losses;   // [pass id * local_replicas + replica], filled by the loss stages, erased when consumed
   // [step] -> per-stage snapshot of (value, tensor), posted after that step's update.
   std::map<int64_t, std::vector<std::vector<std::pair<const Value*, HostTensor>>>> snapshots;
   std::map<int64_t, int> snapshot_count;
@@ -189,7 +202,7 @@ class Stage {
   int index = 0;
   int num_stages = 1;
   int replica = 0;                       // which copy of the pipeline (PipelineOptions::replicas)
-  ReplicaReducer* reducer = nullptr;     // with replicas: where stage `index` averages its gradients
+  GradientReducer* reducer = nullptr;    // with replicas: where stage `index` averages its gradients
   PipelineOptions opts;
   std::vector<const Node*> nodes;
   std::unique_ptr<Executor> ex;
@@ -299,7 +312,7 @@ struct PipelineTrainer::Impl {
   // equal replica 0's after every update; their model state (BatchNorm statistics) is their own,
   // and replica 0's is the model's (as PyTorch's DistributedDataParallel keeps rank 0's buffers).
   std::vector<std::vector<std::unique_ptr<Stage>>> more_replicas;
-  std::vector<std::unique_ptr<ReplicaReducer>> reducers;  // [stage] with replicas
+  std::vector<std::unique_ptr<GradientReducer>> reducers;  // [stage] with replicas (under MPI: this rank's)
   std::vector<std::unique_ptr<Link>> channels;
   std::vector<Link*> shared_links;  // MPI: [layout weight flow] this rank's end of its weight link (null: not an end)
   std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
@@ -317,7 +330,13 @@ struct PipelineTrainer::Impl {
   std::vector<Stage*> local_stages() const;
   int rank() const;
   bool coordinator() const { return rank() == 0; }  // prints, validates, writes the run folder
-  bool local(int stage) const { return !distributed() || stage == rank(); }
+  bool local(int stage) const { return !distributed() || stage == my_stage(); }
+  // Ranks under MPI: stage k of replica r is rank k * R + r (a stage's replicas side by side, so
+  // that the all-reduce, the heaviest traffic, stays between neighbouring ranks: on one node when
+  // ranks are placed by node).
+  int my_stage() const { return rank() / opts.replicas; }
+  int my_replica() const { return distributed() ? rank() % opts.replicas : 0; }
+  int rank_of(int stage, int replica) const { return stage * opts.replicas + replica; }
   Status load_eval_weights();  // into the evaluator's host copies (run_eval uploads them)
   Expected<EvalResult> run_eval(const Dataset& d);
   std::string describe() const;  // "4 stages, 1F1B spectrain (paper)" (checkpoints record it)
@@ -345,7 +364,7 @@ struct PipelineTrainer::Impl {
 // Message kinds of the coordinators (Cluster::send/recv).
 enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
                    kMsgHeader = 6, kMsgCheckpoint = 7, kMsgClaim = 8, kMsgSegmentEnd = 9,
-                   kMsgNorm = 10 };
+                   kMsgNorm = 10, kMsgBatchX = 11, kMsgBatchY = 12 };
 // Link kinds between two ranks.
 enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2, kLinkWeightsForward = 3, kLinkWeightsBackward = 4 };
 

@@ -97,11 +97,7 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   if (o.replicas > 4096 || int64_t{o.gpus} * o.replicas > 4096)
     return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + " x --replicas " + std::to_string(o.replicas) +
                                   ": at most 4096 devices"));
-  if (o.replicas > 1 && job.in_job())
-    return job.fail(unsupported("--replicas " + std::to_string(o.replicas) +
-                                ": replicas run in one process for now (one rank per stage under MPI); "
-                                "run without mpirun, or with --replicas 1"));
-  if (Status js = job.check_stages(o.gpus); !js.is_ok()) return job.fail(js);
+  if (Status js = job.check_stages(o.gpus, o.replicas); !js.is_ok()) return job.fail(js);
   auto opt = optimizer_options(o);
   if (!opt) return job.fail(opt.status());
   const SgdOptions& sgd = *opt;
