@@ -524,6 +524,7 @@ class PipelineStageSet final : public StageSet {
     return sh_.past_end(s0) ? Settled::kPastEnd : Settled::kClaimed;
   }
   bool losses(int64_t s0, std::vector<double>* out) override {
+    sh_.consumed(s0);  // the loop is at s0: the stages may run up to sh_.lead mini-batches ahead
     if (!impl_.local(impl_.loss_stage)) return true;
     const int M = static_cast<int>(out->size());
     const int R = sh_.local_replicas;  // under MPI the other replicas' losses come through pass_losses
@@ -682,6 +683,9 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   co->relay_claims(sh);
   sh.replicas = I.opts.replicas;
   sh.local_replicas = I.distributed() ? 1 : I.opts.replicas;
+  // Far enough for every schedule (1F1B: stage 0 is N - 1 mini-batches ahead of the loss stage,
+  // and a validation waits for stage 0's update of its step, N - 1 forwards later).
+  sh.lead = 2 * static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2;
   for (Stage* st : I.local_stages()) st->begin_train();
   const int local_stages = co->local_stages();
 

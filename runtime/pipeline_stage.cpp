@@ -275,8 +275,9 @@ bool RunShared::claim(int64_t step) {
   }
   bool granted = false;
   {
-    std::lock_guard<std::mutex> lock(mu);
-    granted = step < end_;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return abort || step >= end_ || step < consumed_ + lead; });
+    granted = step < end_ && !abort;
     if (granted) claimed_ = std::max(claimed_, step + 1);
   }
   cv.notify_all();
@@ -284,12 +285,25 @@ bool RunShared::claim(int64_t step) {
   return granted;
 }
 
+void RunShared::consumed(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    consumed_ = std::max(consumed_, step + 1);
+  }
+  cv.notify_all();
+}
+
 int64_t RunShared::stop_early() {
-  std::lock_guard<std::mutex> lock(mu);
-  // claimed_ is one past the highest mini-batch any stage has claimed: ending there lets every
-  // stage finish exactly the mini-batches some stage started (a claim below end_ always succeeds).
-  end_ = std::min(end_, std::max(claimed_, first_step + 1));
-  return end_;
+  int64_t end = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    // claimed_ is one past the highest mini-batch any stage has claimed: ending there lets every
+    // stage finish exactly the mini-batches some stage started (a claim below end_ always succeeds).
+    end_ = std::min(end_, std::max(claimed_, first_step + 1));
+    end = end_;
+  }
+  cv.notify_all();  // a claim waiting for the loop to catch up is refused now
+  return end;
 }
 
 int64_t RunShared::end_step() {
@@ -302,6 +316,7 @@ void RunShared::set_segment(int64_t first, int64_t end) {
   first_step = first;
   end_ = end;
   claimed_ = first;
+  consumed_ = std::max(consumed_, first);
 }
 
 // ---- Stage ----

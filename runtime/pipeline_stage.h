@@ -177,8 +177,14 @@ struct RunShared {
   void fail(Status s);
 
   // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
-  // first; false when the segment ends before it.
+  // first; false when the segment ends before it. The stages run at most `lead` mini-batches ahead
+  // of the training loop (consumed()): a loop slowed by validation or a loaded machine would
+  // otherwise leave losses and snapshots piling up without bound, and a stop request would first
+  // wait for that backlog (issue 17: a stopped 2-stage run took minutes to exit under load).
   bool claim(int64_t step);
+  // The training loop has taken mini-batch `step`'s losses.
+  void consumed(int64_t step);
+  int64_t lead = 1 << 30;
   // One stage per rank (runtime/pipeline_ranks.cpp): rank 0 passes every answer of claim() on
   // (tell_claim), the other ranks take rank 0's answer for their own (ask_claim; false once the
   // run is aborted), so that a stop on rank 0 ends every rank's segment at the same mini-batch.
@@ -194,7 +200,7 @@ struct RunShared {
   void set_segment(int64_t first, int64_t end);
 
  private:
-  int64_t end_ = 0, claimed_ = 0;  // guarded by mu
+  int64_t end_ = 0, claimed_ = 0, consumed_ = 0;  // guarded by mu
 };
 
 class Stage {
