@@ -413,9 +413,13 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
                     static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6);
       say(o, b);
     }
-    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages %.1f MB + data %.1f MB + baseline %.1f MB)",
+    // Replicas in this process hold a copy of every stage each (under MPI a rank holds one stage).
+    const int copies = job.in_job() ? 1 : o.replicas;
+    stages_planned *= copies;
+    const std::string times = copies > 1 ? " x " + std::to_string(copies) + " replicas" : "";
+    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages%s %.1f MB + data %.1f MB + baseline %.1f MB)",
                   static_cast<double>(p.measured_peak_rss_bytes) / 1e6,
-                  static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6,
+                  static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6, times.c_str(),
                   static_cast<double>(stages_planned) / 1e6, static_cast<double>(p.data_bytes) / 1e6,
                   static_cast<double>(p.baseline_bytes) / 1e6);
     say(o, b);
