@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "runtime/transport.h"
 
@@ -53,6 +54,12 @@ class Cluster {
   // root's bytes to every rank.
   virtual Status broadcast(void* data, size_t bytes, int root) = 0;
   virtual Status barrier() = 0;
+  // Replica groups (--replicas): collective over every rank, once: the ranks that pass the same
+  // `group` form one group (ordered by rank); group_allreduce_sum then sums over this rank's group.
+  virtual Status split_groups(int group) = 0;
+  // Sums `count` values of `dtype` (float32 or float64) at `data` in place over this rank's group
+  // (MPI_Allreduce, MPI_SUM); every rank of the group calls it in the same order.
+  virtual Status group_allreduce_sum(void* data, int64_t count, DType dtype) = 0;
 
   // ---- point-to-point for the coordinators (tags from kind and sequence number). Blocking with
   // polling; false once abort_waits() was called.

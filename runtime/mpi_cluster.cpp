@@ -106,6 +106,27 @@ class MpiCluster : public Cluster {
     if (!wait(&r, -1)) return internal_error("aborted in a barrier");
     return Status::ok();
   }
+  Status split_groups(int group) override {
+    if (group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);
+    if (MPI_Comm_split(coll_, group, rank_, &group_) != MPI_SUCCESS) return internal_error("MPI_Comm_split failed");
+    MPI_Comm_set_errhandler(group_, MPI_ERRORS_RETURN);
+    return Status::ok();
+  }
+  Status group_allreduce_sum(void* data, int64_t count, DType dtype) override {
+    if (group_ == MPI_COMM_NULL) return internal_error("group_allreduce_sum before split_groups");
+    if (dtype != DType::kFloat32 && dtype != DType::kFloat64)
+      return unsupported(std::string("all-reduce of ") + dtype_name(dtype) + " gradients");
+    const MPI_Datatype t = dtype == DType::kFloat64 ? MPI_DOUBLE : MPI_FLOAT;
+    for (int64_t done = 0; done < count;) {  // MPI counts are int
+      const int n = static_cast<int>(std::min<int64_t>(count - done, INT_MAX / 8));
+      char* p = static_cast<char*>(data) + done * static_cast<int64_t>(dtype_size(dtype));
+      MPI_Request r;
+      MPI_Iallreduce(MPI_IN_PLACE, p, n, t, MPI_SUM, group_, &r);
+      if (!wait(&r, -1)) return internal_error("aborted while averaging gradients over the replicas");
+      done += n;
+    }
+    return Status::ok();
+  }
   bool send(int to, int kind, int64_t seq, const void* data, size_t bytes) override {
     if (bytes > static_cast<size_t>(INT_MAX)) return false;
     MPI_Request r;
@@ -171,6 +192,7 @@ class MpiCluster : public Cluster {
   void lose(int peer, const std::string& why);
 
   MPI_Comm coll_ = MPI_COMM_NULL, ctl_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, hb_ = MPI_COMM_NULL;
+  MPI_Comm group_ = MPI_COMM_NULL;  // this rank's replica group (split_groups)
   int64_t tag_mod_ = 1;
   std::vector<int> pids_;
   std::atomic<bool> aborted_{false};
@@ -424,6 +446,7 @@ Status MpiCluster::finalize() {
   }
   if (!s.is_ok()) return s;
   for (MPI_Comm* c : {&coll_, &ctl_, &data_, &hb_}) MPI_Comm_free(c);
+  if (group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);
   MPI_Finalize();
   finalized_ = true;
   return Status::ok();

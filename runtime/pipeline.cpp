@@ -44,6 +44,16 @@ int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode
 
 int PipelineTrainer::Impl::rank() const { return opts.cluster ? opts.cluster->rank() : 0; }
 
+std::vector<Stage*> PipelineTrainer::Impl::local_stages() const {
+  std::vector<Stage*> out;
+  for (auto& st : stages)
+    if (local(st->index)) out.push_back(st.get());
+  for (auto& rep : more_replicas)
+    for (auto& st : rep)
+      if (local(st->index)) out.push_back(st.get());
+  return out;
+}
+
 namespace {
 
 }  // namespace
@@ -88,64 +98,86 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   }
   impl->graph_batch = g.inputs[0]->dims.at(0);
   const int N = static_cast<int>(plan.stages.size());
-  if (opts.cluster && opts.cluster->size() != N)
-    return invalid_input("--gpus " + std::to_string(N) + ": the job has " + std::to_string(opts.cluster->size()) +
-                         " ranks; one rank runs one stage, so --gpus must equal the number of ranks");
 
-  for (const StageLayoutStage& ls : layout.stages) {
-    auto st = std::make_unique<Stage>();
-    st->index = ls.index;
-    st->num_stages = N;
-    st->opts = opts;
-    st->nodes = ls.nodes;
-    st->input = g.inputs[0];
-    st->graph_more_inputs.assign(g.inputs.begin() + 1, g.inputs.end());
-    st->labels = tg.loss.labels;
-    st->lr = tg.lr;
-    st->rng_step = g.rng_step;
-    st->params = ls.params;
-    st->grads = ls.grads;
-    st->updates = ls.updates;
-    st->opt_state = ls.opt_state;
-    st->saved = ls.saved;
-    st->state = ls.state;
-    st->reads_input = ls.reads_input;
-    st->reads_labels = ls.reads_labels;
-    st->more_inputs = ls.more_inputs;
-    for (const Node* n : ls.nodes)
-      for (const Value* v : n->outputs)
-        if (v && v == tg.loss.loss) st->loss = v;
-    if (st->loss) impl->loss_stage = ls.index;
-    if (impl->local(ls.index)) {
-      // Memory plan: the stage reads back its saved activations, gradients and loss between
-      // passes (values sent to other stages are read outside its node list: kept by the plan).
-      ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
-      eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
-      if (st->loss) eo.keep.push_back(st->loss);
-      std::shared_ptr<Device> dev;
-      if (opts.device == DeviceKind::kCpu) {
-        ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
-      } else {
-        // Stage k on GPU k (wrapping around when --oversubscribe puts several stages on one).
-        const int gpus = std::max(1, cuda_device_count());
-        const int ordinal = opts.gpu_of_stage.empty() ? ls.index % gpus
-                                                      : opts.gpu_of_stage[ls.index % opts.gpu_of_stage.size()];
-        ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
+  const int R = opts.replicas;
+  if (R < 1) return invalid_input("--replicas " + std::to_string(R) + ": must be at least 1");
+  if (opts.cluster && opts.cluster->size() != N * R)
+    return invalid_input("--gpus " + std::to_string(N) + (R > 1 ? " x --replicas " + std::to_string(R) : "") + ": the job has " +
+                         std::to_string(opts.cluster->size()) + " ranks; one rank runs one stage" +
+                         (R > 1 ? " of one replica" : "") + ", so --gpus" + (R > 1 ? " x --replicas" : "") +
+                         " must equal the number of ranks");
+  if (opts.cluster && R > 1 && g.inputs.size() > 1)
+    return unsupported("--replicas " + std::to_string(R) + " under MPI: models with several data inputs are not supported yet ('" +
+                       g.inputs[1]->name + "'); run the replicas in one process");
+  // The stages of one replica of the pipeline (each with its executor where this process runs it).
+  auto build = [&](int replica, std::vector<std::unique_ptr<Stage>>* out) -> Status {
+    for (const StageLayoutStage& ls : layout.stages) {
+      auto st = std::make_unique<Stage>();
+      st->index = ls.index;
+      st->num_stages = N;
+      st->replica = replica;
+      st->opts = opts;
+      if (replica > 0) st->opts.record_trace = false;  // the trace and the statistics are replica 0's
+      st->nodes = ls.nodes;
+      st->input = g.inputs[0];
+      st->graph_more_inputs.assign(g.inputs.begin() + 1, g.inputs.end());
+      st->labels = tg.loss.labels;
+      st->lr = tg.lr;
+      st->rng_step = g.rng_step;
+      st->params = ls.params;
+      st->grads = ls.grads;
+      st->updates = ls.updates;
+      st->opt_state = ls.opt_state;
+      st->saved = ls.saved;
+      st->state = ls.state;
+      st->reads_input = ls.reads_input;
+      st->reads_labels = ls.reads_labels;
+      st->more_inputs = ls.more_inputs;
+      for (const Node* n : ls.nodes)
+        for (const Value* v : n->outputs)
+          if (v && v == tg.loss.loss) st->loss = v;
+      if (st->loss) impl->loss_stage = ls.index;
+      if (impl->local(ls.index)) {
+        // Memory plan: the stage reads back its saved activations, gradients and loss between
+        // passes (values sent to other stages are read outside its node list: kept by the plan).
+        ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
+        eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
+        if (st->loss) eo.keep.push_back(st->loss);
+        std::shared_ptr<Device> dev;
+        if (opts.device == DeviceKind::kCpu) {
+          ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
+        } else {
+          // Stage k of replica r on GPU r * N + k (wrapping around when --oversubscribe puts
+          // several stages on one).
+          const int gpus = std::max(1, cuda_device_count());
+          const int slot = impl->distributed() ? impl->rank() : replica * N + ls.index;
+          const int ordinal = opts.gpu_of_stage.empty() ? slot % gpus : opts.gpu_of_stage[slot % opts.gpu_of_stage.size()];
+          ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
+        }
+        auto ex = Executor::create(g, dev, ls.nodes, eo);
+        if (!ex)
+          return ex.status().with_context("stage " + std::to_string(ls.index) +
+                                          (replica > 0 ? " (replica " + std::to_string(replica) + ")" : "") + ": ");
+        st->ex = std::move(*ex);
       }
-      auto ex = Executor::create(g, dev, ls.nodes, eo);
-      if (!ex) return ex.status().with_context("stage " + std::to_string(ls.index) + ": ");
-      st->ex = std::move(*ex);
+      out->push_back(std::move(st));
     }
-    impl->stages.push_back(std::move(st));
+    return Status::ok();
+  };
+  RETURN_IF_ERROR(build(0, &impl->stages));
+  if (impl->distributed()) impl->stages.at(impl->my_stage())->replica = impl->my_replica();  // its replica's stage
+  for (int r = 1; r < R && !impl->distributed(); ++r) {
+    impl->more_replicas.emplace_back();
+    RETURN_IF_ERROR(build(r, &impl->more_replicas.back()));
   }
   if (impl->loss_stage < 0) return internal_error("no stage of the plan computes the loss");
   // Channels hold what is in flight between two stages at most: N - k mini-batches (1F1B) or M
   // micro-batches (GPipe).
   const int capacity = std::max(N, opts.micro_batches) + 1;
   // Both ends of a weight link: the owner's indices of the parameters it sends.
-  auto attach_shared = [&](const WeightFlow& f, Link* l) -> Status {
+  auto attach_shared = [&](std::vector<std::unique_ptr<Stage>>& stages, const WeightFlow& f, Link* l) -> Status {
     if (impl->local(f.owner)) {
-      Stage& o = *impl->stages[f.owner];
+      Stage& o = *stages[f.owner];
       Stage::WeightLink w;
       w.link = l;
       w.reader = f.reader;
@@ -157,36 +189,50 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       }
       o.weights_out.push_back(std::move(w));
     }
-    if (impl->local(f.reader)) (f.backward ? impl->stages[f.reader]->weights_bwd_in : impl->stages[f.reader]->weights_fwd_in).push_back(l);
+    if (impl->local(f.reader)) (f.backward ? stages[f.reader]->weights_bwd_in : stages[f.reader]->weights_fwd_in).push_back(l);
     return Status::ok();
   };
   if (impl->distributed()) {
     RETURN_IF_ERROR(impl->wire_ranks(layout, capacity));
     for (size_t i = 0; i < layout.weights.size(); ++i)
-      if (impl->shared_links.at(i)) RETURN_IF_ERROR(attach_shared(layout.weights[i], impl->shared_links[i]));
+      if (impl->shared_links.at(i)) RETURN_IF_ERROR(attach_shared(impl->stages, layout.weights[i], impl->shared_links[i]));
   } else {
-    for (const WeightFlow& f : layout.weights) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, f.slots, impl->stages[f.reader]->ex->device()));
-      impl->channels.push_back(std::move(ch));
-      RETURN_IF_ERROR(attach_shared(f, impl->channels.back().get()));
-    }
-    auto wire = [&](const std::vector<ValueFlow>& flows, bool forward) -> Status {
-      for (const ValueFlow& f : flows) {
-        Stage& from = *impl->stages[f.from];
-        Stage& to = *impl->stages[f.to];
-        ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, capacity, to.ex->device()));
+    // Each replica's own links: the replicas meet only where they average gradients.
+    auto wire_replica = [&](std::vector<std::unique_ptr<Stage>>& stages) -> Status {
+      for (const WeightFlow& f : layout.weights) {
+        ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, f.slots, stages[f.reader]->ex->device()));
         impl->channels.push_back(std::move(ch));
-        Link* c = impl->channels.back().get();
-        (forward ? from.fwd_out : from.bwd_out).push_back(c);
-        (forward ? to.fwd_in : to.bwd_in).push_back(c);
+        RETURN_IF_ERROR(attach_shared(stages, f, impl->channels.back().get()));
       }
-      return Status::ok();
+      auto wire = [&](const std::vector<ValueFlow>& flows, bool forward) -> Status {
+        for (const ValueFlow& f : flows) {
+          Stage& from = *stages[f.from];
+          Stage& to = *stages[f.to];
+          ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, capacity, to.ex->device()));
+          impl->channels.push_back(std::move(ch));
+          Link* c = impl->channels.back().get();
+          (forward ? from.fwd_out : from.bwd_out).push_back(c);
+          (forward ? to.fwd_in : to.bwd_in).push_back(c);
+        }
+        return Status::ok();
+      };
+      RETURN_IF_ERROR(wire(layout.activations, true));
+      return wire(layout.gradients, false);
     };
-    RETURN_IF_ERROR(wire(layout.activations, true));
-    RETURN_IF_ERROR(wire(layout.gradients, false));
+    RETURN_IF_ERROR(wire_replica(impl->stages));
+    for (auto& rep : impl->more_replicas) RETURN_IF_ERROR(wire_replica(rep));
   }
-  for (auto& st : impl->stages)
-    if (impl->local(st->index)) RETURN_IF_ERROR(st->prepare());
+  if (R > 1 && impl->distributed()) {  // the ranks of one stage's replicas form a group
+    RETURN_IF_ERROR(opts.cluster->split_groups(impl->my_stage()));
+    impl->reducers.push_back(make_rank_reducer(*opts.cluster, R));
+    impl->stages[impl->my_stage()]->reducer = impl->reducers.back().get();
+  } else if (R > 1)
+    for (int k = 0; k < N; ++k) {
+      impl->reducers.push_back(std::make_unique<ReplicaReducer>(R));
+      impl->stages[k]->reducer = impl->reducers.back().get();
+      for (auto& rep : impl->more_replicas) rep[k]->reducer = impl->reducers.back().get();
+    }
+  for (Stage* st : impl->local_stages()) RETURN_IF_ERROR(st->prepare());
 
   if (impl->coordinator()) {
     std::vector<const Node*> fwd_nodes;
@@ -215,8 +261,11 @@ HostTensor must(Expected<HostTensor> t, const std::string& name) {
 int PipelineTrainer::num_stages() const { return static_cast<int>(impl_->stages.size()); }
 
 int64_t PipelineTrainer::samples_per_step() const {
-  return impl_->graph_batch * (impl_->opts.schedule == Schedule::kGPipe ? impl_->opts.micro_batches : 1);
+  return impl_->graph_batch * (impl_->opts.schedule == Schedule::kGPipe ? impl_->opts.micro_batches : 1) *
+         impl_->opts.replicas;
 }
+
+int PipelineTrainer::replicas() const { return impl_->opts.replicas; }
 
 std::map<std::string, HostTensor> PipelineTrainer::parameters() const {
   std::map<std::string, HostTensor> out;
@@ -391,12 +440,13 @@ Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
 
 std::string PipelineTrainer::Impl::describe() const {
   const int N = static_cast<int>(stages.size());
-  char b[96];
+  const std::string reps = opts.replicas > 1 ? " x " + std::to_string(opts.replicas) + " replicas" : "";
+  char b[128];
   if (opts.schedule == Schedule::kGPipe) {
-    std::snprintf(b, sizeof b, "%d stage%s, GPipe x%d", N, N == 1 ? "" : "s", opts.micro_batches);
+    std::snprintf(b, sizeof b, "%d stage%s%s, GPipe x%d", N, N == 1 ? "" : "s", reps.c_str(), opts.micro_batches);
   } else {
     const char* w = opts.weights == WeightMode::kStash ? "stash" : opts.weights == WeightMode::kStale ? "stale" : "spectrain";
-    std::snprintf(b, sizeof b, "%d stage%s, 1F1B %s%s%s%s", N, N == 1 ? "" : "s", w,
+    std::snprintf(b, sizeof b, "%d stage%s%s, 1F1B %s%s%s%s", N, N == 1 ? "" : "s", reps.c_str(), w,
                   opts.weights == WeightMode::kSpecTrain ? " (" : "",
                   opts.weights == WeightMode::kSpecTrain ? staleness_name(opts.staleness) : "",
                   opts.weights == WeightMode::kSpecTrain ? ")" : "");
@@ -426,8 +476,7 @@ Expected<std::map<std::string, HostTensor>> PipelineTrainer::Impl::checkpoint_te
 }
 
 Status PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step) {
-  for (auto& st : stages) {
-    if (!local(st->index)) continue;
+  for (Stage* st : local_stages()) {  // every replica starts from the checkpoint's weights and state
     for (size_t i = 0; i < st->params.size(); ++i) {
       RETURN_IF_ERROR(st->set_master(i, t.at(st->params[i]->name)));
       for (const Value* v : st->opt_state[i]) {
@@ -457,8 +506,7 @@ class PipelineStageSet final : public StageSet {
   void launch(int64_t first, int64_t end) override {
     sh_.set_segment(first, end);
     threads_.clear();
-    for (auto& st : impl_.stages)
-      if (impl_.local(st->index)) threads_.emplace_back([&sh = sh_, s = st.get()] { s->run(sh); });
+    for (Stage* st : impl_.local_stages()) threads_.emplace_back([&sh = sh_, st] { st->run(sh); });
   }
   void join() override {
     for (auto& t : threads_)
@@ -476,23 +524,33 @@ class PipelineStageSet final : public StageSet {
     return sh_.past_end(s0) ? Settled::kPastEnd : Settled::kClaimed;
   }
   bool losses(int64_t s0, std::vector<double>* out) override {
+    sh_.consumed(s0);  // the loop is at s0: the stages may run up to sh_.lead mini-batches ahead
     if (!impl_.local(impl_.loss_stage)) return true;
     const int M = static_cast<int>(out->size());
+    const int R = sh_.local_replicas;  // under MPI the other replicas' losses come through pass_losses
+    // Micro-batch j's loss: the mean over the replicas (each the mean over its share), in replica order.
+    auto id = [&](int j, int r) { return (s0 * M + j) * R + r; };
     std::unique_lock<std::mutex> lock(sh_.mu);
     sh_.cv.wait(lock, [&] {
       if (sh_.abort) return true;
       for (int j = 0; j < M; ++j)
-        if (!sh_.losses.count(s0 * M + j)) return false;
+        for (int r = 0; r < R; ++r)
+          if (!sh_.losses.count(id(j, r))) return false;
       return true;
     });
     if (sh_.abort) return false;
     for (int j = 0; j < M; ++j) {
-      (*out)[j] = sh_.losses.at(s0 * M + j);
-      sh_.losses.erase(s0 * M + j);
+      double l = 0;
+      for (int r = 0; r < R; ++r) {
+        l += sh_.losses.at(id(j, r));
+        sh_.losses.erase(id(j, r));
+      }
+      (*out)[j] = l / R;
     }
     return true;
   }
-  bool snapshot_due(int64_t s0) const override { return sh_.snapshot_at(s0); }
+  // Replica 0's stages alone send weights for validation (the replicas' are equal).
+  bool snapshot_due(int64_t s0) const override { return sh_.snapshot_at(s0) && impl_.my_replica() == 0; }
   bool take_snapshot(int64_t s0, RankCoordinator::Snapshot* mine) override {
     std::vector<RankCoordinator::Snapshot> snap;
     {
@@ -504,7 +562,7 @@ class PipelineStageSet final : public StageSet {
       sh_.snapshot_count.erase(s0);
     }
     if (mine) {
-      *mine = std::move(snap[impl_.rank()]);
+      *mine = std::move(snap[impl_.my_stage()]);
       return true;
     }
     for (auto& per_stage : snap)
@@ -623,8 +681,12 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.clip_grad_norm = cfg.clip_grad_norm;
   for (auto& c : I.channels) sh.channels.push_back(c.get());
   co->relay_claims(sh);
-  for (auto& st : I.stages)
-    if (I.local(st->index)) st->begin_train();
+  sh.replicas = I.opts.replicas;
+  sh.local_replicas = I.distributed() ? 1 : I.opts.replicas;
+  // Far enough for every schedule (1F1B: stage 0 is N - 1 mini-batches ahead of the loss stage,
+  // and a validation waits for stage 0's update of its step, N - 1 forwards later).
+  sh.lead = 2 * static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2;
+  for (Stage* st : I.local_stages()) st->begin_train();
   const int local_stages = co->local_stages();
 
   if (loop.nothing_left() && !co->distributed()) {

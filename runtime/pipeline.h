@@ -33,6 +33,11 @@ struct PipelineOptions {
   WeightMode weights = WeightMode::kSpecTrain;  // 1F1B only; GPipe is synchronous
   Staleness staleness = Staleness::kPaper;
   int micro_batches = 1;  // GPipe: micro-batches per mini-batch; the graph is built for one micro-batch
+  // Data-parallel copies of the whole pipeline, each on its share of every mini-batch (the graph
+  // is built for one share, or one micro-batch of it); after each mini-batch's backward, every
+  // stage's gradients are averaged over its replicas before the update, so the replicas' weights
+  // stay equal. In one process, replica r's stage k is its own thread and executor.
+  int replicas = 1;
   // OpenMP threads of each stage's kernels (its share of the cores); 0 leaves the default.
   // OpenBLAS keeps its own, process-wide thread count.
   int threads_per_stage = 0;
@@ -94,7 +99,8 @@ class PipelineTrainer {
   std::map<std::string, HostTensor> trained_initializers() const;
 
   int num_stages() const;
-  int64_t samples_per_step() const;  // mini-batch size: graph batch * micro-batches
+  int64_t samples_per_step() const;  // mini-batch size: graph batch * micro-batches * replicas
+  int replicas() const;
   // Every pass of the last train(), per stage in the order it ran (stage 0 first); stats and trace
   // under MPI as parameters().
   std::vector<PassRecord> trace() const;

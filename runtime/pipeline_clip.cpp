@@ -35,7 +35,7 @@ Status Stage::clip_gradients(RunShared& sh, int64_t step) {
     if (sh.sum_across_ranks) {
       ASSIGN_OR_RETURN(sq, sh.sum_across_ranks(step, sq));
     } else {
-      ASSIGN_OR_RETURN(sq, sh.sum_over_stages(step, index, num_stages, sq));
+      ASSIGN_OR_RETURN(sq, sh.sum_over_stages(step * sh.local_replicas + replica % sh.local_replicas, index, num_stages, sq));  // per replica
     }
   }
   return scale_grads(*ex, grads, clip_coefficient(sh.clip_grad_norm, sq));

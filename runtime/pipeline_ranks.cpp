@@ -24,7 +24,10 @@ size_t value_bytes(const Value* v) { return static_cast<size_t>(numel(v->dims)) 
 Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity) {
   Cluster& C = *opts.cluster;
   const int me = C.rank();
-  Stage& mine = *stages.at(me);
+  const int my_r = my_replica();
+  Stage& mine = *stages.at(my_stage());
+  // The stages of this rank's replica: links join ranks of one replica (rank_of(stage, replica)).
+  auto R_ = [&](int stage) { return rank_of(stage, my_r); };
   auto add = [&](std::unique_ptr<Link> link) {
     channels.push_back(std::move(link));
     return channels.back().get();
@@ -40,7 +43,7 @@ Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity
   for (const auto* flows : {&layout.activations, &layout.gradients}) {
     const bool forward = flows == &layout.activations;
     for (const ValueFlow& f : *flows) {
-      const int from = f.from, to = f.to;
+      const int from = R_(f.from), to = R_(f.to);
       ++link_no;
       if (from != me && to != me) continue;
       ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(f.values, from, to, forward ? kLinkForward : kLinkBackward));
@@ -53,26 +56,29 @@ Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity
   shared_links.assign(layout.weights.size(), nullptr);
   for (size_t i = 0; i < layout.weights.size(); ++i) {
     const WeightFlow& f = layout.weights[i];
+    const int owner = R_(f.owner), reader = R_(f.reader);
     ++link_no;
-    if (f.owner != me && f.reader != me) continue;
+    if (owner != me && reader != me) continue;
     if (nccl) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make_nccl_link(f.values, C, f.owner, f.reader, link_no, mine.ex->device()));
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make_nccl_link(f.values, C, owner, reader, link_no, mine.ex->device()));
       shared_links[i] = add(std::move(link));
     } else {
-      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(f.values, f.owner, f.reader,
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(f.values, owner, reader,
                                                                f.backward ? kLinkWeightsBackward : kLinkWeightsForward, f.slots));
       shared_links[i] = add(std::move(link));
     }
   }
+  // Data links from rank 0 to the stages of replica 0 that read data (the other replicas' stages
+  // receive their batches as messages: relay_claims).
   for (auto& st : stages) {
     if (st->index == 0 || (!st->reads_input && !st->reads_labels && st->more_inputs.empty())) continue;
     ++link_no;
-    if (me != 0 && me != st->index) continue;
+    if (me != 0 && me != rank_of(st->index, 0)) continue;
     std::vector<const Value*> values;
     if (st->reads_input) values.push_back(st->input);
     if (st->reads_labels) values.push_back(st->labels);
     for (const auto& [k, v] : st->more_inputs) values.push_back(v);  // several inputs: those it reads
-    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, 0, st->index, kLinkData));
+    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, 0, rank_of(st->index, 0), kLinkData));
     Link* l = add(std::move(link));
     if (me == 0) stages[0]->data_out.push_back(l);
     else st->data_in = l;
@@ -166,6 +172,9 @@ class MpiCoordinator final : public RankCoordinator {
 
  private:
   int num_stages() const { return static_cast<int>(impl_.stages.size()); }
+  int replicas() const { return impl_.opts.replicas; }
+  // Stage k's rank in replica 0: the replica whose weights, state, stats and trace are the run's.
+  int rank0_of(int k) const { return impl_.rank_of(k, 0); }
   size_t bytes_of(const std::vector<const Value*>& vs) const {
     size_t bytes = 0;
     for (const Value* v : vs) bytes += v->bytes();
@@ -193,12 +202,13 @@ Status MpiCoordinator::share_resume(const Status& resumed, int64_t* start, const
   if (!rs[0]) return leads() ? resumed : Status(StatusCode::kInvalidInput, "rank 0 could not resume (its message says why)");
   *start = rs[1];
   std::vector<char> buf;
-  for (int k = 1; k < num_stages(); ++k) {
+  for (int q = 1; q < cluster_.size(); ++q) {  // every rank: its stage's part (each replica alike)
+    const int k = q / replicas();
     if (leads()) {
       impl_.pack_values(impl_.checkpoint_values_of(k), tensors, &buf);
-      if (!cluster_.send(k, kMsgCheckpoint, 0, buf.data(), buf.size()))
-        return internal_error("aborted while sending stage " + std::to_string(k) + " its checkpoint");
-    } else if (k == cluster_.rank()) {
+      if (!cluster_.send(q, kMsgCheckpoint, 0, buf.data(), buf.size()))
+        return internal_error("aborted while sending rank " + std::to_string(q) + " its checkpoint");
+    } else if (q == cluster_.rank()) {
       const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
       buf.resize(bytes_of(vs));
       if (!cluster_.recv(0, kMsgCheckpoint, 0, buf.data(), buf.size()))
@@ -215,8 +225,9 @@ Status MpiCoordinator::share_resume(const Status& resumed, int64_t* start, const
 // one process, so it resumes on any --gpus).
 Status MpiCoordinator::gather_checkpoint(int64_t step, Tensors* t) {
   if (!leads()) {
+    if (impl_.my_replica() != 0) return Status::ok();  // replica 0's stages hold the run's weights
     std::vector<char> buf;
-    impl_.pack_values(impl_.checkpoint_values_of(cluster_.rank()), *t, &buf);
+    impl_.pack_values(impl_.checkpoint_values_of(impl_.my_stage()), *t, &buf);
     if (!cluster_.send(0, kMsgCheckpoint, step, buf.data(), buf.size()))
       return internal_error("aborted while sending the checkpoint of step " + std::to_string(step) + " to rank 0");
     return Status::ok();
@@ -224,20 +235,31 @@ Status MpiCoordinator::gather_checkpoint(int64_t step, Tensors* t) {
   for (int k = 1; k < num_stages(); ++k) {
     const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
     std::vector<char> buf(bytes_of(vs));
-    if (!cluster_.recv(k, kMsgCheckpoint, step, buf.data(), buf.size()))
+    if (!cluster_.recv(rank0_of(k), kMsgCheckpoint, step, buf.data(), buf.size()))
       return internal_error("aborted while gathering the checkpoint of step " + std::to_string(step));
     impl_.unpack_values(vs, buf, t);
   }
   return Status::ok();
 }
 
+// The loss stage's rank of each replica tells rank 0, which takes the mean over the replicas in
+// replica order (the arithmetic of one process).
 Status MpiCoordinator::pass_losses(int64_t s0, std::vector<double>* losses) {
-  if (impl_.loss_stage == 0) return Status::ok();  // the loss stage's rank tells rank 0
   const size_t bytes = losses->size() * sizeof(double);
-  const bool moved = cluster_.rank() == impl_.loss_stage ? cluster_.send(0, kMsgLoss, s0, losses->data(), bytes)
-                     : leads()                ? cluster_.recv(impl_.loss_stage, kMsgLoss, s0, losses->data(), bytes)
-                                              : true;
-  if (!moved) return internal_error("aborted while passing the loss of step " + std::to_string(s0 + 1) + " to rank 0");
+  auto lost = [&] { return internal_error("aborted while passing the loss of step " + std::to_string(s0 + 1) + " to rank 0"); };
+  const int L = impl_.loss_stage;
+  if (!leads()) {
+    if (impl_.my_stage() == L && !cluster_.send(0, kMsgLoss, s0, losses->data(), bytes)) return lost();
+    return Status::ok();
+  }
+  if (L != 0 && !cluster_.recv(rank0_of(L), kMsgLoss, s0, losses->data(), bytes)) return lost();
+  if (replicas() == 1) return Status::ok();
+  std::vector<double> part(losses->size());
+  for (int r = 1; r < replicas(); ++r) {
+    if (!cluster_.recv(impl_.rank_of(L, r), kMsgLoss, s0, part.data(), bytes)) return lost();
+    for (size_t j = 0; j < part.size(); ++j) (*losses)[j] += part[j];
+  }
+  for (double& l : *losses) l /= replicas();
   return Status::ok();
 }
 
@@ -251,7 +273,7 @@ Status MpiCoordinator::send_snapshot(int64_t s0, const Snapshot& snap) {
 Status MpiCoordinator::gather_snapshots(int64_t s0) {
   for (int k = 1; k < num_stages(); ++k) {
     snap_buf_.resize(impl_.snapshot_bytes(k));
-    if (!cluster_.recv(k, kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
+    if (!cluster_.recv(rank0_of(k), kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
       return internal_error("aborted while gathering the weights of step " + std::to_string(s0 + 1));
     impl_.unpack_into_eval(k, snap_buf_);
   }
@@ -265,7 +287,8 @@ Status MpiCoordinator::gather_final() {
     return internal_error(std::string("aborted while gathering ") + what + " of stage " + std::to_string(k) + " to rank 0");
   };
   if (me != 0) {
-    const Stage& st = *impl_.stages.at(me);
+    if (impl_.my_replica() != 0) return Status::ok();  // replica 0's weights, stats and trace are the run's
+    const Stage& st = *impl_.stages.at(impl_.my_stage());
     std::vector<std::pair<const Value*, HostTensor>> snap;
     for (size_t i = 0; i < st.params.size(); ++i) {
       ASSIGN_OR_RETURN(HostTensor t, st.master(i));
@@ -277,13 +300,14 @@ Status MpiCoordinator::gather_final() {
     }
     std::vector<char> buf;
     impl_.pack_snapshot(snap, &buf);
-    if (!cluster_.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(me, "the weights");
+    const int k = st.index;
+    if (!cluster_.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
     const StageStats stats = st.stats;
-    if (!cluster_.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(me, "the stats");
+    if (!cluster_.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
     const int64_t count = static_cast<int64_t>(st.trace.size());
-    if (!cluster_.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(me, "the trace");
+    if (!cluster_.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
     if (count > 0 && !cluster_.send(0, kMsgTrace, 0, st.trace.data(), st.trace.size() * sizeof(PassRecord)))
-      return lost(me, "the trace");
+      return lost(k, "the trace");
     return Status::ok();
   }
   impl_.remote_values.clear();
@@ -291,8 +315,9 @@ Status MpiCoordinator::gather_final() {
   impl_.remote_trace.clear();
   std::vector<char> buf;
   for (int k = 1; k < N; ++k) {
+    const int q = rank0_of(k);
     buf.resize(impl_.snapshot_bytes(k));
-    if (!cluster_.recv(k, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
+    if (!cluster_.recv(q, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
     const char* p = buf.data();
     for (const auto* list : {&impl_.stages[k]->params, &impl_.stages[k]->state})
       for (const Value* v : *list) {
@@ -302,13 +327,13 @@ Status MpiCoordinator::gather_final() {
         impl_.remote_values[v->name] = std::move(t);
       }
     StageStats stats;
-    if (!cluster_.recv(k, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
+    if (!cluster_.recv(q, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
     impl_.remote_stats.push_back(stats);
     int64_t count = 0;
-    if (!cluster_.recv(k, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
+    if (!cluster_.recv(q, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
     if (count > 0) {
       std::vector<PassRecord> recs(static_cast<size_t>(count));
-      if (!cluster_.recv(k, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
+      if (!cluster_.recv(q, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
       impl_.remote_trace.insert(impl_.remote_trace.end(), recs.begin(), recs.end());
     }
   }
@@ -317,31 +342,70 @@ Status MpiCoordinator::gather_final() {
 
 void MpiCoordinator::relay_claims(RunShared& sh) {
   Cluster* C = &cluster_;
-  const int N = num_stages();
+  const int N = num_stages(), R = replicas(), size = C->size();
   if (C->rank() == 0) {
+    // The other replicas' batches: rank 0 alone reads the data, and gathers each replica's share
+    // of a mini-batch when it grants that mini-batch (before its own first forward of it), for the
+    // ranks of that replica's stages that read the input or the labels.
+    struct Feed {
+      HostTensor x, y;
+      std::vector<int> x_stages, y_stages;
+    };
+    std::shared_ptr<Feed> feed;
+    if (R > 1) {
+      feed = std::make_shared<Feed>();
+      const Stage& s0 = *impl_.stages.at(0);
+      feed->x = HostTensor(s0.input->dtype, s0.input->dims);
+      feed->y = HostTensor(s0.labels->dtype, s0.labels->dims);
+      for (const auto& st : impl_.stages) {
+        if (st->reads_input) feed->x_stages.push_back(st->index);
+        if (st->reads_labels) feed->y_stages.push_back(st->index);
+      }
+    }
+    const int M = impl_.opts.schedule == Schedule::kGPipe ? impl_.opts.micro_batches : 1;
+    PipelineTrainer::Impl* I = &impl_;
     // A failed send means the run is aborting: the stages stop on their own.
-    sh.tell_claim = [C, N](int64_t step, bool granted) {
+    sh.tell_claim = [C, size, R, M, I, feed, shp = &sh](int64_t step, bool granted) {
       const char g = granted ? 1 : 0;
-      for (int k = 1; k < N; ++k) C->send(k, kMsgClaim, step, &g, 1);
+      for (int q = 1; q < size; ++q) C->send(q, kMsgClaim, step, &g, 1);
+      if (!granted || !feed) return;
+      const int64_t epoch = step / shp->per_epoch, in_epoch = step % shp->per_epoch;
+      const auto order = shp->orders->get(epoch);
+      for (int r = 1; r < R; ++r)
+        for (int j = 0; j < M; ++j) {
+          const int64_t key = step * M + j;
+          gather_batch(*shp->data, *order, shp->first_sample(in_epoch, r, j), &feed->x, &feed->y);
+          for (int k : feed->x_stages) C->send(I->rank_of(k, r), kMsgBatchX, key, feed->x.data(), feed->x.bytes());
+          for (int k : feed->y_stages) C->send(I->rank_of(k, r), kMsgBatchY, key, feed->y.data(), feed->y.bytes());
+        }
     };
   } else {
     sh.ask_claim = [C](int64_t step) {
       char g = 0;
       return C->recv(0, kMsgClaim, step, &g, 1) && g != 0;
     };
+    if (impl_.my_replica() > 0)
+      sh.recv_batch = [C](int64_t key, HostTensor* x, HostTensor* y) {
+        return (!x || C->recv(0, kMsgBatchX, key, x->data(), x->bytes())) &&
+               (!y || C->recv(0, kMsgBatchY, key, y->data(), y->bytes()));
+      };
   }
-  // --clip-grad-norm under GPipe: rank 0 adds every rank's sum of squares, in rank order.
-  sh.sum_across_ranks = [C, N](int64_t step, double local) -> Expected<double> {
+  // --clip-grad-norm under GPipe: the ranks of each replica add their sums of squares at the
+  // replica's stage 0, in stage order (the replicas' gradients, hence sums, are equal).
+  const int root = impl_.rank_of(0, impl_.my_replica());
+  std::vector<int> members;
+  for (int k = 1; k < N; ++k) members.push_back(impl_.rank_of(k, impl_.my_replica()));
+  sh.sum_across_ranks = [C, root, members](int64_t step, double local) -> Expected<double> {
     double total = local;
-    if (C->rank() == 0) {
-      for (int k = 1; k < N; ++k) {
+    if (C->rank() == root) {
+      for (int q : members) {
         double part = 0;
-        if (!C->recv(k, kMsgNorm, step, &part, sizeof part)) return Status(StatusCode::kInternal, "pipeline aborted");
+        if (!C->recv(q, kMsgNorm, step, &part, sizeof part)) return Status(StatusCode::kInternal, "pipeline aborted");
         total += part;
       }
-      for (int k = 1; k < N; ++k)
-        if (!C->send(k, kMsgNorm, step, &total, sizeof total)) return Status(StatusCode::kInternal, "pipeline aborted");
-    } else if (!C->send(0, kMsgNorm, step, &local, sizeof local) || !C->recv(0, kMsgNorm, step, &total, sizeof total)) {
+      for (int q : members)
+        if (!C->send(q, kMsgNorm, step, &total, sizeof total)) return Status(StatusCode::kInternal, "pipeline aborted");
+    } else if (!C->send(root, kMsgNorm, step, &local, sizeof local) || !C->recv(root, kMsgNorm, step, &total, sizeof total)) {
       return Status(StatusCode::kInternal, "pipeline aborted");
     }
     return total;
@@ -352,9 +416,9 @@ Status MpiCoordinator::agree_segment_end(int64_t* step, bool* stop) {
   const int64_t n = segments_ended_++;  // the n-th segment (0-based) of train()
   int64_t word[2] = {*step, *stop ? 1 : 0};
   if (cluster_.rank() == 0) {
-    for (int k = 1; k < num_stages(); ++k)
-      if (!cluster_.send(k, kMsgSegmentEnd, n, word, sizeof word))
-        return internal_error("aborted while telling rank " + std::to_string(k) + " where the run stands");
+    for (int q = 1; q < cluster_.size(); ++q)
+      if (!cluster_.send(q, kMsgSegmentEnd, n, word, sizeof word))
+        return internal_error("aborted while telling rank " + std::to_string(q) + " where the run stands");
     return Status::ok();
   }
   if (!cluster_.recv(0, kMsgSegmentEnd, n, word, sizeof word))
@@ -365,6 +429,41 @@ Status MpiCoordinator::agree_segment_end(int64_t* step, bool* stop) {
 }
 
 }  // namespace
+
+namespace {
+
+class RankReducer final : public GradientReducer {
+ public:
+  RankReducer(Cluster& c, int replicas) : cluster_(c), replicas_(replicas) {}
+  Status allreduce(RunShared&, int, const std::vector<TensorView>& grads, Device& dev, void* stream) override {
+    const bool staged = dev.kind() != DeviceKind::kCpu;  // MPI reads host memory
+    if (staged) RETURN_IF_ERROR(dev.synchronize(stream));
+    for (const TensorView& g : grads) {
+      if (staged) {
+        HostTensor h(g.dtype, g.dims);
+        RETURN_IF_ERROR(dev.to_host(h.data(), g.data, g.bytes(), stream));
+        RETURN_IF_ERROR(dev.synchronize(stream));
+        RETURN_IF_ERROR(cluster_.group_allreduce_sum(h.data(), g.size(), g.dtype));
+        RETURN_IF_ERROR(dev.to_device(g.data, h.data(), g.bytes(), stream));
+        RETURN_IF_ERROR(dev.synchronize(stream));
+      } else {
+        RETURN_IF_ERROR(cluster_.group_allreduce_sum(g.data, g.size(), g.dtype));
+      }
+      RETURN_IF_ERROR(dev.divide(g, replicas_, stream));
+    }
+    return Status::ok();
+  }
+
+ private:
+  Cluster& cluster_;
+  int replicas_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientReducer> make_rank_reducer(Cluster& cluster, int replicas) {
+  return std::make_unique<RankReducer>(cluster, replicas);
+}
 
 std::unique_ptr<RankCoordinator> make_mpi_coordinator(PipelineTrainer::Impl& impl) {
   return std::make_unique<MpiCoordinator>(impl);

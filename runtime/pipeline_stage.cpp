@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include <omp.h>
@@ -163,6 +164,66 @@ void RunShared::fail(Status s) {
   cv.notify_all();
 }
 
+// ---- ReplicaReducer ----
+
+bool ReplicaReducer::barrier(RunShared& sh) {
+  std::unique_lock<std::mutex> lock(sh.mu);
+  const int64_t gen = generation_;
+  if (++count_ == replicas_) {
+    count_ = 0;
+    ++generation_;
+    lock.unlock();
+    sh.cv.notify_all();
+    return !sh.abort;
+  }
+  sh.cv.wait(lock, [&] { return sh.abort || generation_ != gen; });
+  return !sh.abort;
+}
+
+Status ReplicaReducer::allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) {
+  const int R = replicas_;
+  // Host-addressable copies of the gradients (on the CPU the buffers themselves).
+  const bool staged = dev.kind() != DeviceKind::kCpu;
+  std::vector<HostTensor> host;
+  if (staged) {
+    RETURN_IF_ERROR(dev.synchronize(stream));
+    for (const TensorView& g : grads) {
+      host.emplace_back(g.dtype, g.dims);
+      RETURN_IF_ERROR(dev.to_host(host.back().data(), g.data, g.bytes(), stream));
+    }
+    RETURN_IF_ERROR(dev.synchronize(stream));
+  }
+  std::vector<TensorView>& mine = views_[r];
+  mine.clear();
+  for (size_t i = 0; i < grads.size(); ++i)
+    mine.push_back(staged ? TensorView{host[i].data(), grads[i].dtype, grads[i].dims} : grads[i]);
+  if (!barrier(sh)) return aborted();
+  // This replica's share of every gradient: elements [r, r + 1) * n / R, summed in replica order.
+  static const std::shared_ptr<Device> cpu = [] {
+    auto d = open_device(DeviceKind::kCpu);
+    return d ? *d : nullptr;
+  }();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const int64_t n = grads[i].size();
+    const int64_t lo = n * r / R, hi = n * (r + 1) / R;
+    if (hi <= lo) continue;
+    const size_t esize = dtype_size(grads[i].dtype);
+    auto part = [&](int q) {
+      return TensorView{static_cast<char*>(views_[q][i].data) + lo * esize, grads[i].dtype, Dims{hi - lo}};
+    };
+    const TensorView sum = part(0);
+    for (int q = 1; q < R; ++q) RETURN_IF_ERROR(cpu->accumulate(sum, part(q), nullptr));
+    for (int q = 1; q < R; ++q) std::memcpy(part(q).data, sum.data, sum.bytes());
+  }
+  if (!barrier(sh)) return aborted();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (staged) RETURN_IF_ERROR(dev.to_device(grads[i].data, host[i].data(), grads[i].bytes(), stream));
+    RETURN_IF_ERROR(dev.divide(grads[i], R, stream));
+  }
+  if (staged) RETURN_IF_ERROR(dev.synchronize(stream));  // the host copies end here
+  return Status::ok();
+}
+
 void EpochOrders::init(std::vector<int64_t> order, std::mt19937_64 rng, int64_t first, bool shuffle, int64_t keep) {
   std::lock_guard<std::mutex> lock(mu_);
   drawn_.clear();
@@ -214,8 +275,9 @@ bool RunShared::claim(int64_t step) {
   }
   bool granted = false;
   {
-    std::lock_guard<std::mutex> lock(mu);
-    granted = step < end_;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return abort || step >= end_ || step < consumed_ + lead; });
+    granted = step < end_ && !abort;
     if (granted) claimed_ = std::max(claimed_, step + 1);
   }
   cv.notify_all();
@@ -223,12 +285,25 @@ bool RunShared::claim(int64_t step) {
   return granted;
 }
 
+void RunShared::consumed(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    consumed_ = std::max(consumed_, step + 1);
+  }
+  cv.notify_all();
+}
+
 int64_t RunShared::stop_early() {
-  std::lock_guard<std::mutex> lock(mu);
-  // claimed_ is one past the highest mini-batch any stage has claimed: ending there lets every
-  // stage finish exactly the mini-batches some stage started (a claim below end_ always succeeds).
-  end_ = std::min(end_, std::max(claimed_, first_step + 1));
-  return end_;
+  int64_t end = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    // claimed_ is one past the highest mini-batch any stage has claimed: ending there lets every
+    // stage finish exactly the mini-batches some stage started (a claim below end_ always succeeds).
+    end_ = std::min(end_, std::max(claimed_, first_step + 1));
+    end = end_;
+  }
+  cv.notify_all();  // a claim waiting for the loop to catch up is refused now
+  return end;
 }
 
 int64_t RunShared::end_step() {
@@ -241,6 +316,7 @@ void RunShared::set_segment(int64_t first, int64_t end) {
   first_step = first;
   end_ = end;
   claimed_ = first;
+  consumed_ = std::max(consumed_, first);
 }
 
 // ---- Stage ----
@@ -332,6 +408,13 @@ Status Stage::load_predicted(int s) {
 Status Stage::feed(RunShared& sh, int64_t key) {
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   if (data_in) return data_in->recv(key, *ex) ? Status::ok() : link_failed(data_in);
+  if (sh.recv_batch && (reads_input || reads_labels)) {  // a replica's stage under MPI: from rank 0
+    if (!sh.recv_batch(key, reads_input ? &ex->host(input) : nullptr, reads_labels ? &ex->host(labels) : nullptr))
+      return aborted();
+    if (reads_input) RETURN_IF_ERROR(ex->upload(input));
+    if (reads_labels) RETURN_IF_ERROR(ex->upload(labels));
+    return Status::ok();
+  }
   const bool sends = !data_out.empty();  // the data rank: what it gathers travels from its buffers
   if (prefetch_) {
     const bool x = reads_input || sends, y = reads_labels || sends;
@@ -357,7 +440,7 @@ Status Stage::feed(RunShared& sh, int64_t key) {
         up.push_back(v);
       }
     }
-    gather_more(*sh.data, *sh.orders->get(epoch), in_epoch * sh.mini_batch + j * sh.graph_batch, more);
+    gather_more(*sh.data, *sh.orders->get(epoch), sh.first_sample(in_epoch, replica, j), more);
     for (const Value* v : up) RETURN_IF_ERROR(ex->upload(v));
   }
   for (Link* l : data_out)
@@ -410,7 +493,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
     const double l = ex->host(loss).get_double(0);
     {
       std::lock_guard<std::mutex> lock(sh.mu);
-      sh.losses[key] = l;
+      sh.losses[key * sh.local_replicas + replica % sh.local_replicas] = l;
     }
     sh.cv.notify_all();
   }
@@ -495,6 +578,11 @@ Status Stage::update(RunShared& sh, int64_t step) {
       RETURN_IF_ERROR(ex->copy_in(grads[i], grad_acc_[i].view(), dev));
       RETURN_IF_ERROR(ex->device()->divide(ex->view(grads[i]), opts.micro_batches, ex->stream()));
     }
+  if (reducer) {  // data-parallel replicas: every replica's stage updates with the mean gradient
+    std::vector<TensorView> views;
+    for (const Value* g : grads) views.push_back(ex->view(g));
+    RETURN_IF_ERROR(reducer->allreduce(sh, replica, views, *ex->device(), ex->stream()));
+  }
   if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
   RETURN_IF_ERROR(load_master());
   RETURN_IF_ERROR(set_lr(sh, step));
@@ -507,7 +595,7 @@ Status Stage::update(RunShared& sh, int64_t step) {
   busy_s_ += busy;
   upd_s_ += busy;
   ++stats.updates;
-  if (sh.snapshot_at(step)) RETURN_IF_ERROR(post_snapshot(sh, step));
+  if (sh.snapshot_at(step) && replica == 0) RETURN_IF_ERROR(post_snapshot(sh, step));  // the replicas' are equal
   if (opts.after_update) opts.after_update(index, step);
   return Status::ok();
 }
@@ -552,17 +640,17 @@ void Stage::run(RunShared& sh) {
   const int64_t first = sh.first_step, end = sh.end_step();
   begin_shared_segment(first);
   const bool sends = !data_out.empty();
-  if ((reads_input || reads_labels || sends) && !data_in) {
+  if ((reads_input || reads_labels || sends) && !data_in && !sh.recv_batch) {
     // Batches of the segment's passes, gathered ahead (the segment can only end earlier).
     const int M = micro();
     const RunShared* shp = &sh;
     prefetch_ = std::make_unique<BatchPrefetcher>(
         reads_input || sends ? &ex->host(input) : nullptr, reads_labels || sends ? &ex->host(labels) : nullptr,
         first * M, end * M,
-        kPrefetchDepth, [shp, M](int64_t key, HostTensor* x, HostTensor* y) {
+        kPrefetchDepth, [shp, M, r = replica](int64_t key, HostTensor* x, HostTensor* y) {
           const int64_t step = key / M, j = key % M;
           const int64_t epoch = step / shp->per_epoch, in_epoch = step % shp->per_epoch;
-          gather_batch(*shp->data, *shp->orders->get(epoch), in_epoch * shp->mini_batch + j * shp->graph_batch, x, y);
+          gather_batch(*shp->data, *shp->orders->get(epoch), shp->first_sample(in_epoch, r, j), x, y);
         });
   }
   Status st = Status::ok();

@@ -91,6 +91,39 @@ class EpochOrders {
   bool shuffle_ = true;
 };
 
+struct RunShared;
+
+// The R replicas of one stage average their gradients of each mini-batch here (in one process,
+// through shared memory): every replica arrives with its gradient buffers, each sums its share of
+// the elements over the replicas in replica order (r = 0, 1, ...) into every replica's buffers,
+// and, once all have summed, each divides its own by R: the same arithmetic as an all-reduce sum
+// followed by the division, so that every replica's buffers hold bit-identical means. Gradients
+// on a device whose memory the host cannot address are staged through host copies.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  // Replica `r`'s gradients `grads` (on `dev`, with stream `stream`): averaged over the replicas in
+  // place. Every replica calls it once per update, in the same order; waits end at sh.abort.
+  virtual Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) = 0;
+};
+
+class ReplicaReducer final : public GradientReducer {
+ public:
+  explicit ReplicaReducer(int replicas) : replicas_(replicas), views_(replicas) {}
+  Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) override;
+
+ private:
+  bool barrier(RunShared& sh);
+  const int replicas_;
+  std::vector<std::vector<TensorView>> views_;  // [replica][gradient] host-addressable
+  int count_ = 0;                               // guarded by sh.mu
+  int64_t generation_ = 0;
+};
+
+// One stage per rank (runtime/pipeline_ranks.cpp): the replicas of a stage are ranks of one group
+// (Cluster::split_groups), and the sum is MPI's all-reduce (then the division by R).
+std::unique_ptr<GradientReducer> make_rank_reducer(Cluster& cluster, int replicas);
+
 // Batches a stage's prefetch thread gathers ahead of its forwards.
 constexpr int kPrefetchDepth = 2;
 
@@ -105,8 +138,17 @@ struct RunShared {
   int64_t total_steps = 0;
   int64_t first_step = 0;  // of the current segment
   LrSchedule lr;           // the rate of step t (1-based) is lr.at(t)
-  int64_t mini_batch = 0;  // samples per step
+  int64_t mini_batch = 0;  // samples per step (over every replica)
   int64_t graph_batch = 0;  // samples per pass
+  int replicas = 1;         // replica r reads samples [r, r + 1) * mini_batch / replicas of each step
+  int local_replicas = 1;   // the replicas of this process (in one process: all; under MPI: 1)
+  // Under MPI, a stage of replica r > 0 receives its batches from rank 0 (which reads the data):
+  // the input and labels of pass `key` into x / y (null: not read here); false once aborted.
+  std::function<bool(int64_t key, HostTensor* x, HostTensor* y)> recv_batch;
+  // The first sample (in the epoch's order) of micro-batch j of replica r, in_epoch steps into the epoch.
+  int64_t first_sample(int64_t in_epoch, int r, int64_t j) const {
+    return in_epoch * mini_batch + r * (mini_batch / replicas) + j * graph_batch;
+  }
   // Validation needs the weights after 0-based step s at epoch ends, every eval_every steps and
   // after the last step (only when there is a validation set).
   bool validate = false;
@@ -119,7 +161,7 @@ struct RunShared {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int64_t, double> losses;   // [pass id], filled by the loss stage, erased when consumed
+  std::map<int64_t, double> losses;   // [pass id * local_replicas + replica], filled by the loss stages, erased when consumed
   // [step] -> per-stage snapshot of (value, tensor), posted after that step's update.
   std::map<int64_t, std::vector<std::vector<std::pair<const Value*, HostTensor>>>> snapshots;
   std::map<int64_t, int> snapshot_count;
@@ -135,8 +177,14 @@ struct RunShared {
   void fail(Status s);
 
   // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
-  // first; false when the segment ends before it.
+  // first; false when the segment ends before it. The stages run at most `lead` mini-batches ahead
+  // of the training loop (consumed()): a loop slowed by validation or a loaded machine would
+  // otherwise leave losses and snapshots piling up without bound, and a stop request would first
+  // wait for that backlog (issue 17: a stopped 2-stage run took minutes to exit under load).
   bool claim(int64_t step);
+  // The training loop has taken mini-batch `step`'s losses.
+  void consumed(int64_t step);
+  int64_t lead = 1 << 30;
   // One stage per rank (runtime/pipeline_ranks.cpp): rank 0 passes every answer of claim() on
   // (tell_claim), the other ranks take rank 0's answer for their own (ask_claim; false once the
   // run is aborted), so that a stop on rank 0 ends every rank's segment at the same mini-batch.
@@ -152,13 +200,15 @@ struct RunShared {
   void set_segment(int64_t first, int64_t end);
 
  private:
-  int64_t end_ = 0, claimed_ = 0;  // guarded by mu
+  int64_t end_ = 0, claimed_ = 0, consumed_ = 0;  // guarded by mu
 };
 
 class Stage {
  public:
   int index = 0;
   int num_stages = 1;
+  int replica = 0;                       // which copy of the pipeline (PipelineOptions::replicas)
+  GradientReducer* reducer = nullptr;    // with replicas: where stage `index` averages its gradients
   PipelineOptions opts;
   std::vector<const Node*> nodes;
   std::unique_ptr<Executor> ex;
@@ -263,7 +313,12 @@ struct PipelineTrainer::Impl {
   const Graph& g;
   const TrainingGraph& tg;
   PipelineOptions opts;
-  std::vector<std::unique_ptr<Stage>> stages;
+  std::vector<std::unique_ptr<Stage>> stages;  // replica 0's (the ones reported, saved and exported)
+  // Replicas 1.. (PipelineOptions::replicas) in this process: [replica - 1][stage]. Their weights
+  // equal replica 0's after every update; their model state (BatchNorm statistics) is their own,
+  // and replica 0's is the model's (as PyTorch's DistributedDataParallel keeps rank 0's buffers).
+  std::vector<std::vector<std::unique_ptr<Stage>>> more_replicas;
+  std::vector<std::unique_ptr<GradientReducer>> reducers;  // [stage] with replicas (under MPI: this rank's)
   std::vector<std::unique_ptr<Link>> channels;
   std::vector<Link*> shared_links;  // MPI: [layout weight flow] this rank's end of its weight link (null: not an end)
   std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
@@ -277,9 +332,17 @@ struct PipelineTrainer::Impl {
   std::vector<PassRecord> remote_trace;
 
   bool distributed() const { return opts.cluster != nullptr; }
+  // Every stage this process runs, of every replica (replica 0's first).
+  std::vector<Stage*> local_stages() const;
   int rank() const;
   bool coordinator() const { return rank() == 0; }  // prints, validates, writes the run folder
-  bool local(int stage) const { return !distributed() || stage == rank(); }
+  bool local(int stage) const { return !distributed() || stage == my_stage(); }
+  // Ranks under MPI: stage k of replica r is rank k * R + r (a stage's replicas side by side, so
+  // that the all-reduce, the heaviest traffic, stays between neighbouring ranks: on one node when
+  // ranks are placed by node).
+  int my_stage() const { return rank() / opts.replicas; }
+  int my_replica() const { return distributed() ? rank() % opts.replicas : 0; }
+  int rank_of(int stage, int replica) const { return stage * opts.replicas + replica; }
   Status load_eval_weights();  // into the evaluator's host copies (run_eval uploads them)
   Expected<EvalResult> run_eval(const Dataset& d);
   std::string describe() const;  // "4 stages, 1F1B spectrain (paper)" (checkpoints record it)
@@ -307,7 +370,7 @@ struct PipelineTrainer::Impl {
 // Message kinds of the coordinators (Cluster::send/recv).
 enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
                    kMsgHeader = 6, kMsgCheckpoint = 7, kMsgClaim = 8, kMsgSegmentEnd = 9,
-                   kMsgNorm = 10 };
+                   kMsgNorm = 10, kMsgBatchX = 11, kMsgBatchY = 12 };
 // Link kinds between two ranks.
 enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2, kLinkWeightsForward = 3, kLinkWeightsBackward = 4 };
 

@@ -13,6 +13,7 @@
 #   train_resnet18  ResNet-18 (3x32x32, batch 64) on 4 stages oversubscribed on one GPU, SpecTrain,
 #                   200 steps of Fashion-MNIST: the loss must fall (mean of steps 1-10 against
 #                   191-200); wall time, samples/s, validation accuracy
+#   replicas        2 stages x 2 replicas (--replicas) on the one GPU against CPU stages (weights)
 #   step_vs_torch   one stage (--device cuda --gpus 1) against PyTorch eager on the same GPU:
 #                   mean ms per training step and the ratio (tools/bench/step_vs_torch.py)
 #   memcheck        the CUDA tests under compute-sanitizer where it works
@@ -323,6 +324,40 @@ else
   else
     tail_of "$log_dir/train_resnet18.log" 10
     row train_resnet18 FAIL "exit $rc: $(tool_message "$log_dir/train_resnet18.log")"
+  fi
+fi
+
+# 6b. Replicas on the GPU (--replicas, averaged through host copies): the digits MLP on 2 stages x 2
+# replicas oversubscribed on the one GPU, 30 steps, against the same run on CPU stages (every trained
+# weight within 1e-4).
+if [ -z "$pipetrain" ]; then
+  row replicas SKIP "no onnx-pipetrain (see the binaries row)"
+elif [ "$(cap 60)" -lt 20 ]; then
+  row replicas SKIP "under 20 s of the budget left"
+else
+  c=$(cap 60)
+  rep_flags=(models/digits_mlp.onnx --data models/digits/train --gpus 2 --replicas 2 --steps 30 --seed 3 --quiet --overwrite)
+  timeout "$c" "$pipetrain" "${rep_flags[@]}" --device "$train_dev" --oversubscribe --out "$log_dir/replicas_gpu" \
+    >"$log_dir/replicas.log" 2>&1
+  rc=$?
+  timeout "$c" "$pipetrain" "${rep_flags[@]}" --device cpu --out "$log_dir/replicas_cpu" >>"$log_dir/replicas.log" 2>&1
+  rc_cpu=$?
+  if [ "$rc" != 0 ] || [ "$rc_cpu" != 0 ]; then
+    row replicas FAIL "exit $rc (GPU) / $rc_cpu (CPU): $(tool_message "$log_dir/replicas.log")"
+  else
+    verdict=$(python3 - "$log_dir/replicas_gpu/digits_mlp.trained.onnx" "$log_dir/replicas_cpu/digits_mlp.trained.onnx" <<'PY' 2>&1
+import sys
+try:
+    import onnx, numpy as np
+    from onnx import numpy_helper as nh
+except ImportError as e:
+    print(f"SKIP no onnx/numpy here ({e})"); sys.exit()
+a, b = ({i.name: nh.to_array(i).astype(np.float64) for i in onnx.load(p).graph.initializer} for p in sys.argv[1:3])
+worst = max(float(np.max(np.abs(a[k] - b[k])) / (np.max(np.abs(b[k])) + 1e-6)) for k in b)
+print(("PASS" if worst <= 1e-4 else "FAIL") + f" worst relative difference GPU vs CPU {worst:.2e}")
+PY
+)
+    row replicas "${verdict%% *}" "${verdict#* }"
   fi
 fi
 

@@ -186,8 +186,13 @@ int MpiJob::fail(const Status& s) {
   return exit_code_for(s);
 }
 
-Status MpiJob::check_stages(int gpus) const {
-  if (!cluster_ || gpus == cluster_->size()) return Status::ok();
+Status MpiJob::check_stages(int gpus, int replicas) const {
+  if (!cluster_ || int64_t{gpus} * replicas == cluster_->size()) return Status::ok();
+  if (replicas > 1)
+    return invalid_input("--gpus " + std::to_string(gpus) + " x --replicas " + std::to_string(replicas) + ": this job has " +
+                         std::to_string(cluster_->size()) + " ranks; one rank runs one stage of one replica, so the job needs " +
+                         std::to_string(int64_t{gpus} * replicas) + " ranks (mpirun -np " +
+                         std::to_string(int64_t{gpus} * replicas) + ")");
   return invalid_input("--gpus " + std::to_string(gpus) + ": this job has " + std::to_string(cluster_->size()) +
                        " ranks; one rank runs one stage, so --gpus must equal the number of ranks (mpirun -np " +
                        std::to_string(gpus) + ")");
@@ -197,7 +202,9 @@ void MpiJob::set_plan_flags(PlanFlags* pf) {
   if (!cluster_) return;
   pf->write_reports = cluster_->rank() == 0;
   pf->node_of_stage.clear();
-  for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(cluster_->node_of(k));
+  // Stage k of replica 0 runs on rank k * R (rank_of in runtime/pipeline_stage.h).
+  const int R = std::max(1, cluster_->size() / std::max(1, pf->stages));
+  for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(cluster_->node_of(std::min(k * R, cluster_->size() - 1)));
   pf->cpu_threads = threads_per_stage(pf->stages);
   pf->agree_cpu_spec = [this](DeviceSpec* d) { return share_cpu_spec(d); };
   pf->profile_here = cluster_->rank() == 0;

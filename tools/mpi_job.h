@@ -51,8 +51,8 @@ class MpiJob {
   // every rank shares); after the start the failing rank ends the whole job (MPI_Abort) with its code.
   int fail(const Status& s);
 
-  // --gpus against the job: one rank runs one stage, so they must be equal.
-  Status check_stages(int gpus) const;
+  // --gpus (x --replicas) against the job: one rank runs one stage of one replica, so they must be equal.
+  Status check_stages(int gpus, int replicas = 1) const;
   // What planning needs in a job: reports from rank 0 alone, the node of every stage, each rank's
   // share of its node's cores, and rank 0's measured CPU spec and profile for every rank, so that
   // every rank computes the same plan. Leaves `pf` alone for a single process.

@@ -115,7 +115,12 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (o.gpus > 4096) return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": at most 4096 pipeline stages"));
   if (o.batch.mini_batch > (int64_t{1} << 31) - 1)
     return job.fail(invalid_input("--batch-size " + std::to_string(o.batch.mini_batch) + ": at most 2147483647 samples"));
-  if (Status js = job.check_stages(o.gpus); !js.is_ok()) return job.fail(js);
+  if (o.replicas < 1)
+    return job.fail(invalid_input("--replicas " + std::to_string(o.replicas) + ": must be at least 1"));
+  if (o.replicas > 4096 || int64_t{o.gpus} * o.replicas > 4096)
+    return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + " x --replicas " + std::to_string(o.replicas) +
+                                  ": at most 4096 devices"));
+  if (Status js = job.check_stages(o.gpus, o.replicas); !js.is_ok()) return job.fail(js);
   auto opt = optimizer_options(o);
   if (!opt) return job.fail(opt.status());
   const SgdOptions& sgd = *opt;
@@ -123,7 +128,7 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   // a GPU per rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of
   // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
   const int gpus_here = cuda_device_count();
-  const int gpus_needed = job.cuda_devices_needed(o.gpus);
+  const int gpus_needed = job.cuda_devices_needed(o.gpus * o.replicas);
   if (o.device == DeviceChoice::kCuda && !o.plan_only && (gpus_here == 0 || (gpus_here < gpus_needed && !o.oversubscribe))) {
     return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
                                   " CUDA device" + (gpus_here == 1 ? "" : "s") +
@@ -147,10 +152,14 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (!gpipe && o.batch.micro_batches_given && o.batch.micro_batches != 1)
     return job.fail(invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) + ": micro-batches need --schedule gpipe"));
   const int micro = gpipe ? o.batch.micro_batches : 1;
-  if (o.batch.mini_batch % micro != 0)
-    return job.fail(invalid_input("--batch-size " + std::to_string(o.batch.mini_batch) + " is not a multiple of --micro-batches " +
-                                  std::to_string(micro)));
-  io.batch_size = o.batch.mini_batch / micro;
+  // Each replica runs its share of the mini-batch (in micro-batches under GPipe).
+  const int64_t passes = int64_t{micro} * o.replicas;
+  if (o.batch.mini_batch % passes != 0)
+    return job.fail(invalid_input(
+        "--batch-size " + std::to_string(o.batch.mini_batch) + " is not a multiple of " +
+        (o.replicas > 1 ? "--replicas " + std::to_string(o.replicas) + (micro > 1 ? " x --micro-batches " + std::to_string(micro) + " = " + std::to_string(passes) : "")
+                        : "--micro-batches " + std::to_string(micro))));
+  io.batch_size = o.batch.mini_batch / passes;
   io.device = device;
   io.freeze = o.freeze;
   io.trainable = o.trainable;
@@ -332,7 +341,7 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   std::map<std::string, HostTensor> trained_values;
   std::unique_ptr<PipelineTrainer> pipeline;
   Expected<TrainResult> result = internal_error("not trained");
-  if (o.gpus == 1 && !gpipe) {
+  if (o.gpus == 1 && !gpipe && o.replicas == 1) {
     auto dev = open_device(device, use_cuda ? job.local_gpu(gpus_here) : 0);
     if (!dev) return job.fail(dev.status());
     auto trainer = Trainer::create(g, *tg, *dev);
@@ -361,7 +370,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     po.staleness = o.staleness;
     po.after_update = o.test.after_update;
     po.micro_batches = micro;
-    po.threads_per_stage = job.threads_per_stage(o.gpus);
+    po.replicas = o.replicas;
+    po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);
     po.record_trace = o.trace;
     po.device = device;
     job.set_pipeline(&po, use_cuda, gpus_here, o.oversubscribe);
@@ -373,7 +383,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
                                                 "1F1B, " + std::string(weight_mode_name(o.weights)) + " weights" +
                                                     (o.weights == WeightMode::kSpecTrain ? " (" + std::string(staleness_name(o.staleness)) + " staleness)" : "")) +
-               ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : ""));
+               ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : "") +
+               (o.replicas > 1 ? " x " + std::to_string(o.replicas) + " replicas (gradients averaged over the replicas of each stage)" : ""));
     {
       StopRequests stop(job);  // Ctrl-C: finish the mini-batches started, drain, checkpoint, exit 130
       tc.stop = stop.flag();
@@ -433,9 +444,13 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
                     static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6);
       say(o, b);
     }
-    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages %.1f MB + data %.1f MB + baseline %.1f MB)",
+    // Replicas in this process hold a copy of every stage each (under MPI a rank holds one stage).
+    const int copies = job.in_job() ? 1 : o.replicas;
+    stages_planned *= copies;
+    const std::string times = copies > 1 ? " x " + std::to_string(copies) + " replicas" : "";
+    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages%s %.1f MB + data %.1f MB + baseline %.1f MB)",
                   static_cast<double>(p.measured_peak_rss_bytes) / 1e6,
-                  static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6,
+                  static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6, times.c_str(),
                   static_cast<double>(stages_planned) / 1e6, static_cast<double>(p.data_bytes) / 1e6,
                   static_cast<double>(p.baseline_bytes) / 1e6);
     say(o, b);

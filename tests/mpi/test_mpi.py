@@ -389,6 +389,67 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(rc, 2, log)
         self.assertIn("--gpus 4: this job has 2 ranks", log)
 
+    def check_replicas_bit_for_bit(self, gpus, replicas, flags, tag):
+        # stage k of replica r on rank k * R + r; the same run in one process (threads, shared-memory
+        # sums) gives the same bits: weights, BatchNorm-free state and every loss
+        common = [MODEL, "--data", TRAIN, "--val-data", VAL, "--gpus", gpus, "--replicas", replicas, "--steps", 30,
+                  "--seed", 7, "--quiet", "--eval-every", 10, *flags]
+        rc, log, _ = run([BIN, *common, "--out", self.out(tag + "-single")])
+        self.assertEqual(rc, 0, log)
+        rc, log, secs = mpirun(gpus * replicas, *common, "--out", self.out(tag + "-mpi"))
+        self.assertEqual(rc, 0, log)
+        print(f"{tag}: mpirun -np {gpus * replicas} took {secs:.1f} s", file=sys.stderr)
+        a = weights(os.path.join(self.out(tag + "-single"), "digits_mlp.trained.onnx"))
+        b = weights(os.path.join(self.out(tag + "-mpi"), "digits_mlp.trained.onnx"))
+        self.assertEqual(sorted(a), sorted(b))
+        orig = weights(MODEL)
+        for k in a:
+            np.testing.assert_array_equal(b[k], a[k], err_msg=f"{tag}: {k}")
+        self.assertTrue(any(not np.array_equal(a[k], orig[k]) for k in a if k in orig), "training changed nothing")
+        self.assertEqual(losses(os.path.join(self.out(tag + "-mpi"), "metrics.csv")),
+                         losses(os.path.join(self.out(tag + "-single"), "metrics.csv")))
+        with open(os.path.join(self.out(tag + "-mpi"), "metrics.csv")) as f:
+            self.assertEqual(sum(1 for r in f.read().splitlines()[1:] if r.split(",")[5]), 3)  # validations
+
+    def test_replicas_data_parallel_np2(self):
+        self.check_replicas_bit_for_bit(1, 2, [], "dp2")
+
+    def test_replicas_spectrain_np4(self):
+        self.check_replicas_bit_for_bit(2, 2, ["--weights", "spectrain"], "hybrid4")
+
+    def test_replicas_gpipe_clip_np4(self):
+        self.check_replicas_bit_for_bit(2, 2, ["--schedule", "gpipe", "--micro-batches", 2, "--clip-grad-norm", 0.5],
+                                        "hybridgpipe4")
+
+    def test_replicas_checkpoint_resumes_in_one_process(self):
+        # rank 0 writes one checkpoint (replica 0's weights) that resumes in one process, bit for bit
+        common = [MODEL, "--data", TRAIN, "--gpus", 2, "--replicas", 2, "--seed", 7, "--quiet", "--checkpoint-every", 10]
+        rc, log, _ = mpirun(4, *common, "--steps", 10, "--out", self.out("repck"))
+        self.assertEqual(rc, 0, log)
+        rc, log, _ = run([BIN, *common, "--steps", 20, "--out", self.out("repck"), "--resume"])
+        self.assertEqual(rc, 0, log)
+        rc, log, _ = run([BIN, *common, "--steps", 20, "--out", self.out("repck-single")])
+        self.assertEqual(rc, 0, log)
+        a = weights(os.path.join(self.out("repck"), "digits_mlp.trained.onnx"))
+        b = weights(os.path.join(self.out("repck-single"), "digits_mlp.trained.onnx"))
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+    def test_lost_replica_ends_the_job(self):
+        # rank 1 is stage 0 of replica 1
+        rc, log, secs = mpirun(4, MODEL, "--data", TRAIN, "--gpus", 2, "--replicas", 2, "--epochs", 200, "--quiet",
+                               "--out", self.out("lostreplica"), "--test-lose-rank", "1:5", timeout=120)
+        self.assertNotEqual(rc, 0, log)
+        self.assertIn("lost rank 1", log)
+        self.assertLess(secs, 60, log)
+
+    def test_replicas_need_n_times_r_ranks(self):
+        rc, log, secs = mpirun(2, MODEL, "--gpus", 2, "--replicas", 2, "--steps", 1, "--out", self.out("repnp"))
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--gpus 2 x --replicas 2: this job has 2 ranks", log)
+        self.assertIn("mpirun -np 4", log)
+        self.assertLess(secs, 60)
+
     def test_bad_data_on_rank_0_stops_every_rank(self):
         rc, log, secs = mpirun(2, MODEL, "--data", self.out("no-such-data"), "--gpus", 2, "--steps", 1, "--out",
                                self.out("nodata"))

@@ -141,6 +141,41 @@ def torch_step(model, keys, x, y, micro=1):
     return {k: state[k].detach().double().numpy().copy() for k in keys}, float(loss.item())
 
 
+def torch_ddp_step(model, keys, x, y, replicas, micro=1):
+    """One step of PyTorch DistributedDataParallel over `replicas` copies of model, simulated in one
+    process: replica r takes the r-th contiguous share of the batch (GPipe: in `micro`
+    micro-batches), its gradients are averaged over the replicas (DDP's all-reduce mean) and every
+    replica applies the same update; BatchNorm statistics are each replica's own, and the model's
+    are replica 0's (DDP broadcasts rank 0's buffers). Returns ({key: value}, mean loss)."""
+    copies = [copy.deepcopy(model) for _ in range(replicas)]
+    xs, ys = np.array_split(x, replicas), np.array_split(y, replicas)
+    losses, grads = [], []
+    for m, xr, yr in zip(copies, xs, ys):
+        dtype = next(m.parameters()).dtype
+        m.train()
+        m.zero_grad(set_to_none=True)
+        xt = torch.from_numpy(np.ascontiguousarray(xr))
+        if xt.is_floating_point():
+            xt = xt.to(dtype)
+        yt = torch.from_numpy(np.ascontiguousarray(yr))
+        total = 0.0
+        for xc, yc in zip(torch.chunk(xt, micro), torch.chunk(yt, micro)):
+            out = m(xc)
+            part = F.cross_entropy(out.reshape(-1, out.shape[-1]), yc.reshape(-1)) / micro
+            part.backward()
+            total += float(part.item())
+        losses.append(total)
+        grads.append({n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in m.named_parameters()})
+    with torch.no_grad():
+        for m in copies:
+            for n, p in m.named_parameters():
+                g = sum(gr[n] for gr in grads) / replicas + WD * p
+                p.sub_(LR * (1.0 - GAMMA) * g)
+    state = dict(copies[0].named_parameters())
+    state.update({n: b for n, b in copies[0].named_buffers()})
+    return {k: state[k].detach().double().numpy().copy() for k in keys}, float(np.mean(losses))
+
+
 def map_to_initializers(named, inits):
     """{torch name: onnx initializer name}; raises if a tensor matches no or several initializers."""
     out, problems = {}, []
@@ -191,7 +226,7 @@ def default_bin():
     return os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 
 
-def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print, gpus=1, micro=1):
+def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print, gpus=1, micro=1, replicas=1):
     """Returns the summary dict (summary['pass'] is the verdict)."""
     binary = binary or default_bin()
     os.makedirs(os.path.join(outdir, "data"), exist_ok=True)
@@ -216,8 +251,12 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print, gpus=1, 
 
     # one torch step in the paper's form, in float64 (the expected values) and in float32 (only
     # to show how far torch's own float32 result is from it: the conditioning of the model)
-    exp64, loss64 = torch_step(copy.deepcopy(model).double(), named_keys(named), x, y, micro)
-    exp32, loss32 = torch_step(model, named_keys(named), x, y, micro)
+    if replicas > 1:  # data parallel: PyTorch DDP's semantics
+        exp64, loss64 = torch_ddp_step(copy.deepcopy(model).double(), named_keys(named), x, y, replicas, micro)
+        exp32, loss32 = torch_ddp_step(model, named_keys(named), x, y, replicas, micro)
+    else:
+        exp64, loss64 = torch_step(copy.deepcopy(model).double(), named_keys(named), x, y, micro)
+        exp32, loss32 = torch_step(model, named_keys(named), x, y, micro)
     expected = {name_map[n]: v for n, v in exp64.items()}
     np.savez(os.path.join(outdir, "expected.npz"),
              **{k: v.astype(np.float32) for k, v in expected.items()})
@@ -230,10 +269,12 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print, gpus=1, 
            "--out", run_dir, "--overwrite", "--quiet"]
     if gpus > 1 or micro > 1:
         cmd += ["--gpus", str(gpus), "--schedule", "gpipe", "--micro-batches", str(micro)]
+    if replicas > 1:
+        cmd += ["--replicas", str(replicas)]
     t1 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     t_bin = time.time() - t1
-    summary = {"model": name, "opset": opset, "batch_stats": has_bn, "tol_value": tol_v,
+    summary = {"model": name, "opset": opset, "replicas": replicas, "batch_stats": has_bn, "tol_value": tol_v,
                "tol_update": tol_u, "torch_loss": loss64, "torch32_loss": loss32, "rc": p.returncode,
                "seconds_torch": round(t_torch, 2), "seconds_bin": round(t_bin, 2),
                "cmd": " ".join(cmd), "failures": []}

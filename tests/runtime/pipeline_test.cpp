@@ -3,7 +3,10 @@
 // staleness follow DESIGN.md section 4, and results do not depend on thread timing.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +19,7 @@
 #include "partitioner/partition.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
+#include "runtime/pipeline_stage.h"
 #include "runtime/trainer.h"
 
 namespace pt {
@@ -159,6 +163,31 @@ bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std::map<st
     if (std::memcmp(it->second.data(), tb.data(), tb.bytes()) != 0) return false;
   }
   return true;
+}
+
+// The stages run at most `lead` mini-batches ahead of the training loop: a claim beyond waits for
+// the loop to take a loss (or for the segment to end, or an abort), so losses and snapshots cannot
+// pile up behind a slow loop and a stop does not wait for a backlog (issue 17).
+TEST(RunSharedClaims, StagesWaitForTheLoopBeyondTheirLead) {
+  using namespace std::chrono_literals;
+  RunShared sh;
+  sh.lead = 3;
+  sh.set_segment(0, 100);
+  for (int64_t s = 0; s < 3; ++s) EXPECT_TRUE(sh.claim(s));
+  std::atomic<int> granted{-1};
+  std::thread t([&] { granted = sh.claim(3) ? 1 : 0; });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(granted.load(), -1) << "claim 3 did not wait for the loop";
+  sh.consumed(0);
+  t.join();
+  EXPECT_EQ(granted.load(), 1);
+  // a waiting claim ends with the segment: a stop refuses it at once
+  std::thread u([&] { granted = sh.claim(5) ? 1 : 0; });
+  std::this_thread::sleep_for(50ms);
+  sh.stop_early();
+  u.join();
+  EXPECT_EQ(granted.load(), 0);
+  EXPECT_EQ(sh.end_step(), 4);
 }
 
 TEST(PipelineStaleness, Formulas) {
