@@ -222,6 +222,7 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   PlanFlags pf;
   pf.stages = o.gpus;
   pf.replicas = o.replicas;  // --replicas auto: 1 here (the layouts are chosen below)
+  pf.graph_replicas = o.replicas;  // g was imported at the replica's share of the mini-batch
   if (layouts) pf.layouts = *layouts;
   pf.device = device;
   pf.device_specs = o.device_spec;
