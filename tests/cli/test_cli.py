@@ -660,12 +660,12 @@ class CliTest(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.assertIn("layout: 1 stage x 1 replica (chosen from 1x1 on 1 device", so)
         # An explicit count: --gpus stages with that many replicas.
-        rc, so, se = run(self.model, "--gpus", 2, "--replicas", 3, "--plan-only", "--device-spec", "h100", "--out", out)
+        rc, so, se = run(self.model, "--gpus", 2, "--replicas", 4, "--plan-only", "--device-spec", "h100", "--out", out)
         self.assertEqual(rc, 0, se)
         self.assertNotIn("layout:", so)
-        self.assertIn("2 stages, 1f1b schedule, spectrain weights, batch 32, 3 replicas (6 devices)", so)
+        self.assertIn("2 stages, 1f1b schedule, spectrain weights, batch 32, 4 replicas (8 devices)", so)
         j = json.loads(read_bytes(os.path.join(out, "partition.json")))
-        self.assertEqual((len(j["stages"]), j["replicas"]), (2, 3))
+        self.assertEqual((len(j["stages"]), j["replicas"], j["batch_size"], j["graph_replicas"]), (2, 4, 32, 4))
 
     def test_replicas_refuses_bad_counts(self):
         for bad in ("0", "-2", "two", "1.5", "2x"):
