@@ -114,6 +114,7 @@ struct Pos {
   double param_bytes = 0;
   int64_t param_count = 0;
   double workspace = 0;
+  int bwd_kernels = 0;     // backward nodes charged here (the forward node is one kernel)
   std::vector<const Value*> params;  // first consumed here
   // Updated parameters this node (false) or its backward nodes (true) read: shared weights when
   // their owner (first consumer) is in an earlier stage.
@@ -140,7 +141,13 @@ struct Problem {
   double scale = 1;
   int replicas = 1;
   LinkSpec replica_link;
-  std::vector<std::vector<double>> prefix_fb, prefix_upd;
+  // prefix_oh: the launch overhead within prefix_fb (one per forward and backward node), which
+  // a replica's share does not shrink.
+  std::vector<std::vector<double>> prefix_fb, prefix_upd, prefix_oh;
+  // Time of `fb` seconds of forward + backward, `oh` of them launch overhead, on 1/scale of the
+  // samples: the rest scales with the samples (at least 0 of it: measured profiles may be faster
+  // than the overhead).
+  double share_s(double fb, double oh) const { return scale * std::max(0.0, fb - oh) + std::min(fb, oh); }
   // Plans with one replica of a whole-batch graph take the original arithmetic, bit for bit.
   bool replicated() const { return replicas != 1 || scale != 1; }
   std::vector<double> prefix_params;
@@ -274,6 +281,7 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
     if (is_forward_phase(*node)) continue;
     const int p = owner_position(P, *node, param_owner);
     if (node->phase == Phase::kBackward) {
+      ++P.pos[p].bwd_kernels;
       const bool charged = node->forward && P.pos_of.count(node->forward);
       for (const Value* v : node->inputs) {
         if (!v) continue;
@@ -320,10 +328,13 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
   P.replica_link = opts.replica_link.name.empty() ? opts.link : opts.replica_link;
   P.prefix_fb.assign(nc, std::vector<double>(n + 1, 0));
   P.prefix_upd = P.prefix_fb;
+  P.prefix_oh = P.prefix_fb;
   for (size_t c = 0; c < nc; ++c)
     for (int p = 0; p < n; ++p) {
       P.prefix_fb[c][p + 1] = P.prefix_fb[c][p] + P.fwd[c][p] + P.bwd[c][p];
       P.prefix_upd[c][p + 1] = P.prefix_upd[c][p] + P.upd[c][p];
+      P.prefix_oh[c][p + 1] =
+          P.prefix_oh[c][p] + (1.0 + P.pos[p].bwd_kernels) * std::max(0.0, P.classes[c].kernel_overhead_s);
     }
   return P;
 }
@@ -407,8 +418,8 @@ class StageSweep {
   const std::vector<const Value*>& shared() const { return shared_; }
   double time_s(int cls) const {
     if (P_.replicated())
-      return P_.scale * (P_.prefix_fb[cls][j_] - P_.prefix_fb[cls][i_]) + (P_.prefix_upd[cls][j_] - P_.prefix_upd[cls][i_]) +
-             comm_s() + allreduce_s();
+      return P_.share_s(P_.prefix_fb[cls][j_] - P_.prefix_fb[cls][i_], P_.prefix_oh[cls][j_] - P_.prefix_oh[cls][i_]) +
+             (P_.prefix_upd[cls][j_] - P_.prefix_upd[cls][i_]) + comm_s() + allreduce_s();
     return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s();
   }
   double param_bytes() const { return P_.prefix_params[j_] - P_.prefix_params[i_]; }
@@ -589,8 +600,11 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.node = k < static_cast<int>(opts.node_of_stage.size()) ? opts.node_of_stage[k] : 0;
     s.cut_crosses_nodes = crosses_nodes(opts, k);
     s.link_in = P.link_of(k);
+    int fwd_kernels = 0, bwd_kernels = 0;
     for (int p = starts[k]; p < end; ++p) {
       const Pos& x = P.pos[p];
+      ++fwd_kernels;
+      bwd_kernels += x.bwd_kernels;
       sw.add();
       s.forward_nodes.push_back(x.node);
       s.nodes.push_back(x.node);
@@ -610,8 +624,9 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.workspace_bytes = static_cast<int64_t>(sw.workspace());
     if (P.replicated()) {  // one replica's share of the mini-batch; its stage all-reduces
       const double a = P.scale;
-      s.fwd_ms *= a;
-      s.bwd_ms *= a;
+      const double oh_ms = 1e3 * std::max(0.0, s.device.kernel_overhead_s);
+      s.fwd_ms = P.share_s(s.fwd_ms, oh_ms * fwd_kernels);
+      s.bwd_ms = P.share_s(s.bwd_ms, oh_ms * bwd_kernels);
       s.recv_bytes = static_cast<int64_t>(sw.recv_bytes() * a);
       s.grad_send_bytes = static_cast<int64_t>((sw.grad_bytes() - sw.shared_grad_bytes()) * a + sw.shared_grad_bytes());
       s.saved_bytes = static_cast<int64_t>(sw.saved() * a);
@@ -657,8 +672,10 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   const double b = static_cast<double>(plan.batch_size) * plan.graph_replicas;
   const double M = plan.micro_batches;
   const int c0 = P.class_of[0];
-  const double whole_ms = P.replicated() ? 1e3 * (P.prefix_fb[c0][n] * plan.graph_replicas + P.prefix_upd[c0][n])
-                                         : 1e3 * P.prefix[c0][n];
+  // The whole mini-batch on one device: graph_replicas shares' worth of compute, one set of launches.
+  const double whole_fb = plan.graph_replicas * std::max(0.0, P.prefix_fb[c0][n] - P.prefix_oh[c0][n]) +
+                          std::min(P.prefix_fb[c0][n], P.prefix_oh[c0][n]);
+  const double whole_ms = P.replicated() ? 1e3 * (whole_fb + P.prefix_upd[c0][n]) : 1e3 * P.prefix[c0][n];
   double upd_ms = 0;
   for (int p = 0; p < n; ++p) upd_ms += 1e3 * P.upd[c0][p];
   if (opts.schedule == Schedule::kGPipe) {

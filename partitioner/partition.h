@@ -38,8 +38,10 @@ struct PartitionOptions {
   // 1/replicas of the mini-batch. The graph holds 1/graph_replicas of it (1: the whole
   // mini-batch; the runtime, which trains each replica on its share, imports at batch / R and
   // passes R), so compute, activations, workspace and activation transfers are scaled by
-  // graph_replicas / replicas (linearly: the kernel overhead scales too, an approximation when the
-  // two differ). Each stage then all-reduces its own parameters' gradients across its replicas
+  // graph_replicas / replicas: forward and backward times linearly but for their per-kernel launch
+  // overhead (one per forward and backward node), which a share keeps whole (the roofline's
+  // parameter bytes are scaled with the rest: an approximation). Each stage then all-reduces its
+  // own parameters' gradients across its replicas
   // over `replica_link` (empty name: `link`, i.e. the replicas of a stage are as far apart as two
   // adjacent stages are) before its update, on its critical path (allreduce_ms).
   int replicas = 1;

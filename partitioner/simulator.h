@@ -48,8 +48,9 @@ SimResult simulate(const Plan& plan, int mini_batches);
 // Data parallelism: each of `devices` replicas runs the whole single-stage plan on batch/devices
 // samples (compute scales by 1/devices), then a ring all-reduce of the gradients taking
 // 2 (N-1)/N param_bytes / bandwidth + 2 (N-1) latency, then the update. Simulates 8 mini-batches.
-// (The what-if's data-parallel rows are 1 x D layouts through partition() and simulate() instead:
-// partitioner/layout.h; this stays as the direct model of the same thing.)
+// (The what-if's data-parallel rows are 1 x D layouts through partition() and simulate() instead,
+// partitioner/layout.h, which keep each kernel's launch overhead whole on every replica; this
+// model divides all of the compute by D and equals them for devices without launch overhead.)
 SimResult simulate_data_parallel(const Plan& single_stage_plan, int devices, const LinkSpec& link);
 
 struct WhatIfRow {
