@@ -443,8 +443,10 @@ class StageSweep {
 };
 
 // A stage's predicted memory under opts.recompute, and whether it recomputes: kStage wherever it
-// can, kAuto only where it would not fit `cap` otherwise. A stage that reads a weight shared
-// with an earlier stage under 1F1B cannot: its forward's version of that weight is not kept.
+// can and that takes less memory (a stage whose inputs are as large as its activations, or whose
+// forward weight copies outweigh them, would pay the rerun for nothing), kAuto only where it
+// would not fit `cap` otherwise. A stage that reads a weight shared with an earlier stage under
+// 1F1B cannot: its forward's version of that weight is not kept.
 struct StageMemory {
   double bytes = 0;
   bool recompute = false;
@@ -455,10 +457,11 @@ StageMemory stage_memory(const StageSweep& sw, int k, int N, const PartitionOpti
                       sw.shared_memory();
   const bool can = stage_may_recompute(k, N, opts) && (opts.schedule == Schedule::kGPipe || sw.shared().empty());
   if (!can || (opts.recompute == Recompute::kAuto && none <= cap)) return {none, false};
-  return {recompute_memory_of(sw.param_bytes(), sw.recompute_inputs(), sw.saved(), sw.workspace(), k, N, opts, act_scale,
-                              model_param_bytes) +
-              sw.shared_memory(),
-          true};
+  const double rec = recompute_memory_of(sw.param_bytes(), sw.recompute_inputs(), sw.saved(), sw.workspace(), k, N, opts,
+                                         act_scale, model_param_bytes) +
+                     sw.shared_memory();
+  if (rec >= none) return {none, false};
+  return {rec, true};
 }
 
 enum class Objective { kTime, kOverflow };
@@ -840,13 +843,15 @@ Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOption
   return starts;
 }
 
-// --recompute stage asks every stage that keeps several passes in flight to recompute: one that
-// cannot (it reads a weight shared under 1F1B, whose forward version is not kept) is refused.
+// --recompute stage asks every stage that keeps several passes in flight to recompute where that
+// saves memory: one that cannot (it reads a weight shared under 1F1B, whose forward version is
+// not kept) is refused.
 Status check_recompute(const Plan& plan, const PartitionOptions& opts) {
   if (opts.recompute != Recompute::kStage) return Status::ok();
   const int N = static_cast<int>(plan.stages.size());
   for (const StagePlan& s : plan.stages)
-    if (stage_may_recompute(s.index, N, opts) && !s.recompute)
+    if (stage_may_recompute(s.index, N, opts) && !s.recompute && !s.shared_params.empty() &&
+        opts.schedule != Schedule::kGPipe)
       return invalid_input("--recompute stage: stage " + std::to_string(s.index) + " reads weight '" +
                            (s.shared_params.empty() ? std::string("?") : s.shared_params.front()->name) +
                            "' shared with an earlier stage; under 1F1B the version its forward read is not kept, so "

@@ -15,8 +15,8 @@ namespace pt {
 enum class Schedule { k1F1B, kGPipe };
 enum class WeightMode { kSpecTrain, kStash, kStale };
 // --recompute: activation recomputation. kStage: every stage that keeps more than one pass in
-// flight keeps only its inputs per pass and reruns its forward before each backward; kAuto: only
-// the stages that would not fit their device's memory otherwise. A stage with one pass in flight
+// flight, and would take less memory so, keeps only its inputs per pass and reruns its forward
+// before each backward; kAuto: only the stages that would not fit their device's memory otherwise. A stage with one pass in flight
 // (a single 1F1B stage, the last 1F1B stage, GPipe with one micro-batch) is never recomputed: its
 // backward follows its forward with the activations still in the executor, nothing to save.
 enum class Recompute { kNone, kStage, kAuto };

@@ -174,7 +174,7 @@ std::string report_text(const ReportInputs& r) {
     for (const StagePlan& s : p.stages)
       if (s.recompute) which += (which.empty() ? "" : ", ") + std::to_string(s.index);
     out += format("recompute %s: %s\n", recompute_name(p.recompute),
-                  which.empty() ? "no stage (none keeps more than one pass in flight, or every stage fits without)"
+                  which.empty() ? "no stage (none keeps several passes in flight and would save memory, or every stage fits without)"
                                 : ("stage" + std::string(which.find(',') == std::string::npos ? " " : "s ") + which +
                                    " keep only their inputs per pass and rerun the forward in the backward").c_str());
     for (const StagePlan& s : p.stages)
