@@ -103,6 +103,34 @@ class RecomputeTest(unittest.TestCase):
         np.save(os.path.join(data, "y.npy"), rng.integers(0, em.NUM_CLASSES["transformer"], size=16))
         self.same_weights(path, "transformer", "--data", data)
 
+    def test_shared_weights_and_skip_connections(self):
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "python", "make_shared_weight_models.py"),
+                        self.dir], check=True, capture_output=True)
+        shared = os.path.join(self.dir, "shared_mlp.onnx")
+        # 1F1B serves a reader stage a shared weight per pass; its forward's version is not kept.
+        rc, so, se = run(shared, "--gpus", 3, "--steps", 2, "--recompute", "stage", "--plan-only", "--out",
+                         os.path.join(self.dir, "shared-1f1b"))
+        self.assertEqual(rc, 2, so + se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("--recompute stage: stage 1 reads weight 'Ws'", se)
+        # GPipe: one version per mini-batch, so the rerun forward reads the same weights.
+        cases = ((shared, ["--gpus", 3, "--balance", "3,3,2", "--schedule", "gpipe", "--micro-batches", 4]),
+                 # the skip from stage 0 into stage 2 is one of stage 2's inputs
+                 (os.path.join(self.dir, "residual_cnn.onnx"), ["--gpus", 4, "--balance", "2,3,4,4"]))
+        for model, extra in cases:
+            with self.subTest(model=os.path.basename(model)):
+                tag = os.path.basename(model)
+                args = ["--device", "cpu", "--steps", 4, "--batch-size", 64, "--seed", 2, "--quiet", *extra]
+                weights = []
+                for rc_mode in ("none", "stage"):
+                    out = os.path.join(self.dir, f"{tag}-{rc_mode}")
+                    rc, so, se = run(model, *args, "--recompute", rc_mode, "--out", out)
+                    self.assertEqual(rc, 0, se)
+                    weights.append(initializers(out))
+                self.assertTrue(any(s["recompute"] for s in plan(out)["stages"]))
+                for k in weights[0]:
+                    self.assertTrue(np.array_equal(weights[0][k], weights[1][k]), k)
+
     def test_unknown_value_refused(self):
         rc, so, se = run(MLP, "--recompute", "sometimes", "--plan-only", "--out", os.path.join(self.dir, "bad"))
         self.assertEqual(rc, 2, se)
