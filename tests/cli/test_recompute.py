@@ -167,6 +167,15 @@ class RecomputeTest(unittest.TestCase):
         self.assertEqual([s["recompute"] for s in doc["stages"]], [True, False])
         with open(os.path.join(out, "partition.txt")) as f:
             self.assertIn("recompute auto: stage 0 keep", f.read())
+        with open(os.path.join(out, "partition.html")) as f:
+            self.assertEqual(f.read().count("(recompute)"), 1)
+        # A device too small even for the recomputing stage: refused before training, naming it.
+        tiny = self.device("tiny", rec[0]["memory_bytes"] / 2)
+        rc, so, se = run(MLP, *common, "--device-spec", f"{tiny},{big}", "--recompute", "auto", "--out", out)
+        self.assertEqual(rc, 2, so + se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("(tiny,", se)
+        self.assertIn("recomputed: inputs", se)
 
 
 if __name__ == "__main__":
