@@ -175,8 +175,10 @@ std::string report_text(const ReportInputs& r) {
       if (s.recompute) which += (which.empty() ? "" : ", ") + std::to_string(s.index);
     out += format("recompute %s: %s\n", recompute_name(p.recompute),
                   which.empty() ? "no stage (none keeps several passes in flight and would save memory, or every stage fits without)"
-                                : ("stage" + std::string(which.find(',') == std::string::npos ? " " : "s ") + which +
-                                   " keep only their inputs per pass and rerun the forward in the backward").c_str());
+                                : (which.find(',') == std::string::npos
+                                       ? "stage " + which + " keeps only its inputs per pass and reruns its forward in the backward"
+                                       : "stages " + which + " keep only their inputs per pass and rerun their forward in the backward")
+                                      .c_str());
     for (const StagePlan& s : p.stages)
       if (s.recompute)
         out += format("  stage %d: inputs %.2f MB x %d in flight + one set of activations %.2f MB, %d forward weight "
