@@ -174,7 +174,10 @@ std::string report_text(const ReportInputs& r) {
     for (const StagePlan& s : p.stages)
       if (s.recompute) which += (which.empty() ? "" : ", ") + std::to_string(s.index);
     out += format("recompute %s: %s\n", recompute_name(p.recompute),
-                  which.empty() ? "no stage (none keeps several passes in flight and would save memory, or every stage fits without)"
+                  which.empty() ? (p.recompute == Recompute::kAuto
+                                       ? "no stage (every stage fits its device without)"
+                                       : "no stage (none keeps several passes in flight where rerunning its forward "
+                                         "would take less memory)")
                                 : (which.find(',') == std::string::npos
                                        ? "stage " + which + " keeps only its inputs per pass and reruns its forward in the backward"
                                        : "stages " + which + " keep only their inputs per pass and rerun their forward in the backward")
