@@ -203,6 +203,7 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   pf.link = o.link;
   pf.schedule = schedule_name(o.schedule);
   pf.weights = weight_mode_name(o.weights);
+  pf.recompute = o.recompute;
   pf.optimizer_state_copies = sgd.kind == OptimizerKind::kAdam || sgd.kind == OptimizerKind::kAdamW ? 2 : sgd.nesterov ? 2 : 1;
   pf.micro_batches = o.batch.micro_batches;
   pf.split_at = o.split_at;
