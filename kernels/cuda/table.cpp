@@ -148,6 +148,8 @@ const KernelEntry kFallback[] = {
     PT_FB_RAW("Cast", cast_op, DType::kBool),
     PT_FB_F("LayerNormalization", layer_norm),
     PT_FB_F("LayerNormalizationGrad", layer_norm_grad),
+    PT_FB_F("FusedAttention", fused_attention),
+    PT_FB_F("FusedAttentionGrad", fused_attention_grad),
     PT_FB_F("SliceGrad", slice_grad),
     PT_FB_F("PadGrad", pad_grad),
     PT_FB_F("GatherGrad", gather_grad),
