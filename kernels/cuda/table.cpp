@@ -88,6 +88,8 @@ const KernelEntry kNative[] = {
     PT_CUDA_F("Softmax", softmax),
     PT_CUDA_F("LogSoftmax", log_softmax),
     PT_CUDA_F("SoftmaxGrad", softmax_grad),
+    PT_CUDA_F("FusedAttention", fused_attention),          // attention_ops.cpp (importer/fuse_attention.cpp)
+    PT_CUDA_F("FusedAttentionGrad", fused_attention_grad),
     PT_CUDA_F("LogSoftmaxGrad", log_softmax_grad),
     // Pooling, normalisation, dropout, losses, optimizer (pool.cu, batchnorm.cu, dropout.cu,
     // loss.cu, optimizer.cu)
@@ -148,8 +150,6 @@ const KernelEntry kFallback[] = {
     PT_FB_RAW("Cast", cast_op, DType::kBool),
     PT_FB_F("LayerNormalization", layer_norm),
     PT_FB_F("LayerNormalizationGrad", layer_norm_grad),
-    PT_FB_F("FusedAttention", fused_attention),
-    PT_FB_F("FusedAttentionGrad", fused_attention_grad),
     PT_FB_F("SliceGrad", slice_grad),
     PT_FB_F("PadGrad", pad_grad),
     PT_FB_F("GatherGrad", gather_grad),
