@@ -41,8 +41,10 @@ std::optional<std::pair<Value*, double>> scaled(const Node& n) {
   if (n.inputs.size() != 2 || !n.inputs[0] || !n.inputs[1]) return std::nullopt;
   std::optional<double> c;
   Value* x = nullptr;
-  if ((c = scalar_constant(n.inputs[1]))) x = n.inputs[0];
-  else if (n.op_type == "Mul" && (c = scalar_constant(n.inputs[0]))) x = n.inputs[1];
+  if ((c = scalar_constant(n.inputs[1])))
+    x = n.inputs[0];
+  else if (n.op_type == "Mul" && (c = scalar_constant(n.inputs[0])))
+    x = n.inputs[1];
   if (!x || !std::isfinite(*c) || *c == 0) return std::nullopt;
   return std::make_pair(x, n.op_type == "Div" ? 1.0 / *c : *c);
 }

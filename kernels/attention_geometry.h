@@ -13,13 +13,13 @@ namespace pt::kernels {
 enum AttentionMask : int64_t { kMaskNone = 0, kMaskAdd = 1, kMaskFill = 2 };
 
 struct AttentionGeometry {
-  Dims batch;                      // B...
-  int64_t heads = 1;               // prod(B...)
+  Dims batch;         // B...
+  int64_t heads = 1;  // prod(B...)
   int64_t t = 0, s = 0, dk = 0, dv = 0;
   int64_t mask_kind = kMaskNone;
-  Dims mask_batch_strides;         // per batch dim (0 where the mask broadcasts)
-  int64_t mask_row_stride = 0;     // along T
-  int64_t mask_col_stride = 0;     // along S
+  Dims mask_batch_strides;      // per batch dim (0 where the mask broadcasts)
+  int64_t mask_row_stride = 0;  // along T
+  int64_t mask_col_stride = 0;  // along S
   float scale = 1.0f;
   float fill = 0.0f;
 
@@ -47,8 +47,8 @@ inline Status attention_geometry(const char* op, const KernelCall& call, size_t 
   *g = AttentionGeometry{};
   g->batch.assign(Q.dims.begin(), Q.dims.end() - 2);
   if (Dims(K.dims.begin(), K.dims.end() - 2) != g->batch || Dims(V.dims.begin(), V.dims.end() - 2) != g->batch)
-    return invalid_input(o + ": batch dims of Q " + dims_str(Q.dims) + ", Kt " + dims_str(K.dims) + " and V " +
-                         dims_str(V.dims) + " differ");
+    return invalid_input(o + ": batch dims of Q " + dims_str(Q.dims) + ", Kt " + dims_str(K.dims) + " and V " + dims_str(V.dims) +
+                         " differ");
   g->heads = numel(g->batch);
   g->t = Q.dims[r - 2];
   g->dk = Q.dims[r - 1];
@@ -62,8 +62,7 @@ inline Status attention_geometry(const char* op, const KernelCall& call, size_t 
   g->mask_kind = call.attrs.get_int("mask_kind", kMaskNone);
   const bool has_mask = call.inputs.size() > q + 3 && call.inputs[q + 3].data != nullptr;
   if (has_mask != (g->mask_kind != kMaskNone) || g->mask_kind < kMaskNone || g->mask_kind > kMaskFill)
-    return invalid_input(o + ": mask_kind " + std::to_string(g->mask_kind) + (has_mask ? " with" : " without") +
-                         " a mask input");
+    return invalid_input(o + ": mask_kind " + std::to_string(g->mask_kind) + (has_mask ? " with" : " without") + " a mask input");
   if (has_mask) {
     const TensorView& M = call.inputs[q + 3];
     Dims scores = g->batch;
@@ -73,8 +72,7 @@ inline Status attention_geometry(const char* op, const KernelCall& call, size_t 
     if (M.dims.size() > scores.size() || !broadcast_dims(M.dims, scores, &b) || b != scores)
       return invalid_input(o + ": mask " + dims_str(M.dims) + " does not broadcast to the scores " + dims_str(scores));
     if ((g->mask_kind == kMaskFill) != (M.dtype == DType::kBool) || (g->mask_kind == kMaskAdd && M.dtype != Q.dtype))
-      return invalid_input(o + ": mask of dtype " + dtype_name(M.dtype) + " for mask_kind " +
-                           std::to_string(g->mask_kind));
+      return invalid_input(o + ": mask of dtype " + dtype_name(M.dtype) + " for mask_kind " + std::to_string(g->mask_kind));
     const Dims st = broadcast_strides(M.dims, scores);
     g->mask_batch_strides.assign(st.begin(), st.end() - 2);
     g->mask_row_stride = st[st.size() - 2];

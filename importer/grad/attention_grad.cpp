@@ -1,7 +1,7 @@
-// FusedAttention (importer/fuse_attention.cpp): one FusedAttentionGrad(dY, Q, Kt, V, mask, Y, InvSum)
+// FusedAttention (importer/fuse_attention.cpp): one FusedAttentionGrad(dY, Q, Kt, V, mask, InvSum)
 // -> dQ, dKt, dV node. It recomputes the probabilities from Q, Kt and the per-row softmax normaliser,
-// so the step saves Y and InvSum ([B..., T]) besides the inputs, never the [B..., T, S]
-// probabilities. The fusion only takes masks that carry no gradient; a gradient through InvSum is
+// so the step saves InvSum ([B..., T]) besides the inputs, never the [B..., T, S] probabilities (nor
+// the output Y). The fusion only takes masks that carry no gradient; a gradient through InvSum is
 // refused.
 #include "importer/grad/builders.h"
 
@@ -19,7 +19,7 @@ Status fused_attention(GradContext& c) {
   m.set("mask_kind", c.fwd().attrs.get_int("mask_kind", 0));
   m.set("mask_fill", c.fwd().attrs.get_float("mask_fill", 0.0f));
   Value* mask = c.fwd().inputs.size() > 3 ? c.x(3) : nullptr;
-  std::vector<Value*> g = c.emit_multi("FusedAttentionGrad", {c.dy(0), c.x(0), c.x(1), c.x(2), mask, c.y(0), c.y(1)},
+  std::vector<Value*> g = c.emit_multi("FusedAttentionGrad", {c.dy(0), c.x(0), c.x(1), c.x(2), mask, c.y(1)},
                                        {c.x(0)->dims, c.x(1)->dims, c.x(2)->dims}, m);
   for (size_t i = 0; i < 3; ++i)
     if (c.needs(i)) c.set_dx(i, g[i]);

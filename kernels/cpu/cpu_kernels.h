@@ -164,7 +164,7 @@ PT_DECLARE_CPU_KERNEL(layer_norm_grad);
 
 // attention.cpp (importer/fuse_attention.cpp): FusedAttention (Q, Kt, V[, mask]) -> Y, InvSum (attrs
 // scale, mask_kind, mask_fill; kernels/attention_geometry.h); FusedAttentionGrad (dY, Q, Kt, V,
-// mask or absent, Y, InvSum) -> dQ, dKt, dV, the probabilities recomputed from Q, Kt and InvSum.
+// mask or absent, InvSum) -> dQ, dKt, dV, the probabilities recomputed from Q, Kt and InvSum.
 PT_DECLARE_CPU_KERNEL(fused_attention);
 PT_DECLARE_CPU_KERNEL(fused_attention_grad);
 

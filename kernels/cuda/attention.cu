@@ -1,6 +1,6 @@
 // FusedAttention's custom kernels (the GEMMs are cuBLAS, kernels/cuda/attention_ops.cpp): the
 // masked row softmax that also keeps (or, in the backward, reads) each row's 1 / sum, and the score
-// gradient dS = scale * P * (dP - rowsum(dY * Y)). One block per score row; the same formulas as
+// gradient dS = scale * P * (dP - rowsum(P * dP)). One block per score row; the same formulas as
 // kernels/cpu/attention.cpp.
 #include <cuda_runtime.h>
 
@@ -46,8 +46,8 @@ __device__ A block_max(A v, A* shared) {
 }
 
 template <typename T>
-__global__ void attention_softmax_kernel(T* p,              // (heads * t, s)
-                                         T* inv_sum,        // (heads * t)
+__global__ void attention_softmax_kernel(T* p,        // (heads * t, s)
+                                         T* inv_sum,  // (heads * t)
                                          AttnMask m, int64_t t, int64_t s, bool recompute) {
   __shared__ T shared_t[32];
   __shared__ T total;
@@ -57,8 +57,10 @@ __global__ void attention_softmax_kernel(T* p,              // (heads * t, s)
   T mx = -T(INFINITY);
   for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
     T v = pr[j];
-    if (m.kind == 1) v += static_cast<const T*>(m.data)[moff + j * m.col_stride];
-    else if (filled_at(m, moff, j)) v = static_cast<T>(m.fill);
+    if (m.kind == 1)
+      v += static_cast<const T*>(m.data)[moff + j * m.col_stride];
+    else if (filled_at(m, moff, j))
+      v = static_cast<T>(m.fill);
     pr[j] = v;
     mx = max(mx, v);
   }
@@ -83,16 +85,14 @@ __global__ void attention_softmax_kernel(T* p,              // (heads * t, s)
 }
 
 template <typename T>
-__global__ void attention_dscores_kernel(T* ds,        // (heads * t, s): dP in, dS out
-                                         const T* p,   // (heads * t, s)
-                                         const T* dy,  // (heads * t, dv)
-                                         const T* y,   // (heads * t, dv)
-                                         AttnMask m, int64_t t, int64_t s, int64_t dv, T scale) {
+__global__ void attention_dscores_kernel(T* ds,       // (heads * t, s): dP in, dS out
+                                         const T* p,  // (heads * t, s)
+                                         AttnMask m, int64_t t, int64_t s, T scale) {
   __shared__ T shared_t[32];
   __shared__ T dot;
   const int64_t row = blockIdx.x;
   T d = 0;
-  for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) d += dy[row * dv + c] * y[row * dv + c];
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) d += p[row * s + j] * ds[row * s + j];
   d = block_sum(d, shared_t);
   if (threadIdx.x == 0) dot = d;
   __syncthreads();
@@ -107,28 +107,26 @@ __global__ void attention_dscores_kernel(T* ds,        // (heads * t, s): dP in,
 }  // namespace
 
 template <typename T>
-cudaError_t launch_attention_softmax(T* p, T* inv_sum, const AttnMask& m, int64_t heads, int64_t t, int64_t s,
-                                     bool recompute, cudaStream_t stream) {
+cudaError_t launch_attention_softmax(T* p, T* inv_sum, const AttnMask& m, int64_t heads, int64_t t, int64_t s, bool recompute,
+                                     cudaStream_t stream) {
   if (heads * t == 0) return cudaSuccess;
-  attention_softmax_kernel<T><<<static_cast<unsigned>(heads * t), kRowThreads, 0, stream>>>(p, inv_sum, m, t, s,
-                                                                                            recompute);
+  attention_softmax_kernel<T><<<static_cast<unsigned>(heads * t), kRowThreads, 0, stream>>>(p, inv_sum, m, t, s, recompute);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t launch_attention_dscores(T* ds, const T* p, const T* dy, const T* y, const AttnMask& m, int64_t heads,
-                                     int64_t t, int64_t s, int64_t dv, double scale, cudaStream_t stream) {
+cudaError_t launch_attention_dscores(T* ds, const T* p, const AttnMask& m, int64_t heads, int64_t t, int64_t s, double scale,
+                                     cudaStream_t stream) {
   if (heads * t == 0) return cudaSuccess;
-  attention_dscores_kernel<T><<<static_cast<unsigned>(heads * t), kRowThreads, 0, stream>>>(
-      ds, p, dy, y, m, t, s, dv, static_cast<T>(scale));
+  attention_dscores_kernel<T>
+      <<<static_cast<unsigned>(heads * t), kRowThreads, 0, stream>>>(ds, p, m, t, s, static_cast<T>(scale));
   return cudaGetLastError();
 }
 
-#define PT_INSTANTIATE(T)                                                                                        \
-  template cudaError_t launch_attention_softmax<T>(T*, T*, const AttnMask&, int64_t, int64_t, int64_t, bool,     \
-                                                   cudaStream_t);                                                \
-  template cudaError_t launch_attention_dscores<T>(T*, const T*, const T*, const T*, const AttnMask&, int64_t,   \
-                                                   int64_t, int64_t, int64_t, double, cudaStream_t);
+#define PT_INSTANTIATE(T)                                                                                                   \
+  template cudaError_t launch_attention_softmax<T>(T*, T*, const AttnMask&, int64_t, int64_t, int64_t, bool, cudaStream_t); \
+  template cudaError_t launch_attention_dscores<T>(T*, const T*, const AttnMask&, int64_t, int64_t, int64_t, double,        \
+                                                   cudaStream_t);
 PT_INSTANTIATE(float)
 PT_INSTANTIATE(double)
 #undef PT_INSTANTIATE

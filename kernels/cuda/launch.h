@@ -210,10 +210,10 @@ struct AttnMask {
 template <typename T>
 cudaError_t launch_attention_softmax(T* p, T* inv_sum, const AttnMask& m, int64_t heads, int64_t t, int64_t s,
                                      bool recompute, cudaStream_t stream);
-// ds (holding dP = dY @ V^T) becomes scale * P * (dP - sum_c dY * Y), 0 where the mask filled the
+// ds (holding dP = dY @ V^T) becomes scale * P * (dP - sum_j P * dP), 0 where the mask filled the
 // score.
 template <typename T>
-cudaError_t launch_attention_dscores(T* ds, const T* p, const T* dy, const T* y, const AttnMask& m, int64_t heads,
-                                     int64_t t, int64_t s, int64_t dv, double scale, cudaStream_t stream);
+cudaError_t launch_attention_dscores(T* ds, const T* p, const AttnMask& m, int64_t heads, int64_t t, int64_t s,
+                                     double scale, cudaStream_t stream);
 
 }  // namespace pt::cuda

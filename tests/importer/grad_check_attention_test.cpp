@@ -42,8 +42,7 @@ TEST(GradCheckAttention, FusedAttentionNode) {
     std::vector<Value*> ins = {q, kt, v};
     if (k.mask_kind == 1) ins.push_back(c.value("mask", {2, 1, 1, t}, ValueKind::kConstant, {-2, 0}));
     if (k.mask_kind == 2) ins.push_back(causal_mask(c, t));
-    Node* n = c.node("FusedAttention", ins, 2,
-                     attrs_of({{"scale", 0.6f}, {"mask_kind", k.mask_kind}, {"mask_fill", -1e9f}}), 1);
+    Node* n = c.node("FusedAttention", ins, 2, attrs_of({{"scale", 0.6f}, {"mask_kind", k.mask_kind}, {"mask_fill", -1e9f}}), 1);
     ASSERT_EQ(n->outputs[1]->dims, (Dims{2, 2, t}));
     c.check({n->outputs[0]}, {q, kt, v});
   }

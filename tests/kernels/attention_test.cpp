@@ -20,8 +20,8 @@ struct Ref {
 };
 
 // softmax(scale * Q Kt (+ mask)) V and its gradients, all in double, probabilities kept.
-Ref reference(const AttnCase& c, const std::vector<double>& q, const std::vector<double>& k,
-              const std::vector<double>& v, const std::vector<double>& m, const std::vector<double>& dy) {
+Ref reference(const AttnCase& c, const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+              const std::vector<double>& m, const std::vector<double>& dy) {
   const int64_t H = numel(c.batch), T = c.t, S = c.s, Dk = c.dk, Dv = c.dv;
   Dims scores = c.batch;
   scores.push_back(T);
@@ -43,7 +43,8 @@ Ref reference(const AttnCase& c, const std::vector<double>& q, const std::vector
         sc *= static_cast<double>(c.scale);
         if (c.mask_kind) {
           const double mv = m[broadcast_source(c.mask_dims, scores, (h * T + i) * S + j)];
-          if (c.mask_kind == 1) sc += mv;
+          if (c.mask_kind == 1)
+            sc += mv;
           else if (mv != 0) {
             sc = -1e9;
             filled[i * S + j] = true;
@@ -109,9 +110,9 @@ TYPED_TEST(AttentionTest, ForwardAndBackwardMatchReference) {
   const AttnCase cases[] = {
       {{2, 3}, 5, 5, 4, 4, 0, {}, 0.5f},
       {{2, 3}, 4, 6, 3, 5, 1, {2, 1, 1, 6}, 0.577f},  // a padding-style mask over keys, per batch
-      {{3}, 6, 6, 4, 2, 2, {6, 6}, 0.25f},             // causal fill mask, shared by every head
-      {{2}, 3, 4, 2, 3, 2, {2, 3, 4}, 1.0f},           // per-head fill mask with a fully masked row
-      {{}, 7, 3, 5, 4, 1, {7, 3}, 2.0f},               // no batch dims
+      {{3}, 6, 6, 4, 2, 2, {6, 6}, 0.25f},            // causal fill mask, shared by every head
+      {{2}, 3, 4, 2, 3, 2, {2, 3, 4}, 1.0f},          // per-head fill mask with a fully masked row
+      {{}, 7, 3, 5, 4, 1, {7, 3}, 2.0f},              // no batch dims
   };
   uint32_t seed = 900;
   for (const AttnCase& c : cases) {
@@ -159,8 +160,7 @@ TYPED_TEST(AttentionTest, ForwardAndBackwardMatchReference) {
     PT_ASSERT_OK(run_kernel("FusedAttention", dtype_of<T>(), ins, {y1.view()}, at));
     expect_close(y1, ref.y, "Y alone", tol, tol);
 
-    std::vector<TensorView> gins = {dy.view(), bq.view(), bk.view(), bv.view(),
-                                    c.mask_kind ? ins[3] : TensorView{}, y.view(), lse.view()};
+    std::vector<TensorView> gins = {dy.view(), bq.view(), bk.view(), bv.view(), c.mask_kind ? ins[3] : TensorView{}, lse.view()};
     auto dq = Buf<T>::output(qd), dk = Buf<T>::output(kd), dv = Buf<T>::output(vd);
     PT_ASSERT_OK(run_kernel("FusedAttentionGrad", dtype_of<T>(), gins, {dq.view(), dk.view(), dv.view()}, at));
     expect_close(dq, ref.dq, "dQ", tol * 5, tol * 5);
