@@ -256,6 +256,22 @@ class AttentionFusionTest(FusionCase):
                 self.attention(path, data, 8, 2, 4)  # MatMul, Mul, Where, Softmax go
         self.attention(os.path.join(self.dir, "gpt.op13.onnx"), data, 8, 2, 4, "--gpus", "2")
 
+    def test_internal_op_in_a_model_refused(self):
+        """FusedAttention is the pass's own op: a model that writes it (default domain at 13 or 18, or
+        the internal domain) is refused, naming it (exit 2)."""
+        for opset, domain in ((13, ""), (18, ""), (13, "pipetrain")):
+            node = helper.make_node("FusedAttention", ["q", "k", "v"], ["y"], domain=domain)
+            io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4, 4]) for n in "qkv"]
+            g = helper.make_graph([node], "g", io, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 4])])
+            ops = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+            m = helper.make_model(g, opset_imports=ops)
+            m.ir_version = 8 if opset < 18 else 9
+            path = os.path.join(self.dir, f"internal_{opset}{domain}.onnx")
+            onnx.save(m, path)
+            rc, so, se = run(path, "--steps", 1, "--out", os.path.join(self.dir, "internal"), "--overwrite", "--quiet")
+            self.assertEqual(rc, 2, f"opset {opset} domain '{domain}': {se or so}")
+            self.assertIn("FusedAttention", se)
+
     def test_hand_written_and_near_misses(self):
         rng = np.random.default_rng(9)
         x = rng.standard_normal((8, 4, 8)).astype(np.float32)
