@@ -150,6 +150,9 @@ int run_training(const TrainingSpec& o, MpiJob& job) {
   say(o, "model: " + o.model + " (opset " + std::to_string(m.source_opset) +
              (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
              (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
+  if (m.fused.rewrites > 0)  // the node count above is the fused graph's
+    say(o, "fusions: " + std::to_string(m.fused.layernorm) + " LayerNorm, " + std::to_string(m.fused.attention) +
+               " attention (--no-fusion layernorm,attention turns them off)");
 
   // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
   // nothing to learn from (and would divide by zero in the epoch arithmetic).
