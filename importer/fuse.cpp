@@ -10,14 +10,19 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
     if (n == "all") {
       *o = FuseOptions{};
       o->layernorm = false;
+      o->attention = false;
     } else if (n == "layernorm") {
       o->layernorm = false;
+    } else if (n == "attention") {
+      o->attention = false;
     } else {
-      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, all)");
+      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, all)");
     }
   }
   return Status::ok();
 }
+
+bool is_fusion_op(const std::string& op) { return op == "FusedAttention" || op == "FusedAttentionGrad"; }
 
 FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   auto read_constants = [&g] {
@@ -28,7 +33,9 @@ FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   };
   const std::set<const Value*> before = read_constants();
   FuseReport r;
-  if (o.layernorm) r.rewrites += fuse_layernorm(g);
+  if (o.layernorm) r.layernorm = fuse_layernorm(g);
+  if (o.attention) r.attention = fuse_attention(g);
+  r.rewrites = r.layernorm + r.attention;
   r.absorbed_constants = static_cast<int>(before.size() - read_constants().size());
   return r;
 }

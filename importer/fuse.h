@@ -16,12 +16,15 @@ struct FuseOptions {
   // ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul scale, Add bias (LayerNorm as
   // exporters spell it below opset 17) -> LayerNormalization (importer/fuse_layernorm.cpp).
   bool layernorm = true;
+  // MatMul(Q, Kt), scale (Mul or Div by a constant, on Q or the scores), optional mask (Add, or
+  // Where with a constant fill), Softmax, MatMul with V -> FusedAttention (importer/fuse_attention.cpp).
+  bool attention = true;
   // Not kept: a GELU pass (Div sqrt 2, Erf, Add 1, Mul x, Mul 0.5 -> Gelu; in git history) made the
   // GPT's step slower: GeluGrad recomputes erf where the spelled-out backward reuses the forward's
   // (docs/performance.md).
 };
 
-// Turns off the passes named (--no-fusion: "layernorm", or "all"); an unknown name is refused,
+// Turns off the passes named (--no-fusion: "layernorm", "attention", or "all"); an unknown name is refused,
 // naming the flag and the known passes.
 Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 
@@ -32,8 +35,25 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 // only, all float32.
 int fuse_layernorm(Graph& g);
 
+// Rewrites every scaled dot-product attention into one FusedAttention node (domain "pipetrain";
+// inputs Q [B..., T, Dk], Kt [B..., Dk, S], V [B..., S, Dv], optional mask; outputs Y and the per-row
+// softmax normaliser InvSum [B..., T] its
+// backward reads); returns how many. A match needs: Softmax over the last
+// axis whose only reader is MatMul(P, V); before it an optional Add of a float mask or Where(bool
+// mask, scalar constant fill, scores), the mask broadcasting to the scores and computed from no
+// trainable parameter; an optional Mul or Div by a scalar constant; MatMul(Q, Kt), optionally after
+// a Mul or Div of Q by a scalar constant; every intermediate read by the pattern only, one float
+// dtype, one batch shape (no broadcasting between Q, Kt and V). Dropout on the probabilities (a
+// training-mode export with attention dropout) is not matched: those graphs stay unfused.
+int fuse_attention(Graph& g);
+
+// Internal ops a fusion pass makes: a model that uses one itself is refused at import.
+bool is_fusion_op(const std::string& op);
+
 struct FuseReport {
   int rewrites = 0;
+  int layernorm = 0;  // of which LayerNorms
+  int attention = 0;  // of which attentions
   // Float initializers only the fused subgraphs read (exponents, epsilons, now attributes): still
   // constants of the model (export keeps them), no longer read by the graph.
   int absorbed_constants = 0;

@@ -590,6 +590,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
       if (ok && opts.for_training && !is_foldable_op(op) && !is_expanded_op(op) && op != "Constant")
         ok = has_grad_builder(op);
       if (domain != "ai.onnx") ok = false;  // no other domain's ops are implemented
+      if (is_fusion_op(op)) ok = false;     // internal ops of the fusion passes (importer/fuse.h)
       if (!ok) {
         std::string name = n.name().empty() ? op + "_" + std::to_string(i) : n.name();
         bad.push_back("'" + name + "' (" + op + ", opset " + std::to_string(domain_opset[domain]) + ", domain " +

@@ -420,6 +420,7 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"ReduceSum", shapes::reduce}, {"ReduceMean", shapes::reduce}, {"ReduceMax", shapes::reduce},
       {"Sum", shapes::variadic}, {"Mean", shapes::variadic}, {"Split", shapes::split}, {"Tile", shapes::tile},
       {"Pad", shapes::pad}, {"LayerNormalization", shapes::layer_norm},
+      {"FusedAttention", shapes::fused_attention},  // internal: made by importer/fuse_attention.cpp only
       {"Conv", shapes::conv}, {"MaxPool", shapes::max_pool}, {"AveragePool", shapes::average_pool},
       {"GlobalAveragePool", shapes::global_pool}, {"GlobalMaxPool", shapes::global_pool}, {"LRN", shapes::lrn},
       {"BatchNormalization", shapes::batch_norm},

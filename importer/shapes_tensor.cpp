@@ -323,6 +323,30 @@ Status layer_norm(Node& n, const std::string& where) {
   return Status::ok();
 }
 
+Status fused_attention(Node& n, const std::string& where) {
+  RETURN_IF_ERROR(need(n, 3, 4, where));
+  const Dims& q = n.inputs[0]->dims;
+  const Dims& k = n.inputs[1]->dims;
+  const Dims& v = n.inputs[2]->dims;
+  const size_t r = q.size();
+  if (r < 2 || k.size() != r || v.size() != r || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
+      !std::equal(q.begin(), q.end() - 2, v.begin()) || k[r - 2] != q[r - 1] || v[r - 2] != k[r - 1])
+    return invalid_input(where + ": Q " + dims_str(q) + ", Kt " + dims_str(k) + " and V " + dims_str(v) +
+                         " do not chain as [B..., T, Dk] @ [B..., Dk, S] @ [B..., S, Dv]");
+  if (present(n, 3)) {
+    Dims scores(q.begin(), q.end() - 1), b;
+    scores.push_back(k[r - 1]);
+    if (n.inputs[3]->dims.size() > r || !broadcast_dims(n.inputs[3]->dims, scores, &b) || b != scores)
+      return invalid_input(where + ": mask " + dims_str(n.inputs[3]->dims) + " does not broadcast to the scores " +
+                           dims_str(scores));
+  }
+  Dims y(q.begin(), q.end() - 1), lse(q.begin(), q.end() - 1);
+  y.push_back(v[r - 1]);
+  set_out(n, 0, n.inputs[0]->dtype, y);
+  set_out(n, 1, n.inputs[0]->dtype, lse);
+  return Status::ok();
+}
+
 Status gelu(Node& n, const std::string& where) {
   RETURN_IF_ERROR(need(n, 1, 1, where));
   const std::string a = n.attrs.get_string("approximate", "none");

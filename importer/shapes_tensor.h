@@ -22,6 +22,8 @@ Status slice(Node& n, const std::string& where);        // -> `_starts`, `_steps
 Status tile(Node& n, const std::string& where);         // -> `_repeats`
 Status pad(Node& n, const std::string& where);          // -> `_pads` (begins, ends), `_value`
 Status layer_norm(Node& n, const std::string& where);   // Y, optional Mean and InvStdDev
+// FusedAttention (importer/fuse_attention.cpp): (Q, Kt, V[, mask]) -> Y [B..., T, Dv], InvSum [B..., T].
+Status fused_attention(Node& n, const std::string& where);
 // Ops of opsets 18 to 21 and the missing ops of issue 13.
 Status gelu(Node& n, const std::string& where);         // approximate: none | tanh
 Status arg_max(Node& n, const std::string& where);      // -> `_axis`; int64 output

@@ -154,6 +154,9 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("PadGrad", pad_grad),
     PT_CPU_F("GatherGrad", gather_grad),
     PT_CPU_F("LayerNormalizationGrad", layer_norm_grad),
+    // Fused attention (importer/fuse_attention.cpp; FusedAttentionGrad in domain "pipetrain")
+    PT_CPU_F("FusedAttention", fused_attention),
+    PT_CPU_F("FusedAttentionGrad", fused_attention_grad),
 #undef PT_CPU_MOVE
     // Convolution, pooling and normalisation (kernels/cpu/conv.cpp, pool.cpp, batchnorm.cpp, lrn.cpp)
     PT_CPU_F("Conv", conv),

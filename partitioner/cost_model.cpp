@@ -119,6 +119,17 @@ double node_flops(const Node& n) {
     return elems(input(n, 0));
   if (op == "BatchNormalization") return 5.0 * elems(input(n, 0));
   if (op == "LRN") return elems(output(n, 0)) * (static_cast<double>(n.attrs.get_int("size", 5)) + 5.0);
+  if (op == "FusedAttention" || op == "FusedAttentionGrad") {
+    // Per head: scores Q @ Kt (2 T S Dk), softmax (5 T S), P @ V (2 T S Dv). The backward recomputes
+    // the scores and makes dV, dP, dQ and dKt: 4 more products, 2 of each width.
+    const Value* q = input(n, op == "FusedAttention" ? 0 : 1);
+    const Value* v = input(n, op == "FusedAttention" ? 2 : 3);
+    const Value* kt = input(n, op == "FusedAttention" ? 1 : 2);
+    if (!q || !v || !kt || q->dims.size() < 2 || v->dims.empty() || kt->dims.empty()) return out;
+    const double dk = static_cast<double>(q->dims.back()), dv = static_cast<double>(v->dims.back());
+    const double ts = elems(q) / std::max(dk, 1.0) * static_cast<double>(kt->dims.back());  // heads * T * S
+    return op == "FusedAttention" ? ts * (2 * dk + 2 * dv + 5) : ts * (4 * dk + 4 * dv + 2 * dk + 8);
+  }
   if (op == "Softmax" || op == "LogSoftmax") return 5.0 * out;
   if (op == "SoftmaxGrad" || op == "LogSoftmaxGrad") return 4.0 * out;
   if (op == "SoftmaxCrossEntropyLoss") return 6.0 * elems(input(n, 0));

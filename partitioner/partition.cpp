@@ -45,6 +45,15 @@ double memory_of(double param_bytes, double saved, double workspace, int stage, 
          stage_evaluator_param_bytes(stage, num_stages, opts, model_param_bytes);
 }
 
+// The same stage recomputing its forward: its inputs per pass, one set of activations.
+double recompute_memory_of(double param_bytes, double inputs, double saved, double workspace, int stage, int num_stages,
+                           const PartitionOptions& opts, double act_scale, double model_param_bytes) {
+  const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts) +
+                        stage_recompute_weight_copies(stage, num_stages, opts);
+  return param_bytes * copies + act_scale * (inputs * stage_saved_copies(stage, num_stages, opts) + saved + workspace) +
+         stage_evaluator_param_bytes(stage, num_stages, opts, model_param_bytes);
+}
+
 }  // namespace
 
 int stage_saved_copies(int stage, int num_stages, const PartitionOptions& opts) {
@@ -58,9 +67,31 @@ double stage_evaluator_param_bytes(int stage, int num_stages, const PartitionOpt
 }
 
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts) {
+  if (s.recompute)
+    return static_cast<int64_t>(recompute_memory_of(static_cast<double>(s.param_bytes),
+                                                    static_cast<double>(s.recompute_input_bytes),
+                                                    static_cast<double>(s.saved_bytes),
+                                                    static_cast<double>(s.workspace_bytes), s.index, num_stages, opts,
+                                                    1.0, 0.0)) +
+           s.evaluator_bytes + s.shared_memory_bytes;
   return static_cast<int64_t>(memory_of(static_cast<double>(s.param_bytes), static_cast<double>(s.saved_bytes),
                                         static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0, 0.0)) +
          s.evaluator_bytes + s.shared_memory_bytes;
+}
+
+bool stage_may_recompute(int stage, int num_stages, const PartitionOptions& opts) {
+  return opts.recompute != Recompute::kNone && stage_in_flight(stage, num_stages, opts) > 1;
+}
+
+int stage_recompute_weight_copies(int stage, int num_stages, const PartitionOptions& opts) {
+  if (!stage_may_recompute(stage, num_stages, opts) || opts.schedule == Schedule::kGPipe) return 0;
+  const int in_flight = stage_in_flight(stage, num_stages, opts);
+  switch (opts.weights) {
+    case WeightMode::kSpecTrain: return in_flight;
+    case WeightMode::kStale: return in_flight + 1;
+    case WeightMode::kStash: return 0;
+  }
+  return 0;
 }
 
 int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe) {
@@ -111,6 +142,7 @@ struct Pos {
   const Node* node = nullptr;
   std::vector<int> reads;  // activations of forward nodes this node or its backward nodes read
   std::vector<int> kept;   // values its backward nodes read (kept from forward until backward)
+  std::vector<int> data;   // data inputs and labels this node or its backward nodes read
   double param_bytes = 0;
   int64_t param_count = 0;
   double workspace = 0;
@@ -136,6 +168,7 @@ struct Problem {
   std::vector<DeviceSpec> classes;       // distinct device speeds
   std::vector<int> class_of;             // per given device
   std::vector<std::vector<double>> fwd, bwd, upd, prefix;  // [class][position]
+  std::vector<std::vector<double>> prefix_fwd;              // [class][position]: forward only (recompute)
   // Replicas (PartitionOptions::replicas): one replica's compute and activations are `scale`
   // (graph_replicas / replicas) of the graph's; prefix sums of forward + backward and of update.
   double scale = 1;
@@ -143,7 +176,7 @@ struct Problem {
   LinkSpec replica_link;
   // prefix_oh: the launch overhead within prefix_fb (one per forward and backward node), which
   // a replica's share does not shrink.
-  std::vector<std::vector<double>> prefix_fb, prefix_upd, prefix_oh;
+  std::vector<std::vector<double>> prefix_fb, prefix_upd, prefix_oh, prefix_foh;  // foh: forward only
   // Time of `fb` seconds of forward + backward, `oh` of them launch overhead, on 1/scale of the
   // samples: the rest scales with the samples (at least 0 of it: measured profiles may be faster
   // than the overhead).
@@ -235,6 +268,7 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
     for (const Value* v : order[p]->inputs) {
       if (!v) continue;
       if (P.vals[v->id].producer_pos >= 0) add_unique(P.pos[p].reads, v->id);
+      if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) add_unique(P.pos[p].data, v->id);
       if (v->kind == ValueKind::kParameter && !param_owner.count(v)) {
         param_owner[v] = p;
         P.pos[p].param_bytes += cost_value_bytes(v);
@@ -287,6 +321,7 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
         if (!v) continue;
         if (may_be_kept_for_backward(v)) add_unique(P.pos[p].kept, v->id);
         if (P.vals[v->id].producer_pos >= 0) add_unique(P.pos[p].reads, v->id);
+        if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) add_unique(P.pos[p].data, v->id);
       }
       if (!charged)  // the cost model charges backward nodes to their forward node only
         for (size_t c = 0; c < nc; ++c) P.bwd[c][p] += node_time_s(*node, P.classes[c]);
@@ -319,8 +354,12 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
   for (Val& x : P.vals)
     if (x.producer_pos >= 0) x.has_grad = depends[x.v->id] && reaches[x.v->id] && is_floating(x.v->dtype);
   P.prefix.assign(nc, std::vector<double>(n + 1, 0));
+  P.prefix_fwd = P.prefix;
   for (size_t c = 0; c < nc; ++c)
-    for (int p = 0; p < n; ++p) P.prefix[c][p + 1] = P.prefix[c][p] + P.fwd[c][p] + P.bwd[c][p] + P.upd[c][p];
+    for (int p = 0; p < n; ++p) {
+      P.prefix[c][p + 1] = P.prefix[c][p] + P.fwd[c][p] + P.bwd[c][p] + P.upd[c][p];
+      P.prefix_fwd[c][p + 1] = P.prefix_fwd[c][p] + P.fwd[c][p];
+    }
   P.prefix_params.assign(n + 1, 0);
   for (int p = 0; p < n; ++p) P.prefix_params[p + 1] = P.prefix_params[p] + P.pos[p].param_bytes;
   P.replicas = std::max(1, opts.replicas);
@@ -329,12 +368,14 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
   P.prefix_fb.assign(nc, std::vector<double>(n + 1, 0));
   P.prefix_upd = P.prefix_fb;
   P.prefix_oh = P.prefix_fb;
+  P.prefix_foh = P.prefix_fb;
   for (size_t c = 0; c < nc; ++c)
     for (int p = 0; p < n; ++p) {
       P.prefix_fb[c][p + 1] = P.prefix_fb[c][p] + P.fwd[c][p] + P.bwd[c][p];
       P.prefix_upd[c][p + 1] = P.prefix_upd[c][p] + P.upd[c][p];
       P.prefix_oh[c][p + 1] =
           P.prefix_oh[c][p] + (1.0 + P.pos[p].bwd_kernels) * std::max(0.0, P.classes[c].kernel_overhead_s);
+      P.prefix_foh[c][p + 1] = P.prefix_foh[c][p] + std::max(0.0, P.classes[c].kernel_overhead_s);
     }
   return P;
 }
@@ -350,7 +391,7 @@ class StageSweep {
     stage_ = stage;
     link_ = &P_.link_of(stage);
     ++epoch_;
-    recv_bytes_ = grad_bytes_ = saved_ = workspace_ = 0;
+    recv_bytes_ = grad_bytes_ = saved_ = workspace_ = data_bytes_ = 0;
     recv_count_ = grad_count_ = 0;
     weight_bytes_ = shared_memory_ = shared_grad_bytes_ = 0;
     weight_count_ = 0;
@@ -370,6 +411,11 @@ class StageSweep {
         ++grad_count_;
       }
     }
+    for (int id : p.data)
+      if (recv_mark_[id] != epoch_) {
+        recv_mark_[id] = epoch_;
+        data_bytes_ += P_.vals[id].bytes;
+      }
     for (int id : p.kept)
       if (kept_mark_[id] != epoch_) {
         kept_mark_[id] = epoch_;
@@ -422,6 +468,14 @@ class StageSweep {
              (P_.prefix_upd[cls][j_] - P_.prefix_upd[cls][i_]) + comm_s() + allreduce_s();
     return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s();
   }
+  double forward_s(int cls) const { return P_.prefix_fwd[cls][j_] - P_.prefix_fwd[cls][i_]; }
+  // The forward a recomputing stage reruns: forward_s, one replica's share of it with replicas.
+  double rerun_s(int cls) const {
+    if (!P_.replicated()) return forward_s(cls);
+    return P_.share_s(forward_s(cls), P_.prefix_foh[cls][j_] - P_.prefix_foh[cls][i_]);
+  }
+  // What the stage keeps per pass when it recomputes: received activations, data inputs, labels.
+  double recompute_inputs() const { return recv_bytes_ + data_bytes_; }
   double param_bytes() const { return P_.prefix_params[j_] - P_.prefix_params[i_]; }
   double saved() const { return saved_; }
   double workspace() const { return workspace_; }
@@ -436,13 +490,35 @@ class StageSweep {
   std::vector<int>& kept_mark_;
   int& epoch_;
   int i_ = 0, j_ = 0, stage_ = 0;
-  double recv_bytes_ = 0, grad_bytes_ = 0, saved_ = 0, workspace_ = 0;
+  double recv_bytes_ = 0, grad_bytes_ = 0, saved_ = 0, workspace_ = 0, data_bytes_ = 0;
   int recv_count_ = 0, grad_count_ = 0;
   double weight_bytes_ = 0, shared_memory_ = 0, shared_grad_bytes_ = 0;
   int weight_count_ = 0;
   std::vector<std::pair<int, int>> shared_mark_;  // [value id]: (epoch, bits: 1 forward weights, 2 backward)
   std::vector<const Value*> shared_;
 };
+
+// A stage's predicted memory under opts.recompute, and whether it recomputes: kStage wherever it
+// can and that takes less memory (a stage whose inputs are as large as its activations, or whose
+// forward weight copies outweigh them, would pay the rerun for nothing), kAuto only where it
+// would not fit `cap` otherwise. A stage that reads a weight shared with an earlier stage under
+// 1F1B cannot: its forward's version of that weight is not kept.
+struct StageMemory {
+  double bytes = 0;
+  bool recompute = false;
+};
+StageMemory stage_memory(const StageSweep& sw, int k, int N, const PartitionOptions& opts, double act_scale,
+                         double model_param_bytes, double cap) {
+  const double none = memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, model_param_bytes) +
+                      sw.shared_memory();
+  const bool can = stage_may_recompute(k, N, opts) && (opts.schedule == Schedule::kGPipe || sw.shared().empty());
+  if (!can || (opts.recompute == Recompute::kAuto && none <= cap)) return {none, false};
+  const double rec = recompute_memory_of(sw.param_bytes(), sw.recompute_inputs(), sw.saved(), sw.workspace(), k, N, opts,
+                                         act_scale, model_param_bytes) +
+                     sw.shared_memory();
+  if (rec >= none) return {none, false};
+  return {rec, true};
+}
 
 enum class Objective { kTime, kOverflow };
 
@@ -466,11 +542,10 @@ double split_time(const Problem& P, const std::vector<int>& starts, const std::v
     sw.start(starts[k], k);
     for (int p = starts[k]; p < end; ++p) sw.add();
     const int dev = device_index[k];
-    if (memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale * P.scale, P.prefix_params.back()) +
-            sw.shared_memory() >
-        opts.devices[dev].memory_bytes)
-      return kInf;
-    worst = std::max(worst, sw.time_s(P.class_of[dev]));
+    const StageMemory m =
+        stage_memory(sw, k, N, opts, act_scale * P.scale, P.prefix_params.back(), opts.devices[dev].memory_bytes);
+    if (m.bytes > opts.devices[dev].memory_bytes) return kInf;
+    worst = std::max(worst, sw.time_s(P.class_of[dev]) + (m.recompute ? sw.rerun_s(P.class_of[dev]) : 0.0));
   }
   return worst;
 }
@@ -520,14 +595,12 @@ Solution solve(const Problem& P, const std::vector<int>& device_index, const Par
       sw.start(i, k);
       for (int j = i + 1; j <= last_end; ++j) {
         sw.add();
-        const double mem =
-            memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale * P.scale,
-                      P.prefix_params.back()) +
-            sw.shared_memory();
+        const StageMemory m = stage_memory(sw, k, N, opts, act_scale * P.scale, P.prefix_params.back(), cap);
+        const double mem = m.bytes;
         double value;
         if (obj == Objective::kTime) {
           if (mem > cap) break;  // memory only grows with j
-          value = sw.time_s(cls);
+          value = sw.time_s(cls) + (m.recompute ? sw.rerun_s(cls) : 0.0);
           if (value > bound) break;
         } else {
           value = mem - cap;
@@ -575,6 +648,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   Plan plan;
   plan.schedule = opts.schedule;
   plan.weights = opts.weights;
+  plan.recompute = opts.recompute;
   plan.micro_batches = std::max(1, opts.micro_batches);
   plan.batch_size = graph_batch(g);
   plan.link = opts.link;
@@ -639,6 +713,15 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.in_flight = stage_in_flight(k, N, opts);
     s.weight_copies = stage_weight_copies(k, N, opts);
     s.evaluator_bytes = static_cast<int64_t>(stage_evaluator_param_bytes(k, N, opts, P.prefix_params.back()));
+    s.recompute = stage_memory(sw, k, N, opts, P.scale, P.prefix_params.back(), s.device.memory_bytes).recompute;
+    if (s.recompute) {
+      // With replicas the inputs kept are the share's; the rerun forward is the share's (fwd_ms).
+      s.recompute_input_bytes = static_cast<int64_t>(P.replicated() ? sw.recompute_inputs() * P.scale : sw.recompute_inputs());
+      s.recompute_weight_copies = stage_recompute_weight_copies(k, N, opts);
+      s.weight_copies += s.recompute_weight_copies;
+      s.recompute_ms = P.replicated() ? s.fwd_ms : 1e3 * sw.forward_s(cls);
+      s.bwd_ms += s.recompute_ms;
+    }
     s.memory_bytes = stage_memory_bytes(s, N, opts);
   }
   // Sends: each value once in the list, its bytes once per stage that receives it.
@@ -749,10 +832,14 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
                     mb(static_cast<double>(s.memory_bytes)) + ", " + mb(worst_over) + " over its " +
                     mb(s.device.memory_bytes) + " (weights, gradients, optimizer state" +
                     (s.weight_copies ? " and " + std::to_string(s.weight_copies) + " weight cop" + (s.weight_copies == 1 ? "y" : "ies") : std::string()) +
-                    " " + mb(fixed) + "; activations " + mb(static_cast<double>(s.saved_bytes)) + " x " +
+                    " " + mb(fixed) + "; " +
+                    (s.recompute ? "recomputed: inputs " + mb(static_cast<double>(s.recompute_input_bytes)) + " x "
+                                 : "activations " + mb(static_cast<double>(s.saved_bytes)) + " x ") +
                     (opts.schedule == Schedule::kGPipe ? plural(s.in_flight, "micro-batch", "micro-batches")
                                                        : plural(s.in_flight, "mini-batch", "mini-batches")) +
-                    " in flight; workspace " + mb(static_cast<double>(s.workspace_bytes)) + ").";
+                    " in flight" +
+                    (s.recompute ? " and one set of activations " + mb(static_cast<double>(s.saved_bytes)) : "") +
+                    "; workspace " + mb(static_cast<double>(s.workspace_bytes)) + ").";
   if (automatic_fits) return invalid_input(msg + " The automatic partition (no --split-at / --balance) fits.");
   // More devices like these (the list repeated), same batch.
   std::vector<std::string> fits;
@@ -766,6 +853,13 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
                      " at this batch size");
       break;
     }
+  }
+  // Activation recomputation on the stages that do not fit.
+  if (opts.recompute == Recompute::kNone) {
+    PartitionOptions rec = opts;
+    rec.recompute = Recompute::kAuto;
+    if (solve(P, identity_devices(N), rec, 1.0, Objective::kTime).feasible)
+      fits.push_back("--recompute auto (the stages that do not fit rerun their forward in the backward)");
   }
   // A smaller batch on these devices: activations and workspace scale linearly with the batch.
   const int64_t batch = graph_batch(g);
@@ -828,6 +922,22 @@ Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOption
   return starts;
 }
 
+// --recompute stage asks every stage that keeps several passes in flight to recompute where that
+// saves memory: one that cannot (it reads a weight shared under 1F1B, whose forward version is
+// not kept) is refused.
+Status check_recompute(const Plan& plan, const PartitionOptions& opts) {
+  if (opts.recompute != Recompute::kStage) return Status::ok();
+  const int N = static_cast<int>(plan.stages.size());
+  for (const StagePlan& s : plan.stages)
+    if (stage_may_recompute(s.index, N, opts) && !s.recompute && !s.shared_params.empty() &&
+        opts.schedule != Schedule::kGPipe)
+      return invalid_input("--recompute stage: stage " + std::to_string(s.index) + " reads weight '" +
+                           (s.shared_params.empty() ? std::string("?") : s.shared_params.front()->name) +
+                           "' shared with an earlier stage; under 1F1B the version its forward read is not kept, so "
+                           "its forward cannot be rerun exactly (use --recompute auto or --schedule gpipe)");
+  return Status::ok();
+}
+
 bool fits(const Plan& p) {
   for (const StagePlan& s : p.stages)
     if (static_cast<double>(s.memory_bytes) > s.device.memory_bytes) return false;
@@ -865,6 +975,7 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
         const bool auto_fits = solve(P, identity_devices(N), opts, 1.0, Objective::kTime).feasible;
         return memory_error(g, P, plan, opts, "the manual partition does not fit:", auto_fits);
       }
+      RETURN_IF_ERROR(check_recompute(plan, opts));
       RETURN_IF_ERROR(layout_plan(g, &plan));
       return plan;
     }
@@ -879,6 +990,7 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
     }
     if (!best.has_value() || plan.bottleneck_ms < best->bottleneck_ms * (1 - 1e-12)) best = std::move(plan);
   }
+  if (best.has_value()) RETURN_IF_ERROR(check_recompute(*best, opts));
   if (!best.has_value() && !refused.is_ok()) return refused;
   if (!best.has_value()) {
     // Explained in the first order tried (the graph's own, unless one was asked for).

@@ -28,6 +28,7 @@ struct PartitionOptions {
   LinkSpec network_link;
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
+  Recompute recompute = Recompute::kNone;  // --recompute (plan.h): which stages rerun their forward
   int micro_batches = 1;               // GPipe
   int optimizer_state_copies = 1;      // momentum: 1; Adam: 2
   const Profile* profile = nullptr;
@@ -82,7 +83,21 @@ std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
 // saved_copies = in_flight (+ 1 when pipelined: N > 1 or GPipe), in_flight = N - k (1F1B) or M
 // (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1 (stash: one version per other
 // mini-batch in flight), 0 (stale, GPipe, and a single 1F1B stage, which trains sequentially).
+//
+// A stage that recomputes (s.recompute) keeps per pass only its inputs and one set of activations:
+//   param_bytes * (2 + optimizer_state_copies + copies + recompute_weight_copies)
+//   + recompute_input_bytes * saved_copies + saved_bytes + workspace_bytes + evaluator_bytes
+//   + shared_memory_bytes.
 int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOptions& opts);
+// Whether stage k can recompute at all: --recompute is not none and it keeps more than one pass
+// in flight (with one, its backward follows its forward and the activations are still there).
+bool stage_may_recompute(int stage, int num_stages, const PartitionOptions& opts);
+// The forward's weights a recomputing stage keeps per pass in flight: 1F1B SpecTrain predicts
+// the forward's weights from master weights that have moved on by its backward, and stale reads
+// master weights that have moved on too, so both keep the forward's version for each pass in
+// flight (stale: plus the master copy beside the executor's buffers); stash already keeps it,
+// GPipe's weights do not change within a mini-batch.
+int stage_recompute_weight_copies(int stage, int num_stages, const PartitionOptions& opts);
 
 // Messages the link that brings a shared weight to reader stage `reader` holds (the runtime sizes
 // its weight links with it; the memory model charges the reader these slots plus its own buffer):

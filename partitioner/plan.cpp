@@ -18,6 +18,15 @@ const char* weight_mode_name(WeightMode w) {
   return "?";
 }
 
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kStage: return "stage";
+    case Recompute::kAuto: return "auto";
+  }
+  return "?";
+}
+
 Plan plan_single_stage(const Graph& g, const DeviceSpec& device) {
   Plan p;
   StagePlan s;

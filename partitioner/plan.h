@@ -14,8 +14,15 @@ namespace pt {
 
 enum class Schedule { k1F1B, kGPipe };
 enum class WeightMode { kSpecTrain, kStash, kStale };
+// --recompute: activation recomputation. kStage: every stage that keeps more than one pass in
+// flight, and would take less memory so, keeps only its inputs per pass and reruns its forward
+// before each backward; kAuto: only the stages that would not fit their device's memory otherwise. A stage with one pass in flight
+// (a single 1F1B stage, the last 1F1B stage, GPipe with one micro-batch) is never recomputed: its
+// backward follows its forward with the activations still in the executor, nothing to save.
+enum class Recompute { kNone, kStage, kAuto };
 const char* schedule_name(Schedule s);
 const char* weight_mode_name(WeightMode w);
+const char* recompute_name(Recompute r);
 
 struct StagePlan {
   int index = 0;
@@ -52,6 +59,15 @@ struct StagePlan {
   int64_t shared_memory_bytes = 0;
   int in_flight = 1;                     // mini-batches (GPipe: micro-batches) whose activations are kept
   int weight_copies = 0;                 // SpecTrain's predicted copy, or stashed versions
+  // Activation recomputation (--recompute): the stage keeps per pass in flight only its inputs
+  // (recompute_input_bytes: activations received, data input and labels) plus one set of its
+  // activations (saved_bytes) in the executor; the forward reruns before each backward (its time,
+  // recompute_ms, is part of bwd_ms). 1F1B SpecTrain and stale also keep the forward's weights per
+  // pass in flight (recompute_weight_copies, counted in weight_copies too).
+  bool recompute = false;
+  int64_t recompute_input_bytes = 0;
+  int recompute_weight_copies = 0;
+  double recompute_ms = 0;
   // With replicas (Plan::replicas > 1): the ring all-reduce of the gradients of this stage's own
   // parameters (param_bytes) across its replicas, per mini-batch (partition.h, allreduce_ms); 0
   // with one replica. fwd_ms, bwd_ms, comm_ms and the activation bytes above are then one
@@ -85,6 +101,7 @@ struct Plan {
   std::string model;
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
+  Recompute recompute = Recompute::kNone;  // what was asked (StagePlan::recompute: what each stage does)
   int micro_batches = 1;
   int64_t batch_size = 0;                // the graph's batch (one replica's share when graph_replicas > 1)
   // Data-parallel copies of the pipeline (--replicas): each runs every stage on its share of the

@@ -188,6 +188,27 @@ std::string report_text(const ReportInputs& r) {
       out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per mini-batch\n",
                     s.index - 1, s.index, p.stages[s.index - 1].node, s.node, s.link_in.name.c_str(),
                     s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, static_cast<double>(s.recv_bytes) / 1e6);
+  if (p.recompute != Recompute::kNone) {
+    std::string which;
+    for (const StagePlan& s : p.stages)
+      if (s.recompute) which += (which.empty() ? "" : ", ") + std::to_string(s.index);
+    out += format("recompute %s: %s\n", recompute_name(p.recompute),
+                  which.empty() ? (p.recompute == Recompute::kAuto
+                                       ? "no stage (every stage fits its device without)"
+                                       : "no stage (none keeps several passes in flight where rerunning its forward "
+                                         "would take less memory)")
+                                : (which.find(',') == std::string::npos
+                                       ? "stage " + which + " keeps only its inputs per pass and reruns its forward in the backward"
+                                       : "stages " + which + " keep only their inputs per pass and rerun their forward in the backward")
+                                      .c_str());
+    for (const StagePlan& s : p.stages)
+      if (s.recompute)
+        out += format("  stage %d: inputs %.2f MB x %d in flight + one set of activations %.2f MB, %d forward weight "
+                      "cop%s; forward rerun %.3f ms (in bwd ms)\n",
+                      s.index, static_cast<double>(s.recompute_input_bytes) / 1e6, s.in_flight,
+                      static_cast<double>(s.saved_bytes) / 1e6, s.recompute_weight_copies,
+                      s.recompute_weight_copies == 1 ? "y" : "ies", s.recompute_ms);
+  }
   for (const StagePlan& s : p.stages) {
     if (s.shared_params.empty()) continue;
     std::string names;

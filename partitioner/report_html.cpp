@@ -91,7 +91,8 @@ std::string stage_table(const Plan& p, const Summary& sum) {
     s += td(format("%.3f", st.fwd_ms), true) + td(format("%.3f", st.bwd_ms), true);
     s += td(format("%.3f", st.update_ms), true) + td(format("%.3f", st.comm_ms), true);
     s += td(format("%.3f", st.stage_ms()), true);
-    s += td(human_bytes(static_cast<double>(st.memory_bytes)), true);
+    // A recomputing stage (--recompute) is marked beside its memory.
+    s += td(human_bytes(static_cast<double>(st.memory_bytes)) + (st.recompute ? " (recompute)" : ""), true);
     s += td(human_bytes(static_cast<double>(st.send_bytes)), true);
     if (sum.measured) {
       if (is_measured(st)) {

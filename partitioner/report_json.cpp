@@ -58,6 +58,12 @@ json stage_json(const StagePlan& s) {
       {"shared_recv_bytes", s.shared_recv_bytes},
       {"shared_memory_bytes", s.shared_memory_bytes},
       {"evaluator_bytes", s.evaluator_bytes},
+      {"in_flight", s.in_flight},
+      {"weight_copies", s.weight_copies},
+      {"recompute", s.recompute},
+      {"recompute_input_bytes", s.recompute_input_bytes},
+      {"recompute_weight_copies", s.recompute_weight_copies},
+      {"recompute_ms", s.recompute_ms},
   };
   if (is_measured(s))
     j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};
@@ -122,6 +128,7 @@ std::string report_json(const ReportInputs& r) {
       {"devices", sum.stages},
       {"schedule", schedule_name(p.schedule)},
       {"weights", weight_mode_name(p.weights)},
+      {"recompute", recompute_name(p.recompute)},
       {"micro_batches", p.micro_batches},
       {"batch_size", p.batch_size * std::max(1, p.graph_replicas)},  // the whole mini-batch
       {"link", {{"name", p.link.name}, {"bandwidth", p.link.bandwidth}, {"latency_s", p.link.latency_s}}},

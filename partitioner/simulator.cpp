@@ -129,8 +129,9 @@ void measure(SimResult& res, int stages, int mini_batches, int64_t batch, int i0
   res.bubble_fraction = total > 0 ? std::max(0.0, 1.0 - busy / total) : 0;
 }
 
-// Peak memory: the plan's prediction, with the saved_bytes * in_flight it assumed replaced by the
-// largest number of passes (mini-batches; GPipe: micro-batches) the simulation kept in flight.
+// Peak memory: the plan's prediction, with the saved_bytes (recomputing stages: their inputs) *
+// in_flight it assumed replaced by the largest number of passes (mini-batches; GPipe:
+// micro-batches) the simulation kept in flight.
 void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vector<int>>& order,
                   const Engine& eng) {
   const int n = static_cast<int>(plan.stages.size());
@@ -142,7 +143,9 @@ void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vecto
       if (eng.event(op).kind == SimEvent::kForward) peak = std::max(peak, ++in_flight);
       if (eng.event(op).kind == SimEvent::kBackward) --in_flight;
     }
-    res.peak_memory_bytes[k] = s.memory_bytes + static_cast<int64_t>(peak - s.in_flight) * s.saved_bytes;
+    // A recomputing stage keeps only its inputs per pass in flight (plan.h).
+    const int64_t per_pass = s.recompute ? s.recompute_input_bytes : s.saved_bytes;
+    res.peak_memory_bytes[k] = s.memory_bytes + static_cast<int64_t>(peak - s.in_flight) * per_pass;
   }
 }
 

@@ -100,7 +100,7 @@ Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
     StageLayoutStage st;
     st.index = sp.index;
     st.nodes = sp.nodes;
-    ValueSet saved, state, shared;
+    ValueSet saved, recompute_saved, state, shared;
     for (const Node* n : sp.nodes) {
       if (n->phase == Phase::kUpdate) {
         st.params.push_back(n->inputs.at(0));
@@ -131,13 +131,16 @@ Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
           const bool fwd_act = v->kind == ValueKind::kActivation && v->producer && is_forward_phase(*v->producer);
           if (fwd_act || v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) saved.insert(v);
         }
+        if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) recompute_saved.insert(v);
         if (!v->producer) continue;
         const int from = stage_of.at(v->producer);
         if (from == sp.index) continue;
+        if (v->kind == ValueKind::kActivation && is_forward_phase(*v->producer)) recompute_saved.insert(v);
         (is_forward_phase(*v->producer) ? fwd_flow : bwd_flow)[{from, sp.index}].insert(v);
       }
     }
     st.saved = list_of(saved);
+    st.recompute_saved = list_of(recompute_saved);
     st.state = list_of(state);
     st.shared = list_of(shared);
     L.stages.push_back(std::move(st));

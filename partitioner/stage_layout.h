@@ -43,6 +43,10 @@ struct StageLayoutStage {
   std::vector<std::vector<const Value*>> opt_state;   // their optimizer state (the updates' kState inputs)
   std::vector<const Value*> state;                    // model state its nodes use (BatchNorm statistics)
   std::vector<const Value*> saved;                    // kept from a forward until its backward
+  // What the stage keeps per pass instead when it recomputes its forward before the backward
+  // (--recompute): the values its nodes read that its forward cannot recompute, i.e. the data
+  // inputs, the labels and the activations of other stages' forwards.
+  std::vector<const Value*> recompute_saved;
   std::vector<const Value*> recv, send;               // activations from / to other stages (all flows)
   std::vector<const Value*> shared;                   // parameters owned by an earlier stage it reads
   bool reads_input = false, reads_labels = false;     // the first data input; the labels

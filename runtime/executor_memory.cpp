@@ -103,8 +103,11 @@ Status with_batch_hint(const Status& s, const Plan& plan, size_t other_bytes) {
   const bool pipelined = plan.stages.size() > 1 || plan.schedule == Schedule::kGPipe;
   double fixed = 0, per_batch = 0;
   for (const StagePlan& st : plan.stages) {
-    const double act = static_cast<double>(st.saved_bytes) * (st.in_flight + (pipelined ? 1 : 0)) +
-                       static_cast<double>(st.workspace_bytes);
+    // A recomputing stage keeps its inputs per pass in flight and one set of activations.
+    const double act = st.recompute ? static_cast<double>(st.recompute_input_bytes) * (st.in_flight + (pipelined ? 1 : 0)) +
+                                          static_cast<double>(st.saved_bytes + st.workspace_bytes)
+                                    : static_cast<double>(st.saved_bytes) * (st.in_flight + (pipelined ? 1 : 0)) +
+                                          static_cast<double>(st.workspace_bytes);
     per_batch += act;
     fixed += static_cast<double>(st.memory_bytes) - act;
   }

@@ -128,7 +128,9 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       st->grads = ls.grads;
       st->updates = ls.updates;
       st->opt_state = ls.opt_state;
-      st->saved = ls.saved;
+      // --recompute (the plan decides per stage): only the stage's inputs are kept per pass.
+      st->recompute = plan.stages.at(ls.index).recompute;
+      st->saved = st->recompute ? ls.recompute_saved : ls.saved;
       st->state = ls.state;
       st->reads_input = ls.reads_input;
       st->reads_labels = ls.reads_labels;

@@ -74,6 +74,7 @@ struct StageStats {
   double fwd_ms = 0, bwd_ms = 0;  // measured per mini-batch (GPipe: summed over micro-batches)
   double update_ms = 0;         // per update
   int64_t forwards = 0, backwards = 0, updates = 0;
+  int64_t recomputes = 0;       // forwards rerun before their backward (--recompute)
 };
 
 class PipelineTrainer {

@@ -335,7 +335,12 @@ Expected<DeviceBuffer> Stage::buffer_like(const Value* v) const {
 Status Stage::prepare() {
   const int N = num_stages;
   num_slots_ = gpipe() ? std::max(1, opts.micro_batches) : N - index;
-  separate_master_ = !gpipe() && opts.weights != WeightMode::kStale;
+  if (recompute && num_slots_ < 2)
+    return internal_error("stage " + std::to_string(index) + " recomputes with one pass in flight (the plan's schedule is not the run's)");
+  // Recomputing under stale weights keeps the forward's version per pass, so the master gets a
+  // copy of its own (as SpecTrain's) instead of living in the executor's buffers.
+  const bool keep_fwd_weights = recompute && !gpipe() && opts.weights != WeightMode::kStash;
+  separate_master_ = !gpipe() && (opts.weights != WeightMode::kStale || keep_fwd_weights);
   buf_is_master_ = true;
   const Device& dev = *ex->device();
   master_.clear();
@@ -364,6 +369,21 @@ Status Stage::prepare() {
         slot.push_back(std::move(b));
       }
   }
+  fwd_weights_.clear();
+  if (keep_fwd_weights) {
+    fwd_weights_.resize(num_slots_);
+    for (auto& slot : fwd_weights_)
+      for (const Value* p : params) {
+        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
+        slot.push_back(std::move(b));
+      }
+  }
+  state_copy_.clear();
+  if (recompute)
+    for (const Value* v : state) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
+      state_copy_.push_back(std::move(b));
+    }
   grad_acc_.clear();
   if (gpipe() && opts.micro_batches > 1)
     for (const Value* g : grads) {
@@ -380,6 +400,9 @@ size_t Stage::held_bytes() const {
     for (const auto& t : slot) b += t.bytes();
   for (const auto& slot : stash_)
     for (const auto& t : slot) b += t.bytes();
+  for (const auto& slot : fwd_weights_)
+    for (const auto& t : slot) b += t.bytes();
+  for (const auto& t : state_copy_) b += t.bytes();
   for (const auto& t : grad_acc_) b += t.bytes();
   return b;
 }
@@ -507,6 +530,9 @@ Status Stage::forward(RunShared& sh, int64_t key) {
       for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], stash_[slot][i].view(), dev));
       stash_version_[slot] = version_;
     }
+    if (!fwd_weights_.empty())
+      for (size_t i = 0; i < params.size(); ++i)
+        RETURN_IF_ERROR(ex->copy_out(params[i], fwd_weights_[slot][i].view(), dev));
   }
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
@@ -532,6 +558,7 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   if (num_slots_ > 1)
     for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
+  if (recompute) RETURN_IF_ERROR(recompute_forward(slot));
   PassRecord r;
   r.stage = index;
   r.backward = true;
@@ -566,6 +593,34 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
+  return Status::ok();
+}
+
+// The rerun forward must compute exactly the activations the pass's forward computed: the same
+// inputs (its slot, copied in), the same dropout masks (rng_step is the pass key) and the same
+// weights. GPipe's do not change within a mini-batch and stash keeps them; 1F1B SpecTrain
+// predicts the forward's weights from master weights and a smoothed gradient that have moved on
+// by the backward (the prediction for s_fwd cannot be redone), and stale reads master weights
+// that have moved on too, so both keep the forward's weights per slot (fwd_weights_), as
+// PipeDream-2BW and Megatron recompute with stashed weights. BatchNorm in training mode
+// normalises with the batch's statistics, so the rerun's outputs do not depend on the running
+// statistics; its running-statistics update is undone (state_copy_) so that it counts once.
+Status Stage::recompute_forward(int slot) {
+  const Device& dev = *ex->device();
+  if (!fwd_weights_.empty()) {
+    for (size_t i = 0; i < params.size(); ++i)
+      RETURN_IF_ERROR(ex->copy_in(params[i], fwd_weights_[slot][i].view(), dev));
+    buf_is_master_ = false;
+  } else if (!stash_.empty() && stash_version_[slot] != version_) {
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
+    buf_is_master_ = false;
+  } else {
+    RETURN_IF_ERROR(load_master());
+  }
+  for (size_t i = 0; i < state.size(); ++i) RETURN_IF_ERROR(ex->copy_out(state[i], state_copy_[i].view(), dev));
+  RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kForward || p == Phase::kLoss; }));
+  for (size_t i = 0; i < state.size(); ++i) RETURN_IF_ERROR(ex->copy_in(state[i], state_copy_[i].view(), dev));
+  ++stats.recomputes;
   return Status::ok();
 }
 

@@ -218,6 +218,9 @@ class Stage {
   std::vector<const Value*> grads;     // their gradients (G)
   std::vector<const Value*> state;     // model state its nodes own (BatchNorm running statistics)
   std::vector<const Value*> saved;     // kept from a forward until that pass's backward
+  // Activation recomputation (--recompute; the plan's StagePlan::recompute): `saved` holds only
+  // the stage's inputs, and each backward first reruns the forward of its pass (recompute_forward).
+  bool recompute = false;
   const Value* input = nullptr;        // the model input (fed only when reads_input)
   const Value* labels = nullptr;       // the labels (fed only when reads_labels)
   bool reads_input = false, reads_labels = false;
@@ -272,6 +275,9 @@ class Stage {
  private:
   Status forward(RunShared& sh, int64_t key);
   Status backward(RunShared& sh, int64_t key);
+  // Reruns the forward (and loss) nodes of the pass whose inputs are in the executor, with the
+  // weights its forward used, leaving the model state (BatchNorm running statistics) as it was.
+  Status recompute_forward(int slot);
   Status update(RunShared& sh, int64_t step);
   Status feed(RunShared& sh, int64_t key);
   Status fence_sends();  // this stage's stream waits until its sends have read their values
@@ -301,6 +307,10 @@ class Stage {
   std::vector<std::vector<DeviceBuffer>> saved_slots_;  // [slot][saved value]
   std::vector<std::vector<DeviceBuffer>> stash_;        // [slot][param]
   std::vector<int64_t> stash_version_;                  // [slot]
+  // --recompute under 1F1B SpecTrain / stale: the weights each pass's forward read, [slot][param]
+  // (the master weights move on before its backward); the model state around a rerun forward.
+  std::vector<std::vector<DeviceBuffer>> fwd_weights_;
+  std::vector<DeviceBuffer> state_copy_;
   std::vector<DeviceBuffer> grad_acc_;                  // GPipe: summed parameter gradients
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;

@@ -235,7 +235,7 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
       ->check(finite())->check(CLI::NonNegativeNumber);
   add_choice(app, "--loss", &o.loss, {{"auto", pt::LossKind::kAuto}, {"cross-entropy", pt::LossKind::kCrossEntropy}, {"mse", pt::LossKind::kMse}}, "auto | cross-entropy | mse");
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
-  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, or all")
+  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, attention, or all")
       ->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->check(integer(false))->capture_default_str();
   app.add_option("--out", o.local.out, "run folder (default ./runs/<model stem>)");
@@ -250,6 +250,11 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   app.add_flag("--profile", o.profile, "measure every node on the real device before partitioning (cached in the run folder)");
   add_choice(app, "--schedule", &o.schedule, {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}}, "1f1b | gpipe");
   add_choice(app, "--weights", &o.weights, {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash}, {"stale", pt::WeightMode::kStale}}, "spectrain | stash | stale");
+  add_choice(app, "--recompute", &o.recompute,
+             {{"none", pt::Recompute::kNone}, {"stage", pt::Recompute::kStage}, {"auto", pt::Recompute::kAuto}},
+             "none | stage (each stage with several passes in flight that would save memory so keeps only its "
+             "inputs per pass and reruns its forward before the backward; trained weights identical) | auto (only "
+             "the stages that would not fit their device's memory otherwise)");
   auto* mb = app.add_option("--micro-batches", o.batch.micro_batches, "GPipe: micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
   add_choice(app, "--spectrain-staleness", &o.staleness, {{"paper", pt::Staleness::kPaper}, {"exact", pt::Staleness::kExact}},
              "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0");

@@ -100,6 +100,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   o.schedule = f.schedule == "gpipe" ? Schedule::kGPipe : Schedule::k1F1B;
   o.weights = f.weights == "stash" ? WeightMode::kStash : f.weights == "stale" ? WeightMode::kStale : WeightMode::kSpecTrain;
   o.micro_batches = o.schedule == Schedule::kGPipe ? f.micro_batches : 1;
+  o.recompute = f.recompute;
   o.profile = profile;
   o.split_at = f.split_at;
   o.balance = f.balance;

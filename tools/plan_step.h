@@ -29,6 +29,7 @@ struct PlanFlags {
   std::string link;                       // builtin link name; "" = default for the device
   std::string schedule = "1f1b";
   std::string weights = "spectrain";
+  Recompute recompute = Recompute::kNone;
   int optimizer_state_copies = 1;  // parameter-sized state tensors per parameter (momentum 1, Adam 2)
   int micro_batches = 4;
   std::vector<std::string> split_at;

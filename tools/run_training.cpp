@@ -173,6 +173,9 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   say(o, "model: " + o.model + " (opset " + std::to_string(m.source_opset) +
              (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
              (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
+  if (m.fused.rewrites > 0)  // the node count above is the fused graph's
+    say(o, "fusions: " + std::to_string(m.fused.layernorm) + " LayerNorm, " + std::to_string(m.fused.attention) +
+               " attention (--no-fusion layernorm,attention turns them off)");
 
   // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
   // nothing to learn from (and would divide by zero in the epoch arithmetic).
@@ -229,6 +232,7 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   pf.link = o.link;
   pf.schedule = schedule_name(o.schedule);
   pf.weights = weight_mode_name(o.weights);
+  pf.recompute = o.recompute;
   pf.optimizer_state_copies = sgd.kind == OptimizerKind::kAdam || sgd.kind == OptimizerKind::kAdamW ? 2 : sgd.nesterov ? 2 : 1;
   pf.micro_batches = o.batch.micro_batches;
   pf.split_at = o.split_at;

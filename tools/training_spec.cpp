@@ -48,6 +48,7 @@ json to_json_value(const TrainingSpec& s) {
       {"schedule", schedule_name(s.schedule)},
       {"weights", weight_mode_name(s.weights)},
       {"staleness", staleness_name(s.staleness)},
+      {"recompute", recompute_name(s.recompute)},
       {"epochs", s.epochs},
       {"steps", s.steps},
       {"lr", s.lr},

@@ -67,6 +67,7 @@ struct TrainingSpec {
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
   Staleness staleness = Staleness::kPaper;
+  Recompute recompute = Recompute::kNone;       // --recompute (partitioner/plan.h)
   int64_t epochs = 1;
   int64_t steps = 0;                            // instead of epochs when > 0
   // Learning rate and its schedule.

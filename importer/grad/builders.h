@@ -26,6 +26,7 @@ Status softmax_cross_entropy(GradContext& c);
 Status mse_loss(GradContext& c);
 Status dropout(GradContext& c);
 Status no_gradient(GradContext& c);  // comparisons, shape ops
+Status fused_attention(GradContext& c);  // attention_grad.cpp (importer/fuse_attention.cpp)
 // Ops of issue 3: activation_grad.cpp, reduce_grad.cpp, tensor_grad.cpp, layernorm_grad.cpp.
 Status clip(GradContext& c);
 Status leaky_relu(GradContext& c);

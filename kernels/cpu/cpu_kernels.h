@@ -162,6 +162,12 @@ bool cast_supported(DType t);             // the element types cast_op reads and
 PT_DECLARE_CPU_KERNEL(layer_norm);
 PT_DECLARE_CPU_KERNEL(layer_norm_grad);
 
+// attention.cpp (importer/fuse_attention.cpp): FusedAttention (Q, Kt, V[, mask]) -> Y, InvSum (attrs
+// scale, mask_kind, mask_fill; kernels/attention_geometry.h); FusedAttentionGrad (dY, Q, Kt, V,
+// mask or absent, InvSum) -> dQ, dKt, dV, the probabilities recomputed from Q, Kt and InvSum.
+PT_DECLARE_CPU_KERNEL(fused_attention);
+PT_DECLARE_CPU_KERNEL(fused_attention_grad);
+
 // conv.cpp: Conv (X, W[, B]) -> Y (attrs kernel_shape, strides, dilations, pads explicit, group);
 // ConvGradInput (dY, W) -> dX, ConvGradWeight (dY, X) -> dW, ConvGradBias (dY) -> dB.
 PT_DECLARE_CPU_KERNEL(conv);

@@ -27,6 +27,13 @@ using kernels::check_arity;
 using kernels::check_same_dims;
 using kernels::has_input;
 
+// gemm.cpp: row-major C[M, N] = alpha * op(A) @ op(B) + beta * C through OpenBLAS on the calling
+// thread (the batched MatMul's and FusedAttention's many small products).
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+               int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
 // y = f(x) elementwise over same-shape input 0 and output 0.
 template <typename T, typename F>
 Status map_unary(const KernelCall& call, const char* op, F f) {

@@ -13,9 +13,7 @@
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
-namespace {
 
-// Row-major C[M, N] = alpha * op(A) @ op(B) + beta * C through OpenBLAS.
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
@@ -28,6 +26,8 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
+
+namespace {
 
 // One whole-kernel product. float: oneDNN's GEMM, on the calling thread's OpenMP pool like the
 // step's other kernels; OpenBLAS's own pool, woken between OpenMP regions, competes with them for

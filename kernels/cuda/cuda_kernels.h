@@ -34,6 +34,10 @@ std::vector<std::string> fallback_ops();
 
 PT_DECLARE_CUDA_KERNEL(relu);       // relu.cu: Relu(X) -> Y = max(X, 0)
 PT_DECLARE_CUDA_KERNEL(relu_grad);  // relu.cu: ReluGrad(dY, Y) -> dX = dY * (Y > 0)
+// attention_ops.cpp (attention.cu): FusedAttention (Q, Kt, V[, mask]) -> Y, InvSum and
+// FusedAttentionGrad (dY, Q, Kt, V, mask, InvSum) -> dQ, dKt, dV; cuBLAS batched GEMMs.
+PT_DECLARE_CUDA_KERNEL(fused_attention);
+PT_DECLARE_CUDA_KERNEL(fused_attention_grad);
 // elementwise_ops.cpp (elementwise.cu, binary.cu)
 PT_DECLARE_CUDA_KERNEL(sigmoid);
 PT_DECLARE_CUDA_KERNEL(tanh_op);

@@ -192,4 +192,28 @@ cudaError_t launch_batch_norm_grad(const BnGeom& g, T* dx, T* dscale, T* dbias, 
                                    const T* scale, const T* run_mean, const T* run_var, bool training, double eps,
                                    T* coef, double* scratch, cudaStream_t stream);
 
+// ---- fused attention (attention.cu; kernels/cpu/attention.cpp is the reference) ---------------
+// The mask of FusedAttention broadcast to the scores [heads, T, S]: kind 0 none, 1 added (T values),
+// 2 bool, the score replaced by `fill` where true. batch / batch_strides walk the heads' batch dims.
+struct AttnMask {
+  int kind = 0;
+  const void* data = nullptr;
+  int rank = 0;
+  int64_t batch[kMaxRank] = {};
+  int64_t batch_strides[kMaxRank] = {};
+  int64_t row_stride = 0, col_stride = 0;
+  double fill = 0;
+};
+// p: the scores (heads * t rows of s, scale already applied by the GEMM), in place: the mask, then
+// the softmax. recompute false: inv_sum[row] = 1 / sum_j exp(s_j - max) is written; true: it is
+// read, and p becomes exp(s - max) * inv_sum (the forward's probabilities, recomputed).
+template <typename T>
+cudaError_t launch_attention_softmax(T* p, T* inv_sum, const AttnMask& m, int64_t heads, int64_t t, int64_t s,
+                                     bool recompute, cudaStream_t stream);
+// ds (holding dP = dY @ V^T) becomes scale * P * (dP - sum_j P * dP), 0 where the mask filled the
+// score.
+template <typename T>
+cudaError_t launch_attention_dscores(T* ds, const T* p, const AttnMask& m, int64_t heads, int64_t t, int64_t s,
+                                     double scale, cudaStream_t stream);
+
 }  // namespace pt::cuda

@@ -88,6 +88,8 @@ const KernelEntry kNative[] = {
     PT_CUDA_F("Softmax", softmax),
     PT_CUDA_F("LogSoftmax", log_softmax),
     PT_CUDA_F("SoftmaxGrad", softmax_grad),
+    PT_CUDA_F("FusedAttention", fused_attention),          // attention_ops.cpp (importer/fuse_attention.cpp)
+    PT_CUDA_F("FusedAttentionGrad", fused_attention_grad),
     PT_CUDA_F("LogSoftmaxGrad", log_softmax_grad),
     // Pooling, normalisation, dropout, losses, optimizer (pool.cu, batchnorm.cu, dropout.cu,
     // loss.cu, optimizer.cu)

@@ -1,9 +1,15 @@
 """Fusion passes (importer/fuse.h, issue 18 item 3): a model trains the same with a pass as without
-it (--no-fusion), to 1e-6 over a few steps, the pass really rewrote the graph (fewer nodes), and the
-exported model is still the source graph with the trained weights.
+it (--no-fusion), to 1e-6 over a few steps, the pass really rewrote the graph (fewer nodes, the
+`fusions:` line counts them), and the exported model is still the source graph with the trained
+weights.
 LayerNorm: PyTorch 1.13's own opset-13 spelling (a 2-layer Transformer encoder, 4 LayerNorms; a
 GPT-style decoder, pre-LN, 5 LayerNorms, also on 2 pipeline stages), and near misses that must stay
 unfused (exponent 4, the centred value read by a third node).
+Attention: nn.TransformerEncoderLayer's nn.MultiheadAttention (Div on Q; at opsets 13, 17 and,
+upgraded, 18 and 21; with a padding mask computed from the tokens: torch's baddbmm spelling), the
+GPT's hand-written causal attention (Mul on the scores, masked_fill's Where; also on 2 stages), a
+hand-written graph with Div on the scores and a constant additive mask, and near misses that must
+stay unfused (the scores read by another node, Dropout on the probabilities, a trainable mask).
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_fusions.py"""
 import csv
 import os
@@ -44,6 +50,58 @@ def export_peer_model(name, path):
     return x.numpy(), y.numpy().astype(np.int64)
 
 
+def export_torch_module(m, x, path, opset):
+    """A torch module exported in training mode; opsets 18 and 21 by tools/bench/zoo.py's upgrade of
+    the opset-17 export (torch 1.13 writes at most 17)."""
+    import torch
+    import zoo
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, x, path, opset_version=min(opset, 17), training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+    if opset > 17:
+        onnx.save(zoo.upgrade(onnx.load(path), opset), path)
+
+
+def attention_chain(path, variant="div_scores"):
+    """x [N, 4, 8] -> q, k, v projections -> softmax(scores + mask) @ v -> mean over tokens -> MatMul ->
+    logits [N, 3]. variant: div_scores (Div on the scores, constant additive causal mask), mul_q (Mul on
+    Q, no mask), reader (the scaled scores also read by another node), dropout (Dropout on the
+    probabilities, training mode). The mask is an initializer: trainable unless --freeze'd."""
+    rng = np.random.default_rng(7)
+    causal = np.triu(np.full((4, 4), -1e4), 1)
+    w = {"Wq": 0.5 * rng.standard_normal((8, 8)), "Wk": 0.5 * rng.standard_normal((8, 8)),
+         "Wv": 0.5 * rng.standard_normal((8, 8)), "W": 0.4 * rng.standard_normal((8, 3)),
+         "c": np.array(np.sqrt(8.0)), "r": np.array(1 / np.sqrt(8.0)), "mask": causal}
+    N = helper.make_node
+    nodes = [N("MatMul", ["x", "Wq"], ["q"]), N("MatMul", ["x", "Wk"], ["k"]), N("MatMul", ["x", "Wv"], ["v"]),
+             N("Transpose", ["k"], ["kt"], perm=[0, 2, 1])]
+    if variant == "mul_q":
+        nodes += [N("Mul", ["q", "r"], ["qs"]), N("MatMul", ["qs", "kt"], ["s"]), N("Softmax", ["s"], ["p"], axis=-1)]
+    else:
+        nodes += [N("MatMul", ["q", "kt"], ["s0"]), N("Div", ["s0", "c"], ["s1"]), N("Add", ["s1", "mask"], ["s"]),
+                  N("Softmax", ["s"], ["p"], axis=-1)]
+    probs = "p"
+    inits = dict(w)
+    if variant == "dropout":
+        nodes += [N("Constant", [], ["ratio"], value=numpy_helper.from_array(np.array(0.25, np.float32))),
+                  N("Constant", [], ["train"], value=numpy_helper.from_array(np.array(True))),
+                  N("Dropout", ["p", "ratio", "train"], ["pd"])]
+        probs = "pd"
+    nodes.append(N("MatMul", [probs, "v"], ["o"]))
+    last = "o"
+    if variant == "reader":
+        nodes += [N("ReduceMean", ["s1"], ["sm"], axes=[-1]), N("Add", ["o", "sm"], ["o2"])]
+        last = "o2"
+    nodes += [N("ReduceMean", [last], ["pooled"], axes=[1], keepdims=0), N("MatMul", ["pooled", "W"], ["logits"])]
+    tensors = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()]
+    g = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])], tensors)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return len(nodes)
+
+
 def layernorm_chain(path, power=2.0, extra_reader=False):
     """x [N, 4, 8] -> LayerNorm spelled out -> mean over tokens -> MatMul -> logits [N, 3]."""
     rng = np.random.default_rng(3)
@@ -65,7 +123,8 @@ def layernorm_chain(path, power=2.0, extra_reader=False):
     return len(nodes)
 
 
-class LayerNormFusionTest(unittest.TestCase):
+class FusionCase(unittest.TestCase):
+    """Training with and without a pass: the helpers both suites share."""
     STEPS = 6
 
     @classmethod
@@ -90,6 +149,8 @@ class LayerNormFusionTest(unittest.TestCase):
                          "--lr", 0.05, "--momentum", 0.9, "--out", out, "--overwrite", *extra)
         self.assertEqual(rc, 0, f"{tag}: exit {rc}: {se or so}")
         nodes = int(re.search(r"\), (\d+) nodes", so).group(1))
+        fl = re.search(r"^fusions: (\d+) LayerNorm, (\d+) attention", so, re.M)
+        self.fusions = (int(fl.group(1)), int(fl.group(2))) if fl else (0, 0)
         with open(os.path.join(out, "metrics.csv"), newline="") as f:
             losses = [float(r["loss"]) for r in csv.DictReader(f)]
         stem = os.path.splitext(os.path.basename(model))[0]
@@ -120,6 +181,8 @@ class LayerNormFusionTest(unittest.TestCase):
         self.assertGreaterEqual(moved, 3, "trained initializers")
         return l_f
 
+
+class LayerNormFusionTest(FusionCase):
     def test_transformer_encoder_exported_by_pytorch(self):
         path = os.path.join(self.dir, "transformer.onnx")
         x, y = export_peer_model("transformer", path)
@@ -148,9 +211,88 @@ class LayerNormFusionTest(unittest.TestCase):
             self.assertTrue(np.isfinite(losses).all())
 
     def test_unknown_pass_refused(self):
-        rc, so, se = run(os.path.join(self.dir, "none.onnx"), "--no-fusion", "layernorm,attention")
+        rc, so, se = run(os.path.join(self.dir, "none.onnx"), "--no-fusion", "layernorm,attention,gelu")
         self.assertEqual(rc, 2)
-        self.assertIn("--no-fusion: unknown pass 'attention' (known: layernorm, all)", se)
+        self.assertIn("--no-fusion: unknown pass 'gelu' (known: layernorm, attention, all)", se)
+
+
+class AttentionFusionTest(FusionCase):
+    def attention(self, path, data, batch, fused, per_rewrite, *extra):
+        self.compare(path, data, batch, fused, *extra, pass_name="attention", per_rewrite=per_rewrite)
+        self.train(path, data, batch, "count", *extra)
+        self.assertEqual(self.fusions[1], fused, "attentions on the `fusions:` line")
+
+    def test_transformer_encoder_opsets(self):
+        import peer_models
+        x, y = peer_models.make_batch("transformer")
+        data = self.data("transformer", x.numpy()[:8], y.numpy()[:8].astype(np.int64), self.STEPS)
+        for opset in (13, 17, 18, 21):
+            with self.subTest(opset=opset):
+                path = os.path.join(self.dir, f"transformer.op{opset}.onnx")
+                export_torch_module(peer_models.build("transformer"), x, path, opset)
+                # Div on Q, MatMul, Softmax go; the second MatMul becomes the FusedAttention.
+                self.attention(path, data, 8, 2, 3)
+
+    def test_padding_mask_computed_from_tokens(self):
+        import torch
+        sys.path.insert(0, os.path.join(ROOT, "tools"))
+        import export_models as em
+        x = em.example_input("transformer", batch=8, seed=4)
+        y = torch.randint(0, 5, (8,), generator=torch.Generator().manual_seed(4))
+        path = os.path.join(self.dir, "transformer_padded.onnx")
+        export_torch_module(em.build_module("transformer", dropout=0.0), x, path, 13)
+        data = self.data("padded", x.numpy(), y.numpy().astype(np.int64), self.STEPS)
+        # baddbmm: Div on Q, MatMul, Mul by beta, Add of the mask (times alpha), Softmax.
+        self.attention(path, data, 8, 2, 5)
+
+    def test_gpt_causal_on_one_and_two_stages(self):
+        import peer_models
+        x, y = peer_models.make_batch("gpt")
+        data = self.data("gpt", x.numpy()[:8], y.numpy()[:8].astype(np.int64), 2 * self.STEPS)
+        for opset in (13, 18):
+            path = os.path.join(self.dir, f"gpt.op{opset}.onnx")
+            export_torch_module(peer_models.build("gpt"), x, path, opset)
+            with self.subTest(opset=opset):
+                self.attention(path, data, 8, 2, 4)  # MatMul, Mul, Where, Softmax go
+        self.attention(os.path.join(self.dir, "gpt.op13.onnx"), data, 8, 2, 4, "--gpus", "2")
+
+    def test_internal_op_in_a_model_refused(self):
+        """FusedAttention is the pass's own op: a model that writes it (default domain at 13 or 18, or
+        the internal domain) is refused, naming it (exit 2)."""
+        for opset, domain in ((13, ""), (18, ""), (13, "pipetrain")):
+            node = helper.make_node("FusedAttention", ["q", "k", "v"], ["y"], domain=domain)
+            io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4, 4]) for n in "qkv"]
+            g = helper.make_graph([node], "g", io, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 4])])
+            ops = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+            m = helper.make_model(g, opset_imports=ops)
+            m.ir_version = 8 if opset < 18 else 9
+            path = os.path.join(self.dir, f"internal_{opset}{domain}.onnx")
+            onnx.save(m, path)
+            rc, so, se = run(path, "--steps", 1, "--out", os.path.join(self.dir, "internal"), "--overwrite", "--quiet")
+            self.assertEqual(rc, 2, f"opset {opset} domain '{domain}': {se or so}")
+            self.assertIn("FusedAttention", se)
+
+    def test_hand_written_and_near_misses(self):
+        rng = np.random.default_rng(9)
+        x = rng.standard_normal((8, 4, 8)).astype(np.float32)
+        y = rng.integers(0, 3, 8).astype(np.int64)
+        data = self.data("attn_chain", x, y, self.STEPS)
+        # The mask is an initializer, which training would update: --freeze makes it a constant.
+        frozen = ("--freeze", "mask")
+        for variant, per_rewrite in (("div_scores", 4), ("mul_q", 3)):
+            with self.subTest(variant=variant):
+                path = os.path.join(self.dir, f"attn_{variant}.onnx")
+                attention_chain(path, variant)
+                self.attention(path, data, 8, 1, per_rewrite, *frozen)
+        for variant, extra in (("reader", frozen), ("dropout", frozen), ("div_scores", ())):
+            with self.subTest(variant=variant, extra=extra):
+                path = os.path.join(self.dir, f"attn_{variant}.onnx")
+                attention_chain(path, variant)
+                nodes, losses, _ = self.train(path, data, 8, variant + "".join(extra), *extra)
+                self.assertEqual(self.fusions, (0, 0), f"{variant} {extra}: must stay unfused")
+                unfused, _, _ = self.train(path, data, 8, variant + "".join(extra) + ".off", "--no-fusion", "all", *extra)
+                self.assertEqual(nodes, unfused)
+                self.assertTrue(np.isfinite(losses).all())
 
 
 if __name__ == "__main__":

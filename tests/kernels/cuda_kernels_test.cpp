@@ -219,6 +219,20 @@ std::vector<Case> make_cases() {
       attrs({{"beta1", 0.85f}, {"beta2", 0.99f}, {"epsilon", 1e-6f}, {"weight_decay", 1e-3f}}), {0, 2, 3, 5});
   add("AdamW", "Adam", {u({1000, 7}), u({1000, 7}), u({1000, 7}), pos({1000, 7}), scalar(0.01), step(0)}, {},
       attrs({{"weight_decay", 0.1f}, {"decoupled", int64_t{1}}}), {0, 2, 3, 5});
+  // Fused attention (cuBLAS batched GEMMs + attention.cu): no mask, additive over heads, bool fill.
+  const AttrMap fill = attrs({{"scale", 0.35f}, {"mask_kind", int64_t{2}}, {"mask_fill", -1e9f}});
+  add("FusedAttention", "FusedAttention", {u({2, 3, 5, 4}), u({2, 3, 4, 6}), u({2, 3, 6, 7})},
+      {{{2, 3, 5, 7}}, {{2, 3, 5}}}, attrs({{"scale", 0.5f}}));
+  add("FusedAttention_add", "FusedAttention", {u({2, 3, 5, 4}), u({2, 3, 4, 6}), u({2, 3, 6, 7}), u({2, 1, 1, 6})},
+      {{{2, 3, 5, 7}}, {{2, 3, 5}}}, attrs({{"scale", 0.5f}, {"mask_kind", int64_t{1}}}));
+  add("FusedAttention_fill", "FusedAttention", {u({6, 33, 8}), u({6, 8, 33}), u({6, 33, 8}), mask({33, 33})},
+      {{{6, 33, 8}}, {{6, 33}}}, fill);
+  add("FusedAttentionGrad_fill", "FusedAttentionGrad",
+      {u({6, 33, 8}), u({6, 33, 8}), u({6, 8, 33}), u({6, 33, 8}), mask({33, 33}), pos({6, 33})},
+      {{{6, 33, 8}}, {{6, 8, 33}}, {{6, 33, 8}}}, fill, {}, 10);
+  add("FusedAttentionGrad", "FusedAttentionGrad",
+      {u({2, 5, 4}), u({2, 5, 3}), u({2, 3, 6}), u({2, 6, 4}), absent(), pos({2, 5})},
+      {{{2, 5, 3}}, {{2, 3, 6}}, {{2, 6, 4}}}, attrs({{"scale", 0.5f}}), {}, 10);
   // A few host fallbacks (the rest share the same code path).
   add("LRN_fallback", "LRN", {u({2, 5, 4, 4})}, {{{2, 5, 4, 4}}}, attrs({{"size", int64_t{3}}}));
   add("LayerNorm_fallback", "LayerNormalization", {u({4, 6}), u({6}), u({6})}, {{{4, 6}}}, attrs({{"axis", int64_t{1}}}));

@@ -153,6 +153,25 @@ class MpiTest(unittest.TestCase):
     def test_gpipe_np4(self):
         self.check_same_as_single_process(4, ["--schedule", "gpipe", "--micro-batches", 4], "gpipe4")
 
+    def test_recompute_bit_for_bit(self):
+        # --recompute stage on ranks trains the single process's weights without recomputation, bit
+        # for bit (same split; 1F1B SpecTrain keeps the forward's weights per pass, stash its stash).
+        for flags in (["--weights", "spectrain"], ["--weights", "stash"], ["--schedule", "gpipe", "--micro-batches", 4]):
+            tag = "recompute-" + flags[1]
+            common = [MODEL, "--data", TRAIN, "--gpus", 3, "--balance", "3,2,1", "--batch-size", 256, "--steps", 3,
+                      "--seed", 7, "--quiet", *flags]
+            rc, log, _ = run([BIN, *common, "--out", self.out(tag + "-single")])
+            self.assertEqual(rc, 0, log)
+            rc, log, _ = mpirun(3, *common, "--recompute", "stage", "--out", self.out(tag + "-mpi"))
+            self.assertEqual(rc, 0, log)
+            with open(os.path.join(self.out(tag + "-mpi"), "partition.json")) as f:
+                self.assertTrue(json.load(f)["stages"][0]["recompute"], tag)
+            a = weights(os.path.join(self.out(tag + "-single"), "digits_mlp.trained.onnx"))
+            b = weights(os.path.join(self.out(tag + "-mpi"), "digits_mlp.trained.onnx"))
+            self.assertEqual(sorted(a), sorted(b))
+            for k in a:
+                self.assertTrue(np.array_equal(a[k], b[k]), f"{tag}: {k} differs")
+
     def test_shared_weights_bit_for_bit(self):
         # A copied layer (Ws) and a merged bias (bz) read by stages 0 and 1 (or 0, 1, 2): the owner
         # sends each reader its versions over MPI weight links; the weights equal the single
