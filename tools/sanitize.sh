@@ -7,7 +7,8 @@
 #         pipelined CLI tests of training_tools_tests): stage workers, channels, the prefetcher.
 # Suppressions (tools/sanitizers/*.supp) cover third-party code only, each with its reason.
 # Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]
-# Environment: JOBS (build jobs, default nproc).
+# Environment: JOBS (build jobs, default nproc); TARGETS (asan: build only these targets, e.g.
+# "runtime_tests onnx-pipetrain" with -R '^runtime_tests$' for the runtime and pipeline suite).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/setup.sh --clang
@@ -29,7 +30,8 @@ build_tree() {  # build_tree DIR FLAGS TARGETS...
 
 status=0
 if [ "$what" = asan ] || [ "$what" = all ]; then
-  build_tree build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+  # shellcheck disable=SC2086  # TARGETS is a list
+  build_tree build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined" ${TARGETS:-}
   # One OpenMP and one BLAS thread per process: the sanitizers' cost grows with threads, and the
   # suites' results do not depend on them.
   ( cd build-asan &&
