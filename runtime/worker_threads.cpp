@@ -16,14 +16,15 @@ WorkerThreads::~WorkerThreads() {
 }
 
 void WorkerThreads::start(std::vector<std::function<void()>> jobs) {
+  const size_t n = jobs.size();
   {
     std::lock_guard<std::mutex> lock(mu_);
     PT_CHECK(running_ == 0) << "a round of worker jobs started before the last one ended";
     jobs_ = std::move(jobs);
-    running_ = jobs_.size();
+    running_ = n;
     ++round_;
   }
-  while (threads_.size() < jobs_.size()) {
+  while (threads_.size() < n) {
     const size_t i = threads_.size();
     threads_.emplace_back([this, i] { work(i); });
   }
