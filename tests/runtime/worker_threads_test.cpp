@@ -44,11 +44,17 @@ TEST(WorkerThreads, EveryJobOncePerRoundOnItsOwnThread) {
 }
 
 TEST(WorkerThreads, WaitWithoutARoundAndEndWhileIdle) {
-  WorkerThreads w;
-  w.wait();  // nothing started: returns at once
-  std::atomic<bool> done{false};
-  w.start({[&] { done = true; }});
-  // Destroyed without wait(): the destructor waits for the round, then ends the thread.
+  std::atomic<bool> done{false};  // outlives the workers (ASan: a job must not outlive what it uses)
+  {
+    WorkerThreads w;
+    w.wait();  // nothing started: returns at once
+    w.start({[&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      done = true;
+    }});
+    // Destroyed without wait(): the destructor waits for the round, then ends the thread.
+  }
+  EXPECT_TRUE(done.load());
 }
 
 }  // namespace
