@@ -48,7 +48,7 @@ struct Panel {
   double py(double y) const { return y0 + h - (ymax > ymin ? (y - ymin) / (ymax - ymin) : 0.5) * h; }
 };
 
-void axes(std::ostringstream& o, const Panel& p, const std::string& ylabel) {
+void axes(std::ostream& o, const Panel& p, const std::string& ylabel) {
   o << "<rect x='" << p.x0 << "' y='" << p.y0 << "' width='" << p.w << "' height='" << p.h
     << "' fill='#fff' stroke='#ccc'/>\n";
   const double xs = tick_step(p.xmax - p.xmin, 6), ys = tick_step(p.ymax - p.ymin, 5);
@@ -67,7 +67,7 @@ void axes(std::ostringstream& o, const Panel& p, const std::string& ylabel) {
     << "</text>\n";
 }
 
-void line(std::ostringstream& o, const Panel& p, const std::vector<CurvePoint>& pts, const char* colour,
+void line(std::ostream& o, const Panel& p, const std::vector<CurvePoint>& pts, const char* colour,
           bool markers) {
   if (pts.empty()) return;
   o << "<polyline fill='none' stroke='" << colour << "' stroke-width='1.6' points='";
@@ -79,31 +79,32 @@ void line(std::ostringstream& o, const Panel& p, const std::vector<CurvePoint>& 
         << num(q.step) << ": " << num(q.value) << "</title></circle>\n";
 }
 
-// The training loss smoothed over a window, so that the trend shows through mini-batch noise.
-std::vector<CurvePoint> smooth(const std::vector<CurvePoint>& v) {
-  const size_t w = std::max<size_t>(1, v.size() / 50);
+// The training loss (its points, then the pending steps' mean when there are any) smoothed over a
+// window, so that the trend shows through mini-batch noise; about 50 points.
+std::vector<CurvePoint> smooth(const Curves& c) {
+  const size_t n = c.train_loss.size() + (c.pending_n > 0 ? 1 : 0);
+  auto at = [&](size_t i) {
+    return i < c.train_loss.size() ? c.train_loss[i]
+                                   : CurvePoint{c.pending_step, c.pending_sum / static_cast<double>(c.pending_n)};
+  };
+  const size_t w = std::max<size_t>(1, n / 50);
   std::vector<CurvePoint> out;
   double s = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    s += v[i].value;
-    if (i >= w) s -= v[i - w].value;
-    if ((i + 1) % w == 0 || i + 1 == v.size()) out.push_back({v[i].step, s / static_cast<double>(std::min(w, i + 1))});
+  for (size_t i = 0; i < n; ++i) {
+    s += at(i).value;
+    if (i >= w) s -= at(i - w).value;
+    if ((i + 1) % w == 0 || i + 1 == n) out.push_back({at(i).step, s / static_cast<double>(std::min(w, i + 1))});
   }
   return out;
 }
 
-}  // namespace
-
-std::string curves_svg(const Curves& c) {
+void write_svg(std::ostream& o, const Curves& c) {
   const bool acc = !c.val_accuracy.empty();
   const double W = 900, H = acc ? 560 : 330;
-  std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
     << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='#fafafa'/>\n";
   o << "<text x='20' y='26' font-size='16' font-weight='bold' fill='#222'>" << esc(c.title) << "</text>\n";
-  std::vector<CurvePoint> all = c.train_loss;
-  if (c.pending_n > 0) all.push_back({c.pending_step, c.pending_sum / static_cast<double>(c.pending_n)});
-  const std::vector<CurvePoint> tl = smooth(all);
+  const std::vector<CurvePoint> tl = smooth(c);
   double xmax = 1, ymin = 0, ymax = 1;
   bool any = false;
   for (const auto* v : {&tl, &c.val_loss})
@@ -136,6 +137,13 @@ std::string curves_svg(const Curves& c) {
       << "' font-size='12' text-anchor='end' fill='#59a14f'>" << b << "</text>\n";
   }
   o << "</svg>\n";
+}
+
+}  // namespace
+
+std::string curves_svg(const Curves& c) {
+  std::ostringstream o;
+  write_svg(o, c);
   return o.str();
 }
 
@@ -155,6 +163,29 @@ void Curves::add_train_loss(double step, double value) {
   train_stride *= 2;
 }
 
+void Curves::add_validation(double step, double loss, double accuracy) {
+  if (val_last_extra) {  // replaced by the newer one
+    if (!val_accuracy.empty() && val_accuracy.back().step == val_loss.back().step) val_accuracy.pop_back();
+    val_loss.pop_back();
+  }
+  const bool on_stride = val_count % val_stride == 0;
+  if (on_stride && val_loss.size() >= kMaxValPoints) {
+    // Keep validations 0, 2s, 4s, ...: every other point.
+    const size_t half = (val_loss.size() + 1) / 2;
+    for (size_t i = 0; i < half; ++i) val_loss[i] = val_loss[2 * i];
+    val_loss.resize(half);
+    if (!val_accuracy.empty()) {
+      for (size_t i = 0; i < half; ++i) val_accuracy[i] = val_accuracy[2 * i];
+      val_accuracy.resize(half);
+    }
+    val_stride *= 2;
+  }
+  val_last_extra = val_count % val_stride != 0;
+  ++val_count;
+  val_loss.push_back({step, loss});
+  if (accuracy >= 0) val_accuracy.push_back({step, accuracy});
+}
+
 Status write_curves_svg(const Curves& c, const std::string& path) {
   const std::string tmp = path + ".tmp";
   auto failed = [&](const std::string& what) {
@@ -166,7 +197,7 @@ Status write_curves_svg(const Curves& c, const std::string& path) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return failed("cannot be written");
-    out << curves_svg(c);
+    write_svg(out, c);
     out.flush();
     if (!out) return failed("write failed");
   }
@@ -189,11 +220,9 @@ void curves_from_metrics_rows(const std::vector<std::string>& rows, Curves* c) {
     if (f.size() < 3) continue;
     const double step = std::strtod(f[0].c_str(), nullptr);
     c->add_train_loss(step, std::strtod(f[2].c_str(), nullptr));
-    if (f.size() > 5 && !f[5].empty()) c->val_loss.push_back({step, std::strtod(f[5].c_str(), nullptr)});
-    if (f.size() > 6 && !f[6].empty()) {
-      const double acc = std::strtod(f[6].c_str(), nullptr);
-      if (acc >= 0) c->val_accuracy.push_back({step, acc});
-    }
+    if (f.size() > 5 && !f[5].empty())
+      c->add_validation(step, std::strtod(f[5].c_str(), nullptr),
+                        f.size() > 6 && !f[6].empty() ? std::strtod(f[6].c_str(), nullptr) : -1);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "runtime/data.h"
 #include "core/checked_size.h"
+#include "runtime/executor_memory.h"
 
 namespace pt {
 
@@ -18,56 +19,111 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Whole file, gunzipped when it is gzip.
-Expected<std::string> read_maybe_gz(const std::string& path) {
-  RETURN_IF_ERROR(check_regular_file(path));
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) return invalid_input(path + ": cannot be opened");
-  std::string out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  int err = 0;
-  const char* m = gzerror(f, &err);
-  const std::string msg = m ? m : "?";  // gzerror's text belongs to f: copied before gzclose frees it
-  gzclose(f);
-  if (n < 0 || err < 0) return invalid_input(path + ": corrupt gzip data after " + std::to_string(out.size()) +
-                                             " bytes (" + msg + ")");
-  return out;
-}
+// An open IDX file, plain or gzip (zlib reads a plain file as it is).
+class GzReader {
+ public:
+  explicit GzReader(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "rb")) {}
+  ~GzReader() {
+    if (f_) gzclose(f_);
+  }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+  bool is_open() const { return f_ != nullptr; }
+  bool is_gzip() const { return gzdirect(f_) == 0; }  // known after the first read
+  // Appends up to n more bytes (fewer at the end of the data) to *out.
+  Status read(size_t n, std::string* out) {
+    while (n > 0) {
+      const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n, 1 << 20));
+      const size_t at = out->size();
+      out->resize(at + chunk);
+      const int got = gzread(f_, out->data() + at, chunk);
+      out->resize(at + static_cast<size_t>(std::max(got, 0)));
+      pos_ += static_cast<size_t>(std::max(got, 0));
+      if (got < 0 || static_cast<unsigned>(got) < chunk) {
+        // The end, or an error: a truncated gzip stream ends without -1 (Z_BUF_ERROR).
+        int err = 0;
+        const char* m = gzerror(f_, &err);
+        if (got < 0 || err < 0)
+          return invalid_input(path_ + ": corrupt gzip data after " + std::to_string(pos_) + " bytes (" + (m ? m : "?") + ")");
+        break;
+      }
+      n -= chunk;
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::string path_;
+  gzFile f_;
+  size_t pos_ = 0;  // bytes read (inflated)
+};
 
 uint32_t be32(const std::string& b, size_t off) {
   auto u = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(b[off + i])); };
   return (u(0) << 24) | (u(1) << 16) | (u(2) << 8) | u(3);
 }
 
-// IDX: magic 0x0000 0x08 (ubyte) rank, then rank big-endian uint32 dims, then the data.
+// IDX: magic 0x0000 0x08 (ubyte) rank, then rank big-endian uint32 dims, then the data. The header
+// is read first and the data after it only up to what the header promises: a gzip file is never
+// inflated past that (a few kilobytes can inflate to gigabytes), nor past the memory available.
 Expected<std::pair<Dims, std::string>> read_idx(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string b, read_maybe_gz(path));
+  RETURN_IF_ERROR(check_regular_file(path));
+  GzReader in(path);
+  if (!in.is_open()) return invalid_input(path + ": cannot be opened");
+  std::string b;
+  RETURN_IF_ERROR(in.read(4, &b));
   if (b.size() < 4 || b[0] != 0 || b[1] != 0)
     return invalid_input(path + ": not an IDX file (bad magic at byte 0)");
   if (static_cast<unsigned char>(b[2]) != 0x08)
     return invalid_input(path + ": IDX element type 0x" + std::to_string(static_cast<unsigned char>(b[2])) +
                          " at byte 2; only unsigned bytes (0x08) are supported");
+  constexpr int64_t kElementBytes = 1;  // 0x08
   const int rank = static_cast<unsigned char>(b[3]);
-  if (b.size() < 4 + 4 * static_cast<size_t>(rank)) return invalid_input(path + ": truncated IDX header");
+  const size_t header = 4 + 4 * static_cast<size_t>(rank);
+  RETURN_IF_ERROR(in.read(header - 4, &b));
+  if (b.size() < header) return invalid_input(path + ": truncated IDX header");
   Dims dims;
   for (int i = 0; i < rank; ++i) dims.push_back(be32(b, 4 + 4 * i));
-  const size_t header = 4 + 4 * static_cast<size_t>(rank);
-  int64_t count = 0;
-  if (!checked_numel(dims, &count))
+  int64_t count = 0, bytes = 0;
+  if (!checked_numel(dims, &count) || __builtin_mul_overflow(count, kElementBytes, &bytes))
     return invalid_input(path + ": the IDX header's dimensions " + dims_str(dims) + " multiply past 2^63 elements");
-  const size_t need = static_cast<size_t>(count);
-  if (b.size() - header < need) {
+  const size_t need = static_cast<size_t>(bytes);
+  const bool gz = in.is_gzip();
+  auto truncated = [&](size_t file_end) {
     const int64_t per = dims.empty() ? 1 : std::max<int64_t>(1, count / std::max<int64_t>(1, dims[0]));
     return invalid_input(path + ": truncated: the header promises " + dims_str(dims) + " (" + std::to_string(need) +
-                         " bytes of data), the file ends at byte " + std::to_string(b.size()) + ", in record " +
-                         std::to_string((b.size() - header) / per));
+                         " bytes of data), the " + (gz ? "inflated data ends" : "file ends") + " at byte " +
+                         std::to_string(file_end) + ", in record " + std::to_string((file_end - header) / per));
+  };
+  if (!gz) {  // a plain file's size says at once whether it holds the data
+    std::error_code ec;
+    const size_t size = static_cast<size_t>(fs::file_size(path, ec));
+    if (ec) return invalid_input(path + ": cannot be read (" + ec.message() + ")");
+    if (size - header < need) return truncated(size);
+    if (size - header > need)
+      return invalid_input(path + ": " + std::to_string(size - header - need) + " bytes after the " +
+                           std::to_string(need) + " bytes of data its header promises (" + dims_str(dims) + ")");
   }
-  if (b.size() - header > need)
-    return invalid_input(path + ": " + std::to_string(b.size() - header - need) + " bytes after the " +
-                         std::to_string(need) + " bytes of data its header promises (" + dims_str(dims) + ")");
-  return std::make_pair(dims, b.substr(header, need));
+  const size_t avail = memory_available_bytes();
+  if (need > avail)
+    return invalid_input(path + ": the IDX header's dimensions " + dims_str(dims) + " promise " + std::to_string(need) +
+                         " bytes of data, more than the " + std::to_string(avail) + " bytes of memory available" +
+                         (gz ? " to inflate them into" : ""));
+  std::string data;
+  data.reserve(need);
+  RETURN_IF_ERROR(in.read(need, &data));
+  if (data.size() < need) return truncated(header + data.size());
+  std::string more;
+  RETURN_IF_ERROR(in.read(1, &more));
+  if (!more.empty()) {
+    std::error_code ec;
+    const auto packed = fs::file_size(path, ec);
+    return invalid_input(path + ": the gzip data inflates past the " + std::to_string(header + need) +
+                         " bytes its IDX header promises (" + dims_str(dims) + " + a " + std::to_string(header) +
+                         "-byte header) from " + (ec ? std::string("?") : std::to_string(packed)) +
+                         " compressed bytes; not inflating further");
+  }
+  return std::make_pair(dims, std::move(data));
 }
 
 HostTensor pixels(const std::string& bytes, Dims dims, bool scale) {

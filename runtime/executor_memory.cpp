@@ -3,7 +3,9 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,7 +87,32 @@ size_t meminfo_available_bytes() {
   return kb * 1024;
 }
 
+// A number from a one-line file (cgroup's memory.max / memory.current); false for "max" or none.
+bool read_number_file(const char* path, size_t* n) {
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  char line[64] = {0};
+  const bool ok = std::fgets(line, sizeof line, f) && line[0] >= '0' && line[0] <= '9';
+  std::fclose(f);
+  if (ok) *n = std::strtoull(line, nullptr, 10);
+  return ok;
+}
+
 }  // namespace
+
+size_t memory_available_bytes() {
+  size_t avail = meminfo_available_bytes();
+  if (avail == 0) avail = SIZE_MAX;
+  size_t max = 0, current = 0;
+  if (read_number_file("/sys/fs/cgroup/memory.max", &max) && read_number_file("/sys/fs/cgroup/memory.current", &current))
+    avail = std::min(avail, max > current ? max - current : 0);
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const size_t limit = static_cast<size_t>(lim.rlim_cur), used = status_kb("VmSize");
+    avail = std::min(avail, limit > used ? limit - used : 0);
+  }
+  return avail;
+}
 
 Status with_batch_hint(const Status& s, const Plan& plan, size_t other_bytes) {
   if (!is_out_of_memory(s) || plan.stages.empty() || plan.batch_size <= 0) return s;

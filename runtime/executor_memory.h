@@ -18,6 +18,13 @@ namespace pt {
 size_t process_rss_bytes();
 size_t process_peak_rss_bytes();
 
+// Bytes this process may still allocate: the least of MemAvailable (/proc/meminfo), what its
+// cgroup (v2) allows beyond what it charges now, and under an address-space limit (ulimit -v) the
+// limit minus the address space in use (VmSize). SIZE_MAX when none of them is known. Readers
+// check a size read from a file against it before they allocate it (a gzip file can inflate to
+// any size).
+size_t memory_available_bytes();
+
 // Drops the graph's initial values (Value::data) of parameters and optimizer state once every
 // executor that trains them holds its own copy (CPU executors copy them at creation), so that the
 // weights are not resident twice for the whole run. Values named in `keep` stay (parameters that

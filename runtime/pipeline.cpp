@@ -31,6 +31,7 @@
 #include "runtime/rank_coordinator.h"
 #include "runtime/stage_set.h"
 #include "runtime/training_loop.h"
+#include "runtime/worker_threads.h"
 
 namespace pt {
 
@@ -507,13 +508,11 @@ class PipelineStageSet final : public StageSet {
 
   void launch(int64_t first, int64_t end) override {
     sh_.set_segment(first, end);
-    threads_.clear();
-    for (Stage* st : impl_.local_stages()) threads_.emplace_back([&sh = sh_, st] { st->run(sh); });
+    std::vector<std::function<void()>> jobs;
+    for (Stage* st : impl_.local_stages()) jobs.push_back([&sh = sh_, st] { st->run(sh); });
+    threads_.start(std::move(jobs));
   }
-  void join() override {
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-  }
+  void join() override { threads_.wait(); }
   int64_t segment_end() override { return sh_.end_step(); }
   void stop_early() override { sh_.stop_early(); }
   Status error() override { return sh_.error; }
@@ -596,7 +595,7 @@ class PipelineStageSet final : public StageSet {
   PipelineTrainer::Impl& impl_;
   RunShared& sh_;
   int local_stages_;
-  std::vector<std::thread> threads_;
+  WorkerThreads threads_;  // the stages' threads, kept from one segment to the next
 };
 
 }  // namespace

@@ -99,8 +99,7 @@ Status TrainingLoop::record_loss(int64_t step, double l) {
 
 Status TrainingLoop::record_eval(int64_t step, const EvalResult& ev) {
   r_.val = ev;
-  curves_.val_loss.push_back({static_cast<double>(step), ev.loss});
-  if (ev.accuracy >= 0) curves_.val_accuracy.push_back({static_cast<double>(step), ev.accuracy});
+  curves_.add_validation(static_cast<double>(step), ev.loss, ev.accuracy);
   if (!cfg_.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves_, cfg_.curves_path));
   return Status::ok();
 }

@@ -7,7 +7,8 @@
 #         pipelined CLI tests of training_tools_tests): stage workers, channels, the prefetcher.
 # Suppressions (tools/sanitizers/*.supp) cover third-party code only, each with its reason.
 # Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]
-# Environment: JOBS (build jobs, default nproc).
+# Environment: JOBS (build jobs, default nproc); TARGETS (asan: build only these targets, e.g.
+# "runtime_tests onnx-pipetrain" with -R '^runtime_tests$' for the runtime and pipeline suite).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/setup.sh --clang
@@ -29,11 +30,13 @@ build_tree() {  # build_tree DIR FLAGS TARGETS...
 
 status=0
 if [ "$what" = asan ] || [ "$what" = all ]; then
-  build_tree build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+  # shellcheck disable=SC2086  # TARGETS is a list
+  build_tree build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined" ${TARGETS:-}
   # One OpenMP and one BLAS thread per process: the sanitizers' cost grows with threads, and the
-  # suites' results do not depend on them.
+  # suites' results do not depend on them. allocator_may_return_null: an allocation that fails
+  # returns null as it does without ASan (tests check that the executors report it as an error).
   ( cd build-asan &&
-    ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
+    ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:allocator_may_return_null=1" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp" \
     LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \

@@ -75,6 +75,18 @@ def join_checkpoint(head, text, tensors):
     return (head[:16] + struct.pack("<QQQ", len(text), len(tensors), fnv1a64(text + tensors)) + text + tensors)
 
 
+def write_gzip_bomb(path, head, zeros):
+    """A gzip file of `head` then `zeros` zero bytes, written a MiB at a time (a MiB of zeros
+    deflates to about 1 KiB: 256 MiB make a 250 KiB file)."""
+    chunk = bytes(1 << 20)
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(head)
+        for _ in range(zeros >> 20):
+            f.write(chunk)
+        f.write(bytes(zeros & ((1 << 20) - 1)))
+    return path
+
+
 def npy_bytes(header_dict_text, payload=b"", magic=b"\x93NUMPY", version=b"\x01\x00"):
     h = header_dict_text.ljust(118) + "\n"
     return magic + version + len(h).to_bytes(2, "little") + h.encode() + payload
@@ -530,6 +542,19 @@ class MalformedInputTest(unittest.TestCase):
             f.write(struct.pack(">HBBI", 0, 8, 1, 64) + b"\x01" * 64)
         cases.append(("idx_gz_garbage", [self.model, "--data", os.path.dirname(d), "--steps", 1, "--out", self.out()],
                       ("train-images-idx3-ubyte.gz",), 2))
+        # gzip bombs: 64 MiB of zeros after a header that promises 512 bytes; a header that promises
+        # 2^48 bytes (more than any machine's memory) in a 1 KiB file.
+        def gz_idx(name, img_header, zeros, needle):
+            d = self.path("data", name, "x")[:-2]
+            write_gzip_bomb(os.path.join(d, "train-images-idx3-ubyte.gz"), img_header, zeros)
+            with gzip.open(os.path.join(d, "train-labels-idx1-ubyte.gz"), "wb") as f:
+                f.write(struct.pack(">HBBI", 0, 8, 1, 64) + b"\x01" * 64)
+            cases.append((name, [self.model, "--data", d, "--steps", 1, "--out", self.out()],
+                          ("train-images-idx3-ubyte.gz", needle), 2))
+        gz_idx("idx_gz_bomb", struct.pack(">HBBIII", 0, 8, 3, 64, 2, 4), 64 << 20,
+               "inflates past the 528 bytes its IDX header promises")
+        gz_idx("idx_gz_header_past_memory", struct.pack(">HBBIII", 0, 8, 3, 65536, 65536, 65536), 1 << 20,
+               "promise 281474976710656 bytes of data, more than the")
         cifar = self.path("data", "cifar-10-batches-bin", "data_batch_1.bin")
         with open(cifar, "wb") as f:
             f.write(b"\x01" * 3000)
@@ -546,7 +571,27 @@ class MalformedInputTest(unittest.TestCase):
                                             "--out", self.out()], ("data_batch_1.bin",), 2))
         cases.append(("val_data_missing", [self.model, "--data", self.data, "--val-data", self.path("nowhere"),
                                            "--steps", 1, "--out", self.out()], ("nowhere",), 2))
-        self.assertGreaterEqual(self.run_cases(cases), 44)
+        self.assertGreaterEqual(self.run_cases(cases), 46)
+
+    def test_gzip_bomb_stays_small(self):
+        """A 256 KiB gzip file that inflates to 256 MiB behind a header promising 512 bytes: refused
+        after inflating 529 bytes, so the process's peak resident set stays far below 256 MiB
+        (before the bound it read the whole 256 MiB, then refused the trailing bytes)."""
+        d = self.path("data", "idx_gz_bomb_rss", "x")[:-2]
+        write_gzip_bomb(os.path.join(d, "train-images-idx3-ubyte.gz"), struct.pack(">HBBIII", 0, 8, 3, 64, 2, 4),
+                        256 << 20)
+        with gzip.open(os.path.join(d, "train-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">HBBI", 0, 8, 1, 64) + b"\x01" * 64)
+        p = subprocess.Popen([BIN, self.model, "--data", d, "--steps", "1", "--out", self.out()],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        with p.stderr:
+            err = p.stderr.read().decode(errors="replace")
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        self.assertEqual(p.returncode, 2, err)
+        # ru_maxrss is in KiB; 160 MiB leaves room for a sanitizer build (about 20 MiB in a plain one)
+        self.assertLess(usage.ru_maxrss, 160 << 10, f"peak resident set {usage.ru_maxrss} KiB")
+        self.assertIn("train-images-idx3-ubyte.gz: the gzip data inflates past the 528 bytes", err)
 
     # --- flags ------------------------------------------------------------------------------
     def test_flags(self):

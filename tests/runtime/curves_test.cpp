@@ -1,8 +1,13 @@
-// curves.svg's training-loss series stays bounded over long runs: past Curves::kMaxTrainPoints
-// points it halves, every point the mean of the same number of steps, the overall mean kept.
+// curves.svg's series stay bounded over long runs: past Curves::kMaxTrainPoints points the
+// training loss halves, every point the mean of the same number of steps, the overall mean kept;
+// past kMaxValPoints the validations thin out evenly, the newest always drawn.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "runtime/curves.h"
 
@@ -49,6 +54,53 @@ TEST(Curves, ShortRunsKeepEveryStep) {
   ASSERT_EQ(c.train_loss.size(), 100u);
   EXPECT_EQ(c.train_loss[41].step, 42.0);
   EXPECT_DOUBLE_EQ(c.train_loss[41].value, 1.0 / 42);
+}
+
+TEST(Curves, ValidationsStayBoundedEvenlySpreadWithTheNewestLast) {
+  Curves c;
+  const int64_t n = 200'000;  // a validation at every epoch end of a small data set, for a long run
+  for (int64_t k = 0; k < n; ++k) {
+    const double step = static_cast<double>(10 * (k + 1));
+    c.add_validation(step, 1.0 / static_cast<double>(k + 1), static_cast<double>(k) / static_cast<double>(n));
+    ASSERT_LE(c.val_loss.size(), Curves::kMaxValPoints + 1) << k;
+  }
+  EXPECT_GE(c.val_loss.size(), Curves::kMaxValPoints / 2);
+  ASSERT_EQ(c.val_accuracy.size(), c.val_loss.size());
+  const int64_t stride = c.val_stride;
+  EXPECT_EQ(stride, 512);  // 200,000 validations in at most 512 points
+  // Validations 0, stride, 2 stride, ... (each a real one: its own loss and accuracy), then the newest.
+  for (size_t i = 0; i + 1 < c.val_loss.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(i) * stride;
+    ASSERT_EQ(c.val_loss[i].step, static_cast<double>(10 * (k + 1))) << i;
+    ASSERT_EQ(c.val_loss[i].value, 1.0 / static_cast<double>(k + 1)) << i;
+    ASSERT_EQ(c.val_accuracy[i].step, c.val_loss[i].step) << i;
+  }
+  EXPECT_EQ(c.val_loss.back().step, static_cast<double>(10 * n));
+  EXPECT_EQ(c.val_accuracy.back().value, static_cast<double>(n - 1) / static_cast<double>(n));
+  EXPECT_LT(curves_svg(c).size(), 160u * 1024u);  // before the bound: 200,000 markers, ~30 MB
+}
+
+TEST(Curves, FewValidationsAreAllKept) {
+  Curves c;
+  for (int k = 1; k <= 30; ++k) c.add_validation(k, 1.0 / k, -1);
+  ASSERT_EQ(c.val_loss.size(), 30u);
+  EXPECT_TRUE(c.val_accuracy.empty());
+  EXPECT_EQ(c.val_loss[11].step, 12.0);
+}
+
+TEST(Curves, TheFileIsTheStringStreamed) {
+  Curves c;
+  c.title = "a <b> & c";
+  for (int s = 1; s <= 5000; ++s) c.add_train_loss(s, 1.0 / s);
+  for (int k = 1; k <= 700; ++k) c.add_validation(7 * k, 2.0 / k, 0.001 * k);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("pipetrain-curves-" + std::to_string(::getpid()) + ".svg")).string();
+  ASSERT_TRUE(write_curves_svg(c, path).is_ok());
+  std::ifstream in(path);
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_EQ(got.str(), curves_svg(c));
+  std::filesystem::remove(path);
 }
 
 }  // namespace

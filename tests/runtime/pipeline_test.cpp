@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <unistd.h>
 
 #include "importer/importer.h"
@@ -584,6 +586,100 @@ TEST(PipelineReference, OptimizersMatchExplicitVersionReference) {
 // ---- CUDA stages (skipped without a GPU; tools/gpu-check.sh runs them on one) ----
 
 // Without the backend or a GPU, CUDA is refused with the reason, not crashed into.
+// Rows of a metrics file being written (without its header): the steps the training loop has done.
+int64_t metrics_rows(const std::string& path) {
+  std::ifstream in(path);
+  int64_t n = 0;
+  std::string line;
+  while (std::getline(in, line)) ++n;
+  return std::max<int64_t>(0, n - 1);
+}
+
+// RunShared::lead in a whole run: the training loop validates after every step on a validation set
+// far larger than a mini-batch, so it is much slower than the stages. They must still not update
+// more than the lead (2N + kPrefetchDepth + 2, PipelineTrainer::train) past the steps it has
+// written to metrics.csv: what they post for it (a loss per pass, the weights at every validation
+// step) would otherwise pile up over the whole segment (the soak's memory growth: thousands of
+// losses and ~100 weight snapshots waiting in a 20,000-step run).
+TEST(PipelineMemory, StagesStayNearTheTrainingLoop) {
+  struct Case {
+    int stages;
+    Schedule schedule;
+    int micro;
+  };
+  for (const Case c : {Case{3, Schedule::k1F1B, 1}, Case{2, Schedule::kGPipe, 2}}) {
+    const int64_t batch = 4, steps = 60;
+    auto md = digits_model(batch);
+    Dataset data = digits_data(*md, 64, 11), val = digits_data(*md, 2000, 12);
+    Plan plan = make_plan(*md, c.stages, c.schedule, WeightMode::kSpecTrain, c.micro);
+    PipelineOptions po;
+    po.schedule = c.schedule;
+    po.micro_batches = c.micro;
+    po.threads_per_stage = 1;
+    po.record_trace = false;
+    TrainConfig cfg = config(steps);
+    cfg.eval_every = 1;
+    cfg.metrics_path = (std::filesystem::temp_directory_path() /
+                        ("pipetrain-lead-" + std::to_string(::getpid()) + "-" + std::to_string(c.stages) + ".csv"))
+                           .string();
+    const std::string partial = cfg.metrics_path + ".partial";
+    std::mutex mu;
+    int64_t most_ahead = 0;  // of a stage's update over the loop's finished steps
+    po.after_update = [&](int, int64_t step) {
+      const int64_t ahead = step - metrics_rows(partial);
+      std::lock_guard<std::mutex> lock(mu);
+      most_ahead = std::max(most_ahead, ahead);
+    };
+    auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+    ASSERT_TRUE(p) << p.status().message();
+    auto r = (*p)->train(data, &val, cfg);
+    ASSERT_TRUE(r) << r.status().message();
+    EXPECT_EQ(r->steps, steps);
+    const int64_t lead = 2 * c.stages + kPrefetchDepth + 2;
+    EXPECT_LE(most_ahead, lead) << c.stages << " stages, " << schedule_name(c.schedule);
+    std::filesystem::remove(cfg.metrics_path);
+    std::filesystem::remove(partial);
+  }
+}
+
+// A number of the calling thread, never reused (a pthread_t can be: a new thread may get the
+// descriptor of one that ended).
+int thread_serial() {
+  static std::atomic<int> next{0};
+  thread_local const int me = next++;
+  return me;
+}
+
+// A run drains its stages at every checkpoint; their threads carry on into the next segment
+// rather than being started anew (a new thread per stage per segment fragmented the allocator's
+// per-thread arenas: the soak's resident set crept up by ~25 KiB a checkpoint).
+TEST(PipelineMemory, StageThreadsLastTheRun) {
+  const int64_t batch = 4, steps = 50;
+  auto md = digits_model(batch);
+  Dataset data = digits_data(*md, 64, 13);
+  Plan plan = make_plan(*md, 3, Schedule::k1F1B, WeightMode::kSpecTrain, 1);
+  PipelineOptions po;
+  po.threads_per_stage = 1;
+  std::mutex mu;
+  std::map<int, std::set<int>> threads;  // [stage] -> thread_serial()s
+  po.after_update = [&](int stage, int64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    threads[stage].insert(thread_serial());
+  };
+  TrainConfig cfg = config(steps);
+  cfg.checkpoint.dir = (std::filesystem::temp_directory_path() / ("pipetrain-threads-" + std::to_string(::getpid()))).string();
+  cfg.checkpoint.every = 10;  // 5 segments
+  auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+  ASSERT_TRUE(p) << p.status().message();
+  auto r = (*p)->train(data, nullptr, cfg);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->steps, steps);
+  EXPECT_TRUE(std::filesystem::exists(cfg.checkpoint.dir + "/step-40.ckpt"));
+  ASSERT_EQ(threads.size(), 3u);
+  for (auto& [stage, ids] : threads) EXPECT_EQ(ids.size(), 1u) << "stage " << stage << " ran on " << ids.size() << " threads";
+  std::filesystem::remove_all(cfg.checkpoint.dir);
+}
+
 TEST(CudaRuntime, RefusedWithTheReasonWithoutAGpu) {
   if (cuda_available()) GTEST_SKIP() << "a CUDA device is present";
   auto d = open_device(DeviceKind::kCuda, 0);
