@@ -62,7 +62,8 @@ int stage_saved_copies(int stage, int num_stages, const PartitionOptions& opts) 
 }
 
 double stage_evaluator_param_bytes(int stage, int num_stages, const PartitionOptions& opts, double model_param_bytes) {
-  const bool pipelined = num_stages > 1 || opts.schedule == Schedule::kGPipe;
+  // The pipelined trainer (several stages, GPipe, or replicas) keeps a separate evaluator on stage 0.
+  const bool pipelined = num_stages > 1 || opts.schedule == Schedule::kGPipe || opts.replicas > 1 || opts.graph_replicas > 1;
   return pipelined && stage == 0 ? model_param_bytes : 0.0;
 }
 
