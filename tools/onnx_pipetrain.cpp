@@ -260,6 +260,7 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
              "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0");
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
   app.add_option("--device-spec", o.device_spec, "device per stage: a built-in GPU (H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti) or a JSON file; one for all or one per stage")->delimiter(',');
+  app.add_option("--replica-link", o.replica_link, "link between the replicas of a stage, for the all-reduce the plan charges (same names as --link; default: --link)");
   app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network (default: host for CPU stages, pcie4 for GPUs)");
   app.add_option("--ranks-per-node", o.ranks_per_node,
                  "with --plan-only: plan a multi-node job, R stages per node (cuts between nodes use the network "

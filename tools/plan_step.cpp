@@ -92,6 +92,11 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   auto l = builtin_link_spec(link);
   if (!l) return l.status().with_context("--link: ");
   o.link = *l;
+  if (!f.replica_link.empty()) {
+    auto rl = builtin_link_spec(f.replica_link);
+    if (!rl) return rl.status().with_context("--replica-link: ");
+    o.replica_link = *rl;
+  }
   if (!f.node_of_stage.empty()) {
     if (static_cast<int>(f.node_of_stage.size()) != f.stages) return internal_error("node_of_stage needs one node per stage");
     o.node_of_stage = f.node_of_stage;

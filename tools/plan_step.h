@@ -27,6 +27,7 @@ struct PlanFlags {
   DeviceKind device = DeviceKind::kCpu;
   std::vector<std::string> device_specs;  // builtin names or JSON files; one for all, or one per stage
   std::string link;                       // builtin link name; "" = default for the device
+  std::string replica_link;               // between a stage's replicas; "" = link
   std::string schedule = "1f1b";
   std::string weights = "spectrain";
   Recompute recompute = Recompute::kNone;

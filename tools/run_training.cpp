@@ -230,6 +230,7 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   pf.device = device;
   pf.device_specs = o.device_spec;
   pf.link = o.link;
+  pf.replica_link = o.replica_link;
   pf.schedule = schedule_name(o.schedule);
   pf.weights = weight_mode_name(o.weights);
   pf.recompute = o.recompute;

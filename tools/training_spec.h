@@ -105,6 +105,7 @@ struct TrainingSpec {
   bool trace = false;
   std::vector<std::string> device_spec;
   std::string link;
+  std::string replica_link;                     // --replica-link: between a stage's replicas ("" = --link)
   std::vector<std::string> split_at;
   std::vector<int> balance;
   int ranks_per_node = 0;

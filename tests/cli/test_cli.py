@@ -678,6 +678,24 @@ class CliTest(unittest.TestCase):
         self.refuse([self.model, "--gpus", 2, "--replicas", "auto", "--device-spec", "h100,a100", "--plan-only",
                      "--out", os.path.join(self.dir, "bad_r")], "--replicas auto", "--device-spec")
 
+    def test_replica_link(self):
+        # --replica-link: the link the plan charges the replicas' all-reduce over (default --link):
+        # a slower one costs more all-reduce time per stage; an unknown name is refused.
+        import json
+        ms = {}
+        for link in ("nvlink4", "network"):
+            out = os.path.join(self.dir, "replica_link_" + link)
+            rc, so, se = run(self.model, "--gpus", 2, "--replicas", 2, "--batch-size", 64, "--plan-only",
+                             "--device-spec", "h100", "--link", "nvlink4", "--replica-link", link, "--out", out)
+            self.assertEqual(rc, 0, se)
+            j = json.loads(read_bytes(os.path.join(out, "partition.json")))
+            self.assertEqual(j["replica_link"]["name"], link)
+            self.assertEqual(j["link"]["name"], "nvlink4")
+            ms[link] = sum(st["allreduce_ms"] for st in j["stages"])
+        self.assertGreater(ms["network"], 2 * ms["nvlink4"])
+        self.refuse([self.model, "--gpus", 2, "--replicas", 2, "--plan-only", "--replica-link", "warp9",
+                     "--out", os.path.join(self.dir, "bad_link")], "--replica-link", "warp9")
+
     def test_training_writes_measured_times(self):
         import json
         out = os.path.join(self.dir, "measured")
