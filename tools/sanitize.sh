@@ -3,8 +3,9 @@
 # for why it is not part of .ci/run):
 #   asan: AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), every ctest suite, MPI included;
 #         any UB report is fatal (-fno-sanitize-recover), leaks are reported at exit.
-#   tsan: ThreadSanitizer (build-tsan/), the runtime and pipeline suites (runtime_tests and the
-#         pipelined CLI tests of training_tools_tests): stage workers, channels, the prefetcher.
+#   tsan: ThreadSanitizer (build-tsan/), the runtime and pipeline suites (runtime_tests, the
+#         pipelined CLI tests of training_tools_tests, replicas_tests): stage workers, channels, the
+#         prefetcher, the replicas' gradient averaging.
 # Suppressions (tools/sanitizers/*.supp) cover third-party code only, each with its reason.
 # Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]
 # Environment: JOBS (build jobs, default nproc); TARGETS (asan: build only these targets, e.g.
@@ -47,8 +48,8 @@ if [ "$what" = tsan ] || [ "$what" = all ]; then
   # libomp is not built with TSan: OpenMP regions run on one thread, so every report is about the
   # project's own threads (stage workers, channels, prefetcher, progress).
   ( cd build-tsan &&
-    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp" \
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests)$' "$@" ) || status=1
+    ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests|replicas_tests)$' "$@" ) || status=1
 fi
 exit $status
