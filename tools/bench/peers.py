@@ -166,8 +166,8 @@ def side_ort(model_path, folder, threads, steps, warmup):
     return out
 
 
-def side_ours(exe, model_path, folder, steps, warmup):
-    """The command line on one stage; per-step means from its metrics.csv."""
+def side_ours(exe, model_path, folder, steps, warmup, flags=("--gpus", "1")):
+    """The command line (one stage unless `flags` say otherwise); per-step means from its metrics.csv."""
     import numpy as np
     total = VALIDATION_STEPS + warmup + steps + TIMED_BY_NODE
     x, y = np.load(os.path.join(folder, "x.npy")), np.load(os.path.join(folder, "y.npy"))
@@ -177,7 +177,7 @@ def side_ours(exe, model_path, folder, steps, warmup):
     np.save(os.path.join(data, "x.npy"), np.concatenate([x] * total))   # one epoch, the same batch
     np.save(os.path.join(data, "y.npy"), np.concatenate([y] * total))
     out_dir = os.path.join(folder, "ours.run")
-    cmd = [exe, model_path, "--device", "cpu", "--gpus", "1", "--data", data, "--no-shuffle", "--val-split", "0",
+    cmd = [exe, model_path, "--device", "cpu", *flags, "--data", data, "--no-shuffle", "--val-split", "0",
            "--batch-size", str(batch), "--steps", str(total), "--lr", str(LR), "--momentum", str(MOMENTUM),
            "--out", out_dir, "--overwrite", "--quiet"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=ENV)

@@ -8,8 +8,9 @@ model, batch and data trained by onnx-pipetrain's command line as
   2 stages, GPipe M=2  --gpus 2 --schedule gpipe --micro-batches 2
   2 stages x 2 replicas --gpus 2 --replicas 2        (only with --cores 4 or more)
 
-back to back in one run, with per-step times from each run's own metrics.csv (its cumulative
-samples/s column), so import, planning and export do not count; the ratios are against one stage.
+back to back in one run, with per-step times from each run's own metrics.csv (peers.side_ours: its
+cumulative samples/s column), so import, planning and export do not count; the ratios are against
+one stage.
 The models are tools/bench/peer_models.py's (exported as tools/bench/peers.py exports them: opset 13,
 training mode). Each run validates first: the mean loss of steps 16-20 below that of steps 1-5.
 
@@ -17,10 +18,8 @@ Run: /usr/bin/python3 tools/bench/replicas.py [--bin build/tools/onnx-pipetrain]
                                               [--steps 60] [--warmup 10] [--rounds 2] [--json FILE]
 """
 import argparse
-import csv
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -36,30 +35,6 @@ CONFIGS = [
     ("2 stages GPipe M=2", ["--gpus", "2", "--schedule", "gpipe", "--micro-batches", "2"]),
 ]
 WIDE = [("2 stages x 2 replicas", ["--gpus", "2", "--replicas", "2"])]
-
-
-def run_config(exe, model, data, batch, flags, steps, warmup, out_dir):
-    total = peers.VALIDATION_STEPS + warmup + steps
-    cmd = [exe, model, "--device", "cpu", "--data", data, "--no-shuffle", "--val-split", "0", "--batch-size",
-           str(batch), "--steps", str(total), "--lr", str(peers.LR), "--momentum", str(peers.MOMENTUM), "--out",
-           out_dir, "--overwrite", "--quiet", *flags]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=peers.ENV)
-    r = {"cmd": " ".join(cmd)}
-    if p.returncode != 0:
-        msg = [l for l in (p.stdout + p.stderr).strip().splitlines() if l.strip()]
-        r["error"] = (msg[-1] if msg else "no output") + f" (exit {p.returncode})"
-        return r
-    with open(os.path.join(out_dir, "metrics.csv")) as f:
-        rows = list(csv.DictReader(f))
-    losses = [float(row["loss"]) for row in rows]
-    err = peers.validate(losses)
-    if err:
-        r["error"] = err
-        return r
-    elapsed = lambda k: k * batch / float(rows[k - 1]["samples_per_s"])  # seconds after k steps
-    a = peers.VALIDATION_STEPS + warmup
-    r["mean_ms"] = 1e3 * (elapsed(a + steps) - elapsed(a)) / steps
-    return r
 
 
 def main(argv=None):
@@ -82,17 +57,11 @@ def main(argv=None):
             model = os.path.join(folder, "model.onnx")
             peers.side_export(name, model, folder)
             import numpy as np
-            x, y = np.load(os.path.join(folder, "x.npy")), np.load(os.path.join(folder, "y.npy"))
-            batch = x.shape[0]
-            total = peers.VALIDATION_STEPS + a.warmup + a.steps
-            data = os.path.join(folder, "data")
-            os.makedirs(data)
-            np.save(os.path.join(data, "x.npy"), np.concatenate([x] * total))  # one epoch of the same batch
-            np.save(os.path.join(data, "y.npy"), np.concatenate([y] * total))
+            batch = np.load(os.path.join(folder, "x.npy")).shape[0]
             row = {}
             for _ in range(a.rounds):
                 for label, flags in configs:
-                    r = run_config(a.bin, model, data, batch, flags, a.steps, a.warmup, os.path.join(folder, "run"))
+                    r = peers.side_ours(a.bin, model, folder, a.steps, a.warmup, flags)
                     if "error" in r:
                         print(f"FAIL {name} {label}: {r['error']}")
                         failed = True
