@@ -9,7 +9,8 @@
 # Suppressions (tools/sanitizers/*.supp) cover third-party code only, each with its reason.
 # Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]
 # Environment: JOBS (build jobs, default nproc); TARGETS (asan: build only these targets, e.g.
-# "runtime_tests onnx-pipetrain" with -R '^runtime_tests$' for the runtime and pipeline suite).
+# "runtime_tests onnx-pipetrain" with -R '^runtime_tests$' for the runtime and pipeline suite);
+# LAUNCHER (compiler launcher: default ccache when installed, "none" for none).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/setup.sh --clang
@@ -17,13 +18,16 @@ what=${1:-all}
 shift || true
 supp="$PWD/tools/sanitizers"
 jobs=${JOBS:-$(nproc)}
+launcher=${LAUNCHER:-$(command -v ccache || echo none)}
+[ "$launcher" = none ] && launcher=""
 
 build_tree() {  # build_tree DIR FLAGS TARGETS...
   local dir=$1 flags=$2
   shift 2
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DPIPETRAIN_CUDA=OFF -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
-    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >"$dir.configure.log" 2>&1 \
+    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" \
+    -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" >"$dir.configure.log" 2>&1 \
     || { cat "$dir.configure.log"; exit 1; }
   cmake --build "$dir" -j "$jobs" ${1:+--target "$@"} 2>&1 | grep -vE "^\[ *[0-9]+%\] (Building|Linking|Built)" || true
   [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
@@ -36,7 +40,8 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
   # One OpenMP and one BLAS thread per process: the sanitizers' cost grows with threads, and the
   # suites' results do not depend on them. allocator_may_return_null: an allocation that fails
   # returns null as it does without ASan (tests check that the executors report it as an error).
-  ( cd build-asan &&
+  # PIPETRAIN_SANITIZER tells the tests what they run under (ASan cannot start under `ulimit -v`).
+  ( cd build-asan && export PIPETRAIN_SANITIZER=asan &&
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:allocator_may_return_null=1" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp" \
     LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
@@ -47,7 +52,7 @@ if [ "$what" = tsan ] || [ "$what" = all ]; then
   build_tree build-tsan "-fsanitize=thread" onnx-pipetrain runtime_tests
   # libomp is not built with TSan: OpenMP regions run on one thread, so every report is about the
   # project's own threads (stage workers, channels, prefetcher, progress).
-  ( cd build-tsan &&
+  ( cd build-tsan && export PIPETRAIN_SANITIZER=tsan &&
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp" \
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
     ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests|replicas_tests)$' "$@" ) || status=1
