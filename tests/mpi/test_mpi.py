@@ -33,6 +33,12 @@ VAL = os.path.join(ROOT, "models", "digits", "val")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none")
 MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS"]
+if os.environ.get("PIPETRAIN_SANITIZER") == "asan":
+    # tools/sanitize.sh: OpenMPI's libraries have no frame pointers and unload their components at
+    # MPI_Finalize, so LeakSanitizer's fast unwinder attributes what they keep for the process's life
+    # to unknown modules; full unwinding reaches the OpenMPI frames that tools/sanitizers/lsan.supp
+    # names.
+    ENV["ASAN_OPTIONS"] = ENV.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
 
 
 def run(cmd, env=None, timeout=120):
