@@ -3,7 +3,7 @@ weights in oneDNN's layout while the runtime's weight version says they are unch
 whose convolutions take the blocked-layout path, with a weight shared by convolutions of two
 stages, the trained model is bit for bit the one trained without the cache, for one stage (with
 validation), GPipe with 4 micro-batches, 1F1B SpecTrain (prediction), stash, stale, replicas,
-recomputation, and a checkpoint resume: with the cache where the runtime puts it (auto), and
+recomputation, host copies apart from the buffers (as on CUDA), and a checkpoint resume: with the cache where the runtime puts it (auto), and
 with every executor caching (PIPETRAIN_WEIGHT_CACHE=all) while every hit is checked against a
 fresh conversion (PIPETRAIN_WEIGHT_CACHE_VERIFY=1). A cache that ignores the version
 (PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS=1) trains another model in every configuration, so
@@ -97,6 +97,9 @@ CONFIGS = {
     "replicas_gpipe": ["--gpus", 2, "--replicas", 2, "--schedule", "gpipe", "--micro-batches", 2],
     "recompute_spectrain3": ["--gpus", 3, "--recompute", "stage"],
     "recompute_gpipe3": ["--gpus", 3, "--schedule", "gpipe", "--micro-batches", 2, "--recompute", "stage"],
+    # host copies apart from the kernels' buffers, as on CUDA: weights reach them by upload
+    "gpipe2_separate_host": ["--gpus", 2, "--schedule", "gpipe", "--micro-batches", 2, "--test-separate-host"],
+    "spectrain2_separate_host": ["--gpus", 2, "--test-separate-host"],
 }
 
 
