@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/vmath.h"
 
 namespace pt::cpu {
 namespace {
@@ -25,10 +26,12 @@ Status relu(const KernelCall& call) {
 }
 template <typename T>
 Status sigmoid(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Sigmoid", VFn::kSigmoid);
   return map_unary<T>(call, "Sigmoid", [](T x) { return stable_sigmoid(x); });
 }
 template <typename T>
 Status tanh_op(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Tanh", VFn::kTanh);
   return map_unary<T>(call, "Tanh", [](T x) { return std::tanh(x); });
 }
 template <typename T>
@@ -37,6 +40,7 @@ Status neg(const KernelCall& call) {
 }
 template <typename T>
 Status exp_op(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Exp", VFn::kExp);
   return map_unary<T>(call, "Exp", [](T x) { return std::exp(x); });
 }
 template <typename T>
