@@ -37,6 +37,15 @@ namespace {
 constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 21;
 constexpr int64_t kConvertTarget = 13;
+
+// ONNX's ConvertVersion builds a DefaultVersionConverter for every call, which copies every
+// operator schema with its history (about 6 ms, 14 ms under ASan, against well under 1 ms for the
+// rest of a small model's import); one converter serves every import (convert_version is const).
+const onnx::version_conversion::DefaultVersionConverter& version_converter() {
+  static const onnx::version_conversion::DefaultVersionConverter converter;
+  return converter;
+}
+
 // The newest default-domain opset the system's ONNX library (Debian's 1.12) knows. Models of a
 // newer opset are checked by check_newer_opset below instead of onnx::checker::check_model.
 constexpr int64_t kCheckerOpset = 17;
@@ -566,7 +575,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     }
     try {
       onnx::shape_inference::InferShapes(proto);  // the adapters read intermediate shapes
-      proto = onnx::version_conversion::ConvertVersion(proto, kConvertTarget);
+      proto = version_converter().convert_version(proto, onnx::OpSetID(out.source_opset), onnx::OpSetID(kConvertTarget));
     } catch (const std::exception& e) {
       return unsupported(path + ": opset " + std::to_string(out.source_opset) + " model could not be converted to opset " +
                          std::to_string(kConvertTarget) + " by ONNX's version converter: " + one_line(e.what()));
