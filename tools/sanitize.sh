@@ -41,8 +41,8 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
   # suites' results do not depend on them. allocator_may_return_null: an allocation that fails
   # returns null as it does without ASan (tests check that the executors report it as an error).
   # PIPETRAIN_SANITIZER tells the tests what they run under (ASan cannot start under `ulimit -v`).
-  ( cd build-asan && export PIPETRAIN_SANITIZER=asan &&
-    ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:allocator_may_return_null=1" \
+  ( cd build-asan &&
+    PIPETRAIN_SANITIZER=asan ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:allocator_may_return_null=1" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp" \
     LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
@@ -52,8 +52,8 @@ if [ "$what" = tsan ] || [ "$what" = all ]; then
   build_tree build-tsan "-fsanitize=thread" onnx-pipetrain runtime_tests
   # libomp is not built with TSan: OpenMP regions run on one thread, so every report is about the
   # project's own threads (stage workers, channels, prefetcher, progress).
-  ( cd build-tsan && export PIPETRAIN_SANITIZER=tsan &&
-    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp" \
+  ( cd build-tsan &&
+    PIPETRAIN_SANITIZER=tsan TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp" \
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
     ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests|replicas_tests)$' "$@" ) || status=1
 fi
