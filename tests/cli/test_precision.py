@@ -85,7 +85,7 @@ class PrecisionPipelineTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def train(self, name, *extra, steps=3):
+    def train(self, name, *extra, steps=8):
         out = os.path.join(self.dir, name)
         rc, so, se = run(self.model, "--data", self.data, "--steps", steps, "--batch-size", 8, "--no-shuffle",
                          "--device", "cpu", "--out", out, *extra)
@@ -111,12 +111,14 @@ class PrecisionPipelineTest(unittest.TestCase):
         full, _ = self.train("full", "--precision", "bf16", "--checkpoint-every", 4)
         half_out = os.path.join(self.dir, "half")
         self.train("half", "--precision", "bf16", "--checkpoint-every", 4, steps=4)
-        rc, so, se = run(self.model, "--data", self.data, "--steps", 8, "--batch-size", 8, "--no-shuffle",
-                         "--device", "cpu", "--out", half_out, "--resume", "--precision", "fp32")
+
+        def resume(precision):
+            return run(self.model, "--data", self.data, "--steps", 8, "--batch-size", 8, "--no-shuffle", "--device",
+                       "cpu", "--out", half_out, "--resume", "--checkpoint-every", 4, "--precision", precision)
+        rc, so, se = resume("fp32")
         self.assertEqual(rc, 2, se or so)
         self.assertIn("--precision: bf16 in the checkpoint, fp32 now", se)
-        rc, so, se = run(self.model, "--data", self.data, "--steps", 8, "--batch-size", 8, "--no-shuffle",
-                         "--device", "cpu", "--out", half_out, "--resume", "--precision", "bf16")
+        rc, so, se = resume("bf16")
         self.assertEqual(rc, 0, se or so)
         resumed = initializers(os.path.join(half_out, "mlp.trained.onnx"))
         for k in full:
@@ -147,9 +149,11 @@ class PrecisionPipelineTest(unittest.TestCase):
             with open(os.path.join(out, "partition.json")) as f:
                 return json.load(f)["stages"][0]
         a, b = plan("p32"), plan("p16", "--precision", "bf16")
-        # The data input x [64, 8] is read only by the first Gemm and its weight gradient: saved as
-        # a bfloat16 copy instead (64 * 8 * 2 bytes fewer).
-        self.assertLess(b["memory_bytes"], a["memory_bytes"], (a, b))
+        # The memory model counts the copies at 2 bytes: the data input x [64, 8] is saved for the
+        # backward as a bfloat16 copy instead of float32 (-1024 bytes); the Relu output h [64, 16]
+        # stays saved in float32 (ReluGrad reads it) and its bfloat16 copy is saved too (+2048): on
+        # this MLP bf16 saves no activation memory (docs/performance.md says where it does).
+        self.assertEqual(b["saved_bytes"] - a["saved_bytes"], -64 * 8 * 2 + 64 * 16 * 2, (a, b))
 
 
 if __name__ == "__main__":
