@@ -43,6 +43,7 @@ PrecisionStats apply_precision(Graph& g, Precision p) {
   std::vector<CastSpec> casts;
   std::map<Node*, std::vector<size_t>> casts_before;
   std::vector<std::pair<Node*, Value*>> replaced;  // (reader, the float32 value it read)
+  std::vector<bool> forward_copy;                   // per cast: made in the forward
   for (Node* n : old) {
     if (!is_product(*n)) continue;
     bool any = false;
@@ -59,6 +60,7 @@ PrecisionStats apply_precision(Graph& g, Precision p) {
                             ValueKind::kActivation);
         casts.push_back(c);
         casts_before[n].push_back(it->second);
+        forward_copy.push_back(n->phase == Phase::kForward || n->phase == Phase::kLoss);
       }
       n->inputs[i] = casts[it->second].dst;
       replaced.emplace_back(n, v);
@@ -67,6 +69,17 @@ PrecisionStats apply_precision(Graph& g, Precision p) {
     if (any) ++stats.products;
   }
   if (casts.empty()) return stats;
+  // ReluGrad(dY, Y) only needs Y's sign, which the bfloat16 copy keeps: where a copy of Y exists
+  // and is made in the forward (so before the backward), ReluGrad reads it, and float32 Y need not
+  // be kept for the backward (kernels/cpu/elementwise.cpp's bfloat16 mask).
+  for (Node* n : old)
+    if (n->op_type == "ReluGrad" && n->inputs.size() == 2 && n->inputs[1]) {
+      auto it = copy_of.find({n->inputs[1], 0});
+      if (it == copy_of.end() || !forward_copy[it->second]) continue;
+      replaced.emplace_back(n, n->inputs[1]);
+      n->inputs[1] = casts[it->second].dst;
+      ++stats.relu_grads;
+    }
   // The readers now read the copies: consumer lists follow (remove_nodes below reads them).
   for (auto& [n, v] : replaced) {
     if (std::find(n->inputs.begin(), n->inputs.end(), v) == n->inputs.end()) std::erase(v->consumers, n);

@@ -20,6 +20,7 @@ Expected<Precision> parse_precision(const std::string& name);
 struct PrecisionStats {
   int casts = 0;     // Cast nodes added
   int products = 0;  // GEMM/convolution nodes that read bfloat16 operands
+  int relu_grads = 0;  // ReluGrad nodes that read the bfloat16 copy of Relu's output
 };
 
 // The bf16 pass, on a training graph (after build_training_graph, so no gradient of Cast is
@@ -29,7 +30,9 @@ struct PrecisionStats {
 // activation that a backward product also reads is kept once, in bfloat16. Parameters and other
 // node-less values (initializers, state) get one copy for their forward readers and one for their
 // backward readers: the backward pass must read the weights the pipeline gives it (SpecTrain's
-// prediction, the stash), not the forward's copy. Outputs stay float32. Changes nothing for fp32.
+// prediction, the stash), not the forward's copy. Outputs stay float32. ReluGrad(dY, Y) reads the
+// bfloat16 copy of Y where the forward makes one (the mask is Y's sign, which rounding keeps), so
+// float32 Y is not kept for the backward. Changes nothing for fp32.
 PrecisionStats apply_precision(Graph& g, Precision p);
 
 }  // namespace pt

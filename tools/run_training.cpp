@@ -206,8 +206,9 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (o.precision != Precision::kFp32) {
     const PrecisionStats ps = apply_precision(g, o.precision);
     say(o, std::string("precision: ") + precision_name(o.precision) + ", " + std::to_string(ps.products) +
-               " GEMM/convolution nodes read bfloat16 copies made by " + std::to_string(ps.casts) +
-               " Cast nodes; weights, gradients, optimizer state and accumulation float32");
+               " GEMM/convolution nodes read bfloat16 copies made by " + std::to_string(ps.casts) + " Cast nodes" +
+               (ps.relu_grads ? " (and " + std::to_string(ps.relu_grads) + " ReluGrad)" : std::string()) +
+               "; weights, gradients, optimizer state and accumulation float32");
   }
   int64_t params = 0;
   for (Value* p : tg->params) params += p->size();

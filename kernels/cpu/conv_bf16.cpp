@@ -153,6 +153,13 @@ Prim* prim_for(Pass pass, const Shape& cs) {
         break;
       }
     }
+    // oneDNN's im2col + GEMM and reference convolutions are slower than the float32 path's jit
+    // kernels (LeNet's first layer, one input channel: backward weights by gemm:jit took 4 ms per
+    // step against 0.6 ms in float32): such shapes run the widened float32 path instead.
+    const char* info = nullptr;
+    dnnl_primitive_desc_query(entry->prim.get_primitive_desc(), dnnl_query_impl_info_str, 0, &info);
+    const std::string impl = info ? info : "";
+    if (impl.find("gemm") != std::string::npos || impl.find("ref") != std::string::npos) entry.reset();
   } catch (const dnnl::error&) {
     entry.reset();
   }
@@ -186,6 +193,11 @@ class Scratch {
 Expected<bool> run(Pass pass, const Shape& cs, std::initializer_list<const void*> ptrs) {
   if (cs.w.n == 0) return true;
   if (cs.g == 1 && cs.w.out_size() == 1) return false;  // the float32 path's one-GEMM case
+  // oneDNN 2.6's bf16 backward-weights kernel (jit_bf16) is pathological on small maps: ResNet-18's
+  // 3x3 convolutions over 4x4 and 2x2 outputs at batch 32 took 50-550 ms each (float32: 5-9 ms);
+  // from 8x8 up it is level with float32 (measured 2026-12-03, step_bench --per-node). Below 64
+  // output positions the widened float32 path runs.
+  if (pass == Pass::kGradWeight && cs.w.out_size() < 64) return false;
   Prim* p = prim_for(pass, cs);
   if (!p) return false;
   thread_local dnnl::stream stream(engine());

@@ -96,7 +96,7 @@ class PrecisionPipelineTest(unittest.TestCase):
         # Forward Gemm x2; backward: dX of the second, dW of both (the first's dX is not needed).
         # Casts: x, W1, h, W2 (forward), W2 again (backward), dY of each Gemm.
         _, so = self.train("say", "--precision", "bf16")
-        self.assertIn("precision: bf16, 5 GEMM/convolution nodes read bfloat16 copies made by 7 Cast nodes", so)
+        self.assertIn("precision: bf16, 5 GEMM/convolution nodes read bfloat16 copies made by 7 Cast nodes (and 1 ReluGrad)", so)
 
     def test_gpipe_two_stages_equals_one(self):
         gp = ["--schedule", "gpipe", "--micro-batches", 2, "--precision", "bf16"]
@@ -150,11 +150,12 @@ class PrecisionPipelineTest(unittest.TestCase):
                 return json.load(f)["stages"][0]
         a, b = plan("p32"), plan("p16", "--precision", "bf16")
         # The memory model counts the copies at 2 bytes: the data input x [64, 8] is saved for the
-        # backward as a bfloat16 copy instead of float32 (-1024 bytes); the Relu output h [64, 16]
-        # stays saved in float32 (ReluGrad reads it) and its bfloat16 copy is saved too (+2048): on
-        # this MLP bf16 saves no activation memory (docs/performance.md says where it does).
-        self.assertEqual(b["saved_bytes"] - a["saved_bytes"], -64 * 8 * 2 + 64 * 16 * 2, (a, b))
-
+        # backward as a bfloat16 copy instead of float32 (-1024 bytes); so is the Relu output h
+        # [64, 16], which the second Gemm's weight gradient and ReluGrad both read in bfloat16
+        # (-2048 bytes).
+        # (The stage's memory_bytes rises here by 256 bytes: on a model this small the largest
+        # transient value, not the saved activations, decides; docs/performance.md has real models.)
+        self.assertEqual(b["saved_bytes"] - a["saved_bytes"], -64 * 8 * 2 - 64 * 16 * 2, (a, b))
 
 if __name__ == "__main__":
     unittest.main()
