@@ -11,12 +11,15 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
       *o = FuseOptions{};
       o->layernorm = false;
       o->attention = false;
+      o->gelu = false;
     } else if (n == "layernorm") {
       o->layernorm = false;
     } else if (n == "attention") {
       o->attention = false;
+    } else if (n == "gelu") {
+      o->gelu = false;
     } else {
-      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, all)");
+      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, gelu, all)");
     }
   }
   return Status::ok();
@@ -35,7 +38,8 @@ FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   FuseReport r;
   if (o.layernorm) r.layernorm = fuse_layernorm(g);
   if (o.attention) r.attention = fuse_attention(g);
-  r.rewrites = r.layernorm + r.attention;
+  if (o.gelu) r.gelu = fuse_gelu(g);
+  r.rewrites = r.layernorm + r.attention + r.gelu;
   r.absorbed_constants = static_cast<int>(before.size() - read_constants().size());
   return r;
 }

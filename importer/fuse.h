@@ -19,12 +19,12 @@ struct FuseOptions {
   // MatMul(Q, Kt), scale (Mul or Div by a constant, on Q or the scores), optional mask (Add, or
   // Where with a constant fill), Softmax, MatMul with V -> FusedAttention (importer/fuse_attention.cpp).
   bool attention = true;
-  // Not kept: a GELU pass (Div sqrt 2, Erf, Add 1, Mul x, Mul 0.5 -> Gelu; in git history) made the
-  // GPT's step slower: GeluGrad recomputes erf where the spelled-out backward reuses the forward's
-  // (docs/performance.md).
+  // Div sqrt 2 (or Mul 1/sqrt 2), Erf, Add 1, Mul x, Mul 0.5 (GELU as exporters spell it below
+  // opset 20) -> Gelu (importer/fuse_gelu.cpp).
+  bool gelu = true;
 };
 
-// Turns off the passes named (--no-fusion: "layernorm", "attention", or "all"); an unknown name is refused,
+// Turns off the passes named (--no-fusion: "layernorm", "attention", "gelu", or "all"); an unknown name is refused,
 // naming the flag and the known passes.
 Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 
@@ -47,6 +47,10 @@ int fuse_layernorm(Graph& g);
 // training-mode export with attention dropout) is not matched: those graphs stay unfused.
 int fuse_attention(Graph& g);
 
+// Rewrites every exact GELU spelled out in primitives (x read by the scaling and the product, the
+// intermediates read by the pattern only, float32) into one Gelu node; returns how many.
+int fuse_gelu(Graph& g);
+
 // Internal ops a fusion pass makes: a model that uses one itself is refused at import.
 bool is_fusion_op(const std::string& op);
 
@@ -54,6 +58,7 @@ struct FuseReport {
   int rewrites = 0;
   int layernorm = 0;  // of which LayerNorms
   int attention = 0;  // of which attentions
+  int gelu = 0;       // of which GELUs
   // Float initializers only the fused subgraphs read (exponents, epsilons, now attributes): still
   // constants of the model (export keeps them), no longer read by the graph.
   int absorbed_constants = 0;

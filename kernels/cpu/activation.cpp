@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/vmath.h"
 
 namespace pt::cpu {
 namespace {
@@ -121,6 +122,7 @@ Status hard_swish(const KernelCall& call) {
 }
 template <typename T>
 Status erf_op(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Erf", VFn::kErf);
   return map_unary<T>(call, "Erf", [](T x) { return std::erf(x); });
 }
 template <typename T>
@@ -199,6 +201,7 @@ Status hard_swish_grad(const KernelCall& call) {
 template <typename T>
 Status erf_grad(const KernelCall& call) {
   const T k = static_cast<T>(1.12837916709551257389615890312154517);  // 2 / sqrt(pi)
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "ErfGrad", VFn::kErfGrad);
   return map_grad<T>(call, "ErfGrad", [k](T dy, T x) { return dy * k * std::exp(-x * x); });
 }
 template <typename T>

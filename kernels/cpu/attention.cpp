@@ -16,6 +16,7 @@
 #include "kernels/attention_geometry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/vmath.h"
 
 namespace pt::cpu {
 namespace {
@@ -83,10 +84,14 @@ Status fused_attention(const KernelCall& call) {
         T mx = -std::numeric_limits<T>::infinity();
         for (int64_t j = 0; j < g.s; ++j) mx = std::max(mx, row[j]);
         T sum = 0;
-        for (int64_t j = 0; j < g.s; ++j) {
-          const T e = std::exp(row[j] - mx);
-          row[j] = e;
-          sum += e;
+        if constexpr (std::is_same_v<T, float>) {
+          sum = exp_shifted_sum(row, mx, row, g.s);
+        } else {
+          for (int64_t j = 0; j < g.s; ++j) {
+            const T e = std::exp(row[j] - mx);
+            row[j] = e;
+            sum += e;
+          }
         }
         const T inv = T(1) / sum;
 #pragma omp simd
@@ -151,7 +156,10 @@ Status fused_attention_grad(const KernelCall& call) {
         T mx = -std::numeric_limits<T>::infinity();
         for (int64_t j = 0; j < g.s; ++j) mx = std::max(mx, row[j]);
         const T inv = pl[h * g.t + i];
-        for (int64_t j = 0; j < g.s; ++j) row[j] = std::exp(row[j] - mx) * inv;
+        if constexpr (std::is_same_v<T, float>)
+          exp_shifted_scaled(row, mx, inv, row, g.s);  // the forward's exp values, so P is bit-identical
+        else
+          for (int64_t j = 0; j < g.s; ++j) row[j] = std::exp(row[j] - mx) * inv;
       }
       if (pdv) blas_gemm(true, false, g.s, g.dv, g.t, T(1), p.data(), g.s, dyh, g.dv, T(0), pdv + h * g.s * g.dv, g.dv);
       if (!pdq && !pdk) continue;

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/vmath.h"
 
 namespace pt::cpu {
 namespace {
@@ -38,6 +39,7 @@ Status neg(const KernelCall& call) {
 }
 template <typename T>
 Status exp_op(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Exp", VFn::kExp);
   return map_unary<T>(call, "Exp", [](T x) { return std::exp(x); });
 }
 template <typename T>

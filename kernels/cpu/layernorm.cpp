@@ -28,12 +28,15 @@ Status ln_shape(const char* op, const TensorView& x, const TensorView& scale, in
   return Status::ok();
 }
 
+// The sums run as vector reductions (several partial sums in double), not one serial chain.
 template <typename T>
 void row_stats(const T* xr, int64_t cols, double eps, double* mean, double* inv_std) {
   double m = 0;
+#pragma omp simd reduction(+ : m)
   for (int64_t j = 0; j < cols; ++j) m += xr[j];
   m /= static_cast<double>(cols);
   double v = 0;
+#pragma omp simd reduction(+ : v)
   for (int64_t j = 0; j < cols; ++j) {
     const double d = xr[j] - m;
     v += d * d;
@@ -72,9 +75,12 @@ Status layer_norm(const KernelCall& call) {
     T* yr = py + r * s.cols;
     double m, inv;
     row_stats(xr, s.cols, eps, &m, &inv);
-    for (int64_t j = 0; j < s.cols; ++j) {
-      const double v = (xr[j] - m) * inv * pg[j] + (pb ? static_cast<double>(pb[j]) : 0.0);
-      yr[j] = static_cast<T>(v);
+    if (pb) {
+#pragma omp simd
+      for (int64_t j = 0; j < s.cols; ++j) yr[j] = static_cast<T>((xr[j] - m) * inv * pg[j] + static_cast<double>(pb[j]));
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < s.cols; ++j) yr[j] = static_cast<T>((xr[j] - m) * inv * pg[j] + 0.0);
     }
     if (pm) pm[r] = static_cast<T>(m);
     if (pi) pi[r] = static_cast<T>(inv);
@@ -104,42 +110,61 @@ Status layer_norm_grad(const KernelCall& call) {
   T* pdb = call.outputs.size() > 2 && call.outputs[2].data ? call.outputs[2].as<T>() : nullptr;  // (cols)
   if ((pds && call.outputs[1].size() != s.cols) || (pdb && call.outputs[2].size() != s.cols))
     return invalid_input("LayerNormalizationGrad: dScale / dB do not have the normalized size");
-  std::vector<double> ds(pds ? s.cols : 0, 0.0), db(pdb ? s.cols : 0, 0.0);
-#pragma omp parallel if (x.size() > kParallelThreshold && s.rows > 1)
+  // dScale and dB: each thread sums its rows into its own slice of `part`, then the slices are
+  // added in thread order (a fixed order: the same bits every run with the same thread count).
+  const bool par = x.size() > kParallelThreshold && s.rows > 1;
+  const int threads = par ? omp_get_max_threads() : 1;
+  const size_t cols = static_cast<size_t>(s.cols);
+  std::vector<double> part(static_cast<size_t>(threads) * 2 * cols, 0.0);  // per thread: dScale, dB
+  std::vector<double> xh(par ? 0 : cols);
+#pragma omp parallel num_threads(threads) if (par)
   {
-    std::vector<double> lds(ds.size(), 0.0), ldb(db.size(), 0.0);
-#pragma omp for
+    const int t = omp_get_thread_num();
+    double* lds = part.data() + static_cast<size_t>(t) * 2 * cols;
+    double* ldb = lds + cols;
+    std::vector<double> own_xh(par ? cols : 0);
+    double* xhr = par ? own_xh.data() : xh.data();  // the row's normalised x
+#pragma omp for schedule(static)
     for (int64_t r = 0; r < s.rows; ++r) {
       const T* xr = px + r * s.cols;
       const T* dyr = pdy + r * s.cols;
       double m, inv;
       row_stats(xr, s.cols, eps, &m, &inv);
       double mg = 0, mgx = 0;
+#pragma omp simd reduction(+ : mg, mgx)
       for (int64_t j = 0; j < s.cols; ++j) {
-        const double xh = (xr[j] - m) * inv, g = static_cast<double>(dyr[j]) * pg[j];
+        const double h = (xr[j] - m) * inv, g = static_cast<double>(dyr[j]) * pg[j];
+        xhr[j] = h;
         mg += g;
-        mgx += g * xh;
-        if (pds) lds[j] += static_cast<double>(dyr[j]) * xh;
-        if (pdb) ldb[j] += dyr[j];
+        mgx += g * h;
+      }
+      if (pds) {
+#pragma omp simd
+        for (int64_t j = 0; j < s.cols; ++j) lds[j] += static_cast<double>(dyr[j]) * xhr[j];
+      }
+      if (pdb) {
+#pragma omp simd
+        for (int64_t j = 0; j < s.cols; ++j) ldb[j] += dyr[j];
       }
       mg /= static_cast<double>(s.cols);
       mgx /= static_cast<double>(s.cols);
       if (pdx) {
         T* dxr = pdx + r * s.cols;
-        for (int64_t j = 0; j < s.cols; ++j) {
-          const double xh = (xr[j] - m) * inv, g = static_cast<double>(dyr[j]) * pg[j];
-          dxr[j] = static_cast<T>(inv * (g - mg - xh * mgx));
-        }
+#pragma omp simd
+        for (int64_t j = 0; j < s.cols; ++j)
+          dxr[j] = static_cast<T>(inv * (static_cast<double>(dyr[j]) * pg[j] - mg - xhr[j] * mgx));
       }
     }
-#pragma omp critical
-    {
-      for (size_t j = 0; j < ds.size(); ++j) ds[j] += lds[j];
-      for (size_t j = 0; j < db.size(); ++j) db[j] += ldb[j];
-    }
   }
-  for (int64_t j = 0; pds && j < s.cols; ++j) pds[j] = static_cast<T>(ds[j]);
-  for (int64_t j = 0; pdb && j < s.cols; ++j) pdb[j] = static_cast<T>(db[j]);
+  for (int64_t j = 0; j < s.cols; ++j) {
+    double sum_s = 0, sum_b = 0;
+    for (int t = 0; t < threads; ++t) {
+      sum_s += part[static_cast<size_t>(t) * 2 * cols + j];
+      sum_b += part[static_cast<size_t>(t) * 2 * cols + cols + j];
+    }
+    if (pds) pds[j] = static_cast<T>(sum_s);
+    if (pdb) pdb[j] = static_cast<T>(sum_b);
+  }
   return Status::ok();
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/vmath.h"
 
 namespace pt::cpu {
 
@@ -28,16 +29,23 @@ void softmax_forward(const T* x, T* y, const AxisGeometry& g) {
       for (int64_t i = 0; i < n; ++i) mx = std::max(mx, xr[i]);
       T s = 0;
       if constexpr (kLog) {
-        for (int64_t i = 0; i < n; ++i) s += std::exp(xr[i] - mx);
+        if constexpr (std::is_same_v<T, float>)
+          s = exp_shifted_sum(xr, mx, nullptr, n);
+        else
+          for (int64_t i = 0; i < n; ++i) s += std::exp(xr[i] - mx);
         // (x - max) - log(sum), not x - (max + log(sum)): keeps precision when |max| is large.
         const T ls = std::log(s);
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mx) - ls;
       } else {
-        for (int64_t i = 0; i < n; ++i) {
-          const T e = std::exp(xr[i] - mx);
-          yr[i] = e;
-          s += e;
+        if constexpr (std::is_same_v<T, float>) {
+          s = exp_shifted_sum(xr, mx, yr, n);
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            const T e = std::exp(xr[i] - mx);
+            yr[i] = e;
+            s += e;
+          }
         }
         const T inv = T(1) / s;
 #pragma omp simd
@@ -96,7 +104,16 @@ void softmax_backward(const T* dy, const T* y, T* dx, const AxisGeometry& g) {
       if constexpr (kLog) {
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) s += dyr[i];
-        for (int64_t i = 0; i < n; ++i) dxr[i] = dyr[i] - std::exp(yr[i]) * s;
+        if constexpr (std::is_same_v<T, float>) {
+          float e[256];  // exp(y) a block at a time (dx may alias dy or y)
+          for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            const int64_t w = std::min<int64_t>(256, n - i0);
+            vmap(VFn::kExp, yr + i0, nullptr, e, w);
+            for (int64_t i = 0; i < w; ++i) dxr[i0 + i] = dyr[i0 + i] - e[i] * s;
+          }
+        } else {
+          for (int64_t i = 0; i < n; ++i) dxr[i] = dyr[i] - std::exp(yr[i]) * s;
+        }
       } else {
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) s += dyr[i] * yr[i];

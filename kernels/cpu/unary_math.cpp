@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/vmath.h"
 #include "kernels/unary_math_ops.h"
 
 namespace pt::cpu {
@@ -66,6 +67,7 @@ Status gelu(const KernelCall& call) {
     return map_unary<T>(call, "Gelu", [](T x) {
       return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
     });
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Gelu", VFn::kGelu);
   return map_unary<T>(call, "Gelu", [](T x) { return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2))); });
 }
 
@@ -79,6 +81,7 @@ Status gelu_grad(const KernelCall& call) {
       const T du = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
       return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
     });
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "GeluGrad", VFn::kGeluGrad);
   return map_grad<T>(call, "GeluGrad", [](T dy, T x) {
     return dy * (T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * std::exp(-T(0.5) * x * x));
   });

@@ -5,6 +5,8 @@ weights.
 LayerNorm: PyTorch 1.13's own opset-13 spelling (a 2-layer Transformer encoder, 4 LayerNorms; a
 GPT-style decoder, pre-LN, 5 LayerNorms, also on 2 pipeline stages), and near misses that must stay
 unfused (exponent 4, the centred value read by a third node).
+GELU: the GPT's two as PyTorch spells them at opset 13 (on 1 and 2 stages), hand-written Div and Mul
+forms, and near misses (another divisor, Erf's output read by another node).
 Attention: nn.TransformerEncoderLayer's nn.MultiheadAttention (Div on Q; at opsets 13, 17 and,
 upgraded, 18 and 21; with a padding mask computed from the tokens: torch's baddbmm spelling), the
 GPT's hand-written causal attention (Mul on the scores, masked_fill's Where; also on 2 stages), a
@@ -149,8 +151,8 @@ class FusionCase(unittest.TestCase):
                          "--lr", 0.05, "--momentum", 0.9, "--out", out, "--overwrite", *extra)
         self.assertEqual(rc, 0, f"{tag}: exit {rc}: {se or so}")
         nodes = int(re.search(r"\), (\d+) nodes", so).group(1))
-        fl = re.search(r"^fusions: (\d+) LayerNorm, (\d+) attention", so, re.M)
-        self.fusions = (int(fl.group(1)), int(fl.group(2))) if fl else (0, 0)
+        fl = re.search(r"^fusions: (\d+) LayerNorm, (\d+) attention, (\d+) GELU", so, re.M)
+        self.fusions = (int(fl.group(1)), int(fl.group(2)), int(fl.group(3))) if fl else (0, 0, 0)
         with open(os.path.join(out, "metrics.csv"), newline="") as f:
             losses = [float(r["loss"]) for r in csv.DictReader(f)]
         stem = os.path.splitext(os.path.basename(model))[0]
@@ -211,9 +213,67 @@ class LayerNormFusionTest(FusionCase):
             self.assertTrue(np.isfinite(losses).all())
 
     def test_unknown_pass_refused(self):
-        rc, so, se = run(os.path.join(self.dir, "none.onnx"), "--no-fusion", "layernorm,attention,gelu")
+        rc, so, se = run(os.path.join(self.dir, "none.onnx"), "--no-fusion", "layernorm,attention,gelu,bias")
         self.assertEqual(rc, 2)
-        self.assertIn("--no-fusion: unknown pass 'gelu' (known: layernorm, attention, all)", se)
+        self.assertIn("--no-fusion: unknown pass 'bias' (known: layernorm, attention, gelu, all)", se)
+
+
+def gelu_chain(path, sqrt2=float(np.sqrt(2.0)), mul_form=False, extra_reader=False):
+    """x [N, 4, 8] -> MatMul W1, Add b1 -> GELU spelled out as PyTorch writes it below opset 20 (Div sqrt 2, or
+    Mul 1/sqrt 2 with mul_form; Erf, Add 1, Mul h, Mul 0.5) -> mean over tokens -> MatMul W -> logits [N, 3].
+    sqrt2: the divisor (another value must stay unfused); extra_reader: Erf's output also read elsewhere."""
+    rng = np.random.default_rng(11)
+    w = {"W1": 0.6 * rng.standard_normal((8, 8)), "b1": 0.2 * rng.standard_normal(8), "W": 0.4 * rng.standard_normal((8, 3)),
+         "s": np.array(1 / sqrt2 if mul_form else sqrt2), "one": np.array(1.0), "half": np.array(0.5)}
+    N = helper.make_node
+    nodes = [N("MatMul", ["x", "W1"], ["h0"]), N("Add", ["h0", "b1"], ["h"]), N("Mul" if mul_form else "Div", ["h", "s"], ["hs"]),
+             N("Erf", ["hs"], ["e"]), N("Add", ["e", "one"], ["e1"]), N("Mul", ["h", "e1"], ["he"]),
+             N("Mul", ["he", "half"], ["g"])]
+    last = "g"
+    if extra_reader:
+        nodes.append(N("Add", ["g", "e"], ["g2"]))
+        last = "g2"
+    nodes += [N("ReduceMean", [last], ["pooled"], axes=[1], keepdims=0), N("MatMul", ["pooled", "W"], ["logits"])]
+    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in w.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return len(nodes)
+
+
+class GeluFusionTest(FusionCase):
+    """Div sqrt 2 (or Mul 1/sqrt 2), Erf, Add 1, Mul x, Mul 0.5 -> Gelu: 4 nodes fewer each."""
+
+    def gelu(self, path, data, batch, fused, *extra):
+        self.compare(path, data, batch, fused, *extra, pass_name="gelu", per_rewrite=4)
+        self.train(path, data, batch, "count", *extra)
+        self.assertEqual(self.fusions[2], fused, "GELUs on the `fusions:` line")
+
+    def test_gpt_on_one_and_two_stages(self):
+        path = os.path.join(self.dir, "gpt.gelu.onnx")
+        x, y = export_peer_model("gpt", path)
+        data = self.data("gpt.gelu", x[:8], y[:8], 2 * self.STEPS)
+        self.gelu(path, data, 8, 2)
+        self.gelu(path, data, 8, 2, "--gpus", "2")
+
+    def test_hand_written_forms_and_near_misses(self):
+        rng = np.random.default_rng(12)
+        x = rng.standard_normal((8, 4, 8)).astype(np.float32)
+        y = rng.integers(0, 3, 8).astype(np.int64)
+        data = self.data("gelu_chain", x, y, self.STEPS)
+        for tag, kw in (("div", {}), ("mul", {"mul_form": True})):
+            with self.subTest(form=tag):
+                p = os.path.join(self.dir, f"gelu_{tag}.onnx")
+                gelu_chain(p, **kw)
+                self.gelu(p, data, 8, 1)
+        for tag, kw in (("sqrt3", {"sqrt2": float(np.sqrt(3.0))}), ("reader", {"extra_reader": True})):
+            with self.subTest(near_miss=tag):
+                p = os.path.join(self.dir, f"gelu_{tag}.onnx")
+                total = gelu_chain(p, **kw)
+                nodes, losses, _ = self.train(p, data, 8, tag)
+                self.assertEqual(nodes, total, f"{tag}: must stay unfused")
+                self.assertEqual(self.fusions[2], 0)
+                self.assertTrue(np.isfinite(losses).all())
 
 
 class AttentionFusionTest(FusionCase):
@@ -289,7 +349,7 @@ class AttentionFusionTest(FusionCase):
                 path = os.path.join(self.dir, f"attn_{variant}.onnx")
                 attention_chain(path, variant)
                 nodes, losses, _ = self.train(path, data, 8, variant + "".join(extra), *extra)
-                self.assertEqual(self.fusions, (0, 0), f"{variant} {extra}: must stay unfused")
+                self.assertEqual(self.fusions, (0, 0, 0), f"{variant} {extra}: must stay unfused")
                 unfused, _, _ = self.train(path, data, 8, variant + "".join(extra) + ".off", "--no-fusion", "all", *extra)
                 self.assertEqual(nodes, unfused)
                 self.assertTrue(np.isfinite(losses).all())
