@@ -2,7 +2,7 @@
 (tests/python/torch_bf16_oracle.py) equals our bf16 training of an MLP, LeNet-5 with BatchNorm and
 the Transformer encoder over 3 SGD steps while fp32 is clearly farther away; GPipe over 2 stages
 equals 1 stage; a checkpoint resume is bit for bit; a resume in another precision is refused
-naming both; the refusal on a CPU without bfloat16 (ONEDNN_MAX_CPU_ISA=AVX2) and of an unknown
+naming both; 2 MPI ranks equal one process bit for bit; the refusal on a CPU without bfloat16 (ONEDNN_MAX_CPU_ISA=AVX2) and of an unknown
 value (exit 2, one line); the plan sees the 2-byte copies.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_precision.py"""
 import json
@@ -71,6 +71,42 @@ class PrecisionOracleTest(unittest.TestCase):
 
     def test_transformer(self):
         self.check("transformer")
+
+
+class PrecisionMpiTest(unittest.TestCase):
+    """One stage per rank equals the one-process pipeline bit for bit, as in fp32 (tests/mpi), on the
+    MLP whose weight Ws is read by both stages (its forward bfloat16 copy crosses the cut)."""
+
+    def test_two_ranks_equal_one_process(self):
+        sys.path.insert(0, os.path.join(ROOT, "tests", "mpi"))
+        import test_mpi as tm
+        if not tm.MPIRUN:
+            self.skipTest("no mpirun")
+        with tempfile.TemporaryDirectory(prefix="pipetrain-bf16-mpi-") as d:
+            subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "python", "make_shared_weight_models.py"),
+                            d], check=True, capture_output=True)
+            rng = np.random.default_rng(3)
+            data = os.path.join(d, "data")
+            os.makedirs(data)
+            np.save(os.path.join(data, "x.npy"), rng.normal(size=(160, 16)).astype(np.float32))
+            np.save(os.path.join(data, "y.npy"), rng.integers(0, 10, 160).astype(np.int64))
+            model = os.path.join(d, "shared_mlp.onnx")
+            for i, flags in enumerate((["--weights", "spectrain"], ["--schedule", "gpipe", "--micro-batches", 2])):
+                common = [model, "--data", data, "--gpus", 2, "--split-at", "fc2", "--steps", 25, "--batch-size", 8,
+                          "--seed", 7, "--lr", 0.1, "--quiet", "--precision", "bf16", *flags]
+                single, mpi = os.path.join(d, f"single{i}"), os.path.join(d, f"mpi{i}")
+                rc, log, _ = tm.run([BIN, *common, "--out", single])
+                self.assertEqual(rc, 0, log)
+                rc, log, _ = tm.mpirun(2, *common, "--out", mpi)
+                if rc != 0 and "this build has no MPI" in log:
+                    self.skipTest("built without MPI")
+                self.assertEqual(rc, 0, log)
+                a = initializers(os.path.join(single, "shared_mlp.trained.onnx"))
+                b = initializers(os.path.join(mpi, "shared_mlp.trained.onnx"))
+                for k in a:
+                    np.testing.assert_array_equal(a[k], b[k], f"{flags}: {k}")
+                self.assertEqual(tm.losses(os.path.join(single, "metrics.csv")),
+                                 tm.losses(os.path.join(mpi, "metrics.csv")))
 
 
 class PrecisionPipelineTest(unittest.TestCase):
