@@ -16,6 +16,14 @@ Expected<Precision> parse_precision(const std::string& name) {
   return invalid_input("--precision " + name + ": unknown precision (valid: fp32, bf16)");
 }
 
+bool is_precision_cast(const Node& n) {
+  return n.op_type == "Cast" && n.attrs.get_int("_precision_cast", 0) != 0;
+}
+
+const Value* precision_source(const Value* v) {
+  return v && v->producer && is_precision_cast(*v->producer) ? v->producer->inputs[0] : v;
+}
+
 namespace {
 
 bool is_product(const Node& n) {
@@ -93,6 +101,7 @@ PrecisionStats apply_precision(Graph& g, Precision p) {
   std::map<Node*, Node*> moved;
   AttrMap to;
   to.set("to", static_cast<int64_t>(DType::kBFloat16));
+  to.set("_precision_cast", int64_t{1});  // is_precision_cast: the stage export looks through it
   for (Node* n : old) {
     if (auto it = casts_before.find(n); it != casts_before.end())
       for (size_t ci : it->second) {

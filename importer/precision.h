@@ -35,4 +35,10 @@ struct PrecisionStats {
 // float32 Y is not kept for the backward. Changes nothing for fp32.
 PrecisionStats apply_precision(Graph& g, Precision p);
 
+// A Cast node the pass made (attribute _precision_cast), and the float32 value behind a bfloat16
+// copy (v itself for any other value): the stage export (importer/stage_export.cpp) cuts the
+// source model, which has neither.
+bool is_precision_cast(const Node& n);
+const Value* precision_source(const Value* v);
+
 }  // namespace pt

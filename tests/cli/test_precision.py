@@ -2,7 +2,7 @@
 (tests/python/torch_bf16_oracle.py) equals our bf16 training of an MLP, LeNet-5 with BatchNorm and
 the Transformer encoder over 3 SGD steps while fp32 is clearly farther away; GPipe over 2 stages
 equals 1 stage; a checkpoint resume is bit for bit; a resume in another precision is refused
-naming both; 2 MPI ranks equal one process bit for bit; the refusal on a CPU without bfloat16 (ONEDNN_MAX_CPU_ISA=AVX2) and of an unknown
+naming both; 2 MPI ranks equal one process bit for bit; --export-stages; the refusal on a CPU without bfloat16 (ONEDNN_MAX_CPU_ISA=AVX2) and of an unknown
 value (exit 2, one line); the plan sees the 2-byte copies.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_precision.py"""
 import json
@@ -159,6 +159,20 @@ class PrecisionPipelineTest(unittest.TestCase):
         resumed = initializers(os.path.join(half_out, "mlp.trained.onnx"))
         for k in full:
             np.testing.assert_array_equal(full[k], resumed[k], k)
+
+    def test_export_stages(self):
+        # The stage models are cut from the float32 source model: a cut that carries a bfloat16
+        # copy exports its float32 source; the chain equals the trained model in ONNX Runtime.
+        out = os.path.join(self.dir, "stages")
+        self.train("stages", "--gpus", 2, "--export-stages", "--precision", "bf16")
+        with open(os.path.join(out, "partition.json")) as f:
+            recv = [name for st in json.load(f)["stages"] for name in st["recv"]]
+        self.assertTrue(any(name.endswith("/bf16") for name in recv), recv)
+        p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "python", "check_stage_models.py"),
+                            os.path.join(out, "mlp.trained.onnx"), os.path.join(out, "stages")],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("PASS", p.stdout)
 
     def test_refusals(self):
         out = os.path.join(self.dir, "refused")
