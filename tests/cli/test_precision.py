@@ -2,7 +2,7 @@
 (tests/python/torch_bf16_oracle.py) equals our bf16 training of an MLP, LeNet-5 with BatchNorm and
 the Transformer encoder over 3 SGD steps while fp32 is clearly farther away; GPipe over 2 stages
 equals 1 stage; a checkpoint resume is bit for bit; a resume in another precision is refused
-naming both; 2 MPI ranks equal one process bit for bit; --export-stages; the refusal on a CPU without bfloat16 (ONEDNN_MAX_CPU_ISA=AVX2) and of an unknown
+naming both; 2 MPI ranks equal one process bit for bit; --export-stages; --recompute bit for bit; the refusal on a CPU without bfloat16 (ONEDNN_MAX_CPU_ISA=AVX2) and of an unknown
 value (exit 2, one line); the plan sees the 2-byte copies.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_precision.py"""
 import json
@@ -173,6 +173,34 @@ class PrecisionPipelineTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("PASS", p.stdout)
+
+    def test_recompute_bit_identical(self):
+        # --recompute stage reruns the forward, Cast nodes included: the same bits as without, on
+        # LeNet-5 with BatchNorm over 3 stages (1F1B SpecTrain and GPipe), the same split.
+        import torch_optim_oracle as too
+        d = os.path.join(self.dir, "lenet")
+        os.makedirs(os.path.join(d, "data"), exist_ok=True)
+        model = os.path.join(d, "lenet_bn.onnx")
+        too.export(too.build("lenet_bn"), "lenet_bn", model)
+        x, y = too.data("lenet_bn")
+        np.save(os.path.join(d, "data", "x.npy"), x)
+        np.save(os.path.join(d, "data", "y.npy"), y)
+        for mode in (["--weights", "spectrain"], ["--schedule", "gpipe", "--micro-batches", 2]):
+            def train(name, *extra):
+                out = os.path.join(d, name)
+                rc, so, se = run(model, "--data", os.path.join(d, "data"), "--gpus", 3, "--steps", 4, "--batch-size", 4,
+                                 "--seed", 2, "--device", "cpu", "--quiet", "--precision", "bf16", "--out", out, *mode,
+                                 *extra)
+                self.assertEqual(rc, 0, se or so)
+                with open(os.path.join(out, "partition.json")) as f:
+                    stages = json.load(f)["stages"]
+                return initializers(os.path.join(out, "lenet_bn.trained.onnx")), stages
+            keep, stages = train("none")
+            rec, rstages = train("stage", "--balance", ",".join(str(len(st["nodes"])) for st in stages),
+                                 "--recompute", "stage")
+            self.assertTrue(any(st["recompute"] for st in rstages), rstages)
+            for k in keep:
+                np.testing.assert_array_equal(keep[k], rec[k], f"{mode}: {k}")
 
     def test_refusals(self):
         out = os.path.join(self.dir, "refused")
