@@ -225,7 +225,9 @@ class PrecisionPipelineTest(unittest.TestCase):
             rc, so, se = run(self.model, "--plan-only", "--device", "cpu", "--batch-size", 64, "--out", out, *extra)
             self.assertEqual(rc, 0, se or so)
             with open(os.path.join(out, "partition.json")) as f:
-                return json.load(f)["stages"][0]
+                j = json.load(f)
+            self.assertEqual(j["precision"], extra[1] if extra else "fp32")
+            return j["stages"][0]
         a, b = plan("p32"), plan("p16", "--precision", "bf16")
         # The memory model counts the copies at 2 bytes: the data input x [64, 8] is saved for the
         # backward as a bfloat16 copy instead of float32 (-1024 bytes); so is the Relu output h
