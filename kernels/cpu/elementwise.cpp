@@ -27,10 +27,12 @@ Status relu(const KernelCall& call) {
 }
 template <typename T>
 Status sigmoid(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Sigmoid", VFn::kSigmoid);
   return map_unary<T>(call, "Sigmoid", [](T x) { return stable_sigmoid(x); });
 }
 template <typename T>
 Status tanh_op(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>) return map_vector(call, "Tanh", VFn::kTanh);
   return map_unary<T>(call, "Tanh", [](T x) { return std::tanh(x); });
 }
 template <typename T>

@@ -45,6 +45,14 @@ PT_VMATH_CLONES void vmap_range(VFn f, const float* a, const float* b, float* y,
         y[i] = a[i] * (0.5f * (1.0f + verf(x * kInvSqrt2)) + x * kInvSqrt2Pi * vexp(-0.5f * x * x));
       }
       break;
+    case VFn::kTanh:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) y[i] = vtanh(a[i]);
+      break;
+    case VFn::kSigmoid:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) y[i] = vsigmoid(a[i]);
+      break;
   }
 }
 

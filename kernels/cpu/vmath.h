@@ -76,6 +76,31 @@ inline float verf(float x) {
   return x == x ? y : x;
 }
 
+// tanh: |x| < 0.625: x P(x^2), P of degree 5 (fitted as above); beyond, 1 - 2 / (e^{2|x|} + 1)
+// with the sign of x (e^{2|x|} = inf gives 1).
+inline float vtanh(float x) {
+  const float a = std::fabs(x);
+  const float z = x * x;
+  float p = -0.005659965332597494f;
+  p = p * z + 0.020590966567397118f;
+  p = p * z + -0.05372106283903122f;
+  p = p * z + 0.13331127166748047f;
+  p = p * z + -0.3333325982093811f;
+  p = p * z + 1.0f;
+  const float small = x * p;
+  const float big = std::copysign(1.0f - 2.0f / (vexp(2.0f * a) + 1.0f), x);
+  const float y = a < 0.625f ? small : big;
+  return x == x ? y : x;
+}
+
+// sigmoid: 1 / (1 + e^{-|x|}), and e^{-|x|} / (1 + e^{-|x|}) for x < 0 (no overflow, no cancellation).
+inline float vsigmoid(float x) {
+  const float e = vexp(-std::fabs(x));
+  const float s = 1.0f / (1.0f + e);
+  const float y = x >= 0.0f ? s : e * s;
+  return x == x ? y : x;
+}
+
 // Whole-array maps and the softmax row pieces, in kernels/cpu/vmath.cpp. Each is compiled three
 // times (AVX-512, AVX2, baseline x86-64; the loader picks one for the CPU) without contracting
 // multiply-adds, so every build computes the same bits on every x86-64 CPU. Sums run in 16 fixed
@@ -86,6 +111,8 @@ enum class VFn {
   kErfGrad,   // y = a * (2 / sqrt(pi)) * exp(-b * b)          (a = dY, b = X)
   kGelu,      // y = 0.5 * a * (1 + erf(a / sqrt(2)))
   kGeluGrad,  // y = a * (0.5 * (1 + erf(b / sqrt(2))) + b * exp(-b^2 / 2) / sqrt(2 pi))  (a = dY, b = X)
+  kTanh,      // y = tanh(a)
+  kSigmoid,   // y = 1 / (1 + exp(-a))
 };
 // y[i] = f(a[i] (, b[i])) for i < n, split over the OpenMP threads when n is large.
 void vmap(VFn f, const float* a, const float* b, float* y, int64_t n);

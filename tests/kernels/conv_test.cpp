@@ -112,6 +112,10 @@ std::vector<ConvCase> cases() {
       {"1-D one output position, dilation 2", {2, 3, 3}, {2, 3, 3}, 1, {1}, {2}, {1, 1}, false},
       {"2-D one output position (threaded)", {32, 128, 1, 1}, {96, 128, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, false},
       {"2-D larger (threaded)", {4, 16, 16, 16}, {32, 16, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+      // Few input taps over many output positions: float's dW takes grad_weight_few_rows.
+      {"2-D few taps (LeNet's first layer, threaded)", {8, 1, 28, 28}, {6, 1, 5, 5}, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}, true},
+      {"2-D few taps, RGB 3x3 stride 2", {12, 3, 40, 40}, {8, 3, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 0, 1}, false},
+      {"1-D few taps, dilation 2", {16, 2, 300}, {4, 2, 5}, 1, {1}, {2}, {2, 1}, true},
   };
 }
 
@@ -189,6 +193,28 @@ TYPED_TEST(ConvTest, ConvRejectsMismatchedShapes) {
   st = run_kernel("Conv", dtype_of<T>(), {x.view(), w2.view()}, {ybad.view()}, conv_attrs(cc));
   EXPECT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("output"), std::string::npos) << st.message();
+}
+
+// The few-taps weight gradient sums each thread's samples apart and adds the threads' sums in
+// thread order: repeated calls give the same bits, and one thread agrees with two to rounding.
+TEST(ConvThreads, FewTapsWeightGradientIsRepeatable) {
+  ConvCase cc{"few taps", {16, 1, 28, 28}, {6, 1, 5, 5}, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}, false};
+  const Dims yd = {16, 6, 28, 28};
+  auto x = Buf<float>::from_doubles(cc.x, random_values(numel(cc.x), 31));
+  auto dy = Buf<float>::from_doubles(yd, random_values(numel(yd), 32));
+  auto grad = [&](int threads) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    auto dw = Buf<float>::output(cc.w);
+    const Status st = run_kernel("ConvGradWeight", DType::kFloat32, {dy.view(), x.view()}, {dw.view()}, conv_attrs(cc));
+    omp_set_num_threads(before);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    const float* p = dw.view().as<float>();
+    return std::vector<float>(p, p + numel(cc.w));
+  };
+  const std::vector<float> a = grad(2), b = grad(2), one = grad(1);
+  EXPECT_EQ(a, b);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], one[i], 1e-4 * (1 + std::fabs(one[i]))) << i;
 }
 
 // Pipeline stages run kernels on several threads at once: the same shapes from four threads

@@ -78,6 +78,40 @@ TEST(VMath, ErfWithinTwoPointFiveUlp) {
   EXPECT_EQ(s[6], -1.0f);
 }
 
+TEST(VMath, TanhAndSigmoidWithinThreeUlp) {
+  std::vector<float> x = grid(-100.0, 100.0, 2'000'001);
+  for (int k = 0; k < 4000; ++k) {
+    const float t = static_cast<float>(std::pow(10.0, -30.0 + 30.3 * k / 4000));  // tiny to 2
+    x.push_back(t);
+    x.push_back(-t);
+  }
+  const std::vector<float> th = map(VFn::kTanh, x), sg = map(VFn::kSigmoid, x);
+  double worst_t = 0, worst_s = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double xi = x[i];
+    worst_t = std::max(worst_t, ulps(th[i], std::tanh(xi)));
+    const double s = 1.0 / (1.0 + std::exp(-xi));
+    if (s >= std::numeric_limits<float>::min()) worst_s = std::max(worst_s, ulps(sg[i], s));
+    else ASSERT_LE(std::fabs(sg[i] - s), std::numeric_limits<float>::denorm_min()) << "sigmoid(" << xi << ")";
+  }
+  EXPECT_LE(worst_t, 3.0);
+  EXPECT_LE(worst_s, 3.0);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> t = map(VFn::kTanh, {0.0f, -0.0f, inf, -inf, NAN});
+  const std::vector<float> s = map(VFn::kSigmoid, {0.0f, inf, -inf, NAN, 200.0f, -200.0f});
+  EXPECT_EQ(t[0], 0.0f);
+  EXPECT_TRUE(std::signbit(t[1]));
+  EXPECT_EQ(t[2], 1.0f);
+  EXPECT_EQ(t[3], -1.0f);
+  EXPECT_TRUE(std::isnan(t[4]));
+  EXPECT_EQ(s[0], 0.5f);
+  EXPECT_EQ(s[1], 1.0f);
+  EXPECT_EQ(s[2], 0.0f);
+  EXPECT_TRUE(std::isnan(s[3]));
+  EXPECT_EQ(s[4], 1.0f);
+  EXPECT_EQ(s[5], 0.0f);
+}
+
 // The gradient and GELU forms against their formulas in double: a few ulps of the parts, plus
 // what rounding x * x to float costs exp(-x^2) (x^2 / 2^23 relative), as any float version pays.
 TEST(VMath, ErfGradGeluAndGeluGradAgreeWithDouble) {

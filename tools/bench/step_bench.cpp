@@ -6,6 +6,7 @@
 // A step is what Trainer::train does per batch (copy the batch in, set the Dropout step, run every
 // node: forward, loss, backward, update); the Executor is driven directly to time single steps.
 #include <cblas.h>  // OpenBLAS: openblas_set_num_threads, openblas_get_num_threads
+#include <dnnl.h>   // dnnl_sgemm: the GEMM peak (--gemm-peak)
 #include <omp.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "importer/importer.h"
 #include "importer/precision.h"
 #include "importer/training.h"
+#include "partitioner/cost_model.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 
@@ -41,6 +43,7 @@ struct Options {
   bool json = false;
   bool memory_plan = true;
   std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
+  bool gemm_peak = false;  // measure the machine's float GEMM rate and set the convolutions against it
   Precision precision = Precision::kFp32;  // --precision (importer/precision.h)
 };
 
@@ -49,12 +52,56 @@ constexpr float kMomentum = 0.9f;
 constexpr int kValidationSteps = 20;
 constexpr int kTopNodes = 15;
 
+// The machine's float GEMM rate: the best of 5 square products through oneDNN (the library the
+// convolutions use) and through OpenBLAS, each validated against a few dot products first.
+constexpr int64_t kPeakN = 1024;
+struct GemmPeak {
+  double dnnl = 0, blas = 0;  // FLOP/s
+};
+GemmPeak measure_gemm_peak() {
+  const int64_t n = kPeakN;
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto* v : {&a, &b})
+    for (float& x : *v) x = u(rng);
+  auto check = [&](const char* what) {
+    for (int64_t i : {int64_t{0}, n / 3, n - 1}) {
+      double want = 0;
+      for (int64_t k = 0; k < n; ++k) want += static_cast<double>(a[i * n + k]) * b[k * n + (n - 1 - i)];
+      if (std::fabs(c[i * n + (n - 1 - i)] - want) > 1e-3 * (1 + std::fabs(want))) {
+        std::fprintf(stderr, "step_bench: %s GEMM gave a wrong product\n", what);
+        std::exit(1);
+      }
+    }
+  };
+  auto best = [&](auto&& run) {
+    double t = 1e30;
+    for (int r = 0; r < 6; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) t = std::min(t, s);  // the first call warms up
+    }
+    return 2.0 * n * n * n / t;
+  };
+  GemmPeak p;
+  p.dnnl = best([&] { dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+  check("oneDNN");
+  p.blas = best([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(n), static_cast<int>(n),
+                1.0f, a.data(), static_cast<int>(n), b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
+  });
+  check("OpenBLAS");
+  return p;
+}
+
 int usage(const std::string& why) {
   std::fprintf(stderr,
                "step_bench: error: %s\n"
                "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
                "                  [--vocab V] [--per-node] [--json] [--no-memory-plan]\n"
-               "                  [--no-fusion PASS]... [--precision fp32|bf16]\n",
+               "                  [--no-fusion PASS]... [--gemm-peak] [--precision fp32|bf16]\n",
                why.c_str());
   return 2;
 }
@@ -93,6 +140,9 @@ int parse(int argc, char** argv, Options* o) {
       o->json = true;
     } else if (a == "--no-memory-plan") {
       o->memory_plan = false;
+    } else if (a == "--gemm-peak") {
+      o->gemm_peak = true;
+      o->per_node = true;
     } else if (a == "--no-fusion") {
       if (i + 1 >= argc) return usage("--no-fusion needs a pass name");
       o->no_fusion.push_back(argv[++i]);
@@ -298,6 +348,8 @@ int run(const Options& o) {
   std::vector<NodeTime> top;
   std::vector<std::pair<std::string, double>> by_op;
   double node_total = 0;
+  std::map<std::string, double> op_flops;  // the cost model's FLOPs (partitioner/cost_model.h) by op type
+  double conv_s = 0, conv_flops = 0;         // the convolutions, forward and backward
   if (o.per_node) {
     const int reps = static_cast<int>(std::clamp<int64_t>(o.steps / 2, 1, 5));
     std::vector<double> sec(g.nodes().size(), 0.0);
@@ -315,7 +367,13 @@ int run(const Options& o) {
       const double s = static_cast<size_t>(n->id) < sec.size() ? sec[n->id] / reps : 0.0;
       node_total += s;
       top.push_back({n.get(), s});
-      ops[n->op_type + " (" + phase_name(n->phase) + ")"] += s;
+      const std::string key = n->op_type + " (" + phase_name(n->phase) + ")";
+      ops[key] += s;
+      op_flops[key] += node_flops(*n);
+      if (n->op_type == "Conv" || n->op_type == "ConvGradInput" || n->op_type == "ConvGradWeight") {
+        conv_s += s;
+        conv_flops += node_flops(*n);
+      }
     }
     std::sort(top.begin(), top.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
     if (top.size() > kTopNodes) top.resize(kTopNodes);
@@ -381,9 +439,24 @@ int run(const Options& o) {
       std::printf("  %-24s %-9s %9.3f %6.1f%%  %s %s\n", t.node->op_type.c_str(), phase_name(t.node->phase),
                   1e3 * t.seconds, node_total > 0 ? 100 * t.seconds / node_total : 0.0, t.node->name.c_str(),
                   input_dims(t.node).c_str());
-    std::printf("\nper op type and phase:\n");
+    std::printf("\nper op type and phase (GFLOP/s: the cost model's FLOPs over the measured time):\n");
     for (const auto& [k, s] : by_op)
-      std::printf("  %-36s %9.3f %6.1f%%\n", k.c_str(), 1e3 * s, node_total > 0 ? 100 * s / node_total : 0.0);
+      std::printf("  %-36s %9.3f %6.1f%% %9.2f GFLOP/s\n", k.c_str(), 1e3 * s, node_total > 0 ? 100 * s / node_total : 0.0,
+                  s > 0 ? op_flops[k] / s / 1e9 : 0.0);
+  }
+  if (o.gemm_peak) {
+    const GemmPeak peak = measure_gemm_peak();
+    std::printf("\nGEMM peak (float, %d OpenMP threads, best of 5 %lldx%lldx%lld products): oneDNN %.2f GFLOP/s, "
+                "OpenBLAS %.2f GFLOP/s\n",
+                omp_get_max_threads(), static_cast<long long>(kPeakN), static_cast<long long>(kPeakN),
+                static_cast<long long>(kPeakN), peak.dnnl / 1e9, peak.blas / 1e9);
+    const double best = std::max(peak.dnnl, peak.blas);
+    if (conv_s > 0)
+      std::printf("convolutions (Conv, ConvGradInput, ConvGradWeight): %.3f GFLOP in %.3f ms per step = %.2f GFLOP/s, "
+                  "%.1f %% of the GEMM peak\n",
+                  conv_flops / 1e9, 1e3 * conv_s, conv_flops / conv_s / 1e9, 100.0 * conv_flops / conv_s / best);
+    else
+      std::printf("convolutions: none in this model\n");
   }
   return 0;
 }
