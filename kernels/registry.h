@@ -15,6 +15,8 @@
 
 namespace pt {
 
+class WeightCache;
+
 enum class DeviceKind { kCpu, kCuda };
 const char* device_kind_name(DeviceKind d);
 
@@ -26,6 +28,11 @@ struct KernelCall {
   std::span<const TensorView> outputs;
   const AttrMap& attrs;
   void* stream = nullptr;  // CUDA stream (cudaStream_t) for kCuda kernels; unused on the CPU
+  // With a cache (kernels/weight_cache.h): versions[i] is the version of input i's contents, 0
+  // for an input that is not a versioned weight (never cached). Empty without a cache.
+  WeightCache* weight_cache = nullptr;
+  std::span<const uint64_t> versions = {};
+  uint64_t version(size_t i) const { return i < versions.size() ? versions[i] : 0; }
 };
 
 using KernelFn = Status (*)(const KernelCall&);

@@ -165,13 +165,19 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
     if (ex->plan_.planned(v.get())) continue;
     RETURN_IF_ERROR(ex->allocate_value(v.get()));
   }
+  // Weights get a version (parameters and constants with their own storage; see executor.h).
+  ex->version_.assign(nv, 0);
+  for (auto& v : g.values())
+    if ((v->kind == ValueKind::kParameter || v->kind == ValueKind::kConstant) && !ex->plan_.planned(v.get()))
+      ex->version_[v->id] = new_weight_version();
+  ex->weight_cache_wanted_ = opts.weight_cache;
   for (const Node* n : nodes) {
     DType dt = n->inputs.empty() || !n->inputs[0] ? DType::kFloat32 : n->inputs[0]->dtype;
     KernelFn fn = find_kernel(n->op_type, dev.kind(), dt);
     if (!fn)
       return unsupported(n->describe() + ": no " + std::string(device_kind_name(dev.kind())) + " kernel for " +
                          dtype_name(dt));
-    Step s{n, fn, {}, {}};
+    Step s{n, fn, {}, {}, std::vector<uint64_t>(n->inputs.size(), 0)};
     for (Value* v : n->inputs) s.inputs.push_back(v ? ex->view(v) : TensorView{});
     for (Value* v : n->outputs) s.outputs.push_back(v ? ex->view(v) : TensorView{});
     while (!s.outputs.empty() && !s.outputs.back().data) s.outputs.pop_back();  // unused optional outputs
@@ -214,6 +220,7 @@ Executor::Allocated Executor::allocated_bytes() const {
       a.activations += b;
     if (!direct_ && !mirror_[id].empty()) a.host_copies += mirror_[id].bytes();
   }
+  if (weight_cache_) a.weight_cache = weight_cache_->bytes();
   return a;
 }
 
@@ -239,6 +246,7 @@ const HostTensor& Executor::tensor(const Value* v) const {
 HostTensor& Executor::host(const Value* v) {
   PT_CHECK(!plan_.planned(v)) << "value '" << v->name
                               << "' shares storage under the memory plan; pass it in ExecutorOptions::keep to read it";
+  bump(v);
   if (!allocated_.at(v->id)) {  // not read by these nodes: its storage exists from the first request on
     Status st = allocate_value(v);
     PT_CHECK(st.is_ok()) << "value '" << v->name << "': " << st.message();
@@ -262,6 +270,7 @@ const HostTensor& Executor::host(const Value* v) const {
 }
 
 Status Executor::upload(const Value* v) {
+  bump(v);
   if (direct_) return Status::ok();
   const HostTensor& h = host(v);
   return device_->to_device(dptr_[v->id], h.data(), h.bytes(), stream_);
@@ -302,7 +311,7 @@ Status Executor::copy_out(const Value* v, const TensorView& dst, const Device& o
 
 Status Executor::copy_in(const Value* v, const TensorView& src, const Device& other) {
   if (!plan_.planned(v) && !allocated_.at(v->id)) (void)host(v);
-  const TensorView dst = view(v);
+  const TensorView dst = view(v);  // the non-const view: a new version
   if (src.bytes() != dst.bytes())
     return internal_error("copy into '" + v->name + "' from a buffer of " + std::to_string(src.bytes()) + " bytes");
   return device_->copy(dst.data, *device_, src.data, other, dst.bytes(), stream_);
@@ -314,11 +323,40 @@ TensorView Executor::view(const Value* v) const {
   return TensorView{dptr_.at(v->id), v->dtype, v->dims};
 }
 
+TensorView Executor::view(const Value* v) {
+  bump(v);
+  return static_cast<const Executor*>(this)->view(v);
+}
+
+bool Executor::weight_cache_active() const {
+  switch (weight_cache_policy()) {
+    case WeightCachePolicy::kOff: return false;
+    case WeightCachePolicy::kAll: return true;
+    case WeightCachePolicy::kAuto: return weight_cache_wanted_;
+  }
+  return false;
+}
+
+Status Executor::call(Step& s) {
+  KernelCall c{s.inputs, s.outputs, s.node->attrs, stream_};
+  if (weight_cache_active()) {
+    if (!weight_cache_) weight_cache_ = std::make_unique<WeightCache>();
+    for (size_t i = 0; i < s.versions.size(); ++i) s.versions[i] = s.node->inputs[i] ? version_[s.node->inputs[i]->id] : 0;
+    c.weight_cache = weight_cache_.get();
+    c.versions = s.versions;
+  }
+  Status st = s.fn(c);
+  if (s.node->phase == Phase::kUpdate)  // an update writes its inputs (weights, state) in place
+    for (const Value* v : s.node->inputs)
+      if (v) bump(v);
+  return st;
+}
+
 Status Executor::run(const std::function<bool(Phase)>& filter) {
   if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
-  for (const Step& s : steps_) {
+  for (Step& s : steps_) {
     if (filter && !filter(s.node->phase)) continue;
-    Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs, stream_});
+    Status st = call(s);
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
   }
   return Status::ok();
@@ -328,9 +366,9 @@ Status Executor::run_timed(std::vector<double>* seconds) {
   using clock = std::chrono::steady_clock;
   if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
   RETURN_IF_ERROR(device_->synchronize(stream_));
-  for (const Step& s : steps_) {
+  for (Step& s : steps_) {
     const auto t0 = clock::now();
-    Status st = s.fn(KernelCall{s.inputs, s.outputs, s.node->attrs, stream_});
+    Status st = call(s);
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
     RETURN_IF_ERROR(device_->synchronize(stream_));  // a device's kernels are timed to completion
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();

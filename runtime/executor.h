@@ -9,6 +9,15 @@
 // host / upload / download / fetch / copy_in / copy_out, so it drives both; ExecutorOptions::
 // separate_host (or set_separate_host_for_tests) gives CPU executors separate host copies
 // too, which is how the tests check, without a GPU, that the runtime transfers what it must.
+//
+// Weight versions. Every weight (a parameter or constant that is not planned) has a version, a
+// number no buffer had before (kernels/weight_cache.h). Every non-const access to a value gives
+// it a new version: host(), tensor(), upload(), copy_in(), set_scalar() and the non-const view(),
+// and every update node (Phase::kUpdate, which writes its inputs in place) its inputs, after it
+// ran. The const accessors (a const Executor&) are for reading only. So a writer cannot skip the
+// bump unless it keeps a pointer from an earlier access and writes through it after a later run:
+// don't. With the weight cache on, kernels get the versions of their inputs and the executor's
+// WeightCache, and keep converted weights (oneDNN's layouts) while the version stays.
 #pragma once
 
 #include <functional>
@@ -18,6 +27,7 @@
 #include "importer/ir.h"
 #include "kernels/device.h"
 #include "kernels/registry.h"
+#include "kernels/weight_cache.h"
 
 namespace pt {
 
@@ -57,6 +67,10 @@ struct ExecutorOptions {
   // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers);
   // set_separate_host_for_tests turns it on for every executor.
   bool separate_host = false;
+  // Keep weights converted to the kernels' layouts across runs while their version stays (set
+  // where one version serves several runs: GPipe's micro-batches, validation). Subject to
+  // weight_cache_policy(): PIPETRAIN_WEIGHT_CACHE=off turns it off everywhere, =all on everywhere.
+  bool weight_cache = false;
 };
 
 // Test switch, set only by tests (runtime_tests under separate_host_tests, the CLI's hidden
@@ -102,8 +116,19 @@ class Executor {
   // size on `other` (this executor's device or a peer).
   Status copy_out(const Value* v, const TensorView& dst, const Device& other) const;
   Status copy_in(const Value* v, const TensorView& src, const Device& other);
-  // The storage of any value (planned ones: valid only until a later node reuses it).
+  // The storage of any value (planned ones: valid only until a later node reuses it). The const
+  // overload is for reading; the non-const one gives the value a new version (see the top).
   TensorView view(const Value* v) const;
+  TensorView view(const Value* v);
+  // The weight's current version; 0 for a value that is not a versioned weight.
+  uint64_t version(const Value* v) const { return version_.at(v->id); }
+  // Turns the weight cache on or off for the following runs (ExecutorOptions::weight_cache);
+  // the copies it holds stay (and count in allocated_bytes) until the executor goes.
+  void set_weight_cache(bool on) { weight_cache_wanted_ = on; }
+  // True when the next run uses the cache (asked for, or PIPETRAIN_WEIGHT_CACHE=all, and not off).
+  bool weight_cache_active() const;
+  // The cache (nullptr until a run used it).
+  const WeightCache* weight_cache() const { return weight_cache_.get(); }
 
   // Runs the prepared nodes whose phase passes `filter` (all when null), in order.
   Status run(const std::function<bool(Phase)>& filter = nullptr);
@@ -118,7 +143,8 @@ class Executor {
     size_t params = 0;       // parameters, optimizer state, constants (values with initial data)
     size_t activations = 0;  // unplanned activations, gradients, inputs, labels, scalars
     size_t host_copies = 0;  // separate host copies (CUDA, separate_host)
-    size_t total() const { return arena + params + activations + host_copies; }
+    size_t weight_cache = 0;  // weights kept in the kernels' layouts (ExecutorOptions::weight_cache)
+    size_t total() const { return arena + params + activations + host_copies + weight_cache; }
   };
   Allocated allocated_bytes() const;
 
@@ -128,9 +154,14 @@ class Executor {
     KernelFn fn;
     std::vector<TensorView> inputs;
     std::vector<TensorView> outputs;
+    std::vector<uint64_t> versions;  // of the inputs, filled before each call with the cache on
   };
   Executor() = default;
   Status allocate_value(const Value* v);  // the value's own storage (not planned)
+  Status call(Step& s);                  // one kernel call, with versions and the bumps of an update
+  void bump(const Value* v) {
+    if (version_[v->id]) version_[v->id] = new_weight_version();
+  }
   std::shared_ptr<Device> device_;
   void* stream_ = nullptr;
   bool direct_ = true;
@@ -143,6 +174,9 @@ class Executor {
   void* arena_ = nullptr;                // aligned_alloc'ed (direct) or from the device
   MemoryPlan plan_;
   std::vector<Step> steps_;
+  std::vector<uint64_t> version_;        // [value id]: the weight's version, 0 for other values
+  bool weight_cache_wanted_ = false;
+  std::unique_ptr<WeightCache> weight_cache_;
 };
 
 }  // namespace pt

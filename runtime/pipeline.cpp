@@ -146,6 +146,8 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
         ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
         eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
         if (st->loss) eo.keep.push_back(st->loss);
+        // GPipe's micro-batches read one weight version each: converted weights are kept for them.
+        eo.weight_cache = opts.schedule == Schedule::kGPipe && opts.micro_batches > 1;
         std::shared_ptr<Device> dev;
         if (opts.device == DeviceKind::kCpu) {
           ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
@@ -245,6 +247,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     // Activations share one arena: evaluation reads only the model output (and the loss).
     ExecutorOptions eo{true, {tg.loss.output}};
     eo.outside_reads = false;  // the backward nodes never run on the evaluator
+    eo.weight_cache = true;    // every validation batch reads the same weights
     ASSIGN_OR_RETURN(impl->eval, Executor::create(g, impl->stages.at(0)->ex->device(), fwd_nodes, eo));
   }
   return std::unique_ptr<PipelineTrainer>(new PipelineTrainer(std::move(impl)));

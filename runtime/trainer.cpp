@@ -199,6 +199,13 @@ Expected<EvalResult> Trainer::evaluate(const Dataset& d) {
   RETURN_IF_ERROR(check_inputs(d));
   std::vector<HostTensor*> more;
   for (Value* v : more_inputs_) more.push_back(&ex_->host(v));
+  // Every validation batch reads the same weights: their converted copies are kept meanwhile (the
+  // copies stay allocated for the next validation; training converts into the scratch buffers).
+  ex_->set_weight_cache(true);
+  struct Off {
+    Executor* ex;
+    ~Off() { ex->set_weight_cache(false); }
+  } off{ex_.get()};
   return evaluate_dataset(d, tg_, &ex_->host(input_), &ex_->host(tg_.loss.labels), ex_->host(tg_.loss.output),
                           [this] {
                             RETURN_IF_ERROR(ex_->upload(input_));

@@ -15,10 +15,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "importer/training.h"
+#include "kernels/weight_cache.h"
 #include "tools/mpi_job.h"
 #include "tools/omp_env.h"
 #include "tools/run_training.h"
@@ -331,8 +333,15 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   if (pt::Status st = parse_replicas(replicas_text, o.gpus, &o); !st.is_ok()) return job.fail(st);
   if (!job.leads_run()) o.local.quiet = true;  // rank 0 prints progress and reports
   if (pt::Status st = set_lose_rank(&o, job); !st.is_ok()) return job.fail(st);
+  if (auto wc = pt::weight_cache_policy_from_env(); !wc) return job.fail(wc.status());
   try {
-    return pt::run_training(o, job);
+    const int rc = pt::run_training(o, job);
+    if (const char* e = std::getenv("PIPETRAIN_WEIGHT_CACHE_STATS"); e && *e && std::string(e) != "0") {
+      const pt::WeightCacheStats s = pt::weight_cache_stats();
+      std::fprintf(stderr, "weight cache: %llu hits, %llu reorders\n", static_cast<unsigned long long>(s.hits),
+                   static_cast<unsigned long long>(s.reorders));
+    }
+    return rc;
   } catch (const std::exception& e) {
     if (job.in_job()) return job.fail(pt::internal_error(e.what()));
     std::fprintf(stderr, "onnx-pipetrain: internal error: %s\n", e.what());

@@ -1,13 +1,16 @@
 // Conv (1-D to 3-D; groups and depthwise, dilations, strides, explicit pads, optional bias) and its
 // backward ops: ConvGradInput (dY, W) -> dX, ConvGradWeight (dY, X) -> dW, ConvGradBias (dY) -> dB.
 // float32 runs oneDNN primitives, cached per shape; float64 (the gradient tests) and any shape
-// oneDNN refuses run im2col + BLAS GEMM per sample and group.
+// oneDNN refuses run im2col + BLAS GEMM per sample and group. With the executor's weight cache
+// (kernels/weight_cache.h) the forward and backward-data passes keep W in oneDNN's layout and
+// convert it again only when W's version changed.
 #include <cblas.h>
 
 #include <dnnl.hpp>
 
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +20,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/weight_cache.h"
 #include "kernels/window.h"
 
 namespace pt::cpu {
@@ -334,6 +338,7 @@ struct DnnlArg {
   dnnl::reorder reorder;
   bool reordered = false;
   int slot = 0;
+  std::vector<int64_t> layout;  // weights: the pass, shape and `inner` layout, the cache's key
 };
 
 // Per-thread buffers for the blocked-layout copies, grown to the largest seen: they serve every
@@ -377,8 +382,22 @@ CacheKey cache_key(Pass pass, const ConvShape& cs) {
   return k;
 }
 
+// The exact layout of a memory descriptor (dims, padding, strides, inner blocks), as integers.
+void append_layout(const dnnl::memory::desc& md, std::vector<int64_t>* out) {
+  const dnnl_memory_desc_t& d = md.data;
+  out->insert(out->end(), {d.ndims, static_cast<int64_t>(d.data_type), static_cast<int64_t>(d.format_kind), d.offset0,
+                           static_cast<int64_t>(d.extra.flags), static_cast<int64_t>(md.get_size())});
+  for (int i = 0; i < d.ndims; ++i) out->insert(out->end(), {d.dims[i], d.padded_dims[i], d.padded_offsets[i]});
+  if (d.format_kind == dnnl_blocked) {
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    for (int i = 0; i < d.ndims; ++i) out->push_back(b.strides[i]);
+    out->push_back(b.inner_nblks);
+    for (int i = 0; i < b.inner_nblks; ++i) out->insert(out->end(), {b.inner_blks[i], b.inner_idxs[i]});
+  }
+}
+
 void add_arg(DnnlConv* e, int arg, const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md,
-             bool output) {
+             bool output, const CacheKey& key) {
   dnnl::engine& eng = dnnl_engine();
   DnnlArg a;
   a.arg = arg;
@@ -391,6 +410,10 @@ void add_arg(DnnlConv* e, int arg, const dnnl::memory::desc& user_md, const dnnl
     a.reorder = output ? dnnl::reorder(a.inner, a.user) : dnnl::reorder(a.user, a.inner);
     a.reordered = true;
     for (const DnnlArg& b : e->args) a.slot += b.reordered;
+    if (arg == DNNL_ARG_WEIGHTS && !output) {
+      a.layout.assign(key.begin(), key.end());
+      append_layout(prim_md, &a.layout);
+    }
   }
   e->args.push_back(std::move(a));
 }
@@ -439,27 +462,27 @@ DnnlConv* dnnl_conv(Pass pass, const ConvShape& cs) {
     switch (pass) {
       case Pass::kForward:
         entry->prim = dnnl::convolution_forward(fwd_pd);
-        add_arg(entry.get(), DNNL_ARG_SRC, x_md, fwd_pd.src_desc(), false);
-        add_arg(entry.get(), DNNL_ARG_WEIGHTS, w_md, fwd_pd.weights_desc(), false);
-        if (cs.bias) add_arg(entry.get(), DNNL_ARG_BIAS, b_md, b_md, false);
-        add_arg(entry.get(), DNNL_ARG_DST, y_md, fwd_pd.dst_desc(), true);
+        add_arg(entry.get(), DNNL_ARG_SRC, x_md, fwd_pd.src_desc(), false, key);
+        add_arg(entry.get(), DNNL_ARG_WEIGHTS, w_md, fwd_pd.weights_desc(), false, key);
+        if (cs.bias) add_arg(entry.get(), DNNL_ARG_BIAS, b_md, b_md, false, key);
+        add_arg(entry.get(), DNNL_ARG_DST, y_md, fwd_pd.dst_desc(), true, key);
         break;
       case Pass::kGradInput: {
         dnnl::convolution_backward_data::desc d(algo, x_any, w_any, y_any, strides, dil, pl, pr);
         dnnl::convolution_backward_data::primitive_desc pd(d, eng, fwd_pd);
         entry->prim = dnnl::convolution_backward_data(pd);
-        add_arg(entry.get(), DNNL_ARG_DIFF_DST, y_md, pd.diff_dst_desc(), false);
-        add_arg(entry.get(), DNNL_ARG_WEIGHTS, w_md, pd.weights_desc(), false);
-        add_arg(entry.get(), DNNL_ARG_DIFF_SRC, x_md, pd.diff_src_desc(), true);
+        add_arg(entry.get(), DNNL_ARG_DIFF_DST, y_md, pd.diff_dst_desc(), false, key);
+        add_arg(entry.get(), DNNL_ARG_WEIGHTS, w_md, pd.weights_desc(), false, key);
+        add_arg(entry.get(), DNNL_ARG_DIFF_SRC, x_md, pd.diff_src_desc(), true, key);
         break;
       }
       case Pass::kGradWeight: {
         dnnl::convolution_backward_weights::desc d(algo, x_any, w_any, y_any, strides, dil, pl, pr);
         dnnl::convolution_backward_weights::primitive_desc pd(d, eng, fwd_pd);
         entry->prim = dnnl::convolution_backward_weights(pd);
-        add_arg(entry.get(), DNNL_ARG_DIFF_DST, y_md, pd.diff_dst_desc(), false);
-        add_arg(entry.get(), DNNL_ARG_SRC, x_md, pd.src_desc(), false);
-        add_arg(entry.get(), DNNL_ARG_DIFF_WEIGHTS, w_md, pd.diff_weights_desc(), true);
+        add_arg(entry.get(), DNNL_ARG_DIFF_DST, y_md, pd.diff_dst_desc(), false, key);
+        add_arg(entry.get(), DNNL_ARG_SRC, x_md, pd.src_desc(), false, key);
+        add_arg(entry.get(), DNNL_ARG_DIFF_WEIGHTS, w_md, pd.diff_weights_desc(), true, key);
         break;
       }
     }
@@ -471,10 +494,35 @@ DnnlConv* dnnl_conv(Pass pass, const ConvShape& cs) {
   return p;
 }
 
+// W in the primitive's layout: the cache's copy when its version is `version`, else converted
+// into the cache (and its version recorded).
+void cached_weights(DnnlArg& a, const float* w, size_t bytes, WeightCache& cache, uint64_t version,
+                    dnnl::stream& stream, Scratch& scratch) {
+  WeightCache::Entry* c = cache.entry(w, a.layout, bytes);
+  a.inner.set_data_handle(c->data);
+  const bool hit = c->version == version || (c->version != 0 && weight_cache_ignore_versions_for_tests());
+  if (!hit) {
+    a.reorder.execute(stream, a.user, a.inner);
+    c->version = version;
+    cache.reordered();
+    return;
+  }
+  cache.hit();
+  if (!weight_cache_verify()) return;
+  a.inner.set_data_handle(scratch.get(a.slot, bytes));
+  a.reorder.execute(stream, a.user, a.inner);
+  stream.wait();
+  PT_CHECK(std::memcmp(a.inner.get_data_handle(), c->data, bytes) == 0)
+      << "weight cache: the copy of the weight at " << static_cast<const void*>(w) << " (version " << version
+      << ") differs from the weight: something wrote it without a new version";
+  a.inner.set_data_handle(c->data);
+}
+
 // Runs a cached primitive; false (and nothing written) when oneDNN has none for this shape.
 // `ptrs` follow the argument order of dnnl_conv: forward (x, w, [b], y); grad input (dy, w, dx);
-// grad weight (dy, x, dw).
-Expected<bool> run_dnnl(Pass pass, const ConvShape& cs, std::initializer_list<const float*> ptrs) {
+// grad weight (dy, x, dw). With `cache` and a non-zero `w_version`, W's converted copy is kept.
+Expected<bool> run_dnnl(Pass pass, const ConvShape& cs, std::initializer_list<const float*> ptrs,
+                        WeightCache* cache = nullptr, uint64_t w_version = 0) {
   DnnlConv* prim = dnnl_conv(pass, cs);
   if (!prim) return false;
   DnnlConv& e = *prim;
@@ -489,8 +537,14 @@ Expected<bool> run_dnnl(Pass pass, const ConvShape& cs, std::initializer_list<co
     for (const float* p : ptrs) {
       DnnlArg& a = e.args[i++];
       a.user.set_data_handle(const_cast<float*>(p));
-      if (a.reordered) a.inner.set_data_handle(scratch.get(a.slot, a.inner.get_desc().get_size()));
-      if (a.reordered && !a.output) a.reorder.execute(stream, a.user, a.inner);
+      if (!a.reordered) continue;
+      const size_t bytes = a.inner.get_desc().get_size();
+      if (cache && w_version && !a.layout.empty()) {
+        cached_weights(a, p, bytes, *cache, w_version, stream, scratch);
+        continue;
+      }
+      a.inner.set_data_handle(scratch.get(a.slot, bytes));
+      if (!a.output) a.reorder.execute(stream, a.user, a.inner);
     }
     e.prim.execute(stream, e.exec_args);
     for (DnnlArg& a : e.args)
@@ -503,7 +557,8 @@ Expected<bool> run_dnnl(Pass pass, const ConvShape& cs, std::initializer_list<co
 }
 
 template <typename T>
-Status run_conv(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T* b, const T* dy, T* out) {
+Status run_conv(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T* b, const T* dy, T* out,
+                WeightCache* cache = nullptr, uint64_t w_version = 0) {
   if (cs.w.n == 0) return Status::ok();
   if (single_position(cs)) {
     conv_point(pass, cs, x, wt, b, dy, out);
@@ -513,9 +568,10 @@ Status run_conv(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T
     Expected<bool> done = false;
     switch (pass) {
       case Pass::kForward:
-        done = b ? run_dnnl(pass, cs, {x, wt, b, out}) : run_dnnl(pass, cs, {x, wt, out});
+        done = b ? run_dnnl(pass, cs, {x, wt, b, out}, cache, w_version)
+                 : run_dnnl(pass, cs, {x, wt, out}, cache, w_version);
         break;
-      case Pass::kGradInput: done = run_dnnl(pass, cs, {dy, wt, out}); break;
+      case Pass::kGradInput: done = run_dnnl(pass, cs, {dy, wt, out}, cache, w_version); break;
       case Pass::kGradWeight:
         if (few_rows_grad_weight(cs)) {
           grad_weight_few_rows(cs, x, dy, out);
@@ -547,7 +603,8 @@ Status conv(const KernelCall& call) {
     b = call.inputs[2].as<T>();
     cs.bias = true;
   }
-  return run_conv<T>(Pass::kForward, cs, x.as<T>(), w.as<T>(), b, nullptr, y.as<T>());
+  return run_conv<T>(Pass::kForward, cs, x.as<T>(), w.as<T>(), b, nullptr, y.as<T>(), call.weight_cache,
+                     call.version(1));
 }
 
 template <typename T>
@@ -558,7 +615,8 @@ Status conv_grad_input(const KernelCall& call) {
   const TensorView& dx = call.outputs[0];  // (N, C, in...)
   ConvShape cs;
   RETURN_IF_ERROR(conv_shape("ConvGradInput", call.attrs, dx.dims, w.dims, dy.dims, &cs));
-  return run_conv<T>(Pass::kGradInput, cs, nullptr, w.as<T>(), nullptr, dy.as<T>(), dx.as<T>());
+  return run_conv<T>(Pass::kGradInput, cs, nullptr, w.as<T>(), nullptr, dy.as<T>(), dx.as<T>(), call.weight_cache,
+                     call.version(1));
 }
 
 template <typename T>

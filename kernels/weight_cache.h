@@ -1,0 +1,80 @@
+// Weights converted to a kernel's own layout (oneDNN's blocked convolution weights), kept across
+// kernel calls while the weight is unchanged. A weight's version says "unchanged": the executor
+// that owns the weight's buffer gives it a new version, drawn from one process-wide counter, at
+// every write (runtime/executor.h), and passes the versions of a node's inputs in KernelCall. A
+// copy is reused only for the same buffer, layout and version; version 0 means "not a versioned
+// weight" and is never cached. One cache per executor: an executor runs on one thread at a time,
+// so the cache takes no lock, and it dies with the buffers it copies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+
+namespace pt {
+
+// A version no buffer has had before (never 0). Thread-safe.
+uint64_t new_weight_version();
+
+// Which executors cache (process-wide; from PIPETRAIN_WEIGHT_CACHE=auto|off|all at first use):
+// kAuto: those the runtime marks (one weight version serving several passes: GPipe's
+// micro-batches, validation); kOff: none; kAll: every executor (tests of the version bookkeeping).
+enum class WeightCachePolicy { kAuto, kOff, kAll };
+WeightCachePolicy weight_cache_policy();
+void set_weight_cache_policy(WeightCachePolicy p);
+// The value of PIPETRAIN_WEIGHT_CACHE (unset or empty: kAuto); invalid_input naming the variable
+// and its value otherwise (the CLI checks it at start; a library user gets an abort at first use).
+Expected<WeightCachePolicy> weight_cache_policy_from_env();
+// PIPETRAIN_WEIGHT_CACHE_VERIFY=1: every hit converts the weight again and aborts, naming the
+// buffer and version, when the copy differs (a writer that did not bump the version).
+bool weight_cache_verify();
+void set_weight_cache_verify(bool on);
+// Test switch only (or PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS=1): hits ignore the version
+// (a broken cache), so that tests can show that they fail when the version is not honoured.
+bool weight_cache_ignore_versions_for_tests();
+void set_weight_cache_ignore_versions_for_tests(bool on);
+
+// Process-wide counts over every cache (for tests and PIPETRAIN_WEIGHT_CACHE_STATS).
+struct WeightCacheStats {
+  uint64_t hits = 0;      // calls that used a kept copy
+  uint64_t reorders = 0;  // calls that converted the weight into the cache
+};
+WeightCacheStats weight_cache_stats();
+
+class WeightCache {
+ public:
+  struct Entry {
+    std::vector<int64_t> layout;  // the kernel's description of the target layout
+    uint64_t version = 0;         // of the source when `data` was written (0: never)
+    void* data = nullptr;         // 64-byte aligned
+    size_t bytes = 0;
+  };
+  WeightCache() = default;
+  ~WeightCache();
+  WeightCache(const WeightCache&) = delete;
+  WeightCache& operator=(const WeightCache&) = delete;
+
+  // The entry holding `src` converted to `layout` (created empty, version 0, with `bytes` of
+  // storage). The caller compares entry->version with the source's, converts on a mismatch and
+  // sets the version; hit() / reordered() count the outcome. Aborts when out of memory.
+  Entry* entry(const void* src, const std::vector<int64_t>& layout, size_t bytes);
+  void hit();
+  void reordered();
+
+  size_t bytes() const { return bytes_; }  // storage of every entry
+  size_t entries() const { return entries_; }
+  uint64_t hits() const { return hits_; }
+  uint64_t reorders() const { return reorders_; }
+  void clear();
+
+ private:
+  std::unordered_map<const void*, std::vector<Entry>> map_;
+  size_t bytes_ = 0;
+  size_t entries_ = 0;
+  uint64_t hits_ = 0, reorders_ = 0;
+};
+
+}  // namespace pt

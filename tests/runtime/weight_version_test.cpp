@@ -1,0 +1,200 @@
+// Weight versions in the Executor (runtime/executor.h): every non-const access and every update
+// node gives a weight a new version, const access and non-update nodes do not; training with the
+// weight cache is bit for bit training without it, with cache hits when a version serves two
+// passes; a cache that ignores the version trains differently (so the comparison can fail); the
+// policy switch turns the cache off everywhere or on everywhere.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "importer/shape_infer.h"
+#include "importer/training.h"
+#include "kernels/weight_cache.h"
+#include "runtime/executor.h"
+
+namespace pt {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+// Conv 16 -> 32 -> 32 (3x3, pads 1: shapes oneDNN runs with blocked weights), Relu, Flatten,
+// Gemm; then its training graph (momentum SGD).
+struct Cnn {
+  Graph g;
+  std::unique_ptr<TrainingGraph> tg;
+  std::mt19937 rng{5};
+  Value *w1 = nullptr, *w2 = nullptr;
+
+  Value* param(const std::string& name, Dims d) {
+    Value* v = g.add_value(name, DType::kFloat32, d, ValueKind::kParameter);
+    HostTensor t(DType::kFloat32, d);
+    std::uniform_real_distribution<float> u(-0.2f, 0.2f);
+    for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = u(rng);
+    v->data = std::make_shared<HostTensor>(std::move(t));
+    v->from_initializer = true;
+    return v;
+  }
+  Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}) {
+    const std::string name = type + "_" + std::to_string(g.nodes().size());
+    Value* out = g.add_value(name + "/out", DType::kUndefined, {}, ValueKind::kActivation);
+    Node* n = g.add_node(type, name, std::move(ins), {out}, std::move(attrs));
+    n->since_version = 13;
+    Status st = infer_node(*n, "test");
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return out;
+  }
+  Cnn() {
+    Value* x = g.add_value("x", DType::kFloat32, {4, 16, 8, 8}, ValueKind::kInput);
+    g.inputs.push_back(x);
+    AttrMap pad1;
+    pad1.set("pads", Ints{1, 1, 1, 1});
+    w1 = param("w1", {32, 16, 3, 3});
+    w2 = param("w2", {32, 32, 3, 3});
+    Value* h = op("Relu", {op("Conv", {x, w1, param("b1", {32})}, pad1)});
+    h = op("Relu", {op("Conv", {h, w2}, pad1)});
+    AttrMap gemm;
+    gemm.set("transB", int64_t{1});
+    Value* y = op("Gemm", {op("Flatten", {h}), param("wf", {5, 32 * 64}), param("bf", {5})}, gemm);
+    g.outputs.push_back(y);
+    auto t = build_training_graph(g, LossKind::kCrossEntropy, SgdOptions{0.9f, 1e-4f});
+    EXPECT_TRUE(t) << t.status().message();
+    if (t) tg = std::make_unique<TrainingGraph>(std::move(*t));
+  }
+};
+
+TEST(WeightVersion, EveryWriteGivesANewVersionReadsDoNot) {
+  Cnn m;
+  ASSERT_TRUE(m.tg);
+  auto made = Executor::create(m.g, DeviceKind::kCpu, {}, ExecutorOptions{true, {m.tg->loss.loss}});
+  ASSERT_TRUE(made) << made.status().message();
+  Executor& ex = **made;
+  const Executor& cex = ex;
+  const Value* w = m.w1;
+  EXPECT_NE(ex.version(w), 0u);
+  EXPECT_NE(ex.version(m.w2), ex.version(w));
+  EXPECT_EQ(ex.version(m.g.inputs[0]), 0u);  // data, activations, state: not versioned weights
+  EXPECT_EQ(ex.version(m.g.outputs[0]), 0u);
+  for (const auto& [p, v] : m.tg->momentum) EXPECT_EQ(ex.version(v), 0u) << v->name;
+
+  uint64_t last = ex.version(w);
+  auto changed = [&]() {
+    const uint64_t now = ex.version(w);
+    const bool c = now != last;
+    last = now;
+    return c;
+  };
+  // Reads through the const executor.
+  (void)cex.host(w);
+  (void)cex.tensor(w);
+  (void)cex.view(w);
+  ASSERT_TRUE(cex.fetch(w).has_value());
+  ASSERT_TRUE(cex.download(w).is_ok());
+  HostTensor out(DType::kFloat32, w->dims);
+  ASSERT_TRUE(cex.copy_out(w, out.view(), *ex.device()).is_ok());
+  EXPECT_FALSE(changed());
+  // Every non-const accessor.
+  (void)ex.host(w);
+  EXPECT_TRUE(changed());
+  (void)ex.tensor(w);
+  EXPECT_TRUE(changed());
+  (void)ex.view(w);
+  EXPECT_TRUE(changed());
+  ASSERT_TRUE(ex.upload(w).is_ok());
+  EXPECT_TRUE(changed());
+  ASSERT_TRUE(ex.copy_in(w, out.view(), *ex.device()).is_ok());
+  EXPECT_TRUE(changed());
+  // Runs: the forward and backward read the weights; the update writes them.
+  ex.tensor(m.tg->lr).as<float>()[0] = 0.05f;
+  last = ex.version(w);
+  const uint64_t w2_before = ex.version(m.w2);
+  ASSERT_TRUE(ex.run([](Phase p) { return p != Phase::kUpdate; }).is_ok());
+  EXPECT_FALSE(changed());
+  EXPECT_EQ(ex.version(m.w2), w2_before);
+  ASSERT_TRUE(ex.run([](Phase p) { return p == Phase::kUpdate; }).is_ok());
+  EXPECT_TRUE(changed());
+  EXPECT_NE(ex.version(m.w2), w2_before);
+}
+
+// Trains 5 steps; each step runs the forward once alone (as validation would), then forward,
+// backward and update: the training forward reads the version the first forward converted.
+struct Trained {
+  std::vector<HostTensor> params;
+  uint64_t hits = 0, reorders = 0;
+  size_t cache_bytes = 0;
+};
+Trained train(bool cache) {
+  Cnn m;
+  Trained r;
+  EXPECT_TRUE(m.tg);
+  if (!m.tg) return r;
+  ExecutorOptions eo{true, {m.tg->loss.loss}};
+  eo.weight_cache = cache;
+  auto made = Executor::create(m.g, DeviceKind::kCpu, {}, eo);
+  EXPECT_TRUE(made) << made.status().message();
+  if (!made) return r;
+  Executor& ex = **made;
+  ex.tensor(m.tg->lr).as<float>()[0] = 0.05f;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (int step = 0; step < 5; ++step) {
+    HostTensor& x = ex.tensor(m.g.inputs[0]);
+    for (int64_t i = 0; i < x.size(); ++i) x.as<float>()[i] = nd(rng);
+    HostTensor& y = ex.tensor(m.tg->loss.labels);
+    for (int64_t i = 0; i < y.size(); ++i) y.as<int64_t>()[i] = (i + step) % 5;
+    EXPECT_TRUE(ex.run([](Phase p) { return p == Phase::kForward; }).is_ok());
+    EXPECT_TRUE(ex.run().is_ok());
+  }
+  for (const Value* p : m.tg->params) r.params.push_back(ex.tensor(p));
+  if (ex.weight_cache()) {
+    r.hits = ex.weight_cache()->hits();
+    r.reorders = ex.weight_cache()->reorders();
+    r.cache_bytes = ex.weight_cache()->bytes();
+    EXPECT_EQ(ex.allocated_bytes().weight_cache, r.cache_bytes);
+  }
+  return r;
+}
+
+bool same(const Trained& a, const Trained& b) {
+  if (a.params.size() != b.params.size()) return false;
+  for (size_t i = 0; i < a.params.size(); ++i)
+    if (a.params[i].bytes() != b.params[i].bytes() ||
+        std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].bytes()) != 0)
+      return false;
+  return true;
+}
+
+TEST(WeightVersion, CachedTrainingIsBitIdentical) {
+  ASSERT_EQ(weight_cache_policy(), WeightCachePolicy::kAuto);
+  const Trained plain = train(false), cached = train(true);
+  ASSERT_FALSE(plain.params.empty());
+  EXPECT_TRUE(same(plain, cached));
+  // Per step: w1 and w2 converted for the first forward (2), reused by the training forward (2
+  // hits), w2 converted for the backward-data pass (w1's input gradient is not needed).
+  EXPECT_EQ(cached.reorders, 5u * 3u);
+  EXPECT_EQ(cached.hits, 5u * 2u);
+  EXPECT_GE(cached.cache_bytes, (32u * 16 * 9 + 2 * 32u * 32 * 9) * sizeof(float));
+  EXPECT_EQ(plain.reorders + plain.hits, 0u);
+
+  // A cache that ignores versions reuses the weights of the step before: the result differs.
+  set_weight_cache_ignore_versions_for_tests(true);
+  const Trained broken = train(true);
+  set_weight_cache_ignore_versions_for_tests(false);
+  EXPECT_FALSE(same(plain, broken));
+}
+
+TEST(WeightVersion, PolicyOverridesTheExecutorsChoice) {
+  set_weight_cache_policy(WeightCachePolicy::kOff);
+  const Trained off = train(true);
+  set_weight_cache_policy(WeightCachePolicy::kAll);
+  const Trained all = train(false);
+  set_weight_cache_policy(WeightCachePolicy::kAuto);
+  EXPECT_EQ(off.reorders + off.hits, 0u);
+  EXPECT_EQ(all.hits, 5u * 2u);
+  EXPECT_TRUE(same(off, all));
+}
+
+}  // namespace
+}  // namespace pt
