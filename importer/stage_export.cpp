@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "importer/onnx_model.h"
+#include "importer/precision.h"
 
 namespace pt {
 
@@ -254,7 +255,7 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
   std::unordered_map<std::string, int> by_label;
   for (int i = 0; i < g.node_size(); ++i) by_label.emplace(src.label(i), i);
   for (const auto& [n, k] : stage_of) {
-    if (matched.count(n)) continue;
+    if (matched.count(n) || is_precision_cast(*n)) continue;
     const std::string from = n->attrs.get_string("_expanded_from", "");
     auto s = from.empty() ? by_label.end() : by_label.find(from);
     if (s == by_label.end())
@@ -284,7 +285,9 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
     for (const Value* v : ir.inputs)
       if (reads_data.count(v->name)) inputs.push_back(v->name);
     for (const Value* v : cut.recv) {
+      v = precision_source(v);  // --precision bf16: a bfloat16 copy stands for its float32 source
       if (!v->producer || v->producer->phase != Phase::kForward) continue;
+      if (std::find(inputs.begin(), inputs.end(), v->name) != inputs.end()) continue;
       if (!src.is_tensor(v->name))
         return invalid_input("--export-stages: " + stage_name(k) + " receives '" + v->name +
                              "', which is not a tensor of the source model (the importer made it)");
@@ -296,6 +299,7 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
       if (std::find(outputs.begin(), outputs.end(), name) == outputs.end()) outputs.push_back(name);
     };
     for (const Value* v : cut.send) {
+      v = precision_source(v);
       if (!v->producer || v->producer->phase != Phase::kForward) continue;
       if (!src.is_tensor(v->name))
         return invalid_input("--export-stages: " + stage_name(k) + " sends '" + v->name +

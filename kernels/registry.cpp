@@ -137,6 +137,7 @@ const KernelEntry kCpuTable[] = {
     {"Cast", DeviceKind::kCpu, DType::kInt8, &cpu::cast_op},
     {"Cast", DeviceKind::kCpu, DType::kUint8, &cpu::cast_op},
     {"Cast", DeviceKind::kCpu, DType::kBool, &cpu::cast_op},
+    {"Cast", DeviceKind::kCpu, DType::kBFloat16, &cpu::cast_op},
     PT_CPU_F("LayerNormalization", layer_norm),
     // ... and their backward ops (domain "pipetrain")
     PT_CPU_F("ClipGrad", clip_grad),
@@ -169,6 +170,12 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("ConvGradInput", conv_grad_input),
     PT_CPU_F("ConvGradWeight", conv_grad_weight),
     PT_CPU_F("ConvGradBias", conv_grad_bias),
+    // --precision bf16 (importer/precision.h): bfloat16 operands, float32 outputs.
+    {"Gemm", DeviceKind::kCpu, DType::kBFloat16, &cpu::gemm_bf16},
+    {"MatMul", DeviceKind::kCpu, DType::kBFloat16, &cpu::matmul_bf16},
+    {"Conv", DeviceKind::kCpu, DType::kBFloat16, &cpu::conv_bf16},
+    {"ConvGradInput", DeviceKind::kCpu, DType::kBFloat16, &cpu::conv_grad_input_bf16},
+    {"ConvGradWeight", DeviceKind::kCpu, DType::kBFloat16, &cpu::conv_grad_weight_bf16},
     PT_CPU_F("MaxPoolGrad", max_pool_grad),
     PT_CPU_F("AveragePoolGrad", average_pool_grad),
     PT_CPU_F("GlobalAveragePoolGrad", global_average_pool_grad),

@@ -14,6 +14,15 @@ using json = nlohmann::ordered_json;  // keeps the documented field order
 
 namespace {
 
+// "bf16" when the graph holds bfloat16 values (only --precision bf16 makes them,
+// importer/precision.h), else "fp32".
+const char* graph_precision(const Graph* g) {
+  if (g)
+    for (const auto& v : g->values())
+      if (v->dtype == DType::kBFloat16) return "bf16";
+  return "fp32";
+}
+
 json names_of(const std::vector<const Value*>& values) {
   json out = json::array();
   for (const Value* v : values) out.push_back(v->name);
@@ -129,6 +138,7 @@ std::string report_json(const ReportInputs& r) {
       {"schedule", schedule_name(p.schedule)},
       {"weights", weight_mode_name(p.weights)},
       {"recompute", recompute_name(p.recompute)},
+      {"precision", graph_precision(r.graph)},
       {"micro_batches", p.micro_batches},
       {"batch_size", p.batch_size * std::max(1, p.graph_replicas)},  // the whole mini-batch
       {"link", {{"name", p.link.name}, {"bandwidth", p.link.bandwidth}, {"latency_s", p.link.latency_s}}},

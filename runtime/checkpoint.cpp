@@ -122,6 +122,7 @@ std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) 
   if (s.lr != n.lr) add("--lr", float_str(s.lr), float_str(n.lr));
   if (s.momentum != n.momentum) add("--momentum", float_str(s.momentum), float_str(n.momentum));
   if (s.optimizer != n.optimizer) add("--optimizer", s.optimizer, n.optimizer);
+  if (s.precision != n.precision) add("--precision", s.precision, n.precision);
   if (s.clip_grad_norm != n.clip_grad_norm)
     add("--clip-grad-norm", float_str(s.clip_grad_norm), float_str(n.clip_grad_norm));
   if (s.weight_decay != n.weight_decay) add("--weight-decay", float_str(s.weight_decay), float_str(n.weight_decay));
@@ -242,6 +243,7 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
                {"loss", m.loss},             {"shuffle", m.shuffle},           {"data_samples", m.data_samples},
                {"data_hash", m.data_hash},   {"lr_schedule", m.lr_schedule},   {"pipeline", m.pipeline},
                {"optimizer", m.optimizer},   {"clip_grad_norm", m.clip_grad_norm}};
+  if (m.precision != "fp32") j["meta"]["precision"] = m.precision;
   j["step"] = c.step;
   j["epoch"] = c.epoch;
   j["position"] = c.position;
@@ -341,6 +343,7 @@ Expected<Checkpoint> read_checkpoint(const std::string& path) {
     c.meta.data_hash = m.at("data_hash").get<std::string>();
     c.meta.lr_schedule = m.value("lr_schedule", std::string());
     c.meta.pipeline = m.value("pipeline", std::string());
+    c.meta.precision = m.value("precision", std::string("fp32"));
     c.meta.optimizer = m.value("optimizer", std::string("sgd-paper"));  // older checkpoints: the only one
     c.meta.clip_grad_norm = m.value("clip_grad_norm", 0.0f);
     c.step = j.at("step").get<int64_t>();

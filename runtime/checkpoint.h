@@ -31,6 +31,9 @@ struct CheckpointMeta {
   // How the run was trained ("1 stage", "4 stages, 1F1B spectrain (paper)"): recorded, not
   // compared: a drained checkpoint resumes on another --gpus or schedule.
   std::string pipeline;
+  // --precision ("fp32", "bf16"): compared, a resume in another precision is refused. Written only
+  // when not fp32, so fp32 checkpoints are as before.
+  std::string precision = "fp32";
 };
 
 // Empty when the two agree; otherwise one clause per difference, naming the flag and both values

@@ -241,6 +241,12 @@ CheckpointMeta make_checkpoint_meta(const Graph& g, const TrainingGraph& tg, con
   m.lr = cfg.lr;
   m.lr_schedule = schedule_of(cfg, total_steps).describe();
   m.pipeline = pipeline;
+  // --precision bf16 (importer/precision.h) is the only maker of bfloat16 values.
+  for (const auto& v : g.values())
+    if (v->dtype == DType::kBFloat16) {
+      m.precision = "bf16";
+      break;
+    }
   m.optimizer = optimizer_description(g);
   m.clip_grad_norm = static_cast<float>(cfg.clip_grad_norm);
   for (const auto& n : g.nodes()) {

@@ -257,6 +257,9 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
              "none | stage (each stage with several passes in flight that would save memory so keeps only its "
              "inputs per pass and reruns its forward before the backward; trained weights identical) | auto (only "
              "the stages that would not fit their device's memory otherwise)");
+  add_choice(app, "--precision", &o.precision, {{"fp32", pt::Precision::kFp32}, {"bf16", pt::Precision::kBf16}},
+             "fp32 | bf16 (float32 master weights, optimizer state and accumulation; the inputs of every "
+             "GEMM and convolution, forward and backward, rounded to bfloat16; CPUs with AVX512-BF16 or AMX)");
   auto* mb = app.add_option("--micro-batches", o.batch.micro_batches, "GPipe: micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
   add_choice(app, "--spectrain-staleness", &o.staleness, {{"paper", pt::Staleness::kPaper}, {"exact", pt::Staleness::kExact}},
              "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0");

@@ -10,6 +10,7 @@
 #include "importer/fuse.h"
 #include "importer/importer.h"
 #include "importer/training.h"
+#include "kernels/cpu_features.h"
 #include "kernels/device.h"
 #include "partitioner/plan.h"
 #include "runtime/data.h"
@@ -138,6 +139,16 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   }
   const bool use_cuda = o.device == DeviceChoice::kCuda || (o.device == DeviceChoice::kAuto && gpus_here >= gpus_needed && gpus_here > 0);
   const DeviceKind device = use_cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  // --precision bf16 needs bfloat16 GEMM/convolution kernels on the stages' device: refused before
+  // any work where there are none (a CPU without AVX512-BF16 or AMX; CUDA, not built yet).
+  if (o.precision == Precision::kBf16 && !o.plan_only) {
+    if (use_cuda)
+      return job.fail(invalid_input("--precision bf16: not built for CUDA devices yet (" + cuda_device_name(0) +
+                                    "; the bfloat16 kernels are CPU-only); use --device cpu or --precision fp32"));
+    if (!cpu_has_bf16())
+      return job.fail(invalid_input("--precision bf16: the CPU (" + cpu_model_name() + ", oneDNN ISA " + cpu_isa_name() +
+                                    ") lacks avx512_bf16/AMX, which bfloat16 GEMMs and convolutions need; use --precision fp32"));
+  }
   if (o.device == DeviceChoice::kAuto && !o.plan_only)
     say(o, "notice: " + std::to_string(o.gpus) + (use_cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
                (use_cuda ? "" : " (" + (gpus_here > 0 ? std::to_string(gpus_here) + " CUDA device" +
@@ -192,6 +203,13 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   const LossKind lk = o.loss;
   auto tg = build_training_graph(g, lk, sgd, o.ignore_index);
   if (!tg) return job.fail(tg.status().with_context(o.model + ": "));
+  if (o.precision != Precision::kFp32) {
+    const PrecisionStats ps = apply_precision(g, o.precision);
+    say(o, std::string("precision: ") + precision_name(o.precision) + ", " + std::to_string(ps.products) +
+               " GEMM/convolution nodes read bfloat16 copies made by " + std::to_string(ps.casts) + " Cast nodes" +
+               (ps.relu_grads ? " (and " + std::to_string(ps.relu_grads) + " ReluGrad)" : std::string()) +
+               "; weights, gradients, optimizer state and accumulation float32");
+  }
   int64_t params = 0;
   for (Value* p : tg->params) params += p->size();
   say(o, "loss: " + tg->loss.description);

@@ -24,7 +24,7 @@ using json = nlohmann::ordered_json;
 // (GCC, libstdc++, x86-64/aarch64 LP64).
 static_assert(sizeof(BatchSpec) == 16, "BatchSpec changed: serialize the new field below");
 static_assert(sizeof(TestHooks) == 72, "TestHooks changed: serialize the new field below");
-static_assert(sizeof(TrainingSpec) == 544 + sizeof(TestHooks) + sizeof(RunLocal),
+static_assert(sizeof(TrainingSpec) == 552 + sizeof(TestHooks) + sizeof(RunLocal),
               "TrainingSpec changed: serialize the new field below (or move a rank-local one into RunLocal)");
 
 json to_json_value(const BatchSpec& b) {
@@ -49,6 +49,7 @@ json to_json_value(const TrainingSpec& s) {
       {"weights", weight_mode_name(s.weights)},
       {"staleness", staleness_name(s.staleness)},
       {"recompute", recompute_name(s.recompute)},
+      {"precision", precision_name(s.precision)},
       {"epochs", s.epochs},
       {"steps", s.steps},
       {"lr", s.lr},

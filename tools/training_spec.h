@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "importer/precision.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
 #include "runtime/lr_schedule.h"
@@ -68,6 +69,7 @@ struct TrainingSpec {
   WeightMode weights = WeightMode::kSpecTrain;
   Staleness staleness = Staleness::kPaper;
   Recompute recompute = Recompute::kNone;       // --recompute (partitioner/plan.h)
+  Precision precision = Precision::kFp32;       // --precision (importer/precision.h)
   int64_t epochs = 1;
   int64_t steps = 0;                            // instead of epochs when > 0
   // Learning rate and its schedule.

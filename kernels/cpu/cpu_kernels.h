@@ -175,6 +175,14 @@ PT_DECLARE_CPU_KERNEL(conv_grad_input);
 PT_DECLARE_CPU_KERNEL(conv_grad_weight);
 PT_DECLARE_CPU_KERNEL(conv_grad_bias);
 
+// gemm_bf16.cpp, conv_bf16.cpp (--precision bf16): the same ops on bfloat16 operands (A, B; X, W,
+// dY) with float32 outputs, Gemm's C and Conv's bias float32; registered under kBFloat16.
+Status gemm_bf16(const KernelCall& call);
+Status matmul_bf16(const KernelCall& call);
+Status conv_bf16(const KernelCall& call);
+Status conv_grad_input_bf16(const KernelCall& call);
+Status conv_grad_weight_bf16(const KernelCall& call);
+
 // pool.cpp: MaxPool (X) -> Y[, Indices], AveragePool, GlobalAveragePool, GlobalMaxPool;
 // MaxPoolGrad (dY, X) -> dX, AveragePoolGrad (dY) -> dX, GlobalAveragePoolGrad (dY) -> dX,
 // GlobalMaxPoolGrad (dY, X) -> dX.

@@ -3,6 +3,7 @@
 // (Identity, Reshape, Flatten) whose output dims the caller has already set.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
@@ -52,8 +53,30 @@ Status sqrt_op(const KernelCall& call) {
   return map_unary<T>(call, "Sqrt", [](T x) { return std::sqrt(x); });
 }
 
+// ReluGrad (dY float32, Y bfloat16): --precision bf16 hands ReluGrad the bfloat16 copy of Y that a
+// following GEMM/convolution reads anyway (importer/precision.cpp), so float32 Y need not be kept for
+// the backward. The mask is the same: rounding keeps the sign, and a positive float32 rounds to a
+// positive bfloat16 (0x0001..0x7F80; NaNs are 0x7F81..0x7FFF) unless it is below 2^-134.
+static Status relu_grad_bf16_mask(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "ReluGrad", 2, 1));
+  const TensorView& dy = call.inputs[0];
+  const TensorView& y = call.inputs[1];
+  const TensorView& dx = call.outputs[0];
+  RETURN_IF_ERROR(check_same_dims("ReluGrad", "Y", y.dims, dy.dims));
+  RETURN_IF_ERROR(check_same_dims("ReluGrad", "output", dx.dims, dy.dims));
+  const float* pdy = dy.as<float>();
+  const uint16_t* py = static_cast<const uint16_t*>(y.data);
+  float* pdx = dx.as<float>();
+  const int64_t n = dy.size();
+#pragma omp parallel for simd if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) pdx[i] = static_cast<uint16_t>(py[i] - 1u) < 0x7F80u ? pdy[i] : 0.0f;
+  return Status::ok();
+}
+
 template <typename T>
 Status relu_grad(const KernelCall& call) {
+  if constexpr (std::is_same_v<T, float>)
+    if (call.inputs.size() == 2 && call.inputs[1].dtype == DType::kBFloat16) return relu_grad_bf16_mask(call);
   return map_grad<T>(call, "ReluGrad", [](T dy, T y) { return y > T(0) ? dy : T(0); });
 }
 template <typename T>

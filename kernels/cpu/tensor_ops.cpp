@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
@@ -190,6 +191,10 @@ bool cast_from(const void* src, DType to, void* dst, int64_t n) {
     case DType::kInt8: cast_loop<In, int8_t>(src, dst, n); return true;
     case DType::kUint8: cast_loop<In, uint8_t>(src, dst, n); return true;
     case DType::kBool: cast_loop<In, bool>(src, dst, n); return true;
+    case DType::kBFloat16:  // float32 -> bfloat16 only (--precision bf16's casts)
+      if constexpr (!std::is_same_v<In, float>) return false;
+      else f32_to_bf16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+      return true;
     default: return false;
   }
 }
@@ -547,6 +552,10 @@ Status cast_op(const KernelCall& call) {
     case DType::kInt8: ok = cast_from<int8_t>(x.data, y.dtype, y.data, n); break;
     case DType::kUint8: ok = cast_from<uint8_t>(x.data, y.dtype, y.data, n); break;
     case DType::kBool: ok = cast_from<bool>(x.data, y.dtype, y.data, n); break;
+    case DType::kBFloat16:  // bfloat16 -> float32 only (exact)
+      ok = y.dtype == DType::kFloat32;
+      if (ok) bf16_to_f32(static_cast<const uint16_t*>(x.data), static_cast<float*>(y.data), n);
+      break;
     default: break;
   }
   if (!ok)

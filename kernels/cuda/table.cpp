@@ -148,6 +148,14 @@ const KernelEntry kFallback[] = {
     PT_FB_RAW("Cast", cast_op, DType::kInt8),
     PT_FB_RAW("Cast", cast_op, DType::kUint8),
     PT_FB_RAW("Cast", cast_op, DType::kBool),
+    // --precision bf16 is refused on CUDA devices (tools/run_training.cpp); these rows keep the
+    // table covering the CPU's (CudaKernelTable.CoversEveryCpuEntry), nothing runs them.
+    PT_FB_RAW("Cast", cast_op, DType::kBFloat16),
+    PT_FB_RAW("Gemm", gemm_bf16, DType::kBFloat16),
+    PT_FB_RAW("MatMul", matmul_bf16, DType::kBFloat16),
+    PT_FB_RAW("Conv", conv_bf16, DType::kBFloat16),
+    PT_FB_RAW("ConvGradInput", conv_grad_input_bf16, DType::kBFloat16),
+    PT_FB_RAW("ConvGradWeight", conv_grad_weight_bf16, DType::kBFloat16),
     PT_FB_F("LayerNormalization", layer_norm),
     PT_FB_F("LayerNormalizationGrad", layer_norm_grad),
     PT_FB_F("SliceGrad", slice_grad),

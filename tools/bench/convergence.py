@@ -36,6 +36,8 @@ DATA = "/usr/share/datasets/fashion-mnist"
 # (key, label, colour, extra CLI flags); all share --batch-size/--lr/--momentum/--seed/--epochs.
 CONFIGS = [
     ("sequential", "sequential (1 stage)", "#000000", ["--gpus", "1"]),
+    # --precision bf16 (bfloat16 GEMM/convolution operands, float32 masters): against sequential.
+    ("sequential-bf16", "sequential bf16 (1 stage)", "#8c564b", ["--gpus", "1", "--precision", "bf16"]),
     ("gpipe", "GPipe (M=4)", "#7f7f7f", ["--gpus", "4", "--schedule", "gpipe", "--micro-batches", "4"]),
     ("stale", "1F1B stale", "#d62728", ["--gpus", "4", "--schedule", "1f1b", "--weights", "stale"]),
     ("stash", "1F1B stash", "#ff7f0e", ["--gpus", "4", "--schedule", "1f1b", "--weights", "stash"]),

@@ -23,6 +23,7 @@
 
 #include "tools/omp_env.h"
 #include "importer/importer.h"
+#include "importer/precision.h"
 #include "importer/training.h"
 #include "partitioner/cost_model.h"
 #include "runtime/data.h"
@@ -43,6 +44,7 @@ struct Options {
   bool memory_plan = true;
   std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
   bool gemm_peak = false;  // measure the machine's float GEMM rate and set the convolutions against it
+  Precision precision = Precision::kFp32;  // --precision (importer/precision.h)
 };
 
 constexpr float kLr = 0.01f;
@@ -99,7 +101,7 @@ int usage(const std::string& why) {
                "step_bench: error: %s\n"
                "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
                "                  [--vocab V] [--per-node] [--json] [--no-memory-plan]\n"
-               "                  [--no-fusion PASS]... [--gemm-peak]\n",
+               "                  [--no-fusion PASS]... [--gemm-peak] [--precision fp32|bf16]\n",
                why.c_str());
   return 2;
 }
@@ -144,6 +146,11 @@ int parse(int argc, char** argv, Options* o) {
     } else if (a == "--no-fusion") {
       if (i + 1 >= argc) return usage("--no-fusion needs a pass name");
       o->no_fusion.push_back(argv[++i]);
+    } else if (a == "--precision") {
+      if (i + 1 >= argc) return usage("--precision needs fp32 or bf16");
+      auto p = parse_precision(argv[++i]);
+      if (!p) return usage(p.status().message());
+      o->precision = *p;
     } else if (a == "-h" || a == "--help") {
       return usage("help requested");
     } else if (!a.empty() && a[0] == '-') {
@@ -250,6 +257,7 @@ int run(const Options& o) {
     std::fprintf(stderr, "FAIL: training graph: %s\n", tg.status().message().c_str());
     return 1;
   }
+  apply_precision(g, o.precision);
   for (const auto& u : tg->unused_params)
     std::fprintf(stderr, "notice: parameter '%s' does not reach the loss; it stays as it is\n", u.c_str());
   if (g.inputs.size() != 1) {
