@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/weight_cache.h"
@@ -25,32 +26,6 @@
 
 namespace pt::cpu {
 namespace {
-
-// Everything a convolution pass depends on.
-struct ConvShape {
-  Window w;          // input N, C, spatial extents; kernel, stride, dilation, pads; output extents
-  int64_t m = 0;     // output channels
-  int64_t g = 1;     // groups
-  bool bias = false;
-};
-
-// Checks X [N, C, in...], W [M, C/g, k...] and Y [N, M, out...] against the attributes.
-Status conv_shape(const char* op, const AttrMap& attrs, const Dims& x, const Dims& wd, const Dims& y,
-                  ConvShape* cs) {
-  if (wd.size() != x.size())
-    return invalid_input(std::string(op) + ": W " + dims_str(wd) + " and X " + dims_str(x) + " differ in rank");
-  const Dims kernel(wd.begin() + 2, wd.end());
-  RETURN_IF_ERROR(window_from_attrs(op, attrs, x, &kernel, false, &cs->w));
-  for (int i = 0; i < cs->w.nd; ++i)
-    if (cs->w.k[kMaxSpatial - cs->w.nd + i] != kernel[i])
-      return invalid_input(std::string(op) + ": kernel_shape does not match W " + dims_str(wd));
-  cs->m = wd[0];
-  cs->g = attrs.get_int("group", 1);
-  if (cs->g < 1 || cs->w.c % cs->g != 0 || cs->m % cs->g != 0 || wd[1] * cs->g != cs->w.c)
-    return invalid_input(std::string(op) + ": group " + std::to_string(cs->g) + " does not fit X " + dims_str(x) +
-                         " and W " + dims_str(wd));
-  return check_same_dims(op, "output", y, window_output_dims(cs->w, cs->m));
-}
 
 // ---- im2col + GEMM (float64, and float32 fallback) --------------------------------------------
 
@@ -138,8 +113,6 @@ void col2im_add(const Window& w, int64_t cg, const T* col, T* dx) {
     }
   }
 }
-
-enum class Pass { kForward, kGradInput, kGradWeight };
 
 // y = conv(x, wt) + b (kForward); dx = conv^T(dy, wt) (kGradInput); dw = corr(dy, x) (kGradWeight).
 template <typename T>
@@ -324,11 +297,6 @@ void conv_point(Pass pass, const ConvShape& cs, const T* x, const T* wt, const T
 
 // ---- oneDNN (float32) --------------------------------------------------------------------------
 
-dnnl::engine& dnnl_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
 // One primitive argument: the caller's plain-layout tensor (`user`, handle set per call) and, when
 // oneDNN prefers a blocked layout, its own buffer in that layout with the reorder between them.
 struct DnnlArg {
@@ -339,28 +307,6 @@ struct DnnlArg {
   bool reordered = false;
   int slot = 0;
   std::vector<int64_t> layout;  // weights: the pass, shape and `inner` layout, the cache's key
-};
-
-// Per-thread buffers for the blocked-layout copies, grown to the largest seen: they serve every
-// cached primitive, so memory does not grow with the number of convolution shapes.
-class Scratch {
- public:
-  ~Scratch() {
-    for (void* p : p_) std::free(p);
-  }
-  void* get(int slot, size_t bytes) {
-    if (bytes > n_[slot]) {
-      std::free(p_[slot]);
-      n_[slot] = (bytes + 63) / 64 * 64;
-      p_[slot] = std::aligned_alloc(64, n_[slot]);
-      PT_CHECK(p_[slot]) << "out of memory for a " << n_[slot] << "-byte convolution buffer";
-    }
-    return p_[slot];
-  }
-
- private:
-  std::array<void*, 4> p_{};
-  std::array<size_t, 4> n_{};
 };
 
 // One cached primitive with its arguments; a call sets the handles. Each thread has its own

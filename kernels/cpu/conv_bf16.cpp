@@ -18,38 +18,13 @@
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/window.h"
 
 namespace pt::cpu {
 namespace {
-
-enum class Pass { kForward, kGradInput, kGradWeight };
-
-struct Shape {
-  Window w;
-  int64_t m = 0, g = 1;
-  bool bias = false;
-};
-
-Status conv_shape(const char* op, const AttrMap& attrs, const Dims& x, const Dims& wd, const Dims& y, Shape* cs) {
-  if (wd.size() != x.size())
-    return invalid_input(std::string(op) + ": W " + dims_str(wd) + " and X " + dims_str(x) + " differ in rank");
-  const Dims kernel(wd.begin() + 2, wd.end());
-  RETURN_IF_ERROR(window_from_attrs(op, attrs, x, &kernel, false, &cs->w));
-  cs->m = wd[0];
-  cs->g = attrs.get_int("group", 1);
-  if (cs->g < 1 || cs->w.c % cs->g != 0 || cs->m % cs->g != 0 || wd[1] * cs->g != cs->w.c)
-    return invalid_input(std::string(op) + ": group " + std::to_string(cs->g) + " does not fit X " + dims_str(x) +
-                         " and W " + dims_str(wd));
-  return check_same_dims(op, "output", y, window_output_dims(cs->w, cs->m));
-}
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
 
 struct Arg {
   int arg = 0;
@@ -70,11 +45,11 @@ void add_arg(Prim* e, int arg, const dnnl::memory::desc& user_md, const dnnl::me
   Arg a;
   a.arg = arg;
   a.output = output;
-  a.user = dnnl::memory(user_md, engine(), DNNL_MEMORY_NONE);
+  a.user = dnnl::memory(user_md, dnnl_engine(), DNNL_MEMORY_NONE);
   if (prim_md == user_md) {
     a.inner = a.user;
   } else {
-    a.inner = dnnl::memory(prim_md, engine(), DNNL_MEMORY_NONE);
+    a.inner = dnnl::memory(prim_md, dnnl_engine(), DNNL_MEMORY_NONE);
     a.reorder = output ? dnnl::reorder(a.inner, a.user) : dnnl::reorder(a.user, a.inner);
     a.reordered = true;
     for (const Arg& b : e->args) a.slot += b.reordered;
@@ -85,7 +60,7 @@ void add_arg(Prim* e, int arg, const dnnl::memory::desc& user_md, const dnnl::me
 using Key = std::array<int64_t, 7 + 6 * kMaxSpatial>;
 
 // The calling thread's primitive for (pass, shape), or nullptr when oneDNN has none (remembered).
-Prim* prim_for(Pass pass, const Shape& cs) {
+Prim* prim_for(Pass pass, const ConvShape& cs) {
   thread_local std::map<Key, std::unique_ptr<Prim>> cache;
   const Window& w = cs.w;
   Key key{static_cast<int64_t>(pass), w.nd, w.n, w.c, cs.m, cs.g, cs.bias};
@@ -125,7 +100,7 @@ Prim* prim_for(Pass pass, const Shape& cs) {
     auto fwd_d = cs.bias && pass == Pass::kForward
                      ? dnnl::convolution_forward::desc(prop, algo, x16a, w16a, b_md, y32a, strides, dil, pl, pr)
                      : dnnl::convolution_forward::desc(prop, algo, x16a, w16a, y32a, strides, dil, pl, pr);
-    dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, engine());
+    dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, dnnl_engine());
     switch (pass) {
       case Pass::kForward:
         entry->prim = dnnl::convolution_forward(fwd_pd);
@@ -136,7 +111,7 @@ Prim* prim_for(Pass pass, const Shape& cs) {
         break;
       case Pass::kGradInput: {
         dnnl::convolution_backward_data::desc d(algo, x32a, w16a, y16a, strides, dil, pl, pr);
-        dnnl::convolution_backward_data::primitive_desc pd(d, engine(), fwd_pd);
+        dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_engine(), fwd_pd);
         entry->prim = dnnl::convolution_backward_data(pd);
         add_arg(entry.get(), DNNL_ARG_DIFF_DST, y16, pd.diff_dst_desc(), false);
         add_arg(entry.get(), DNNL_ARG_WEIGHTS, w16, pd.weights_desc(), false);
@@ -145,7 +120,7 @@ Prim* prim_for(Pass pass, const Shape& cs) {
       }
       case Pass::kGradWeight: {
         dnnl::convolution_backward_weights::desc d(algo, x16a, w32a, y16a, strides, dil, pl, pr);
-        dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), fwd_pd);
+        dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_engine(), fwd_pd);
         entry->prim = dnnl::convolution_backward_weights(pd);
         add_arg(entry.get(), DNNL_ARG_DIFF_DST, y16, pd.diff_dst_desc(), false);
         add_arg(entry.get(), DNNL_ARG_SRC, x16, pd.src_desc(), false);
@@ -168,29 +143,8 @@ Prim* prim_for(Pass pass, const Shape& cs) {
   return p;
 }
 
-// Per-thread buffers for the blocked-layout copies, grown to the largest seen.
-class Scratch {
- public:
-  ~Scratch() {
-    for (void* p : p_) std::free(p);
-  }
-  void* get(int slot, size_t bytes) {
-    if (bytes > n_[slot]) {
-      std::free(p_[slot]);
-      n_[slot] = (bytes + 63) / 64 * 64;
-      p_[slot] = std::aligned_alloc(64, n_[slot]);
-      PT_CHECK(p_[slot]) << "out of memory for a " << n_[slot] << "-byte convolution buffer";
-    }
-    return p_[slot];
-  }
-
- private:
-  std::array<void*, 4> p_{};
-  std::array<size_t, 4> n_{};
-};
-
 // Runs the cached primitive; false (nothing written) when oneDNN has none for this shape.
-Expected<bool> run(Pass pass, const Shape& cs, std::initializer_list<const void*> ptrs) {
+Expected<bool> run(Pass pass, const ConvShape& cs, std::initializer_list<const void*> ptrs) {
   if (cs.w.n == 0) return true;
   if (cs.g == 1 && cs.w.out_size() == 1) return false;  // the float32 path's one-GEMM case
   // oneDNN 2.6's bf16 backward-weights kernel (jit_bf16) is pathological on small maps: ResNet-18's
@@ -200,7 +154,7 @@ Expected<bool> run(Pass pass, const Shape& cs, std::initializer_list<const void*
   if (pass == Pass::kGradWeight && cs.w.out_size() < 64) return false;
   Prim* p = prim_for(pass, cs);
   if (!p) return false;
-  thread_local dnnl::stream stream(engine());
+  thread_local dnnl::stream stream(dnnl_engine());
   thread_local Scratch scratch;
   PT_CHECK(ptrs.size() == p->args.size()) << "oneDNN bf16 convolution: " << ptrs.size() << " tensors for "
                                           << p->args.size() << " arguments";
@@ -259,7 +213,7 @@ Status conv_bf16(const KernelCall& call) {
   const TensorView& x = call.inputs[0];   // (N, C, in...) bf16
   const TensorView& w = call.inputs[1];   // (M, C/g, k...) bf16
   const TensorView& y = call.outputs[0];  // (N, M, out...) f32
-  Shape cs;
+  ConvShape cs;
   RETURN_IF_ERROR(conv_shape("Conv", call.attrs, x.dims, w.dims, y.dims, &cs));
   const bool bias = has_input(call, 2);
   if (bias) {
@@ -278,7 +232,7 @@ Status conv_grad_input_bf16(const KernelCall& call) {
   const TensorView& dy = call.inputs[0];   // (N, M, out...) bf16
   const TensorView& w = call.inputs[1];    // (M, C/g, k...) bf16
   const TensorView& dx = call.outputs[0];  // (N, C, in...) f32
-  Shape cs;
+  ConvShape cs;
   RETURN_IF_ERROR(conv_shape("ConvGradInput", call.attrs, dx.dims, w.dims, dy.dims, &cs));
   Expected<bool> done = run(Pass::kGradInput, cs, {dy.data, w.data, dx.data});
   if (!done) return done.status();
@@ -291,7 +245,7 @@ Status conv_grad_weight_bf16(const KernelCall& call) {
   const TensorView& dy = call.inputs[0];   // (N, M, out...) bf16
   const TensorView& x = call.inputs[1];    // (N, C, in...) bf16
   const TensorView& dw = call.outputs[0];  // (M, C/g, k...) f32
-  Shape cs;
+  ConvShape cs;
   RETURN_IF_ERROR(conv_shape("ConvGradWeight", call.attrs, x.dims, dw.dims, dy.dims, &cs));
   if (cs.w.n == 0) return run_widened(&conv_grad_weight<float>, call);
   Expected<bool> done = run(Pass::kGradWeight, cs, {dy.data, x.data, dw.data});

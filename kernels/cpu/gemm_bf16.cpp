@@ -13,16 +13,12 @@
 #include <string>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
 namespace {
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
 
 struct MatmulPrim {
   dnnl::matmul prim;
@@ -57,11 +53,11 @@ MatmulPrim* matmul_prim(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, dnnl_engine());
     entry->prim = dnnl::matmul(pd);
-    entry->a = dnnl::memory(a_md, engine(), DNNL_MEMORY_NONE);
-    entry->b = dnnl::memory(b_md, engine(), DNNL_MEMORY_NONE);
-    entry->c = dnnl::memory(c_md, engine(), DNNL_MEMORY_NONE);
+    entry->a = dnnl::memory(a_md, dnnl_engine(), DNNL_MEMORY_NONE);
+    entry->b = dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE);
+    entry->c = dnnl::memory(c_md, dnnl_engine(), DNNL_MEMORY_NONE);
   } catch (const dnnl::error&) {
     entry.reset();
   }
@@ -84,7 +80,7 @@ const float* widened(int slot, const uint16_t* src, int64_t n) {
 Status bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                  const uint16_t* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   if (MatmulPrim* p = matmul_prim(ta, tb, m, n, k, lda, ldb, ldc, alpha, accumulate)) {
-    thread_local dnnl::stream stream(engine());
+    thread_local dnnl::stream stream(dnnl_engine());
     try {
       p->a.set_data_handle(const_cast<uint16_t*>(a));
       p->b.set_data_handle(const_cast<uint16_t*>(b));
