@@ -186,7 +186,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
              (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
   if (m.fused.rewrites > 0)  // the node count above is the fused graph's
     say(o, "fusions: " + std::to_string(m.fused.layernorm) + " LayerNorm, " + std::to_string(m.fused.attention) +
-               " attention, " + std::to_string(m.fused.gelu) + " GELU (--no-fusion layernorm,attention,gelu turns them off)");
+               " attention, " + std::to_string(m.fused.gelu) + " GELU, " + std::to_string(m.fused.dropout) +
+               " identity Dropout removed (--no-fusion layernorm,attention,gelu,dropout turns them off)");
 
   // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
   // nothing to learn from (and would divide by zero in the epoch arithmetic).

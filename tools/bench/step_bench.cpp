@@ -40,6 +40,7 @@ struct Options {
   int threads = 0;  // 0: leave OpenMP's and OpenBLAS's defaults
   int64_t vocab = 100;  // int64 model inputs: tokens drawn from [0, vocab)
   bool per_node = false;
+  int64_t top = 15;  // --top: nodes listed by --per-node
   bool json = false;
   bool memory_plan = true;
   std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
@@ -50,7 +51,7 @@ struct Options {
 constexpr float kLr = 0.01f;
 constexpr float kMomentum = 0.9f;
 constexpr int kValidationSteps = 20;
-constexpr int kTopNodes = 15;
+constexpr size_t kTopOps = 40;  // op types listed (a model has a few dozen)
 
 // The machine's float GEMM rate: the best of 5 square products through oneDNN (the library the
 // convolutions use) and through OpenBLAS, each validated against a few dot products first.
@@ -100,7 +101,7 @@ int usage(const std::string& why) {
   std::fprintf(stderr,
                "step_bench: error: %s\n"
                "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
-               "                  [--vocab V] [--per-node] [--json] [--no-memory-plan]\n"
+               "                  [--vocab V] [--per-node] [--top N] [--json] [--no-memory-plan]\n"
                "                  [--no-fusion PASS]... [--gemm-peak] [--precision fp32|bf16]\n",
                why.c_str());
   return 2;
@@ -135,6 +136,9 @@ int parse(int argc, char** argv, Options* o) {
     } else if (a == "--vocab") {
       if (!int_flag(i, a, 1, &o->vocab)) return 2;
     } else if (a == "--per-node") {
+      o->per_node = true;
+    } else if (a == "--top") {
+      if (!int_flag(i, a, 1, &o->top)) return 2;
       o->per_node = true;
     } else if (a == "--json") {
       o->json = true;
@@ -376,10 +380,10 @@ int run(const Options& o) {
       }
     }
     std::sort(top.begin(), top.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
-    if (top.size() > kTopNodes) top.resize(kTopNodes);
+    if (top.size() > static_cast<size_t>(o.top)) top.resize(static_cast<size_t>(o.top));
     by_op.assign(ops.begin(), ops.end());
     std::sort(by_op.begin(), by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
-    if (by_op.size() > kTopNodes) by_op.resize(kTopNodes);
+    if (by_op.size() > kTopOps) by_op.resize(kTopOps);
   }
   const long rss = peak_rss_kib();
   // Bytes of every value's own buffer (unplanned), of the planned values without sharing, and of
