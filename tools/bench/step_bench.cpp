@@ -400,11 +400,12 @@ int run(const Options& o) {
                 "\"warmup\": %lld, \"omp_threads\": %d, \"blas_threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, "
                 "\"p90_ms\": %.4f, \"steps_per_s\": %.4f, \"peak_rss_kib\": %ld, \"loss_first\": %.6f, "
                 "\"loss_step20\": %.6f, \"loss_first5_mean\": %.6f, \"loss_last5_mean\": %.6f, "
-                "\"plan_values\": %zu, \"plan_arena_mib\": %.3f, \"plan_unshared_mib\": %.3f, \"own_buffers_mib\": %.3f",
+                "\"plan_values\": %zu, \"plan_arena_mib\": %.3f, \"plan_unshared_mib\": %.3f, \"own_buffers_mib\": %.3f, "
+                "\"plan_aliased\": %zu, \"plan_aliased_mib\": %.3f",
                 json_escape(o.model).c_str(), static_cast<long long>(batch), g.nodes().size(), forward_nodes,
                 ms.size(), static_cast<long long>(o.warmup), omp_threads, blas_threads, med, p10, p90, 1e3 / med,
                 rss, val_losses.front(), val_losses.back(), first5, last5, plan.planned_values, plan.arena_bytes / mib,
-                plan.planned_bytes / mib, own_bytes / mib);
+                plan.planned_bytes / mib, own_bytes / mib, plan.aliased_values, plan.aliased_bytes / mib);
     if (o.per_node) {
       std::printf(", \"per_node_total_ms\": %.4f, \"top_nodes\": [", 1e3 * node_total);
       for (size_t i = 0; i < top.size(); ++i)
@@ -432,8 +433,10 @@ int run(const Options& o) {
               med, p10, p90, ms.size(), static_cast<long long>(o.warmup), 1e3 / med);
   std::printf("peak resident memory: %.1f MiB (VmHWM)\n", rss / 1024.0);
   if (o.memory_plan)
-    std::printf("memory plan: %zu values share a %.1f MiB arena (%.1f MiB without sharing); other buffers %.1f MiB\n",
-                plan.planned_values, plan.arena_bytes / mib, plan.planned_bytes / mib, own_bytes / mib);
+    std::printf("memory plan: %zu values share a %.1f MiB arena (%.1f MiB without sharing); other buffers %.1f MiB; "
+                "%zu copies aliased (%.1f MiB, PIPETRAIN_RESHAPE_ALIAS=%s)\n",
+                plan.planned_values, plan.arena_bytes / mib, plan.planned_bytes / mib, own_bytes / mib,
+                plan.aliased_values, plan.aliased_bytes / mib, reshape_alias_enabled() ? "on" : "off");
   else
     std::printf("memory plan: off (--no-memory-plan); buffers %.1f MiB\n", own_bytes / mib);
   if (o.per_node) {
