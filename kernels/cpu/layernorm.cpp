@@ -204,14 +204,17 @@ Status layer_norm_grad(const KernelCall& call) {
   const bool par = x.size() > kParallelThreshold && s.rows > 1;
   const int threads = par ? omp_get_max_threads() : 1;
   const size_t cols = static_cast<size_t>(s.cols);
-  std::vector<double> part(static_cast<size_t>(threads) * 2 * cols, 0.0);  // per thread: dScale, dB
-  std::vector<double> xh(par ? 0 : cols);
+  // Grown to the largest size seen, per calling thread (no allocation per step once warm).
+  thread_local std::vector<double> part;  // per thread of the region: dScale, dB
+  part.assign(static_cast<size_t>(threads) * 2 * cols, 0.0);
+  double* pp = part.data();
 #pragma omp parallel num_threads(threads) if (par)
   {
     const int t = omp_get_thread_num();
-    double* lds = part.data() + static_cast<size_t>(t) * 2 * cols;
-    std::vector<double> own_xh(par ? cols : 0);
-    double* xhr = par ? own_xh.data() : xh.data();  // the row's normalised x
+    double* lds = pp + static_cast<size_t>(t) * 2 * cols;
+    thread_local std::vector<double> xh;  // the row's normalised x (this thread's)
+    if (xh.size() < cols) xh.resize(cols);
+    double* xhr = xh.data();
     int64_t r0, r1;
     share(s.rows, t, omp_get_num_threads(), &r0, &r1);
     backward_rows(pdy, px, pg, pdx, lds, lds + cols, xhr, r0, r1, s.cols, eps, pds != nullptr, pdb != nullptr);
