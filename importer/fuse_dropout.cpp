@@ -22,12 +22,7 @@ int remove_identity_dropouts(Graph& g) {
     Value* y = n->outputs[0];
     if (!y || y->dtype != x->dtype || y->dims != x->dims || is_output(y)) continue;
     if (n->outputs.size() > 1 && n->outputs[1] && (!n->outputs[1]->consumers.empty() || is_output(n->outputs[1]))) continue;
-    for (Node* c : y->consumers) {
-      for (Value*& in : c->inputs)
-        if (in == y) in = x;
-      x->consumers.push_back(c);
-    }
-    y->consumers.clear();
+    g.replace_uses(y, x);
     remove[n->id] = true;
     ++removed;
   }

@@ -98,6 +98,15 @@ void Graph::remove_nodes(const std::vector<bool>& remove) {
   for (size_t i = 0; i < nodes_.size(); ++i) nodes_[i]->id = static_cast<int>(i);
 }
 
+void Graph::replace_uses(Value* from, Value* to) {
+  for (Node* c : from->consumers) {
+    for (Value*& in : c->inputs)
+      if (in == from) in = to;
+    to->consumers.push_back(c);
+  }
+  from->consumers.clear();
+}
+
 std::vector<Value*> Graph::values_of_kind(ValueKind k) const {
   std::vector<Value*> out;
   for (auto& v : values_)

@@ -76,6 +76,9 @@ class Graph {
                  std::vector<Value*> outputs, AttrMap attrs = {}, Phase phase = Phase::kForward);
   // Removes nodes whose `remove` flag is set, fixing consumer lists. Values stay.
   void remove_nodes(const std::vector<bool>& remove);
+  // Every node that reads `from` reads `to` instead (consumer lists follow); graph outputs are not
+  // touched.
+  void replace_uses(Value* from, Value* to);
   std::string unique_name(const std::string& base) const;
 
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }

@@ -706,12 +706,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
       Value* a = n->outputs[0];
       if (!w || !a || w->producer || !w->from_initializer || w->data == nullptr) continue;
       if (std::find(g->outputs.begin(), g->outputs.end(), a) != g->outputs.end()) continue;
-      for (Node* c : a->consumers) {
-        for (Value*& in : c->inputs)
-          if (in == a) in = w;
-        w->consumers.push_back(c);
-      }
-      a->consumers.clear();
+      g->replace_uses(a, w);
       alias[n->id] = true;
     }
     g->remove_nodes(alias);
