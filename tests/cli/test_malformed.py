@@ -306,6 +306,18 @@ class MalformedInputTest(unittest.TestCase):
           "sl_a", inits=[init("st", np.array([0], np.int64)), init("en", np.array([4], np.int64)),
                          init("ax", np.array([6], np.int64))])
         m("cast_unknown_type.onnx", [helper.make_node("Cast", ["x"], ["y"], name="cast_u", to=999)], "cast_u")
+        # Folded at import (a constant's Cast): reached cast_tensor's invariant and aborted (fuzz_model).
+        m("cast_const_unknown_type.onnx", [
+            helper.make_node("Constant", [], ["c"], name="const_c",
+                             value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5])),
+            helper.make_node("Cast", ["c"], ["cc"], name="cast_c42", to=42),
+            helper.make_node("Add", ["x", "cc"], ["y"], name="add_cc")], "cast_c42", "42")
+        m("cast_const_float16.onnx", [
+            helper.make_node("Constant", [], ["c"], name="const_c",
+                             value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5])),
+            helper.make_node("Cast", ["c"], ["cc"], name="cast_c16", to=TensorProto.FLOAT16),
+            helper.make_node("Cast", ["cc"], ["cf"], name="cast_back", to=TensorProto.FLOAT),
+            helper.make_node("Add", ["x", "cf"], ["y"], name="add_cf")], "cast_c16", "float16")
         m("pad_mode.onnx", [helper.make_node("Pad", ["x", "p"], ["y"], name="pad_m", mode="sideways")], "pad_m",
           inits=[init("p", np.array([0, 1, 0, 1], np.int64))])
         m("pad_len.onnx", [helper.make_node("Pad", ["x", "p"], ["y"], name="pad_l")], "pad_l",
