@@ -83,6 +83,7 @@ for t in "${targets[@]}"; do
     opts+=(-max_total_time="$secs")
   fi
   logs=()
+  start=$(date +%s)
   if [ "$workers" -eq 1 ]; then
     logs=("$log")
     "$build/tests/fuzz/fuzz_$t" "${opts[@]}" "$corpus" >"$log" 2>&1 || status=2
@@ -108,7 +109,7 @@ for t in "${targets[@]}"; do
     echo "fuzz_$t: FAILED (input in $state/crashes/$t/, log ${logs[*]})"
     for l in "${logs[@]}"; do grep -m3 -E "ERROR|SUMMARY|runtime error" "$l" || true; done
   fi
-  what="in ${secs} s"
+  what="in $(($(date +%s) - start)) s"
   [ "$secs" = replay ] && what="(replay of the corpus)"
   echo "fuzz_$t ($tag, $workers worker(s)): $runs executions $what, corpus $(ls "$corpus" | wc -l) inputs, log ${logs[*]}"
 done
