@@ -223,7 +223,8 @@ Status check_structure(onnx::GraphProto* g, const std::string& path) {
 // to our shape functions; the graph's structure was checked by check_structure.
 // Models below opset 7 go through ONNX's shape inference and version converter, which trust the
 // graph: a Conv stride of 0 divides by zero (SIGFPE); the inference functions of Gemm and MatMul
-// (versions below 7) and of RNN, LSTM and GRU (versions 1 to 6) index dimensions of their inputs
+// (versions below 7), of RNN, LSTM and GRU (versions 1 to 6) and of ConvTranspose (version 1) index
+// dimensions of their inputs
 // without checking the rank (a rank-0 or rank-1 operand: SIGSEGV, or a read past the end). What
 // they would crash on is refused here first (issue 17). The ranks are those ONNX's inference sees
 // at the node: declared (graph inputs, initializers, outputs, value_info; a name declared twice
@@ -254,7 +255,9 @@ Status declared_ranks(const onnx::GraphProto& g, const std::string& path, std::m
 }
 
 // The inputs (by position) whose rank an old inference function relies on, and the ranks it
-// needs: Gemm's A and B 2, MatMul's 1 or more, the recurrent ops' X 3.
+// needs: Gemm's A and B 2, MatMul's 1 or more, the recurrent ops' X 3, ConvTranspose's W 2 or more.
+// (Audited against ONNX 1.12's old.cc: the other inference functions of versions below 7 check
+// the ranks they index, or index only below the rank.)
 struct RankRule {
   int input;
   int min, max;
@@ -263,6 +266,7 @@ std::vector<RankRule> old_rank_rules(const std::string& op) {
   if (op == "Gemm") return {{0, 2, 2}, {1, 2, 2}};
   if (op == "MatMul") return {{0, 1, INT32_MAX}, {1, 1, INT32_MAX}};
   if (op == "RNN" || op == "LSTM" || op == "GRU") return {{0, 3, 3}};
+  if (op == "ConvTranspose") return {{1, 2, INT32_MAX}};  // version 1 reads W's dim 1 unchecked
   return {};
 }
 
@@ -304,8 +308,7 @@ Status check_old_opset_model(const onnx::ModelProto& m, const std::string& path)
       auto it = at.find(name);
       if (it != at.end() && (it->second < r.min || it->second > r.max))
         return invalid_input(where + ": input '" + name + "' has rank " + std::to_string(it->second) + "; " +
-                             n.op_type() + " wants " +
-                             (r.min == r.max ? "rank " + std::to_string(r.min) : "rank 1 or more"));
+                             n.op_type() + " wants rank " + std::to_string(r.min) + (r.min == r.max ? "" : " or more"));
     }
   }
   return Status::ok();
