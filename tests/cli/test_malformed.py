@@ -243,8 +243,8 @@ class MalformedInputTest(unittest.TestCase):
         # zero stride (SIGFPE), a rank-0 or rank-1 Gemm operand, LSTM X or ConvTranspose W
         # (SIGSEGV; declared, declared twice, or inferred from the nodes before) must be refused
         # before them. The models are the fuzz regressions' (tests/fuzz/regressions/model/), as
-        # are the last two (a Cast of a constant to type 42, an abort; a rank-1 Conv, a read past
-        # the end).
+        # are the last three (a Cast of a constant to type 42, an abort; a rank-1 Conv, a read past
+        # the end; a float16 scalar output as the loss, an abort).
         reg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "regressions", "model")
         for f, node in (("opset2_conv_stride0_sigfpe.onnx", "strides"), ("opset1_gemm_rank0_sigsegv.onnx", "rank 0"),
                         ("opset6_gemm_output_redeclares_input_segv.onnx", "rank 1"),
@@ -252,7 +252,8 @@ class MalformedInputTest(unittest.TestCase):
                         ("opset2_lstm_x_rank1_segv.onnx", "rank 1"),
                         ("opset6_convtranspose_w_rank1_segv.onnx", "rank 1"),
                         ("cast_const_to_type42_abort.onnx", "42"),
-                        ("conv_rank1_heap_overflow_asan.onnx", "spatial dims")):
+                        ("conv_rank1_heap_overflow_asan.onnx", "spatial dims"),
+                        ("float16_scalar_loss_abort.onnx", "float16")):
             cases.append((f, [os.path.join(reg, f), "--plan-only", "--out", self.out()], (f, node), 2))
         m("conv_zero_kernel.onnx", conv("conv_k", kernel_shape=[0, 0]), "conv_k", inputs=img,
           inits=[init("W", np.zeros((4, 1, 0, 0), np.float32))])
@@ -576,6 +577,10 @@ class MalformedInputTest(unittest.TestCase):
                "inflates past the 528 bytes its IDX header promises")
         gz_idx("idx_gz_header_past_memory", struct.pack(">HBBIII", 0, 8, 3, 65536, 65536, 65536), 1 << 20,
                "promise 281474976710656 bytes of data, more than the")
+        # 64 MiB promised by ~100 bytes of gzip (deflate inflates at most 1032:1): refused before the
+        # 64 MiB buffer is reserved (fuzz_data: a 109-byte file made it reserve 6.9 GB).
+        gz_idx("idx_gz_promise_past_deflate", struct.pack(">HBBIII", 0, 8, 3, 64, 1024, 1024), 1 << 10,
+               "bytes of gzip data can inflate to")
         cifar = self.path("data", "cifar-10-batches-bin", "data_batch_1.bin")
         with open(cifar, "wb") as f:
             f.write(b"\x01" * 3000)
