@@ -12,14 +12,17 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
       o->layernorm = false;
       o->attention = false;
       o->gelu = false;
+      o->dropout = false;
     } else if (n == "layernorm") {
       o->layernorm = false;
     } else if (n == "attention") {
       o->attention = false;
     } else if (n == "gelu") {
       o->gelu = false;
+    } else if (n == "dropout") {
+      o->dropout = false;
     } else {
-      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, gelu, all)");
+      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, gelu, dropout, all)");
     }
   }
   return Status::ok();
@@ -36,10 +39,12 @@ FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   };
   const std::set<const Value*> before = read_constants();
   FuseReport r;
+  // First: an identity Dropout between two ops would hide a pattern of the others.
+  if (o.dropout) r.dropout = remove_identity_dropouts(g);
   if (o.layernorm) r.layernorm = fuse_layernorm(g);
   if (o.attention) r.attention = fuse_attention(g);
   if (o.gelu) r.gelu = fuse_gelu(g);
-  r.rewrites = r.layernorm + r.attention + r.gelu;
+  r.rewrites = r.layernorm + r.attention + r.gelu + r.dropout;
   r.absorbed_constants = static_cast<int>(before.size() - read_constants().size());
   return r;
 }

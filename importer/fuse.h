@@ -22,9 +22,12 @@ struct FuseOptions {
   // Div sqrt 2 (or Mul 1/sqrt 2), Erf, Add 1, Mul x, Mul 0.5 (GELU as exporters spell it below
   // opset 20) -> Gelu (importer/fuse_gelu.cpp).
   bool gelu = true;
+  // Dropout with ratio 0, or not in training mode (an identity) -> removed, its readers reading its
+  // input (importer/fuse_dropout.cpp).
+  bool dropout = true;
 };
 
-// Turns off the passes named (--no-fusion: "layernorm", "attention", "gelu", or "all"); an unknown name is refused,
+// Turns off the passes named (--no-fusion: "layernorm", "attention", "gelu", "dropout", or "all"); an unknown name is refused,
 // naming the flag and the known passes.
 Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 
@@ -51,6 +54,10 @@ int fuse_attention(Graph& g);
 // intermediates read by the pattern only, float32) into one Gelu node; returns how many.
 int fuse_gelu(Graph& g);
 
+// Removes every Dropout that is an identity (ratio 0, or training mode off) whose output is not a
+// graph output and whose mask nothing reads; its readers read its input. Returns how many.
+int remove_identity_dropouts(Graph& g);
+
 // Internal ops a fusion pass makes: a model that uses one itself is refused at import.
 bool is_fusion_op(const std::string& op);
 
@@ -59,6 +66,7 @@ struct FuseReport {
   int layernorm = 0;  // of which LayerNorms
   int attention = 0;  // of which attentions
   int gelu = 0;       // of which GELUs
+  int dropout = 0;    // of which identity Dropouts removed
   // Float initializers only the fused subgraphs read (exponents, epsilons, now attributes): still
   // constants of the model (export keeps them), no longer read by the graph.
   int absorbed_constants = 0;

@@ -158,6 +158,17 @@ Expected<std::map<Value*, Value*>> build_gradients(Graph& g, const std::vector<s
       grad[v] = d;
       return;
     }
+    // A slice's gradient (SliceGrad: zeros with dY in the slice) added to the gradient so far: the
+    // SliceGrad starts from that gradient instead of zeros (no Add, no zero fill). Typical: the Q, K and
+    // V slices of one packed projection.
+    Node* sg = d->producer;
+    if (sg && sg->op_type == "SliceGrad" && sg->domain == "pipetrain" && sg->inputs.size() == 1 && d->consumers.empty() &&
+        it->second->dims == d->dims && it->second->dtype == d->dtype) {
+      sg->inputs.push_back(it->second);
+      it->second->consumers.push_back(sg);
+      it->second = d;
+      return;
+    }
     Value* sum = g.add_value(v->name + "_grad/sum", d->dtype, v->dims, ValueKind::kActivation);
     Node* add = g.add_node("Add", v->name + "_grad/accumulate_" + std::to_string(sum->id), {it->second, d}, {sum}, {}, Phase::kBackward);
     add->forward = fwd_node;

@@ -36,7 +36,7 @@ void predict_adam_loop(T* out, const T* w, const T* m, const T* v, int64_t n, do
                        double lr, const AdamPredict& h) {
   const T a = static_cast<T>(s * c.step_size), bc2s = static_cast<T>(c.bc2_sqrt), eps = static_cast<T>(h.eps);
   const T d = static_cast<T>(s * lr * h.decoupled_wd);
-#pragma omp parallel for simd if (n > 32768)
+#pragma omp parallel for simd if (parallel: n > 32768)
   for (int64_t i = 0; i < n; ++i) out[i] = w[i] - a * m[i] / (std::sqrt(v[i]) / bc2s + eps) - d * w[i];
 }
 

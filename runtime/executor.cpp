@@ -15,13 +15,49 @@
 
 namespace pt {
 
+namespace {
+
+std::atomic<int>& reshape_alias_slot() {  // -1: not read yet, 0 off, 1 on
+  static std::atomic<int> v{-1};
+  return v;
+}
+
+}  // namespace
+
+Expected<bool> reshape_alias_from_env() {
+  const char* e = std::getenv("PIPETRAIN_RESHAPE_ALIAS");
+  if (!e || !*e || std::strcmp(e, "on") == 0) return true;
+  if (std::strcmp(e, "off") == 0) return false;
+  return invalid_input(std::string("PIPETRAIN_RESHAPE_ALIAS=") + e + ": not one of on, off");
+}
+
+bool reshape_alias_enabled() {
+  std::atomic<int>& slot = reshape_alias_slot();
+  int v = slot.load();
+  if (v < 0) {
+    Expected<bool> e = reshape_alias_from_env();
+    PT_CHECK(e.has_value()) << e.status().message();
+    v = *e ? 1 : 0;
+    slot.store(v);
+  }
+  return v == 1;
+}
+
+void set_reshape_alias(bool on) { reshape_alias_slot().store(on ? 1 : 0); }
+
+bool is_copy_op(const std::string& op_type) {
+  return op_type == "Identity" || op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" ||
+         op_type == "Unsqueeze";
+}
+
 MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep,
-                       bool outside_reads) {
+                       bool outside_reads, bool alias) {
   MemoryPlan p;
   const size_t nv = g.values().size();
   p.offset.assign(nv, MemoryPlan::kOwn);
   p.first.assign(nv, -1);
   p.last.assign(nv, -1);
+  p.alias_of.assign(nv, -1);
   std::vector<int> pos(g.nodes().size() + 1, -1);  // [node id]: position in `nodes`
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (static_cast<size_t>(nodes[i]->id) >= pos.size()) pos.resize(nodes[i]->id + 1, -1);
@@ -53,20 +89,44 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, co
     p.last[v->id] = last;
     cand.push_back(v);
   }
-  // Greedy by size (largest first): each value takes the lowest offset that overlaps no placed
-  // value whose lifetime overlaps its own.
+  // Aliases: the output of a copy joins the group of its input when both are planned and of one
+  // size. Nodes in list order, so a group's root (the member that is no alias) comes first.
+  std::vector<int> root(nv, -1);  // [value id]: the group's root (planned values)
+  for (const Value* v : cand) root[v->id] = v->id;
+  if (alias)
+    for (const Node* n : nodes) {
+      if (!is_copy_op(n->op_type) || n->inputs.empty() || n->outputs.empty()) continue;
+      const Value* x = n->inputs[0];
+      const Value* y = n->outputs[0];
+      if (!x || !y || p.first[x->id] < 0 || p.first[y->id] < 0 || x->bytes() != y->bytes()) continue;
+      if (y->producer != n || root[y->id] != y->id) continue;
+      p.alias_of[y->id] = x->id;
+      root[y->id] = root[x->id];
+    }
+  // A group's lifetime: the union of its members' (held at the root while placing).
+  std::vector<int> gfirst(p.first), glast(p.last);
+  for (const Value* v : cand) {
+    const int r = root[v->id];
+    gfirst[r] = std::min(gfirst[r], p.first[v->id]);
+    glast[r] = std::max(glast[r], p.last[v->id]);
+  }
+  // Greedy by size (largest first): each group takes the lowest offset that overlaps no placed
+  // group whose lifetime overlaps its own.
   auto rounded = [](size_t b) { return (b + kPlanAlignment - 1) / kPlanAlignment * kPlanAlignment; };
-  std::sort(cand.begin(), cand.end(), [&](const Value* a, const Value* b) {
+  std::vector<const Value*> roots;
+  for (const Value* v : cand)
+    if (root[v->id] == v->id) roots.push_back(v);
+  std::sort(roots.begin(), roots.end(), [&](const Value* a, const Value* b) {
     if (a->bytes() != b->bytes()) return a->bytes() > b->bytes();
-    return p.first[a->id] < p.first[b->id];
+    return gfirst[a->id] < gfirst[b->id];
   });
   std::vector<const Value*> placed;
-  std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of live-overlapping placed values
-  for (const Value* v : cand) {
+  std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of live-overlapping placed groups
+  for (const Value* v : roots) {
     const size_t need = rounded(v->bytes());
     busy.clear();
     for (const Value* o : placed)
-      if (p.first[o->id] <= p.last[v->id] && p.first[v->id] <= p.last[o->id])
+      if (gfirst[o->id] <= glast[v->id] && gfirst[v->id] <= glast[o->id])
         busy.emplace_back(static_cast<size_t>(p.offset[o->id]), static_cast<size_t>(p.offset[o->id]) + rounded(o->bytes()));
     std::sort(busy.begin(), busy.end());
     size_t at = 0;
@@ -77,8 +137,15 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, co
     p.offset[v->id] = static_cast<int64_t>(at);
     p.arena_bytes = std::max(p.arena_bytes, at + need);
     p.planned_bytes += need;
-    ++p.planned_values;
     placed.push_back(v);
+  }
+  for (const Value* v : cand) {
+    p.offset[v->id] = p.offset[root[v->id]];
+    ++p.planned_values;
+    if (root[v->id] != v->id) {
+      ++p.aliased_values;
+      p.aliased_bytes += rounded(v->bytes());
+    }
   }
   return p;
 }
@@ -112,6 +179,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
     ex->plan_.offset.assign(g.values().size(), MemoryPlan::kOwn);
     ex->plan_.first.assign(g.values().size(), -1);
     ex->plan_.last.assign(g.values().size(), -1);
+    ex->plan_.alias_of.assign(g.values().size(), -1);
   }
   // An arena that cannot be had is named by its largest value.
   auto arena_what = [&]() {
@@ -181,6 +249,12 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
     for (Value* v : n->inputs) s.inputs.push_back(v ? ex->view(v) : TensorView{});
     for (Value* v : n->outputs) s.outputs.push_back(v ? ex->view(v) : TensorView{});
     while (!s.outputs.empty() && !s.outputs.back().data) s.outputs.pop_back();  // unused optional outputs
+    if (!n->outputs.empty() && ex->plan_.aliased(n->outputs[0])) {
+      PT_CHECK(n->outputs[0]->producer == n && ex->plan_.alias_of[n->outputs[0]->id] == n->inputs.at(0)->id &&
+               s.inputs[0].data == s.outputs[0].data)
+          << n->describe() << ": an alias must share its input's bytes";
+      s.alias = true;
+    }
     ex->steps_.push_back(std::move(s));
   }
   return ex;
@@ -355,7 +429,7 @@ Status Executor::call(Step& s) {
 Status Executor::run(const std::function<bool(Phase)>& filter) {
   if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
   for (Step& s : steps_) {
-    if (filter && !filter(s.node->phase)) continue;
+    if (s.alias || (filter && !filter(s.node->phase))) continue;  // an alias: its bytes are its input's
     Status st = call(s);
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
   }
@@ -367,6 +441,7 @@ Status Executor::run_timed(std::vector<double>* seconds) {
   if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
   RETURN_IF_ERROR(device_->synchronize(stream_));
   for (Step& s : steps_) {
+    if (s.alias) continue;  // not run (see run)
     const auto t0 = clock::now();
     Status st = call(s);
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");

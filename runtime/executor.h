@@ -37,18 +37,47 @@ namespace pt {
 // state), or one of the caller's `keep` values. Its lifetime is [position of its producer,
 // position of its last consumer] in the list, both ends included, so a node's output never shares
 // storage with its inputs. Two planned values whose lifetimes overlap never overlap in the arena.
+//
+// The one exception, aliases: a pure byte copy (Identity, Reshape, Flatten, Squeeze, Unsqueeze)
+// whose data input x and output y are both planned and of the same byte size makes y an alias of
+// x (alias_of[y] = x): the same offset, and the executor does not run the node. Aliases chain and
+// branch (x -> y -> z, x -> y1 and x -> y2): such a group is placed once, as one value whose
+// lifetime is the union of its members' and whose size is theirs. Sharing is safe because the
+// group's bytes are written once, by the producer of its root (the member that is no alias), and
+// only read afterwards (only update nodes write inputs in place, and they write weights and state,
+// which are never planned). A value that is not planned never aliases: its node copies.
+// PIPETRAIN_RESHAPE_ALIAS=off (reshape_alias_enabled()) plans without aliases.
+//
+// Counts: planned_values counts every planned value, aliases included (they live in the arena);
+// planned_bytes counts each group's bytes once (an alias takes no bytes of its own); the bytes the
+// aliases would take as values of their own are aliased_bytes, so that planned_bytes +
+// aliased_bytes is what the same plan without aliases would report as planned_bytes.
 struct MemoryPlan {
   static constexpr int64_t kOwn = -1;
   std::vector<int64_t> offset;  // [value id]: byte offset into the arena, or kOwn (own buffer)
   std::vector<int> first, last;  // [value id]: lifetime in list positions (planned values only)
+  std::vector<int> alias_of;     // [value id]: id of the value an alias shares bytes with, or -1
   size_t arena_bytes = 0;       // the planned peak: size of the shared arena
-  size_t planned_bytes = 0;     // what the planned values would take without sharing
-  size_t planned_values = 0;
+  size_t planned_bytes = 0;     // what the planned values would take without sharing (aliases: 0)
+  size_t planned_values = 0;    // planned values, aliases included
+  size_t aliased_values = 0;    // aliases: their nodes do not run
+  size_t aliased_bytes = 0;     // what the aliases would take as values of their own
 
   bool planned(const Value* v) const {
     return v && static_cast<size_t>(v->id) < offset.size() && offset[v->id] != kOwn;
   }
+  // True when v is an alias (its producer is a copy the executor skips).
+  bool aliased(const Value* v) const {
+    return v && static_cast<size_t>(v->id) < alias_of.size() && alias_of[v->id] >= 0;
+  }
 };
+
+// Whether plans make aliases: PIPETRAIN_RESHAPE_ALIAS=on (or unset, empty) or off, read at first
+// use; set_reshape_alias overrides it for the rest of the process (tests, A/B runs).
+bool reshape_alias_enabled();
+void set_reshape_alias(bool on);
+// The value of PIPETRAIN_RESHAPE_ALIAS; invalid_input naming the variable for another value.
+Expected<bool> reshape_alias_from_env();
 
 // Offsets are multiples of kPlanAlignment (bytes), the arena's alignment.
 constexpr size_t kPlanAlignment = 64;
@@ -57,8 +86,11 @@ constexpr size_t kPlanAlignment = 64;
 // runs (values saved for a later backward pass, sent to another stage, read after the step).
 // `outside_reads` false: nodes outside the list never run while this list does (an evaluator of
 // the forward nodes), so a value read only by them is planned like any other.
+// `alias`: make aliases of copies (see MemoryPlan).
 MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep,
-                       bool outside_reads = true);
+                       bool outside_reads = true, bool alias = reshape_alias_enabled());
+// True for the ops whose kernel is a byte copy of input 0 into output 0 (the alias candidates).
+bool is_copy_op(const std::string& op_type);
 
 struct ExecutorOptions {
   bool plan_memory = false;         // share storage between values with disjoint lifetimes
@@ -130,9 +162,11 @@ class Executor {
   // The cache (nullptr until a run used it).
   const WeightCache* weight_cache() const { return weight_cache_.get(); }
 
-  // Runs the prepared nodes whose phase passes `filter` (all when null), in order.
+  // Runs the prepared nodes whose phase passes `filter` (all when null), in order. Aliases' nodes
+  // (MemoryPlan::alias_of) never run: their output is their input's bytes.
   Status run(const std::function<bool(Phase)>& filter = nullptr);
-  // Runs every prepared node once, adding each node's wall time (seconds) to seconds[node->id].
+  // Runs every prepared node once (aliases' nodes not), adding each node's wall time (seconds) to
+  // seconds[node->id].
   Status run_timed(std::vector<double>* seconds);
   size_t node_count() const { return steps_.size(); }
   // The memory plan (all values kOwn when created without one).
@@ -155,6 +189,7 @@ class Executor {
     std::vector<TensorView> inputs;
     std::vector<TensorView> outputs;
     std::vector<uint64_t> versions;  // of the inputs, filled before each call with the cache on
+    bool alias = false;              // the output aliases the input under the plan: not run
   };
   Executor() = default;
   Status allocate_value(const Value* v);  // the value's own storage (not planned)

@@ -362,6 +362,13 @@ std::vector<int64_t> PipelineTrainer::stage_allocated_bytes() const {
   return out;
 }
 
+std::vector<const MemoryPlan*> PipelineTrainer::stage_memory_plans() const {
+  std::vector<const MemoryPlan*> out(impl_->stages.size(), nullptr);
+  for (auto& st : impl_->stages)
+    if (impl_->local(st->index)) out[st->index] = &st->ex->plan();
+  return out;
+}
+
 Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
   const std::vector<PassRecord> all = trace();

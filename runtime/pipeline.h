@@ -110,6 +110,8 @@ class PipelineTrainer {
   // executor's buffers and arena, its master, saved-activation and stashed copies; stage 0 also
   // holds the evaluator.
   std::vector<int64_t> stage_allocated_bytes() const;
+  // Each stage's memory plan ([stage]; nullptr for a stage of another rank).
+  std::vector<const MemoryPlan*> stage_memory_plans() const;
   // The links this process wired between its stages, as the stages hold them: kind "activations"
   // (from -> to), "gradients" (from -> to, upstream) or "weights" (owner -> reader; backward: for
   // the reader's backward passes), with the names of the values each carries in link order. Tests

@@ -21,6 +21,7 @@
 
 #include "importer/training.h"
 #include "kernels/weight_cache.h"
+#include "runtime/executor.h"
 #include "tools/mpi_job.h"
 #include "tools/omp_env.h"
 #include "tools/run_training.h"
@@ -237,7 +238,7 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
       ->check(finite())->check(CLI::NonNegativeNumber);
   add_choice(app, "--loss", &o.loss, {{"auto", pt::LossKind::kAuto}, {"cross-entropy", pt::LossKind::kCrossEntropy}, {"mse", pt::LossKind::kMse}}, "auto | cross-entropy | mse");
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
-  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, attention, gelu, or all")
+  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, attention, gelu, dropout, or all")
       ->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->check(integer(false))->capture_default_str();
   app.add_option("--out", o.local.out, "run folder (default ./runs/<model stem>)");
@@ -334,6 +335,7 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   if (!job.leads_run()) o.local.quiet = true;  // rank 0 prints progress and reports
   if (pt::Status st = set_lose_rank(&o, job); !st.is_ok()) return job.fail(st);
   if (auto wc = pt::weight_cache_policy_from_env(); !wc) return job.fail(wc.status());
+  if (auto ra = pt::reshape_alias_from_env(); !ra) return job.fail(ra.status());
   try {
     const int rc = pt::run_training(o, job);
     if (const char* e = std::getenv("PIPETRAIN_WEIGHT_CACHE_STATS"); e && *e && std::string(e) != "0") {

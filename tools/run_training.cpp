@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "importer/fuse.h"
 #include "importer/importer.h"
@@ -186,7 +188,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
              (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
   if (m.fused.rewrites > 0)  // the node count above is the fused graph's
     say(o, "fusions: " + std::to_string(m.fused.layernorm) + " LayerNorm, " + std::to_string(m.fused.attention) +
-               " attention, " + std::to_string(m.fused.gelu) + " GELU (--no-fusion layernorm,attention,gelu turns them off)");
+               " attention, " + std::to_string(m.fused.gelu) + " GELU, " + std::to_string(m.fused.dropout) +
+               " identity Dropout removed (--no-fusion layernorm,attention,gelu,dropout turns them off)");
 
   // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
   // nothing to learn from (and would divide by zero in the epoch arithmetic).
@@ -364,6 +367,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   }
   std::map<std::string, HostTensor> trained_values;
   std::unique_ptr<PipelineTrainer> pipeline;
+  // [stage]: the memory plan's aliases (copies not run) and the bytes they would take.
+  std::vector<std::pair<size_t, size_t>> aliased;
   Expected<TrainResult> result = internal_error("not trained");
   if (o.gpus == 1 && !gpipe && o.replicas == 1) {
     auto dev = open_device(device, use_cuda ? job.local_gpu(gpus_here) : 0);
@@ -387,6 +392,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
       s0.measured_bwd_ms = result->bwd_ms;
     }
     planned->plan.stages[0].measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
+    const MemoryPlan& mp = (*trainer)->executor().plan();
+    aliased = {{mp.aliased_values, mp.aliased_bytes}};
   } else {
     PipelineOptions po;
     po.schedule = gpipe ? Schedule::kGPipe : Schedule::k1F1B;
@@ -450,6 +457,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     const std::vector<int64_t> held = (*pipe)->stage_allocated_bytes();
     for (size_t k = 0; k < held.size() && k < planned->plan.stages.size(); ++k)
       planned->plan.stages[k].measured_memory_bytes = held[k];
+    for (const MemoryPlan* mp : (*pipe)->stage_memory_plans())
+      aliased.push_back(mp ? std::pair<size_t, size_t>{mp->aliased_values, mp->aliased_bytes} : std::pair<size_t, size_t>{0, 0});
     pipeline = std::move(*pipe);
   }
   {
@@ -464,8 +473,11 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     for (const StagePlan& st : p.stages) {
       stages_planned += st.memory_bytes;
       if (st.measured_memory_bytes < 0) continue;
-      std::snprintf(b, sizeof b, "memory: stage %d peak %.1f MB, planned %.1f MB", st.index,
-                    static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6);
+      const size_t k = static_cast<size_t>(st.index);
+      const auto [copies, copy_bytes] = k < aliased.size() ? aliased[k] : std::pair<size_t, size_t>{0, 0};
+      std::snprintf(b, sizeof b, "memory: stage %d peak %.1f MB, planned %.1f MB; %zu copies aliased (%.1f MB)", st.index,
+                    static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6,
+                    copies, static_cast<double>(copy_bytes) / 1e6);
       say(o, b);
     }
     // Replicas in this process hold a copy of every stage each (under MPI a rank holds one stage).

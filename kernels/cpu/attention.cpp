@@ -11,11 +11,13 @@
 // (kernels/cpu/gemm.cpp; the pthread build of OpenBLAS 0.3.21 may be called from several threads).
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention_geometry.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/vmath.h"
 
 namespace pt::cpu {
@@ -37,6 +39,19 @@ void apply_mask(const AttentionGeometry& g, const void* mask, int64_t moff, int6
     for (int64_t j = 0; j < g.s; ++j)
       if (m[j * g.mask_col_stride]) row[j] = fill;
   }
+}
+
+// C = alpha * op(A) @ op(B), C overwritten: one head's product.
+template <typename T>
+void head_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+               int64_t ldb, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (small_sgemm_fits(m, n, k)) {
+      small_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+      return;
+    }
+  }
+  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, T(0), c, ldc);
 }
 
 // Whether score (i, j) of the head at mask offset moff was replaced by the fill (carries no gradient).
@@ -74,8 +89,8 @@ Status fused_attention(const KernelCall& call) {
     for (int64_t h = 0; h < g.heads; ++h) {
       const int64_t moff = pm ? g.mask_offset(h) : 0;
       if (g.dk > 0)
-        blas_gemm(false, false, g.t, g.s, g.dk, static_cast<T>(g.scale), pq + h * g.t * g.dk, g.dk, pk + h * g.dk * g.s, g.s,
-                  T(0), sc.data(), g.s);
+        head_gemm(false, false, g.t, g.s, g.dk, static_cast<T>(g.scale), pq + h * g.t * g.dk, g.dk, pk + h * g.dk * g.s, g.s,
+                  sc.data(), g.s);
       else
         std::fill(sc.begin(), sc.end(), T(0));
       for (int64_t i = 0; i < g.t; ++i) {
@@ -98,7 +113,7 @@ Status fused_attention(const KernelCall& call) {
         for (int64_t j = 0; j < g.s; ++j) row[j] *= inv;
         if (pl) pl[h * g.t + i] = inv;
       }
-      blas_gemm(false, false, g.t, g.dv, g.s, T(1), sc.data(), g.s, pv + h * g.s * g.dv, g.dv, T(0), py + h * g.t * g.dv, g.dv);
+      head_gemm(false, false, g.t, g.dv, g.s, T(1), sc.data(), g.s, pv + h * g.s * g.dv, g.dv, py + h * g.t * g.dv, g.dv);
     }
   }
   return Status::ok();
@@ -147,7 +162,7 @@ Status fused_attention_grad(const KernelCall& call) {
       const T* dyh = pdy + h * g.t * g.dv;
       const int64_t moff = pm ? g.mask_offset(h) : 0;
       if (g.dk > 0)
-        blas_gemm(false, false, g.t, g.s, g.dk, scale, qh, g.dk, kh, g.s, T(0), p.data(), g.s);
+        head_gemm(false, false, g.t, g.s, g.dk, scale, qh, g.dk, kh, g.s, p.data(), g.s);
       else
         std::fill(p.begin(), p.end(), T(0));
       for (int64_t i = 0; i < g.t; ++i) {
@@ -161,11 +176,11 @@ Status fused_attention_grad(const KernelCall& call) {
         else
           for (int64_t j = 0; j < g.s; ++j) row[j] = std::exp(row[j] - mx) * inv;
       }
-      if (pdv) blas_gemm(true, false, g.s, g.dv, g.t, T(1), p.data(), g.s, dyh, g.dv, T(0), pdv + h * g.s * g.dv, g.dv);
+      if (pdv) head_gemm(true, false, g.s, g.dv, g.t, T(1), p.data(), g.s, dyh, g.dv, pdv + h * g.s * g.dv, g.dv);
       if (!pdq && !pdk) continue;
       // dP = dY @ V^T; dS = P * (dP - rowsum(P * dP)), zero where the mask replaced the score.
       if (g.dv > 0)
-        blas_gemm(false, true, g.t, g.s, g.dv, T(1), dyh, g.dv, vh, g.dv, T(0), ds.data(), g.s);
+        head_gemm(false, true, g.t, g.s, g.dv, T(1), dyh, g.dv, vh, g.dv, ds.data(), g.s);
       else
         std::fill(ds.begin(), ds.end(), T(0));
       for (int64_t i = 0; i < g.t; ++i) {
@@ -177,13 +192,13 @@ Status fused_attention_grad(const KernelCall& call) {
       }
       if (pdq) {
         if (g.s > 0)
-          blas_gemm(false, true, g.t, g.dk, g.s, scale, ds.data(), g.s, kh, g.s, T(0), pdq + h * g.t * g.dk, g.dk);
+          head_gemm(false, true, g.t, g.dk, g.s, scale, ds.data(), g.s, kh, g.s, pdq + h * g.t * g.dk, g.dk);
         else
           std::fill(pdq + h * g.t * g.dk, pdq + (h + 1) * g.t * g.dk, T(0));
       }
       if (pdk) {
         if (g.t > 0)
-          blas_gemm(true, false, g.dk, g.s, g.t, scale, qh, g.dk, ds.data(), g.s, T(0), pdk + h * g.dk * g.s, g.s);
+          head_gemm(true, false, g.dk, g.s, g.t, scale, qh, g.dk, ds.data(), g.s, pdk + h * g.dk * g.s, g.s);
         else
           std::fill(pdk + h * g.dk * g.s, pdk + (h + 1) * g.dk * g.s, T(0));
       }

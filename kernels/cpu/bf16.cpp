@@ -15,12 +15,12 @@
 namespace pt::cpu {
 
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 

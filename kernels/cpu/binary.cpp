@@ -47,15 +47,15 @@ Status binary(const KernelCall& call, const char* op, F f) {
   if (n == 0) return Status::ok();
 
   if (a.dims == b.dims) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) py[i] = f(pa[i], pb[i]);
   } else if (b.size() == 1 && a.size() == n) {
     const T bv = *pb;
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) py[i] = f(pa[i], bv);
   } else if (a.size() == 1 && b.size() == n) {
     const T av = *pa;
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) py[i] = f(av, pb[i]);
   } else {
     const StridedLoop<2> loop(bd, {broadcast_strides(a.dims, bd), broadcast_strides(b.dims, bd)});

@@ -173,12 +173,16 @@ void grad_weight_few_rows(const ConvShape& cs, const float* x, const float* dy, 
   const int64_t rows = w.c * w.k_size(), out = w.out_size(), in = w.in_size(), m = cs.m;
   const bool par = w.n > 1 && w.n * rows * out > kParallelThreshold;
   const int threads = par ? std::max(1, omp_get_max_threads()) : 1;
-  std::vector<float> part(static_cast<size_t>(threads * m * rows), 0.0f);
+  // Both buffers grow to the largest size seen, per thread (no allocation per step once warm).
+  thread_local std::vector<float> part;
+  part.assign(static_cast<size_t>(threads * m * rows), 0.0f);
+  float* pp = part.data();
 #pragma omp parallel num_threads(threads) if (par)
   {
     const int t = omp_get_thread_num();
-    float* acc = part.data() + static_cast<size_t>(t) * m * rows;  // (M, C*K)
-    std::vector<float> col(static_cast<size_t>(rows * out));
+    float* acc = pp + static_cast<size_t>(t) * m * rows;  // (M, C*K)
+    thread_local std::vector<float> col;
+    if (col.size() < static_cast<size_t>(rows * out)) col.resize(static_cast<size_t>(rows * out));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < w.n; ++n) {
       const float* xn = x + n * w.c * in;

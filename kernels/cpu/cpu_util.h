@@ -44,7 +44,7 @@ Status map_unary(const KernelCall& call, const char* op, F f) {
   const T* px = x.as<T>();  // (n)
   T* py = y.as<T>();        // (n)
   const int64_t n = x.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
   return Status::ok();
 }
@@ -63,7 +63,7 @@ Status map_grad(const KernelCall& call, const char* op, F f) {
   const T* pz = z.as<T>();    // (n)
   T* pdx = dx.as<T>();        // (n)
   const int64_t n = dy.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], pz[i]);
   return Status::ok();
 }

@@ -68,7 +68,7 @@ static Status relu_grad_bf16_mask(const KernelCall& call) {
   const uint16_t* py = static_cast<const uint16_t*>(y.data);
   float* pdx = dx.as<float>();
   const int64_t n = dy.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) pdx[i] = static_cast<uint16_t>(py[i] - 1u) < 0x7F80u ? pdy[i] : 0.0f;
   return Status::ok();
 }

@@ -54,7 +54,7 @@ Status check_blas_size(const char* op, std::initializer_list<int64_t> sizes) {
 
 template <typename T>
 void fill(T* p, int64_t n, T v) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) p[i] = v;
 }
 

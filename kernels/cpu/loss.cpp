@@ -191,7 +191,7 @@ Status mse_loss(const KernelCall& call) {
   const T* pt = target.as<T>();
   const int64_t n = pred.size();
   double s = 0;
-#pragma omp parallel for simd reduction(+ : s) if (n > kParallelThreshold)
+#pragma omp parallel for simd reduction(+ : s) if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) {
     const double e = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
     s += e * e;
@@ -221,7 +221,7 @@ Status mse_loss_grad(const KernelCall& call) {
   const T* pp = pred.as<T>();
   const T* pt = target.as<T>();
   T* pd = dp.as<T>();
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) pd[i] = k * (pp[i] - pt[i]);
   return Status::ok();
 }

@@ -42,7 +42,7 @@ Status sgd_momentum(const KernelCall& call) {
   T* pv = v.as<T>();
   const int64_t n = w.size();
   const T one_m = T(1) - gamma;
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) {
     const T gi = pg[i] + wd * pw[i];
     const T vi = gamma * pv[i] + one_m * gi;
@@ -93,14 +93,14 @@ Status sgd(const KernelCall& call) {
   // Without momentum torch keeps no buffer; B then holds the step's direction d_p (what SpecTrain
   // predicts with). With nesterov D holds the direction d_p + momentum*buf.
   if (mom == T(0)) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) {
       const T d = pg[i] + wd * pw[i];
       pb[i] = d;
       pw[i] = pw[i] - rate * d;
     }
   } else if (pd) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) {
       const T d = pg[i] + wd * pw[i];
       const T bi = first ? d : pb[i] * mom + damp1 * d;
@@ -110,7 +110,7 @@ Status sgd(const KernelCall& call) {
       pw[i] = pw[i] - rate * dir;
     }
   } else {
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) {
       const T d = pg[i] + wd * pw[i];
       const T bi = first ? d : pb[i] * mom + damp1 * d;
@@ -151,7 +151,7 @@ Status adam(const KernelCall& call) {
   T* pm = m.as<T>();
   T* pv = v.as<T>();
   const int64_t n = w.size();
-#pragma omp parallel for simd if (n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) {
     const T wi = decoupled ? pw[i] * decay : pw[i];
     const T gi = pg[i] + wd * wi;

@@ -33,7 +33,7 @@ Status reduce_sum_to_shape(const KernelCall& call) {
   }
   if (m == 1) {
     double s = 0;
-#pragma omp parallel for simd reduction(+ : s) if (par)
+#pragma omp parallel for simd reduction(+ : s) if (parallel: par)
     for (int64_t i = 0; i < n; ++i) s += px[i];
     py[0] = static_cast<T>(s);
     return Status::ok();

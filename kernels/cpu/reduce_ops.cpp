@@ -116,7 +116,7 @@ Status variadic(const KernelCall& call, const char* op, bool mean) {
     const T* px = x.as<T>();
     const bool first = count++ == 0;
     if (x.size() == n) {
-#pragma omp parallel for simd if (par)
+#pragma omp parallel for simd if (parallel: par)
       for (int64_t i = 0; i < n; ++i) py[i] = first ? px[i] : py[i] + px[i];
       continue;
     }
@@ -131,7 +131,7 @@ Status variadic(const KernelCall& call, const char* op, bool mean) {
   if (count == 0) return invalid_input(std::string(op) + ": no inputs");
   if (mean && count > 1) {
     const T s = T(1) / static_cast<T>(count);
-#pragma omp parallel for simd if (par)
+#pragma omp parallel for simd if (parallel: par)
     for (int64_t i = 0; i < n; ++i) py[i] *= s;
   }
   return Status::ok();

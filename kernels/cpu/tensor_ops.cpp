@@ -280,7 +280,9 @@ Status slice(const KernelCall& call) {
   return Status::ok();
 }
 
-// (dY) -> dX: zeros of the input's dims with dY written where the slice read.
+// (dY[, Acc]) -> dX: Acc (the gradient accumulated so far, the input's dims), or zeros, with dY added
+// where the slice read. The autodiff hands a second slice of the same tensor the first one's
+// gradient as Acc instead of adding two mostly-zero tensors (importer/training.cpp).
 template <typename T>
 Status slice_grad(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "SliceGrad", 1, 1));
@@ -289,16 +291,27 @@ Status slice_grad(const KernelCall& call) {
   int64_t base;
   Dims st;
   RETURN_IF_ERROR(slice_geometry("SliceGrad", dx.dims, dy.dims, call.attrs, &base, &st));
+  const bool acc = has_input(call, 1);
+  if (acc) RETURN_IF_ERROR(check_same_dims("SliceGrad", "the accumulated gradient", call.inputs[1].dims, dx.dims));
   const T* pdy = dy.as<T>();
   T* pdx = dx.as<T>();
-  std::fill(pdx, pdx + dx.size(), T(0));
+  if (acc) {
+    const T* pacc = call.inputs[1].as<T>();
+    std::copy(pacc, pacc + dx.size(), pdx);
+  } else {
+    std::fill(pdx, pdx + dx.size(), T(0));
+  }
   if (dy.size() == 0) return Status::ok();
   const StridedLoop<1> loop(dy.dims, {st});
   const int64_t inner = loop.inner(), si = loop.inner_stride(0);
   loop.for_each_row(dy.size() > kParallelThreshold, [&](int64_t row, const std::array<int64_t, 1>& o) {
     T* dst = pdx + base + o[0];
     const T* src = pdy + row * inner;
-    for (int64_t j = 0; j < inner; ++j) dst[j * si] = src[j];
+    if (acc) {
+      for (int64_t j = 0; j < inner; ++j) dst[j * si] += src[j];
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j * si] = src[j];
+    }
   });
   return Status::ok();
 }

@@ -12,6 +12,10 @@ upgraded, 18 and 21; with a padding mask computed from the tokens: torch's baddb
 GPT's hand-written causal attention (Mul on the scores, masked_fill's Where; also on 2 stages), a
 hand-written graph with Div on the scores and a constant additive mask, and near misses that must
 stay unfused (the scores read by another node, Dropout on the probabilities, a trainable mask).
+Identity Dropout: the Transformer encoder's six ratio-0 Dropouts (PyTorch's training-mode export of
+dropout=0.0) removed, bit-identical training; a hand-written chain with ratio 0 and training mode off
+(removed) and near misses that must stay (ratio 0.25, the mask read by another node, the Dropout's
+output a graph output).
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_fusions.py"""
 import csv
 import os
@@ -153,6 +157,8 @@ class FusionCase(unittest.TestCase):
         nodes = int(re.search(r"\), (\d+) nodes", so).group(1))
         fl = re.search(r"^fusions: (\d+) LayerNorm, (\d+) attention, (\d+) GELU", so, re.M)
         self.fusions = (int(fl.group(1)), int(fl.group(2)), int(fl.group(3))) if fl else (0, 0, 0)
+        dr = re.search(r"^fusions: .*, (\d+) identity Dropout removed", so, re.M)
+        self.dropouts = int(dr.group(1)) if dr else 0
         with open(os.path.join(out, "metrics.csv"), newline="") as f:
             losses = [float(r["loss"]) for r in csv.DictReader(f)]
         stem = os.path.splitext(os.path.basename(model))[0]
@@ -215,7 +221,7 @@ class LayerNormFusionTest(FusionCase):
     def test_unknown_pass_refused(self):
         rc, so, se = run(os.path.join(self.dir, "none.onnx"), "--no-fusion", "layernorm,attention,gelu,bias")
         self.assertEqual(rc, 2)
-        self.assertIn("--no-fusion: unknown pass 'bias' (known: layernorm, attention, gelu, all)", se)
+        self.assertIn("--no-fusion: unknown pass 'bias' (known: layernorm, attention, gelu, dropout, all)", se)
 
 
 def gelu_chain(path, sqrt2=float(np.sqrt(2.0)), mul_form=False, extra_reader=False):
@@ -353,6 +359,83 @@ class AttentionFusionTest(FusionCase):
                 unfused, _, _ = self.train(path, data, 8, variant + "".join(extra) + ".off", "--no-fusion", "all", *extra)
                 self.assertEqual(nodes, unfused)
                 self.assertTrue(np.isfinite(losses).all())
+
+
+def dropout_chain(path, ratio=0.0, training=True, mask_reader=False, output=False):
+    """x [N, 4, 8] -> MatMul W1 -> Dropout(ratio, training_mode) -> mean over tokens -> MatMul W -> logits
+    [N, 3]. mask_reader: the mask also feeds the loss path (Cast, Add); output: the Dropout's output is
+    a second graph output."""
+    rng = np.random.default_rng(13)
+    w = {"W1": 0.6 * rng.standard_normal((8, 8)), "b1": 0.2 * rng.standard_normal(8), "W": 0.4 * rng.standard_normal((8, 3))}
+    N = helper.make_node
+    nodes = [N("Constant", [], ["ratio"], value=numpy_helper.from_array(np.array(ratio, np.float32))),
+             N("Constant", [], ["train"], value=numpy_helper.from_array(np.array(training))),
+             N("MatMul", ["x", "W1"], ["h0"]), N("Add", ["h0", "b1"], ["h"]), N("Dropout", ["h", "ratio", "train"], ["d", "mask"])]
+    last = "d"
+    if mask_reader:
+        nodes += [N("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT), N("Add", ["d", "maskf"], ["d2"])]
+        last = "d2"
+    nodes += [N("ReduceMean", [last], ["pooled"], axes=[1], keepdims=0), N("MatMul", ["pooled", "W"], ["logits"])]
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])]
+    if output:
+        outs.append(helper.make_tensor_value_info("d", TensorProto.FLOAT, ["N", 4, 8]))
+    g = helper.make_graph(nodes, "dropout", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8])], outs,
+                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in w.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+class IdentityDropoutTest(FusionCase):
+    """A Dropout with ratio 0 or training mode off passes its input through: removed, 1 node fewer each."""
+
+    def removed(self, path, data, batch, count, *extra):
+        losses = self.compare(path, data, batch, count, *extra, pass_name="dropout", per_rewrite=1)
+        self.train(path, data, batch, "count", *extra)
+        self.assertEqual(self.dropouts, count, "identity Dropouts on the `fusions:` line")
+        return losses
+
+    def test_transformer_encoder_exported_by_pytorch(self):
+        path = os.path.join(self.dir, "transformer.dropout.onnx")
+        x, y = export_peer_model("transformer", path)
+        data = self.data("transformer.dropout", x[:8], y[:8], 2 * self.STEPS)
+        # The same bits, not only 1e-6: the Dropouts multiplied by 1 and passed dY through.
+        fused = self.removed(path, data, 8, 6)
+        _, plain, _ = self.train(path, data, 8, "plain", "--no-fusion", "dropout")
+        self.assertEqual(fused, plain)
+        self.removed(path, data, 8, 6, "--gpus", "2")
+
+    def test_hand_written_and_near_misses(self):
+        rng = np.random.default_rng(14)
+        x = rng.standard_normal((8, 4, 8)).astype(np.float32)
+        y = rng.integers(0, 3, 8).astype(np.int64)
+        data = self.data("dropout_chain", x, y, self.STEPS)
+        for tag, kw in (("ratio0", {}), ("eval", {"ratio": 0.5, "training": False})):
+            with self.subTest(removed=tag):
+                p = os.path.join(self.dir, f"dropout_{tag}.onnx")
+                dropout_chain(p, **kw)
+                self.removed(p, data, 8, 1)
+        for tag, kw in (("ratio", {"ratio": 0.25}), ("output", {"output": True})):
+            with self.subTest(kept=tag):
+                p = os.path.join(self.dir, f"dropout_{tag}.onnx")
+                dropout_chain(p, **kw)
+                nodes, losses, _ = self.train(p, data, 8, tag)
+                self.assertEqual(self.dropouts, 0, f"{tag}: must stay")
+                kept, _, _ = self.train(p, data, 8, tag + ".off", "--no-fusion", "dropout")
+                self.assertEqual(nodes, kept)
+                self.assertTrue(np.isfinite(losses).all())
+        # A model that reads the mask trains with the Dropout kept (and then has no inference form:
+        # exit 2 after training, at the export).
+        p = os.path.join(self.dir, "dropout_mask.onnx")
+        dropout_chain(p, mask_reader=True)
+        counts = []
+        for extra in ((), ("--no-fusion", "dropout")):
+            rc, so, se = run(p, "--data", data, "--steps", 2, "--batch-size", 8, "--out", os.path.join(self.dir, "mask"),
+                             "--overwrite", *extra)
+            self.assertEqual(rc, 2, se or so)
+            self.assertIn("reads 'mask', which only a training-mode node computes", se)
+            self.assertNotRegex(so, r"identity Dropout removed")
+            self.assertIn("step 2/2", so)
+            counts.append(int(re.search(r"\), (\d+) nodes", so).group(1)))
+        self.assertEqual(counts[0], counts[1])
 
 
 if __name__ == "__main__":

@@ -62,11 +62,15 @@ class RecomputeTest(unittest.TestCase):
         for mode in MODES:
             with self.subTest(mode=mode):
                 tag = name + "-" + "-".join(mode[1::2])
-                keep_dir = os.path.join(self.dir, tag + "-none")
-                keep = self.train(model, keep_dir, "--gpus", 3, *mode, *extra)
+                auto_dir = os.path.join(self.dir, tag + "-auto")
+                self.train(model, auto_dir, "--gpus", 3, *mode, *extra)
                 # The same split: under 1F1B the split decides which weights each layer sees, and
                 # the plan charges a recomputing stage its rerun forward, which may move the split.
-                balance = ",".join(str(len(s["nodes"])) for s in plan(keep_dir)["stages"])
+                # Both runs take the automatic plan's counts as --balance (in the graph's order; the
+                # automatic plan may have used another order, so the runs compared both pass it).
+                balance = ",".join(str(len(s["nodes"])) for s in plan(auto_dir)["stages"])
+                keep_dir = os.path.join(self.dir, tag + "-none")
+                keep = self.train(model, keep_dir, "--gpus", 3, *mode, "--balance", balance, *extra)
                 rec_dir = os.path.join(self.dir, tag + "-stage")
                 rec = self.train(model, rec_dir, "--gpus", 3, *mode, "--balance", balance, "--recompute", "stage",
                                  *extra)

@@ -277,6 +277,30 @@ TEST(GradCheckOps, Slice) {
     c.check({c.op1("Slice", ins)}, {x});
   }
   {
+    // Three slices of one tensor (overlapping) and a direct reader: the later slices' SliceGrads
+    // start from the gradient accumulated so far (importer/training.cpp), no Add between them.
+    SCOPED_TRACE(seed_trace(3811, "Slice three times, overlapping, plus a Tanh of the whole"));
+    GradCheck c(3811);
+    Value* x = c.value("x", {4, 6});
+    auto slice = [&](int64_t b, int64_t e, const std::string& tag) {
+      return c.op1("Slice", {x, c.ints("s" + tag, {1}, {b}, ValueKind::kConstant), c.ints("e" + tag, {1}, {e}, ValueKind::kConstant),
+                             c.ints("a" + tag, {1}, {1}, ValueKind::kConstant)});
+    };
+    Value* q = slice(0, 2, "q");
+    Value* k = slice(2, 4, "k");
+    Value* v = slice(1, 5, "v");
+    Value* t = c.op1("Tanh", {x});
+    c.check({q, k, v, t}, {x});
+    int slice_grads = 0, with_acc = 0;
+    for (const auto& n : c.graph().nodes())
+      if (n->op_type == "SliceGrad") {
+        ++slice_grads;
+        with_acc += n->inputs.size() == 2;
+      }
+    EXPECT_EQ(slice_grads, 3);
+    EXPECT_GE(with_acc, 2) << "the later slices' gradients accumulate in their SliceGrad";
+  }
+  {
     SCOPED_TRACE(seed_trace(3810, "Slice opset 9 attributes"));
     GradCheck c(3810);
     Value* x = c.value("x", {4, 3});

@@ -113,6 +113,10 @@ TYPED_TEST(AttentionTest, ForwardAndBackwardMatchReference) {
       {{3}, 6, 6, 4, 2, 2, {6, 6}, 0.25f},            // causal fill mask, shared by every head
       {{2}, 3, 4, 2, 3, 2, {2, 3, 4}, 1.0f},          // per-head fill mask with a fully masked row
       {{}, 7, 3, 5, 4, 1, {7, 3}, 2.0f},              // no batch dims
+      // Heads wide enough for the register-blocked products (small_gemm.h: 16-column blocks, their
+      // 4-row blocks and the remainders of both).
+      {{2, 2}, 21, 35, 18, 20, 2, {21, 35}, 0.25f},
+      {{3}, 32, 32, 16, 16, 0, {}, 0.25f},
   };
   uint32_t seed = 900;
   for (const AttnCase& c : cases) {

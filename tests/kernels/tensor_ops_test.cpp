@@ -98,6 +98,15 @@ TYPED_TEST(TensorOpsTest, SliceNegativeStepsAndGrad) {
   PT_ASSERT_OK(run_kernel("SliceGrad", dtype_of<T>(), {dy.view()}, {dx.view()}, at));
   EXPECT_TRUE(dx.guards_ok());
   EXPECT_NEAR(dot(y.values(), dy.values()), dot(x.values(), dx.values()), 1e-5);
+  // With the gradient so far as a second input: that gradient plus the same scatter, element by element.
+  auto acc = Buf<T>::from_doubles(xd, random_values(60, 5));
+  auto dx2 = Buf<T>::output(xd);
+  PT_ASSERT_OK(run_kernel("SliceGrad", dtype_of<T>(), {dy.view(), acc.view()}, {dx2.view()}, at));
+  std::vector<double> want(60);
+  for (int64_t i = 0; i < 60; ++i) want[i] = acc[i] + dx[i];
+  expect_close(dx2, want, "SliceGrad with an accumulated gradient");
+  auto bad = Buf<T>::from_doubles({4, 3, 4}, random_values(48, 6));
+  EXPECT_EQ(run_kernel("SliceGrad", dtype_of<T>(), {dy.view(), bad.view()}, {dx2.view()}, at).code(), StatusCode::kInvalidInput);
 }
 
 TYPED_TEST(TensorOpsTest, ExpandAndTile) {

@@ -1,9 +1,14 @@
-// The Executor's memory plan: no two values live at the same time share bytes, values the caller
-// keeps (and inputs, parameters, state, outputs) are never shared, and training with the plan is
-// bit for bit training without it (a small CNN with BatchNorm and a one-position Conv); the digits
-// MLP's training graph plans without aliases.
+// The Executor's memory plan: no two values live at the same time share bytes (but for the
+// aliases of copies, which share their input's), values the caller keeps (and inputs, parameters,
+// state, outputs) are never shared, and training with the plan is bit for bit training without it
+// (a small CNN with BatchNorm and a one-position Conv); the digits MLP's training graph plans
+// without overlaps. Aliases (Reshape, Flatten, Squeeze, Unsqueeze, Identity): chains, an input read
+// after its copy, a copy of a kept value (no alias), the executor skipping their nodes, and
+// training bit-identical with aliases on and off.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -19,8 +24,16 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-// Every pair of planned values whose lifetimes overlap occupies disjoint bytes; lifetimes cover
-// the producer and every consumer; kept values are not planned.
+// The root of v's alias group (v itself when v is no alias).
+int alias_root(const MemoryPlan& p, int id) {
+  while (p.alias_of[id] >= 0) id = p.alias_of[id];
+  return id;
+}
+
+// Every pair of planned values whose lifetimes overlap occupies disjoint bytes, unless both are in
+// one alias group (one's copy made the other: then they share the offset); lifetimes cover the
+// producer and every consumer; kept values are not planned; an alias is the output of a copy of a
+// planned value of its size.
 void expect_no_live_aliases(const Graph& g, const std::vector<const Node*>& nodes, const MemoryPlan& p,
                             const std::vector<const Value*>& keep) {
   std::vector<int> pos(g.nodes().size(), -1);
@@ -36,7 +49,19 @@ void expect_no_live_aliases(const Graph& g, const std::vector<const Node*>& node
     EXPECT_EQ(v->kind, ValueKind::kActivation) << v->name;
     EXPECT_EQ(p.offset[v->id] % static_cast<int64_t>(kPlanAlignment), 0) << v->name;
     EXPECT_LE(static_cast<size_t>(p.offset[v->id]) + v->bytes(), p.arena_bytes) << v->name;
+    if (p.aliased(v)) {
+      const Node* n = v->producer;
+      EXPECT_TRUE(is_copy_op(n->op_type)) << v->name << " made by " << n->op_type;
+      ASSERT_FALSE(n->inputs.empty()) << v->name;
+      EXPECT_EQ(p.alias_of[v->id], n->inputs[0]->id) << v->name;
+      EXPECT_TRUE(p.planned(n->inputs[0])) << v->name;
+      EXPECT_EQ(n->inputs[0]->bytes(), v->bytes()) << v->name;
+      EXPECT_EQ(p.offset[v->id], p.offset[n->inputs[0]->id]) << v->name;
+    }
   }
+  size_t aliases = 0;
+  for (const Value* v : planned) aliases += p.aliased(v);
+  EXPECT_EQ(aliases, p.aliased_values);
   for (const Value* k : keep) EXPECT_FALSE(p.planned(k)) << k->name;
   for (const Value* k : g.inputs) EXPECT_FALSE(p.planned(k)) << k->name;
   for (const Value* k : g.outputs) EXPECT_FALSE(p.planned(k)) << k->name;
@@ -45,7 +70,7 @@ void expect_no_live_aliases(const Graph& g, const std::vector<const Node*>& node
       const Value* a = planned[i];
       const Value* b = planned[j];
       const bool live_together = p.first[a->id] <= p.last[b->id] && p.first[b->id] <= p.last[a->id];
-      if (!live_together) continue;
+      if (!live_together || alias_root(p, a->id) == alias_root(p, b->id)) continue;
       const int64_t a0 = p.offset[a->id], a1 = a0 + static_cast<int64_t>(a->bytes());
       const int64_t b0 = p.offset[b->id], b1 = b0 + static_cast<int64_t>(b->bytes());
       EXPECT_TRUE(a1 <= b0 || b1 <= a0) << a->name << " [" << a0 << ", " << a1 << ") and " << b->name << " [" << b0
@@ -204,6 +229,206 @@ TEST(MemoryPlan, DigitsMlpTrainingGraph) {
   expect_no_live_aliases(*m->graph, all_nodes(*m->graph), p, keep);
   EXPECT_GT(p.planned_values, 0u);
   EXPECT_LE(p.arena_bytes, p.planned_bytes);
+}
+
+
+// Forward-only graphs of copies around Relus: x [4, 6] is the input; `op` infers shapes.
+struct Copies {
+  Graph g;
+  Value* x = nullptr;
+
+  Copies() {
+    x = g.add_value("x", DType::kFloat32, {4, 6}, ValueKind::kInput);
+    g.inputs.push_back(x);
+  }
+  Value* ints(const Ints& v) {
+    Value* c = g.add_value("c" + std::to_string(g.values().size()), DType::kInt64, {static_cast<int64_t>(v.size())},
+                           ValueKind::kConstant);
+    HostTensor t(DType::kInt64, c->dims);
+    for (size_t i = 0; i < v.size(); ++i) t.as<int64_t>()[i] = v[i];
+    c->data = std::make_shared<HostTensor>(std::move(t));
+    return c;
+  }
+  Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}) {
+    const std::string name = type + "_" + std::to_string(g.nodes().size());
+    Value* out = g.add_value(name + "/out", DType::kUndefined, {}, ValueKind::kActivation);
+    Node* n = g.add_node(type, name, std::move(ins), {out}, std::move(attrs));
+    n->since_version = 13;
+    Status st = infer_node(*n, "test");
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return out;
+  }
+  Value* reshape(Value* v, const Ints& shape) { return op("Reshape", {v, ints(shape)}); }
+};
+
+TEST(MemoryPlanAlias, ChainOfCopiesSharesOneOffsetAndLivesAsLongAsItsMembers) {
+  Copies m;
+  Value* a = m.op("Relu", {m.x});                      // 0
+  Value* b = m.reshape(a, {6, 4});                      // 1: alias of a
+  Value* c = m.reshape(b, {24});                        // 2: alias of b (a chain)
+  Value* d = m.op("Unsqueeze", {c, m.ints({0})});       // 3: alias of c
+  Value* e = m.op("Squeeze", {d, m.ints({0})});         // 4: alias of d
+  Value* f = m.op("Identity", {e});                     // 5: alias of e
+  Value* r1 = m.op("Relu", {m.op("Relu", {m.x})});      // 6, 7: live while the group is
+  Value* r2 = m.op("Relu", {m.reshape(r1, {24})});      // 8 (alias of r1), 9
+  Value* y = m.op("Add", {f, r2});                      // 10: the group's last reader
+  m.g.outputs.push_back(m.op("Relu", {y}));
+  const std::vector<const Node*> nodes = all_nodes(m.g);
+  const MemoryPlan p = plan_memory(m.g, nodes, {}, true, true);
+  expect_no_live_aliases(m.g, nodes, p, {});
+  for (const Value* v : {b, c, d, e, f}) {
+    EXPECT_TRUE(p.aliased(v)) << v->name;
+    EXPECT_EQ(p.offset[v->id], p.offset[a->id]) << v->name;
+  }
+  EXPECT_FALSE(p.aliased(a));
+  EXPECT_EQ(p.aliased_values, 6u);  // b, c, d, e, f and r1's Reshape
+  // a itself is read only by its Reshape (position 1); its group lives to position 10: the
+  // Relus computed meanwhile (positions 6-9, the size of a) must not take its bytes.
+  EXPECT_EQ(p.last[a->id], 1);
+  EXPECT_EQ(p.last[f->id], 10);
+  for (const Value* v : {r1->producer->inputs[0], r1, r2})
+    EXPECT_NE(p.offset[v->id], p.offset[a->id]) << v->name << " shares the bytes of a live group";
+
+  // Without aliases: the same values planned, every copy its own bytes.
+  const MemoryPlan q = plan_memory(m.g, nodes, {}, true, false);
+  expect_no_live_aliases(m.g, nodes, q, {});
+  EXPECT_EQ(q.aliased_values, 0u);
+  EXPECT_EQ(q.planned_values, p.planned_values);
+  EXPECT_EQ(q.planned_bytes, p.planned_bytes + p.aliased_bytes);
+  EXPECT_GT(p.aliased_bytes, 0u);
+}
+
+TEST(MemoryPlanAlias, InputReadAfterItsCopyKeepsTheGroupAlive) {
+  Copies m;
+  Value* a = m.op("Relu", {m.x});                   // 0
+  Value* b = m.reshape(a, {24});                     // 1: alias of a, read at 2 only
+  Value* c = m.op("Relu", {b});                      // 2
+  Value* d = m.op("Relu", {m.reshape(c, {4, 6})});   // 3 (alias of c), 4
+  Value* e = m.op("Relu", {d});                      // 5
+  Value* y = m.op("Add", {a, e});                    // 6: a read after its copy
+  m.g.outputs.push_back(m.op("Relu", {y}));
+  const std::vector<const Node*> nodes = all_nodes(m.g);
+  const MemoryPlan p = plan_memory(m.g, nodes, {}, true, true);
+  expect_no_live_aliases(m.g, nodes, p, {});
+  EXPECT_TRUE(p.aliased(b));
+  EXPECT_EQ(p.last[b->id], 2);
+  EXPECT_EQ(p.last[a->id], 6);
+  // b's own lifetime ended at 2, but its bytes are a's until 6: d and e must stay off them.
+  for (const Value* v : {c, d, e}) EXPECT_NE(p.offset[v->id], p.offset[b->id]) << v->name;
+}
+
+TEST(MemoryPlanAlias, CopiesOfValuesThatAreNotPlannedStayCopies) {
+  Copies m;
+  Value* k = m.op("Relu", {m.x});              // kept by the caller
+  Value* r = m.reshape(k, {24});                // planned, but its input is not: a copy
+  Value* s = m.reshape(m.x, {6, 4});            // of the model input: a copy
+  Value* a = m.op("Relu", {m.x});
+  Value* out = m.reshape(a, {24});              // a model output: a copy
+  Value* t = m.op("Relu", {r});
+  Value* u = m.op("Relu", {s});
+  m.g.outputs.push_back(out);
+  m.g.outputs.push_back(m.op("Add", {m.reshape(t, {4, 6}), m.reshape(u, {4, 6})}));
+  const std::vector<const Node*> nodes = all_nodes(m.g);
+  const std::vector<const Value*> keep = {k};
+  const MemoryPlan p = plan_memory(m.g, nodes, keep, true, true);
+  expect_no_live_aliases(m.g, nodes, p, keep);
+  EXPECT_FALSE(p.planned(k));
+  EXPECT_TRUE(p.planned(r));
+  EXPECT_FALSE(p.aliased(r));
+  EXPECT_TRUE(p.planned(s));
+  EXPECT_FALSE(p.aliased(s));
+  EXPECT_FALSE(p.planned(out));
+  EXPECT_TRUE(p.planned(a));
+  EXPECT_EQ(p.aliased_values, 2u);  // the two last Reshapes (of t and u)
+
+  // The executor: aliases' nodes never run, the copies do, and the values are right.
+  const bool was = reshape_alias_enabled();
+  set_reshape_alias(true);
+  auto e = Executor::create(m.g, DeviceKind::kCpu, {}, ExecutorOptions{true, keep});
+  set_reshape_alias(was);
+  ASSERT_TRUE(e) << e.status().message();
+  ASSERT_EQ((*e)->plan().aliased_values, 2u);
+  HostTensor& x = (*e)->tensor(m.x);
+  for (int64_t i = 0; i < x.size(); ++i) x.as<float>()[i] = static_cast<float>(i % 7) - 3.f;
+  std::vector<double> seconds;
+  ASSERT_TRUE((*e)->run_timed(&seconds).is_ok());
+  seconds.resize(m.g.nodes().size(), 0.0);
+  for (const Node* n : nodes) {
+    if ((*e)->plan().aliased(n->outputs[0]))
+      EXPECT_EQ(seconds[n->id], 0.0) << n->name << " ran";
+    else if (n->op_type == "Reshape")
+      EXPECT_GT(seconds[n->id], 0.0) << n->name << " did not run";
+  }
+  ASSERT_TRUE((*e)->run().is_ok());
+  const HostTensor& o0 = (*e)->tensor(m.g.outputs[0]);
+  const HostTensor& o1 = (*e)->tensor(m.g.outputs[1]);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    const float r0 = std::max(x.as<float>()[i], 0.f);
+    EXPECT_EQ(o0.as<float>()[i], r0) << i;
+    EXPECT_EQ(o1.as<float>()[i], 2 * r0) << i;
+  }
+}
+
+// The CNN's training graph (its Flatten and the gradient's Reshapes) with aliases on and off:
+// the same losses and weights, bit for bit, and the plan with aliases skips copies.
+TEST(MemoryPlanAlias, TrainingIsBitIdenticalWithAliasesOnAndOff) {
+  Cnn on, off;
+  ASSERT_TRUE(on.tg && off.tg);
+  const bool was = reshape_alias_enabled();
+  set_reshape_alias(true);
+  auto eon = Executor::create(on.g, DeviceKind::kCpu, {}, ExecutorOptions{true, {on.tg->loss.loss}});
+  set_reshape_alias(false);
+  auto eoff = Executor::create(off.g, DeviceKind::kCpu, {}, ExecutorOptions{true, {off.tg->loss.loss}});
+  set_reshape_alias(was);
+  ASSERT_TRUE(eon && eoff);
+  const MemoryPlan& pon = (*eon)->plan();
+  const MemoryPlan& poff = (*eoff)->plan();
+  expect_no_live_aliases(on.g, all_nodes(on.g), pon, {on.tg->loss.loss});
+  EXPECT_GT(pon.aliased_values, 0u);
+  EXPECT_EQ(poff.aliased_values, 0u);
+  EXPECT_EQ(pon.planned_values, poff.planned_values);
+  EXPECT_EQ(pon.planned_bytes + pon.aliased_bytes, poff.planned_bytes);
+  std::vector<float> losses[2];
+  for (int which = 0; which < 2; ++which) {
+    Executor* e = which == 0 ? eon->get() : eoff->get();
+    Cnn& m = which == 0 ? on : off;
+    e->tensor(m.tg->lr).as<float>()[0] = 0.05f;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    for (int step = 0; step < 6; ++step) {
+      HostTensor& x = e->tensor(m.g.inputs[0]);
+      for (int64_t i = 0; i < x.size(); ++i) x.as<float>()[i] = nd(rng);
+      HostTensor& y = e->tensor(m.tg->loss.labels);
+      for (int64_t i = 0; i < y.size(); ++i) y.as<int64_t>()[i] = (i + 2 * step) % 5;
+      if (m.g.rng_step) e->tensor(m.g.rng_step).as<int64_t>()[0] = step + 1;
+      ASSERT_TRUE(e->run().is_ok());
+      losses[which].push_back(e->tensor(m.tg->loss.loss).as<float>()[0]);
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  for (size_t i = 0; i < on.tg->params.size(); ++i) {
+    const HostTensor& a = (*eon)->tensor(on.tg->params[i]);
+    const HostTensor& b = (*eoff)->tensor(off.tg->params[i]);
+    ASSERT_EQ(a.bytes(), b.bytes());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0) << on.tg->params[i]->name;
+  }
+}
+
+TEST(MemoryPlanAlias, EnvironmentSwitch) {
+  setenv("PIPETRAIN_RESHAPE_ALIAS", "off", 1);
+  auto off = reshape_alias_from_env();
+  setenv("PIPETRAIN_RESHAPE_ALIAS", "on", 1);
+  auto on = reshape_alias_from_env();
+  setenv("PIPETRAIN_RESHAPE_ALIAS", "maybe", 1);
+  auto bad = reshape_alias_from_env();
+  unsetenv("PIPETRAIN_RESHAPE_ALIAS");
+  auto unset = reshape_alias_from_env();
+  ASSERT_TRUE(off && on && unset);
+  EXPECT_FALSE(*off);
+  EXPECT_TRUE(*on);
+  EXPECT_TRUE(*unset);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("PIPETRAIN_RESHAPE_ALIAS=maybe"), std::string::npos);
 }
 
 }  // namespace

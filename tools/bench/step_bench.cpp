@@ -40,6 +40,7 @@ struct Options {
   int threads = 0;  // 0: leave OpenMP's and OpenBLAS's defaults
   int64_t vocab = 100;  // int64 model inputs: tokens drawn from [0, vocab)
   bool per_node = false;
+  int64_t top = 15;  // --top: nodes listed by --per-node
   bool json = false;
   bool memory_plan = true;
   std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
@@ -50,7 +51,7 @@ struct Options {
 constexpr float kLr = 0.01f;
 constexpr float kMomentum = 0.9f;
 constexpr int kValidationSteps = 20;
-constexpr int kTopNodes = 15;
+constexpr size_t kTopOps = 40;  // op types listed (a model has a few dozen)
 
 // The machine's float GEMM rate: the best of 5 square products through oneDNN (the library the
 // convolutions use) and through OpenBLAS, each validated against a few dot products first.
@@ -100,7 +101,7 @@ int usage(const std::string& why) {
   std::fprintf(stderr,
                "step_bench: error: %s\n"
                "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
-               "                  [--vocab V] [--per-node] [--json] [--no-memory-plan]\n"
+               "                  [--vocab V] [--per-node] [--top N] [--json] [--no-memory-plan]\n"
                "                  [--no-fusion PASS]... [--gemm-peak] [--precision fp32|bf16]\n",
                why.c_str());
   return 2;
@@ -135,6 +136,9 @@ int parse(int argc, char** argv, Options* o) {
     } else if (a == "--vocab") {
       if (!int_flag(i, a, 1, &o->vocab)) return 2;
     } else if (a == "--per-node") {
+      o->per_node = true;
+    } else if (a == "--top") {
+      if (!int_flag(i, a, 1, &o->top)) return 2;
       o->per_node = true;
     } else if (a == "--json") {
       o->json = true;
@@ -376,10 +380,10 @@ int run(const Options& o) {
       }
     }
     std::sort(top.begin(), top.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
-    if (top.size() > kTopNodes) top.resize(kTopNodes);
+    if (top.size() > static_cast<size_t>(o.top)) top.resize(static_cast<size_t>(o.top));
     by_op.assign(ops.begin(), ops.end());
     std::sort(by_op.begin(), by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
-    if (by_op.size() > kTopNodes) by_op.resize(kTopNodes);
+    if (by_op.size() > kTopOps) by_op.resize(kTopOps);
   }
   const long rss = peak_rss_kib();
   // Bytes of every value's own buffer (unplanned), of the planned values without sharing, and of
@@ -396,11 +400,12 @@ int run(const Options& o) {
                 "\"warmup\": %lld, \"omp_threads\": %d, \"blas_threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, "
                 "\"p90_ms\": %.4f, \"steps_per_s\": %.4f, \"peak_rss_kib\": %ld, \"loss_first\": %.6f, "
                 "\"loss_step20\": %.6f, \"loss_first5_mean\": %.6f, \"loss_last5_mean\": %.6f, "
-                "\"plan_values\": %zu, \"plan_arena_mib\": %.3f, \"plan_unshared_mib\": %.3f, \"own_buffers_mib\": %.3f",
+                "\"plan_values\": %zu, \"plan_arena_mib\": %.3f, \"plan_unshared_mib\": %.3f, \"own_buffers_mib\": %.3f, "
+                "\"plan_aliased\": %zu, \"plan_aliased_mib\": %.3f",
                 json_escape(o.model).c_str(), static_cast<long long>(batch), g.nodes().size(), forward_nodes,
                 ms.size(), static_cast<long long>(o.warmup), omp_threads, blas_threads, med, p10, p90, 1e3 / med,
                 rss, val_losses.front(), val_losses.back(), first5, last5, plan.planned_values, plan.arena_bytes / mib,
-                plan.planned_bytes / mib, own_bytes / mib);
+                plan.planned_bytes / mib, own_bytes / mib, plan.aliased_values, plan.aliased_bytes / mib);
     if (o.per_node) {
       std::printf(", \"per_node_total_ms\": %.4f, \"top_nodes\": [", 1e3 * node_total);
       for (size_t i = 0; i < top.size(); ++i)
@@ -428,8 +433,10 @@ int run(const Options& o) {
               med, p10, p90, ms.size(), static_cast<long long>(o.warmup), 1e3 / med);
   std::printf("peak resident memory: %.1f MiB (VmHWM)\n", rss / 1024.0);
   if (o.memory_plan)
-    std::printf("memory plan: %zu values share a %.1f MiB arena (%.1f MiB without sharing); other buffers %.1f MiB\n",
-                plan.planned_values, plan.arena_bytes / mib, plan.planned_bytes / mib, own_bytes / mib);
+    std::printf("memory plan: %zu values share a %.1f MiB arena (%.1f MiB without sharing); other buffers %.1f MiB; "
+                "%zu copies aliased (%.1f MiB, PIPETRAIN_RESHAPE_ALIAS=%s)\n",
+                plan.planned_values, plan.arena_bytes / mib, plan.planned_bytes / mib, own_bytes / mib,
+                plan.aliased_values, plan.aliased_bytes / mib, reshape_alias_enabled() ? "on" : "off");
   else
     std::printf("memory plan: off (--no-memory-plan); buffers %.1f MiB\n", own_bytes / mib);
   if (o.per_node) {
