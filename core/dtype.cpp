@@ -1,7 +1,10 @@
 // DType names and sizes, shape helpers, HostTensor storage.
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <sstream>
+#include <type_traits>
 
 #include "core/tensor.h"
 
@@ -155,8 +158,21 @@ static auto dispatch_get(const HostTensor& t, int64_t i, F f) {
 double HostTensor::get_double(int64_t i) const {
   return dispatch_get(*this, i, [](auto v) { return static_cast<double>(v); });
 }
+// A float outside int64's range (or NaN) has no int64 value: converting it is undefined behaviour,
+// and the values come from files (a folded Cast of a constant 1e30 to int64). It saturates, NaN
+// gives 0.
+static int64_t saturate_to_int64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v <= -0x1p63) return std::numeric_limits<int64_t>::min();
+  if (v >= 0x1p63) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(v);
+}
+
 int64_t HostTensor::get_int(int64_t i) const {
-  return dispatch_get(*this, i, [](auto v) { return static_cast<int64_t>(v); });
+  return dispatch_get(*this, i, [](auto v) -> int64_t {
+    if constexpr (std::is_floating_point_v<decltype(v)>) return saturate_to_int64(v);
+    else return static_cast<int64_t>(v);
+  });
 }
 
 HostTensor cast_tensor(const HostTensor& t, DType to) {
@@ -167,8 +183,8 @@ HostTensor cast_tensor(const HostTensor& t, DType to) {
     switch (to) {
       case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(t.get_double(i)); break;
       case DType::kFloat64: static_cast<double*>(p)[i] = t.get_double(i); break;
-      case DType::kInt64: static_cast<int64_t*>(p)[i] = is_floating(t.dtype()) ? static_cast<int64_t>(t.get_double(i)) : t.get_int(i); break;
-      case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(is_floating(t.dtype()) ? static_cast<int64_t>(t.get_double(i)) : t.get_int(i)); break;
+      case DType::kInt64: static_cast<int64_t*>(p)[i] = t.get_int(i); break;
+      case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(t.get_int(i)); break;
       case DType::kBool: static_cast<bool*>(p)[i] = t.get_double(i) != 0.0; break;
       case DType::kUint8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(t.get_int(i)); break;
       case DType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(t.get_int(i)); break;

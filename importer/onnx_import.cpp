@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -221,16 +222,63 @@ Status check_structure(onnx::GraphProto* g, const std::string& path) {
 // op unchanged since opset 17 against its opset-17 schema. Ops new or changed in 18 to 21 are left
 // to our shape functions; the graph's structure was checked by check_structure.
 // Models below opset 7 go through ONNX's shape inference and version converter, which trust the
-// graph: a Conv stride of 0 divides by zero (SIGFPE), a Gemm with a rank-0 operand indexes a
-// missing dimension (SIGSEGV). What they would crash on is refused here first (issue 17).
-Status check_old_opset_model(const onnx::GraphProto& g, const std::string& path) {
-  std::map<std::string, int> rank;  // of initializers and graph inputs with a shape
+// graph: a Conv stride of 0 divides by zero (SIGFPE); the inference functions of Gemm and MatMul
+// (versions below 7), of RNN, LSTM and GRU (versions 1 to 6) and of ConvTranspose (version 1) index
+// dimensions of their inputs
+// without checking the rank (a rank-0 or rank-1 operand: SIGSEGV, or a read past the end). What
+// they would crash on is refused here first (issue 17). The ranks are those ONNX's inference sees
+// at the node: declared (graph inputs, initializers, outputs, value_info; a name declared twice
+// with different ranks is refused, as ONNX would read one where the other was checked) or, for a
+// value made by an earlier node, inferred by ONNX from the nodes before it (fuzz_model found both).
+namespace {
+
+// The ranks of the values of g with a shape, by name; a second declaration must agree.
+Status declared_ranks(const onnx::GraphProto& g, const std::string& path, std::map<std::string, int>* rank) {
+  auto add = [&](const std::string& name, int r, const char* as) -> Status {
+    auto [it, fresh] = rank->emplace(name, r);
+    if (!fresh && it->second != r)
+      return invalid_input(path + ": '" + name + "' is declared with rank " + std::to_string(it->second) + " and, as " +
+                           as + ", with rank " + std::to_string(r));
+    return Status::ok();
+  };
+  auto shaped = [](const onnx::ValueInfoProto& vi) {
+    return vi.type().has_tensor_type() && vi.type().tensor_type().has_shape();
+  };
   for (const auto& vi : g.input())
-    if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
-      rank[vi.name()] = vi.type().tensor_type().shape().dim_size();
-  for (const auto& t : g.initializer()) rank[t.name()] = t.dims_size();
-  for (const auto& n : g.node()) {
-    const std::string where = path + ": node '" + n.name() + "' (" + n.op_type() + ")";
+    if (shaped(vi)) RETURN_IF_ERROR(add(vi.name(), vi.type().tensor_type().shape().dim_size(), "a graph input"));
+  for (const auto& t : g.initializer()) RETURN_IF_ERROR(add(t.name(), t.dims_size(), "an initializer"));
+  for (const auto& vi : g.output())
+    if (shaped(vi)) RETURN_IF_ERROR(add(vi.name(), vi.type().tensor_type().shape().dim_size(), "a graph output"));
+  for (const auto& vi : g.value_info())
+    if (shaped(vi)) RETURN_IF_ERROR(add(vi.name(), vi.type().tensor_type().shape().dim_size(), "a value_info"));
+  return Status::ok();
+}
+
+// The inputs (by position) whose rank an old inference function relies on, and the ranks it
+// needs: Gemm's A and B 2, MatMul's 1 or more, the recurrent ops' X 3, ConvTranspose's W 2 or more.
+// (Audited against ONNX 1.12's old.cc: the other inference functions of versions below 7 check
+// the ranks they index, or index only below the rank.)
+struct RankRule {
+  int input;
+  int min, max;
+};
+std::vector<RankRule> old_rank_rules(const std::string& op) {
+  if (op == "Gemm") return {{0, 2, 2}, {1, 2, 2}};
+  if (op == "MatMul") return {{0, 1, INT32_MAX}, {1, 1, INT32_MAX}};
+  if (op == "RNN" || op == "LSTM" || op == "GRU") return {{0, 3, 3}};
+  if (op == "ConvTranspose") return {{1, 2, INT32_MAX}};  // version 1 reads W's dim 1 unchecked
+  return {};
+}
+
+}  // namespace
+
+Status check_old_opset_model(const onnx::ModelProto& m, const std::string& path) {
+  const onnx::GraphProto& g = m.graph();
+  std::map<std::string, int> rank;
+  RETURN_IF_ERROR(declared_ranks(g, path, &rank));
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    const std::string where = path + ": " + node_label(n, i);
     for (const auto& a : n.attribute()) {
       const bool positive = a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape";
       if (!positive && a.name() != "pads") continue;
@@ -239,13 +287,29 @@ Status check_old_opset_model(const onnx::GraphProto& g, const std::string& path)
           return invalid_input(where + ": attribute " + a.name() + " holds " + std::to_string(v) +
                                (positive ? "; every value must be at least 1" : "; pads must not be negative"));
     }
-    if (n.op_type() == "Gemm" || n.op_type() == "MatMul")
-      for (int k = 0; k < std::min(n.input_size(), 2); ++k) {
-        auto it = rank.find(n.input(k));
-        if (it != rank.end() && (it->second < 1 || (n.op_type() == "Gemm" && it->second != 2)))
-          return invalid_input(where + ": input '" + n.input(k) + "' has rank " + std::to_string(it->second) + "; " +
-                               n.op_type() + " wants " + (n.op_type() == "Gemm" ? "rank 2" : "rank 1 or more"));
+    if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+    const std::vector<RankRule> rules = old_rank_rules(n.op_type());
+    std::map<std::string, int> at = rank;  // the ranks ONNX's inference knows when it reaches node i
+    bool inferred = false;
+    for (const RankRule& r : rules) {
+      if (r.input >= n.input_size() || n.input(r.input).empty()) continue;
+      const std::string& name = n.input(r.input);
+      if (!at.count(name) && !inferred) {  // made by an earlier node: infer the nodes before this one
+        onnx::ModelProto prefix = m;
+        prefix.mutable_graph()->mutable_node()->DeleteSubrange(i, g.node_size() - i);
+        try {
+          onnx::shape_inference::InferShapes(prefix);
+        } catch (const std::exception&) {
+        }
+        at.clear();
+        RETURN_IF_ERROR(declared_ranks(prefix.graph(), path, &at));
+        inferred = true;
       }
+      auto it = at.find(name);
+      if (it != at.end() && (it->second < r.min || it->second > r.max))
+        return invalid_input(where + ": input '" + name + "' has rank " + std::to_string(it->second) + "; " +
+                             n.op_type() + " wants rank " + std::to_string(r.min) + (r.min == r.max ? "" : " or more"));
+    }
   }
   return Status::ok();
 }
@@ -563,7 +627,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     }
   }
   if (out.source_opset < kMinOpset) {
-    RETURN_IF_ERROR(check_old_opset_model(proto.graph(), path));
+    RETURN_IF_ERROR(check_old_opset_model(proto, path));
     // The converter's broadcast adapters need static dims: bind the batch dimension first.
     std::set<std::string> inits;
     for (const auto& t : proto.graph().initializer()) inits.insert(t.name());

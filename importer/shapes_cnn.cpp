@@ -94,8 +94,13 @@ Status conv(Node& n, const std::string& where) {
   const Dims& wd = n.inputs[1]->dims;
   if (wd.size() != x.size())
     return invalid_input(where + ": W " + dims_str(wd) + " and X " + dims_str(x) + " differ in rank");
+  // Before any look at x[1] and wd[1] (a rank-1 X and W read past both: ASan, found by fuzz_model).
+  const int64_t rank = static_cast<int64_t>(x.size());
+  if (rank < 3 || rank > 2 + kMaxSpatial)
+    return invalid_input(where + ": X " + dims_str(x) + " and W " + dims_str(wd) +
+                         " must be [N, C, D1...] and [M, C/group, k...] with 1 to 3 spatial dims");
   const int64_t group = n.attrs.get_int("group", 1);
-  if (group < 1 || x[1] % group != 0 || wd[0] % group != 0 || wd[1] * group != x[1])
+  if (group < 1 || x[1] % group != 0 || wd[0] % group != 0 || wd[1] != x[1] / group)
     return invalid_input(where + ": group " + std::to_string(group) + " does not fit X " + dims_str(x) + " and W " +
                          dims_str(wd) + " (W must be [M, C/group, k...], M divisible by group)");
   if (n.inputs.size() > 2 && n.inputs[2] && n.inputs[2]->dims != Dims{wd[0]})
@@ -128,7 +133,10 @@ Status conv_transpose(Node& n, const std::string& where) {
   if (group < 1 || x[1] != wd[0] || wd[0] % group != 0)
     return invalid_input(where + ": group " + std::to_string(group) + " does not fit X " + dims_str(x) + " and W " +
                          dims_str(wd) + " (W must be [C, M/group, k...])");
-  const int64_t m = wd[1] * group;
+  int64_t m = 0;  // the output channels; both factors come from the file
+  if (__builtin_mul_overflow(wd[1], group, &m))
+    return invalid_input(where + ": group " + std::to_string(group) + " times W " + dims_str(wd) +
+                         "'s second dimension overflows int64");
   if (n.inputs.size() > 2 && n.inputs[2] && n.inputs[2]->dims != Dims{m})
     return invalid_input(where + ": B " + dims_str(n.inputs[2]->dims) + " must be [" + std::to_string(m) + "]");
   const size_t nd = static_cast<size_t>(rank - 2);

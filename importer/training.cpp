@@ -250,8 +250,15 @@ Expected<OptimizerKind> parse_optimizer(const std::string& name) {
 Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd, int64_t ignore_index) {
   TrainingGraph tg;
   ASSIGN_OR_RETURN(tg.loss, attach_loss(g, kind, ignore_index));
+  // The gradient seed, the learning rate and the updates are made in the loss's type: a float16
+  // scalar output used as the loss reached scalar_one's float32 write (an abort; fuzz_model).
+  const DType loss_dt = tg.loss.loss->dtype;
+  if (loss_dt != DType::kFloat32 && loss_dt != DType::kFloat64)
+    return unsupported("the loss '" + tg.loss.loss->name + "'" +
+                       (tg.loss.output ? " (of the model output '" + tg.loss.output->name + "')" : std::string()) +
+                       " is " + dtype_name(loss_dt) + "; training needs a float32 or float64 loss");
   std::vector<Value*> params = g.values_of_kind(ValueKind::kParameter);
-  Value* seed = scalar_one(g, tg.loss.loss->dtype);
+  Value* seed = scalar_one(g, loss_dt);
   ASSIGN_OR_RETURN(tg.grads, build_gradients(g, {{tg.loss.loss, seed}}, params));
   for (Value* p : params) {
     if (tg.grads.count(p)) tg.params.push_back(p);

@@ -240,10 +240,20 @@ class MalformedInputTest(unittest.TestCase):
         m("conv_neg_stride.onnx", conv("conv_s", strides=[-1, 1]), "conv_s", inputs=img, inits=[W])
         m("conv_zero_stride.onnx", conv("conv_z", strides=[0, 1]), "conv_z", inputs=img, inits=[W])
         # Below opset 7, ONNX's shape inference and version converter run before our import: a
-        # zero stride (SIGFPE) or a rank-0 Gemm operand (SIGSEGV) must be refused before them. The
-        # models are the fuzz regressions' (tests/fuzz/regressions/model/).
+        # zero stride (SIGFPE), a rank-0 or rank-1 Gemm operand, LSTM X or ConvTranspose W
+        # (SIGSEGV; declared, declared twice, or inferred from the nodes before) must be refused
+        # before them. The models are the fuzz regressions' (tests/fuzz/regressions/model/), as
+        # are the last three (a Cast of a constant to type 42, an abort; a rank-1 Conv, a read past
+        # the end; a float16 scalar output as the loss, an abort).
         reg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "regressions", "model")
-        for f, node in (("opset2_conv_stride0_sigfpe.onnx", "strides"), ("opset1_gemm_rank0_sigsegv.onnx", "rank 0")):
+        for f, node in (("opset2_conv_stride0_sigfpe.onnx", "strides"), ("opset1_gemm_rank0_sigsegv.onnx", "rank 0"),
+                        ("opset6_gemm_output_redeclares_input_segv.onnx", "rank 1"),
+                        ("opset6_gemm_inferred_rank1_segv.onnx", "rank 1"),
+                        ("opset2_lstm_x_rank1_segv.onnx", "rank 1"),
+                        ("opset6_convtranspose_w_rank1_segv.onnx", "rank 1"),
+                        ("cast_const_to_type42_abort.onnx", "42"),
+                        ("conv_rank1_heap_overflow_asan.onnx", "spatial dims"),
+                        ("float16_scalar_loss_abort.onnx", "float16")):
             cases.append((f, [os.path.join(reg, f), "--plan-only", "--out", self.out()], (f, node), 2))
         m("conv_zero_kernel.onnx", conv("conv_k", kernel_shape=[0, 0]), "conv_k", inputs=img,
           inits=[init("W", np.zeros((4, 1, 0, 0), np.float32))])
@@ -306,6 +316,18 @@ class MalformedInputTest(unittest.TestCase):
           "sl_a", inits=[init("st", np.array([0], np.int64)), init("en", np.array([4], np.int64)),
                          init("ax", np.array([6], np.int64))])
         m("cast_unknown_type.onnx", [helper.make_node("Cast", ["x"], ["y"], name="cast_u", to=999)], "cast_u")
+        # Folded at import (a constant's Cast): reached cast_tensor's invariant and aborted (fuzz_model).
+        m("cast_const_unknown_type.onnx", [
+            helper.make_node("Constant", [], ["c"], name="const_c",
+                             value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5])),
+            helper.make_node("Cast", ["c"], ["cc"], name="cast_c42", to=42),
+            helper.make_node("Add", ["x", "cc"], ["y"], name="add_cc")], "cast_c42", "42")
+        m("cast_const_float16.onnx", [
+            helper.make_node("Constant", [], ["c"], name="const_c",
+                             value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5])),
+            helper.make_node("Cast", ["c"], ["cc"], name="cast_c16", to=TensorProto.FLOAT16),
+            helper.make_node("Cast", ["cc"], ["cf"], name="cast_back", to=TensorProto.FLOAT),
+            helper.make_node("Add", ["x", "cf"], ["y"], name="add_cf")], "cast_c16", "float16")
         m("pad_mode.onnx", [helper.make_node("Pad", ["x", "p"], ["y"], name="pad_m", mode="sideways")], "pad_m",
           inits=[init("p", np.array([0, 1, 0, 1], np.int64))])
         m("pad_len.onnx", [helper.make_node("Pad", ["x", "p"], ["y"], name="pad_l")], "pad_l",
@@ -555,6 +577,10 @@ class MalformedInputTest(unittest.TestCase):
                "inflates past the 528 bytes its IDX header promises")
         gz_idx("idx_gz_header_past_memory", struct.pack(">HBBIII", 0, 8, 3, 65536, 65536, 65536), 1 << 20,
                "promise 281474976710656 bytes of data, more than the")
+        # 64 MiB promised by ~100 bytes of gzip (deflate inflates at most 1032:1): refused before the
+        # 64 MiB buffer is reserved (fuzz_data: a 109-byte file made it reserve 6.9 GB).
+        gz_idx("idx_gz_promise_past_deflate", struct.pack(">HBBIII", 0, 8, 3, 64, 1024, 1024), 1 << 10,
+               "bytes of gzip data can inflate to")
         cifar = self.path("data", "cifar-10-batches-bin", "data_batch_1.bin")
         with open(cifar, "wb") as f:
             f.write(b"\x01" * 3000)
