@@ -144,10 +144,23 @@ Status prelu(const KernelCall& call) {
 template <typename T>
 Status pow_op(const KernelCall& call) {
   if constexpr (std::is_integral_v<T>) {
+    // Exponentiation by squaring (at most 64 squarings whatever the exponent: a fuzzed model's
+    // folded Pow with e = 2^62 once hung the import), wrapping on overflow as two's complement,
+    // as NumPy's integer power does. A negative exponent gives 1/x^|e| truncated toward zero:
+    // 1 for x = 1, +-1 for x = -1, 0 otherwise (x = 0 too, rather than a division by zero).
     return broadcast_binary<T>(call, "Pow", [](T x, T e) {
-      T r = 1;
-      for (T k = 0; k < e; ++k) r *= x;
-      return r;
+      using U = std::make_unsigned_t<T>;
+      if (e < T(0)) {
+        if (x == T(1)) return T(1);
+        if (x == T(-1)) return (e & T(1)) ? T(-1) : T(1);
+        return T(0);
+      }
+      U r = 1, b = static_cast<U>(x);
+      for (U k = static_cast<U>(e); k != 0; k >>= 1) {
+        if (k & 1u) r *= b;
+        b *= b;
+      }
+      return static_cast<T>(r);
     });
   } else {
     return broadcast_binary<T>(call, "Pow", [](T x, T e) {

@@ -70,17 +70,30 @@ Status binary(const KernelCall& call, const char* op, F f) {
 
 }  // namespace
 
+// Integer Add, Sub and Mul wrap on overflow as two's complement (NumPy's and ONNX Runtime's
+// int64 results) instead of being undefined behaviour: shape arithmetic folded from a model's
+// constants may overflow, and that must not be a sanitizer report or a miscompiled loop.
+template <typename T, typename Op>
+T wrapping(T x, T y, Op op) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(op(static_cast<U>(x), static_cast<U>(y)));
+  } else {
+    return op(x, y);
+  }
+}
+
 template <typename T>
 Status add(const KernelCall& call) {
-  return binary<T>(call, "Add", [](T x, T y) { return x + y; });
+  return binary<T>(call, "Add", [](T x, T y) { return wrapping(x, y, [](auto a, auto b) { return a + b; }); });
 }
 template <typename T>
 Status sub(const KernelCall& call) {
-  return binary<T>(call, "Sub", [](T x, T y) { return x - y; });
+  return binary<T>(call, "Sub", [](T x, T y) { return wrapping(x, y, [](auto a, auto b) { return a - b; }); });
 }
 template <typename T>
 Status mul(const KernelCall& call) {
-  return binary<T>(call, "Mul", [](T x, T y) { return x * y; });
+  return binary<T>(call, "Mul", [](T x, T y) { return wrapping(x, y, [](auto a, auto b) { return a * b; }); });
 }
 template <typename T>
 Status div_op(const KernelCall& call) {
@@ -94,7 +107,13 @@ Status div_op(const KernelCall& call) {
                                std::to_string(i) + ")");
     }
   }
-  return binary<T>(call, "Div", [](T x, T y) { return x / y; });
+  return binary<T>(call, "Div", [](T x, T y) {
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+      // The one quotient that overflows (min / -1 traps on x86): it wraps to min, as NumPy's.
+      if (y == T(-1)) return wrapping(T(0), x, [](auto a, auto b) { return a - b; });
+    }
+    return x / y;
+  });
 }
 
 #define PT_INSTANTIATE(name)                             \

@@ -3,6 +3,7 @@
 // derivative, and the broadcasting PRelu / Pow (with an int64 exponent).
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "tests/kernels/kernel_test_util.h"
 
@@ -152,6 +153,21 @@ TEST(ActivationInt64, AbsAndPow) {
   Buf<int64_t> p = Buf<int64_t>::output({4});
   PT_ASSERT_OK(run_kernel("Pow", DType::kInt64, {x.view(), e.view()}, {p.view()}));
   expect_close(p, {9, 0, 4, 49}, "Pow int64");
+}
+
+// Integer Pow by squaring: any exponent costs at most 64 squarings (a folded Pow with
+// e = 2^62 once hung the import of a fuzzed model), overflow wraps as two's complement (NumPy's
+// int64 power; values from Python's exact integers mod 2^64), and a negative exponent truncates
+// 1/x^|e| toward zero.
+TEST(ActivationInt64, PowLargeAndNegativeExponents) {
+  const int64_t big = int64_t{1} << 62;
+  Buf<int64_t> x({10}, {3, -3, 2, 5, -1, 7, 3, 1, -1, 0});
+  Buf<int64_t> e({10}, {40, 41, 63, 27, big + 1, 0, -2, -5, -3, -1});
+  Buf<int64_t> p = Buf<int64_t>::output({10});
+  PT_ASSERT_OK(run_kernel("Pow", DType::kInt64, {x.view(), e.view()}, {p.view()}));
+  const int64_t want[10] = {-6289078614652622815LL, 420491770248316829LL,
+                            std::numeric_limits<int64_t>::min(), 7450580596923828125LL, -1, 1, 0, 1, -1, 0};
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(p[i], want[i]) << "Pow(" << x[i] << ", " << e[i] << ")";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Add, Sub, Mul, Div with numpy broadcasting against a naive reference, float/double and int64.
 #include <functional>
+#include <limits>
 
 #include "tests/kernels/kernel_test_util.h"
 
@@ -104,6 +105,25 @@ TEST(BinaryInt64, BroadcastingAndTruncatingDivision) {
   Status s = run_kernel("Div", DType::kInt64, {a.view(), zero.view()}, {y.view()});
   EXPECT_EQ(s.code(), StatusCode::kInvalidInput);
   EXPECT_NE(s.message().find("division by zero"), std::string::npos) << s.message();
+}
+
+// Overflowing int64 results wrap as two's complement (NumPy's), min / -1 included (it traps on
+// x86 when computed as is); values from Python's exact integers mod 2^64.
+TEST(BinaryInt64, OverflowWraps) {
+  const int64_t mx = std::numeric_limits<int64_t>::max(), mn = std::numeric_limits<int64_t>::min();
+  auto a = Buf<int64_t>({3}, {mx, mn, int64_t{1} << 62});
+  auto b = Buf<int64_t>({3}, {1, -1, 4});
+  const std::vector<std::pair<const char*, std::vector<int64_t>>> want = {
+      {"Add", {mn, mx, (int64_t{1} << 62) + 4}},
+      {"Sub", {mx - 1, mn + 1, (int64_t{1} << 62) - 4}},
+      {"Mul", {mx, mn, 0}},
+      {"Div", {mx, mn, int64_t{1} << 60}},
+  };
+  for (const auto& [op, ref] : want) {
+    auto y = Buf<int64_t>::output({3});
+    PT_ASSERT_OK(run_kernel(op, DType::kInt64, {a.view(), b.view()}, {y.view()}));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(y[i], ref[i]) << op << " element " << i;
+  }
 }
 
 }  // namespace

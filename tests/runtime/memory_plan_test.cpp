@@ -18,6 +18,7 @@
 #include "importer/shape_infer.h"
 #include "importer/training.h"
 #include "runtime/executor.h"
+#include "tests/runtime/graph_builder.h"
 
 namespace pt {
 namespace {
@@ -80,34 +81,11 @@ void expect_no_live_aliases(const Graph& g, const std::vector<const Node*>& node
 
 // A small float32 CNN: Conv-BN-Relu-MaxPool, a 3x3 Conv over a 1x1 map (one output position),
 // a residual Add, Flatten, Gemm; then its training graph.
-struct Cnn {
-  Graph g;
+struct Cnn : test::GraphBuilder {
   std::unique_ptr<TrainingGraph> tg;
-  std::mt19937 rng{11};
 
-  Value* param(const std::string& name, Dims d, ValueKind kind = ValueKind::kParameter, float lo = -0.5f,
-               float hi = 0.5f) {
-    Value* v = g.add_value(name, DType::kFloat32, d, kind);
-    HostTensor t(DType::kFloat32, d);
-    std::uniform_real_distribution<float> u(lo, hi);
-    for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = u(rng);
-    v->data = std::make_shared<HostTensor>(std::move(t));
-    v->from_initializer = true;
-    return v;
-  }
-  Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}) {
-    const std::string name = type + "_" + std::to_string(g.nodes().size());
-    Value* out = g.add_value(name + "/out", DType::kUndefined, {}, ValueKind::kActivation);
-    Node* n = g.add_node(type, name, std::move(ins), {out}, std::move(attrs));
-    n->since_version = 13;
-    Status st = infer_node(*n, "test");
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return out;
-  }
-
-  Cnn() {
-    Value* x = g.add_value("x", DType::kFloat32, {4, 3, 4, 4}, ValueKind::kInput);
-    g.inputs.push_back(x);
+  Cnn() : GraphBuilder(11) {
+    Value* x = input("x", {4, 3, 4, 4});
     AttrMap pad1;
     pad1.set("pads", Ints{1, 1, 1, 1});
     Value* c1 = op("Conv", {x, param("w1", {8, 3, 3, 3}), param("b1", {8})}, pad1);
@@ -233,31 +211,9 @@ TEST(MemoryPlan, DigitsMlpTrainingGraph) {
 
 
 // Forward-only graphs of copies around Relus: x [4, 6] is the input; `op` infers shapes.
-struct Copies {
-  Graph g;
-  Value* x = nullptr;
+struct Copies : test::GraphBuilder {
+  Value* x = input("x", {4, 6});
 
-  Copies() {
-    x = g.add_value("x", DType::kFloat32, {4, 6}, ValueKind::kInput);
-    g.inputs.push_back(x);
-  }
-  Value* ints(const Ints& v) {
-    Value* c = g.add_value("c" + std::to_string(g.values().size()), DType::kInt64, {static_cast<int64_t>(v.size())},
-                           ValueKind::kConstant);
-    HostTensor t(DType::kInt64, c->dims);
-    for (size_t i = 0; i < v.size(); ++i) t.as<int64_t>()[i] = v[i];
-    c->data = std::make_shared<HostTensor>(std::move(t));
-    return c;
-  }
-  Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}) {
-    const std::string name = type + "_" + std::to_string(g.nodes().size());
-    Value* out = g.add_value(name + "/out", DType::kUndefined, {}, ValueKind::kActivation);
-    Node* n = g.add_node(type, name, std::move(ins), {out}, std::move(attrs));
-    n->since_version = 13;
-    Status st = infer_node(*n, "test");
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return out;
-  }
   Value* reshape(Value* v, const Ints& shape) { return op("Reshape", {v, ints(shape)}); }
 };
 
@@ -354,10 +310,11 @@ TEST(MemoryPlanAlias, CopiesOfValuesThatAreNotPlannedStayCopies) {
   ASSERT_TRUE((*e)->run_timed(&seconds).is_ok());
   seconds.resize(m.g.nodes().size(), 0.0);
   for (const Node* n : nodes) {
-    if ((*e)->plan().aliased(n->outputs[0]))
+    if ((*e)->plan().aliased(n->outputs[0])) {
       EXPECT_EQ(seconds[n->id], 0.0) << n->name << " ran";
-    else if (n->op_type == "Reshape")
+    } else if (n->op_type == "Reshape") {
       EXPECT_GT(seconds[n->id], 0.0) << n->name << " did not run";
+    }
   }
   ASSERT_TRUE((*e)->run().is_ok());
   const HostTensor& o0 = (*e)->tensor(m.g.outputs[0]);

@@ -14,6 +14,7 @@
 #include "importer/training.h"
 #include "kernels/weight_cache.h"
 #include "runtime/executor.h"
+#include "tests/runtime/graph_builder.h"
 
 namespace pt {
 namespace {
@@ -22,33 +23,15 @@ using Ints = std::vector<int64_t>;
 
 // Conv 16 -> 32 -> 32 (3x3, pads 1: shapes oneDNN runs with blocked weights), Relu, Flatten,
 // Gemm; then its training graph (momentum SGD).
-struct Cnn {
-  Graph g;
+struct Cnn : test::GraphBuilder {
   std::unique_ptr<TrainingGraph> tg;
-  std::mt19937 rng{5};
   Value *w1 = nullptr, *w2 = nullptr;
 
   Value* param(const std::string& name, Dims d) {
-    Value* v = g.add_value(name, DType::kFloat32, d, ValueKind::kParameter);
-    HostTensor t(DType::kFloat32, d);
-    std::uniform_real_distribution<float> u(-0.2f, 0.2f);
-    for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = u(rng);
-    v->data = std::make_shared<HostTensor>(std::move(t));
-    v->from_initializer = true;
-    return v;
+    return GraphBuilder::param(name, std::move(d), ValueKind::kParameter, -0.2f, 0.2f);
   }
-  Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}) {
-    const std::string name = type + "_" + std::to_string(g.nodes().size());
-    Value* out = g.add_value(name + "/out", DType::kUndefined, {}, ValueKind::kActivation);
-    Node* n = g.add_node(type, name, std::move(ins), {out}, std::move(attrs));
-    n->since_version = 13;
-    Status st = infer_node(*n, "test");
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return out;
-  }
-  Cnn() {
-    Value* x = g.add_value("x", DType::kFloat32, {4, 16, 8, 8}, ValueKind::kInput);
-    g.inputs.push_back(x);
+  Cnn() : GraphBuilder(5) {
+    Value* x = input("x", {4, 16, 8, 8});
     AttrMap pad1;
     pad1.set("pads", Ints{1, 1, 1, 1});
     w1 = param("w1", {32, 16, 3, 3});
