@@ -160,7 +160,7 @@ pt::Status parse_replicas(const std::string& text, int gpus, pt::TrainingSpec* o
 }  // namespace
 
 int main(int argc, char** argv) {
-  pt::ensure_passive_omp_wait(argv);
+  pt::configure_omp_wait(argv);
   auto job = pt::MpiJob::join(&argc, &argv, on_lost_rank);
   if (!job) {
     std::fprintf(stderr, "onnx-pipetrain: error: %s\n", job.status().message().c_str());

@@ -20,6 +20,7 @@
 #include "runtime/executor_memory.h"
 #include "runtime/pipeline.h"
 #include "runtime/trainer.h"
+#include "tools/omp_env.h"
 #include "tools/plan_step.h"
 
 namespace fs = std::filesystem;
@@ -158,6 +159,9 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
                                                             std::to_string(gpus_needed) + " stages; --device cuda " +
                                                             "--oversubscribe shares them"
                                                       : cuda_unavailable_reason()) + ")"));
+  if (!use_cuda && !o.plan_only)
+    say(o, "threads: " + std::to_string(job.threads_per_stage(o.gpus * o.replicas)) + " per CPU stage; idle OpenMP " +
+               "threads: " + omp_wait_description());
 
   ImportOptions io;
   // GPipe builds the graph for one micro-batch.

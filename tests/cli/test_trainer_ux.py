@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import warnings
 
@@ -420,6 +421,38 @@ class RunsTest(unittest.TestCase):
                          "--out", os.path.join(self.dir, "real"))
         self.assertEqual(rc, 0, se)
         self.assertNotIn("synthetic", so)
+
+    def test_openmp_wait_follows_the_machine_or_the_user(self):
+        # tools/omp_env.h: a bounded spin on an idle machine, sleeping threads on a busy one, the user's
+        # OMP_WAIT_POLICY / GOMP_SPINCOUNT as given; how threads wait never changes a result.
+        base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "PIPETRAIN_OMP_WAIT")}
+        args = [BIN, MLP, "--steps", "3", "--data", os.path.join(DIGITS, "train"), "--overwrite"]
+
+        def wait_line(extra_env, out):
+            p = subprocess.run(args + ["--out", os.path.join(self.dir, out)], capture_output=True, text=True, timeout=300,
+                               env=dict(base, **extra_env))
+            self.assertEqual(p.returncode, 0, p.stderr)
+            lines = [l for l in p.stdout.splitlines() if l.startswith("threads: ")]
+            self.assertEqual(len(lines), 1, p.stdout)
+            with open(os.path.join(self.dir, out, "digits_mlp.trained.onnx"), "rb") as f:
+                return lines[0].split("; ", 1)[1], f.read()
+
+        passive, m_passive = wait_line({"OMP_WAIT_POLICY": "PASSIVE"}, "passive")
+        self.assertEqual(passive, "idle OpenMP threads: sleep (OMP_WAIT_POLICY=PASSIVE; set by the user)")
+        spin, m_spin = wait_line({"GOMP_SPINCOUNT": "5000"}, "spin")
+        self.assertEqual(spin, "idle OpenMP threads: spin (GOMP_SPINCOUNT=5000; set by the user)")
+        self.assertEqual(m_passive, m_spin, "the wait policy changed the trained model")
+        # Every CPU kept busy by another process: the run's threads must sleep.
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        try:
+            time.sleep(0.3)
+            busy, m_busy = wait_line({}, "busy")
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+        self.assertEqual(busy, "idle OpenMP threads: sleep (OMP_WAIT_POLICY=PASSIVE; the machine was busy at the start)")
+        self.assertEqual(m_busy, m_passive)
 
     def test_finished_run_folder_is_refused(self):
         out = os.path.join(self.dir, "finished")

@@ -5,7 +5,8 @@ on the same ONNX model, batch, initial weights and threads, measured back to bac
 
 Run: tools/bench/setup_peers.sh    (once: ONNX Runtime Training into a virtual environment)
      /usr/bin/python3 tools/bench/peers.py [--build DIR | --pipetrain BIN] [--baseline BIN] [--only NAME ...]
-                                           [--steps N] [--warmup W] [--rounds R] [--threads T] [--no-ort] [--json FILE]
+                                           [--steps N] [--warmup W] [--rounds R] [--threads T] [--wait best|default|passive]
+                                           [--no-ort] [--json FILE]
 
 For each model of tools/bench/peer_models.py (built after torch.manual_seed(0)):
   1. the torch module is exported (opset 13, training mode, no constant folding): the file that
@@ -23,8 +24,14 @@ For each model of tools/bench/peer_models.py (built after torch.manual_seed(0)):
      momentum: the only SGD it generates), every float initializer that is not a BatchNorm running
      statistic trained, intra-op threads T; a step is module(x, y) + optimizer.step() +
      lazy_reset_grad().
-Every side waits passively (OMP_WAIT_POLICY=PASSIVE unless set; ONNX Runtime: allow_spinning 0): with
-spinning threads PyTorch's GPT step took 0.8-2 s instead of 0.1 s on a shared 2-core machine.
+How idle threads wait (--wait): `default` leaves every side as a user gets it: PyTorch with
+libgomp's default spin, ONNX Runtime with its spinning pool, onnx-pipetrain with its own choice (a
+bounded spin on a machine idle at its start, sleeping on a busy one: tools/omp_env.h); `passive`
+makes every side sleep (OMP_WAIT_POLICY=PASSIVE; ONNX Runtime: allow_spinning 0), the protocol of the
+tables before 2026-12-03 (night), where spinning threads made PyTorch's GPT step take 0.8-2 s
+instead of 0.1 s on a shared machine; `best` (the default) runs every side both ways in each round
+and keeps its fastest, so no side is compared at a setting that does not suit it. OMP_WAIT_POLICY
+or GOMP_SPINCOUNT set by the caller reach every side in every mode.
 Every side validates first: 20 steps on the batch, first loss finite and the mean loss of steps 16-20
 below that of steps 1-5; then W warm-up and N timed steps; every side reports the mean ms per step
 (onnx-pipetrain's metrics give means). --rounds R repeats the three sides back to back R times and
@@ -49,10 +56,17 @@ DEFAULT_VENV = os.environ.get("PIPETRAIN_PEERS_VENV", os.path.expanduser("~/.cac
 ORDER = ("small_cnn", "lenet_bn", "resnet18", "transformer", "gpt", "mobilenet_v2")
 LR, MOMENTUM = 0.01, 0.9
 VALIDATION_STEPS = 20
-# OpenMP threads that spin while they wait (libgomp's default, which PyTorch keeps) lose 10x on a
-# machine shared with other jobs: every side waits passively (onnx-pipetrain sets this itself when
-# it is unset, ONNX Runtime's own pool gets allow_spinning 0).
-ENV = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+# The environment of every side; set_wait("passive") makes OpenMP threads sleep while they wait
+# (libgomp's default spin, which PyTorch keeps, loses 10x on a machine shared with other jobs).
+ENV = dict(os.environ)
+
+
+def set_wait(mode):
+    ENV.clear()
+    ENV.update(os.environ)
+    ENV["PIPETRAIN_PEERS_WAIT"] = mode
+    if mode == "passive" and "GOMP_SPINCOUNT" not in os.environ:
+        ENV["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
 TIMED_BY_NODE = 3      # the trainer's last steps run node by node (Executor::run_timed): not counted
 
 
@@ -147,7 +161,8 @@ def side_ort(model_path, folder, threads, steps, warmup):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")   # as the others: no busy waiting
+    if os.environ.get("PIPETRAIN_PEERS_WAIT") == "passive":
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")   # as the others: no busy waiting
     state = CheckpointState.load_checkpoint(os.path.join(art, "checkpoint"))
     module = Module(os.path.join(art, "training_model.onnx"), state, session_options=so)
     opt = Optimizer(os.path.join(art, "optimizer_model.onnx"), module)
@@ -230,6 +245,9 @@ def main(argv=None):
                     help="run the sides back to back this many times; each side's fastest round counts (default 1)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="threads of the peers (default: the CPU count, which onnx-pipetrain's one stage uses)")
+    ap.add_argument("--wait", choices=("best", "default", "passive"), default="best",
+                    help="idle threads: each side's default, every side sleeping (passive), or each side both ways "
+                         "and its faster kept (best, the default)")
     ap.add_argument("--venv", default=DEFAULT_VENV, help="the peers' virtual environment (tools/bench/setup_peers.sh)")
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime Training out")
     ap.add_argument("--json", help="write all results to this file")
@@ -248,6 +266,7 @@ def main(argv=None):
         print(json.dumps(r))
         return 0
 
+    modes = ("default", "passive") if a.wait == "best" else (a.wait,)
     exe = a.pipetrain or os.path.join(a.build, "tools", "onnx-pipetrain")
     if not os.access(exe, os.X_OK):
         print(f"peers: error: {exe} not found (--build, --pipetrain); build it: cmake --build {a.build} --target onnx-pipetrain",
@@ -262,7 +281,7 @@ def main(argv=None):
     sys.path.insert(0, HERE)
     from peer_models import describe
     print(f"threads {a.threads} (peers), {VALIDATION_STEPS} validation + {a.warmup} warm-up + {a.steps} timed "
-          f"steps per side, mean ms per step; load average {load()}", flush=True)
+          f"steps per side, mean ms per step; idle threads: {a.wait}; load average {load()}", flush=True)
     results, failed, t_start = {}, False, time.time()
     with tempfile.TemporaryDirectory(prefix="peers.") as tmp:
         for name in names:
@@ -283,18 +302,21 @@ def main(argv=None):
                        "base": lambda: side_ours(a.baseline, path, folder, a.steps, a.warmup),
                        "torch": lambda: sub(sys.executable, common + ["--_side", "torch", name]),
                        "ort": lambda: sub(ort_py, common + ["--_side", "ort", path, folder])}
-                for side in sides:
+                for side, mode in ((sd, m) for sd in sides for m in modes):
+                    set_wait(mode)
                     d = got[side]()
+                    d["wait"] = mode
                     prev = r.get(side)
                     rounds = (prev or {}).get("rounds_ms", [])
+                    waits = (prev or {}).get("rounds_wait", [])
                     if "mean_ms" in d:
-                        rounds = rounds + [d["mean_ms"]]
+                        rounds, waits = rounds + [d["mean_ms"]], waits + [mode]
                     # Kept: the fastest round (the least disturbed by other jobs), or the first error.
                     if prev is None or ("error" not in prev and "mean_ms" in d and d["mean_ms"] < prev["mean_ms"]):
                         r[side] = d
                     elif "error" in d and "error" not in prev:
                         r[side] = d
-                    r[side]["rounds_ms"] = rounds
+                    r[side]["rounds_ms"], r[side]["rounds_wait"] = rounds, waits
             r["load_after"] = load()
             for side in ("base", "ours", "torch", "ort"):
                 d = r.get(side)
@@ -304,8 +326,11 @@ def main(argv=None):
                     failed = True
                     print(f"FAIL {name}: {side}: {d['error']}", flush=True)
                 else:
-                    rounds = ", rounds " + " ".join(f"{v:.2f}" for v in d["rounds_ms"]) if len(d["rounds_ms"]) > 1 else ""
-                    print(f"{name}: {side:<5} {d['mean_ms']:8.2f} ms/step{rounds}, losses {d['loss_first']:.4f} -> "
+                    tag = (lambda w: w[0]) if len(modes) > 1 else (lambda w: "")   # d(efault) or p(assive)
+                    rounds = ", rounds " + " ".join(f"{v:.2f}{tag(w)}" for v, w in zip(d["rounds_ms"], d["rounds_wait"])) \
+                        if len(d["rounds_ms"]) > 1 else ""
+                    best = f" ({d['wait']})" if len(modes) > 1 else ""
+                    print(f"{name}: {side:<5} {d['mean_ms']:8.2f} ms/step{best}{rounds}, losses {d['loss_first']:.4f} -> "
                           f"{d['loss_step20']:.4f} over {VALIDATION_STEPS} steps", flush=True)
             o = r["ours"].get("mean_ms")
             for side in ("torch", "ort", "base"):

@@ -426,7 +426,8 @@ int run(const Options& o) {
               forward_nodes, g.nodes().size(), static_cast<long long>(batch), dims_str(in->dims).c_str(),
               dtype_name(in->dtype));
   std::printf("data: %s\n", data.source.c_str());
-  std::printf("threads: OpenMP %d, OpenBLAS %d\n", omp_threads, blas_threads);
+  std::printf("threads: OpenMP %d, OpenBLAS %d; idle OpenMP threads: %s\n", omp_threads, blas_threads,
+              omp_wait_description().c_str());
   std::printf("validation: ok (loss %.4f at step 1, %.4f at step %d; mean of steps 1-5 %.4f > 16-20 %.4f)\n",
               val_losses.front(), val_losses.back(), kValidationSteps, first5, last5);
   std::printf("step: median %.3f ms, p10 %.3f ms, p90 %.3f ms over %zu steps (after %lld warm-up); %.2f steps/s\n",
@@ -472,7 +473,7 @@ int run(const Options& o) {
 }  // namespace pt
 
 int main(int argc, char** argv) {
-  pt::ensure_passive_omp_wait(argv);
+  pt::configure_omp_wait(argv);
   pt::Options o;
   if (int rc = pt::parse(argc, argv, &o)) return rc;
   try {
