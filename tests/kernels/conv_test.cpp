@@ -116,6 +116,14 @@ std::vector<ConvCase> cases() {
       {"2-D few taps (LeNet's first layer, threaded)", {8, 1, 28, 28}, {6, 1, 5, 5}, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}, true},
       {"2-D few taps, RGB 3x3 stride 2", {12, 3, 40, 40}, {8, 3, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 0, 1}, false},
       {"1-D few taps, dilation 2", {16, 2, 300}, {4, 2, 5}, 1, {1}, {2}, {2, 1}, true},
+      // Depthwise: float's dW takes grad_weight_depthwise (MobileNet-V2's 3x3 layers at small maps).
+      {"2-D depthwise over 1x1 (one live tap, threaded)", {32, 96, 1, 1}, {96, 1, 3, 3}, 96, {1, 1}, {1, 1}, {1, 1, 1, 1}, false},
+      {"2-D depthwise stride 2 over 2x2", {4, 8, 2, 2}, {8, 1, 3, 3}, 8, {2, 2}, {1, 1}, {1, 1, 1, 1}, true},
+      {"2-D depthwise stride 2, odd map, asymmetric pads", {3, 5, 9, 7}, {10, 1, 3, 3}, 5, {2, 2}, {1, 1}, {1, 0, 2, 1}, false},
+      {"2-D depthwise 8x8 (threaded)", {16, 64, 8, 8}, {64, 1, 3, 3}, 64, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+      {"2-D depthwise 5x5 dilation 2", {2, 4, 11, 10}, {4, 1, 5, 5}, 4, {1, 1}, {2, 2}, {4, 4, 3, 4}, false},
+      {"1-D depthwise stride 3", {2, 3, 20}, {6, 1, 4}, 3, {3}, {1}, {2, 1}, true},
+      {"3-D depthwise", {2, 3, 4, 5, 6}, {3, 1, 3, 3, 3}, 3, {1, 2, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, false},
   };
 }
 
