@@ -45,7 +45,12 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
                  const T* dy = nullptr, std::vector<double>* sdy = nullptr, std::vector<double>* sdyx = nullptr) {
   const int64_t planes = g.n * g.c;
   const int k = dy ? 4 : 2;
-  std::vector<double> part(static_cast<size_t>(planes * k));
+  // Every entry is written below: grown once, never cleared (no allocation per call once warm).
+  // The calling thread's buffer: the parallel loop writes it through `part` (a pointer; the name
+  // of a thread_local would be each worker's own).
+  thread_local std::vector<double> buf;
+  if (buf.size() < static_cast<size_t>(planes * k)) buf.resize(static_cast<size_t>(planes * k));
+  double* part = buf.data();
 #pragma omp parallel for if (par(g))
   for (int64_t p = 0; p < planes; ++p) {
     const T* xp = x + p * g.s;
@@ -80,15 +85,17 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
     sdy->assign(static_cast<size_t>(g.c), 0.0);
     sdyx->assign(static_cast<size_t>(g.c), 0.0);
   }
-  for (int64_t p = 0; p < planes; ++p) {
-    const int64_t c = p % g.c;
-    (*mean)[c] += part[p * k];
-    (*var)[c] += part[p * k + 1];
-    if (dy) {
-      (*sdy)[c] += part[p * k + 2];
-      (*sdyx)[c] += part[p * k + 3];
+  // Plane p = n * C + c, in the order of p (so the same sums as a loop over p with c = p % C,
+  // without a division per plane: [32, 960, 1, 1] maps have one element per plane).
+  for (int64_t n = 0, p = 0; n < g.n; ++n)
+    for (int64_t c = 0; c < g.c; ++c, ++p) {
+      (*mean)[c] += part[p * k];
+      (*var)[c] += part[p * k + 1];
+      if (dy) {
+        (*sdy)[c] += part[p * k + 2];
+        (*sdyx)[c] += part[p * k + 3];
+      }
     }
-  }
   const double inv_m = 1.0 / static_cast<double>(std::max<int64_t>(g.m(), 1));
   for (int64_t c = 0; c < g.c; ++c) {
     (*mean)[c] *= inv_m;
@@ -158,14 +165,26 @@ Status batch_normalization(const KernelCall& call) {
     a[c] = static_cast<T>(scale[c] * istd);
     b[c] = static_cast<T>(bias[c] - mean[c] * scale[c] * istd);
   }
+  if (g.s == 1) {  // one element per plane: rows of C channels
 #pragma omp parallel for if (par(g))
-  for (int64_t p = 0; p < g.n * g.c; ++p) {
-    const T ac = a[p % g.c], bc = b[p % g.c];
-    const T* xp = x + p * g.s;
-    T* yp = y + p * g.s;
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* xr = x + n * g.c;
+      T* yr = y + n * g.c;
 #pragma omp simd
-    for (int64_t i = 0; i < g.s; ++i) yp[i] = xp[i] * ac + bc;
+      for (int64_t c = 0; c < g.c; ++c) yr[c] = xr[c] * a[c] + b[c];
+    }
+    return Status::ok();
   }
+#pragma omp parallel for collapse(2) if (par(g))
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t c = 0; c < g.c; ++c) {
+      const T ac = a[c], bc = b[c];
+      const int64_t p = n * g.c + c;
+      const T* xp = x + p * g.s;
+      T* yp = y + p * g.s;
+#pragma omp simd
+      for (int64_t i = 0; i < g.s; ++i) yp[i] = xp[i] * ac + bc;
+    }
   return Status::ok();
 }
 
@@ -222,15 +241,15 @@ Status batch_normalization_grad(const KernelCall& call) {
       }
       sdy.assign(static_cast<size_t>(g.c), 0.0);
       sdyx.assign(static_cast<size_t>(g.c), 0.0);
-      for (int64_t p = 0; p < planes; ++p) {
-        sdy[p % g.c] += pdy[p];
-        sdyx[p % g.c] += pdyx[p];
-      }
+      for (int64_t n = 0, p = 0; n < g.n; ++n)
+        for (int64_t c = 0; c < g.c; ++c, ++p) {
+          sdy[c] += pdy[p];
+          sdyx[c] += pdyx[p];
+        }
     }
   }
   std::vector<double> istd(static_cast<size_t>(g.c));
   for (int64_t c = 0; c < g.c; ++c) istd[c] = 1.0 / std::sqrt(var[c] + eps);
-  const int64_t planes = g.n * g.c;
   std::vector<double> sdyxhat(static_cast<size_t>(g.c), 0.0);
   if (need_sums)
     for (int64_t c = 0; c < g.c; ++c) sdyxhat[c] = (sdyx[c] - mean[c] * sdy[c]) * istd[c];
@@ -242,24 +261,49 @@ Status batch_normalization_grad(const KernelCall& call) {
 
   // training: dx = scale*istd * (dy - mean(dy) - xhat * mean(dy*xhat)); inference: scale*istd*dy.
   const double inv_m = 1.0 / static_cast<double>(std::max<int64_t>(g.m(), 1));
-#pragma omp parallel for if (par(g))
-  for (int64_t p = 0; p < planes; ++p) {
-    const int64_t c = p % g.c;
-    const T* dyp = dy + p * g.s;
-    const T* xp = x + p * g.s;
-    T* dxp = dx + p * g.s;
-    const T k = static_cast<T>(scale[c] * istd[c]);
-    if (training) {
-      const T mdy = static_cast<T>(sdy[c] * inv_m);
-      const T kx = static_cast<T>(sdyxhat[c] * inv_m * istd[c]);  // multiplies (x - mean)
-      const T mu = static_cast<T>(mean[c]);
-#pragma omp simd
-      for (int64_t i = 0; i < g.s; ++i) dxp[i] = k * (dyp[i] - mdy - (xp[i] - mu) * kx);
-    } else {
-#pragma omp simd
-      for (int64_t i = 0; i < g.s; ++i) dxp[i] = k * dyp[i];
-    }
+  // Per channel: dx = k dy - k mdy - k kx (x - mu), as T (the same values for every plane).
+  thread_local std::vector<T> coef;  // (4, C): k, mdy, kx, mu
+  coef.resize(static_cast<size_t>(4 * g.c));
+  T *ck = coef.data(), *cmdy = ck + g.c, *ckx = cmdy + g.c, *cmu = ckx + g.c;
+  for (int64_t c = 0; c < g.c; ++c) {
+    ck[c] = static_cast<T>(scale[c] * istd[c]);
+    cmdy[c] = training ? static_cast<T>(sdy[c] * inv_m) : T(0);
+    ckx[c] = training ? static_cast<T>(sdyxhat[c] * inv_m * istd[c]) : T(0);
+    cmu[c] = training ? static_cast<T>(mean[c]) : T(0);
   }
+  if (g.s == 1) {  // one element per plane: rows of C channels
+#pragma omp parallel for if (par(g))
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* dyr = dy + n * g.c;
+      const T* xr = x + n * g.c;
+      T* dxr = dx + n * g.c;
+      if (training) {
+#pragma omp simd
+        for (int64_t c = 0; c < g.c; ++c) dxr[c] = ck[c] * (dyr[c] - cmdy[c] - (xr[c] - cmu[c]) * ckx[c]);
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < g.c; ++c) dxr[c] = ck[c] * dyr[c];
+      }
+    }
+    return Status::ok();
+  }
+#pragma omp parallel for collapse(2) if (par(g))
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t c = 0; c < g.c; ++c) {
+      const int64_t p = n * g.c + c;
+      const T* dyp = dy + p * g.s;
+      const T* xp = x + p * g.s;
+      T* dxp = dx + p * g.s;
+      const T k = ck[c];
+      if (training) {
+        const T mdy = cmdy[c], kx = ckx[c], mu = cmu[c];
+#pragma omp simd
+        for (int64_t i = 0; i < g.s; ++i) dxp[i] = k * (dyp[i] - mdy - (xp[i] - mu) * kx);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < g.s; ++i) dxp[i] = k * dyp[i];
+      }
+    }
   return Status::ok();
 }
 
