@@ -8,8 +8,10 @@ peers=0
 
 # --clang: also clang 14 with its OpenMP runtime and sanitizer/libFuzzer runtimes, for the fuzz
 # targets (tools/fuzz.sh) and the sanitizer builds (tools/sanitize.sh); CI's build does not need them.
-clang=()
-[ "${1:-}" = "--clang" ] && clang=(clang clang-14 libomp-14-dev libclang-rt-14-dev)
+extra=()
+[ "${1:-}" = "--clang" ] && extra=(clang clang-14 libomp-14-dev libclang-rt-14-dev)
+# --cron: also cron and flock (util-linux), which tools/nightly-cron.sh schedules .ci/nightly with.
+[ "${1:-}" = "--cron" ] && extra=(cron util-linux)
 
 debs=(cmake g++ make pkg-config
       libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
@@ -18,7 +20,7 @@ debs=(cmake g++ make pkg-config
       graphviz chromium dataset-fashion-mnist
       python3-torch python3-torchvision python3-onnx python3-numpy python3-sklearn python3-protobuf
       python3-pip python3-flatbuffers python3-coloredlogs python3-sympy python3-packaging
-      python3-absl "${clang[@]}")
+      python3-absl "${extra[@]}")
 
 missing=()
 for p in "${debs[@]}"; do
