@@ -42,7 +42,7 @@ case ${1:-} in
     others=$(current)  # read whole before the table is rewritten
     { [ -n "$others" ] && echo "$others"; echo "$line"; } | "$crontab_cmd" -
     echo "nightly-cron: .ci/nightly of $repo runs daily at $(printf %02d:%02d "$hour" "$minute") (cron, local time);" \
-         "logs in $repo/runs/nightly/"
+         "logs in ${NIGHTLY_OUT:-$repo/runs/nightly}/"
     ;;
   remove)
     others=$(current)
