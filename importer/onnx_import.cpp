@@ -223,8 +223,8 @@ Status check_structure(onnx::GraphProto* g, const std::string& path) {
 // to our shape functions; the graph's structure was checked by check_structure.
 // Models below opset 7 go through ONNX's shape inference and version converter, which trust the
 // graph: a Conv stride of 0 divides by zero (SIGFPE); the inference functions of Gemm and MatMul
-// (versions below 7), of RNN, LSTM and GRU (versions 1 to 6) and of ConvTranspose (version 1) index
-// dimensions of their inputs
+// (versions below 7), of RNN, LSTM and GRU (versions 1 to 6) and of Conv and ConvTranspose (version
+// 1) index dimensions of their inputs
 // without checking the rank (a rank-0 or rank-1 operand: SIGSEGV, or a read past the end). What
 // they would crash on is refused here first (issue 17). The ranks are those ONNX's inference sees
 // at the node: declared (graph inputs, initializers, outputs, value_info; a name declared twice
@@ -270,6 +270,15 @@ std::vector<RankRule> old_rank_rules(const std::string& op) {
   return {};
 }
 
+// Pairs of inputs that must have the same rank: Conv's version-1 inference takes the kernel shape
+// from W's dims 2.. when there is no kernel_shape attribute and then indexes X's dims, dilations and
+// pads (all sized by X's rank) by W's spatial dims (fuzz_model: W of rank 5 beside X of rank 4,
+// SIGSEGV in convPoolShapeInference1); ConvTranspose's version 1 does the same.
+std::vector<std::pair<int, int>> old_same_rank_rules(const std::string& op) {
+  if (op == "Conv" || op == "ConvTranspose") return {{0, 1}};
+  return {};
+}
+
 }  // namespace
 
 Status check_old_opset_model(const onnx::ModelProto& m, const std::string& path) {
@@ -289,11 +298,13 @@ Status check_old_opset_model(const onnx::ModelProto& m, const std::string& path)
     }
     if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
     const std::vector<RankRule> rules = old_rank_rules(n.op_type());
+    const std::vector<std::pair<int, int>> same = old_same_rank_rules(n.op_type());
     std::map<std::string, int> at = rank;  // the ranks ONNX's inference knows when it reaches node i
     bool inferred = false;
-    for (const RankRule& r : rules) {
-      if (r.input >= n.input_size() || n.input(r.input).empty()) continue;
-      const std::string& name = n.input(r.input);
+    // The rank of input k as ONNX's inference sees it at node i, or -1 (absent or unknown).
+    auto rank_of = [&](int k) -> Expected<int> {
+      if (k >= n.input_size() || n.input(k).empty()) return -1;
+      const std::string& name = n.input(k);
       if (!at.count(name) && !inferred) {  // made by an earlier node: infer the nodes before this one
         onnx::ModelProto prefix = m;
         prefix.mutable_graph()->mutable_node()->DeleteSubrange(i, g.node_size() - i);
@@ -306,9 +317,21 @@ Status check_old_opset_model(const onnx::ModelProto& m, const std::string& path)
         inferred = true;
       }
       auto it = at.find(name);
-      if (it != at.end() && (it->second < r.min || it->second > r.max))
-        return invalid_input(where + ": input '" + name + "' has rank " + std::to_string(it->second) + "; " +
+      return it == at.end() ? -1 : it->second;
+    };
+    for (const RankRule& r : rules) {
+      ASSIGN_OR_RETURN(const int got, rank_of(r.input));
+      if (got >= 0 && (got < r.min || got > r.max))
+        return invalid_input(where + ": input '" + n.input(r.input) + "' has rank " + std::to_string(got) + "; " +
                              n.op_type() + " wants rank " + std::to_string(r.min) + (r.min == r.max ? "" : " or more"));
+    }
+    for (const auto& [a, b] : same) {
+      ASSIGN_OR_RETURN(const int ra, rank_of(a));
+      ASSIGN_OR_RETURN(const int rb, rank_of(b));
+      if (ra >= 0 && rb >= 0 && ra != rb)
+        return invalid_input(where + ": input '" + n.input(a) + "' has rank " + std::to_string(ra) + " and input '" +
+                             n.input(b) + "' rank " + std::to_string(rb) + "; " + n.op_type() +
+                             " wants them of the same rank");
     }
   }
   return Status::ok();

@@ -7,8 +7,12 @@
 // outputs 3, 4 (opset < 14: saved mean, saved variance) the batch mean and biased variance.
 // The backward recomputes the batch statistics from X rather than keeping them from the forward.
 // Sums accumulate in double; threads own (n, c) planes, then channels.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -36,6 +40,110 @@ Status bn_geometry(const char* op, const KernelCall& call, size_t first_param, B
 
 bool par(const BnGeometry& g) { return g.n * g.c > 1 && g.n * g.c * g.s > kParallelThreshold; }
 
+// Planes [p0, p1) of X (and dY): per plane the sums of x and x^2 (and of dy and dy * x) in double,
+// into part[p * k ...]. float32 runs a copy built per ISA (target_clones: AVX-512, AVX2, baseline;
+// the kernels' baseline is SSE2), so the sums' lane order, and with it the last bits, depend on
+// the CPU, as LayerNorm's do; on one machine every run gives the same bits.
+template <typename T>
+[[gnu::always_inline]] inline void plane_sums(const T* x, const T* dy, int64_t s, int64_t p0, int64_t p1, int k,
+                                              double* part) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const T* xp = x + p * s;
+    double s1 = 0, s2 = 0;
+    if (dy) {
+      const T* dyp = dy + p * s;
+      double d = 0, dx = 0;
+#pragma omp simd reduction(+ : s1, s2, d, dx)
+      for (int64_t i = 0; i < s; ++i) {
+        const double xi = xp[i], di = dyp[i];
+        s1 += xi;
+        s2 += xi * xi;
+        d += di;
+        dx += di * xi;
+      }
+      part[p * k + 2] = d;
+      part[p * k + 3] = dx;
+    } else {
+#pragma omp simd reduction(+ : s1, s2)
+      for (int64_t i = 0; i < s; ++i) {
+        const double xi = xp[i];
+        s1 += xi;
+        s2 += xi * xi;
+      }
+    }
+    part[p * k] = s1;
+    part[p * k + 1] = s2;
+  }
+}
+
+// Planes [p0, p1) of y = x * a[c] + b[c] (c = p % C).
+template <typename T>
+[[gnu::always_inline]] inline void plane_affine(const T* x, const T* a, const T* b, T* y, int64_t c_count, int64_t s,
+                                                int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t c = p % c_count;
+    const T ac = a[c], bc = b[c];
+    const T* xp = x + p * s;
+    T* yp = y + p * s;
+#pragma omp simd
+    for (int64_t i = 0; i < s; ++i) yp[i] = xp[i] * ac + bc;
+  }
+}
+
+// Planes [p0, p1) of the input gradient: dx = k (dy - mdy - (x - mu) kx) in training mode, k dy
+// otherwise, with the per-channel coefficients of coef (4 rows of C: k, mdy, kx, mu).
+template <typename T>
+[[gnu::always_inline]] inline void plane_dx(const T* dy, const T* x, const T* coef, T* dx, int64_t c_count, int64_t s,
+                                            int64_t p0, int64_t p1, bool training) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t c = p % c_count;
+    const T k = coef[c], mdy = coef[c_count + c], kx = coef[2 * c_count + c], mu = coef[3 * c_count + c];
+    const T* dyp = dy + p * s;
+    const T* xp = x + p * s;
+    T* dxp = dx + p * s;
+    if (training) {
+#pragma omp simd
+      for (int64_t i = 0; i < s; ++i) dxp[i] = k * (dyp[i] - mdy - (xp[i] - mu) * kx);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < s; ++i) dxp[i] = k * dyp[i];
+    }
+  }
+}
+
+#define PT_BN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+PT_BN_CLONES void plane_sums_f32(const float* x, const float* dy, int64_t s, int64_t p0, int64_t p1, int k, double* part) {
+  plane_sums(x, dy, s, p0, p1, k, part);
+}
+PT_BN_CLONES void plane_affine_f32(const float* x, const float* a, const float* b, float* y, int64_t c_count, int64_t s,
+                                   int64_t p0, int64_t p1) {
+  plane_affine(x, a, b, y, c_count, s, p0, p1);
+}
+PT_BN_CLONES void plane_dx_f32(const float* dy, const float* x, const float* coef, float* dx, int64_t c_count, int64_t s,
+                               int64_t p0, int64_t p1, bool training) {
+  plane_dx(dy, x, coef, dx, c_count, s, p0, p1, training);
+}
+#undef PT_BN_CLONES
+
+// Thread t's share [p0, p1) of n planes over nt threads: contiguous, fixed by (n, nt).
+inline void share(int64_t n, int t, int nt, int64_t* p0, int64_t* p1) {
+  const int64_t q = n / nt, rem = n % nt;
+  *p0 = t * q + std::min<int64_t>(t, rem);
+  *p1 = *p0 + q + (t < rem ? 1 : 0);
+}
+
+// Runs fn(p0, p1) over the planes, split across the threads when the work is large enough.
+template <typename F>
+void over_planes(const BnGeometry& g, F fn) {
+  const int64_t planes = g.n * g.c;
+#pragma omp parallel if (par(g))
+  {
+    int64_t p0, p1;
+    share(planes, omp_get_thread_num(), omp_get_num_threads(), &p0, &p1);
+    fn(p0, p1);
+  }
+}
+
 // Batch mean and biased variance per channel in one pass over X: per-plane sums of x and x^2 in
 // double (var = E[x^2] - mean^2; the double sums keep the cancellation far below float
 // resolution for activations). With dy, also the sums of dy and dy * x that the backward needs
@@ -51,34 +159,10 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
   thread_local std::vector<double> buf;
   if (buf.size() < static_cast<size_t>(planes * k)) buf.resize(static_cast<size_t>(planes * k));
   double* part = buf.data();
-#pragma omp parallel for if (par(g))
-  for (int64_t p = 0; p < planes; ++p) {
-    const T* xp = x + p * g.s;
-    double s = 0, s2 = 0;
-    if (dy) {
-      const T* dyp = dy + p * g.s;
-      double d = 0, dx = 0;
-#pragma omp simd reduction(+ : s, s2, d, dx)
-      for (int64_t i = 0; i < g.s; ++i) {
-        const double xi = xp[i], di = dyp[i];
-        s += xi;
-        s2 += xi * xi;
-        d += di;
-        dx += di * xi;
-      }
-      part[p * k + 2] = d;
-      part[p * k + 3] = dx;
-    } else {
-#pragma omp simd reduction(+ : s, s2)
-      for (int64_t i = 0; i < g.s; ++i) {
-        const double xi = xp[i];
-        s += xi;
-        s2 += xi * xi;
-      }
-    }
-    part[p * k] = s;
-    part[p * k + 1] = s2;
-  }
+  over_planes(g, [&](int64_t p0, int64_t p1) {
+    if constexpr (std::is_same_v<T, float>) plane_sums_f32(x, dy, g.s, p0, p1, k, part);
+    else plane_sums(x, dy, g.s, p0, p1, k, part);
+  });
   mean->assign(static_cast<size_t>(g.c), 0.0);
   var->assign(static_cast<size_t>(g.c), 0.0);
   if (dy) {
@@ -175,16 +259,11 @@ Status batch_normalization(const KernelCall& call) {
     }
     return Status::ok();
   }
-#pragma omp parallel for collapse(2) if (par(g))
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t c = 0; c < g.c; ++c) {
-      const T ac = a[c], bc = b[c];
-      const int64_t p = n * g.c + c;
-      const T* xp = x + p * g.s;
-      T* yp = y + p * g.s;
-#pragma omp simd
-      for (int64_t i = 0; i < g.s; ++i) yp[i] = xp[i] * ac + bc;
-    }
+  const T *pa = a.data(), *pb = b.data();
+  over_planes(g, [&](int64_t p0, int64_t p1) {
+    if constexpr (std::is_same_v<T, float>) plane_affine_f32(x, pa, pb, y, g.c, g.s, p0, p1);
+    else plane_affine(x, pa, pb, y, g.c, g.s, p0, p1);
+  });
   return Status::ok();
 }
 
@@ -287,23 +366,11 @@ Status batch_normalization_grad(const KernelCall& call) {
     }
     return Status::ok();
   }
-#pragma omp parallel for collapse(2) if (par(g))
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t c = 0; c < g.c; ++c) {
-      const int64_t p = n * g.c + c;
-      const T* dyp = dy + p * g.s;
-      const T* xp = x + p * g.s;
-      T* dxp = dx + p * g.s;
-      const T k = ck[c];
-      if (training) {
-        const T mdy = cmdy[c], kx = ckx[c], mu = cmu[c];
-#pragma omp simd
-        for (int64_t i = 0; i < g.s; ++i) dxp[i] = k * (dyp[i] - mdy - (xp[i] - mu) * kx);
-      } else {
-#pragma omp simd
-        for (int64_t i = 0; i < g.s; ++i) dxp[i] = k * dyp[i];
-      }
-    }
+  const T* pc = coef.data();
+  over_planes(g, [&](int64_t p0, int64_t p1) {
+    if constexpr (std::is_same_v<T, float>) plane_dx_f32(dy, x, pc, dx, g.c, g.s, p0, p1, training);
+    else plane_dx(dy, x, pc, dx, g.c, g.s, p0, p1, training);
+  });
   return Status::ok();
 }
 

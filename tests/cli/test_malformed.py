@@ -240,17 +240,18 @@ class MalformedInputTest(unittest.TestCase):
         m("conv_neg_stride.onnx", conv("conv_s", strides=[-1, 1]), "conv_s", inputs=img, inits=[W])
         m("conv_zero_stride.onnx", conv("conv_z", strides=[0, 1]), "conv_z", inputs=img, inits=[W])
         # Below opset 7, ONNX's shape inference and version converter run before our import: a
-        # zero stride (SIGFPE), a rank-0 or rank-1 Gemm operand, LSTM X or ConvTranspose W
-        # (SIGSEGV; declared, declared twice, or inferred from the nodes before) must be refused
-        # before them. The models are the fuzz regressions' (tests/fuzz/regressions/model/), as
-        # are the last three (a Cast of a constant to type 42, an abort; a rank-1 Conv, a read past
-        # the end; a float16 scalar output as the loss, an abort).
+        # zero stride (SIGFPE), a rank-0 or rank-1 Gemm operand, LSTM X or ConvTranspose W, a Conv
+        # W of another rank than X (SIGSEGV; declared, declared twice, or inferred from the nodes
+        # before) must be refused before them. The models are the fuzz regressions'
+        # (tests/fuzz/regressions/model/), as are the last three (a Cast of a constant to type 42, an
+        # abort; a rank-1 Conv, a read past the end; a float16 scalar output as the loss, an abort).
         reg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "regressions", "model")
         for f, node in (("opset2_conv_stride0_sigfpe.onnx", "strides"), ("opset1_gemm_rank0_sigsegv.onnx", "rank 0"),
                         ("opset6_gemm_output_redeclares_input_segv.onnx", "rank 1"),
                         ("opset6_gemm_inferred_rank1_segv.onnx", "rank 1"),
                         ("opset2_lstm_x_rank1_segv.onnx", "rank 1"),
                         ("opset6_convtranspose_w_rank1_segv.onnx", "rank 1"),
+                        ("opset6_conv_w_rank5_beside_x_rank4_segv.onnx", "the same rank"),
                         ("cast_const_to_type42_abort.onnx", "42"),
                         ("conv_rank1_heap_overflow_asan.onnx", "spatial dims"),
                         ("float16_scalar_loss_abort.onnx", "float16")):
