@@ -125,13 +125,6 @@ PT_BN_CLONES void plane_dx_f32(const float* dy, const float* x, const float* coe
 }
 #undef PT_BN_CLONES
 
-// Thread t's share [p0, p1) of n planes over nt threads: contiguous, fixed by (n, nt).
-inline void share(int64_t n, int t, int nt, int64_t* p0, int64_t* p1) {
-  const int64_t q = n / nt, rem = n % nt;
-  *p0 = t * q + std::min<int64_t>(t, rem);
-  *p1 = *p0 + q + (t < rem ? 1 : 0);
-}
-
 // Runs fn(p0, p1) over the planes, split across the threads when the work is large enough.
 template <typename F>
 void over_planes(const BnGeometry& g, F fn) {
@@ -139,7 +132,7 @@ void over_planes(const BnGeometry& g, F fn) {
 #pragma omp parallel if (par(g))
   {
     int64_t p0, p1;
-    share(planes, omp_get_thread_num(), omp_get_num_threads(), &p0, &p1);
+    thread_share(planes, omp_get_thread_num(), omp_get_num_threads(), &p0, &p1);
     fn(p0, p1);
   }
 }

@@ -19,6 +19,14 @@ namespace pt::cpu {
 // Below this many elements a loop runs on one thread: forking costs more than it saves.
 constexpr int64_t kParallelThreshold = 32768;
 
+// Thread t's share [b, e) of n items over nt threads: contiguous, fixed by (n, nt), so a kernel
+// whose threads each sum their own share gives the same bits every run with the same threads.
+inline void thread_share(int64_t n, int t, int nt, int64_t* b, int64_t* e) {
+  const int64_t q = n / nt, rem = n % nt;
+  *b = t * q + (t < rem ? t : rem);
+  *e = *b + q + (t < rem ? 1 : 0);
+}
+
 // The argument checks and helpers shared with the CUDA wrappers (kernels/kernel_checks.h).
 using kernels::AxisGeometry;
 using kernels::axis_geometry;

@@ -137,13 +137,6 @@ void backward_rows(const T* pdy, const T* px, const T* pg, T* pdx, double* lds, 
   else ln_backward_rows(pdy, px, pg, pdx, lds, ldb, xhr, r0, r1, cols, eps, want_ds, want_db);
 }
 
-// Thread t's share [r0, r1) of `rows` over nt threads: contiguous, fixed by (rows, nt).
-inline void share(int64_t rows, int t, int nt, int64_t* r0, int64_t* r1) {
-  const int64_t q = rows / nt, rem = rows % nt;
-  *r0 = t * q + std::min<int64_t>(t, rem);
-  *r1 = *r0 + q + (t < rem ? 1 : 0);
-}
-
 }  // namespace
 
 // (X, scale[, B]) -> Y[, mean, inv_std_dev]; mean and inv_std_dev shaped dims[:axis] + 1s.
@@ -171,7 +164,7 @@ Status layer_norm(const KernelCall& call) {
 #pragma omp parallel if (par)
   {
     int64_t r0, r1;
-    share(s.rows, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+    thread_share(s.rows, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
     forward_rows(px, pg, pb, py, pm, pi, r0, r1, s.cols, eps);
   }
   return Status::ok();
@@ -216,7 +209,7 @@ Status layer_norm_grad(const KernelCall& call) {
     if (xh.size() < cols) xh.resize(cols);
     double* xhr = xh.data();
     int64_t r0, r1;
-    share(s.rows, t, omp_get_num_threads(), &r0, &r1);
+    thread_share(s.rows, t, omp_get_num_threads(), &r0, &r1);
     backward_rows(pdy, px, pg, pdx, lds, lds + cols, xhr, r0, r1, s.cols, eps, pds != nullptr, pdb != nullptr);
   }
   for (int64_t j = 0; j < s.cols; ++j) {
