@@ -43,6 +43,7 @@ import csv
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -189,14 +190,20 @@ def side_ours(exe, model_path, folder, steps, warmup, flags=("--gpus", "1")):
     batch = x.shape[0]
     data = os.path.join(folder, "ours.data")
     os.makedirs(data, exist_ok=True)
-    np.save(os.path.join(data, "x.npy"), np.concatenate([x] * total))   # one epoch, the same batch
-    np.save(os.path.join(data, "y.npy"), np.concatenate([y] * total))
+    # One epoch of the same batch, written once per model (not per round: the kernel's write-back
+    # of tens of MB would be busy while onnx-pipetrain looks at the machine to choose its wait).
+    if not os.path.exists(os.path.join(data, "y.npy")):
+        np.save(os.path.join(data, "x.npy"), np.concatenate([x] * total))
+        np.save(os.path.join(data, "y.npy"), np.concatenate([y] * total))
     out_dir = os.path.join(folder, "ours.run")
     cmd = [exe, model_path, "--device", "cpu", *flags, "--data", data, "--no-shuffle", "--val-split", "0",
            "--batch-size", str(batch), "--steps", str(total), "--lr", str(LR), "--momentum", str(MOMENTUM),
-           "--out", out_dir, "--overwrite", "--quiet"]
+           "--out", out_dir, "--overwrite"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
     r = {"cmd": " ".join(cmd)}
+    m = re.search(r"idle OpenMP threads: (\w+)", p.stdout)
+    if m:
+        r["omp_wait"] = m.group(1)   # spin or sleep: onnx-pipetrain's own choice (tools/omp_env.h)
     if p.returncode != 0:
         msg = [l for l in (p.stdout + p.stderr).strip().splitlines() if l.strip()]
         r["error"] = (msg[-1] if msg else "no output") + f" (exit {p.returncode})"
@@ -330,6 +337,8 @@ def main(argv=None):
                     rounds = ", rounds " + " ".join(f"{v:.2f}{tag(w)}" for v, w in zip(d["rounds_ms"], d["rounds_wait"])) \
                         if len(d["rounds_ms"]) > 1 else ""
                     best = f" ({d['wait']})" if len(modes) > 1 else ""
+                    if "omp_wait" in d:
+                        best += f" [threads {d['omp_wait']}]"
                     print(f"{name}: {side:<5} {d['mean_ms']:8.2f} ms/step{best}{rounds}, losses {d['loss_first']:.4f} -> "
                           f"{d['loss_step20']:.4f} over {VALIDATION_STEPS} steps", flush=True)
             o = r["ours"].get("mean_ms")
