@@ -70,8 +70,8 @@ case ${1:-} in
     # cron's PATH is minimal: the tools the steps call live in the usual places.
     export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
     if [ -n "${NIGHTLY_COMMAND:-}" ]; then cmd=(bash -c "$NIGHTLY_COMMAND"); else cmd=(.ci/nightly); fi
-    # shellcheck disable=SC2086
     set +e
+    # shellcheck disable=SC2086  # NIGHTLY_STEPS is a list of steps
     "${cmd[@]}" ${NIGHTLY_STEPS:-} >"$log.tmp" 2>&1
     rc=$?
     set -e
