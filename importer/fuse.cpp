@@ -13,6 +13,7 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
       o->attention = false;
       o->gelu = false;
       o->dropout = false;
+      o->epilogue = false;
     } else if (n == "layernorm") {
       o->layernorm = false;
     } else if (n == "attention") {
@@ -21,14 +22,19 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
       o->gelu = false;
     } else if (n == "dropout") {
       o->dropout = false;
+    } else if (n == "epilogue") {
+      o->epilogue = false;
     } else {
-      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, gelu, dropout, all)");
+      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, gelu, dropout, epilogue, all)");
     }
   }
   return Status::ok();
 }
 
-bool is_fusion_op(const std::string& op) { return op == "FusedAttention" || op == "FusedAttentionGrad"; }
+bool is_fusion_op(const std::string& op) {
+  return op == "FusedAttention" || op == "FusedAttentionGrad" || op == "FusedMatMul" || op == "FusedGemm" ||
+         op == "FusedConv";
+}
 
 FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   auto read_constants = [&g] {
@@ -44,7 +50,9 @@ FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   if (o.layernorm) r.layernorm = fuse_layernorm(g);
   if (o.attention) r.attention = fuse_attention(g);
   if (o.gelu) r.gelu = fuse_gelu(g);
-  r.rewrites = r.layernorm + r.attention + r.gelu + r.dropout;
+  // Last: the GELU pass's Gelu is an epilogue of the product before it.
+  if (o.epilogue) r.epilogue = fuse_epilogues(g, o.keep);
+  r.rewrites = r.layernorm + r.attention + r.gelu + r.dropout + r.epilogue;
   r.absorbed_constants = static_cast<int>(before.size() - read_constants().size());
   return r;
 }

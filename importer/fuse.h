@@ -4,6 +4,7 @@
 // writes initializer values only), and stage export works from the source's nodes.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,16 @@ struct FuseOptions {
   // Dropout with ratio 0, or not in training mode (an identity) -> removed, its readers reading its
   // input (importer/fuse_dropout.cpp).
   bool dropout = true;
+  // MatMul + Add of a bias along the last axis, then optionally Relu or Gelu; Gemm or Conv, then Relu
+  // or Gelu -> FusedMatMul, FusedGemm, FusedConv (importer/fuse_epilogue.cpp). Runs last, so a Gelu
+  // the GELU pass made is fused too. Not on CUDA stages (no fused CUDA kernels yet).
+  bool epilogue = true;
+  // Nodes that must stay nodes of their own (--split-at names them as stage starts): the epilogue
+  // pass does not absorb them.
+  std::set<std::string> keep;
 };
 
-// Turns off the passes named (--no-fusion: "layernorm", "attention", "gelu", "dropout", or "all"); an unknown name is refused,
+// Turns off the passes named (--no-fusion: "layernorm", "attention", "gelu", "dropout", "epilogue", or "all"); an unknown name is refused,
 // naming the flag and the known passes.
 Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 
@@ -58,6 +66,16 @@ int fuse_gelu(Graph& g);
 // graph output and whose mask nothing reads; its readers read its input. Returns how many.
 int remove_identity_dropouts(Graph& g);
 
+// Rewrites every product with a bias and/or activation epilogue into one fused node (domain
+// "pipetrain"): MatMul(A, B) [+ bias] [-> act] -> FusedMatMul(A, B[, bias]); Gemm(A, B[, C]) -> act
+// -> FusedGemm(A, B[, C]); Conv(X, W[, B]) -> act -> FusedConv(X, W[, B]); the product's attributes
+// plus activation ("none", "Relu", "Gelu"). A Gelu epilogue also outputs the pre-activation (its
+// gradient reads it). A match needs: the product's output (and the bias sum's) read by the next
+// node of the pattern only and no graph output; the bias [N] or [1, ..., N] along the output's last
+// axis, the sum keeping the product's dims; Relu, or Gelu with approximate "none"; float32 or
+// float64 throughout. Nodes named in `keep` are not absorbed. Returns how many.
+int fuse_epilogues(Graph& g, const std::set<std::string>& keep = {});
+
 // Internal ops a fusion pass makes: a model that uses one itself is refused at import.
 bool is_fusion_op(const std::string& op);
 
@@ -67,6 +85,7 @@ struct FuseReport {
   int attention = 0;  // of which attentions
   int gelu = 0;       // of which GELUs
   int dropout = 0;    // of which identity Dropouts removed
+  int epilogue = 0;   // of which products with a bias / activation epilogue
   // Float initializers only the fused subgraphs read (exponents, epsilons, now attributes): still
   // constants of the model (export keeps them), no longer read by the graph.
   int absorbed_constants = 0;

@@ -803,7 +803,13 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   for (Value* v : g->values_of_kind(ValueKind::kParameter))
     if (v->consumers.empty()) v->kind = ValueKind::kConstant;
   RETURN_IF_ERROR(choose_trainable(*g, trainable_names, opts, path));
-  if (opts.for_training) out.fused = apply_fusions(*g, opts.fuse);
+  if (opts.for_training) {
+    FuseOptions fuse = opts.fuse;
+    // The fused products have CPU kernels only: CUDA stages keep the separate nodes (cuBLAS / cuDNN
+    // run each; a fused op would take the slow host fallback of kernels/cuda/fallback.h).
+    if (opts.device == DeviceKind::kCuda) fuse.epilogue = false;
+    out.fused = apply_fusions(*g, fuse);
+  }
 
   // The graph holds the weights now: drop the source's inline copies (export re-reads what it
   // does not replace). Small tensors stay: re-reading the file for them is not worth it.

@@ -27,7 +27,9 @@ const Value* precision_source(const Value* v) {
 namespace {
 
 bool is_product(const Node& n) {
-  return n.op_type == "Gemm" || n.op_type == "MatMul" || n.op_type == "Conv" || n.op_type == "ConvGradInput" ||
+  // The fused products of importer/fuse_epilogue.cpp too: their operands are inputs 0 and 1 as well.
+  return n.op_type == "Gemm" || n.op_type == "MatMul" || n.op_type == "Conv" || n.op_type == "FusedGemm" ||
+         n.op_type == "FusedMatMul" || n.op_type == "FusedConv" || n.op_type == "ConvGradInput" ||
          n.op_type == "ConvGradWeight";
 }
 

@@ -399,6 +399,25 @@ Status range_op(Node& n, const std::string& where) {
   return Status::ok();
 }
 
+// FusedMatMul, FusedGemm, FusedConv (importer/fuse_epilogue.cpp): the product's shape (from its own
+// inputs); FusedMatMul's bias runs along the output's last axis; Z (a Gelu epilogue) has Y's shape.
+Status fused_product(Node& n, const std::string& where) {
+  const std::vector<Value*> all = n.inputs;
+  const bool matmul = n.op_type == "FusedMatMul";
+  if (matmul && n.inputs.size() > 2) n.inputs.resize(2);
+  Status st = n.op_type == "FusedConv" ? shapes::conv(n, where) : matmul ? pt::matmul(n, where) : gemm(n, where);
+  n.inputs = all;
+  RETURN_IF_ERROR(st);
+  const Dims& y = n.outputs.at(0)->dims;
+  if (matmul && shape::present(n, 2)) {
+    const Value* b = n.inputs[2];
+    if (b->dtype != n.inputs[0]->dtype || y.empty() || b->size() != y.back() || b->dims.size() > y.size())
+      return invalid_input(where + ": bias " + dims_str(b->dims) + " does not run along the last axis of " + dims_str(y));
+  }
+  set_out(n, 1, n.outputs[0]->dtype, y);
+  return Status::ok();
+}
+
 const std::map<std::string, ShapeFn>& shape_fns() {
   static const std::map<std::string, ShapeFn> m = {
       {"Gemm", gemm}, {"MatMul", matmul},
@@ -421,6 +440,7 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"Sum", shapes::variadic}, {"Mean", shapes::variadic}, {"Split", shapes::split}, {"Tile", shapes::tile},
       {"Pad", shapes::pad}, {"LayerNormalization", shapes::layer_norm},
       {"FusedAttention", shapes::fused_attention},  // internal: made by importer/fuse_attention.cpp only
+      {"FusedMatMul", fused_product}, {"FusedGemm", fused_product}, {"FusedConv", fused_product},  // fuse_epilogue.cpp
       {"Conv", shapes::conv}, {"MaxPool", shapes::max_pool}, {"AveragePool", shapes::average_pool},
       {"GlobalAveragePool", shapes::global_pool}, {"GlobalMaxPool", shapes::global_pool}, {"LRN", shapes::lrn},
       {"BatchNormalization", shapes::batch_norm},

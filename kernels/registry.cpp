@@ -170,6 +170,15 @@ const KernelEntry kCpuTable[] = {
     PT_CPU_F("ConvGradInput", conv_grad_input),
     PT_CPU_F("ConvGradWeight", conv_grad_weight),
     PT_CPU_F("ConvGradBias", conv_grad_bias),
+    // Products with a bias / activation epilogue (importer/fuse_epilogue.cpp): float, double, and
+    // bfloat16 operands under --precision bf16 (the product's own kernel runs by the operands' dtype).
+#define PT_CPU_FUSED(op, fn) {op, DeviceKind::kCpu, DType::kFloat32, &cpu::fn}, \
+                             {op, DeviceKind::kCpu, DType::kFloat64, &cpu::fn}, \
+                             {op, DeviceKind::kCpu, DType::kBFloat16, &cpu::fn}
+    PT_CPU_FUSED("FusedMatMul", fused_matmul),
+    PT_CPU_FUSED("FusedGemm", fused_gemm),
+    PT_CPU_FUSED("FusedConv", fused_conv),
+#undef PT_CPU_FUSED
     // --precision bf16 (importer/precision.h): bfloat16 operands, float32 outputs.
     {"Gemm", DeviceKind::kCpu, DType::kBFloat16, &cpu::gemm_bf16},
     {"MatMul", DeviceKind::kCpu, DType::kBFloat16, &cpu::matmul_bf16},

@@ -96,11 +96,28 @@ double heavy_grad_flops(const Node& n, double core, const Node& fwd) {
   return f;
 }
 
+// The product of a fused node of importer/fuse_epilogue.cpp ("FusedConv" -> "Conv"), else op.
+std::string product_op(const std::string& op) {
+  if (op == "FusedMatMul" || op == "FusedGemm" || op == "FusedConv") return op.substr(5);
+  return op;
+}
+
 }  // namespace
 
 double node_flops(const Node& n) {
   const std::string& op = n.op_type;
   const double out = out_elems(n);
+  if (product_op(op) != op) {
+    // The product's own count (the FusedMatMul bias counts as Gemm's C), plus one FLOP per output
+    // element for the bias and for the activation.
+    Node p = n;
+    p.op_type = product_op(op);
+    p.outputs.resize(1);
+    const bool bias = op == "FusedMatMul" && input(n, 2);
+    if (op == "FusedMatMul") p.inputs.resize(std::min<size_t>(p.inputs.size(), 2));
+    const double act = n.attrs.get_string("activation", "none") == "none" ? 0 : elems(output(n, 0));
+    return node_flops(p) + (bias ? elems(output(n, 0)) : 0) + act;
+  }
   if (op == "Gemm") {
     const Value* a = input(n, 0);
     const int64_t k = n.attrs.get_int("transA", 0) ? dim(a, 0) : dim(a, 1);
@@ -145,13 +162,15 @@ double node_flops(const Node& n) {
   if (op == "Adam") return 14.0 * elems(input(n, 0));
   if (data_movement_ops().count(op)) return 0;
   // Dedicated backward ops of the ops above (ConvGrad, MaxPoolGrad, ...), by the forward they serve.
-  if (n.forward && op.size() > n.forward->op_type.size() && op.compare(0, n.forward->op_type.size(), n.forward->op_type) == 0 &&
+  // (A fused product's backward emits its product's ops: ConvGradInput serves a FusedConv too.)
+  const std::string fwd_op = n.forward ? product_op(n.forward->op_type) : std::string();
+  if (n.forward && op.size() > fwd_op.size() && op.compare(0, fwd_op.size(), fwd_op) == 0 &&
       op.find("Grad") != std::string::npos) {
     const Node& f = *n.forward;
-    if (f.op_type == "Conv") return heavy_grad_flops(n, conv_core_flops(f), f);
+    if (fwd_op == "Conv") return heavy_grad_flops(n, conv_core_flops(f), f);
     if (f.op_type == "ConvTranspose") return heavy_grad_flops(n, conv_transpose_core_flops(f), f);
     if (f.op_type == "BatchNormalization") return 8.0 * elems(input(f, 0));
-    if (f.op_type != "Gemm" && f.op_type != "MatMul") return std::max(node_flops(f), out);
+    if (fwd_op != "Gemm" && fwd_op != "MatMul") return std::max(node_flops(f), out);
   }
   return out;  // elementwise: one FLOP per output element
 }
@@ -176,9 +195,10 @@ double node_time_s(const Node& n, const DeviceSpec& d) {
 }
 
 static int64_t conv_workspace_bytes(const Node& n) {
-  if (n.op_type != "Conv" && n.op_type != "ConvTranspose") return 0;
+  const std::string op = product_op(n.op_type);
+  if (op != "Conv" && op != "ConvTranspose") return 0;
   const Value* w = input(n, 1);
-  const Value* spatial = n.op_type == "Conv" ? output(n, 0) : input(n, 0);
+  const Value* spatial = op == "Conv" ? output(n, 0) : input(n, 0);
   if (!w || !spatial || spatial->dims.size() < 3) return 0;
   // One image's im2col (or col2im) buffer: (Cin / group) * kernel * out_spatial elements.
   double per_col = elems(w) / static_cast<double>(dim(w, 0));

@@ -195,6 +195,11 @@ struct Problem {
     return stage >= 0 && stage < static_cast<int>(link_into.size()) ? link_into[stage] : link;
   }
   int n() const { return static_cast<int>(pos.size()); }
+  // [position]: no stage may start here. A backward node charged to position p that reads a value
+  // of the forward node at q > p (--precision bf16's ReluGrad reads the bfloat16 copy of Y that a
+  // Cast after Y's producer makes) needs both in one stage: no cut in (p, q].
+  std::vector<char> no_cut;
+  bool can_start(int j) const { return j <= 0 || j >= n() || !no_cut[j]; }
 };
 
 // Whether the cut in front of `stage` joins two nodes.
@@ -246,6 +251,7 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
   }
   const int n = static_cast<int>(order.size());
   P.pos.resize(n);
+  P.no_cut.assign(n, 0);
   for (int p = 0; p < n; ++p) {
     P.pos[p].node = order[p];
     P.pos_of[order[p]] = p;
@@ -324,6 +330,9 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
         if (P.vals[v->id].producer_pos >= 0) add_unique(P.pos[p].reads, v->id);
         if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) add_unique(P.pos[p].data, v->id);
       }
+      for (const Value* v : node->inputs)
+        if (v && P.vals[v->id].producer_pos > p)
+          for (int q = p + 1; q <= P.vals[v->id].producer_pos; ++q) P.no_cut[q] = 1;
       if (!charged)  // the cost model charges backward nodes to their forward node only
         for (size_t c = 0; c < nc; ++c) P.bwd[c][p] += node_time_s(*node, P.classes[c]);
     } else if (node->phase == Phase::kUpdate) {
@@ -563,6 +572,8 @@ double equal_compute_bound(const Problem& P, const std::vector<int>& device_inde
     const double target = pre[n] * k / N;
     int p = static_cast<int>(std::lower_bound(pre.begin(), pre.end(), target) - pre.begin());
     p = std::clamp(p, starts.back() + 1, n - (N - k));
+    while (p < n - (N - k) && !P.can_start(p)) ++p;  // the bound's split must be one the DP may take
+    if (!P.can_start(p)) return kInf;
     starts.push_back(p);
   }
   return split_time(P, starts, device_index, opts, act_scale);
@@ -596,6 +607,7 @@ Solution solve(const Problem& P, const std::vector<int>& device_index, const Par
       sw.start(i, k);
       for (int j = i + 1; j <= last_end; ++j) {
         sw.add();
+        if (!P.can_start(j)) continue;  // the next stage cannot start at j; a longer stage may end later
         const StageMemory m = stage_memory(sw, k, N, opts, act_scale * P.scale, P.prefix_params.back(), cap);
         const double mem = m.bytes;
         double value;
@@ -882,6 +894,14 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
   return invalid_input(msg + " What would fit: " + tail + ".");
 }
 
+// A manual start where no stage may start (Problem::no_cut): refused, naming the node.
+Status check_manual_start(const Problem& P, int start, const char* flag) {
+  if (P.can_start(start)) return Status::ok();
+  return invalid_input(std::string(flag) + ": a stage cannot start at '" + P.pos[start].node->name + "' (" +
+                       P.pos[start].node->op_type + "): the backward of a node before it reads what it computes, so both "
+                       "must be on one stage; move the cut");
+}
+
 Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOptions& opts) {
   const int n = P.n(), N = static_cast<int>(opts.devices.size());
   if (!opts.split_at.empty() && !opts.balance.empty()) return invalid_input("--split-at and --balance cannot be combined; give one");
@@ -898,7 +918,10 @@ Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOption
     if (sum != n)
       return invalid_input("--balance sums to " + std::to_string(sum) + " but the model has " + std::to_string(n) +
                            " forward nodes (loss included); the counts must add up to " + std::to_string(n));
-    for (size_t k = 0; k + 1 < opts.balance.size(); ++k) starts.push_back(starts.back() + opts.balance[k]);
+    for (size_t k = 0; k + 1 < opts.balance.size(); ++k) {
+      starts.push_back(starts.back() + opts.balance[k]);
+      RETURN_IF_ERROR(check_manual_start(P, starts.back(), "--balance"));
+    }
     return starts;
   }
   if (static_cast<int>(opts.split_at.size()) != N - 1)
@@ -918,6 +941,7 @@ Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOption
     if (it->second <= starts.back())
       return invalid_input("--split-at: '" + name + "' comes before (or is) '" + P.pos[starts.back()].node->name +
                            "' in the model's order; name the nodes in order");
+    RETURN_IF_ERROR(check_manual_start(P, it->second, "--split-at"));
     starts.push_back(it->second);
   }
   return starts;

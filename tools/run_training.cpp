@@ -182,6 +182,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   io.trainable = o.trainable;
   io.seed = o.seed;
   if (Status fs = disable_fusions(o.no_fusion, &io.fuse); !fs.is_ok()) return job.fail(fs);
+  // A node --split-at names starts a stage: the epilogue pass leaves it a node of its own.
+  io.fuse.keep.insert(o.split_at.begin(), o.split_at.end());
   const size_t baseline_rss = process_rss_bytes();  // the memory report's process baseline
   auto imported = import_onnx(o.model, io);
   if (!imported) return job.fail(imported.status());
@@ -193,7 +195,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (m.fused.rewrites > 0)  // the node count above is the fused graph's
     say(o, "fusions: " + std::to_string(m.fused.layernorm) + " LayerNorm, " + std::to_string(m.fused.attention) +
                " attention, " + std::to_string(m.fused.gelu) + " GELU, " + std::to_string(m.fused.dropout) +
-               " identity Dropout removed (--no-fusion layernorm,attention,gelu,dropout turns them off)");
+               " identity Dropout removed, " + std::to_string(m.fused.epilogue) +
+               " bias/activation epilogues (--no-fusion layernorm,attention,gelu,dropout,epilogue turns them off)");
 
   // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
   // nothing to learn from (and would divide by zero in the epoch arithmetic).

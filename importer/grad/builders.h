@@ -7,6 +7,13 @@ namespace pt::grad {
 
 Status gemm(GradContext& c);
 Status matmul(GradContext& c);
+// The products' gradients for a given dY of output 0 (inputs 0 and 1, and Gemm's C / Conv's B); the
+// fused products of importer/fuse_epilogue.cpp pass the gradient of their pre-activation.
+Status gemm_from(GradContext& c, Value* dy);
+Status matmul_from(GradContext& c, Value* dy);
+Status conv_from(GradContext& c, Value* dy);
+// FusedMatMul, FusedGemm, FusedConv (epilogue_grad.cpp).
+Status fused_product(GradContext& c);
 Status add(GradContext& c);
 Status sub(GradContext& c);
 Status mul(GradContext& c);

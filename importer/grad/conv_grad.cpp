@@ -16,8 +16,9 @@ AttrMap conv_attrs(const AttrMap& fwd) {
 
 }  // namespace
 
-Status conv(GradContext& c) {
-  Value* dy = c.dy(0);
+Status conv(GradContext& c) { return conv_from(c, c.dy(0)); }
+
+Status conv_from(GradContext& c, Value* dy) {
   if (!dy) return Status::ok();
   const AttrMap at = conv_attrs(c.fwd().attrs);
   if (c.needs(0)) c.set_dx(0, c.emit("ConvGradInput", {dy, c.x(1)}, c.x(0)->dims, at));

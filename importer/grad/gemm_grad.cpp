@@ -3,8 +3,9 @@
 
 namespace pt::grad {
 
-Status gemm(GradContext& c) {
-  Value* dy = c.dy(0);
+Status gemm(GradContext& c) { return gemm_from(c, c.dy(0)); }
+
+Status gemm_from(GradContext& c, Value* dy) {
   if (!dy) return Status::ok();
   const AttrMap& at = c.fwd().attrs;
   const int64_t ta = at.get_int("transA", 0), tb = at.get_int("transB", 0);

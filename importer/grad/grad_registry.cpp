@@ -102,6 +102,9 @@ std::map<std::string, GradBuilder> build_table() {
   std::map<std::string, GradBuilder> t = {
       {"Gemm", grad::gemm},
       {"MatMul", grad::matmul},
+      {"FusedMatMul", grad::fused_product},
+      {"FusedGemm", grad::fused_product},
+      {"FusedConv", grad::fused_product},
       {"Add", grad::add},
       {"Sub", grad::sub},
       {"Mul", grad::mul},

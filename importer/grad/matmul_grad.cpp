@@ -23,8 +23,9 @@ Value* swap_last_two(GradContext& c, Value* v) {
 
 }  // namespace
 
-Status matmul(GradContext& c) {
-  Value* dy = c.dy(0);
+Status matmul(GradContext& c) { return matmul_from(c, c.dy(0)); }
+
+Status matmul_from(GradContext& c, Value* dy) {
   if (!dy) return Status::ok();
   Value* a = c.x(0);
   Value* b = c.x(1);

@@ -183,6 +183,14 @@ Status conv_bf16(const KernelCall& call);
 Status conv_grad_input_bf16(const KernelCall& call);
 Status conv_grad_weight_bf16(const KernelCall& call);
 
+// epilogue.cpp (importer/fuse_epilogue.cpp): FusedMatMul (A, B[, bias]), FusedGemm (A, B[, C]),
+// FusedConv (X, W[, B]) -> Y[, Z]: the product, + bias, then activation ("none", "Relu", "Gelu"; a
+// Gelu epilogue outputs the pre-activation Z too). One function for every operand dtype (the
+// product's kernel is looked up by it); the epilogue computes in the output's float32 or float64.
+Status fused_matmul(const KernelCall& call);
+Status fused_gemm(const KernelCall& call);
+Status fused_conv(const KernelCall& call);
+
 // pool.cpp: MaxPool (X) -> Y[, Indices], AveragePool, GlobalAveragePool, GlobalMaxPool;
 // MaxPoolGrad (dY, X) -> dX, AveragePoolGrad (dY) -> dX, GlobalAveragePoolGrad (dY) -> dX,
 // GlobalMaxPoolGrad (dY, X) -> dX.

@@ -237,5 +237,28 @@ class PrecisionPipelineTest(unittest.TestCase):
         # transient value, not the saved activations, decides; docs/performance.md has real models.)
         self.assertEqual(b["saved_bytes"] - a["saved_bytes"], -64 * 8 * 2 - 64 * 16 * 2, (a, b))
 
+    def test_no_cut_between_a_relu_and_the_copy_its_gradient_reads(self):
+        # ReluGrad reads the bfloat16 copy of the Relu's output (the fused Gemm's: fc1 + relu), made
+        # by a Cast after it: a stage starting at that Cast would have the backward read the forward
+        # of a later stage. Every automatic plan keeps them together; a manual cut there is refused.
+        model = os.path.join(ROOT, "models", "digits_mlp.onnx")
+        for gpus in range(2, 7):
+            out = os.path.join(self.dir, f"nocut{gpus}")
+            rc, so, se = run(model, "--plan-only", "--precision", "bf16", "--gpus", gpus, "--out", out)
+            self.assertEqual(rc, 0, se or so)
+            with open(os.path.join(out, "partition.json")) as f:
+                stages = [st["nodes"] for st in json.load(f)["stages"]]
+            self.assertEqual(len(stages), gpus)
+            for st in stages[1:]:
+                self.assertFalse(st[0].endswith("Relu_output_0/bf16/Cast"), stages)
+        # input/bf16/Cast, 0.weight/bf16/Cast, /0/Gemm | /1/Relu_output_0/bf16/Cast, ...
+        for flag in (["--balance", "3,7"], ["--split-at", "/1/Relu_output_0/bf16/Cast"]):
+            rc, so, se = run(model, "--plan-only", "--precision", "bf16", "--gpus", 2, *flag,
+                             "--out", os.path.join(self.dir, "nocut_manual"))
+            self.assertEqual(rc, 2, se or so)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn(flag[0] + ": a stage cannot start at '/1/Relu_output_0/bf16/Cast' (Cast): the backward of "
+                          "a node before it reads what it computes", se)
+
 if __name__ == "__main__":
     unittest.main()

@@ -36,6 +36,7 @@ struct Model {
 std::unique_ptr<Model> digits_model(int64_t batch, const SgdOptions& opt = SgdOptions{0.9f, 1e-4f}) {
   auto out = std::make_unique<Model>();
   ImportOptions io;
+  io.fuse.epilogue = false;  // per-node cuts of the digits MLP (Gemm | Relu): no epilogue fusion
   io.batch_size = batch;
   auto m = import_onnx(PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx", io);
   EXPECT_TRUE(m) << m.status().message();

@@ -25,6 +25,8 @@ std::unique_ptr<Model> digits_model(int64_t batch) {
   auto out = std::make_unique<Model>();
   ImportOptions io;
   io.batch_size = batch;
+  // Per-node plans (--balance counts, the cuts between each Gemm and its Relu): no epilogue fusion.
+  io.fuse.epilogue = false;
   auto m = import_onnx(PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx", io);
   EXPECT_TRUE(m) << m.status().message();
   if (!m) return nullptr;

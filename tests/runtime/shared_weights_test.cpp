@@ -48,6 +48,8 @@ std::unique_ptr<Model> load(const std::string& name, int64_t batch) {
   auto out = std::make_unique<Model>();
   ImportOptions io;
   io.batch_size = batch;
+  // Per-node plans (--balance counts, the cuts between each Gemm and its Relu): no epilogue fusion.
+  io.fuse.epilogue = false;
   auto m = import_onnx((model_dir() / (name + ".onnx")).string(), io);
   EXPECT_TRUE(m) << m.status().message();
   if (!m) return nullptr;

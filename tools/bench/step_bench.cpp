@@ -374,7 +374,8 @@ int run(const Options& o) {
       const std::string key = n->op_type + " (" + phase_name(n->phase) + ")";
       ops[key] += s;
       op_flops[key] += node_flops(*n);
-      if (n->op_type == "Conv" || n->op_type == "ConvGradInput" || n->op_type == "ConvGradWeight") {
+      if (n->op_type == "Conv" || n->op_type == "FusedConv" || n->op_type == "ConvGradInput" ||
+          n->op_type == "ConvGradWeight") {
         conv_s += s;
         conv_flops += node_flops(*n);
       }
@@ -391,7 +392,11 @@ int run(const Options& o) {
   const MemoryPlan& plan = ex.plan();
   size_t own_bytes = 0;
   for (const auto& v : g.values())
-    if (v->dtype != DType::kUndefined && !plan.planned(v.get())) own_bytes += v->bytes();
+    // Values no node reads or writes (the intermediates a fusion pass absorbed) get no buffer.
+    if (v->dtype != DType::kUndefined && !plan.planned(v.get()) &&
+        (v->producer || !v->consumers.empty() || v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel ||
+         v->kind == ValueKind::kHyper))
+      own_bytes += v->bytes();
   const double mib = 1024.0 * 1024.0;
   const int omp_threads = omp_get_max_threads(), blas_threads = openblas_get_num_threads();
 

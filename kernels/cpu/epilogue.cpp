@@ -1,0 +1,134 @@
+// The fused products of importer/fuse_epilogue.cpp: FusedMatMul (A, B[, bias]), FusedGemm (A, B[, C])
+// and FusedConv (X, W[, B]) -> Y[, Z], attribute activation ("none", "Relu", "Gelu") beside the
+// product's own. The product runs as the op's own kernel for the operands' dtype (float, double, or
+// bfloat16 operands under --precision bf16, float32 out), writing Z when the node outputs it (a Gelu
+// epilogue: GeluGrad reads it) and Y otherwise; then one parallel pass over blocks of whole rows adds
+// the bias and applies the activation, in place: one read and one write of the output where the
+// separate ops made one each and a buffer each. The arithmetic is the
+// separate ops' (the Add kernel's a + b, the Relu kernel's x > 0 ? x : 0, the Gelu kernel's
+// vectorised map), so a fused graph computes the same bits as the unfused one.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/vmath.h"
+
+namespace pt::cpu {
+namespace {
+
+enum class Act { kNone, kRelu, kGelu };
+
+Expected<Act> activation(const KernelCall& call, const char* op) {
+  const std::string a = call.attrs.get_string("activation", "none");
+  if (a == "none") return Act::kNone;
+  if (a == "Relu") return Act::kRelu;
+  if (a == "Gelu") return Act::kGelu;
+  return invalid_input(std::string(op) + ": activation '" + a + "' (none, Relu or Gelu)");
+}
+
+constexpr double kInvSqrt2 = 0.7071067811865476;
+
+// y[0, n) = act(z[0, n) + bias[i % cols]) over whole rows of `cols` (bias may be null; y may be z).
+template <typename T>
+void epilogue_block(Act act, T* z, const T* bias, int64_t cols, int64_t n, T* y) {
+  if (bias && act != Act::kGelu) {  // one pass: the sum is only read by the activation
+    for (int64_t r = 0; r < n; r += cols) {
+      T* zr = z + r;
+      T* yr = y + r;
+      if (act == Act::kRelu) {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) {
+          const T s = zr[j] + bias[j];
+          yr[j] = s > T(0) ? s : T(0);
+        }
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) yr[j] = zr[j] + bias[j];
+      }
+    }
+    return;
+  }
+  if (bias)  // Gelu: Z (the sum) is kept for GeluGrad
+    for (int64_t r = 0; r < n; r += cols) {
+      T* zr = z + r;
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) zr[j] = zr[j] + bias[j];
+    }
+  switch (act) {
+    case Act::kNone:
+      if (y != z) std::copy(z, z + n, y);
+      break;
+    case Act::kRelu:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) y[i] = z[i] > T(0) ? z[i] : T(0);
+      break;
+    case Act::kGelu:
+      if constexpr (std::is_same_v<T, float>) {
+        vmap(VFn::kGelu, z, nullptr, y, n);  // n <= kParallelThreshold: on this thread
+      } else {
+        for (int64_t i = 0; i < n; ++i) y[i] = T(0.5) * z[i] * (T(1) + std::erf(z[i] * T(kInvSqrt2)));
+      }
+      break;
+  }
+}
+
+template <typename T>
+void run_epilogue(Act act, T* z, const T* bias, int64_t cols, int64_t total, T* y) {
+  if (!bias && act == Act::kNone && y == z) return;
+  // Blocks of whole rows near 16 KiB (the L1 of this machine's cores), never above the serial
+  // threshold, so that the bias index restarts at a block's first row.
+  const int64_t row = std::max<int64_t>(cols, 1);
+  const int64_t rows_per = std::max<int64_t>(1, std::min<int64_t>(4096, kParallelThreshold) / row);
+  const int64_t block = bias ? rows_per * row : std::min<int64_t>(4096, kParallelThreshold);
+  const int64_t blocks = (total + block - 1) / block;
+#pragma omp parallel for schedule(static) if (parallel: total > kParallelThreshold)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = b * block, n = std::min(block, total - lo);
+    epilogue_block(act, z + lo, bias, cols, n, y + lo);
+  }
+}
+
+Status fused_product(const KernelCall& call, const char* op, const char* product, bool bias_input) {
+  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  ASSIGN_OR_RETURN(const Act act, activation(call, op));
+  const size_t product_inputs = bias_input ? 2 : call.inputs.size();
+  const TensorView* bias = bias_input && call.inputs.size() > 2 && call.inputs[2].present() ? &call.inputs[2] : nullptr;
+  const TensorView& y = call.outputs[0];
+  const bool keeps_z = call.outputs.size() > 1 && call.outputs[1].present();
+  if (act == Act::kGelu && !keeps_z)
+    return invalid_input(std::string(op) + ": a Gelu epilogue needs the pre-activation output Z (GeluGrad reads it)");
+  const TensorView& z = keeps_z ? call.outputs[1] : y;
+  if (keeps_z) RETURN_IF_ERROR(check_same_dims(op, "Z", z.dims, y.dims));
+  if (y.dtype != DType::kFloat32 && y.dtype != DType::kFloat64)
+    return unsupported(std::string(op) + ": output dtype " + dtype_name(y.dtype) + " (float32 or float64)");
+  const int64_t cols = y.dims.empty() ? 1 : y.dims.back();
+  if (bias) {
+    if (bias->dtype != y.dtype) return invalid_input(std::string(op) + ": bias dtype differs from the output's");
+    if (bias->size() != cols || bias->rank() > std::max<int>(y.rank(), 1))
+      return invalid_input(std::string(op) + ": bias " + dims_str(bias->dims) + " does not run along the last axis of " +
+                           dims_str(y.dims));
+  }
+  const KernelFn fn = find_kernel(product, DeviceKind::kCpu, call.inputs[0].dtype);
+  if (!fn)
+    return unsupported(std::string(op) + ": no " + product + " kernel for " + dtype_name(call.inputs[0].dtype) + " operands");
+  const TensorView out[1] = {z};
+  KernelCall inner{call.inputs.subspan(0, product_inputs), out, call.attrs, call.stream, call.weight_cache,
+                   call.versions.size() > product_inputs ? call.versions.subspan(0, product_inputs) : call.versions};
+  RETURN_IF_ERROR(fn(inner));
+  if (y.dtype == DType::kFloat32)
+    run_epilogue<float>(act, z.as<float>(), bias ? bias->as<float>() : nullptr, cols, y.size(), y.as<float>());
+  else
+    run_epilogue<double>(act, z.as<double>(), bias ? bias->as<double>() : nullptr, cols, y.size(), y.as<double>());
+  return Status::ok();
+}
+
+}  // namespace
+
+Status fused_matmul(const KernelCall& call) { return fused_product(call, "FusedMatMul", "MatMul", true); }
+Status fused_gemm(const KernelCall& call) { return fused_product(call, "FusedGemm", "Gemm", false); }
+Status fused_conv(const KernelCall& call) { return fused_product(call, "FusedConv", "Conv", false); }
+
+}  // namespace pt::cpu
