@@ -48,7 +48,7 @@ FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   // First: an identity Dropout between two ops would hide a pattern of the others.
   if (o.dropout) r.dropout = remove_identity_dropouts(g);
   if (o.layernorm) r.layernorm = fuse_layernorm(g);
-  if (o.attention) r.attention = fuse_attention(g);
+  if (o.attention) r.attention = fuse_attention(g, o.attention_dropout);
   if (o.gelu) r.gelu = fuse_gelu(g);
   // Last: the GELU pass's Gelu is an epilogue of the product before it.
   if (o.epilogue) r.epilogue = fuse_epilogues(g, o.keep);

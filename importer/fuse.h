@@ -20,6 +20,9 @@ struct FuseOptions {
   // MatMul(Q, Kt), scale (Mul or Div by a constant, on Q or the scores), optional mask (Add, or
   // Where with a constant fill), Softmax, MatMul with V -> FusedAttention (importer/fuse_attention.cpp).
   bool attention = true;
+  // ... also with training-mode Dropout on the probabilities (FusedAttention's dropout_ratio); off
+  // on CUDA stages, whose FusedAttention kernel has no dropout (import_onnx turns it off there).
+  bool attention_dropout = true;
   // Div sqrt 2 (or Mul 1/sqrt 2), Erf, Add 1, Mul x, Mul 0.5 (GELU as exporters spell it below
   // opset 20) -> Gelu (importer/fuse_gelu.cpp).
   bool gelu = true;
@@ -54,9 +57,12 @@ int fuse_layernorm(Graph& g);
 // mask, scalar constant fill, scores), the mask broadcasting to the scores and computed from no
 // trainable parameter; an optional Mul or Div by a scalar constant; MatMul(Q, Kt), optionally after
 // a Mul or Div of Q by a scalar constant; every intermediate read by the pattern only, one float
-// dtype, one batch shape (no broadcasting between Q, Kt and V). Dropout on the probabilities (a
-// training-mode export with attention dropout) is not matched: those graphs stay unfused.
-int fuse_attention(Graph& g);
+// dtype, one batch shape (no broadcasting between Q, Kt and V). With `allow_dropout`, a training-mode
+// Dropout between the Softmax and the MatMul (0 < ratio < 1, its mask read by nobody: a training
+// export with attention dropout) is fused too: FusedAttention takes its ratio and seed as attributes
+// (dropout_ratio, dropout_seed) and the step counter as input 4 (the mask slot, input 3, may be empty),
+// and draws the same masks (kernels/dropout_rng.h) in the forward and again in the backward.
+int fuse_attention(Graph& g, bool allow_dropout = true);
 
 // Rewrites every exact GELU spelled out in primitives (x read by the scaling and the product, the
 // intermediates read by the pattern only, float32) into one Gelu node; returns how many.

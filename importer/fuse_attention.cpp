@@ -61,7 +61,7 @@ bool depends_on_parameter(const Value* v, std::set<const Value*>& seen) {
 
 }  // namespace
 
-int fuse_attention(Graph& g) {
+int fuse_attention(Graph& g, bool allow_dropout) {
   std::vector<bool> remove(g.nodes().size(), false);
   int fused = 0;
   for (const auto& up : g.nodes()) {
@@ -74,14 +74,32 @@ int fuse_attention(Graph& g) {
     const int64_t axis = softmax->attrs.get_int("axis", -1);
     if (rank < 2 || (axis != rank - 1 && axis != -1)) continue;
     if (!is_floating(p->dtype)) continue;
-    // P -> MatMul(P, V), P read by nothing else.
+    // P -> [Dropout] -> MatMul(P, V), P read by nothing else.
     if (p->consumers.size() != 1 || is_graph_output(g, p)) continue;
     Node* mm2 = p->consumers[0];
+    Node* dropout = nullptr;
+    if (mm2->op_type == "Dropout" && mm2->domain.empty() && allow_dropout) {
+      dropout = mm2;
+      const float ratio = dropout->attrs.get_float("ratio", 0.5f);
+      // Training mode with 0 < ratio < 1 (identity Dropouts went first), its mask read by nobody,
+      // the step counter as its second input (importer/onnx_import.cpp lower_random_ops).
+      Value* dp = dropout->outputs.empty() ? nullptr : dropout->outputs[0];
+      const bool mask_unread = dropout->outputs.size() < 2 || !dropout->outputs[1] ||
+                               (dropout->outputs[1]->consumers.empty() && !is_graph_output(g, dropout->outputs[1]));
+      if (dropout->attrs.get_int("_training", 0) == 0 || !(ratio > 0.0f && ratio < 1.0f) || !dp || !mask_unread ||
+          dropout->inputs.size() != 2 || dropout->inputs[0] != p || !dropout->inputs[1] ||
+          dropout->inputs[1]->dtype != DType::kInt64 || dp->consumers.size() != 1 || is_graph_output(g, dp))
+        continue;
+      mm2 = dp->consumers[0];
+      p = dp;  // the MatMul reads the dropped probabilities
+    }
     if (mm2->op_type != "MatMul" || !mm2->domain.empty() || mm2->inputs.size() != 2 || mm2->inputs[0] != p ||
         mm2->inputs[1] == p || mm2->outputs.size() != 1 || !mm2->outputs[0])
       continue;
+    p = softmax->outputs[0];
     Value* v = mm2->inputs[1];
     std::vector<Node*> chain = {softmax};
+    if (dropout) chain.push_back(dropout);
     // Backwards from the Softmax input: [mask], [scale], MatMul(Q, Kt).
     Value* s = softmax->inputs[0];
     Value* mask = nullptr;
@@ -155,8 +173,10 @@ int fuse_attention(Graph& g) {
     mm2->domain = "pipetrain";
     mm2->since_version = 1;
     mm2->inputs = {q, kt, v};
-    if (mask) mm2->inputs.push_back(mask);
-    for (Value* in : mm2->inputs) in->consumers.push_back(mm2);
+    if (mask || dropout) mm2->inputs.push_back(mask);
+    if (dropout) mm2->inputs.push_back(dropout->inputs[1]);  // the step counter
+    for (Value* in : mm2->inputs)
+      if (in) in->consumers.push_back(mm2);
     const std::string name = g.unique_name(softmax->name + "/fused_attention");
     Dims ld(qd.begin(), qd.end() - 1);
     Value* lse = g.add_value(name + "/inv_sum", p->dtype, ld, ValueKind::kActivation);
@@ -166,6 +186,10 @@ int fuse_attention(Graph& g) {
     mm2->attrs.set("scale", static_cast<float>(scale));
     mm2->attrs.set("mask_kind", mask_kind);
     mm2->attrs.set("mask_fill", static_cast<float>(fill));
+    if (dropout) {  // the Dropout's own ratio and seed: the same masks as the unfused graph's
+      mm2->attrs.set("dropout_ratio", dropout->attrs.get_float("ratio", 0.5f));
+      mm2->attrs.set("dropout_seed", dropout->attrs.get_int("seed", 0));
+    }
     mm2->name = name;
     ++fused;
   }

@@ -807,7 +807,8 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     FuseOptions fuse = opts.fuse;
     // The fused products have CPU kernels only: CUDA stages keep the separate nodes (cuBLAS / cuDNN
     // run each; a fused op would take the slow host fallback of kernels/cuda/fallback.h).
-    if (opts.device == DeviceKind::kCuda) fuse.epilogue = false;
+    // Likewise the attention fusion's dropout: the CUDA FusedAttention kernel has none.
+    if (opts.device == DeviceKind::kCuda) fuse.epilogue = fuse.attention_dropout = false;
     out.fused = apply_fusions(*g, fuse);
   }
 

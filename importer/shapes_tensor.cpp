@@ -324,7 +324,9 @@ Status layer_norm(Node& n, const std::string& where) {
 }
 
 Status fused_attention(Node& n, const std::string& where) {
-  RETURN_IF_ERROR(need(n, 3, 4, where));
+  RETURN_IF_ERROR(need(n, 3, 5, where));
+  if (present(n, 4) && (n.inputs[4]->dtype != DType::kInt64 || n.inputs[4]->size() != 1))
+    return invalid_input(where + ": the step input (attention dropout) must be an int64 scalar");
   const Dims& q = n.inputs[0]->dims;
   const Dims& k = n.inputs[1]->dims;
   const Dims& v = n.inputs[2]->dims;

@@ -19,6 +19,7 @@
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/vmath.h"
+#include "kernels/dropout_rng.h"
 
 namespace pt::cpu {
 namespace {
@@ -59,9 +60,48 @@ inline bool filled(const AttentionGeometry& g, const void* mask, int64_t moff, i
   return g.mask_kind == kMaskFill && static_cast<const bool*>(mask)[moff + i * g.mask_row_stride + j * g.mask_col_stride];
 }
 
+// Attention dropout (importer/fuse_attention.cpp fused a training-mode Dropout on the probabilities):
+// element (h, i, j) of P is kept when dropout_keep(key, (h * T + i) * S + j) holds and then scaled by
+// 1 / (1 - ratio), which is the unfused Dropout's draw for that element of [B..., T, S] (its ratio,
+// seed and step), so the fused graph drops what the unfused one drops. Inactive for ratio 0, no step
+// input, or step < 0 (an evaluation pass).
+template <typename T>
+struct AttnDropout {
+  bool active = false;
+  uint64_t key = 0;
+  float ratio = 0;
+  T scale = T(1);
+  bool keep(const AttentionGeometry& g, int64_t h, int64_t i, int64_t j) const {
+    return dropout_keep(key, static_cast<uint64_t>((h * g.t + i) * g.s + j), ratio);
+  }
+  // row[j] of head h, row i: kept and scaled, or 0 (in place).
+  void apply(const AttentionGeometry& g, int64_t h, int64_t i, T* row) const {
+    for (int64_t j = 0; j < g.s; ++j) row[j] = keep(g, h, i, j) ? row[j] * scale : T(0);
+  }
+};
+
+template <typename T>
+Expected<AttnDropout<T>> attention_dropout(const KernelCall& call, size_t step_at, const char* op) {
+  AttnDropout<T> d;
+  d.ratio = call.attrs.get_float("dropout_ratio", 0.0f);
+  if (d.ratio == 0.0f) return d;
+  if (!(d.ratio > 0.0f && d.ratio < 1.0f))
+    return invalid_input(std::string(op) + ": dropout_ratio " + std::to_string(d.ratio) + " must be in [0, 1)");
+  if (!has_input(call, step_at)) return d;
+  const TensorView& st = call.inputs[step_at];
+  if (st.dtype != DType::kInt64 || st.size() != 1)
+    return invalid_input(std::string(op) + ": the step input must be an int64 scalar");
+  const int64_t step = st.as<int64_t>()[0];
+  if (step < 0) return d;
+  d.active = true;
+  d.key = dropout_key(static_cast<uint64_t>(call.attrs.get_int("dropout_seed", 0)), static_cast<uint64_t>(step));
+  d.scale = static_cast<T>(1.0 / (1.0 - static_cast<double>(d.ratio)));
+  return d;
+}
+
 }  // namespace
 
-// (Q, Kt, V[, mask]) -> Y, InvSum.
+// (Q, Kt, V[, mask[, step]]) -> Y, InvSum.
 template <typename T>
 Status fused_attention(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "FusedAttention", 3, 1));
@@ -80,6 +120,7 @@ Status fused_attention(const KernelCall& call) {
   const void* pm = has_input(call, 3) ? call.inputs[3].data : nullptr;  // broadcast to (H, T, S)
   T* py = call.outputs[0].as<T>();                                      // (H, T, Dv)
   T* pl = has_inv ? call.outputs[1].as<T>() : nullptr;                  // (H, T)
+  ASSIGN_OR_RETURN(const AttnDropout<T> drop, attention_dropout<T>(call, 4, "FusedAttention"));
   if (call.outputs[0].size() == 0) return Status::ok();
   const bool par = g.heads > 1 && g.heads * g.t * (g.s * (g.dk + g.dv) + g.s) > kParallelThreshold;
 #pragma omp parallel if (par)
@@ -112,6 +153,7 @@ Status fused_attention(const KernelCall& call) {
 #pragma omp simd
         for (int64_t j = 0; j < g.s; ++j) row[j] *= inv;
         if (pl) pl[h * g.t + i] = inv;
+        if (drop.active) drop.apply(g, h, i, row);
       }
       head_gemm(false, false, g.t, g.dv, g.s, T(1), sc.data(), g.s, pv + h * g.s * g.dv, g.dv, py + h * g.t * g.dv, g.dv);
     }
@@ -119,7 +161,9 @@ Status fused_attention(const KernelCall& call) {
   return Status::ok();
 }
 
-// (dY, Q, Kt, V, mask or absent, InvSum) -> dQ, dKt, dV (each optional).
+// (dY, Q, Kt, V, mask or absent, InvSum[, step]) -> dQ, dKt, dV (each optional). With dropout, Y was
+// D @ V for the dropped D = P * keep / (1 - ratio): dV = D^T dY, dP = dD * keep / (1 - ratio) for
+// dD = dY V^T (the unfused DropoutGrad), then the softmax backward as without.
 template <typename T>
 Status fused_attention_grad(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "FusedAttentionGrad", 6, 3));
@@ -147,6 +191,7 @@ Status fused_attention_grad(const KernelCall& call) {
   T* pdq = call.outputs[0].data ? call.outputs[0].as<T>() : nullptr;    // (H, T, Dk)
   T* pdk = call.outputs[1].data ? call.outputs[1].as<T>() : nullptr;    // (H, Dk, S)
   T* pdv = call.outputs[2].data ? call.outputs[2].as<T>() : nullptr;    // (H, S, Dv)
+  ASSIGN_OR_RETURN(const AttnDropout<T> drop, attention_dropout<T>(call, 6, "FusedAttentionGrad"));
   if (g.heads == 0) return Status::ok();
   const size_t block = static_cast<size_t>(g.t * g.s);
   const T scale = static_cast<T>(g.scale);
@@ -154,6 +199,7 @@ Status fused_attention_grad(const KernelCall& call) {
 #pragma omp parallel if (par)
   {
     std::vector<T> p(block), ds(block);  // one head's probabilities and score gradients (T, S)
+    std::vector<T> dropped(drop.active ? block : 0);  // with dropout: D, what Y was made from
 #pragma omp for schedule(static)
     for (int64_t h = 0; h < g.heads; ++h) {
       const T* qh = pq + h * g.t * g.dk;
@@ -176,13 +222,21 @@ Status fused_attention_grad(const KernelCall& call) {
         else
           for (int64_t j = 0; j < g.s; ++j) row[j] = std::exp(row[j] - mx) * inv;
       }
-      if (pdv) head_gemm(true, false, g.s, g.dv, g.t, T(1), p.data(), g.s, dyh, g.dv, pdv + h * g.s * g.dv, g.dv);
+      if (pdv && drop.active) {
+        std::copy(p.begin(), p.end(), dropped.begin());
+        for (int64_t i = 0; i < g.t; ++i) drop.apply(g, h, i, dropped.data() + i * g.s);
+      }
+      if (pdv)
+        head_gemm(true, false, g.s, g.dv, g.t, T(1), drop.active ? dropped.data() : p.data(), g.s, dyh, g.dv,
+                  pdv + h * g.s * g.dv, g.dv);
       if (!pdq && !pdk) continue;
       // dP = dY @ V^T; dS = P * (dP - rowsum(P * dP)), zero where the mask replaced the score.
       if (g.dv > 0)
         head_gemm(false, true, g.t, g.s, g.dv, T(1), dyh, g.dv, vh, g.dv, ds.data(), g.s);
       else
         std::fill(ds.begin(), ds.end(), T(0));
+      if (drop.active)  // dD -> dP
+        for (int64_t i = 0; i < g.t; ++i) drop.apply(g, h, i, ds.data() + i * g.s);
       for (int64_t i = 0; i < g.t; ++i) {
         const T* pr = p.data() + i * g.s;
         T* dr = ds.data() + i * g.s;

@@ -70,11 +70,21 @@ AttnMask mask_of(const AttentionGeometry& g, const KernelCall& call, size_t i) {
   return m;
 }
 
+// Attention dropout (dropout_ratio, importer/fuse_attention.cpp) has no CUDA kernel: CUDA imports do
+// not fuse it (ImportOptions::fuse), and a node that has it is refused here rather than run without it.
+Status no_dropout(const KernelCall& call, const char* op) {
+  if (call.attrs.get_float("dropout_ratio", 0.0f) != 0.0f)
+    return unsupported(std::string(op) + ": attention dropout (dropout_ratio) has no CUDA kernel; import for the "
+                       "CUDA device leaves such attention unfused");
+  return Status::ok();
+}
+
 }  // namespace
 
 template <typename T>
 Status fused_attention(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "FusedAttention", 3, 1));
+  RETURN_IF_ERROR(no_dropout(call, "FusedAttention"));
   AttentionGeometry g;
   RETURN_IF_ERROR(kernels::attention_geometry("FusedAttention", call, 0, &g));
   RETURN_IF_ERROR(check_sizes("FusedAttention", g));
@@ -114,6 +124,7 @@ Status fused_attention(const KernelCall& call) {
 template <typename T>
 Status fused_attention_grad(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "FusedAttentionGrad", 6, 3));
+  RETURN_IF_ERROR(no_dropout(call, "FusedAttentionGrad"));
   AttentionGeometry g;
   RETURN_IF_ERROR(kernels::attention_geometry("FusedAttentionGrad", call, 1, &g));
   RETURN_IF_ERROR(check_sizes("FusedAttentionGrad", g));

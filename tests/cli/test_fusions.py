@@ -10,8 +10,9 @@ forms, and near misses (another divisor, Erf's output read by another node).
 Attention: nn.TransformerEncoderLayer's nn.MultiheadAttention (Div on Q; at opsets 13, 17 and,
 upgraded, 18 and 21; with a padding mask computed from the tokens: torch's baddbmm spelling), the
 GPT's hand-written causal attention (Mul on the scores, masked_fill's Where; also on 2 stages), a
-hand-written graph with Div on the scores and a constant additive mask, and near misses that must
-stay unfused (the scores read by another node, Dropout on the probabilities, a trainable mask).
+hand-written graph with Div on the scores and a constant additive mask, the same and the padded
+encoder with training-mode Dropout on the probabilities (fused: the same masks drawn), and near
+misses that must stay unfused (the scores read by another node, a trainable mask).
 Identity Dropout: the Transformer encoder's six ratio-0 Dropouts (PyTorch's training-mode export of
 dropout=0.0) removed, bit-identical training; a hand-written chain with ratio 0 and training mode off
 (removed) and near misses that must stay (ratio 0.25, the mask read by another node, the Dropout's
@@ -331,6 +332,22 @@ class AttentionFusionTest(FusionCase):
         # baddbmm: Div on Q, MatMul, Mul by beta, Add of the mask (times alpha), Softmax.
         self.attention(path, data, 8, 2, 5)
 
+    def test_padding_mask_and_attention_dropout(self):
+        # The padded encoder exported with dropout 0.1 (training mode): a Dropout on each layer's
+        # probabilities, fused with the attention (its masks drawn again in the backward), and the
+        # other Dropouts of the layers (0.1, not identities) left as they are.
+        import torch
+        sys.path.insert(0, os.path.join(ROOT, "tools"))
+        import export_models as em
+        x = em.example_input("transformer", batch=8, seed=5)
+        y = torch.randint(0, 5, (8,), generator=torch.Generator().manual_seed(5))
+        path = os.path.join(self.dir, "transformer_dropout.onnx")
+        export_torch_module(em.build_module("transformer", dropout=0.1), x, path, 13)
+        self.assertIn("Dropout", [n.op_type for n in onnx.load(path).graph.node])
+        data = self.data("dropout_attn", x.numpy(), y.numpy().astype(np.int64), self.STEPS)
+        # baddbmm as above, and the Dropout: 6 nodes go per attention.
+        self.attention(path, data, 8, 2, 6)
+
     def test_gpt_causal_on_one_and_two_stages(self):
         import peer_models
         x, y = peer_models.make_batch("gpt")
@@ -365,12 +382,14 @@ class AttentionFusionTest(FusionCase):
         data = self.data("attn_chain", x, y, self.STEPS)
         # The mask is an initializer, which training would update: --freeze makes it a constant.
         frozen = ("--freeze", "mask")
-        for variant, per_rewrite in (("div_scores", 4), ("mul_q", 3)):
+        # dropout: a training-mode Dropout (0.25) on the probabilities is fused too; the fused op draws
+        # the unfused Dropout's masks (its seed, the step), so the runs agree to 1e-6 as the others.
+        for variant, per_rewrite in (("div_scores", 4), ("mul_q", 3), ("dropout", 5)):
             with self.subTest(variant=variant):
                 path = os.path.join(self.dir, f"attn_{variant}.onnx")
                 attention_chain(path, variant)
                 self.attention(path, data, 8, 1, per_rewrite, *frozen)
-        for variant, extra in (("reader", frozen), ("dropout", frozen), ("div_scores", ())):
+        for variant, extra in (("reader", frozen), ("div_scores", ())):
             with self.subTest(variant=variant, extra=extra):
                 path = os.path.join(self.dir, f"attn_{variant}.onnx")
                 attention_chain(path, variant)

@@ -93,5 +93,50 @@ TEST(GradCheckAttention, ScoresWithAnotherReaderStayUnfused) {
   EXPECT_EQ(c.graph().nodes().size(), before);
 }
 
+// Attention dropout (a training-mode Dropout on the probabilities, fused): at a fixed step the masks
+// are fixed, so the gradient is that of a fixed function; ratio 0.3 over [2, 2, 4, 4] probabilities
+// drops some of every head's.
+TEST(GradCheckAttention, FusedAttentionWithDropout) {
+  SCOPED_TRACE(seed_trace(7400, "FusedAttention, dropout 0.3 at step 3"));
+  GradCheck c(7400);
+  Value* q = c.value("q", {2, 2, 4, 3}, ValueKind::kParameter, {-1.5, 1.5});
+  Value* kt = c.value("kt", {2, 2, 3, 4}, ValueKind::kParameter, {-1.5, 1.5});
+  Value* v = c.value("v", {2, 2, 4, 5});
+  Value* step = c.ints("step", {}, {3}, ValueKind::kConstant);
+  Node* n = c.node("FusedAttention", {q, kt, v, nullptr, step}, 2,
+                   attrs_of({{"scale", 0.6f}, {"dropout_ratio", 0.3f}, {"dropout_seed", int64_t{99}}}), 1);
+  c.check({n->outputs[0]}, {q, kt, v});
+}
+
+TEST(GradCheckAttention, SpelledOutDropoutFusesOnlyWhenAllowed) {
+  for (bool allow : {true, false}) {
+    SCOPED_TRACE(allow ? "allowed" : "not allowed (a CUDA import)");
+    GradCheck c(7500);
+    Value* q = c.value("q", {2, 4, 3}, ValueKind::kParameter, {-1.5, 1.5});
+    Value* kt = c.value("kt", {2, 3, 4}, ValueKind::kParameter, {-1.5, 1.5});
+    Value* v = c.value("v", {2, 4, 2});
+    Value* step = c.ints("step", {}, {5}, ValueKind::kConstant);
+    Value* p = c.op1("Softmax", {c.op1("MatMul", {q, kt})}, attrs_of({{"axis", int64_t{-1}}}));
+    // The importer's Dropout (lower_random_ops): (X, step) -> Y, mask.
+    Value* dy = c.graph().add_value("dropped", DType::kFloat64, p->dims, ValueKind::kActivation);
+    Value* mask = c.graph().add_value("mask", DType::kBool, p->dims, ValueKind::kActivation);
+    c.graph().add_node("Dropout", "drop", {p, step}, {dy, mask},
+                       attrs_of({{"ratio", 0.25f}, {"_training", int64_t{1}}, {"seed", int64_t{17}}}));
+    Value* y = c.op1("MatMul", {dy, v});
+    c.graph().outputs = {y};
+    ASSERT_EQ(fuse_attention(c.graph(), allow), allow ? 1 : 0);
+    if (!allow) continue;
+    ASSERT_EQ(c.graph().nodes().size(), 1u);
+    const Node& f = *c.graph().nodes()[0];
+    EXPECT_EQ(f.op_type, "FusedAttention");
+    EXPECT_FLOAT_EQ(f.attrs.get_float("dropout_ratio", 0), 0.25f);
+    EXPECT_EQ(f.attrs.get_int("dropout_seed", 0), 17);
+    ASSERT_EQ(f.inputs.size(), 5u);
+    EXPECT_EQ(f.inputs[3], nullptr);
+    EXPECT_EQ(f.inputs[4], step);
+    c.check({y}, {q, kt, v});
+  }
+}
+
 }  // namespace
 }  // namespace pt
