@@ -320,15 +320,20 @@ class AttentionFusionTest(FusionCase):
                 # Div on Q, MatMul, Softmax go; the second MatMul becomes the FusedAttention.
                 self.attention(path, data, 8, 2, 3)
 
-    def test_padding_mask_computed_from_tokens(self):
+    def padded_encoder(self, name, dropout, seed):
+        """export_models' Transformer classifier (its padding mask computed from the tokens), exported
+        in training mode with `dropout`, and 8 samples of data."""
         import torch
         sys.path.insert(0, os.path.join(ROOT, "tools"))
         import export_models as em
-        x = em.example_input("transformer", batch=8, seed=4)
-        y = torch.randint(0, 5, (8,), generator=torch.Generator().manual_seed(4))
-        path = os.path.join(self.dir, "transformer_padded.onnx")
-        export_torch_module(em.build_module("transformer", dropout=0.0), x, path, 13)
-        data = self.data("padded", x.numpy(), y.numpy().astype(np.int64), self.STEPS)
+        x = em.example_input("transformer", batch=8, seed=seed)
+        y = torch.randint(0, 5, (8,), generator=torch.Generator().manual_seed(seed))
+        path = os.path.join(self.dir, name + ".onnx")
+        export_torch_module(em.build_module("transformer", dropout=dropout), x, path, 13)
+        return path, self.data(name, x.numpy(), y.numpy().astype(np.int64), self.STEPS)
+
+    def test_padding_mask_computed_from_tokens(self):
+        path, data = self.padded_encoder("transformer_padded", 0.0, 4)
         # baddbmm: Div on Q, MatMul, Mul by beta, Add of the mask (times alpha), Softmax.
         self.attention(path, data, 8, 2, 5)
 
@@ -336,15 +341,8 @@ class AttentionFusionTest(FusionCase):
         # The padded encoder exported with dropout 0.1 (training mode): a Dropout on each layer's
         # probabilities, fused with the attention (its masks drawn again in the backward), and the
         # other Dropouts of the layers (0.1, not identities) left as they are.
-        import torch
-        sys.path.insert(0, os.path.join(ROOT, "tools"))
-        import export_models as em
-        x = em.example_input("transformer", batch=8, seed=5)
-        y = torch.randint(0, 5, (8,), generator=torch.Generator().manual_seed(5))
-        path = os.path.join(self.dir, "transformer_dropout.onnx")
-        export_torch_module(em.build_module("transformer", dropout=0.1), x, path, 13)
+        path, data = self.padded_encoder("transformer_dropout", 0.1, 5)
         self.assertIn("Dropout", [n.op_type for n in onnx.load(path).graph.node])
-        data = self.data("dropout_attn", x.numpy(), y.numpy().astype(np.int64), self.STEPS)
         # baddbmm as above, and the Dropout: 6 nodes go per attention.
         self.attention(path, data, 8, 2, 6)
 
