@@ -29,6 +29,10 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
   return 0;
 }
 
+int stage_gradient_accumulators(const PartitionOptions& opts) {
+  return opts.schedule == Schedule::kGPipe && opts.micro_batches > 1 ? 1 : 0;
+}
+
 double allreduce_ms(double bytes, int replicas, const LinkSpec& link) {
   if (replicas <= 1 || !(bytes > 0)) return 0;
   const double r = replicas;
@@ -40,7 +44,8 @@ namespace {
 
 double memory_of(double param_bytes, double saved, double workspace, int stage, int num_stages,
                  const PartitionOptions& opts, double act_scale, double model_param_bytes) {
-  const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts);
+  const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts) +
+                        stage_gradient_accumulators(opts);
   return param_bytes * copies + act_scale * (saved * stage_saved_copies(stage, num_stages, opts) + workspace) +
          stage_evaluator_param_bytes(stage, num_stages, opts, model_param_bytes);
 }
@@ -49,7 +54,7 @@ double memory_of(double param_bytes, double saved, double workspace, int stage, 
 double recompute_memory_of(double param_bytes, double inputs, double saved, double workspace, int stage, int num_stages,
                            const PartitionOptions& opts, double act_scale, double model_param_bytes) {
   const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts) +
-                        stage_recompute_weight_copies(stage, num_stages, opts);
+                        stage_recompute_weight_copies(stage, num_stages, opts) + stage_gradient_accumulators(opts);
   return param_bytes * copies + act_scale * (inputs * stage_saved_copies(stage, num_stages, opts) + saved + workspace) +
          stage_evaluator_param_bytes(stage, num_stages, opts, model_param_bytes);
 }
@@ -725,6 +730,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.shared_memory_bytes = static_cast<int64_t>(sw.shared_memory());
     s.in_flight = stage_in_flight(k, N, opts);
     s.weight_copies = stage_weight_copies(k, N, opts);
+    s.gradient_accumulators = stage_gradient_accumulators(opts);
     s.evaluator_bytes = static_cast<int64_t>(stage_evaluator_param_bytes(k, N, opts, P.prefix_params.back()));
     s.recompute = stage_memory(sw, k, N, opts, P.scale, P.prefix_params.back(), s.device.memory_bytes).recompute;
     if (s.recompute) {
@@ -838,13 +844,15 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
   }
   PT_CHECK(worst) << "empty plan";
   const StagePlan& s = *worst;
+  const int accumulators = stage_gradient_accumulators(opts);
   const double fixed = static_cast<double>(s.param_bytes) *
-                       (2.0 + std::max(0, opts.optimizer_state_copies) + s.weight_copies);
+                       (2.0 + std::max(0, opts.optimizer_state_copies) + s.weight_copies + accumulators);
   std::string msg = "out of memory: " + what + " stage " + std::to_string(s.index) + " of stages 0.." +
                     std::to_string(N - 1) + " (" + s.device.name + ", " + stage_span(s) + ") needs " +
                     mb(static_cast<double>(s.memory_bytes)) + ", " + mb(worst_over) + " over its " +
                     mb(s.device.memory_bytes) + " (weights, gradients, optimizer state" +
                     (s.weight_copies ? " and " + std::to_string(s.weight_copies) + " weight cop" + (s.weight_copies == 1 ? "y" : "ies") : std::string()) +
+                    (accumulators ? " and the micro-batches' gradient sums" : "") +
                     " " + mb(fixed) + "; " +
                     (s.recompute ? "recomputed: inputs " + mb(static_cast<double>(s.recompute_input_bytes)) + " x "
                                  : "activations " + mb(static_cast<double>(s.saved_bytes)) + " x ") +

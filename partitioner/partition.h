@@ -106,6 +106,10 @@ int stage_recompute_weight_copies(int stage, int num_stages, const PartitionOpti
 int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe);
 int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts);
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts);
+// Parameter-sized gradient accumulators a stage holds: GPipe with several micro-batches sums their
+// gradients into one buffer per parameter (runtime/pipeline_stage.cpp grad_acc_) beside the
+// executor's own gradients; 0 otherwise.
+int stage_gradient_accumulators(const PartitionOptions& opts);
 // Copies of a stage's saved activations: one per mini-batch in flight, plus (pipelined runs,
 // where the saved values wait in slots) the executor's own working copy.
 int stage_saved_copies(int stage, int num_stages, const PartitionOptions& opts);

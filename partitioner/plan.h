@@ -59,6 +59,7 @@ struct StagePlan {
   int64_t shared_memory_bytes = 0;
   int in_flight = 1;                     // mini-batches (GPipe: micro-batches) whose activations are kept
   int weight_copies = 0;                 // SpecTrain's predicted copy, or stashed versions
+  int gradient_accumulators = 0;  // parameter-sized gradient sums (GPipe with several micro-batches)
   // Activation recomputation (--recompute): the stage keeps per pass in flight only its inputs
   // (recompute_input_bytes: activations received, data input and labels) plus one set of its
   // activations (saved_bytes) in the executor; the forward reruns before each backward (its time,

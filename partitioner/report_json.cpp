@@ -69,6 +69,7 @@ json stage_json(const StagePlan& s) {
       {"evaluator_bytes", s.evaluator_bytes},
       {"in_flight", s.in_flight},
       {"weight_copies", s.weight_copies},
+      {"gradient_accumulators", s.gradient_accumulators},
       {"recompute", s.recompute},
       {"recompute_input_bytes", s.recompute_input_bytes},
       {"recompute_weight_copies", s.recompute_weight_copies},

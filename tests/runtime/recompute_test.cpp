@@ -251,7 +251,10 @@ TEST(RecomputePlan, MemoryModel) {
                                                                                         : 0;
       EXPECT_EQ(s.recompute_weight_copies, fwd_copies);
       EXPECT_EQ(s.weight_copies, n.weight_copies + fwd_copies);
-      const int64_t want = s.param_bytes * (2 + 1 + s.weight_copies) + s.recompute_input_bytes * (s.in_flight + 1) +
+      // GPipe's micro-batches sum their gradients into one more parameter-sized buffer.
+      EXPECT_EQ(s.gradient_accumulators, one_f_one_b ? 0 : 1);
+      const int64_t want = s.param_bytes * (2 + 1 + s.weight_copies + s.gradient_accumulators) +
+                           s.recompute_input_bytes * (s.in_flight + 1) +
                            s.saved_bytes + s.workspace_bytes + s.evaluator_bytes + s.shared_memory_bytes;
       EXPECT_EQ(s.memory_bytes, want) << "stage " << k;
       EXPECT_EQ(stage_memory_bytes(s, 3, ro), want);
