@@ -156,6 +156,14 @@ const KernelEntry kFallback[] = {
     PT_FB_RAW("Conv", conv_bf16, DType::kBFloat16),
     PT_FB_RAW("ConvGradInput", conv_grad_input_bf16, DType::kBFloat16),
     PT_FB_RAW("ConvGradWeight", conv_grad_weight_bf16, DType::kBFloat16),
+    // The epilogue pass's fused products (importer/fuse_epilogue.cpp): CUDA imports do not run that
+    // pass (import_onnx), so nothing runs these either; they keep the table covering the CPU's.
+#define PT_FB_FUSED(op, fn) PT_FB_RAW(op, fn, DType::kFloat32), PT_FB_RAW(op, fn, DType::kFloat64), \
+                            PT_FB_RAW(op, fn, DType::kBFloat16)
+    PT_FB_FUSED("FusedMatMul", fused_matmul),
+    PT_FB_FUSED("FusedGemm", fused_gemm),
+    PT_FB_FUSED("FusedConv", fused_conv),
+#undef PT_FB_FUSED
     PT_FB_F("LayerNormalization", layer_norm),
     PT_FB_F("LayerNormalizationGrad", layer_norm_grad),
     PT_FB_F("SliceGrad", slice_grad),
