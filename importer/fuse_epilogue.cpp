@@ -1,10 +1,11 @@
 // Bias and activation epilogues: exporters write a Linear layer on [N, T, K] tokens as MatMul + Add
 // of the bias, and follow products with an activation (Gemm + Relu, MatMul + Add + Gelu, Conv +
-// Relu). Run as such, each of those ops is a pass over the product's output with a buffer of its
-// own; fused, the product's kernel adds the bias and applies the activation on each block of rows it
-// just wrote (kernels/cpu/epilogue.cpp), and the intermediate buffers are gone. The fused node takes
-// the place of the pattern's last node (so the order stays topological) and the product's name (so
-// --split-at and the reports still name it).
+// Relu, BatchNormalization + Relu). Run as such, each of those ops is a pass over the product's
+// output with a buffer of its own; fused, the product's kernel adds the bias and applies the
+// activation to its output in one pass (kernels/cpu/epilogue.cpp; BatchNormalization's kernel applies
+// its Relu as it writes Y), and the intermediate buffers are gone. The fused node takes the place of
+// the pattern's last node (so the order stays topological) and the product's name (so --split-at and
+// the reports still name it).
 #include <algorithm>
 #include <string>
 
@@ -47,6 +48,26 @@ const char* activation_of(const Node& n) {
   return nullptr;
 }
 
+// BatchNormalization + Relu: the normalisation's own kernel applies the Relu as it writes Y
+// (attribute _activation), and its node takes Relu's output in place of its own; it stays where it
+// is (its other outputs, the statistics, keep their readers). Its gradient builder emits ReluGrad
+// first, as the unfused graph's.
+bool fuse_batchnorm_relu(Graph& g, Node* bn, const std::set<std::string>& keep, std::vector<bool>& remove) {
+  if (bn->outputs.empty() || !bn->outputs[0] || bn->attrs.get_string("_activation", "none") != "none") return false;
+  Value* z = bn->outputs[0];
+  if (z->dtype != DType::kFloat32 && z->dtype != DType::kFloat64) return false;
+  Node* act = sole_reader(g, z, {"Relu"});
+  if (!act || keep.count(act->name) || act->inputs.size() != 1 || act->outputs.size() != 1) return false;
+  Value* y = act->outputs[0];
+  if (y->dtype != z->dtype || y->dims != z->dims) return false;
+  remove[act->id] = true;
+  std::erase(z->consumers, act);
+  bn->outputs[0] = y;
+  y->producer = bn;
+  bn->attrs.set("_activation", std::string("Relu"));
+  return true;
+}
+
 }  // namespace
 
 int fuse_epilogues(Graph& g, const std::set<std::string>& keep) {
@@ -55,6 +76,10 @@ int fuse_epilogues(Graph& g, const std::set<std::string>& keep) {
   for (const auto& up : g.nodes()) {
     Node* p = up.get();
     if (!p->domain.empty() || remove[p->id]) continue;
+    if (p->op_type == "BatchNormalization") {
+      fused += fuse_batchnorm_relu(g, p, keep, remove);
+      continue;
+    }
     const bool matmul = p->op_type == "MatMul", gemm = p->op_type == "Gemm", conv = p->op_type == "Conv";
     if (!matmul && !gemm && !conv) continue;
     if (p->outputs.size() != 1 || !p->outputs[0]) continue;

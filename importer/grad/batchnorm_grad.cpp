@@ -15,6 +15,11 @@ Status batch_norm(GradContext& c) {
   Value* dy = c.dy(0);
   if (!dy || !(c.needs(0) || c.needs(1) || c.needs(2))) return Status::ok();
   const AttrMap& f = c.fwd().attrs;
+  // The epilogue pass's fused Relu (importer/fuse_epilogue.cpp): its gradient first, from Y, as the
+  // separate Relu's.
+  const std::string act = f.get_string("_activation", "none");
+  if (act == "Relu") dy = c.emit("ReluGrad", {dy, c.y(0)}, c.y(0)->dims);
+  else if (act != "none") return internal_error(c.fwd().describe() + ": unknown _activation '" + act + "'");
   const bool training = f.get_int("_training", 0) != 0;
   AttrMap m;
   m.set("epsilon", f.get_float("epsilon", 1e-5f));

@@ -76,17 +76,26 @@ template <typename T>
   }
 }
 
-// Planes [p0, p1) of y = x * a[c] + b[c] (c = p % C).
+// Planes [p0, p1) of y = x * a[c] + b[c] (c = p % C), then Relu's x > 0 ? x : 0 when `relu` (the
+// epilogue pass's BatchNormalization + Relu: the same bits as the separate Relu of the stored y).
 template <typename T>
 [[gnu::always_inline]] inline void plane_affine(const T* x, const T* a, const T* b, T* y, int64_t c_count, int64_t s,
-                                                int64_t p0, int64_t p1) {
+                                                int64_t p0, int64_t p1, bool relu) {
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t c = p % c_count;
     const T ac = a[c], bc = b[c];
     const T* xp = x + p * s;
     T* yp = y + p * s;
+    if (relu) {
 #pragma omp simd
-    for (int64_t i = 0; i < s; ++i) yp[i] = xp[i] * ac + bc;
+      for (int64_t i = 0; i < s; ++i) {
+        const T v = xp[i] * ac + bc;
+        yp[i] = v > T(0) ? v : T(0);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < s; ++i) yp[i] = xp[i] * ac + bc;
+    }
   }
 }
 
@@ -116,8 +125,8 @@ PT_BN_CLONES void plane_sums_f32(const float* x, const float* dy, int64_t s, int
   plane_sums(x, dy, s, p0, p1, k, part);
 }
 PT_BN_CLONES void plane_affine_f32(const float* x, const float* a, const float* b, float* y, int64_t c_count, int64_t s,
-                                   int64_t p0, int64_t p1) {
-  plane_affine(x, a, b, y, c_count, s, p0, p1);
+                                   int64_t p0, int64_t p1, bool relu) {
+  plane_affine(x, a, b, y, c_count, s, p0, p1, relu);
 }
 PT_BN_CLONES void plane_dx_f32(const float* dy, const float* x, const float* coef, float* dx, int64_t c_count, int64_t s,
                                int64_t p0, int64_t p1, bool training) {
@@ -195,6 +204,11 @@ Status batch_normalization(const KernelCall& call) {
   const bool training = call.attrs.get_int("_training", 0) != 0 && !eval_pass;
   const double eps = call.attrs.get_float("epsilon", 1e-5f);
   const double momentum = call.attrs.get_float("momentum", 0.9f);
+  // _activation "Relu": the epilogue pass (importer/fuse_epilogue.cpp) fused the Relu that read Y.
+  const std::string act = call.attrs.get_string("_activation", "none");
+  if (act != "none" && act != "Relu")
+    return invalid_input("BatchNormalization: _activation '" + act + "' (none or Relu)");
+  const bool relu = act == "Relu";
   const T* x = call.inputs[0].as<T>();          // (N, C, S)
   const T* scale = call.inputs[1].as<T>();      // (C)
   const T* bias = call.inputs[2].as<T>();       // (C)
@@ -249,13 +263,16 @@ Status batch_normalization(const KernelCall& call) {
       T* yr = y + n * g.c;
 #pragma omp simd
       for (int64_t c = 0; c < g.c; ++c) yr[c] = xr[c] * a[c] + b[c];
+      if (relu)
+#pragma omp simd
+        for (int64_t c = 0; c < g.c; ++c) yr[c] = yr[c] > T(0) ? yr[c] : T(0);
     }
     return Status::ok();
   }
   const T *pa = a.data(), *pb = b.data();
   over_planes(g, [&](int64_t p0, int64_t p1) {
-    if constexpr (std::is_same_v<T, float>) plane_affine_f32(x, pa, pb, y, g.c, g.s, p0, p1);
-    else plane_affine(x, pa, pb, y, g.c, g.s, p0, p1);
+    if constexpr (std::is_same_v<T, float>) plane_affine_f32(x, pa, pb, y, g.c, g.s, p0, p1, relu);
+    else plane_affine(x, pa, pb, y, g.c, g.s, p0, p1, relu);
   });
   return Status::ok();
 }

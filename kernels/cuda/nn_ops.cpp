@@ -127,6 +127,10 @@ T* optional_out(const KernelCall& call, size_t i) {
 template <typename T>
 Status batch_normalization(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "BatchNormalization", 5, 1));
+  // The epilogue pass's fused Relu has no CUDA kernel; CUDA imports do not run that pass.
+  if (call.attrs.get_string("_activation", "none") != "none")
+    return unsupported("BatchNormalization: a fused activation (_activation) has no CUDA kernel; import for the CUDA "
+                       "device leaves the Relu a node of its own");
   BnGeom g;
   RETURN_IF_ERROR(bn_geometry("BatchNormalization", call, 1, &g));
   RETURN_IF_ERROR(check_same_dims("BatchNormalization", "Y", call.outputs[0].dims, call.inputs[0].dims));

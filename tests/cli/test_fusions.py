@@ -539,8 +539,9 @@ class EpilogueFusionTest(FusionCase):
 
     def test_models_exported_by_pytorch(self):
         # Transformer: 6 Linear layers on tokens (MatMul + Add), 2 of them + Relu; GPT: 8, 2 of them +
-        # GELU (fused first by the GELU pass); LeNet-BN: its 2 hidden Gemm + Relu.
-        for name, epilogues, removed in (("transformer", 6, 8), ("gpt", 8, 10), ("lenet_bn", 2, 2)):
+        # GELU (fused first by the GELU pass); LeNet-BN: its 2 hidden Gemm + Relu and 2 BatchNormalization
+        # + Relu; the small CNN: 2 BatchNormalization + Relu.
+        for name, epilogues, removed in (("transformer", 6, 8), ("gpt", 8, 10), ("lenet_bn", 4, 4), ("small_cnn", 2, 2)):
             with self.subTest(model=name):
                 path = os.path.join(self.dir, f"{name}.epilogue.onnx")
                 x, y = export_peer_model(name, path)

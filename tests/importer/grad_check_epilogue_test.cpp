@@ -1,5 +1,6 @@
 // The epilogue pass (importer/fuse_epilogue.cpp) on spelled-out double graphs: it fuses what it
-// should (MatMul + Add + Gelu, MatMul + Add, Gemm + Relu, Conv + Relu), the fused graph's gradients
+// should (MatMul + Add + Gelu, MatMul + Add, Gemm + Relu, Conv + Relu, BatchNormalization + Relu), the
+// fused graph's gradients
 // match central differences, and near misses stay unfused: the bias sum read by a second node, a
 // bias along another axis, a product that is a graph output, a node the caller keeps (--split-at), a
 // tanh-approximated Gelu (the last two of those still fuse the product with its bias where they can).
@@ -76,6 +77,27 @@ TEST(GradCheckEpilogue, GemmReluAndConvRelu) {
     ASSERT_EQ(fuse_epilogues(c.graph()), 1);
     ASSERT_NE(only_node(c, "FusedConv"), nullptr);
     c.check({y}, {x, w, bias});
+  }
+}
+
+TEST(GradCheckEpilogue, BatchNormRelu) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(seed_trace(7750, std::string("BatchNormalization (") + (training ? "training" : "inference") + ") + Relu"));
+    GradCheck c(7750);
+    Value* x = c.value("x", {3, 2, 2, 3}, ValueKind::kParameter, {-2, 2});
+    Value* scale = c.value("scale", {2}, ValueKind::kParameter, gradcheck::kPositive);
+    Value* bias = c.value("bias", {2});
+    Value* mean = c.value("mean", {2}, ValueKind::kConstant);
+    Value* var = c.value("var", {2}, ValueKind::kConstant, gradcheck::kPositive);
+    Node* bn = c.node("BatchNormalization", {x, scale, bias, mean, var}, 1,
+                      attrs_of({{"training_mode", static_cast<int64_t>(training)}}), 15);
+    Value* y = c.op1("Relu", {bn->outputs[0]});
+    c.graph().outputs = {y};
+    ASSERT_EQ(fuse_epilogues(c.graph()), 1);
+    ASSERT_EQ(c.graph().nodes().size(), 1u);
+    EXPECT_EQ(bn->attrs.get_string("_activation", ""), "Relu");
+    EXPECT_EQ(bn->outputs[0], y);
+    c.check({y}, {x, scale, bias});
   }
 }
 

@@ -160,6 +160,50 @@ TEST(Epilogue, BFloat16OperandsEqualTheSeparateOps) {
   expect_same_bits(z, want_pre, "bf16 FusedMatMul: Z");
 }
 
+// BatchNormalization with _activation Relu (the epilogue pass's BatchNormalization + Relu): the
+// bits of BatchNormalization then Relu, in training and inference mode, over planes (spatial maps)
+// and over rows (1x1 maps), float (the per-ISA plane loop) and double.
+template <typename T>
+void check_batchnorm_relu(Dims xd, bool training, uint32_t seed) {
+  const std::string what = "BatchNormalization + Relu " + dims_str(xd) + (training ? " training" : " inference") + " (" +
+                           dtype_name(dtype_of<T>()) + ")";
+  SCOPED_TRACE(what);
+  const int64_t c = xd[1];
+  Buf<T> x = rand_buf<T>(xd, seed, -2.0, 2.0), sc = rand_buf<T>({c}, seed + 1, 0.5, 1.5), b = rand_buf<T>({c}, seed + 2);
+  Buf<T> rm0 = rand_buf<T>({c}, seed + 3), rv0 = rand_buf<T>({c}, seed + 4, 0.5, 1.5);
+  AttrMap at;
+  at.set("_training", static_cast<int64_t>(training));
+  Buf<T> rm = rm0, rv = rv0, z = Buf<T>::output(xd), want = Buf<T>::output(xd);
+  PT_ASSERT_OK(test::run_kernel("BatchNormalization", dtype_of<T>(), {x.view(), sc.view(), b.view(), rm.view(), rv.view()},
+                                {z.view()}, at));
+  PT_ASSERT_OK(test::run_kernel("Relu", dtype_of<T>(), {z.view()}, {want.view()}));
+  Buf<T> rm2 = rm0, rv2 = rv0, y = Buf<T>::output(xd);
+  at.set("_activation", std::string("Relu"));
+  PT_ASSERT_OK(test::run_kernel("BatchNormalization", dtype_of<T>(), {x.view(), sc.view(), b.view(), rm2.view(), rv2.view()},
+                                {y.view()}, at));
+  expect_same_bits(y, want, what + ": Y");
+  expect_same_bits(rm2, rm, what + ": running mean");
+  expect_same_bits(rv2, rv, what + ": running variance");
+}
+
+TEST(Epilogue, BatchNormReluEqualsTheSeparateOps) {
+  uint32_t seed = 9600;
+  for (bool training : {true, false}) {
+    check_batchnorm_relu<float>({4, 6, 5, 5}, training, seed += 5);
+    check_batchnorm_relu<float>({16, 32, 16, 16}, training, seed += 5);  // threaded
+    check_batchnorm_relu<float>({64, 40, 1, 1}, training, seed += 5);    // rows of channels
+    check_batchnorm_relu<double>({3, 4, 3, 7}, training, seed += 5);
+  }
+  Buf<float> x = rand_buf<float>({2, 3, 2, 2}, 1), s = rand_buf<float>({3}, 2), v = rand_buf<float>({3}, 3, 0.5, 1);
+  Buf<float> y = Buf<float>::output({2, 3, 2, 2});
+  AttrMap at;
+  at.set("_activation", std::string("Gelu"));
+  Status st = test::run_kernel("BatchNormalization", DType::kFloat32, {x.view(), s.view(), s.view(), s.view(), v.view()},
+                               {y.view()}, at);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("_activation 'Gelu'"), std::string::npos) << st.message();
+}
+
 TEST(Epilogue, BadCallsAreRefused) {
   Buf<float> a = rand_buf<float>({4, 3}, 1), b = rand_buf<float>({3, 5}, 2), bias = rand_buf<float>({4}, 3);
   Buf<float> y = Buf<float>::output({4, 5});
