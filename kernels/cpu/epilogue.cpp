@@ -29,8 +29,6 @@ Expected<Act> activation(const KernelCall& call, const char* op) {
   return invalid_input(std::string(op) + ": activation '" + a + "' (none, Relu or Gelu)");
 }
 
-constexpr double kInvSqrt2 = 0.7071067811865476;
-
 // y[0, n) = act(z[0, n) + bias[i % cols]) over whole rows of `cols` (bias may be null; y may be z).
 template <typename T>
 void epilogue_block(Act act, T* z, const T* bias, int64_t cols, int64_t n, T* y) {
@@ -69,7 +67,7 @@ void epilogue_block(Act act, T* z, const T* bias, int64_t cols, int64_t n, T* y)
       if constexpr (std::is_same_v<T, float>) {
         vmap(VFn::kGelu, z, nullptr, y, n);  // n <= kParallelThreshold: on this thread
       } else {
-        for (int64_t i = 0; i < n; ++i) y[i] = T(0.5) * z[i] * (T(1) + std::erf(z[i] * T(kInvSqrt2)));
+        for (int64_t i = 0; i < n; ++i) y[i] = gelu_exact(z[i]);
       }
       break;
   }
@@ -78,11 +76,11 @@ void epilogue_block(Act act, T* z, const T* bias, int64_t cols, int64_t n, T* y)
 template <typename T>
 void run_epilogue(Act act, T* z, const T* bias, int64_t cols, int64_t total, T* y) {
   if (!bias && act == Act::kNone && y == z) return;
-  // Blocks of whole rows near 16 KiB (the L1 of this machine's cores), never above the serial
-  // threshold, so that the bias index restarts at a block's first row.
-  const int64_t row = std::max<int64_t>(cols, 1);
-  const int64_t rows_per = std::max<int64_t>(1, std::min<int64_t>(4096, kParallelThreshold) / row);
-  const int64_t block = bias ? rows_per * row : std::min<int64_t>(4096, kParallelThreshold);
+  // Blocks of about 4096 elements (16 KiB of float, within a core's L1), whole rows when there is a
+  // bias (its index restarts at a block's first row); a block runs on one thread (vmap's serial path).
+  constexpr int64_t kBlock = 4096;
+  static_assert(kBlock <= kParallelThreshold);
+  const int64_t block = bias ? std::max<int64_t>(1, kBlock / std::max<int64_t>(cols, 1)) * std::max<int64_t>(cols, 1) : kBlock;
   const int64_t blocks = (total + block - 1) / block;
 #pragma omp parallel for schedule(static) if (parallel: total > kParallelThreshold)
   for (int64_t b = 0; b < blocks; ++b) {

@@ -68,7 +68,7 @@ Status gelu(const KernelCall& call) {
       return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
     });
   if constexpr (std::is_same_v<T, float>) return map_vector(call, "Gelu", VFn::kGelu);
-  return map_unary<T>(call, "Gelu", [](T x) { return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2))); });
+  return map_unary<T>(call, "Gelu", [](T x) { return gelu_exact(x); });
 }
 
 template <typename T>
