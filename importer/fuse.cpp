@@ -14,6 +14,7 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
       o->gelu = false;
       o->dropout = false;
       o->epilogue = false;
+      o->update = false;
     } else if (n == "layernorm") {
       o->layernorm = false;
     } else if (n == "attention") {
@@ -24,8 +25,10 @@ Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o) {
       o->dropout = false;
     } else if (n == "epilogue") {
       o->epilogue = false;
+    } else if (n == "update") {
+      o->update = false;
     } else {
-      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, gelu, dropout, epilogue, all)");
+      return invalid_input("--no-fusion: unknown pass '" + n + "' (known: layernorm, attention, gelu, dropout, epilogue, update, all)");
     }
   }
   return Status::ok();

@@ -33,12 +33,17 @@ struct FuseOptions {
   // or Gelu -> FusedMatMul, FusedGemm, FusedConv (importer/fuse_epilogue.cpp). Runs last, so a Gelu
   // the GELU pass made is fused too. Not on CUDA stages (no fused CUDA kernels yet).
   bool epilogue = true;
+  // Not a graph rewrite: each optimizer update runs inside the backward, right behind its gradient's
+  // producer, where the run allows it (partition.h, stage_update_in_backward; runtime/optimizer.h,
+  // interleave_updates). The import passes ignore it; the planner and the trainers read it.
+  bool update = true;
   // Nodes that must stay nodes of their own (--split-at names them as stage starts): the epilogue
   // pass does not absorb them.
   std::set<std::string> keep;
 };
 
-// Turns off the passes named (--no-fusion: "layernorm", "attention", "gelu", "dropout", "epilogue", or "all"); an unknown name is refused,
+// Turns off the passes named (--no-fusion: "layernorm", "attention", "gelu", "dropout", "epilogue",
+// "update", or "all"); an unknown name is refused,
 // naming the flag and the known passes.
 Status disable_fusions(const std::vector<std::string>& names, FuseOptions* o);
 

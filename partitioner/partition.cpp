@@ -33,6 +33,18 @@ int stage_gradient_accumulators(const PartitionOptions& opts) {
   return opts.schedule == Schedule::kGPipe && opts.micro_batches > 1 ? 1 : 0;
 }
 
+bool stage_update_in_backward(int stage, int num_stages, const PartitionOptions& opts) {
+  if (!opts.update_in_backward || opts.replicas > 1 || opts.graph_replicas > 1) return false;
+  if (opts.schedule == Schedule::kGPipe) return opts.micro_batches <= 1;
+  if (num_stages == 1) return true;  // the single-stage trainer: forward, backward, update in turn
+  switch (opts.weights) {
+    case WeightMode::kStale: return true;
+    case WeightMode::kSpecTrain: return spectrain_staleness(stage, num_stages, true, opts.staleness) == 0;
+    case WeightMode::kStash: return num_stages - stage == 1;
+  }
+  return false;
+}
+
 double allreduce_ms(double bytes, int replicas, const LinkSpec& link) {
   if (replicas <= 1 || !(bytes > 0)) return 0;
   const double r = replicas;
@@ -42,20 +54,28 @@ double allreduce_ms(double bytes, int replicas, const LinkSpec& link) {
 
 namespace {
 
+// Weights and gradients: a parameter-sized copy of gradients, or, with the update in the backward
+// (transient_grads >= 0), only the gradients that live at once.
+double weights_and_gradients(double param_bytes, double transient_grads) {
+  return transient_grads >= 0 ? param_bytes + transient_grads : 2.0 * param_bytes;
+}
+
 double memory_of(double param_bytes, double saved, double workspace, int stage, int num_stages,
-                 const PartitionOptions& opts, double act_scale, double model_param_bytes) {
-  const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts) +
+                 const PartitionOptions& opts, double act_scale, double model_param_bytes, double transient_grads) {
+  const double copies = std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts) +
                         stage_gradient_accumulators(opts);
-  return param_bytes * copies + act_scale * (saved * stage_saved_copies(stage, num_stages, opts) + workspace) +
+  return weights_and_gradients(param_bytes, transient_grads) + param_bytes * copies +
+         act_scale * (saved * stage_saved_copies(stage, num_stages, opts) + workspace) +
          stage_evaluator_param_bytes(stage, num_stages, opts, model_param_bytes);
 }
 
 // The same stage recomputing its forward: its inputs per pass, one set of activations.
 double recompute_memory_of(double param_bytes, double inputs, double saved, double workspace, int stage, int num_stages,
-                           const PartitionOptions& opts, double act_scale, double model_param_bytes) {
-  const double copies = 2.0 + std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts) +
+                           const PartitionOptions& opts, double act_scale, double model_param_bytes, double transient_grads) {
+  const double copies = std::max(0, opts.optimizer_state_copies) + stage_weight_copies(stage, num_stages, opts) +
                         stage_recompute_weight_copies(stage, num_stages, opts) + stage_gradient_accumulators(opts);
-  return param_bytes * copies + act_scale * (inputs * stage_saved_copies(stage, num_stages, opts) + saved + workspace) +
+  return weights_and_gradients(param_bytes, transient_grads) + param_bytes * copies +
+         act_scale * (inputs * stage_saved_copies(stage, num_stages, opts) + saved + workspace) +
          stage_evaluator_param_bytes(stage, num_stages, opts, model_param_bytes);
 }
 
@@ -78,10 +98,11 @@ int64_t stage_memory_bytes(const StagePlan& s, int num_stages, const PartitionOp
                                                     static_cast<double>(s.recompute_input_bytes),
                                                     static_cast<double>(s.saved_bytes),
                                                     static_cast<double>(s.workspace_bytes), s.index, num_stages, opts,
-                                                    1.0, 0.0)) +
+                                                    1.0, 0.0, s.update_in_backward ? static_cast<double>(s.transient_gradient_bytes) : -1.0)) +
            s.evaluator_bytes + s.shared_memory_bytes;
   return static_cast<int64_t>(memory_of(static_cast<double>(s.param_bytes), static_cast<double>(s.saved_bytes),
-                                        static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0, 0.0)) +
+                                        static_cast<double>(s.workspace_bytes), s.index, num_stages, opts, 1.0, 0.0,
+                                        s.update_in_backward ? static_cast<double>(s.transient_gradient_bytes) : -1.0)) +
          s.evaluator_bytes + s.shared_memory_bytes;
 }
 
@@ -409,6 +430,7 @@ class StageSweep {
     recv_bytes_ = grad_bytes_ = saved_ = workspace_ = data_bytes_ = 0;
     recv_count_ = grad_count_ = 0;
     weight_bytes_ = shared_memory_ = shared_grad_bytes_ = 0;
+    largest_params_ = 0;
     weight_count_ = 0;
     shared_.clear();
     if (shared_mark_.size() != P_.vals.size()) shared_mark_.assign(P_.vals.size(), {-1, 0});
@@ -437,6 +459,7 @@ class StageSweep {
         saved_ += P_.vals[id].bytes;
       }
     workspace_ = std::max(workspace_, p.workspace);
+    largest_params_ = std::max(largest_params_, p.param_bytes);
     // A weight owned by an earlier stage: its versions come in (once per mini-batch and pass that
     // reads it; GPipe once per mini-batch, spread over its micro-batches), its gradient goes back
     // (per pass), and the stage holds the received copies.
@@ -497,6 +520,9 @@ class StageSweep {
   double recv_bytes() const { return recv_bytes_; }
   double grad_bytes() const { return grad_bytes_; }
   double shared_grad_bytes() const { return shared_grad_bytes_; }  // of shared weights (in grad_bytes)
+  // The most parameter bytes one position brings (a layer's weight and bias): with the update in
+  // the backward, the gradients that live at once.
+  double largest_params() const { return largest_params_; }
 
  private:
   const Problem& P_;
@@ -509,6 +535,7 @@ class StageSweep {
   int recv_count_ = 0, grad_count_ = 0;
   double weight_bytes_ = 0, shared_memory_ = 0, shared_grad_bytes_ = 0;
   int weight_count_ = 0;
+  double largest_params_ = 0;
   std::vector<std::pair<int, int>> shared_mark_;  // [value id]: (epoch, bits: 1 forward weights, 2 backward)
   std::vector<const Value*> shared_;
 };
@@ -524,12 +551,15 @@ struct StageMemory {
 };
 StageMemory stage_memory(const StageSweep& sw, int k, int N, const PartitionOptions& opts, double act_scale,
                          double model_param_bytes, double cap) {
-  const double none = memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, model_param_bytes) +
-                      sw.shared_memory();
+  const double transient =
+      stage_update_in_backward(k, N, opts) && sw.shared().empty() ? sw.largest_params() : -1.0;
+  const double none =
+      memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, model_param_bytes, transient) +
+      sw.shared_memory();
   const bool can = stage_may_recompute(k, N, opts) && (opts.schedule == Schedule::kGPipe || sw.shared().empty());
   if (!can || (opts.recompute == Recompute::kAuto && none <= cap)) return {none, false};
   const double rec = recompute_memory_of(sw.param_bytes(), sw.recompute_inputs(), sw.saved(), sw.workspace(), k, N, opts,
-                                         act_scale, model_param_bytes) +
+                                         act_scale, model_param_bytes, transient) +
                      sw.shared_memory();
   if (rec >= none) return {none, false};
   return {rec, true};
@@ -731,6 +761,10 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     s.in_flight = stage_in_flight(k, N, opts);
     s.weight_copies = stage_weight_copies(k, N, opts);
     s.gradient_accumulators = stage_gradient_accumulators(opts);
+    // A stage that reads a weight of an earlier stage keeps its gradients to the end (the owner's
+    // side is known once the layout is: layout_plan); one without parameters has no update.
+    s.update_in_backward = stage_update_in_backward(k, N, opts) && sw.shared().empty() && s.param_bytes > 0;
+    if (s.update_in_backward) s.transient_gradient_bytes = static_cast<int64_t>(sw.largest_params());
     s.evaluator_bytes = static_cast<int64_t>(stage_evaluator_param_bytes(k, N, opts, P.prefix_params.back()));
     s.recompute = stage_memory(sw, k, N, opts, P.scale, P.prefix_params.back(), s.device.memory_bytes).recompute;
     if (s.recompute) {

@@ -48,6 +48,11 @@ struct PartitionOptions {
   int replicas = 1;
   int graph_replicas = 1;
   LinkSpec replica_link;
+  // SpecTrain's staleness rule (which stages' backward runs on predicted weights).
+  Staleness staleness = Staleness::kPaper;
+  // The update fused into the backward where it can be (stage_update_in_backward); the caller
+  // turns it off for --no-fusion update and for --clip-grad-norm (clipping needs every gradient).
+  bool update_in_backward = false;
 };
 
 // A bandwidth-optimal ring all-reduce of `bytes` across `replicas` over `link`, in ms:
@@ -83,6 +88,9 @@ std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
 // saved_copies = in_flight (+ 1 when pipelined: N > 1 or GPipe), in_flight = N - k (1F1B) or M
 // (GPipe); copies = 1 (SpecTrain's predicted weights), N - k - 1 (stash: one version per other
 // mini-batch in flight), 0 (stale, GPipe, and a single 1F1B stage, which trains sequentially).
+// With the update in the backward (s.update_in_backward) the gradients are transient: the
+// "gradients" copy becomes transient_gradient_bytes (the most parameter bytes one position of the
+// order brings: a layer's gradients, which live until its update right behind them).
 //
 // A stage that recomputes (s.recompute) keeps per pass only its inputs and one set of activations:
 //   param_bytes * (2 + optimizer_state_copies + copies + recompute_weight_copies)
@@ -110,6 +118,13 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
 // gradients into one buffer per parameter (runtime/pipeline_stage.cpp grad_acc_) beside the
 // executor's own gradients; 0 otherwise.
 int stage_gradient_accumulators(const PartitionOptions& opts);
+// Whether stage k runs each update inside its backward, right behind its gradient's producer
+// (runtime/optimizer.h, interleave_updates), so that its gradients are transient values instead of
+// a parameter-sized copy: opts.update_in_backward, one replica, no accumulation over micro-batches
+// (GPipe with one), and a backward on the master weights: GPipe, stale weights, SpecTrain where the
+// backward's staleness is 0, stash on the last stage (no pass in flight to stash for). A stage that
+// owns or reads a weight shared across stages does not (layout_plan turns it off).
+bool stage_update_in_backward(int stage, int num_stages, const PartitionOptions& opts);
 // Copies of a stage's saved activations: one per mini-batch in flight, plus (pipelined runs,
 // where the saved values wait in slots) the executor's own working copy.
 int stage_saved_copies(int stage, int num_stages, const PartitionOptions& opts);

@@ -7,6 +7,14 @@
 
 namespace pt {
 
+const char* staleness_name(Staleness s) { return s == Staleness::kExact ? "exact" : "paper"; }
+
+int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode) {
+  const int gap = num_stages - stage - 1;
+  if (mode == Staleness::kExact) return backward ? 0 : gap;
+  return backward ? stage / 2 : stage / 2 + gap;
+}
+
 const char* schedule_name(Schedule s) { return s == Schedule::kGPipe ? "gpipe" : "1f1b"; }
 
 const char* weight_mode_name(WeightMode w) {

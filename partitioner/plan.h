@@ -14,6 +14,12 @@ namespace pt {
 
 enum class Schedule { k1F1B, kGPipe };
 enum class WeightMode { kSpecTrain, kStash, kStale };
+// SpecTrain's version differences: kPaper s_fwd(k) = floor(k/2) + N-k-1, s_bwd(k) = floor(k/2)
+// (the official implementation); kExact the 1F1B gaps s_fwd(k) = N-k-1, s_bwd(k) = 0.
+enum class Staleness { kPaper, kExact };
+const char* staleness_name(Staleness s);
+// The version difference SpecTrain predicts over for `stage` of `num_stages` in one pass.
+int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode);
 // --recompute: activation recomputation. kStage: every stage that keeps more than one pass in
 // flight, and would take less memory so, keeps only its inputs per pass and reruns its forward
 // before each backward; kAuto: only the stages that would not fit their device's memory otherwise. A stage with one pass in flight
@@ -60,6 +66,11 @@ struct StagePlan {
   int in_flight = 1;                     // mini-batches (GPipe: micro-batches) whose activations are kept
   int weight_copies = 0;                 // SpecTrain's predicted copy, or stashed versions
   int gradient_accumulators = 0;  // parameter-sized gradient sums (GPipe with several micro-batches)
+  // The update runs inside the backward, each right behind its gradient's producer
+  // (partition.h, stage_update_in_backward): the gradients are transient values, not a
+  // parameter-sized copy (memory_bytes counts transient_gradient_bytes instead of param_bytes).
+  bool update_in_backward = false;
+  int64_t transient_gradient_bytes = 0;  // the gradients that live at once then (a layer's)
   // Activation recomputation (--recompute): the stage keeps per pass in flight only its inputs
   // (recompute_input_bytes: activations received, data input and labels) plus one set of its
   // activations (saved_bytes) in the executor; the forward reruns before each backward (its time,

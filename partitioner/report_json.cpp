@@ -70,6 +70,8 @@ json stage_json(const StagePlan& s) {
       {"in_flight", s.in_flight},
       {"weight_copies", s.weight_copies},
       {"gradient_accumulators", s.gradient_accumulators},
+      {"update_in_backward", s.update_in_backward},
+      {"transient_gradient_bytes", s.transient_gradient_bytes},
       {"recompute", s.recompute},
       {"recompute_input_bytes", s.recompute_input_bytes},
       {"recompute_weight_copies", s.recompute_weight_copies},

@@ -179,6 +179,17 @@ Status layout_plan(const Graph& g, Plan* plan) {
     s.send = ls.send;
     s.shared_params = ls.shared;
   }
+  // A weight shared across stages: its owner serves versions of it from its buffers and sums the
+  // readers' gradients into its own, so neither side runs its updates inside the backward; their
+  // gradients are a parameter-sized copy again (StagePlan::update_in_backward).
+  for (const WeightFlow& f : plan->layout.weights)
+    for (int k : {f.owner, f.reader}) {
+      StagePlan& s = plan->stages.at(k);
+      if (!s.update_in_backward) continue;
+      s.update_in_backward = false;
+      s.memory_bytes += s.param_bytes - s.transient_gradient_bytes;
+      s.transient_gradient_bytes = 0;
+    }
   return Status::ok();
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 namespace pt {
 
@@ -103,6 +104,45 @@ std::string optimizer_description(const Graph& g) {
     return "sgd-paper";
   }
   return "";
+}
+
+std::vector<const Node*> interleave_updates(const std::vector<const Node*>& nodes) {
+  // last[value]: position, in the list without the updates, of the last node that touches it.
+  std::unordered_map<const Value*, int> last;
+  std::vector<const Node*> others;
+  for (const Node* n : nodes) {
+    if (n->phase == Phase::kUpdate) continue;
+    const int pos = static_cast<int>(others.size());
+    for (const Value* v : n->inputs)
+      if (v) last[v] = pos;
+    for (const Value* v : n->outputs)
+      if (v) last[v] = pos;
+    others.push_back(n);
+  }
+  // after[pos + 1]: the updates that follow others[pos]; after[0] those before every node (none
+  // in practice: an update always has a gradient), after.back() those left at the end.
+  std::vector<std::vector<const Node*>> after(others.size() + 2);
+  for (const Node* n : nodes) {
+    if (n->phase != Phase::kUpdate) continue;
+    int dep = -1;
+    bool touched = false;
+    for (const Value* v : n->inputs) {
+      auto it = v ? last.find(v) : last.end();
+      if (it == last.end()) continue;
+      dep = std::max(dep, it->second);
+      touched = true;
+    }
+    after[touched ? dep + 1 : others.size() + 1].push_back(n);
+  }
+  std::vector<const Node*> out;
+  out.reserve(nodes.size());
+  for (const Node* u : after[0]) out.push_back(u);
+  for (size_t i = 0; i < others.size(); ++i) {
+    out.push_back(others[i]);
+    for (const Node* u : after[i + 1]) out.push_back(u);
+  }
+  for (const Node* u : after.back()) out.push_back(u);
+  return out;
 }
 
 }  // namespace pt

@@ -35,4 +35,18 @@ Status scale_grads(Executor& ex, const std::vector<const Value*>& grads, double 
 // not cover (checkpoints compare it); "" when g has no update node.
 std::string optimizer_description(const Graph& g);
 
+// The update fused into the backward (--no-fusion update turns it off): `nodes` (a run order) with
+// each update node (Phase::kUpdate) moved to just after the last other node that reads or writes
+// one of its inputs: the producer of its gradient and every reader of the weight and state it
+// writes in place (the backward's dX = dY W^T reads W after dW is made). Every other node keeps
+// its place, the updates keep their relative order, and an update none of whose inputs a node of
+// the list touches stays at the end. The arithmetic is the same (every update still reads what it
+// read), but the gradient is consumed while it is fresh in cache and, under a memory plan, its
+// storage is free for the rest of the backward: the gradients stop being a parameter-sized copy.
+// Valid only when nothing between the backward and the update reads the gradients or the old
+// weights: no gradient clipping (it needs every gradient first), no accumulation over
+// micro-batches, no all-reduce across replicas, no weights shared with another stage, and a
+// backward that runs on the master weights (not SpecTrain's predicted or PipeDream's stashed).
+std::vector<const Node*> interleave_updates(const std::vector<const Node*>& nodes);
+
 }  // namespace pt

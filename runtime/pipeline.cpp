@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "partitioner/partition.h"
+#include "runtime/optimizer.h"
 #include "runtime/pipeline_stage.h"
 #include "runtime/rank_coordinator.h"
 #include "runtime/stage_set.h"
@@ -34,14 +35,6 @@
 #include "runtime/worker_threads.h"
 
 namespace pt {
-
-const char* staleness_name(Staleness s) { return s == Staleness::kExact ? "exact" : "paper"; }
-
-int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode) {
-  const int gap = num_stages - stage - 1;
-  if (mode == Staleness::kExact) return backward ? 0 : gap;
-  return backward ? stage / 2 : stage / 2 + gap;
-}
 
 int PipelineTrainer::Impl::rank() const { return opts.cluster ? opts.cluster->rank() : 0; }
 
@@ -131,6 +124,22 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       st->opt_state = ls.opt_state;
       // --recompute (the plan decides per stage): only the stage's inputs are kept per pass.
       st->recompute = plan.stages.at(ls.index).recompute;
+      st->update_in_backward = plan.stages.at(ls.index).update_in_backward;
+      if (st->update_in_backward) {
+        // The plan's rule (partition.h, stage_update_in_backward) must be this run's.
+        PartitionOptions po;
+        po.update_in_backward = true;
+        po.schedule = opts.schedule;
+        po.weights = opts.weights;
+        po.staleness = opts.staleness;
+        po.micro_batches = opts.micro_batches;
+        po.replicas = opts.replicas;
+        bool shares = false;
+        for (const WeightFlow& f : layout.weights) shares = shares || f.owner == ls.index || f.reader == ls.index;
+        if (!stage_update_in_backward(ls.index, N, po) || shares)
+          return internal_error("stage " + std::to_string(ls.index) +
+                                ": the plan updates in the backward, which this run's schedule, weights or replicas do not allow");
+      }
       st->saved = st->recompute ? ls.recompute_saved : ls.saved;
       st->state = ls.state;
       st->reads_input = ls.reads_input;
@@ -143,8 +152,9 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
       if (impl->local(ls.index)) {
         // Memory plan: the stage reads back its saved activations, gradients and loss between
         // passes (values sent to other stages are read outside its node list: kept by the plan).
+        // With the update in the backward the gradients are transient: planned like any value.
         ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
-        eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
+        if (!st->update_in_backward) eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
         if (st->loss) eo.keep.push_back(st->loss);
         // GPipe's micro-batches read one weight version each: converted weights are kept for them.
         eo.weight_cache = opts.schedule == Schedule::kGPipe && opts.micro_batches > 1;
@@ -159,7 +169,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
           const int ordinal = opts.gpu_of_stage.empty() ? slot % gpus : opts.gpu_of_stage[slot % opts.gpu_of_stage.size()];
           ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
         }
-        auto ex = Executor::create(g, dev, ls.nodes, eo);
+        auto ex = Executor::create(g, dev, st->update_in_backward ? interleave_updates(ls.nodes) : ls.nodes, eo);
         if (!ex)
           return ex.status().with_context("stage " + std::to_string(ls.index) +
                                           (replica > 0 ? " (replica " + std::to_string(replica) + ")" : "") + ": ");
@@ -690,6 +700,11 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   sh.validate = validate;
   sh.eval_every = cfg.eval_every;
   sh.clip_grad_norm = cfg.clip_grad_norm;
+  if (cfg.clip_grad_norm > 0)
+    for (Stage* st : I.local_stages())
+      if (st->update_in_backward)
+        return internal_error("--clip-grad-norm needs every gradient before the first update; stage " +
+                              std::to_string(st->index) + " was planned to update in the backward");
   for (auto& c : I.channels) sh.channels.push_back(c.get());
   co->relay_claims(sh);
   sh.replicas = I.opts.replicas;

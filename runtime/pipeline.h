@@ -20,14 +20,6 @@ namespace pt {
 
 class Cluster;
 
-// SpecTrain's version differences: kPaper s_fwd(k) = floor(k/2) + N-k-1, s_bwd(k) = floor(k/2)
-// (the official implementation); kExact the 1F1B gaps s_fwd(k) = N-k-1, s_bwd(k) = 0.
-enum class Staleness { kPaper, kExact };
-const char* staleness_name(Staleness s);
-
-// The version difference SpecTrain predicts over for `stage` of `num_stages` in one pass.
-int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode);
-
 struct PipelineOptions {
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;  // 1F1B only; GPipe is synchronous

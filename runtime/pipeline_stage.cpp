@@ -576,7 +576,11 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   } else {
     RETURN_IF_ERROR(load_master());
   }
-  RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward; }));
+  if (update_in_backward) {  // the backward on the master weights, each update behind its gradient
+    RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward || p == Phase::kUpdate; }));
+  } else {
+    RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward; }));
+  }
   for (Link* c : bwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
   if (!grad_acc_.empty()) {
@@ -639,9 +643,11 @@ Status Stage::update(RunShared& sh, int64_t step) {
     RETURN_IF_ERROR(reducer->allreduce(sh, replica, views, *ex->device(), ex->stream()));
   }
   if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
-  RETURN_IF_ERROR(load_master());
-  RETURN_IF_ERROR(set_lr(sh, step));
-  RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kUpdate; }));
+  if (!update_in_backward) {  // else the backward ran the updates, on the master weights
+    RETURN_IF_ERROR(load_master());
+    RETURN_IF_ERROR(set_lr(sh, step));
+    RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kUpdate; }));
+  }
   if (separate_master_)
     for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], master_[i].view(), dev));
   ++version_;

@@ -221,6 +221,10 @@ class Stage {
   // Activation recomputation (--recompute; the plan's StagePlan::recompute): `saved` holds only
   // the stage's inputs, and each backward first reruns the forward of its pass (recompute_forward).
   bool recompute = false;
+  // The update in the backward (StagePlan::update_in_backward): the executor's node list has each
+  // update right behind its gradient's producer (interleave_updates), the backward pass runs them,
+  // and update() only finishes the step (master copy, version, readers, snapshot).
+  bool update_in_backward = false;
   const Value* input = nullptr;        // the model input (fed only when reads_input)
   const Value* labels = nullptr;       // the labels (fed only when reads_labels)
   bool reads_input = false, reads_labels = false;

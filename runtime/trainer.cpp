@@ -41,7 +41,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   return create(g, tg, std::move(d));
 }
 
-Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device) {
+Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device,
+                                                   bool update_in_backward) {
   if (g.inputs.empty()) return unsupported("training needs a model with a data input; this one has none");
   for (const Value* in : g.inputs)
     if (in->dims.empty() || in->dims[0] != g.inputs[0]->dims.at(0))
@@ -51,7 +52,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   // The memory plan shares activation and gradient buffers; the loss and the model output are
   // read after a step, everything else the trainer touches is an input, parameter or state.
   ExecutorOptions eo{true, {tg.loss.loss, tg.loss.output}};
-  ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device, {}, eo));
+  std::vector<const Node*> order;
+  if (update_in_backward) {
+    for (const auto& n : g.nodes()) order.push_back(n.get());
+    order = interleave_updates(order);
+  }
+  ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device, std::move(order), eo));
+  t->update_in_backward_ = update_in_backward;
   t->input_ = g.inputs[0];
   t->more_inputs_.assign(g.inputs.begin() + 1, g.inputs.end());
   t->batch_ = t->input_->dims.at(0);
@@ -326,6 +333,8 @@ int64_t Trainer::total_steps(const Dataset& train, const TrainConfig& cfg) const
 Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, const TrainConfig& cfg) {
   const int64_t n = train.size();
   if (n == 0) return invalid_input("the training set is empty");
+  if (update_in_backward_ && cfg.clip_grad_norm > 0)
+    return internal_error("--clip-grad-norm needs every gradient before the first update; this trainer updates in the backward");
   RETURN_IF_ERROR(check_inputs(train));
   TrainingLoop loop(cfg);
   RETURN_IF_ERROR(loop.plan(n, batch_));

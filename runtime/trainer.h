@@ -121,7 +121,12 @@ class Trainer {
  public:
   // g must be a training graph built by build_training_graph (tg).
   static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, DeviceKind device);
-  static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device);
+  // `update_in_backward`: each update runs right behind its gradient's producer (interleave_updates,
+  // runtime/optimizer.h), so the gradients share the memory plan's arena instead of all living to
+  // the end; such a trainer refuses TrainConfig::clip_grad_norm (clipping needs every gradient).
+  static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device,
+                                                   bool update_in_backward = false);
+  bool update_in_backward() const { return update_in_backward_; }
 
   Expected<TrainResult> train(const Dataset& train, const Dataset* val, const TrainConfig& cfg);
   // Forward only over every sample (the last partial batch padded, padding not counted).
@@ -154,6 +159,7 @@ class Trainer {
   Value* input_ = nullptr;
   std::vector<Value*> more_inputs_;  // the further data inputs of a model with several
   int64_t batch_ = 0;
+  bool update_in_backward_ = false;
 };
 
 }  // namespace pt

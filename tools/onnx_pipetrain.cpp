@@ -238,7 +238,7 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
       ->check(finite())->check(CLI::NonNegativeNumber);
   add_choice(app, "--loss", &o.loss, {{"auto", pt::LossKind::kAuto}, {"cross-entropy", pt::LossKind::kCrossEntropy}, {"mse", pt::LossKind::kMse}}, "auto | cross-entropy | mse");
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
-  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, attention, gelu, dropout, epilogue, or all")
+  app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, attention, gelu, dropout, epilogue, update (the optimizer step inside the backward), or all")
       ->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->check(integer(false))->capture_default_str();
   app.add_option("--out", o.local.out, "run folder (default ./runs/<model stem>)");

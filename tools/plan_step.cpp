@@ -110,6 +110,8 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   o.split_at = f.split_at;
   o.balance = f.balance;
   o.optimizer_state_copies = f.optimizer_state_copies;
+  o.staleness = f.staleness;
+  o.update_in_backward = f.update_in_backward;
   o.replicas = std::max(1, f.replicas);
   o.graph_replicas = std::max(1, f.graph_replicas);
   return o;

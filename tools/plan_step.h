@@ -33,6 +33,8 @@ struct PlanFlags {
   Recompute recompute = Recompute::kNone;
   int optimizer_state_copies = 1;  // parameter-sized state tensors per parameter (momentum 1, Adam 2)
   int micro_batches = 4;
+  Staleness staleness = Staleness::kPaper;  // SpecTrain's (--staleness)
+  bool update_in_backward = false;          // PartitionOptions::update_in_backward
   std::vector<std::string> split_at;
   std::vector<int> balance;
   bool profile = false;

@@ -264,6 +264,9 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   pf.recompute = o.recompute;
   pf.optimizer_state_copies = sgd.kind == OptimizerKind::kAdam || sgd.kind == OptimizerKind::kAdamW ? 2 : sgd.nesterov ? 2 : 1;
   pf.micro_batches = o.batch.micro_batches;
+  pf.staleness = o.staleness;
+  // The update inside the backward (--no-fusion update turns it off); clipping needs every gradient.
+  pf.update_in_backward = io.fuse.update && !(o.clip_grad_norm > 0);
   pf.split_at = o.split_at;
   pf.balance = o.balance;
   pf.profile = o.profile;
@@ -380,7 +383,7 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (o.gpus == 1 && !gpipe && o.replicas == 1) {
     auto dev = open_device(device, use_cuda ? job.local_gpu(gpus_here) : 0);
     if (!dev) return job.fail(dev.status());
-    auto trainer = Trainer::create(g, *tg, *dev);
+    auto trainer = Trainer::create(g, *tg, *dev, planned->plan.stages.at(0).update_in_backward);
     if (!trainer)
       return job.fail(with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""),
                                       planned->plan, baseline_rss + train.bytes() + val.bytes()));

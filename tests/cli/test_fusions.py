@@ -19,6 +19,7 @@ dropout=0.0) removed, bit-identical training; a hand-written chain with ratio 0 
 output a graph output).
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_fusions.py"""
 import csv
+import json
 import os
 import re
 import subprocess
@@ -242,7 +243,7 @@ class LayerNormFusionTest(FusionCase):
     def test_unknown_pass_refused(self):
         rc, so, se = run(os.path.join(self.dir, "none.onnx"), "--no-fusion", "layernorm,attention,gelu,bias")
         self.assertEqual(rc, 2)
-        self.assertIn("--no-fusion: unknown pass 'bias' (known: layernorm, attention, gelu, dropout, epilogue, all)", se)
+        self.assertIn("--no-fusion: unknown pass 'bias' (known: layernorm, attention, gelu, dropout, epilogue, update, all)", se)
 
 
 def gelu_chain(path, sqrt2=float(np.sqrt(2.0)), mul_form=False, extra_reader=False):
@@ -475,9 +476,6 @@ class IdentityDropoutTest(FusionCase):
         self.assertEqual(counts[0], counts[1])
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 def epilogue_chain(path):
     """x [N, 1, 8, 8] -> Conv 3x3 pad 1 with bias -> Relu -> Flatten -> Gemm (transB, C) -> Relu -> MatMul W3, Add
@@ -567,3 +565,90 @@ class EpilogueFusionTest(FusionCase):
             self.skipTest(se.strip())
         self.assertEqual(rc, 0, se or so)
         self.exact(path, data, 8, 8, 10, "--precision", "bf16")
+
+
+def left_weight_chain(path):
+    """x [N, 8] -> MatMul W1 [8, 16] -> Relu -> Transpose -> MatMul(W2 [3, 16], .) -> Transpose -> logits [N, 3].
+    W2 is the left operand, so its backward makes dW2 first and then reads W2 for the input's gradient: an
+    update right behind dW2's producer would change what that gradient reads."""
+    rng = np.random.default_rng(31)
+    w = {"W1": 0.3 * rng.standard_normal((8, 16)), "W2": 0.3 * rng.standard_normal((3, 16))}
+    N = helper.make_node
+    nodes = [N("MatMul", ["x", "W1"], ["h"], name="fc1"), N("Relu", ["h"], ["r"], name="relu"),
+             N("Transpose", ["r"], ["rt"], name="t1", perm=[1, 0]), N("MatMul", ["W2", "rt"], ["yt"], name="fc2"),
+             N("Transpose", ["yt"], ["logits"], name="t2", perm=[1, 0])]
+    g = helper.make_graph(nodes, "left", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in w.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+class UpdateFusionTest(FusionCase):
+    """The optimizer update inside the backward (--no-fusion update turns it off): each update runs right behind
+    its gradient's producer and the last reader of its weight, on the stages whose backward runs on the master
+    weights. The arithmetic is the same, so training is compared bit for bit, and the gradients leave the
+    plan's memory (partition.json's update_in_backward, memory_bytes)."""
+    ISOLATE = None
+
+    def plan(self, tag):
+        with open(os.path.join(self.dir, tag, "partition.json")) as f:
+            return json.load(f)["stages"]
+
+    def exact(self, model, data, batch, *extra):
+        tag = (os.path.basename(model) + "".join(map(str, extra))).replace("/", "_") + ".update"
+        _, l_f, m_f = self.train(model, data, batch, tag + ".fused", *extra)
+        _, l_u, m_u = self.train(model, data, batch, tag + ".unfused", "--no-fusion", "update", *extra)
+        self.assertTrue(np.isfinite(l_f).all(), l_f)
+        self.assertLess(np.mean(l_f[-2:]), np.mean(l_f[:2]), f"loss does not fall: {l_f}")
+        self.assertEqual(l_f, l_u, "per-step losses, update in the backward vs after it")
+        w_f = {t.name: numpy_helper.to_array(t) for t in m_f.graph.initializer}
+        w_u = {t.name: numpy_helper.to_array(t) for t in m_u.graph.initializer}
+        self.assertEqual(sorted(w_f), sorted(w_u))
+        for k in w_u:
+            self.assertTrue(np.array_equal(w_f[k], w_u[k]), f"trained '{k}', update in the backward vs after it")
+        fused, unfused = self.plan(tag + ".fused"), self.plan(tag + ".unfused")
+        for f, u in zip(fused, unfused):
+            self.assertFalse(u["update_in_backward"])
+            if f["update_in_backward"]:
+                self.assertEqual(f["memory_bytes"], u["memory_bytes"] - f["param_bytes"] + f["transient_gradient_bytes"])
+        return fused
+
+    def test_weight_read_after_its_gradient(self):
+        rng = np.random.default_rng(32)
+        x = rng.standard_normal((16, 8)).astype(np.float32)
+        y = rng.integers(0, 3, 16).astype(np.int64)
+        data = self.data("left_chain", x, y, self.STEPS)
+        path = os.path.join(self.dir, "left_chain.onnx")
+        left_weight_chain(path)
+        self.assertEqual([s["update_in_backward"] for s in self.exact(path, data, 16)], [True])
+        # 2 stages: SpecTrain (paper staleness: both backwards on the master weights), stale, stash (the last
+        # stage only), GPipe with one micro-batch and with two (which accumulates: none).
+        for extra, expect in ((("--weights", "spectrain"), [True, True]), (("--weights", "stale"), [True, True]),
+                              (("--weights", "stash"), [False, True]), (("--schedule", "gpipe", "--micro-batches", 1), [True, True]),
+                              (("--schedule", "gpipe", "--micro-batches", 2), [False, False])):
+            with self.subTest(extra=extra):
+                stages = self.exact(path, data, 16, "--gpus", 2, "--split-at", "relu", *extra)
+                self.assertEqual([s["update_in_backward"] for s in stages], expect)
+
+    def test_models_exported_by_pytorch(self):
+        for name in ("transformer", "lenet_bn"):
+            with self.subTest(model=name):
+                path = os.path.join(self.dir, f"{name}.update.onnx")
+                x, y = export_peer_model(name, path)
+                data = self.data(name + ".update", x[:8], y[:8], 2 * self.STEPS)
+                stages = self.exact(path, data, 8, *(("--optimizer", "sgd") if name == "lenet_bn" else ()))
+                self.assertTrue(stages[0]["update_in_backward"])
+                self.assertLess(stages[0]["transient_gradient_bytes"], stages[0]["param_bytes"])
+
+    def test_not_where_every_gradient_is_needed_first(self):
+        model = os.path.join(ROOT, "models", "digits_mlp.onnx")
+        data = os.path.join(ROOT, "models", "digits", "train")
+        for extra in (("--clip-grad-norm", 1.0), ("--replicas", 2)):
+            with self.subTest(extra=extra):
+                tag = "digits.update" + "".join(map(str, extra))
+                self.train(model, data, 16, tag, *extra)
+                self.assertEqual([s["update_in_backward"] for s in self.plan(tag)], [False])
+
+
+if __name__ == "__main__":
+    unittest.main()
