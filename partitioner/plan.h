@@ -89,7 +89,8 @@ struct StagePlan {
   int node = 0;                          // the node (machine) this stage runs on
   bool cut_crosses_nodes = false;        // the cut in front of this stage joins two nodes
   LinkSpec link_in;                      // the link of that cut (what comm_ms was charged with)
-  // Measured after training (ms per mini-batch); < 0 when not measured.
+  // Measured after training (ms per mini-batch); < 0 when not measured. With update_in_backward the
+  // backward includes the updates (they run inside it).
   double measured_fwd_ms = -1, measured_bwd_ms = -1;
   // Measured after training: the bytes the stage's buffers took (executor buffers and arena,
   // master / saved / stashed copies); < 0 when not measured.

@@ -44,7 +44,9 @@ bool is_measured(const StagePlan& s) { return s.measured_fwd_ms >= 0 && s.measur
 double measured_error(const StagePlan& s) {
   if (!is_measured(s)) return 0;
   const double meas = s.measured_fwd_ms + s.measured_bwd_ms;
-  return meas > 0 ? (s.fwd_ms + s.bwd_ms - meas) / meas : 0;
+  // A stage that updates in its backward measures the updates with it.
+  const double pred = s.fwd_ms + s.bwd_ms + (s.update_in_backward ? s.update_ms : 0);
+  return meas > 0 ? (pred - meas) / meas : 0;
 }
 
 std::string first_node(const StagePlan& s) { return s.forward_nodes.empty() ? "-" : s.forward_nodes.front()->name; }

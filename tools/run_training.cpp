@@ -399,7 +399,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     if (result->fwd_ms + result->bwd_ms > 0) {
       StagePlan& s0 = planned->plan.stages[0];
       s0.measured_fwd_ms = result->fwd_ms;
-      s0.measured_bwd_ms = result->bwd_ms;
+      // Updating in the backward, the stage measures its updates with it (as pipeline stages do).
+      s0.measured_bwd_ms = result->bwd_ms + (s0.update_in_backward ? result->update_ms : 0);
     }
     planned->plan.stages[0].measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
     const MemoryPlan& mp = (*trainer)->executor().plan();
