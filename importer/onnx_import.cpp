@@ -615,10 +615,44 @@ Expected<std::map<std::string, onnx::TensorProto>> reread_initializers(const Imp
   return out;
 }
 
+namespace {
+
+// The data fields of a tensor, swapped between two TensorProtos (containers swapped, not copied).
+void swap_tensor_data(onnx::TensorProto* a, onnx::TensorProto* b) {
+  a->mutable_raw_data()->swap(*b->mutable_raw_data());
+  a->mutable_float_data()->Swap(b->mutable_float_data());
+  a->mutable_int32_data()->Swap(b->mutable_int32_data());
+  a->mutable_int64_data()->Swap(b->mutable_int64_data());
+  a->mutable_double_data()->Swap(b->mutable_double_data());
+  a->mutable_uint64_data()->Swap(b->mutable_uint64_data());
+  a->mutable_string_data()->Swap(b->mutable_string_data());
+}
+
+// A copy of `proto` in which every inline initializer of kKeepInlineBytes or more has no data (its
+// name in *stripped); `proto` keeps everything. The data is moved aside, not copied, meanwhile.
+onnx::ModelProto copy_without_large_initializers(onnx::ModelProto& proto, std::set<std::string>* stripped) {
+  auto* inits = proto.mutable_graph()->mutable_initializer();
+  std::vector<std::pair<onnx::TensorProto*, onnx::TensorProto>> aside;
+  for (auto& t : *inits) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL || t.ByteSizeLong() < kKeepInlineBytes) continue;
+    aside.emplace_back(&t, onnx::TensorProto{});
+    swap_tensor_data(&aside.back().second, &t);
+    stripped->insert(t.name());
+  }
+  onnx::ModelProto copy = proto;
+  for (auto& [t, data] : aside) swap_tensor_data(t, &data);
+  return copy;
+}
+
+}  // namespace
+
 Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts) {
   ASSIGN_OR_RETURN(onnx::ModelProto proto, parse_file(path));
-  onnx::ModelProto original = proto;  // exported as it came, with new initializer values
   auto src = std::make_shared<OnnxModel>();
+  // The source as it came, exported with new initializer values: copied without the bytes of its
+  // large inline initializers (the graph will hold them; export re-reads what it does not
+  // replace), so that import never holds every weight a third time. Small tensors stay.
+  onnx::ModelProto original = copy_without_large_initializers(proto, &src->stripped);
   src->dir = fs::path(path).parent_path().string();
   ImportedModel out;
   out.path = path;
@@ -727,12 +761,16 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     RETURN_IF_ERROR(bind_input_dims(vi, opts.batch_size, path, &dims, &dt));
     g->inputs.push_back(g->add_value(vi.name(), dt, dims, ValueKind::kInput));
   }
-  for (const auto& t : gp.initializer()) {
+  for (auto& t : *proto.mutable_graph()->mutable_initializer()) {
     ASSIGN_OR_RETURN(HostTensor ht, tensor_from_proto(t, path));
     bool trainable = is_floating(ht.dtype());  // until choose_trainable decides
     Value* v = g->add_value(t.name(), ht.dtype(), ht.dims(), trainable ? ValueKind::kParameter : ValueKind::kConstant);
     v->data = std::make_shared<HostTensor>(std::move(ht));
     v->from_initializer = true;
+    // The graph holds it now: the parsed bytes go at once, not when the import ends (swapped with
+    // empty containers: protobuf's clear_*() would keep the capacity).
+    onnx::TensorProto empty;
+    swap_tensor_data(&empty, &t);
   }
   for (int i = 0; i < gp.node_size(); ++i) {
     const auto& np = gp.node(i);
@@ -812,19 +850,6 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     out.fused = apply_fusions(*g, fuse);
   }
 
-  // The graph holds the weights now: drop the source's inline copies (export re-reads what it
-  // does not replace). Small tensors stay: re-reading the file for them is not worth it.
-  for (auto& t : *original.mutable_graph()->mutable_initializer()) {
-    if (t.data_location() == onnx::TensorProto::EXTERNAL || t.ByteSizeLong() < kKeepInlineBytes) continue;
-    t.clear_raw_data();
-    t.clear_float_data();
-    t.clear_int32_data();
-    t.clear_int64_data();
-    t.clear_double_data();
-    t.clear_uint64_data();
-    t.clear_string_data();
-    src->stripped.insert(t.name());
-  }
   src->proto = std::move(original);
   out.graph = std::move(g);
   out.source = std::move(src);

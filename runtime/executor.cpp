@@ -171,6 +171,9 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
   Device& dev = *ex->device_;
   ASSIGN_OR_RETURN(ex->stream_, dev.create_stream());
   ex->direct_ = dev.host_memory() && !opts.separate_host && !g_separate_host_for_tests.load();
+  ex->adopt_.assign(g.values().size(), 0);
+  for (const Value* v : opts.adopt)
+    if (v && static_cast<size_t>(v->id) < ex->adopt_.size()) ex->adopt_[v->id] = 1;
   if (nodes.empty())
     for (auto& n : g.nodes()) nodes.push_back(n.get());
   if (opts.plan_memory) {
@@ -260,6 +263,16 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
   return ex;
 }
 
+namespace {
+
+// A value's initial data, or null: none, or taken by an executor that adopted it (an empty tensor).
+const HostTensor* initial_data(const Value* v) {
+  if (!v->data || v->data->dims() != v->dims) return nullptr;
+  return v->bytes() == 0 || v->data->data() ? v->data.get() : nullptr;
+}
+
+}  // namespace
+
 Status Executor::allocate_value(const Value* v) {
   auto out_of_memory = [&](const std::string& why) {
     return internal_error(out_of_memory_message("'" + v->name + "' (" + dims_str(v->dims) + " " + dtype_name(v->dtype) + ")",
@@ -267,7 +280,12 @@ Status Executor::allocate_value(const Value* v) {
   };
   if (direct_) {
     try {
-      bufs_[v->id] = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+      // (Not `init ? *init : HostTensor(...)`: a const operand makes the zeros a const temporary,
+      // which is copied, not moved: twice the value's bytes for a moment.)
+      const HostTensor* init = initial_data(v);
+      if (init && adopt_[v->id]) bufs_[v->id] = std::move(*v->data);
+      else if (init) bufs_[v->id] = *init;
+      else bufs_[v->id] = HostTensor(v->dtype, v->dims);
     } catch (const std::bad_alloc&) {
       return out_of_memory("");
     }
@@ -276,7 +294,8 @@ Status Executor::allocate_value(const Value* v) {
   auto p = device_->allocate(v->bytes(), stream_);
   if (!p) return out_of_memory(p.status().message());
   dptr_[v->id] = *p;
-  if (v->data && v->bytes()) RETURN_IF_ERROR(device_->to_device(dptr_[v->id], v->data->data(), v->bytes(), stream_));
+  if (const HostTensor* init = initial_data(v); init && v->bytes())
+    RETURN_IF_ERROR(device_->to_device(dptr_[v->id], init->data(), v->bytes(), stream_));
   return Status::ok();
 }
 
@@ -328,7 +347,10 @@ HostTensor& Executor::host(const Value* v) {
   }
   if (direct_) return bufs_.at(v->id);
   HostTensor& m = mirror_.at(v->id);
-  if (m.empty()) m = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+  if (m.empty()) {
+    if (const HostTensor* init = initial_data(v)) m = *init;
+    else m = HostTensor(v->dtype, v->dims);
+  }
   return m;
 }
 
@@ -339,7 +361,10 @@ const HostTensor& Executor::host(const Value* v) const {
                                  << "' is not used by this executor's nodes; pass it in ExecutorOptions::keep";
   if (direct_) return bufs_.at(v->id);
   HostTensor& m = mirror_.at(v->id);
-  if (m.empty()) m = v->data ? *v->data : HostTensor(v->dtype, v->dims);
+  if (m.empty()) {
+    if (const HostTensor* init = initial_data(v)) m = *init;
+    else m = HostTensor(v->dtype, v->dims);
+  }
   return m;
 }
 

@@ -103,6 +103,11 @@ struct ExecutorOptions {
   // where one version serves several runs: GPipe's micro-batches, validation). Subject to
   // weight_cache_policy(): PIPETRAIN_WEIGHT_CACHE=off turns it off everywhere, =all on everywhere.
   bool weight_cache = false;
+  // Values whose initial data (Value::data) this executor takes instead of copying, on the CPU
+  // without separate host copies: the buffer moves out of the graph, which keeps an empty tensor
+  // (the caller releases it; a later executor of the same graph treats it as no data and starts
+  // the value at zero). So that a trainer holds its weights once, not beside the imported ones.
+  std::vector<const Value*> adopt;
 };
 
 // Test switch, set only by tests (runtime_tests under separate_host_tests, the CLI's hidden
@@ -205,6 +210,7 @@ class Executor {
   mutable std::vector<HostTensor> mirror_;  // otherwise: [value id] host copies, made on first use
   // [value id]: has storage (used by the node list, kept, or asked for through host() since).
   std::vector<char> allocated_;
+  std::vector<char> adopt_;  // [value id]: take the initial data (ExecutorOptions::adopt)
   std::vector<const Value*> value_of_;   // [value id]
   void* arena_ = nullptr;                // aligned_alloc'ed (direct) or from the device
   MemoryPlan plan_;

@@ -1,6 +1,7 @@
 // Process memory from /proc/self/status.
 #include "runtime/executor_memory.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -31,6 +32,13 @@ size_t status_kb(const char* key) {
 
 }  // namespace
 
+void configure_allocator() {
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr) return;
+#ifdef M_MMAP_THRESHOLD
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
+}
+
 size_t process_rss_bytes() { return status_kb("VmRSS"); }
 size_t process_peak_rss_bytes() { return status_kb("VmHWM"); }
 
@@ -39,7 +47,7 @@ size_t release_initial_values(Graph& g, const std::set<std::string>& keep) {
   for (auto& up : g.values()) {
     Value* v = up.get();
     if (!v->data || (v->kind != ValueKind::kParameter && v->kind != ValueKind::kState) || keep.count(v->name)) continue;
-    bytes += v->data->bytes();
+    if (v->data->data()) bytes += v->data->bytes();  // an adopted (moved-out) tensor holds nothing
     v->data.reset();
   }
   return bytes;

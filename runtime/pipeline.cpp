@@ -156,6 +156,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
         ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
         if (!st->update_in_backward) eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
         if (st->loss) eo.keep.push_back(st->loss);
+        if (opts.adopt_initial_values && R == 1) eo.adopt.assign(st->params.begin(), st->params.end());
         // GPipe's micro-batches read one weight version each: converted weights are kept for them.
         eo.weight_cache = opts.schedule == Schedule::kGPipe && opts.micro_batches > 1;
         std::shared_ptr<Device> dev;
@@ -301,6 +302,24 @@ std::map<std::string, HostTensor> PipelineTrainer::trained_initializers() const 
       if (impl_->local(st->index)) out[v->name] = must(st->ex->fetch(v), v->name);
       else if (auto it = impl_->remote_values.find(v->name); it != impl_->remote_values.end()) out[v->name] = it->second;
     }
+  return out;
+}
+
+std::map<std::string, HostTensor> PipelineTrainer::take_trained_initializers() {
+  impl_->eval.reset();  // a full copy of the weights on stage 0
+  std::map<std::string, HostTensor> out;
+  for (auto& st : impl_->stages) {
+    const bool here = impl_->local(st->index);
+    for (size_t i = 0; i < st->params.size(); ++i) {
+      const std::string& name = st->params[i]->name;
+      if (here) out[name] = must(st->take_master(i), name);
+      else if (auto it = impl_->remote_values.find(name); it != impl_->remote_values.end()) out[name] = std::move(it->second);
+    }
+    for (const Value* v : st->state) {
+      if (here) out[v->name] = must(st->ex->fetch(v), v->name);
+      else if (auto it = impl_->remote_values.find(v->name); it != impl_->remote_values.end()) out[v->name] = std::move(it->second);
+    }
+  }
   return out;
 }
 

@@ -41,6 +41,11 @@ struct PipelineOptions {
   // Under MPI with CUDA stages: NCCL links between ranks (each rank on a GPU of its own); false:
   // MPI links staged through the host (several ranks sharing a GPU, or no NCCL).
   bool nccl_links = false;
+  // Each stage's executor takes its parameters' initial data out of the graph instead of copying
+  // it (ExecutorOptions::adopt; CPU stages, one replica): the caller must not read Value::data of
+  // the stages' parameters again. The evaluator, built afterwards, loads the weights from the
+  // stages before every evaluation anyway.
+  bool adopt_initial_values = false;
   // Test hook, set only by tests (the CLI's hidden --test-lose-rank): called by each stage of this
   // process after the update of 0-based step `step` (a test makes its rank vanish or hang there).
   std::function<void(int stage, int64_t step)> after_update;
@@ -90,6 +95,10 @@ class PipelineTrainer {
   std::map<std::string, HostTensor> parameters() const;
   // Master weights plus the model's own state (BatchNorm running statistics).
   std::map<std::string, HostTensor> trained_initializers() const;
+  // The same, taken for the export at the end of a run: the evaluator and every stage's copy of a
+  // weight are released as it is gathered, so the process holds the trained weights once, not
+  // beside the stages' own copies. The trainer cannot train or evaluate afterwards.
+  std::map<std::string, HostTensor> take_trained_initializers();
 
   int num_stages() const;
   int64_t samples_per_step() const;  // mini-batch size: graph batch * micro-batches * replicas

@@ -412,6 +412,16 @@ Expected<HostTensor> Stage::master(size_t i) const {
   return ex->fetch(params[i]);
 }
 
+Expected<HostTensor> Stage::take_master(size_t i) {
+  if (separate_master_) {
+    ASSIGN_OR_RETURN(HostTensor t, master_[i].to_host(ex->stream()));
+    master_[i] = DeviceBuffer{};
+    return t;
+  }
+  if (!ex->direct()) return ex->fetch(params[i]);
+  return std::move(ex->tensor(params[i]));
+}
+
 Status Stage::load_master() {
   if (!separate_master_ || buf_is_master_) return Status::ok();
   const Device& dev = *ex->device();

@@ -267,6 +267,10 @@ class Stage {
   // Master weight i, copied to the host (from the executor's buffer when the mode keeps no
   // separate copy).
   Expected<HostTensor> master(size_t i) const;
+  // The same, taken: the stage's own storage of it is released (a CPU executor's buffer moved out,
+  // not copied), so that gathering every weight for the export costs no second copy. The stage
+  // cannot train afterwards.
+  Expected<HostTensor> take_master(size_t i);
   // Replaces master weight i (a resume; nothing may be in flight); updates_done: its version.
   Status set_master(size_t i, const HostTensor& t);
   void set_version(int64_t updates_done) { version_ = updates_done; }

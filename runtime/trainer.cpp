@@ -41,8 +41,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   return create(g, tg, std::move(d));
 }
 
+Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device) {
+  return create(g, tg, std::move(device), Options{});
+}
+
 Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device,
-                                                   bool update_in_backward) {
+                                                   const Options& opts) {
+  const bool update_in_backward = opts.update_in_backward;
   if (g.inputs.empty()) return unsupported("training needs a model with a data input; this one has none");
   for (const Value* in : g.inputs)
     if (in->dims.empty() || in->dims[0] != g.inputs[0]->dims.at(0))
@@ -52,6 +57,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   // The memory plan shares activation and gradient buffers; the loss and the model output are
   // read after a step, everything else the trainer touches is an input, parameter or state.
   ExecutorOptions eo{true, {tg.loss.loss, tg.loss.output}};
+  if (opts.adopt_initial_values) eo.adopt.assign(tg.params.begin(), tg.params.end());
   std::vector<const Node*> order;
   if (update_in_backward) {
     for (const auto& n : g.nodes()) order.push_back(n.get());
@@ -89,6 +95,14 @@ Expected<HostTensor> Trainer::forward(const HostTensor& x) {
 
 std::map<std::string, HostTensor> Trainer::trained_initializers() const {
   std::map<std::string, HostTensor> out = parameters();
+  for (const Value* v : g_.values_of_kind(ValueKind::kState))
+    if (v->from_initializer) out[v->name] = must_fetch(*ex_, v);
+  return out;
+}
+
+std::map<std::string, HostTensor> Trainer::take_trained_initializers() {
+  std::map<std::string, HostTensor> out;
+  for (Value* p : tg_.params) out[p->name] = ex_->direct() ? std::move(ex_->tensor(p)) : must_fetch(*ex_, p);
   for (const Value* v : g_.values_of_kind(ValueKind::kState))
     if (v->from_initializer) out[v->name] = must_fetch(*ex_, v);
   return out;

@@ -121,11 +121,18 @@ class Trainer {
  public:
   // g must be a training graph built by build_training_graph (tg).
   static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, DeviceKind device);
-  // `update_in_backward`: each update runs right behind its gradient's producer (interleave_updates,
-  // runtime/optimizer.h), so the gradients share the memory plan's arena instead of all living to
-  // the end; such a trainer refuses TrainConfig::clip_grad_norm (clipping needs every gradient).
+  static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device);
+  struct Options {
+    // Each update runs right behind its gradient's producer (interleave_updates,
+    // runtime/optimizer.h), so the gradients share the memory plan's arena instead of all living
+    // to the end; such a trainer refuses TrainConfig::clip_grad_norm (it needs every gradient).
+    bool update_in_backward = false;
+    // The executor takes the parameters' initial data out of the graph instead of copying it
+    // (ExecutorOptions::adopt; the CPU): the caller must not read Value::data of tg.params again.
+    bool adopt_initial_values = false;
+  };
   static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device,
-                                                   bool update_in_backward = false);
+                                                   const Options& opts);
   bool update_in_backward() const { return update_in_backward_; }
 
   Expected<TrainResult> train(const Dataset& train, const Dataset* val, const TrainConfig& cfg);
@@ -137,6 +144,9 @@ class Trainer {
   std::map<std::string, HostTensor> parameters() const;
   // What export writes back: the parameters and the model's own state (BatchNorm running stats).
   std::map<std::string, HostTensor> trained_initializers() const;
+  // The same, taken at the end of a run: the parameters move out of the executor's buffers (on the
+  // CPU; copied from a device), so the export holds them once. The trainer cannot train afterwards.
+  std::map<std::string, HostTensor> take_trained_initializers();
   int64_t batch_size() const { return batch_; }
   const Executor& executor() const { return *ex_; }  // memory accounting
 

@@ -22,6 +22,7 @@
 #include "importer/training.h"
 #include "kernels/weight_cache.h"
 #include "runtime/executor.h"
+#include "runtime/executor_memory.h"
 #include "tools/mpi_job.h"
 #include "tools/omp_env.h"
 #include "tools/run_training.h"
@@ -160,6 +161,7 @@ pt::Status parse_replicas(const std::string& text, int gpus, pt::TrainingSpec* o
 }  // namespace
 
 int main(int argc, char** argv) {
+  pt::configure_allocator();
   pt::configure_omp_wait(argv);
   auto job = pt::MpiJob::join(&argc, &argv, on_lost_rank);
   if (!job) {

@@ -383,7 +383,10 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (o.gpus == 1 && !gpipe && o.replicas == 1) {
     auto dev = open_device(device, use_cuda ? job.local_gpu(gpus_here) : 0);
     if (!dev) return job.fail(dev.status());
-    auto trainer = Trainer::create(g, *tg, *dev, planned->plan.stages.at(0).update_in_backward);
+    Trainer::Options to;
+    to.update_in_backward = planned->plan.stages.at(0).update_in_backward;
+    to.adopt_initial_values = !use_cuda;  // released below anyway: held once, not twice, while it starts
+    auto trainer = Trainer::create(g, *tg, *dev, to);
     if (!trainer)
       return job.fail(with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""),
                                       planned->plan, baseline_rss + train.bytes() + val.bytes()));
@@ -394,7 +397,6 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
       result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
     }
     if (!result) return job.fail(result.status());
-    trained_values = (*trainer)->trained_initializers();
     // Measured stage times beside the predicted ones: the trainer timed its own last steps.
     if (result->fwd_ms + result->bwd_ms > 0) {
       StagePlan& s0 = planned->plan.stages[0];
@@ -405,6 +407,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     planned->plan.stages[0].measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
     const MemoryPlan& mp = (*trainer)->executor().plan();
     aliased = {{mp.aliased_values, mp.aliased_bytes}};
+    // Last: taking the weights moves them out of the trainer (no second copy for the export).
+    trained_values = (*trainer)->take_trained_initializers();
   } else {
     PipelineOptions po;
     po.schedule = gpipe ? Schedule::kGPipe : Schedule::k1F1B;
@@ -416,6 +420,7 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);
     po.record_trace = o.trace;
     po.device = device;
+    po.adopt_initial_values = !use_cuda;  // released below anyway: held once, not twice, while it starts
     job.set_pipeline(&po, use_cuda, gpus_here, o.oversubscribe);
     auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
     if (!pipe)
@@ -434,7 +439,6 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     }
     if (!result) return job.fail(result.status());
     if (!job.leads_run()) return result->interrupted ? kExitInterrupted : 0;  // rank 0 writes the run folder
-    trained_values = (*pipe)->trained_initializers();
     for (const StageStats& st : (*pipe)->stage_stats()) {
       char b[256];
       std::snprintf(b, sizeof b, "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch", st.stage,
@@ -470,6 +474,8 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
       planned->plan.stages[k].measured_memory_bytes = held[k];
     for (const MemoryPlan* mp : (*pipe)->stage_memory_plans())
       aliased.push_back(mp ? std::pair<size_t, size_t>{mp->aliased_values, mp->aliased_bytes} : std::pair<size_t, size_t>{0, 0});
+    // Last: taking the weights releases the stages' copies (the measurements above are done).
+    trained_values = (*pipe)->take_trained_initializers();
     pipeline = std::move(*pipe);
   }
   {

@@ -139,5 +139,41 @@ TEST(ExecutorMemory, AccountingAndReleasedInitialValues) {
   EXPECT_GE(process_peak_rss_bytes(), rss);
 }
 
+// ExecutorOptions::adopt: the executor takes the initial data (the same buffer, not a copy); the
+// graph is left with an empty tensor, which a later executor treats as no data (zeros), and which
+// release_initial_values then drops.
+TEST(ExecutorMemory, AdoptedInitialValuesMoveIntoTheExecutor) {
+  auto g = relu_graph(16);
+  Value* w = g->add_value("w", DType::kFloat32, {1000}, ValueKind::kParameter);
+  HostTensor t(DType::kFloat32, {1000});
+  for (int i = 0; i < 1000; ++i) t.as<float>()[i] = static_cast<float>(i) + 1;
+  w->data = std::make_shared<HostTensor>(std::move(t));
+  w->from_initializer = true;
+  Value* c = g->add_value("c", DType::kFloat32, {4}, ValueKind::kConstant);
+  c->data = std::make_shared<HostTensor>(DType::kFloat32, Dims{4});
+  c->data->as<float>()[3] = 7;
+  const void* bytes = w->data->data();
+  ExecutorOptions eo;
+  eo.keep = {w, c};
+  eo.adopt = {w};  // not c
+  auto ex = Executor::create(*g, DeviceKind::kCpu, {}, eo);
+  ASSERT_TRUE(ex) << ex.status().message();
+  EXPECT_EQ((*ex)->tensor(w).data(), bytes);  // moved, not copied
+  EXPECT_EQ((*ex)->tensor(w).as<float>()[999], 1000.0f);
+  EXPECT_EQ((*ex)->tensor(c).as<float>()[3], 7.0f);
+  ASSERT_NE(w->data, nullptr);
+  EXPECT_EQ(w->data->data(), nullptr);  // the graph's tensor is empty
+  EXPECT_EQ(c->data->as<float>()[3], 7.0f);  // a value not adopted is copied
+  ExecutorOptions later;
+  later.keep = {w};
+  auto ex2 = Executor::create(*g, DeviceKind::kCpu, {}, later);
+  ASSERT_TRUE(ex2) << ex2.status().message();
+  EXPECT_EQ((*ex2)->tensor(w).dims(), Dims{1000});
+  EXPECT_EQ((*ex2)->tensor(w).as<float>()[999], 0.0f);  // no data left: zeros
+  EXPECT_EQ(release_initial_values(*g, {}), 0u);  // nothing left to release but the empty tensor
+  EXPECT_EQ(w->data, nullptr);
+  EXPECT_EQ((*ex)->tensor(w).as<float>()[0], 1.0f);
+}
+
 }  // namespace
 }  // namespace pt

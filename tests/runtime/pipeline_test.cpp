@@ -328,6 +328,71 @@ TEST(PipelineDeterminism, SameSeedSameWeights) {
   EXPECT_EQ(a.result.last_loss, b.result.last_loss);
 }
 
+// Every stage's executor adopting its parameters' initial values (PipelineOptions::
+// adopt_initial_values, what the command line does on the CPU) trains the same bits, evaluates the
+// same, and take_trained_initializers gives what trained_initializers copies, under every weight
+// mode (SpecTrain and stash keep separate master copies, stale none).
+TEST(PipelineMemory, AdoptedWeightsAndTakenResultsAreTheSame) {
+  const int64_t batch = 8, steps = 12;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 64, 9);
+  for (WeightMode m : {WeightMode::kSpecTrain, WeightMode::kStash, WeightMode::kStale}) {
+    SCOPED_TRACE(weight_mode_name(m));
+    std::map<std::string, HostTensor> trained[2];
+    double val_loss[2] = {0, 0};
+    for (int adopt = 0; adopt < 2; ++adopt) {
+      auto md = digits_model(batch);
+      PipelineOptions po;
+      po.weights = m;
+      po.adopt_initial_values = adopt == 1;
+      Plan plan = make_plan(*md, 3, po.schedule, po.weights, po.micro_batches);
+      auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+      ASSERT_TRUE(p) << p.status().message();
+      // Adopted on host-memory executors only (separate_host_tests gives every executor host copies).
+      const bool direct = std::getenv("PIPETRAIN_TEST_SEPARATE_HOST") == nullptr;
+      for (Value* v : md->tg.params) EXPECT_EQ(v->data->data() == nullptr, adopt == 1 && direct) << v->name;
+      TrainConfig cfg = config(0);
+      cfg.steps = steps;
+      auto r = (*p)->train(data, nullptr, cfg);
+      ASSERT_TRUE(r) << r.status().message();
+      auto ev = (*p)->evaluate(data);
+      ASSERT_TRUE(ev) << ev.status().message();
+      val_loss[adopt] = ev->loss;
+      const auto copied = (*p)->trained_initializers();
+      trained[adopt] = (*p)->take_trained_initializers();
+      EXPECT_TRUE(bitwise_equal(trained[adopt], copied));
+    }
+    EXPECT_TRUE(bitwise_equal(trained[1], trained[0]));
+    EXPECT_EQ(val_loss[1], val_loss[0]);
+  }
+}
+
+// The single-stage trainer likewise: adopting the initial values and taking the results changes
+// no bit, and the taken parameters are the executor's own buffers (moved, not copied).
+TEST(PipelineMemory, TrainerAdoptsAndTakes) {
+  const int64_t batch = 8, steps = 12;
+  auto probe = digits_model(batch);
+  Dataset data = digits_data(*probe, 64, 9);
+  const auto plain = sequential_weights(batch, data, steps);
+  auto md = digits_model(batch);
+  auto dev = open_device(DeviceKind::kCpu, 0);
+  ASSERT_TRUE(dev);
+  Trainer::Options to;
+  to.adopt_initial_values = true;
+  auto t = Trainer::create(md->g(), md->tg, *dev, to);
+  ASSERT_TRUE(t) << t.status().message();
+  const bool direct = (*t)->executor().direct();  // not under separate_host_tests
+  for (Value* v : md->tg.params) EXPECT_EQ(v->data->data() == nullptr, direct) << v->name;
+  auto r = (*t)->train(data, nullptr, config(steps));
+  ASSERT_TRUE(r) << r.status().message();
+  const void* buffer = direct ? (*t)->executor().tensor(md->tg.params[0]).data() : nullptr;
+  auto taken = (*t)->take_trained_initializers();
+  if (direct) EXPECT_EQ(taken.at(md->tg.params[0]->name).data(), buffer);
+  std::map<std::string, HostTensor> params;
+  for (Value* v : md->tg.params) params[v->name] = taken.at(v->name);
+  EXPECT_TRUE(bitwise_equal(params, plain));
+}
+
 TEST(PipelineModes, WeightModesDifferAndTrain) {
   // Stale, stash and spectrain see different weights on a 3-stage pipeline; each still learns.
   const int64_t batch = 8, steps = 40;

@@ -257,7 +257,9 @@ TEST(UpdateInBackwardTrainer, SameWeightsEveryOptimizer) {
       Dataset data = digits_data(*md, 256, 3);
       auto dev = open_device(DeviceKind::kCpu, 0);
       ASSERT_TRUE(dev);
-      auto t = Trainer::create(md->g(), md->tg, *dev, fused == 1);
+      Trainer::Options to;
+      to.update_in_backward = fused == 1;
+      auto t = Trainer::create(md->g(), md->tg, *dev, to);
       ASSERT_TRUE(t) << t.status().message();
       EXPECT_EQ((*t)->update_in_backward(), fused == 1);
       TrainConfig cfg;
