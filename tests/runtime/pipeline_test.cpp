@@ -23,63 +23,17 @@
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_stage.h"
 #include "runtime/trainer.h"
+#include "tests/runtime/digits_fixture.h"
 
 namespace pt {
 namespace {
 
-struct Model {
-  ImportedModel m;
-  TrainingGraph tg;
-  Graph& g() { return *m.graph; }
-};
+using namespace digits_fixture;
 
-std::unique_ptr<Model> digits_model(int64_t batch, const SgdOptions& opt = SgdOptions{0.9f, 1e-4f}) {
-  auto out = std::make_unique<Model>();
-  ImportOptions io;
-  io.fuse.epilogue = false;  // per-node cuts of the digits MLP (Gemm | Relu): no epilogue fusion
-  io.batch_size = batch;
-  auto m = import_onnx(PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx", io);
-  EXPECT_TRUE(m) << m.status().message();
-  if (!m) return nullptr;
-  out->m = std::move(*m);
-  auto tg = build_training_graph(out->g(), LossKind::kCrossEntropy, opt);
-  EXPECT_TRUE(tg) << tg.status().message();
-  if (!tg) return nullptr;
-  out->tg = std::move(*tg);
-  return out;
-}
-
-Dataset digits_data(Model& md, int64_t n, uint64_t seed) {
-  DataSpec spec;
-  Value* in = md.g().inputs[0];
-  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
-  spec.label_dtype = md.tg.loss.labels->dtype;
-  spec.num_classes = md.tg.loss.num_classes;
-  return synthetic_dataset(spec, n, seed);
-}
-
-// The digits MLP has 6 forward nodes (3 Gemm, 2 Relu, the loss); balance splits them.
-std::vector<int> balance_for(int stages) {
-  switch (stages) {
-    case 1: return {6};
-    case 2: return {3, 3};
-    case 3: return {2, 2, 2};
-    default: return {2, 1, 2, 1};
-  }
-}
 
 Plan make_plan(Model& md, int stages, Schedule schedule, WeightMode weights, int micro) {
   PartitionOptions opts;
-  for (int k = 0; k < stages; ++k) {
-    DeviceSpec d;
-    d.name = "cpu" + std::to_string(k);
-    d.kind = DeviceKind::kCpu;
-    d.peak_flops = 1e11;
-    d.mem_bandwidth = 1e10;
-    d.memory_bytes = 1e12;
-    d.kernel_overhead_s = 1e-6;
-    opts.devices.push_back(d);
-  }
+  for (int k = 0; k < stages; ++k) opts.devices.push_back(cpu_spec(k));
   opts.link.name = "host";
   opts.link.bandwidth = 1e10;
   opts.link.latency_s = 1e-6;
@@ -156,16 +110,6 @@ double max_relative_diff(const std::map<std::string, HostTensor>& a, const std::
     worst = std::max(worst, d / std::max(m, 1e-12));
   }
   return worst;
-}
-
-bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (auto& [name, tb] : b) {
-    auto it = a.find(name);
-    if (it == a.end() || it->second.bytes() != tb.bytes()) return false;
-    if (std::memcmp(it->second.data(), tb.data(), tb.bytes()) != 0) return false;
-  }
-  return true;
 }
 
 // The stages run at most `lead` mini-batches ahead of the training loop: a claim beyond waits for

@@ -11,64 +11,12 @@
 #include "partitioner/partition.h"
 #include "runtime/data.h"
 #include "runtime/pipeline.h"
+#include "tests/runtime/digits_fixture.h"
 
 namespace pt {
 namespace {
 
-struct Model {
-  ImportedModel m;
-  TrainingGraph tg;
-  Graph& g() { return *m.graph; }
-};
-
-std::unique_ptr<Model> digits_model(int64_t batch) {
-  auto out = std::make_unique<Model>();
-  ImportOptions io;
-  io.batch_size = batch;
-  // Per-node plans (--balance counts, the cuts between each Gemm and its Relu): no epilogue fusion.
-  io.fuse.epilogue = false;
-  auto m = import_onnx(PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx", io);
-  EXPECT_TRUE(m) << m.status().message();
-  if (!m) return nullptr;
-  out->m = std::move(*m);
-  auto tg = build_training_graph(out->g(), LossKind::kCrossEntropy, SgdOptions{0.9f, 1e-4f});
-  EXPECT_TRUE(tg) << tg.status().message();
-  if (!tg) return nullptr;
-  out->tg = std::move(*tg);
-  return out;
-}
-
-Dataset digits_data(Model& md, int64_t n, uint64_t seed) {
-  DataSpec spec;
-  Value* in = md.g().inputs[0];
-  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
-  spec.label_dtype = md.tg.loss.labels->dtype;
-  spec.num_classes = md.tg.loss.num_classes;
-  return synthetic_dataset(spec, n, seed);
-}
-
-// The digits MLP has 6 forward nodes (3 Gemm, 2 Relu, the loss): a fixed split per stage count,
-// so that both runs of a comparison train the same stages (under 1F1B the split decides what
-// each layer's weights see).
-std::vector<int> balance_for(int stages) {
-  switch (stages) {
-    case 1: return {6};
-    case 2: return {3, 3};
-    case 3: return {2, 2, 2};
-    default: return {2, 1, 2, 1};
-  }
-}
-
-DeviceSpec cpu_spec(int k, double memory) {
-  DeviceSpec d;
-  d.name = "cpu" + std::to_string(k);
-  d.kind = DeviceKind::kCpu;
-  d.peak_flops = 1e11;
-  d.mem_bandwidth = 1e10;
-  d.memory_bytes = memory;
-  d.kernel_overhead_s = 1e-6;
-  return d;
-}
+using namespace digits_fixture;
 
 PartitionOptions options(int stages, const PipelineOptions& po, Recompute rc, std::vector<double> memory = {}) {
   PartitionOptions opts;
@@ -112,16 +60,6 @@ RunResult train(int64_t graph_batch, int stages, const PipelineOptions& po, Reco
   out.allocated = (*p)->stage_allocated_bytes();
   out.stats = (*p)->stage_stats();
   return out;
-}
-
-bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (auto& [name, tb] : b) {
-    auto it = a.find(name);
-    if (it == a.end() || it->second.bytes() != tb.bytes()) return false;
-    if (std::memcmp(it->second.data(), tb.data(), tb.bytes()) != 0) return false;
-  }
-  return true;
 }
 
 struct Mode {

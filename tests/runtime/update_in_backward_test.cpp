@@ -16,52 +16,19 @@
 #include "runtime/optimizer.h"
 #include "runtime/pipeline.h"
 #include "runtime/trainer.h"
+#include "tests/runtime/digits_fixture.h"
 
 namespace pt {
 namespace {
 
-struct Model {
-  ImportedModel m;
-  TrainingGraph tg;
-  Graph& g() { return *m.graph; }
-};
+using namespace digits_fixture;
 
-std::unique_ptr<Model> digits_model(int64_t batch, OptimizerKind kind = OptimizerKind::kSgdPaper) {
-  auto out = std::make_unique<Model>();
-  ImportOptions io;
-  io.batch_size = batch;
-  io.fuse.epilogue = false;  // per-node plans: --balance counts the Gemm and Relu nodes
-  auto m = import_onnx(PIPETRAIN_SOURCE_DIR "/models/digits_mlp.onnx", io);
-  EXPECT_TRUE(m) << m.status().message();
-  if (!m) return nullptr;
-  out->m = std::move(*m);
+SgdOptions optimizer(OptimizerKind kind) {
   SgdOptions sgd{0.9f, 1e-4f};
   sgd.kind = kind;
-  auto tg = build_training_graph(out->g(), LossKind::kCrossEntropy, sgd);
-  EXPECT_TRUE(tg) << tg.status().message();
-  if (!tg) return nullptr;
-  out->tg = std::move(*tg);
-  return out;
+  return sgd;
 }
 
-Dataset digits_data(Model& md, int64_t n, uint64_t seed) {
-  DataSpec spec;
-  Value* in = md.g().inputs[0];
-  spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
-  spec.label_dtype = md.tg.loss.labels->dtype;
-  spec.num_classes = md.tg.loss.num_classes;
-  return synthetic_dataset(spec, n, seed);
-}
-
-bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (auto& [name, tb] : b) {
-    auto it = a.find(name);
-    if (it == a.end() || it->second.bytes() != tb.bytes()) return false;
-    if (std::memcmp(it->second.data(), tb.data(), tb.bytes()) != 0) return false;
-  }
-  return true;
-}
 
 // Each update right behind the last node that touches one of its inputs; everything else in order.
 TEST(InterleaveUpdates, EachUpdateFollowsItsGradientAndTheLastReaderOfItsWeight) {
@@ -106,17 +73,6 @@ TEST(InterleaveUpdates, EachUpdateFollowsItsGradientAndTheLastReaderOfItsWeight)
   EXPECT_LT(first_update, last_backward) << "the updates were left at the end";
 }
 
-DeviceSpec cpu_spec(int k) {
-  DeviceSpec d;
-  d.name = "cpu" + std::to_string(k);
-  d.kind = DeviceKind::kCpu;
-  d.peak_flops = 1e11;
-  d.mem_bandwidth = 1e10;
-  d.memory_bytes = 1e12;
-  d.kernel_overhead_s = 1e-6;
-  return d;
-}
-
 struct Mode {
   const char* name;
   Schedule schedule;
@@ -159,8 +115,7 @@ PartitionOptions options(int stages, const Mode& m, bool in_backward, Recompute 
   opts.micro_batches = m.micro;
   opts.recompute = rc;
   opts.update_in_backward = in_backward;
-  static const std::vector<int> kBalance[] = {{6}, {3, 3}, {2, 2, 2}, {2, 1, 2, 1}};
-  opts.balance = kBalance[stages - 1];
+  opts.balance = balance_for(stages);
   return opts;
 }
 
@@ -252,7 +207,7 @@ TEST(UpdateInBackwardTrainer, SameWeightsEveryOptimizer) {
     std::map<std::string, HostTensor> w[2];
     size_t arena[2] = {0, 0};
     for (int fused = 0; fused < 2; ++fused) {
-      auto md = digits_model(64, kind);
+      auto md = digits_model(64, optimizer(kind));
       ASSERT_TRUE(md);
       Dataset data = digits_data(*md, 256, 3);
       auto dev = open_device(DeviceKind::kCpu, 0);
