@@ -56,6 +56,10 @@ FuseReport apply_fusions(Graph& g, const FuseOptions& o) {
   // Last: the GELU pass's Gelu is an epilogue of the product before it.
   if (o.epilogue) r.epilogue = fuse_epilogues(g, o.keep);
   r.rewrites = r.layernorm + r.attention + r.gelu + r.dropout + r.epilogue;
+  if (r.rewrites) {
+    const std::string broken = g.broken_link();
+    PT_CHECK(broken.empty()) << "a fusion pass left a broken link: " << broken;
+  }
   r.absorbed_constants = static_cast<int>(before.size() - read_constants().size());
   return r;
 }

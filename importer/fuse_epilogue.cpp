@@ -64,6 +64,7 @@ bool fuse_batchnorm_relu(Graph& g, Node* bn, const std::set<std::string>& keep, 
   std::erase(z->consumers, act);
   bn->outputs[0] = y;
   y->producer = bn;
+  z->producer = nullptr;  // no node computes it any more (it kept pointing at bn, which no longer outputs it)
   bn->attrs.set("_activation", std::string("Relu"));
   return true;
 }

@@ -2,6 +2,7 @@
 #include "importer/ir.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace pt {
 
@@ -96,6 +97,24 @@ void Graph::remove_nodes(const std::vector<bool>& remove) {
   }
   nodes_ = std::move(kept);
   for (size_t i = 0; i < nodes_.size(); ++i) nodes_[i]->id = static_cast<int>(i);
+}
+
+std::string Graph::broken_link() const {
+  std::unordered_set<const Node*> live;
+  for (const auto& n : nodes_) live.insert(n.get());
+  auto has = [](const std::vector<Value*>& vs, const Value* v) { return std::find(vs.begin(), vs.end(), v) != vs.end(); };
+  for (const auto& up : values_) {
+    const Value* v = up.get();
+    if (v->producer && (!live.count(v->producer) || !has(v->producer->outputs, v)))
+      return "value '" + v->name + "': its producer " +
+             (live.count(v->producer) ? "'" + v->producer->name + "' does not output it" : "is not a node of the graph");
+    for (const Node* c : v->consumers)
+      if (!live.count(c) || !has(c->inputs, v))
+        return "value '" + v->name + "': a consumer " + (live.count(c) ? "'" + c->name + "' does not read it" : "is not a node of the graph");
+  }
+  for (const auto& n : nodes_)
+    if (n->forward && !live.count(n->forward)) return "node '" + n->name + "': its forward node is not a node of the graph";
+  return "";
 }
 
 void Graph::replace_uses(Value* from, Value* to) {

@@ -76,6 +76,12 @@ class Graph {
                  std::vector<Value*> outputs, AttrMap attrs = {}, Phase phase = Phase::kForward);
   // Removes nodes whose `remove` flag is set, fixing consumer lists. Values stay.
   void remove_nodes(const std::vector<bool>& remove);
+  // "" when every link is consistent: a value's producer is a node of the graph that lists it
+  // among its outputs, each of its consumers a node of the graph that lists it among its inputs,
+  // and a backward node's `forward` a node of the graph; else the first broken link, described.
+  // Passes that rewire nodes check it (a value left pointing at a removed node is a
+  // use-after-free for whoever reads it later: the memory planner reads every value's producer).
+  std::string broken_link() const;
   // Every node that reads `from` reads `to` instead (consumer lists follow); graph outputs are not
   // touched.
   void replace_uses(Value* from, Value* to);

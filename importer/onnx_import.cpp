@@ -850,6 +850,8 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
     out.fused = apply_fusions(*g, fuse);
   }
 
+  if (const std::string broken = g->broken_link(); !broken.empty())
+    return internal_error(path + ": import left a broken link in its graph: " + broken);
   src->proto = std::move(original);
   out.graph = std::move(g);
   out.source = std::move(src);

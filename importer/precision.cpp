@@ -128,6 +128,8 @@ PrecisionStats apply_precision(Graph& g, Precision p) {
   std::vector<bool> remove(g.nodes().size(), false);
   for (size_t i = 0; i < old.size(); ++i) remove[i] = true;
   g.remove_nodes(remove);
+  const std::string broken = g.broken_link();
+  PT_CHECK(broken.empty()) << "--precision left a broken link: " << broken;
   return stats;
 }
 

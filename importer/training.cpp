@@ -308,6 +308,8 @@ Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdO
     Node* u = g.add_node(op, p->name + "/update", in, {}, m, Phase::kUpdate);
     u->domain = "pipetrain";
   }
+  if (const std::string broken = g.broken_link(); !broken.empty())
+    return internal_error("the training graph has a broken link: " + broken);
   return tg;
 }
 

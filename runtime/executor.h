@@ -107,7 +107,7 @@ struct ExecutorOptions {
   // without separate host copies: the buffer moves out of the graph, which keeps an empty tensor
   // (the caller releases it; a later executor of the same graph treats it as no data and starts
   // the value at zero). So that a trainer holds its weights once, not beside the imported ones.
-  std::vector<const Value*> adopt;
+  std::vector<const Value*> adopt = {};
 };
 
 // Test switch, set only by tests (runtime_tests under separate_host_tests, the CLI's hidden

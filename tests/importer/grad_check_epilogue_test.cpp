@@ -97,6 +97,9 @@ TEST(GradCheckEpilogue, BatchNormRelu) {
     ASSERT_EQ(c.graph().nodes().size(), 1u);
     EXPECT_EQ(bn->attrs.get_string("_activation", ""), "Relu");
     EXPECT_EQ(bn->outputs[0], y);
+    // The BN's old output is orphaned, not left pointing at a node that no longer outputs it (a
+    // use-after-free once --precision removed that node: the memory planner read its producer).
+    EXPECT_EQ(c.graph().broken_link(), "");
     c.check({y}, {x, scale, bias});
   }
 }
