@@ -586,11 +586,9 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   } else {
     RETURN_IF_ERROR(load_master());
   }
-  if (update_in_backward) {  // the backward on the master weights, each update behind its gradient
-    RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward || p == Phase::kUpdate; }));
-  } else {
-    RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kBackward; }));
-  }
+  // With the update in the backward, the updates run too, each right behind its gradient.
+  const bool updates = update_in_backward;
+  RETURN_IF_ERROR(ex->run([updates](Phase p) { return p == Phase::kBackward || (updates && p == Phase::kUpdate); }));
   for (Link* c : bwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
   if (!grad_acc_.empty()) {

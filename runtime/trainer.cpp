@@ -47,7 +47,6 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
 
 Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device,
                                                    const Options& opts) {
-  const bool update_in_backward = opts.update_in_backward;
   if (g.inputs.empty()) return unsupported("training needs a model with a data input; this one has none");
   for (const Value* in : g.inputs)
     if (in->dims.empty() || in->dims[0] != g.inputs[0]->dims.at(0))
@@ -59,12 +58,12 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   ExecutorOptions eo{true, {tg.loss.loss, tg.loss.output}};
   if (opts.adopt_initial_values) eo.adopt.assign(tg.params.begin(), tg.params.end());
   std::vector<const Node*> order;
-  if (update_in_backward) {
+  if (opts.update_in_backward) {
     for (const auto& n : g.nodes()) order.push_back(n.get());
     order = interleave_updates(order);
   }
   ASSIGN_OR_RETURN(t->ex_, Executor::create(g, device, std::move(order), eo));
-  t->update_in_backward_ = update_in_backward;
+  t->update_in_backward_ = opts.update_in_backward;
   t->input_ = g.inputs[0];
   t->more_inputs_.assign(g.inputs.begin() + 1, g.inputs.end());
   t->batch_ = t->input_->dims.at(0);
