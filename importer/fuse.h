@@ -34,7 +34,7 @@ struct FuseOptions {
   // the GELU pass made is fused too. Not on CUDA stages (no fused CUDA kernels yet).
   bool epilogue = true;
   // Not a graph rewrite: each optimizer update runs inside the backward, right behind its gradient's
-  // producer, where the run allows it (partition.h, stage_update_in_backward; runtime/optimizer.h,
+  // producer, where the run allows it (partition.h, stage_update_in_backward; runtime/exec/optimizer.h,
   // interleave_updates). The import passes ignore it; the planner and the trainers read it.
   bool update = true;
   // Nodes that must stay nodes of their own (--split-at names them as stage starts): the epilogue

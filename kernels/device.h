@@ -1,5 +1,5 @@
 // Where a stage's tensors live and in what order its work runs: the memory, stream and event
-// interface the runtime (runtime/executor.h, the pipeline stages and their links) programs
+// interface the runtime (runtime/exec/executor.h, the pipeline stages and their links) programs
 // against, so that one runtime drives CPU stages and CUDA stages.
 //
 // CPU (kernels/cpu/device.cpp): memory is host memory, a "stream" is the calling thread (every

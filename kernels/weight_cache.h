@@ -1,7 +1,7 @@
 // Weights converted to a kernel's own layout (oneDNN's blocked convolution weights), kept across
 // kernel calls while the weight is unchanged. A weight's version says "unchanged": the executor
 // that owns the weight's buffer gives it a new version, drawn from one process-wide counter, at
-// every write (runtime/executor.h), and passes the versions of a node's inputs in KernelCall. A
+// every write (runtime/exec/executor.h), and passes the versions of a node's inputs in KernelCall. A
 // copy is reused only for the same buffer, layout and version; version 0 means "not a versioned
 // weight" and is never cached. One cache per executor: an executor runs on one thread at a time,
 // so the cache takes no lock, and it dies with the buffers it copies.

@@ -115,11 +115,11 @@ int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe);
 int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts);
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts);
 // Parameter-sized gradient accumulators a stage holds: GPipe with several micro-batches sums their
-// gradients into one buffer per parameter (runtime/pipeline_stage.cpp grad_acc_) beside the
+// gradients into one buffer per parameter (runtime/pipeline/stage.cpp grad_acc_) beside the
 // executor's own gradients; 0 otherwise.
 int stage_gradient_accumulators(const PartitionOptions& opts);
 // Whether stage k runs each update inside its backward, right behind its gradient's producer
-// (runtime/optimizer.h, interleave_updates), so that its gradients are transient values instead of
+// (runtime/exec/optimizer.h, interleave_updates), so that its gradients are transient values instead of
 // a parameter-sized copy: opts.update_in_backward, one replica, no accumulation over micro-batches
 // (GPipe with one), and a backward on the master weights: GPipe, stale weights, SpecTrain where the
 // backward's staleness is 0, stash on the last stage (no pass in flight to stash for). A stage that

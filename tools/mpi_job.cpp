@@ -202,7 +202,7 @@ void MpiJob::set_plan_flags(PlanFlags* pf) {
   if (!cluster_) return;
   pf->write_reports = cluster_->rank() == 0;
   pf->node_of_stage.clear();
-  // Stage k of replica 0 runs on rank k * R (rank_of in runtime/pipeline_stage.h).
+  // Stage k of replica 0 runs on rank k * R (rank_of in runtime/pipeline/stage.h).
   const int R = std::max(1, cluster_->size() / std::max(1, pf->stages));
   for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(cluster_->node_of(std::min(k * R, cluster_->size() - 1)));
   pf->cpu_threads = threads_per_stage(pf->stages);

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "partitioner/plan.h"
-#include "runtime/cluster.h"
-#include "runtime/pipeline.h"
+#include "runtime/dist/cluster.h"
+#include "runtime/pipeline/pipeline.h"
 #include "tools/plan_step.h"
 #include "tools/training_spec.h"
 
@@ -21,7 +21,7 @@ namespace pt {
 
 class MpiJob {
  public:
-  // The program's answer to the watchdog's verdict (runtime/cluster.h) that rank `lost` is gone
+  // The program's answer to the watchdog's verdict (runtime/dist/cluster.h) that rank `lost` is gone
   // (or, lost < 0, that the launcher ends the job), called on the watchdog thread of rank `me`:
   // the pipeline needs every stage, so it must end this process (the command line prints one line
   // and exits 1). The library itself never ends the process.

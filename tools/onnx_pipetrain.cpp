@@ -21,8 +21,8 @@
 
 #include "importer/training.h"
 #include "kernels/weight_cache.h"
-#include "runtime/executor.h"
-#include "runtime/executor_memory.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/memory.h"
 #include "tools/mpi_job.h"
 #include "tools/omp_env.h"
 #include "tools/run_training.h"

@@ -10,7 +10,7 @@
 
 #include "kernels/registry.h"
 #include "partitioner/report.h"
-#include "runtime/profiler.h"
+#include "runtime/exec/profiler.h"
 
 namespace pt {
 
@@ -102,8 +102,8 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
     o.node_of_stage = f.node_of_stage;
     ASSIGN_OR_RETURN(o.network_link, builtin_link_spec("network"));
   }
-  o.schedule = f.schedule == "gpipe" ? Schedule::kGPipe : Schedule::k1F1B;
-  o.weights = f.weights == "stash" ? WeightMode::kStash : f.weights == "stale" ? WeightMode::kStale : WeightMode::kSpecTrain;
+  o.schedule = f.schedule;
+  o.weights = f.weights;
   o.micro_batches = o.schedule == Schedule::kGPipe ? f.micro_batches : 1;
   o.recompute = f.recompute;
   o.profile = profile;
@@ -225,7 +225,7 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
     for (int d = 1; d <= devices; ++d) {
       const PlanFlags base = layout_flags(f, d, 1);
       int user_row = -1;  // the row of d x 1 with the plan's schedule
-      for (const char* sched : {"1f1b", "gpipe"}) {
+      for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe}) {
         PlanFlags fd = base;
         fd.schedule = sched;
         auto o = options_from(fd, out.options.profile);
@@ -233,11 +233,11 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
         if (fd.schedule == f.schedule || d == 1) user_row = static_cast<int>(rows.size());
         auto p = partition(g, *o);
         if (!p) {
-          rows.push_back({std::string(sched) + " (does not fit)", d, 0, 0, 0});
+          rows.push_back({std::string(schedule_name(sched)) + " (does not fit)", d, 0, 0, 0});
           continue;
         }
         SimResult s = simulate(*p, 4 * d + 4);
-        rows.push_back({sched == std::string("gpipe") ? "gpipe (M=" + std::to_string(o->micro_batches) + ")" : sched, d,
+        rows.push_back({sched == Schedule::kGPipe ? "gpipe (M=" + std::to_string(o->micro_batches) + ")" : schedule_name(sched), d,
                         s.samples_per_s, s.bubble_fraction, peak_of(s)});
         if (d == 1) break;  // one device: both schedules are sequential training
       }

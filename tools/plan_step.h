@@ -28,8 +28,8 @@ struct PlanFlags {
   std::vector<std::string> device_specs;  // builtin names or JSON files; one for all, or one per stage
   std::string link;                       // builtin link name; "" = default for the device
   std::string replica_link;               // between a stage's replicas; "" = link
-  std::string schedule = "1f1b";
-  std::string weights = "spectrain";
+  Schedule schedule = Schedule::k1F1B;
+  WeightMode weights = WeightMode::kSpecTrain;
   Recompute recompute = Recompute::kNone;
   int optimizer_state_copies = 1;  // parameter-sized state tensors per parameter (momentum 1, Adam 2)
   int micro_batches = 4;

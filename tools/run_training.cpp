@@ -1,6 +1,8 @@
-// The library entry point of a training run (tools/run_training.h): import, training graph,
-// plan and reports, data, training on one stage or a pipeline, the trained model and the reports
-// with what was measured. Prints progress unless the spec is quiet.
+// The library entry point of a training run (tools/run_training.h), as a sequence of phases with
+// typed hand-overs: check the spec and choose the devices; import the model and build its
+// training graph; open the run folder; plan and report; open the data; configure the loop; train
+// on one stage or a pipeline; account memory; check, export and report. Prints progress unless
+// the spec is quiet.
 #include "tools/run_training.h"
 
 #include <cmath>
@@ -15,11 +17,11 @@
 #include "kernels/cpu_features.h"
 #include "kernels/device.h"
 #include "partitioner/plan.h"
-#include "runtime/data.h"
-#include "runtime/executor.h"
-#include "runtime/executor_memory.h"
-#include "runtime/pipeline.h"
-#include "runtime/trainer.h"
+#include "runtime/data/data.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/memory.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/single/trainer.h"
 #include "tools/omp_env.h"
 #include "tools/plan_step.h"
 
@@ -45,6 +47,10 @@ std::string human_count(int64_t n) {
   return b;
 }
 
+std::string plural(int64_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
+
+// ---- Phase 1: the spec's bounds, the optimizer and the devices ----------------------------------
+
 // The optimizer of --optimizer and its flags; a flag that does not apply to it is refused.
 Expected<SgdOptions> optimizer_options(const TrainingSpec& o) {
   const OptimizerKind kind = o.optimizer;
@@ -69,6 +75,226 @@ Expected<SgdOptions> optimizer_options(const TrainingSpec& o) {
   return s;
 }
 
+// Bounds that keep the per-stage and per-sample arithmetic far from overflow, and the stage
+// count against the MPI job.
+Status check_bounds(const TrainingSpec& o, const MpiJob& job) {
+  if (o.gpus < 1) return invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1");
+  if (o.gpus > 4096) return invalid_input("--gpus " + std::to_string(o.gpus) + ": at most 4096 pipeline stages");
+  if (o.batch.mini_batch > (int64_t{1} << 31) - 1)
+    return invalid_input("--batch-size " + std::to_string(o.batch.mini_batch) + ": at most 2147483647 samples");
+  if (o.replicas < 1) return invalid_input("--replicas " + std::to_string(o.replicas) + ": must be at least 1");
+  if (o.replicas > 4096 || int64_t{o.gpus} * o.replicas > 4096)
+    return invalid_input("--gpus " + std::to_string(o.gpus) + " x --replicas " + std::to_string(o.replicas) +
+                         ": at most 4096 devices");
+  return job.check_stages(o.gpus, o.replicas);
+}
+
+// Where the stages run.
+struct Devices {
+  DeviceKind kind = DeviceKind::kCpu;
+  bool cuda = false;
+  int gpus_here = 0;    // CUDA devices of this machine
+  int gpus_needed = 0;  // one per stage (under MPI: per rank of this node)
+};
+
+// CUDA stages when asked for (or, with auto, when there is a GPU per stage: under MPI a GPU per
+// rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of its local
+// rank; --oversubscribe wraps several stages onto fewer GPUs. A precision the device cannot serve
+// is refused here, before any work.
+Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
+  Devices d;
+  d.gpus_here = cuda_device_count();
+  d.gpus_needed = job.cuda_devices_needed(o.gpus * o.replicas);
+  const int here = d.gpus_here;
+  if (o.device == DeviceChoice::kCuda && !o.plan_only && (here == 0 || (here < d.gpus_needed && !o.oversubscribe)))
+    return invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + plural(here, "CUDA device") +
+                         (job.in_job() ? " for " + std::to_string(d.gpus_needed) + " ranks on this node" : "") +
+                         (here > 0 ? "; add --oversubscribe to place several stages on one GPU"
+                                   : ": " + cuda_unavailable_reason()));
+  d.cuda = o.device == DeviceChoice::kCuda || (o.device == DeviceChoice::kAuto && here >= d.gpus_needed && here > 0);
+  d.kind = d.cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  // --precision bf16 needs bfloat16 GEMM/convolution kernels on the stages' device.
+  if (o.precision == Precision::kBf16 && !o.plan_only) {
+    if (d.cuda)
+      return invalid_input("--precision bf16: not built for CUDA devices yet (" + cuda_device_name(0) +
+                           "; the bfloat16 kernels are CPU-only); use --device cpu or --precision fp32");
+    if (!cpu_has_bf16())
+      return invalid_input("--precision bf16: the CPU (" + cpu_model_name() + ", oneDNN ISA " + cpu_isa_name() +
+                           ") lacks avx512_bf16/AMX, which bfloat16 GEMMs and convolutions need; use --precision fp32");
+  }
+  if (o.device == DeviceChoice::kAuto && !o.plan_only)
+    say(o, "notice: " + std::to_string(o.gpus) + (d.cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
+               (d.cuda ? "" : " (" + (here > 0 ? plural(here, "CUDA device") + " for " + std::to_string(d.gpus_needed) +
+                                                    " stages; --device cuda --oversubscribe shares them"
+                                              : cuda_unavailable_reason()) + ")"));
+  if (!d.cuda && !o.plan_only)
+    say(o, "threads: " + std::to_string(job.threads_per_stage(o.gpus * o.replicas)) + " per CPU stage; idle OpenMP " +
+               "threads: " + omp_wait_description());
+  return d;
+}
+
+// ---- Phase 2: the model and its training graph --------------------------------------------------
+
+// The batch as the run executes it: samples per update, and the passes each replica splits its
+// share into (GPipe's micro-batches; 1F1B runs one pass per mini-batch).
+struct RunBatch {
+  int64_t mini = 0;   // --batch-size
+  int micro = 1;      // passes per replica per mini-batch
+  int replicas = 1;
+  int64_t pass() const { return mini / (int64_t{micro} * replicas); }  // samples per pass: the graph's batch
+};
+
+Expected<RunBatch> run_batch(const TrainingSpec& o) {
+  const bool gpipe = o.schedule == Schedule::kGPipe;
+  if (!gpipe && o.batch.micro_batches_given && o.batch.micro_batches != 1)
+    return invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) + ": micro-batches need --schedule gpipe");
+  RunBatch b{o.batch.mini_batch, gpipe ? o.batch.micro_batches : 1, o.replicas};
+  // Each replica runs its share of the mini-batch (in micro-batches under GPipe).
+  const int64_t passes = int64_t{b.micro} * b.replicas;
+  if (b.mini % passes != 0)
+    return invalid_input("--batch-size " + std::to_string(b.mini) + " is not a multiple of " +
+                         (b.replicas > 1 ? "--replicas " + std::to_string(b.replicas) +
+                                               (b.micro > 1 ? " x --micro-batches " + std::to_string(b.micro) + " = " +
+                                                                  std::to_string(passes)
+                                                            : "")
+                                         : "--micro-batches " + std::to_string(b.micro)));
+  return b;
+}
+
+struct Model {
+  ImportedModel m;
+  TrainingGraph tg;
+  RunBatch batch;
+  bool update_fusion = true;  // --no-fusion update not given
+  size_t baseline_rss = 0;    // the process before the import (the memory report's baseline)
+  Graph& g() { return *m.graph; }
+};
+
+// "parameters: training 6.6k in 6 tensors (...)": what trains, and how many float initializers
+// stay as they are (scalars, exponents, epsilons, bounds; --freeze; --trainable).
+std::string parameters_line(const TrainingSpec& o, Model& md) {
+  int64_t params = 0;
+  for (Value* p : md.tg.params) params += p->size();
+  int64_t kept = md.m.fused.absorbed_constants;
+  for (Value* v : md.g().values_of_kind(ValueKind::kConstant))
+    if (v->from_initializer && is_floating(v->dtype) && !v->consumers.empty()) ++kept;
+  return "parameters: training " + human_count(params) + " in " + std::to_string(md.tg.params.size()) + " tensors" +
+         (kept ? " (" + plural(kept, "float initializer") + " kept constant: " +
+                     (o.trainable.empty() ? "scalars, exponents, bounds" : "not matched by --trainable") +
+                     (o.freeze.empty() ? "" : ", --freeze") + ")"
+               : "");
+}
+
+Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const SgdOptions& sgd) {
+  Model md;
+  ASSIGN_OR_RETURN(md.batch, run_batch(o));
+  ImportOptions io;
+  io.batch_size = md.batch.pass();  // GPipe builds the graph for one micro-batch
+  io.device = dev.kind;
+  io.freeze = o.freeze;
+  io.trainable = o.trainable;
+  io.seed = o.seed;
+  RETURN_IF_ERROR(disable_fusions(o.no_fusion, &io.fuse));
+  md.update_fusion = io.fuse.update;
+  // A node --split-at names starts a stage: the epilogue pass leaves it a node of its own.
+  io.fuse.keep.insert(o.split_at.begin(), o.split_at.end());
+  md.baseline_rss = process_rss_bytes();
+  ASSIGN_OR_RETURN(md.m, import_onnx(o.model, io));
+  const ImportedModel& m = md.m;
+  Graph& g = md.g();
+  say(o, "model: " + o.model + " (opset " + std::to_string(m.source_opset) +
+             (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
+             (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
+  if (m.fused.rewrites > 0)  // the node count above is the fused graph's
+    say(o, "fusions: " + std::to_string(m.fused.layernorm) + " LayerNorm, " + std::to_string(m.fused.attention) +
+               " attention, " + std::to_string(m.fused.gelu) + " GELU, " + std::to_string(m.fused.dropout) +
+               " identity Dropout removed, " + std::to_string(m.fused.epilogue) +
+               " bias/activation epilogues (--no-fusion layernorm,attention,gelu,dropout,epilogue turns them off)");
+  // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
+  // nothing to learn from (and would divide by zero in the epoch arithmetic).
+  for (const Value* in : g.inputs)
+    for (size_t d = 0; d < in->dims.size(); ++d)
+      if (in->dims[d] <= 0)
+        return invalid_input(o.model + ": graph input '" + in->name + "' dimension " + std::to_string(d) + " is " +
+                             std::to_string(in->dims[d]) + "; every dimension of a data input must be at least 1" +
+                             (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : ""));
+  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size)
+    say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
+               "; training with batches of that size (--batch-size " + std::to_string(o.batch.mini_batch) + " ignored)");
+  auto tg = build_training_graph(g, o.loss, sgd, o.ignore_index);
+  if (!tg) return tg.status().with_context(o.model + ": ");
+  md.tg = std::move(*tg);
+  if (o.precision != Precision::kFp32) {
+    const PrecisionStats ps = apply_precision(g, o.precision);
+    say(o, std::string("precision: ") + precision_name(o.precision) + ", " + std::to_string(ps.products) +
+               " GEMM/convolution nodes read bfloat16 copies made by " + std::to_string(ps.casts) + " Cast nodes" +
+               (ps.relu_grads ? " (and " + std::to_string(ps.relu_grads) + " ReluGrad)" : std::string()) +
+               "; weights, gradients, optimizer state and accumulation float32");
+  }
+  say(o, "loss: " + md.tg.loss.description);
+  say(o, parameters_line(o, md));
+  for (const auto& u : md.tg.unused_params) say(o, "notice: parameter '" + u + "' does not reach the loss; it stays as it is");
+  return md;
+}
+
+// ---- Phase 3: the run folder ---------------------------------------------------------------------
+
+// The run folder, created; a finished run is not overwritten by accident (rank 0 alone writes it).
+Expected<fs::path> open_run_folder(const TrainingSpec& o, const ImportedModel& m, const MpiJob& job) {
+  const fs::path out_dir = o.local.out.empty() ? fs::path("runs") / m.stem : fs::path(o.local.out);
+  std::error_code ec;
+  if (!o.plan_only && !o.local.overwrite && !o.resume && job.leads_run()) {
+    std::string found;
+    for (const fs::path& f : {out_dir / (m.stem + ".trained.onnx"), out_dir / "metrics.csv"})
+      if (fs::exists(f, ec)) found += (found.empty() ? "" : ", ") + f.filename().string();
+    if (!found.empty())
+      return invalid_input("--out " + out_dir.string() + ": the folder holds a finished run (" + found +
+                           "); add --overwrite to replace it, --resume to continue it, or choose another --out");
+  }
+  fs::create_directories(out_dir, ec);
+  if (ec) return invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message());
+  return out_dir;
+}
+
+// ---- Phase 4: the plan -----------------------------------------------------------------------------
+
+// The planning step's flags from the spec. `layouts`: those --replicas auto chose from.
+PlanFlags plan_flags(const TrainingSpec& o, const Model& md, const Devices& dev, const fs::path& out_dir,
+                     const std::vector<LayoutOption>* layouts, MpiJob& job) {
+  PlanFlags pf;
+  pf.stages = o.gpus;
+  pf.replicas = o.replicas;        // --replicas auto: 1 here (the layouts are chosen from this plan)
+  pf.graph_replicas = o.replicas;  // the graph was imported at the replica's share of the mini-batch
+  if (layouts) pf.layouts = *layouts;
+  pf.device = dev.kind;
+  pf.device_specs = o.device_spec;
+  pf.link = o.link;
+  pf.replica_link = o.replica_link;
+  pf.schedule = o.schedule;
+  pf.weights = o.weights;
+  pf.recompute = o.recompute;
+  const bool two_states = o.optimizer == OptimizerKind::kAdam || o.optimizer == OptimizerKind::kAdamW || o.nesterov;
+  pf.optimizer_state_copies = two_states ? 2 : 1;
+  pf.micro_batches = o.batch.micro_batches;
+  pf.staleness = o.staleness;
+  // The update inside the backward (--no-fusion update turns it off); clipping needs every gradient.
+  pf.update_in_backward = md.update_fusion && !(o.clip_grad_norm > 0);
+  pf.split_at = o.split_at;
+  pf.balance = o.balance;
+  pf.profile = o.profile;
+  pf.whatif = o.whatif;
+  pf.out_dir = out_dir.string();
+  pf.quiet = o.local.quiet;
+  if (job.in_job()) {
+    job.set_plan_flags(&pf);
+  } else if (o.ranks_per_node > 0) {
+    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
+  }
+  return pf;
+}
+
+// ---- Phase 5: the data -------------------------------------------------------------------------------
+
 // The vocabulary of an integer input: the rows of the embedding the Gather that reads it indexes
 // (through Cast / Identity / Reshape-like nodes); 0 when no Gather reads it.
 int64_t token_vocabulary(const Value& input) {
@@ -86,223 +312,15 @@ int64_t token_vocabulary(const Value& input) {
   return 0;
 }
 
-// run_training's body. `layouts`: the layouts --replicas auto chose this spec's stages and
-// replicas from (for the reports). With o.replicas_auto, `choice` receives the chosen layout and
-// the run stops there (returning 0) before planning.
-int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOption>* layouts, LayoutChoice* choice);
-
-}  // namespace
-
-int run_training(const TrainingSpec& o, MpiJob& job) {
-  if (!o.replicas_auto) return train_layout(o, job, nullptr, nullptr);
-  // --replicas auto: every stages x replicas split of the --gpus devices, planned on the model at
-  // the whole mini-batch; then the chosen one trains as if given --gpus N --replicas R (the model
-  // imported again, the first import freed).
-  LayoutChoice choice;
-  if (int rc = train_layout(o, job, nullptr, &choice); rc != 0 || choice.layouts.empty()) return rc;
-  TrainingSpec chosen = o;
-  chosen.replicas_auto = false;
-  chosen.gpus = choice.stages;
-  chosen.replicas = choice.replicas;
-  return train_layout(chosen, job, &choice.layouts, nullptr);
-}
-
-namespace {
-
-int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOption>* layouts, LayoutChoice* choice) {
-  if (o.test.separate_host) set_separate_host_for_tests(true);
-  if (!o.plan_only && o.local.data == "synthetic")  // the first line, so that nobody mistakes the numbers
-    say(o, std::string("notice: ") + (o.local.data_given ? "--data synthetic" : "no --data given") +
-               ": training on synthetic random inputs and labels, so loss and accuracy mean nothing");
-  if (o.gpus < 1) return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": must be at least 1"));
-  // Bounds that keep the per-stage and per-sample arithmetic far from overflow (issue 17).
-  if (o.gpus > 4096) return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": at most 4096 pipeline stages"));
-  if (o.batch.mini_batch > (int64_t{1} << 31) - 1)
-    return job.fail(invalid_input("--batch-size " + std::to_string(o.batch.mini_batch) + ": at most 2147483647 samples"));
-  if (o.replicas < 1)
-    return job.fail(invalid_input("--replicas " + std::to_string(o.replicas) + ": must be at least 1"));
-  if (o.replicas > 4096 || int64_t{o.gpus} * o.replicas > 4096)
-    return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + " x --replicas " + std::to_string(o.replicas) +
-                                  ": at most 4096 devices"));
-  if (Status js = job.check_stages(o.gpus, o.replicas); !js.is_ok()) return job.fail(js);
-  auto opt = optimizer_options(o);
-  if (!opt) return job.fail(opt.status());
-  const SgdOptions& sgd = *opt;
-  // Devices: CUDA stages when asked for (or, with auto, when there is a GPU per stage: under MPI
-  // a GPU per rank of this node), CPU stages otherwise. Stage k uses GPU k; under MPI, the GPU of
-  // its local rank; --oversubscribe wraps several stages onto fewer GPUs.
-  const int gpus_here = cuda_device_count();
-  const int gpus_needed = job.cuda_devices_needed(o.gpus * o.replicas);
-  if (o.device == DeviceChoice::kCuda && !o.plan_only && (gpus_here == 0 || (gpus_here < gpus_needed && !o.oversubscribe))) {
-    return job.fail(invalid_input("--gpus " + std::to_string(o.gpus) + ": this machine has " + std::to_string(gpus_here) +
-                                  " CUDA device" + (gpus_here == 1 ? "" : "s") +
-                                  (job.in_job() ? " for " + std::to_string(gpus_needed) + " ranks on this node" : "") +
-                                  (gpus_here > 0 ? "; add --oversubscribe to place several stages on one GPU"
-                                                 : ": " + cuda_unavailable_reason())));
-  }
-  const bool use_cuda = o.device == DeviceChoice::kCuda || (o.device == DeviceChoice::kAuto && gpus_here >= gpus_needed && gpus_here > 0);
-  const DeviceKind device = use_cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
-  // --precision bf16 needs bfloat16 GEMM/convolution kernels on the stages' device: refused before
-  // any work where there are none (a CPU without AVX512-BF16 or AMX; CUDA, not built yet).
-  if (o.precision == Precision::kBf16 && !o.plan_only) {
-    if (use_cuda)
-      return job.fail(invalid_input("--precision bf16: not built for CUDA devices yet (" + cuda_device_name(0) +
-                                    "; the bfloat16 kernels are CPU-only); use --device cpu or --precision fp32"));
-    if (!cpu_has_bf16())
-      return job.fail(invalid_input("--precision bf16: the CPU (" + cpu_model_name() + ", oneDNN ISA " + cpu_isa_name() +
-                                    ") lacks avx512_bf16/AMX, which bfloat16 GEMMs and convolutions need; use --precision fp32"));
-  }
-  if (o.device == DeviceChoice::kAuto && !o.plan_only)
-    say(o, "notice: " + std::to_string(o.gpus) + (use_cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
-               (use_cuda ? "" : " (" + (gpus_here > 0 ? std::to_string(gpus_here) + " CUDA device" +
-                                                            (gpus_here == 1 ? "" : "s") + " for " +
-                                                            std::to_string(gpus_needed) + " stages; --device cuda " +
-                                                            "--oversubscribe shares them"
-                                                      : cuda_unavailable_reason()) + ")"));
-  if (!use_cuda && !o.plan_only)
-    say(o, "threads: " + std::to_string(job.threads_per_stage(o.gpus * o.replicas)) + " per CPU stage; idle OpenMP " +
-               "threads: " + omp_wait_description());
-
-  ImportOptions io;
-  // GPipe builds the graph for one micro-batch.
-  const bool gpipe = o.schedule == Schedule::kGPipe;
-  if (!gpipe && o.batch.micro_batches_given && o.batch.micro_batches != 1)
-    return job.fail(invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) + ": micro-batches need --schedule gpipe"));
-  const int micro = gpipe ? o.batch.micro_batches : 1;
-  // Each replica runs its share of the mini-batch (in micro-batches under GPipe).
-  const int64_t passes = int64_t{micro} * o.replicas;
-  if (o.batch.mini_batch % passes != 0)
-    return job.fail(invalid_input(
-        "--batch-size " + std::to_string(o.batch.mini_batch) + " is not a multiple of " +
-        (o.replicas > 1 ? "--replicas " + std::to_string(o.replicas) + (micro > 1 ? " x --micro-batches " + std::to_string(micro) + " = " + std::to_string(passes) : "")
-                        : "--micro-batches " + std::to_string(micro))));
-  io.batch_size = o.batch.mini_batch / passes;
-  io.device = device;
-  io.freeze = o.freeze;
-  io.trainable = o.trainable;
-  io.seed = o.seed;
-  if (Status fs = disable_fusions(o.no_fusion, &io.fuse); !fs.is_ok()) return job.fail(fs);
-  // A node --split-at names starts a stage: the epilogue pass leaves it a node of its own.
-  io.fuse.keep.insert(o.split_at.begin(), o.split_at.end());
-  const size_t baseline_rss = process_rss_bytes();  // the memory report's process baseline
-  auto imported = import_onnx(o.model, io);
-  if (!imported) return job.fail(imported.status());
-  ImportedModel& m = *imported;
-  Graph& g = *m.graph;
-  say(o, "model: " + o.model + " (opset " + std::to_string(m.source_opset) +
-             (m.converted ? ", converted to " + std::to_string(g.opset) : "") +
-             (m.producer.empty() ? "" : ", from " + m.producer) + "), " + std::to_string(g.nodes().size()) + " nodes");
-  if (m.fused.rewrites > 0)  // the node count above is the fused graph's
-    say(o, "fusions: " + std::to_string(m.fused.layernorm) + " LayerNorm, " + std::to_string(m.fused.attention) +
-               " attention, " + std::to_string(m.fused.gelu) + " GELU, " + std::to_string(m.fused.dropout) +
-               " identity Dropout removed, " + std::to_string(m.fused.epilogue) +
-               " bias/activation epilogues (--no-fusion layernorm,attention,gelu,dropout,epilogue turns them off)");
-
-  // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
-  // nothing to learn from (and would divide by zero in the epoch arithmetic).
-  for (const Value* in : g.inputs)
-    for (size_t d = 0; d < in->dims.size(); ++d)
-      if (in->dims[d] <= 0)
-        return job.fail(invalid_input(o.model + ": graph input '" + in->name + "' dimension " + std::to_string(d) +
-                                      " is " + std::to_string(in->dims[d]) +
-                                      "; every dimension of a data input must be at least 1" +
-                                      (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : "")));
-  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size)
-    say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
-               "; training with batches of that size (--batch-size " + std::to_string(o.batch.mini_batch) + " ignored)");
-  const LossKind lk = o.loss;
-  auto tg = build_training_graph(g, lk, sgd, o.ignore_index);
-  if (!tg) return job.fail(tg.status().with_context(o.model + ": "));
-  if (o.precision != Precision::kFp32) {
-    const PrecisionStats ps = apply_precision(g, o.precision);
-    say(o, std::string("precision: ") + precision_name(o.precision) + ", " + std::to_string(ps.products) +
-               " GEMM/convolution nodes read bfloat16 copies made by " + std::to_string(ps.casts) + " Cast nodes" +
-               (ps.relu_grads ? " (and " + std::to_string(ps.relu_grads) + " ReluGrad)" : std::string()) +
-               "; weights, gradients, optimizer state and accumulation float32");
-  }
-  int64_t params = 0;
-  for (Value* p : tg->params) params += p->size();
-  say(o, "loss: " + tg->loss.description);
-  {
-    // What trains, and how many float initializers stay as they are (scalars, exponents,
-    // epsilons, bounds; --freeze; --trainable).
-    int64_t kept = m.fused.absorbed_constants;
-    for (Value* v : g.values_of_kind(ValueKind::kConstant))
-      if (v->from_initializer && is_floating(v->dtype) && !v->consumers.empty()) ++kept;
-    say(o, "parameters: training " + human_count(params) + " in " + std::to_string(tg->params.size()) + " tensors" +
-               (kept ? " (" + std::to_string(kept) + " float initializer" + (kept == 1 ? "" : "s") + " kept constant: " +
-                           (o.trainable.empty() ? "scalars, exponents, bounds" : "not matched by --trainable") +
-                           (o.freeze.empty() ? "" : ", --freeze") + ")"
-                     : ""));
-  }
-  for (const auto& u : tg->unused_params) say(o, "notice: parameter '" + u + "' does not reach the loss; it stays as it is");
-  const fs::path out_dir = o.local.out.empty() ? fs::path("runs") / m.stem : fs::path(o.local.out);
-  std::error_code ec;
-  if (!o.plan_only && !o.local.overwrite && !o.resume && job.leads_run()) {
-    // A finished run is not overwritten by accident (rank 0 alone writes the run folder).
-    std::string found;
-    for (const fs::path& f : {out_dir / (m.stem + ".trained.onnx"), out_dir / "metrics.csv"})
-      if (fs::exists(f, ec)) found += (found.empty() ? "" : ", ") + f.filename().string();
-    if (!found.empty())
-      return job.fail(invalid_input("--out " + out_dir.string() + ": the folder holds a finished run (" + found +
-                                    "); add --overwrite to replace it, --resume to continue it, or choose another --out"));
-  }
-  fs::create_directories(out_dir, ec);
-  if (ec) return job.fail(invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message()));
-
-  PlanFlags pf;
-  pf.stages = o.gpus;
-  pf.replicas = o.replicas;  // --replicas auto: 1 here (the layouts are chosen below)
-  pf.graph_replicas = o.replicas;  // g was imported at the replica's share of the mini-batch
-  if (layouts) pf.layouts = *layouts;
-  pf.device = device;
-  pf.device_specs = o.device_spec;
-  pf.link = o.link;
-  pf.replica_link = o.replica_link;
-  pf.schedule = schedule_name(o.schedule);
-  pf.weights = weight_mode_name(o.weights);
-  pf.recompute = o.recompute;
-  pf.optimizer_state_copies = sgd.kind == OptimizerKind::kAdam || sgd.kind == OptimizerKind::kAdamW ? 2 : sgd.nesterov ? 2 : 1;
-  pf.micro_batches = o.batch.micro_batches;
-  pf.staleness = o.staleness;
-  // The update inside the backward (--no-fusion update turns it off); clipping needs every gradient.
-  pf.update_in_backward = io.fuse.update && !(o.clip_grad_norm > 0);
-  pf.split_at = o.split_at;
-  pf.balance = o.balance;
-  pf.profile = o.profile;
-  pf.whatif = o.whatif;
-  pf.out_dir = out_dir.string();
-  pf.quiet = o.local.quiet;
-  if (job.in_job()) {
-    job.set_plan_flags(&pf);
-  } else if (o.ranks_per_node > 0) {
-    for (int k = 0; k < o.gpus; ++k) pf.node_of_stage.push_back(k / o.ranks_per_node);
-  }
-  if (o.replicas_auto) {
-    auto layout = choose_layout(g, pf);
-    if (!layout) return job.fail(layout.status());
-    *choice = std::move(*layout);
-    return 0;
-  }
-  auto planned = plan_and_report(m, g, pf);
-  if (!planned) return job.fail(planned.status());
-  say(o, "reports: " + (out_dir / "partition.{txt,json,html,dot}").string() + ", " + (out_dir / "trace.json").string());
-  if (o.plan_only) {
-    if (int code = job.agree_start(o, m.hash, planned->plan); code != 0) return code;
-    if (!job.leads_run()) return 0;  // rank 0 writes the run folder
-    if (!o.local.export_stages) return 0;
-    Status es = export_plan_stages(m, {}, planned->plan, (out_dir / "stages").string(), o.local.quiet);
-    return es.is_ok() ? 0 : job.fail(es);
-  }
-
-  if (!use_cuda) release_zero_state(g);  // the CPU executors start optimizer state at zero themselves
+// What the data must hold for this model: sample shapes and dtypes of every input and the labels.
+DataSpec data_spec(const TrainingSpec& o, const Graph& g, const TrainingGraph& tg) {
   DataSpec spec;
-  Value* in = g.inputs.at(0);
+  const Value* in = g.inputs.at(0);
   spec.sample_dims.assign(in->dims.begin() + 1, in->dims.end());
   spec.input_dtype = in->dtype;
-  spec.label_dtype = tg->loss.labels->dtype;
-  spec.label_sample_dims.assign(tg->loss.labels->dims.begin() + 1, tg->loss.labels->dims.end());
-  spec.num_classes = tg->loss.num_classes;
+  spec.label_dtype = tg.loss.labels->dtype;
+  spec.label_sample_dims.assign(tg.loss.labels->dims.begin() + 1, tg.loss.labels->dims.end());
+  spec.num_classes = tg.loss.num_classes;
   spec.ignore_index = o.ignore_index;
   spec.input_vocab = token_vocabulary(*in);
   spec.input_name = in->name;
@@ -316,30 +334,44 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     spec.more_inputs.push_back(std::move(is));
   }
   spec.scale_pixels = !o.raw_pixels;
+  return spec;
+}
+
+struct Data {
   Dataset train, val;
+  size_t bytes() const { return train.bytes() + val.bytes(); }
+};
+
+// The training and validation sets (rank 0 alone reads them and sends every stage what it reads),
+// normalised.
+Expected<Data> open_data(const TrainingSpec& o, const Model& md, const MpiJob& job) {
+  const DataSpec spec = data_spec(o, *md.m.graph, md.tg);
+  Data d;
   if (!job.leads_run()) {
-    // Rank 0 alone reads the data and sends every stage what it reads.
+    // The followers receive their batches from rank 0.
   } else if (o.local.data == "synthetic") {
-    train = synthetic_dataset(spec, std::max<int64_t>(o.batch.mini_batch * 16, 512), o.seed);  // said on the first line
+    d.train = synthetic_dataset(spec, std::max<int64_t>(o.batch.mini_batch * 16, 512), o.seed);  // said on the first line
   } else {
-    auto d = load_dataset(o.local.data, spec);
-    if (!d) return job.fail(d.status().with_context("--data: "));
-    train = std::move(*d);
+    auto t = load_dataset(o.local.data, spec);
+    if (!t) return t.status().with_context("--data: ");
+    d.train = std::move(*t);
   }
   if (!o.local.val_data.empty() && job.leads_run()) {
-    auto d = load_dataset(o.local.val_data, spec);
-    if (!d) return job.fail(d.status().with_context("--val-data: "));
-    val = std::move(*d);
-  } else if (o.val_split > 0 && train.size() > 0) {
-    if (train.size() < 2) return job.fail(invalid_input("--val-split: the training set has fewer than 2 samples"));
-    val = split_validation(&train, o.val_split, o.seed);
+    auto v = load_dataset(o.local.val_data, spec);
+    if (!v) return v.status().with_context("--val-data: ");
+    d.val = std::move(*v);
+  } else if (o.val_split > 0 && d.train.size() > 0) {
+    if (d.train.size() < 2) return invalid_input("--val-split: the training set has fewer than 2 samples");
+    d.val = split_validation(&d.train, o.val_split, o.seed);
   }
-  if (Status ns = normalize_dataset(&train, o.mean, o.std); !ns.is_ok()) return job.fail(ns);
-  if (Status ns = normalize_dataset(&val, o.mean, o.std); !ns.is_ok()) return job.fail(ns);
-  if (int code = job.agree_start(o, m.hash, planned->plan); code != 0) return code;
-  say(o, "data: " + train.source + ", " + std::to_string(train.size()) + " samples" +
-             (val.size() ? "; validation: " + val.source + ", " + std::to_string(val.size()) + " samples" : ""));
+  RETURN_IF_ERROR(normalize_dataset(&d.train, o.mean, o.std));
+  RETURN_IF_ERROR(normalize_dataset(&d.val, o.mean, o.std));
+  return d;
+}
 
+// ---- Phase 6: the training loop's configuration ----------------------------------------------------
+
+Expected<TrainConfig> training_config(const TrainingSpec& o, const Model& md, const fs::path& out_dir, const MpiJob& job) {
   TrainConfig tc;
   tc.epochs = o.epochs;
   tc.steps = o.steps;
@@ -359,225 +391,324 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   tc.metrics_path = (out_dir / "metrics.csv").string();
   tc.curves_path = (out_dir / "curves.svg").string();
   if (o.local.tensorboard) tc.tensorboard_dir = out_dir.string();
-  tc.title = m.stem + ": " + tg->loss.description.substr(0, tg->loss.description.find(" on output"));
+  const std::string& loss = md.tg.loss.description;
+  tc.title = md.m.stem + ": " + loss.substr(0, loss.find(" on output"));
   tc.checkpoint.dir = (out_dir / "checkpoints").string();
   tc.checkpoint.every = o.checkpoint_every;
   tc.checkpoint.keep = o.local.keep_checkpoints;
-  tc.checkpoint.model_hash = m.hash;
+  tc.checkpoint.model_hash = md.m.hash;
   if (o.resume) {
     fs::path from = o.local.resume_path.empty() ? fs::path(tc.checkpoint.dir) : fs::path(o.local.resume_path);
     // A run folder stands for its checkpoints folder.
     if (fs::is_directory(from) && fs::is_directory(from / "checkpoints")) from /= "checkpoints";
     if (!fs::exists(from) && job.leads_run())  // under MPI rank 0 alone reads it
-      return job.fail(invalid_input(
-          o.local.resume_path.empty()
-              ? from.string() + ": no checkpoint to resume from (train with --checkpoint-every N first)"
-              : "--resume " + o.local.resume_path + ": no such checkpoint file or folder"));
+      return invalid_input(o.local.resume_path.empty()
+                               ? from.string() + ": no checkpoint to resume from (train with --checkpoint-every N first)"
+                               : "--resume " + o.local.resume_path + ": no such checkpoint file or folder");
     tc.checkpoint.resume = from.string();
   }
-  std::map<std::string, HostTensor> trained_values;
+  return tc;
+}
+
+// ---- Phase 7: training ---------------------------------------------------------------------------
+
+// What training gives the later phases: the result, the trained values (moved out of the stages),
+// the pipeline when there was one (for its trace), and each stage's memory plan aliases (copies
+// not run, and the bytes they would take).
+struct Trained {
+  TrainResult result;
+  std::map<std::string, HostTensor> values;
   std::unique_ptr<PipelineTrainer> pipeline;
-  // [stage]: the memory plan's aliases (copies not run) and the bytes they would take.
   std::vector<std::pair<size_t, size_t>> aliased;
-  Expected<TrainResult> result = internal_error("not trained");
-  if (o.gpus == 1 && !gpipe && o.replicas == 1) {
-    auto dev = open_device(device, use_cuda ? job.local_gpu(gpus_here) : 0);
-    if (!dev) return job.fail(dev.status());
-    Trainer::Options to;
-    to.update_in_backward = planned->plan.stages.at(0).update_in_backward;
-    to.adopt_initial_values = !use_cuda;  // released below anyway: held once, not twice, while it starts
-    auto trainer = Trainer::create(g, *tg, *dev, to);
-    if (!trainer)
-      return job.fail(with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""),
-                                      planned->plan, baseline_rss + train.bytes() + val.bytes()));
-    if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
-    {
-      StopRequests stop(job);  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
-      tc.stop = stop.flag();
-      result = (*trainer)->train(train, val.size() ? &val : nullptr, tc);
-    }
-    if (!result) return job.fail(result.status());
-    // Measured stage times beside the predicted ones: the trainer timed its own last steps.
-    if (result->fwd_ms + result->bwd_ms > 0) {
-      StagePlan& s0 = planned->plan.stages[0];
-      s0.measured_fwd_ms = result->fwd_ms;
-      // Updating in the backward, the stage measures its updates with it (as pipeline stages do).
-      s0.measured_bwd_ms = result->bwd_ms + (s0.update_in_backward ? result->update_ms : 0);
-    }
-    planned->plan.stages[0].measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
-    const MemoryPlan& mp = (*trainer)->executor().plan();
-    aliased = {{mp.aliased_values, mp.aliased_bytes}};
-    // Last: taking the weights moves them out of the trainer (no second copy for the export).
-    trained_values = (*trainer)->take_trained_initializers();
-  } else {
-    PipelineOptions po;
-    po.schedule = gpipe ? Schedule::kGPipe : Schedule::k1F1B;
-    po.weights = o.weights;
-    po.staleness = o.staleness;
-    po.after_update = o.test.after_update;
-    po.micro_batches = micro;
-    po.replicas = o.replicas;
-    po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);
-    po.record_trace = o.trace;
-    po.device = device;
-    po.adopt_initial_values = !use_cuda;  // released below anyway: held once, not twice, while it starts
-    job.set_pipeline(&po, use_cuda, gpus_here, o.oversubscribe);
-    auto pipe = PipelineTrainer::create(g, *tg, planned->plan, po);
-    if (!pipe)
-      return job.fail(with_batch_hint(pipe.status(), planned->plan,
-                                      baseline_rss + train.bytes() + val.bytes()));
-    if (!use_cuda) release_initial_values(g, {tg->unused_params.begin(), tg->unused_params.end()});
-    say(o, std::string("training: ") + (gpipe ? "GPipe, " + std::to_string(micro) + " micro-batches" :
-                                                "1F1B, " + std::string(weight_mode_name(o.weights)) + " weights" +
-                                                    (o.weights == WeightMode::kSpecTrain ? " (" + std::string(staleness_name(o.staleness)) + " staleness)" : "")) +
-               ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : "") +
-               (o.replicas > 1 ? " x " + std::to_string(o.replicas) + " replicas (gradients averaged over the replicas of each stage)" : ""));
-    {
-      StopRequests stop(job);  // Ctrl-C: finish the mini-batches started, drain, checkpoint, exit 130
-      tc.stop = stop.flag();
-      result = (*pipe)->train(train, val.size() ? &val : nullptr, tc);
-    }
-    if (!result) return job.fail(result.status());
-    if (!job.leads_run()) return result->interrupted ? kExitInterrupted : 0;  // rank 0 writes the run folder
-    for (const StageStats& st : (*pipe)->stage_stats()) {
-      char b[256];
-      std::snprintf(b, sizeof b, "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch", st.stage,
-                    100 * st.busy_fraction, st.fwd_ms, st.bwd_ms);
-      say(o, b);
-      if (st.stage < static_cast<int>(planned->plan.stages.size())) {
-        planned->plan.stages[st.stage].measured_fwd_ms = st.fwd_ms;
-        planned->plan.stages[st.stage].measured_bwd_ms = st.bwd_ms;
-      }
-    }
-    {
-      // Pipeline efficiency: the throughput reached against the bound the slowest stage sets
-      // (its measured forward + backward + update time per mini-batch), and the cost model's
-      // prediction.
-      double slowest = 0;
-      int which = 0;
-      for (const StageStats& st : (*pipe)->stage_stats()) {
-        const double t = st.fwd_ms + st.bwd_ms + st.update_ms;
-        if (t > slowest) { slowest = t; which = st.stage; }
-      }
-      if (slowest > 0 && result->samples_per_s > 0) {
-        const double bound = static_cast<double>((*pipe)->samples_per_step()) / (slowest * 1e-3);
-        char b[320];
-        std::snprintf(b, sizeof b,
-                      "pipeline efficiency: %.0f%% of the slowest stage's bound (stage %d, %.3f ms per mini-batch: "
-                      "%.0f samples/s); the cost model predicted %.0f samples/s",
-                      100 * result->samples_per_s / bound, which, slowest, bound, planned->plan.predicted_samples_per_s);
-        say(o, b);
-      }
-    }
-    const std::vector<int64_t> held = (*pipe)->stage_allocated_bytes();
-    for (size_t k = 0; k < held.size() && k < planned->plan.stages.size(); ++k)
-      planned->plan.stages[k].measured_memory_bytes = held[k];
-    for (const MemoryPlan* mp : (*pipe)->stage_memory_plans())
-      aliased.push_back(mp ? std::pair<size_t, size_t>{mp->aliased_values, mp->aliased_bytes} : std::pair<size_t, size_t>{0, 0});
-    // Last: taking the weights releases the stages' copies (the measurements above are done).
-    trained_values = (*pipe)->take_trained_initializers();
-    pipeline = std::move(*pipe);
-  }
+};
+
+bool runs_one_stage(const TrainingSpec& o) { return o.gpus == 1 && o.schedule != Schedule::kGPipe && o.replicas == 1; }
+
+Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Devices& dev, const Data& data,
+                                  TrainConfig tc, Plan& plan, MpiJob& job) {
+  Graph& g = md.g();
+  Trained out;
+  ASSIGN_OR_RETURN(std::shared_ptr<Device> device, open_device(dev.kind, dev.cuda ? job.local_gpu(dev.gpus_here) : 0));
+  Trainer::Options to;
+  to.update_in_backward = plan.stages.at(0).update_in_backward;
+  to.adopt_initial_values = !dev.cuda;  // released below anyway: held once, not twice, while it starts
+  auto trainer = Trainer::create(g, md.tg, device, to);
+  if (!trainer)
+    return with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""), plan,
+                           md.baseline_rss + data.bytes());
+  if (!dev.cuda) release_initial_values(g, {md.tg.unused_params.begin(), md.tg.unused_params.end()});
   {
-    // Memory: each stage's buffers against the plan's model of them, and the process's peak
-    // resident set against the stages' sum plus the process baseline and the data sets.
-    Plan& p = planned->plan;
-    p.baseline_bytes = static_cast<int64_t>(baseline_rss);
-    p.data_bytes = static_cast<int64_t>(train.bytes() + val.bytes());
-    p.measured_peak_rss_bytes = static_cast<int64_t>(process_peak_rss_bytes());
-    int64_t stages_planned = 0;
+    StopRequests stop(job);  // Ctrl-C: finish the mini-batch, checkpoint, exit 130
+    tc.stop = stop.flag();
+    ASSIGN_OR_RETURN(out.result, (*trainer)->train(data.train, data.val.size() ? &data.val : nullptr, tc));
+  }
+  // Measured stage times beside the predicted ones: the trainer timed its own last steps.
+  StagePlan& s0 = plan.stages[0];
+  if (out.result.fwd_ms + out.result.bwd_ms > 0) {
+    s0.measured_fwd_ms = out.result.fwd_ms;
+    // Updating in the backward, the stage measures its updates with it (as pipeline stages do).
+    s0.measured_bwd_ms = out.result.bwd_ms + (s0.update_in_backward ? out.result.update_ms : 0);
+  }
+  s0.measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
+  const MemoryPlan& mp = (*trainer)->executor().plan();
+  out.aliased = {{mp.aliased_values, mp.aliased_bytes}};
+  // Last: taking the weights moves them out of the trainer (no second copy for the export).
+  out.values = (*trainer)->take_trained_initializers();
+  return out;
+}
+
+// "training: 1F1B, spectrain weights (paper staleness), 4 stages".
+std::string pipeline_line(const TrainingSpec& o, const RunBatch& b) {
+  const std::string how =
+      o.schedule == Schedule::kGPipe
+          ? "GPipe, " + std::to_string(b.micro) + " micro-batches"
+          : "1F1B, " + std::string(weight_mode_name(o.weights)) + " weights" +
+                (o.weights == WeightMode::kSpecTrain ? " (" + std::string(staleness_name(o.staleness)) + " staleness)" : "");
+  return "training: " + how + ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : "") +
+         (o.replicas > 1 ? " x " + std::to_string(o.replicas) + " replicas (gradients averaged over the replicas of each stage)"
+                         : "");
+}
+
+// Per-stage busy fraction and pass times, and the pipeline's efficiency: the throughput reached
+// against the bound the slowest stage sets (its measured forward + backward + update time per
+// mini-batch), beside the cost model's prediction. The measured times go into the plan.
+void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const TrainResult& r, Plan& plan) {
+  double slowest = 0;
+  int which = 0;
+  for (const StageStats& st : pipe.stage_stats()) {
     char b[256];
-    for (const StagePlan& st : p.stages) {
-      stages_planned += st.memory_bytes;
-      if (st.measured_memory_bytes < 0) continue;
-      const size_t k = static_cast<size_t>(st.index);
-      const auto [copies, copy_bytes] = k < aliased.size() ? aliased[k] : std::pair<size_t, size_t>{0, 0};
-      std::snprintf(b, sizeof b, "memory: stage %d peak %.1f MB, planned %.1f MB; %zu copies aliased (%.1f MB)", st.index,
-                    static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6,
-                    copies, static_cast<double>(copy_bytes) / 1e6);
-      say(o, b);
+    std::snprintf(b, sizeof b, "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch", st.stage,
+                  100 * st.busy_fraction, st.fwd_ms, st.bwd_ms);
+    say(o, b);
+    if (st.stage < static_cast<int>(plan.stages.size())) {
+      plan.stages[st.stage].measured_fwd_ms = st.fwd_ms;
+      plan.stages[st.stage].measured_bwd_ms = st.bwd_ms;
     }
-    // Replicas in this process hold a copy of every stage each (under MPI a rank holds one stage).
-    const int copies = job.in_job() ? 1 : o.replicas;
-    stages_planned *= copies;
-    const std::string times = copies > 1 ? " x " + std::to_string(copies) + " replicas" : "";
-    std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages%s %.1f MB + data %.1f MB + baseline %.1f MB)",
-                  static_cast<double>(p.measured_peak_rss_bytes) / 1e6,
-                  static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6, times.c_str(),
-                  static_cast<double>(stages_planned) / 1e6, static_cast<double>(p.data_bytes) / 1e6,
-                  static_cast<double>(p.baseline_bytes) / 1e6);
+    const double t = st.fwd_ms + st.bwd_ms + st.update_ms;
+    if (t > slowest) {
+      slowest = t;
+      which = st.stage;
+    }
+  }
+  if (slowest > 0 && r.samples_per_s > 0) {
+    const double bound = static_cast<double>(pipe.samples_per_step()) / (slowest * 1e-3);
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  "pipeline efficiency: %.0f%% of the slowest stage's bound (stage %d, %.3f ms per mini-batch: "
+                  "%.0f samples/s); the cost model predicted %.0f samples/s",
+                  100 * r.samples_per_s / bound, which, slowest, bound, plan.predicted_samples_per_s);
     say(o, b);
   }
-  // With --trace, trace.json holds the passes as they ran instead of the simulated schedule.
-  const bool real_trace = o.trace && pipeline != nullptr;
-  if (o.trace) {
-    if (!pipeline) {
-      say(o, "notice: --trace records pipelined runs; trace.json keeps the simulated schedule of this single-stage run");
-    } else if (Status ts = pipeline->write_chrome_trace((out_dir / "trace.json").string()); !ts.is_ok()) {
-      return job.fail(ts);
-    }
+}
+
+Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices& dev, const Data& data, TrainConfig tc,
+                                 Plan& plan, MpiJob& job) {
+  Graph& g = md.g();
+  Trained out;
+  PipelineOptions po;
+  po.schedule = o.schedule;
+  po.weights = o.weights;
+  po.staleness = o.staleness;
+  po.after_update = o.test.after_update;
+  po.micro_batches = md.batch.micro;
+  po.replicas = o.replicas;
+  po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);
+  po.record_trace = o.trace;
+  po.device = dev.kind;
+  po.adopt_initial_values = !dev.cuda;  // released below anyway: held once, not twice, while it starts
+  job.set_pipeline(&po, dev.cuda, dev.gpus_here, o.oversubscribe);
+  auto pipe = PipelineTrainer::create(g, md.tg, plan, po);
+  if (!pipe) return with_batch_hint(pipe.status(), plan, md.baseline_rss + data.bytes());
+  if (!dev.cuda) release_initial_values(g, {md.tg.unused_params.begin(), md.tg.unused_params.end()});
+  say(o, pipeline_line(o, md.batch));
+  {
+    StopRequests stop(job);  // Ctrl-C: finish the mini-batches started, drain, checkpoint, exit 130
+    tc.stop = stop.flag();
+    ASSIGN_OR_RETURN(out.result, (*pipe)->train(data.train, data.val.size() ? &data.val : nullptr, tc));
   }
-  pipeline.reset();  // the export below needs only the trained values: not the stages, not the data
-  train = Dataset{};
-  val = Dataset{};
-  if (use_cuda) {  // the caching allocators: peak, cached, fragmentation, per GPU this process used
-    const int first = job.in_job() ? job.local_gpu(gpus_here) : 0;
-    const int count = job.in_job() ? 1 : std::min(gpus_here, o.gpus);
-    for (int d = first; d < first + count; ++d)
-      if (auto dev = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*dev)->memory_summary());
+  if (!job.leads_run()) return out;  // rank 0 writes the run folder
+  report_stages(o, **pipe, out.result, plan);
+  const std::vector<int64_t> held = (*pipe)->stage_allocated_bytes();
+  for (size_t k = 0; k < held.size() && k < plan.stages.size(); ++k) plan.stages[k].measured_memory_bytes = held[k];
+  for (const MemoryPlan* mp : (*pipe)->stage_memory_plans())
+    out.aliased.push_back(mp ? std::pair<size_t, size_t>{mp->aliased_values, mp->aliased_bytes} : std::pair<size_t, size_t>{0, 0});
+  // Last: taking the weights releases the stages' copies (the measurements above are done).
+  out.values = (*pipe)->take_trained_initializers();
+  out.pipeline = std::move(*pipe);
+  return out;
+}
+
+// ---- Phase 8: memory ------------------------------------------------------------------------------
+
+// Each stage's buffers against the plan's model of them, and the process's peak resident set
+// against the stages' sum plus the process baseline and the data sets.
+void report_memory(const TrainingSpec& o, const Trained& t, size_t baseline_rss, size_t data_bytes, bool in_job, Plan& p) {
+  p.baseline_bytes = static_cast<int64_t>(baseline_rss);
+  p.data_bytes = static_cast<int64_t>(data_bytes);
+  p.measured_peak_rss_bytes = static_cast<int64_t>(process_peak_rss_bytes());
+  int64_t stages_planned = 0;
+  char b[256];
+  for (const StagePlan& st : p.stages) {
+    stages_planned += st.memory_bytes;
+    if (st.measured_memory_bytes < 0) continue;
+    const size_t k = static_cast<size_t>(st.index);
+    const auto [copies, copy_bytes] = k < t.aliased.size() ? t.aliased[k] : std::pair<size_t, size_t>{0, 0};
+    std::snprintf(b, sizeof b, "memory: stage %d peak %.1f MB, planned %.1f MB; %zu copies aliased (%.1f MB)", st.index,
+                  static_cast<double>(st.measured_memory_bytes) / 1e6, static_cast<double>(st.memory_bytes) / 1e6, copies,
+                  static_cast<double>(copy_bytes) / 1e6);
+    say(o, b);
   }
-  // A loss can stay finite while weights went NaN (Relu maps NaN to 0): never write such a model.
-  if (std::string bad = describe_non_finite(trained_values); !bad.empty()) {
-    std::string last_good = result->last_checkpoint;
+  // Replicas in this process hold a copy of every stage each (under MPI a rank holds one stage).
+  const int copies = in_job ? 1 : o.replicas;
+  stages_planned *= copies;
+  const std::string times = copies > 1 ? " x " + std::to_string(copies) + " replicas" : "";
+  std::snprintf(b, sizeof b, "memory: process peak %.1f MB, planned %.1f MB (stages%s %.1f MB + data %.1f MB + baseline %.1f MB)",
+                static_cast<double>(p.measured_peak_rss_bytes) / 1e6,
+                static_cast<double>(stages_planned + p.data_bytes + p.baseline_bytes) / 1e6, times.c_str(),
+                static_cast<double>(stages_planned) / 1e6, static_cast<double>(p.data_bytes) / 1e6,
+                static_cast<double>(p.baseline_bytes) / 1e6);
+  say(o, b);
+}
+
+// The caching allocators: peak, cached, fragmentation, per GPU this process used.
+void report_gpu_memory(const TrainingSpec& o, const Devices& dev, const MpiJob& job) {
+  if (!dev.cuda) return;
+  const int first = job.in_job() ? job.local_gpu(dev.gpus_here) : 0;
+  const int count = job.in_job() ? 1 : std::min(dev.gpus_here, o.gpus);
+  for (int d = first; d < first + count; ++d)
+    if (auto device = open_device(DeviceKind::kCuda, d)) say(o, "memory: " + (*device)->memory_summary());
+}
+
+// ---- Phase 9: check, export, report ----------------------------------------------------------------
+
+// A loss can stay finite while weights went NaN (Relu maps NaN to 0): such a model is never
+// written. Then the trained model (and --export-training, --export-stages), and the reports again
+// with measured stage times and throughput: after the model, so that a full disk or any failure
+// writing them never costs the trained model.
+Status export_and_report(const TrainingSpec& o, Model& md, const Trained& t, const TrainConfig& tc,
+                         const fs::path& out_dir, bool real_trace, PlanOutcome& planned) {
+  const TrainResult& r = t.result;
+  if (std::string bad = describe_non_finite(t.values); !bad.empty()) {
+    std::string last_good = r.last_checkpoint;
     if (last_good.empty() && !tc.checkpoint.resume.empty()) last_good = tc.checkpoint.resume;
-    return job.fail(Status(StatusCode::kDiverged,
-                           "training diverged: after step " + std::to_string(result->steps) + " " + bad +
-                               "; the trained model was not written" +
-                               (last_good.empty() ? " (try a smaller --lr)" : "; the last good checkpoint is in " + last_good)));
+    return Status(StatusCode::kDiverged, "training diverged: after step " + std::to_string(r.steps) + " " + bad +
+                                             "; the trained model was not written" +
+                                             (last_good.empty() ? " (try a smaller --lr)"
+                                                                : "; the last good checkpoint is in " + last_good));
   }
-  const fs::path trained = out_dir / (m.stem + ".trained.onnx");
-  Status st = export_onnx(m, trained_values, trained.string(), ExportMode::kInference);
-  if (!st.is_ok()) return job.fail(st);
-  const fs::path training_model = out_dir / (m.stem + ".training.onnx");
-  if (o.local.export_training) {
-    st = export_onnx(m, trained_values, training_model.string(), ExportMode::kTraining);
-    if (!st.is_ok()) return job.fail(st);
-  }
-  if (o.local.export_stages) {
-    st = export_plan_stages(m, trained_values, planned->plan, (out_dir / "stages").string(), o.local.quiet);
-    if (!st.is_ok()) return job.fail(st);
-  }
-  // The reports again, with measured stage times and throughput: after the model, so that a full
-  // disk or any failure writing them never costs the trained model.
-  planned->plan.measured_samples_per_s = result->samples_per_s;
-  if (Status rs = rewrite_reports(*planned, g, out_dir.string(), !real_trace); !rs.is_ok()) return job.fail(rs);
+  const fs::path trained = out_dir / (md.m.stem + ".trained.onnx");
+  RETURN_IF_ERROR(export_onnx(md.m, t.values, trained.string(), ExportMode::kInference));
+  const fs::path training_model = out_dir / (md.m.stem + ".training.onnx");
+  if (o.local.export_training) RETURN_IF_ERROR(export_onnx(md.m, t.values, training_model.string(), ExportMode::kTraining));
+  if (o.local.export_stages)
+    RETURN_IF_ERROR(export_plan_stages(md.m, t.values, planned.plan, (out_dir / "stages").string(), o.local.quiet));
+  planned.plan.measured_samples_per_s = r.samples_per_s;
+  RETURN_IF_ERROR(rewrite_reports(planned, md.g(), out_dir.string(), !real_trace));
 
   char line[512];
   std::snprintf(line, sizeof line, "done: %lld steps in %.2f s (%.0f samples/s), loss %.4f -> %.4f",
-                static_cast<long long>(result->steps), result->seconds, result->samples_per_s, result->first_loss,
-                result->last_loss);
+                static_cast<long long>(r.steps), r.seconds, r.samples_per_s, r.first_loss, r.last_loss);
   say(o, line);
-  if (result->val.samples) {
-    if (result->val.accuracy >= 0)
-      std::snprintf(line, sizeof line, "validation: loss %.4f, accuracy %.2f%% on %lld samples", result->val.loss,
-                    100 * result->val.accuracy, static_cast<long long>(result->val.samples));
+  if (r.val.samples) {
+    if (r.val.accuracy >= 0)
+      std::snprintf(line, sizeof line, "validation: loss %.4f, accuracy %.2f%% on %lld samples", r.val.loss,
+                    100 * r.val.accuracy, static_cast<long long>(r.val.samples));
     else
-      std::snprintf(line, sizeof line, "validation: loss %.4f on %lld samples", result->val.loss,
-                    static_cast<long long>(result->val.samples));
+      std::snprintf(line, sizeof line, "validation: loss %.4f on %lld samples", r.val.loss,
+                    static_cast<long long>(r.val.samples));
     say(o, line);
   }
   say(o, "wrote: " + trained.string() + (o.local.export_training ? ", " + training_model.string() : "") + ", " +
-             (out_dir / "metrics.csv").string() + ", " +
-             (out_dir / "curves.svg").string());
-  if (!result->last_checkpoint.empty()) say(o, "checkpoint: " + result->last_checkpoint);
-  if (result->interrupted) {
+             (out_dir / "metrics.csv").string() + ", " + (out_dir / "curves.svg").string());
+  if (!r.last_checkpoint.empty()) say(o, "checkpoint: " + r.last_checkpoint);
+  return Status::ok();
+}
+
+// The phases for one layout of the devices. `layouts`: the layouts --replicas auto chose this
+// spec's stages and replicas from (for the reports). With o.replicas_auto, `choice` receives the
+// chosen layout and the run stops there (returning 0) before planning.
+int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOption>* layouts, LayoutChoice* choice) {
+  if (o.test.separate_host) set_separate_host_for_tests(true);
+  if (!o.plan_only && o.local.data == "synthetic")  // the first line, so that nobody mistakes the numbers
+    say(o, std::string("notice: ") + (o.local.data_given ? "--data synthetic" : "no --data given") +
+               ": training on synthetic random inputs and labels, so loss and accuracy mean nothing");
+  if (Status s = check_bounds(o, job); !s.is_ok()) return job.fail(s);
+  auto sgd = optimizer_options(o);
+  if (!sgd) return job.fail(sgd.status());
+  auto dev = choose_devices(o, job);
+  if (!dev) return job.fail(dev.status());
+  auto model = import_model(o, *dev, *sgd);
+  if (!model) return job.fail(model.status());
+  Model& md = *model;
+  auto out_dir = open_run_folder(o, md.m, job);
+  if (!out_dir) return job.fail(out_dir.status());
+
+  PlanFlags pf = plan_flags(o, md, *dev, *out_dir, layouts, job);
+  if (o.replicas_auto) {
+    auto layout = choose_layout(md.g(), pf);
+    if (!layout) return job.fail(layout.status());
+    *choice = std::move(*layout);
+    return 0;
+  }
+  auto planned = plan_and_report(md.m, md.g(), pf);
+  if (!planned) return job.fail(planned.status());
+  Plan& plan = planned->plan;
+  say(o, "reports: " + (*out_dir / "partition.{txt,json,html,dot}").string() + ", " + (*out_dir / "trace.json").string());
+  if (o.plan_only) {
+    if (int code = job.agree_start(o, md.m.hash, plan); code != 0) return code;
+    if (!job.leads_run() || !o.local.export_stages) return 0;  // rank 0 writes the run folder
+    Status es = export_plan_stages(md.m, {}, plan, (*out_dir / "stages").string(), o.local.quiet);
+    return es.is_ok() ? 0 : job.fail(es);
+  }
+
+  if (!dev->cuda) release_zero_state(md.g());  // the CPU executors start optimizer state at zero themselves
+  auto data = open_data(o, md, job);
+  if (!data) return job.fail(data.status());
+  if (int code = job.agree_start(o, md.m.hash, plan); code != 0) return code;
+  say(o, "data: " + data->train.source + ", " + std::to_string(data->train.size()) + " samples" +
+             (data->val.size() ? "; validation: " + data->val.source + ", " + std::to_string(data->val.size()) + " samples"
+                               : ""));
+  auto tc = training_config(o, md, *out_dir, job);
+  if (!tc) return job.fail(tc.status());
+
+  auto trained = runs_one_stage(o) ? train_one_stage(o, md, *dev, *data, *tc, plan, job)
+                                   : train_pipeline(o, md, *dev, *data, *tc, plan, job);
+  if (!trained) return job.fail(trained.status());
+  Trained& t = *trained;
+  if (!job.leads_run()) return t.result.interrupted ? kExitInterrupted : 0;  // rank 0 writes the run folder
+  report_memory(o, t, md.baseline_rss, data->bytes(), job.in_job(), plan);
+  // With --trace, trace.json holds the passes as they ran instead of the simulated schedule.
+  const bool real_trace = o.trace && t.pipeline != nullptr;
+  if (o.trace && !t.pipeline)
+    say(o, "notice: --trace records pipelined runs; trace.json keeps the simulated schedule of this single-stage run");
+  if (real_trace)
+    if (Status ts = t.pipeline->write_chrome_trace((*out_dir / "trace.json").string()); !ts.is_ok()) return job.fail(ts);
+  t.pipeline.reset();  // the export needs only the trained values: not the stages, not the data
+  *data = Data{};
+  report_gpu_memory(o, *dev, job);
+  if (Status s = export_and_report(o, md, t, *tc, *out_dir, real_trace, *planned); !s.is_ok()) return job.fail(s);
+  if (t.result.interrupted) {
     std::fprintf(stderr, "onnx-pipetrain: interrupted at step %lld; wrote %s and the model; continue with --resume\n",
-                 static_cast<long long>(result->steps), result->last_checkpoint.c_str());
+                 static_cast<long long>(t.result.steps), t.result.last_checkpoint.c_str());
     return kExitInterrupted;
   }
   return 0;
 }
 
 }  // namespace
+
+int run_training(const TrainingSpec& o, MpiJob& job) {
+  if (!o.replicas_auto) return train_layout(o, job, nullptr, nullptr);
+  // --replicas auto: every stages x replicas split of the --gpus devices, planned on the model at
+  // the whole mini-batch; then the chosen one trains as if given --gpus N --replicas R (the model
+  // imported again, the first import freed).
+  LayoutChoice choice;
+  if (int rc = train_layout(o, job, nullptr, &choice); rc != 0 || choice.layouts.empty()) return rc;
+  TrainingSpec chosen = o;
+  chosen.replicas_auto = false;
+  chosen.gpus = choice.stages;
+  chosen.replicas = choice.replicas;
+  return train_layout(chosen, job, &choice.layouts, nullptr);
+}
 
 }  // namespace pt

@@ -11,8 +11,8 @@
 #include "importer/precision.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
-#include "runtime/lr_schedule.h"
-#include "runtime/pipeline.h"
+#include "runtime/loop/lr_schedule.h"
+#include "runtime/pipeline/pipeline.h"
 
 namespace pt {
 
@@ -28,7 +28,7 @@ struct BatchSpec {
 
 // Set only by tests (the command line's hidden --test-* flags); never part of a user's run.
 struct TestHooks {
-  // Every executor keeps host copies apart from its buffers, as on CUDA (runtime/executor.h).
+  // Every executor keeps host copies apart from its buffers, as on CUDA (runtime/exec/executor.h).
   bool separate_host = false;
   // --test-lose-rank RANK:STEP[:stop] as given (agreed on by the ranks like every other flag),
   // and what the command line made of it: called by this process's stages after each update.

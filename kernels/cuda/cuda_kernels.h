@@ -130,7 +130,7 @@ struct SgdTensor {
 template <typename T>
 Status sgd_spectrain_step(std::span<const SgdTensor> tensors, const void* lr_device, double gamma,
                           double weight_decay, double s_predict, void* stream);
-// SpecTrain's prediction alone: out = w - s * lr * v (as runtime/pipeline_stage.cpp's predict).
+// SpecTrain's prediction alone: out = w - s * lr * v (as runtime/pipeline/stage.cpp's predict).
 template <typename T>
 Status spectrain_predict(void* out, const void* w, const void* v, int64_t n, const void* lr_device,
                          double s, void* stream);

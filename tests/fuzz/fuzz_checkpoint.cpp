@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 
-#include "runtime/data.h"
+#include "runtime/data/data.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -7,7 +7,7 @@
 
 #include "importer/shape_infer.h"
 #include "importer/training.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 
 namespace pt {
 namespace {

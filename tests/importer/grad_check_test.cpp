@@ -14,7 +14,7 @@
 
 #include "importer/shape_infer.h"
 #include "importer/training.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 #include "tests/importer/grad_check_util.h"
 
 namespace pt {

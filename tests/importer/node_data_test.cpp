@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "importer/importer.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 
 namespace pt {
 namespace {

@@ -16,9 +16,9 @@
 
 #include "importer/importer.h"
 #include "importer/training.h"
-#include "runtime/checkpoint.h"
-#include "runtime/data.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/data.h"
+#include "runtime/single/trainer.h"
 
 namespace pt {
 namespace {

@@ -1,10 +1,10 @@
-// Launcher detection (runtime/cluster.h): which environment variables name the rank, and the
+// Launcher detection (runtime/dist/cluster.h): which environment variables name the rank, and the
 // stable hash the start-up agreement compares across machines.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "runtime/cluster.h"
+#include "runtime/dist/cluster.h"
 
 namespace pt {
 namespace {

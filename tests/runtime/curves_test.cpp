@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/curves.h"
+#include "runtime/report/curves.h"
 
 namespace pt {
 namespace {

@@ -14,7 +14,7 @@
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "partitioner/device_spec.h"
-#include "runtime/data.h"
+#include "runtime/data/data.h"
 
 namespace pt::digits_fixture {
 

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "importer/shape_infer.h"
-#include "runtime/executor.h"
-#include "runtime/executor_memory.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/memory.h"
 
 namespace pt {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "importer/importer.h"
 #include "importer/training.h"
-#include "runtime/data.h"
-#include "runtime/executor.h"
-#include "runtime/trainer.h"
+#include "runtime/data/data.h"
+#include "runtime/exec/executor.h"
+#include "runtime/single/trainer.h"
 
 namespace pt {
 namespace {

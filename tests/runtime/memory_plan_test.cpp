@@ -17,7 +17,7 @@
 #include "importer/importer.h"
 #include "importer/shape_infer.h"
 #include "importer/training.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 #include "tests/runtime/graph_builder.h"
 
 namespace pt {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "runtime/data.h"
+#include "runtime/data/data.h"
 
 namespace pt {
 namespace {

@@ -19,10 +19,10 @@
 #include "importer/training.h"
 #include "kernels/device.h"
 #include "partitioner/partition.h"
-#include "runtime/data.h"
-#include "runtime/pipeline.h"
-#include "runtime/pipeline_stage.h"
-#include "runtime/trainer.h"
+#include "runtime/data/data.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/pipeline/stage.h"
+#include "runtime/single/trainer.h"
 #include "tests/runtime/digits_fixture.h"
 
 namespace pt {

@@ -9,8 +9,8 @@
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "partitioner/partition.h"
-#include "runtime/data.h"
-#include "runtime/pipeline.h"
+#include "runtime/data/data.h"
+#include "runtime/pipeline/pipeline.h"
 #include "tests/runtime/digits_fixture.h"
 
 namespace pt {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "importer/shape_infer.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 
 namespace {
 

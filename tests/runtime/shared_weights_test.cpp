@@ -16,9 +16,9 @@
 #include "importer/training.h"
 #include "kernels/device.h"
 #include "partitioner/partition.h"
-#include "runtime/data.h"
-#include "runtime/pipeline.h"
-#include "runtime/trainer.h"
+#include "runtime/data/data.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/single/trainer.h"
 
 namespace pt {
 namespace {

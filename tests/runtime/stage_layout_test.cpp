@@ -18,7 +18,7 @@
 #include "partitioner/cost_model.h"
 #include "partitioner/partition.h"
 #include "partitioner/report.h"
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/pipeline.h"
 
 namespace pt {
 namespace {

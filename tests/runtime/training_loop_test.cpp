@@ -1,6 +1,6 @@
-// The cadence of the one training loop (runtime/training_loop.h): how many steps a run has, where
+// The cadence of the one training loop (runtime/loop/training_loop.h): how many steps a run has, where
 // its segments end, when it checkpoints and validates, and that a non-finite loss ends it.
-#include "runtime/training_loop.h"
+#include "runtime/loop/training_loop.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The update fused into the backward (runtime/optimizer.h interleave_updates, partition.h
+// The update fused into the backward (runtime/exec/optimizer.h interleave_updates, partition.h
 // stage_update_in_backward, --no-fusion update): the node order it makes, the stages the plan lets
 // update in their backward under every schedule and weight mode, trained weights bit-identical to
 // updating after the backward (1 to 4 stages, with and without recomputation, and the single-stage
@@ -12,10 +12,10 @@
 #include "importer/importer.h"
 #include "importer/training.h"
 #include "partitioner/partition.h"
-#include "runtime/data.h"
-#include "runtime/optimizer.h"
-#include "runtime/pipeline.h"
-#include "runtime/trainer.h"
+#include "runtime/data/data.h"
+#include "runtime/exec/optimizer.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/single/trainer.h"
 #include "tests/runtime/digits_fixture.h"
 
 namespace pt {

@@ -1,4 +1,4 @@
-// Weight versions in the Executor (runtime/executor.h): every non-const access and every update
+// Weight versions in the Executor (runtime/exec/executor.h): every non-const access and every update
 // node gives a weight a new version, const access and non-update nodes do not; training with the
 // weight cache is bit for bit training without it, with cache hits when a version serves two
 // passes; a cache that ignores the version trains differently (so the comparison can fail); the
@@ -13,7 +13,7 @@
 #include "importer/shape_infer.h"
 #include "importer/training.h"
 #include "kernels/weight_cache.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 #include "tests/runtime/graph_builder.h"
 
 namespace pt {

@@ -1,4 +1,4 @@
-// WorkerThreads (runtime/worker_threads.h): each round runs every job once, job i always on the
+// WorkerThreads (runtime/pipeline/worker_threads.h): each round runs every job once, job i always on the
 // same thread, wait() returns only when the round's jobs have, and rounds may vary in size.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/worker_threads.h"
+#include "runtime/pipeline/worker_threads.h"
 
 namespace pt {
 namespace {

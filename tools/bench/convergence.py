@@ -45,7 +45,7 @@ CONFIGS = [
      ["--gpus", "4", "--schedule", "1f1b", "--weights", "spectrain", "--spectrain-staleness", "paper"]),
     ("spectrain-exact", "SpecTrain exact", "#2ca02c",
      ["--gpus", "4", "--schedule", "1f1b", "--weights", "spectrain", "--spectrain-staleness", "exact"]),
-    # AdamW with SpecTrain's prediction along Adam's own step (runtime/optimizer.h); it runs at
+    # AdamW with SpecTrain's prediction along Adam's own step (runtime/exec/optimizer.h); it runs at
     # --adamw-lr instead of the row's SGD rate (Adam's scale-free steps want a far smaller rate),
     # without --momentum (refused for adamw).
     ("spectrain-adamw", "SpecTrain AdamW", "#9467bd",

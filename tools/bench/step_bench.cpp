@@ -3,8 +3,8 @@
 // peak resident memory. Validates before it times: the first loss is finite and the loss falls over
 // 20 steps on one fixed batch. tools/bench/step_vs_torch.py runs it beside PyTorch for the ratio.
 //
-// A step is what Trainer::train does per batch (copy the batch in, set the Dropout step, run every
-// node: forward, loss, backward, update); the Executor is driven directly to time single steps.
+// A step is the library's own (Trainer::step, what Trainer::train runs per batch: copy the batch
+// in, set the Dropout step and the rate, run every node: forward, loss, backward, update).
 #include <cblas.h>  // OpenBLAS: openblas_set_num_threads, openblas_get_num_threads
 #include <dnnl.h>   // dnnl_sgemm: the GEMM peak (--gemm-peak)
 #include <omp.h>
@@ -26,8 +26,9 @@
 #include "importer/precision.h"
 #include "importer/training.h"
 #include "partitioner/cost_model.h"
-#include "runtime/data.h"
-#include "runtime/executor.h"
+#include "runtime/data/data.h"
+#include "runtime/exec/executor.h"
+#include "runtime/single/trainer.h"
 
 namespace pt {
 namespace {
@@ -273,26 +274,21 @@ int run(const Options& o) {
   if (batch != o.batch_size)
     std::fprintf(stderr, "notice: the model's batch dimension is fixed at %lld (--batch-size %lld ignored)\n",
                  static_cast<long long>(batch), static_cast<long long>(o.batch_size));
-  // As Trainer does: a memory plan, keeping the loss and the model output.
-  auto created = Executor::create(g, DeviceKind::kCpu, {}, ExecutorOptions{o.memory_plan, {tg->loss.loss, tg->loss.output}});
+  // The library's own single-stage trainer runs each step (Trainer::step: copy the batch in, set
+  // the Dropout step and the rate, run every node: forward, loss, backward, update).
+  Trainer::Options to;
+  to.memory_plan = o.memory_plan;
+  auto cpu = open_device(DeviceKind::kCpu, 0);
+  auto created = cpu ? Trainer::create(g, *tg, *cpu, to) : Expected<std::unique_ptr<Trainer>>(cpu.status());
   if (!created) {
-    std::fprintf(stderr, "FAIL: executor: %s\n", created.status().message().c_str());
+    std::fprintf(stderr, "FAIL: trainer: %s\n", created.status().message().c_str());
     return 1;
   }
-  Executor& ex = **created;
-  HostTensor& x = ex.tensor(in);
-  HostTensor& y = ex.tensor(tg->loss.labels);
-  const HostTensor& loss = ex.tensor(tg->loss.loss);
-  {
-    HostTensor& lr = ex.tensor(tg->lr);
-    if (lr.dtype() == DType::kFloat64) lr.as<double>()[0] = kLr;
-    else lr.as<float>()[0] = kLr;
-  }
+  Trainer& trainer = **created;
+  HostTensor& x = trainer.input_buffer();
+  HostTensor& y = trainer.label_buffer();
   int64_t step_no = 0;
-  auto set_step = [&] {
-    ++step_no;
-    if (g.rng_step) ex.tensor(g.rng_step).as<int64_t>()[0] = step_no;
-  };
+  auto step = [&](std::vector<double>* node_seconds = nullptr) { return trainer.step(++step_no, kLr, 0, node_seconds); };
 
   // Eight distinct batches for the timed steps; the first one is the fixed validation batch.
   const Dataset data = make_data(in, *tg, 8 * batch, o.vocab, /*seed=*/0);
@@ -303,13 +299,12 @@ int run(const Options& o) {
   std::vector<double> val_losses;
   gather_batch(data, order, 0, &x, &y);
   for (int i = 0; i < kValidationSteps; ++i) {
-    set_step();
-    Status st = ex.run();
-    if (!st.is_ok()) {
-      std::printf("FAIL: training step %d: %s\n", i + 1, st.message().c_str());
+    Expected<double> l = step();
+    if (!l) {
+      std::printf("FAIL: training step %d: %s\n", i + 1, l.status().message().c_str());
       return 1;
     }
-    val_losses.push_back(loss.get_double(0));
+    val_losses.push_back(*l);
     if (!std::isfinite(val_losses.back())) {
       std::printf("FAIL: loss at validation step %d is %g (not finite)\n", i + 1, val_losses.back());
       return 1;
@@ -331,14 +326,13 @@ int run(const Options& o) {
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
     const auto t0 = clock::now();
     gather_batch(data, order, (i % 8) * batch, &x, &y);
-    set_step();
-    Status st = ex.run();
+    Expected<double> l = step();
     const double dt = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    if (!st.is_ok()) {
-      std::printf("FAIL: timed step %lld: %s\n", static_cast<long long>(i + 1), st.message().c_str());
+    if (!l) {
+      std::printf("FAIL: timed step %lld: %s\n", static_cast<long long>(i + 1), l.status().message().c_str());
       return 1;
     }
-    if (!std::isfinite(loss.get_double(0))) {
+    if (!std::isfinite(*l)) {
       std::printf("FAIL: loss at timed step %lld is not finite\n", static_cast<long long>(i + 1));
       return 1;
     }
@@ -359,10 +353,9 @@ int run(const Options& o) {
     std::vector<double> sec(g.nodes().size(), 0.0);
     for (int r = 0; r < reps; ++r) {
       gather_batch(data, order, (r % 8) * batch, &x, &y);
-      set_step();
-      Status st = ex.run_timed(&sec);
-      if (!st.is_ok()) {
-        std::printf("FAIL: timed per-node step: %s\n", st.message().c_str());
+      Expected<double> l = step(&sec);
+      if (!l) {
+        std::printf("FAIL: timed per-node step: %s\n", l.status().message().c_str());
         return 1;
       }
     }
@@ -389,7 +382,7 @@ int run(const Options& o) {
   const long rss = peak_rss_kib();
   // Bytes of every value's own buffer (unplanned), of the planned values without sharing, and of
   // the arena they share (the planned peak).
-  const MemoryPlan& plan = ex.plan();
+  const MemoryPlan& plan = trainer.executor().plan();
   size_t own_bytes = 0;
   for (const auto& v : g.values())
     // Values no node reads or writes (the intermediates a fusion pass absorbed) get no buffer.

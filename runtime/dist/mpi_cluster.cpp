@@ -1,0 +1,463 @@
+// The MPI implementation of runtime/dist/cluster.h (built with PIPETRAIN_MPI): MPI_THREAD_MULTIPLE,
+// one duplicated communicator per use (collectives, coordinator messages, stage links,
+// heartbeats) so their tags never meet; every wait is MPI_Test in a loop that backs off to short
+// sleeps and gives up when the run is aborted, so a lost peer never leaves a thread blocked.
+// The C API only: C++ bindings (deprecated) would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "runtime/dist/cluster.h"
+#include "runtime/exec/executor.h"
+
+namespace pt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_sigterm{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+extern "C" void on_sigterm(int) { g_sigterm.store(true); }
+
+// Short waits spin (yielding: with more ranks than cores the peer needs the core), longer ones
+// sleep 50 us per poll.
+void backoff(int& spins) {
+  if (spins++ < 200) std::this_thread::yield();
+  else std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+// Whether process `pid` of this machine is running (not gone, not a zombie).
+bool process_alive(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  if (!f || !std::getline(f, s)) return false;
+  const size_t close = s.rfind(')');
+  if (close == std::string::npos || close + 2 >= s.size()) return true;
+  const char state = s[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+std::string mpi_error_string(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, buf, &len);
+  return std::string(buf, len);
+}
+
+class MpiCluster;
+
+// One direction of a stage boundary between two ranks: `capacity` send buffers (the values
+// packed back to back), allocated once; the receiving end has one.
+class MpiLink : public Link {
+ public:
+  MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity);
+  ~MpiLink() override;
+  bool send(int64_t key, const Executor& from) override;
+  bool recv(int64_t key, Executor& to) override;
+  void abort() override { aborted_ = true; }
+
+ private:
+  bool stop() const;
+  MpiCluster& c_;
+  int peer_, kind_;
+  bool sending_;
+  size_t bytes_ = 0;
+  std::vector<std::vector<char>> bufs_;
+  std::vector<MPI_Request> reqs_;
+  std::atomic<bool> aborted_{false};
+};
+
+class MpiCluster : public Cluster {
+ public:
+  Status start(int* argc, char*** argv, const LaunchEnv& env);
+  ~MpiCluster() override;
+
+  Expected<std::vector<uint64_t>> allgather(uint64_t value) override {
+    std::vector<uint64_t> out(size_);
+    MPI_Request r;
+    MPI_Iallgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, coll_, &r);
+    if (!wait(&r, -1)) return internal_error("aborted while gathering from every rank");
+    return out;
+  }
+  Status broadcast(void* data, size_t bytes, int root) override {
+    if (bytes > static_cast<size_t>(INT_MAX)) return internal_error("broadcast of more than 2 GiB");
+    MPI_Request r;
+    MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, coll_, &r);
+    if (!wait(&r, root)) return internal_error("aborted while broadcasting from rank " + std::to_string(root));
+    return Status::ok();
+  }
+  Status barrier() override {
+    MPI_Request r;
+    MPI_Ibarrier(coll_, &r);
+    if (!wait(&r, -1)) return internal_error("aborted in a barrier");
+    return Status::ok();
+  }
+  Status split_groups(int group) override {
+    if (group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);
+    if (MPI_Comm_split(coll_, group, rank_, &group_) != MPI_SUCCESS) return internal_error("MPI_Comm_split failed");
+    MPI_Comm_set_errhandler(group_, MPI_ERRORS_RETURN);
+    return Status::ok();
+  }
+  Status group_allreduce_sum(void* data, int64_t count, DType dtype) override {
+    if (group_ == MPI_COMM_NULL) return internal_error("group_allreduce_sum before split_groups");
+    if (dtype != DType::kFloat32 && dtype != DType::kFloat64)
+      return unsupported(std::string("all-reduce of ") + dtype_name(dtype) + " gradients");
+    const MPI_Datatype t = dtype == DType::kFloat64 ? MPI_DOUBLE : MPI_FLOAT;
+    for (int64_t done = 0; done < count;) {  // MPI counts are int
+      const int n = static_cast<int>(std::min<int64_t>(count - done, INT_MAX / 8));
+      char* p = static_cast<char*>(data) + done * static_cast<int64_t>(dtype_size(dtype));
+      MPI_Request r;
+      MPI_Iallreduce(MPI_IN_PLACE, p, n, t, MPI_SUM, group_, &r);
+      if (!wait(&r, -1)) return internal_error("aborted while averaging gradients over the replicas");
+      done += n;
+    }
+    return Status::ok();
+  }
+  bool send(int to, int kind, int64_t seq, const void* data, size_t bytes) override {
+    if (bytes > static_cast<size_t>(INT_MAX)) return false;
+    MPI_Request r;
+    MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, to, tag(kind, seq), ctl_, &r);
+    return wait(&r, to);
+  }
+  bool recv(int from, int kind, int64_t seq, void* data, size_t bytes) override {
+    if (bytes > static_cast<size_t>(INT_MAX)) return false;
+    MPI_Request r;
+    MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, tag(kind, seq), ctl_, &r);
+    return wait(&r, from);
+  }
+  Expected<std::unique_ptr<Link>> make_link(std::vector<const Value*> values, int from, int to, int kind,
+                                            int capacity) override {
+    if (from != rank_ && to != rank_) return internal_error("a link of which this rank is no end");
+    if (kind < 0 || kind >= kKinds) return internal_error("link kind out of range");
+    size_t bytes = 0;
+    for (const Value* v : values) bytes += static_cast<size_t>(numel(v->dims)) * dtype_size(v->dtype);
+    if (bytes > static_cast<size_t>(INT_MAX))
+      return unsupported("the values crossing from stage " + std::to_string(from) + " to stage " + std::to_string(to) +
+                         " are " + std::to_string(bytes >> 20) + " MiB per pass; MPI links carry at most 2 GiB per message");
+    return std::unique_ptr<Link>(new MpiLink(std::move(values), *this, from == rank_ ? to : from, from == rank_, kind,
+                                             capacity));
+  }
+  void abort_waits() override { aborted_ = true; }
+  void start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) override;
+  void share_stop(std::atomic<bool>* flag) override { stop_flag_ = flag; }
+  Status finalize() override;
+  [[noreturn]] void abort_job(int code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+  // Waits for `r` by polling; false when aborted or on an MPI error (reported as `peer` lost
+  // when that is known).
+  bool wait(MPI_Request* r, int peer) {
+    int spins = 0;
+    for (;;) {
+      int done = 0;
+      const int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        report_error(peer, rc);
+        return false;
+      }
+      if (done) return true;
+      if (aborted_) return false;
+      backoff(spins);
+    }
+  }
+  void report_error(int peer, int rc) {
+    lose(peer, (peer >= 0 ? "rank " + std::to_string(peer) : std::string("a rank")) + ": MPI error: " + mpi_error_string(rc));
+    aborted_ = true;
+  }
+  int tag(int kind, int64_t seq) const { return static_cast<int>(seq % tag_mod_) * kKinds + kind; }
+  MPI_Comm data_comm() const { return data_; }
+  bool aborted() const { return aborted_; }
+
+ private:
+  static constexpr int kKinds = 16;  // message kinds < 16 (runtime/pipeline/stage.h, the NCCL link ids: 15)
+  void watch(double timeout_s);
+  void lose(int peer, const std::string& why);
+
+  MPI_Comm coll_ = MPI_COMM_NULL, ctl_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, hb_ = MPI_COMM_NULL;
+  MPI_Comm group_ = MPI_COMM_NULL;  // this rank's replica group (split_groups)
+  int64_t tag_mod_ = 1;
+  std::vector<int> pids_;
+  std::atomic<bool> aborted_{false};
+  std::thread watchdog_;
+  std::atomic<bool> stop_{false}, in_final_barrier_{false}, finished_{false}, lost_reported_{false};
+  std::function<void(int, const std::string&)> on_lost_;
+  std::atomic<std::atomic<bool>*> stop_flag_{nullptr};
+  bool finalized_ = false;
+};
+
+MpiLink::MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity)
+    : Link(std::move(values)), c_(c), peer_(peer), kind_(kind), sending_(sending) {
+  for (const Value* v : values_) bytes_ += static_cast<size_t>(numel(v->dims)) * dtype_size(v->dtype);
+  const int n = sending ? std::max(1, capacity) : 1;
+  bufs_.assign(n, std::vector<char>(std::max<size_t>(bytes_, 1)));
+  reqs_.assign(n, MPI_REQUEST_NULL);
+}
+
+MpiLink::~MpiLink() {
+  if (c_.aborted() || aborted_) return;  // the job is ending; outstanding sends may never match
+  for (MPI_Request& r : reqs_)
+    if (r != MPI_REQUEST_NULL) c_.wait(&r, peer_);
+}
+
+bool MpiLink::stop() const { return aborted_ || c_.aborted(); }
+
+bool MpiLink::send(int64_t key, const Executor& from) {
+  PT_CHECK(sending_) << "send on the receiving end of a link";
+  int slot = -1, spins = 0;
+  while (slot < 0) {
+    for (size_t i = 0; i < reqs_.size() && slot < 0; ++i) {
+      if (reqs_[i] != MPI_REQUEST_NULL) {
+        int done = 0;
+        const int rc = MPI_Test(&reqs_[i], &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          c_.report_error(peer_, rc);
+          return false;
+        }
+        if (!done) continue;
+      }
+      slot = static_cast<int>(i);
+    }
+    if (slot >= 0) break;
+    if (stop()) return false;
+    backoff(spins);
+  }
+  char* p = bufs_[slot].data();
+  for (const Value* v : values_) {
+    const TensorView t = from.view(v);
+    if (Status st = from.device()->to_host(p, t.data, t.bytes(), from.stream()); !st.is_ok()) {
+      error_ = st;
+      return false;
+    }
+    p += t.bytes();
+  }
+  MPI_Isend(bufs_[slot].data(), static_cast<int>(bytes_), MPI_BYTE, peer_, c_.tag(kind_, key), c_.data_comm(),
+            &reqs_[slot]);
+  return true;
+}
+
+bool MpiLink::recv(int64_t key, Executor& to) {
+  PT_CHECK(!sending_) << "recv on the sending end of a link";
+  MPI_Request r;
+  MPI_Irecv(bufs_[0].data(), static_cast<int>(bytes_), MPI_BYTE, peer_, c_.tag(kind_, key), c_.data_comm(), &r);
+  int spins = 0;
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      c_.report_error(peer_, rc);
+      return false;
+    }
+    if (done) break;
+    if (stop()) return false;
+    backoff(spins);
+  }
+  const char* p = bufs_[0].data();
+  for (const Value* v : values_) {
+    const TensorView t = to.view(v);
+    if (Status st = to.device()->to_device(t.data, p, t.bytes(), to.stream()); !st.is_ok()) {
+      error_ = st;
+      return false;
+    }
+    p += t.bytes();
+  }
+  return true;
+}
+
+Status MpiCluster::start(int* argc, char*** argv, const LaunchEnv& env) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    return internal_error("MPI_Init_thread failed");
+  if (provided < MPI_THREAD_MULTIPLE) {
+    MPI_Finalize();
+    return unsupported("the MPI library offers thread level " + std::to_string(provided) +
+                       "; onnx-pipetrain needs MPI_THREAD_MULTIPLE (stage threads and the coordinator both talk)");
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  if (size_ != env.size) {
+    MPI_Finalize();
+    return unsupported(env.launcher + " started " + std::to_string(env.size) + " ranks, but MPI_Init found a job of " +
+                       std::to_string(size_) + (env.launcher == "srun" ? ": srun needs MPI support (srun --mpi=pmix; "
+                                                                        "see srun --mpi=list)"
+                                                                      : ": the launcher and the MPI library do not match"));
+  }
+  for (MPI_Comm* c : {&coll_, &ctl_, &data_, &hb_}) {
+    MPI_Comm_dup(MPI_COMM_WORLD, c);
+    MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+  }
+  void* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  const int64_t tag_ub = flag && ub ? *static_cast<int*>(ub) : 32767;
+  tag_mod_ = std::max<int64_t>(1, (tag_ub + 1) / kKinds);
+  // Hosts and process ids of every rank: node numbers by first appearance, local ranks.
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::vector<char> hosts(256 * size_);
+  MPI_Allgather(host, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, coll_);
+  int pid = static_cast<int>(getpid());
+  pids_.assign(size_, 0);
+  MPI_Allgather(&pid, 1, MPI_INT, pids_.data(), 1, MPI_INT, coll_);
+  hosts_.clear();
+  node_of_.clear();
+  std::vector<std::string> nodes;
+  for (int r = 0; r < size_; ++r) {
+    hosts_.emplace_back(&hosts[256 * r]);
+    auto it = std::find(nodes.begin(), nodes.end(), hosts_.back());
+    node_of_.push_back(static_cast<int>(it - nodes.begin()));
+    if (it == nodes.end()) nodes.push_back(hosts_.back());
+  }
+  num_nodes_ = static_cast<int>(nodes.size());
+  local_rank_ = local_size_ = 0;
+  for (int r = 0; r < size_; ++r)
+    if (node_of_[r] == node_of_[rank_]) {
+      if (r < rank_) ++local_rank_;
+      ++local_size_;
+    }
+  return Status::ok();
+}
+
+MpiCluster::~MpiCluster() {
+  if (watchdog_.joinable()) {
+    stop_ = true;
+    watchdog_.join();
+  }
+}
+
+void MpiCluster::lose(int peer, const std::string& why) {
+  if (finished_) return;
+  if (in_final_barrier_) {
+    // A peer that passed the final barrier may exit before this rank has seen the barrier end.
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (!finished_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (finished_) return;
+  }
+  if (lost_reported_.exchange(true)) return;
+  if (on_lost_) on_lost_(peer, why);  // normally does not return
+  aborted_ = true;
+}
+
+void MpiCluster::start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) {
+  on_lost_ = std::move(on_lost);
+  struct sigaction sa{};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  watchdog_ = std::thread([this, timeout_s] { watch(timeout_s); });
+}
+
+void MpiCluster::watch(double timeout_s) {
+  // Peers whose process this rank can see (same host, and visible in this pid namespace now).
+  std::vector<char> local(size_, 0);
+  for (int r = 0; r < size_; ++r) local[r] = r != rank_ && node_of_[r] == node_of_[rank_] && process_alive(pids_[r]);
+  std::vector<MPI_Request> rreq(size_, MPI_REQUEST_NULL), sreq(size_, MPI_REQUEST_NULL);
+  // A heartbeat is one byte: kBeat, or kBeatStop once this rank has a stop request (its own or
+  // heard), which every rank gets at once rather than with the next beat.
+  constexpr char kBeat = 1, kBeatStop = 2;
+  std::vector<char> inbox(size_, 0), outbox(size_, kBeat), told_stop(size_, 0);
+  bool stop_heard = false, sigterm_taken = false;
+  std::vector<Clock::time_point> last_seen(size_, Clock::now());
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) MPI_Irecv(&inbox[r], 1, MPI_CHAR, r, 0, hb_, &rreq[r]);
+  auto last_beat = Clock::now() - std::chrono::seconds(1);
+  auto describe = [&](int r) { return "rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) + " on " + hosts_[r] + ")"; };
+  while (!stop_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (stop_) break;
+    const auto now = Clock::now();
+    for (int r = 0; r < size_; ++r)
+      if (local[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
+    std::atomic<bool>* const flag = stop_flag_.load();
+    if (g_sigterm && !sigterm_taken) {
+      // The launcher stops the job, normally because a rank ended: name it when it is visible.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (int r = 0; r < size_; ++r)
+        if (local[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
+      // Every peer here is alive: during training this is mpirun passing on Ctrl-C (or the job
+      // being cancelled), which ends with a checkpoint like a stop request.
+      if (flag) sigterm_taken = true;
+      else lose(-1, "stopped by the launcher (SIGTERM): another rank ended or the job was cancelled");
+    }
+    if (flag && (sigterm_taken || stop_heard)) flag->store(true);
+    const bool stopping = flag && flag->load();
+    const bool beat_due = now - last_beat > std::chrono::milliseconds(500);
+    if (beat_due) last_beat = now;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      int done = 1;
+      if (sreq[r] != MPI_REQUEST_NULL) MPI_Test(&sreq[r], &done, MPI_STATUS_IGNORE);
+      if (!done || !(beat_due || (stopping && !told_stop[r]))) continue;
+      outbox[r] = stopping ? kBeatStop : kBeat;
+      told_stop[r] |= stopping;
+      MPI_Isend(&outbox[r], 1, MPI_CHAR, r, 0, hb_, &sreq[r]);
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      for (;;) {
+        int done = 0;
+        if (MPI_Test(&rreq[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
+        last_seen[r] = now;
+        stop_heard |= inbox[r] == kBeatStop;
+        MPI_Irecv(&inbox[r], 1, MPI_CHAR, r, 0, hb_, &rreq[r]);
+      }
+      const double silent = std::chrono::duration<double>(now - last_seen[r]).count();
+      if (silent > timeout_s) {
+        char b[96];
+        std::snprintf(b, sizeof b, ": no heartbeat for %.0f s (PIPETRAIN_MPI_TIMEOUT)", silent);
+        lose(r, describe(r) + b);
+      }
+    }
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (rreq[r] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&rreq[r]);
+      MPI_Wait(&rreq[r], MPI_STATUS_IGNORE);
+    }
+    if (sreq[r] != MPI_REQUEST_NULL) MPI_Wait(&sreq[r], MPI_STATUS_IGNORE);
+  }
+}
+
+Status MpiCluster::finalize() {
+  if (finalized_) return Status::ok();
+  in_final_barrier_ = true;
+  Status s = barrier();
+  finished_ = true;
+  if (watchdog_.joinable()) {
+    stop_ = true;
+    watchdog_.join();
+  }
+  if (!s.is_ok()) return s;
+  for (MPI_Comm* c : {&coll_, &ctl_, &data_, &hb_}) MPI_Comm_free(c);
+  if (group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);
+  MPI_Finalize();
+  finalized_ = true;
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Cluster>> make_mpi_cluster(int* argc, char*** argv, const LaunchEnv& env) {
+  auto c = std::make_unique<MpiCluster>();
+  RETURN_IF_ERROR(c->start(argc, argv, env));
+  return std::unique_ptr<Cluster>(std::move(c));
+}
+
+}  // namespace pt

@@ -1,0 +1,44 @@
+// The transport interface between pipeline stages: a Link carries a fixed set of values from one
+// stage to another, message by message, each message under a key (the pass id). Implementations:
+// the in-process Channel (runtime/pipeline/stage.h), MPI point-to-point (runtime/dist/mpi_cluster.cpp);
+// a NCCL link for GPU stages slots in behind the same three calls.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "importer/ir.h"
+
+namespace pt {
+
+class Executor;
+
+class Link {
+ public:
+  explicit Link(std::vector<const Value*> values) : values_(std::move(values)) {}
+  virtual ~Link() = default;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  const std::vector<const Value*>& values() const { return values_; }
+  // Why the last send or recv returned false when the link was not aborted (a failed copy).
+  Status error() const { return error_; }
+  // Copies every value out of `from` and sends them under `key`; may wait for room (the link
+  // holds a bounded number of messages in flight). False once the link was aborted (or its
+  // copies failed: then error() says why).
+  virtual bool send(int64_t key, const Executor& from) = 0;
+  // Waits for the message `key` and copies it into `to`'s buffers. False once aborted.
+  virtual bool recv(int64_t key, Executor& to) = 0;
+  // Ends every wait, now and later, of this link (on either end in this process).
+  virtual void abort() = 0;
+  // Makes `from`'s stream wait until the copies of the last send() have read its buffers: call
+  // before `from` runs kernels that overwrite the values sent (links that copy asynchronously,
+  // on a stream of their own, need it; the others return at once).
+  virtual Status fence(const Executor& /*from*/) { return Status::ok(); }
+
+ protected:
+  std::vector<const Value*> values_;
+  Status error_;
+};
+
+}  // namespace pt

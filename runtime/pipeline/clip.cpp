@@ -1,0 +1,44 @@
+// --clip-grad-norm in a pipeline (runtime/pipeline/stage.h): GPipe sums every stage's squared
+// gradient norm of a mini-batch (shared memory in one process, rank 0 under MPI) before any stage
+// scales; asynchronous 1F1B clips each stage by its own norm (no update there sees every stage's
+// gradient of one mini-batch).
+#include "runtime/exec/optimizer.h"
+#include "runtime/pipeline/stage.h"
+
+namespace pt {
+
+Expected<double> RunShared::sum_over_stages(int64_t step, int stage, int num_stages, double local) {
+  std::unique_lock<std::mutex> lock(mu);
+  auto& [parts, readers] = norm_parts[step];
+  if (parts.empty()) {
+    parts.assign(num_stages, -1.0);
+    readers = num_stages;
+  }
+  parts[stage] = local;
+  cv.notify_all();
+  cv.wait(lock, [&, &parts = parts] {  // named: clang 14 cannot capture a structured binding
+    if (abort) return true;
+    for (double p : parts)
+      if (p < 0) return false;
+    return true;
+  });
+  if (abort) return Status(StatusCode::kInternal, "pipeline aborted");
+  double total = 0;
+  for (double p : parts) total += p;
+  if (--readers == 0) norm_parts.erase(step);
+  return total;
+}
+
+Status Stage::clip_gradients(RunShared& sh, int64_t step) {
+  ASSIGN_OR_RETURN(double sq, grad_sum_squares(*ex, grads));
+  if (gpipe() && num_stages > 1) {
+    if (sh.sum_across_ranks) {
+      ASSIGN_OR_RETURN(sq, sh.sum_across_ranks(step, sq));
+    } else {
+      ASSIGN_OR_RETURN(sq, sh.sum_over_stages(step * sh.local_replicas + replica % sh.local_replicas, index, num_stages, sq));  // per replica
+    }
+  }
+  return scale_grads(*ex, grads, clip_coefficient(sh.clip_grad_norm, sq));
+}
+
+}  // namespace pt

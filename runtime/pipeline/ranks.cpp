@@ -1,0 +1,472 @@
+// The pipelined trainer with one stage per rank (runtime/dist/cluster.h): the links between this
+// rank's stage and its neighbours, the data links from rank 0, and the coordinator messages that
+// bring losses, validation weights, checkpoints and the final weights, stats and trace to rank 0
+// (the MPI RankCoordinator).
+#include <cstring>
+#include <type_traits>
+
+#include "runtime/dist/cluster.h"
+#include "runtime/dist/nccl_link.h"
+#include "runtime/pipeline/stage.h"
+#include "runtime/loop/rank_coordinator.h"
+
+namespace pt {
+
+static_assert(std::is_trivially_copyable_v<StageStats>, "StageStats travels as bytes");
+static_assert(std::is_trivially_copyable_v<PassRecord>, "PassRecord travels as bytes");
+
+namespace {
+
+size_t value_bytes(const Value* v) { return static_cast<size_t>(numel(v->dims)) * dtype_size(v->dtype); }
+
+}  // namespace
+
+Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity) {
+  Cluster& C = *opts.cluster;
+  const int me = C.rank();
+  const int my_r = my_replica();
+  Stage& mine = *stages.at(my_stage());
+  // The stages of this rank's replica: links join ranks of one replica (rank_of(stage, replica)).
+  auto R_ = [&](int stage) { return rank_of(stage, my_r); };
+  auto add = [&](std::unique_ptr<Link> link) {
+    channels.push_back(std::move(link));
+    return channels.back().get();
+  };
+  // Links between CUDA stages on GPUs of their own go through NCCL; otherwise through MPI (host
+  // staged). Every rank walks the same list of links, so a link's number names it on both ends.
+  const bool nccl = opts.nccl_links && opts.device == DeviceKind::kCuda;
+  int link_no = 0;
+  auto make = [&](const std::vector<const Value*>& values, int from, int to, int kind) -> Expected<std::unique_ptr<Link>> {
+    if (nccl) return make_nccl_link(values, C, from, to, link_no, mine.ex->device());
+    return C.make_link(values, from, to, kind, capacity);
+  };
+  for (const auto* flows : {&layout.activations, &layout.gradients}) {
+    const bool forward = flows == &layout.activations;
+    for (const ValueFlow& f : *flows) {
+      const int from = R_(f.from), to = R_(f.to);
+      ++link_no;
+      if (from != me && to != me) continue;
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(f.values, from, to, forward ? kLinkForward : kLinkBackward));
+      Link* l = add(std::move(link));
+      if (from == me) (forward ? mine.fwd_out : mine.bwd_out).push_back(l);
+      else (forward ? mine.fwd_in : mine.bwd_in).push_back(l);
+    }
+  }
+  // Shared weights, owner to reader (the trainer attaches them to the stages).
+  shared_links.assign(layout.weights.size(), nullptr);
+  for (size_t i = 0; i < layout.weights.size(); ++i) {
+    const WeightFlow& f = layout.weights[i];
+    const int owner = R_(f.owner), reader = R_(f.reader);
+    ++link_no;
+    if (owner != me && reader != me) continue;
+    if (nccl) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make_nccl_link(f.values, C, owner, reader, link_no, mine.ex->device()));
+      shared_links[i] = add(std::move(link));
+    } else {
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(f.values, owner, reader,
+                                                               f.backward ? kLinkWeightsBackward : kLinkWeightsForward, f.slots));
+      shared_links[i] = add(std::move(link));
+    }
+  }
+  // Data links from rank 0 to the stages of replica 0 that read data (the other replicas' stages
+  // receive their batches as messages: relay_claims).
+  for (auto& st : stages) {
+    if (st->index == 0 || (!st->reads_input && !st->reads_labels && st->more_inputs.empty())) continue;
+    ++link_no;
+    if (me != 0 && me != rank_of(st->index, 0)) continue;
+    std::vector<const Value*> values;
+    if (st->reads_input) values.push_back(st->input);
+    if (st->reads_labels) values.push_back(st->labels);
+    for (const auto& [k, v] : st->more_inputs) values.push_back(v);  // several inputs: those it reads
+    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, 0, rank_of(st->index, 0), kLinkData));
+    Link* l = add(std::move(link));
+    if (me == 0) stages[0]->data_out.push_back(l);
+    else st->data_in = l;
+  }
+  return Status::ok();
+}
+
+size_t PipelineTrainer::Impl::snapshot_bytes(int k) const {
+  size_t n = 0;
+  for (const Value* v : stages.at(k)->params) n += value_bytes(v);
+  for (const Value* v : stages.at(k)->state) n += value_bytes(v);
+  return n;
+}
+
+void PipelineTrainer::Impl::pack_snapshot(const std::vector<std::pair<const Value*, HostTensor>>& snap,
+                                          std::vector<char>* out) const {
+  size_t n = 0;
+  for (const auto& [v, t] : snap) n += t.bytes();
+  out->resize(n);
+  char* p = out->data();
+  for (const auto& [v, t] : snap) {
+    std::memcpy(p, t.data(), t.bytes());
+    p += t.bytes();
+  }
+}
+
+void PipelineTrainer::Impl::unpack_into_eval(int k, const std::vector<char>& in) {
+  const char* p = in.data();
+  for (const auto* list : {&stages.at(k)->params, &stages.at(k)->state})
+    for (const Value* v : *list) {
+      HostTensor& t = eval->host(v);
+      std::memcpy(t.data(), p, t.bytes());
+      p += t.bytes();
+    }
+}
+
+std::vector<const Value*> PipelineTrainer::Impl::checkpoint_values_of(int k) const {
+  const Stage& st = *stages.at(k);
+  std::vector<const Value*> out;
+  for (size_t i = 0; i < st.params.size(); ++i) {
+    out.push_back(st.params[i]);
+    out.insert(out.end(), st.opt_state[i].begin(), st.opt_state[i].end());
+  }
+  out.insert(out.end(), st.state.begin(), st.state.end());
+  return out;
+}
+
+void PipelineTrainer::Impl::pack_values(const std::vector<const Value*>& vs, const std::map<std::string, HostTensor>& t,
+                                        std::vector<char>* out) const {
+  size_t n = 0;
+  for (const Value* v : vs) n += value_bytes(v);
+  out->resize(n);
+  char* p = out->data();
+  for (const Value* v : vs) {
+    const HostTensor& x = t.at(v->name);
+    std::memcpy(p, x.data(), x.bytes());
+    p += x.bytes();
+  }
+}
+
+void PipelineTrainer::Impl::unpack_values(const std::vector<const Value*>& vs, const std::vector<char>& in,
+                                          std::map<std::string, HostTensor>* t) const {
+  const char* p = in.data();
+  for (const Value* v : vs) {
+    HostTensor x(v->dtype, v->dims);
+    std::memcpy(x.data(), p, x.bytes());
+    p += x.bytes();
+    (*t)[v->name] = std::move(x);
+  }
+}
+
+namespace {
+
+// One stage per rank: rank 0 leads, and every message between the loops of two ranks goes
+// through here (the stages' own links are wired by wire_ranks).
+class MpiCoordinator final : public RankCoordinator {
+ public:
+  explicit MpiCoordinator(PipelineTrainer::Impl& impl)
+      : RankCoordinator(impl.opts.cluster->rank() == 0), impl_(impl), cluster_(*impl.opts.cluster) {}
+  bool distributed() const override { return true; }
+  int local_stages() const override { return 1; }
+  Status agree_data(int64_t* n, bool* validate) override;
+  Status share_resume(const Status& resumed, int64_t* start, const Tensors& tensors) override;
+  void relay_claims(RunShared& sh) override;
+  Status agree_segment_end(int64_t* step, bool* stop) override;
+  Status gather_checkpoint(int64_t step, Tensors* t) override;
+  Status pass_losses(int64_t s0, std::vector<double>* losses) override;
+  Status send_snapshot(int64_t s0, const Snapshot& snap) override;
+  Status gather_snapshots(int64_t s0) override;
+  Status gather_final() override;
+
+ private:
+  int num_stages() const { return static_cast<int>(impl_.stages.size()); }
+  int replicas() const { return impl_.opts.replicas; }
+  // Stage k's rank in replica 0: the replica whose weights, state, stats and trace are the run's.
+  int rank0_of(int k) const { return impl_.rank_of(k, 0); }
+  size_t bytes_of(const std::vector<const Value*>& vs) const {
+    size_t bytes = 0;
+    for (const Value* v : vs) bytes += v->bytes();
+    return bytes;
+  }
+  PipelineTrainer::Impl& impl_;
+  Cluster& cluster_;
+  int64_t segments_ended_ = 0;  // numbers the segment-end messages
+  std::vector<char> snap_buf_;  // a stage's snapshot on its way to rank 0 (and back in)
+};
+
+Status MpiCoordinator::agree_data(int64_t* n, bool* validate) {  // rank 0 alone reads the data
+  int64_t hdr[2] = {*n, *validate ? 1 : 0};
+  RETURN_IF_ERROR(cluster_.broadcast(hdr, sizeof hdr, 0));
+  *n = hdr[0];
+  *validate = hdr[1] != 0;
+  return Status::ok();
+}
+
+// Rank 0 alone reads the checkpoint; it tells the others whether it resumes and from which step,
+// then sends every rank its stage's tensors.
+Status MpiCoordinator::share_resume(const Status& resumed, int64_t* start, const Tensors& tensors) {
+  int64_t rs[2] = {resumed.is_ok() ? 1 : 0, *start};
+  RETURN_IF_ERROR(cluster_.broadcast(rs, sizeof rs, 0));
+  if (!rs[0]) return leads() ? resumed : Status(StatusCode::kInvalidInput, "rank 0 could not resume (its message says why)");
+  *start = rs[1];
+  std::vector<char> buf;
+  for (int q = 1; q < cluster_.size(); ++q) {  // every rank: its stage's part (each replica alike)
+    const int k = q / replicas();
+    if (leads()) {
+      impl_.pack_values(impl_.checkpoint_values_of(k), tensors, &buf);
+      if (!cluster_.send(q, kMsgCheckpoint, 0, buf.data(), buf.size()))
+        return internal_error("aborted while sending rank " + std::to_string(q) + " its checkpoint");
+    } else if (q == cluster_.rank()) {
+      const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
+      buf.resize(bytes_of(vs));
+      if (!cluster_.recv(0, kMsgCheckpoint, 0, buf.data(), buf.size()))
+        return internal_error("aborted while receiving this stage's checkpoint from rank 0");
+      Tensors t;
+      impl_.unpack_values(vs, buf, &t);
+      RETURN_IF_ERROR(impl_.restore_tensors(t, *start));
+    }
+  }
+  return Status::ok();
+}
+
+// Every rank sends its stage's part to rank 0, which writes the one file (the same format as in
+// one process, so it resumes on any --gpus).
+Status MpiCoordinator::gather_checkpoint(int64_t step, Tensors* t) {
+  if (!leads()) {
+    if (impl_.my_replica() != 0) return Status::ok();  // replica 0's stages hold the run's weights
+    std::vector<char> buf;
+    impl_.pack_values(impl_.checkpoint_values_of(impl_.my_stage()), *t, &buf);
+    if (!cluster_.send(0, kMsgCheckpoint, step, buf.data(), buf.size()))
+      return internal_error("aborted while sending the checkpoint of step " + std::to_string(step) + " to rank 0");
+    return Status::ok();
+  }
+  for (int k = 1; k < num_stages(); ++k) {
+    const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
+    std::vector<char> buf(bytes_of(vs));
+    if (!cluster_.recv(rank0_of(k), kMsgCheckpoint, step, buf.data(), buf.size()))
+      return internal_error("aborted while gathering the checkpoint of step " + std::to_string(step));
+    impl_.unpack_values(vs, buf, t);
+  }
+  return Status::ok();
+}
+
+// The loss stage's rank of each replica tells rank 0, which takes the mean over the replicas in
+// replica order (the arithmetic of one process).
+Status MpiCoordinator::pass_losses(int64_t s0, std::vector<double>* losses) {
+  const size_t bytes = losses->size() * sizeof(double);
+  auto lost = [&] { return internal_error("aborted while passing the loss of step " + std::to_string(s0 + 1) + " to rank 0"); };
+  const int L = impl_.loss_stage;
+  if (!leads()) {
+    if (impl_.my_stage() == L && !cluster_.send(0, kMsgLoss, s0, losses->data(), bytes)) return lost();
+    return Status::ok();
+  }
+  if (L != 0 && !cluster_.recv(rank0_of(L), kMsgLoss, s0, losses->data(), bytes)) return lost();
+  if (replicas() == 1) return Status::ok();
+  std::vector<double> part(losses->size());
+  for (int r = 1; r < replicas(); ++r) {
+    if (!cluster_.recv(impl_.rank_of(L, r), kMsgLoss, s0, part.data(), bytes)) return lost();
+    for (size_t j = 0; j < part.size(); ++j) (*losses)[j] += part[j];
+  }
+  for (double& l : *losses) l /= replicas();
+  return Status::ok();
+}
+
+Status MpiCoordinator::send_snapshot(int64_t s0, const Snapshot& snap) {
+  impl_.pack_snapshot(snap, &snap_buf_);
+  if (!cluster_.send(0, kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
+    return internal_error("aborted while sending the weights of step " + std::to_string(s0 + 1) + " to rank 0");
+  return Status::ok();
+}
+
+Status MpiCoordinator::gather_snapshots(int64_t s0) {
+  for (int k = 1; k < num_stages(); ++k) {
+    snap_buf_.resize(impl_.snapshot_bytes(k));
+    if (!cluster_.recv(rank0_of(k), kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
+      return internal_error("aborted while gathering the weights of step " + std::to_string(s0 + 1));
+    impl_.unpack_into_eval(k, snap_buf_);
+  }
+  return Status::ok();
+}
+
+Status MpiCoordinator::gather_final() {
+  const int me = cluster_.rank();
+  const int N = num_stages();
+  auto lost = [](int k, const char* what) {
+    return internal_error(std::string("aborted while gathering ") + what + " of stage " + std::to_string(k) + " to rank 0");
+  };
+  if (me != 0) {
+    if (impl_.my_replica() != 0) return Status::ok();  // replica 0's weights, stats and trace are the run's
+    const Stage& st = *impl_.stages.at(impl_.my_stage());
+    std::vector<std::pair<const Value*, HostTensor>> snap;
+    for (size_t i = 0; i < st.params.size(); ++i) {
+      ASSIGN_OR_RETURN(HostTensor t, st.master(i));
+      snap.emplace_back(st.params[i], std::move(t));
+    }
+    for (const Value* v : st.state) {
+      ASSIGN_OR_RETURN(HostTensor t, st.ex->fetch(v));
+      snap.emplace_back(v, std::move(t));
+    }
+    std::vector<char> buf;
+    impl_.pack_snapshot(snap, &buf);
+    const int k = st.index;
+    if (!cluster_.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
+    const StageStats stats = st.stats;
+    if (!cluster_.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
+    const int64_t count = static_cast<int64_t>(st.trace.size());
+    if (!cluster_.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
+    if (count > 0 && !cluster_.send(0, kMsgTrace, 0, st.trace.data(), st.trace.size() * sizeof(PassRecord)))
+      return lost(k, "the trace");
+    return Status::ok();
+  }
+  impl_.remote_values.clear();
+  impl_.remote_stats.clear();
+  impl_.remote_trace.clear();
+  std::vector<char> buf;
+  for (int k = 1; k < N; ++k) {
+    const int q = rank0_of(k);
+    buf.resize(impl_.snapshot_bytes(k));
+    if (!cluster_.recv(q, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
+    const char* p = buf.data();
+    for (const auto* list : {&impl_.stages[k]->params, &impl_.stages[k]->state})
+      for (const Value* v : *list) {
+        HostTensor t(v->dtype, v->dims);
+        std::memcpy(t.data(), p, t.bytes());
+        p += t.bytes();
+        impl_.remote_values[v->name] = std::move(t);
+      }
+    StageStats stats;
+    if (!cluster_.recv(q, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
+    impl_.remote_stats.push_back(stats);
+    int64_t count = 0;
+    if (!cluster_.recv(q, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
+    if (count > 0) {
+      std::vector<PassRecord> recs(static_cast<size_t>(count));
+      if (!cluster_.recv(q, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
+      impl_.remote_trace.insert(impl_.remote_trace.end(), recs.begin(), recs.end());
+    }
+  }
+  return Status::ok();
+}
+
+void MpiCoordinator::relay_claims(RunShared& sh) {
+  Cluster* C = &cluster_;
+  const int N = num_stages(), R = replicas(), size = C->size();
+  if (C->rank() == 0) {
+    // The other replicas' batches: rank 0 alone reads the data, and gathers each replica's share
+    // of a mini-batch when it grants that mini-batch (before its own first forward of it), for the
+    // ranks of that replica's stages that read the input or the labels.
+    struct Feed {
+      HostTensor x, y;
+      std::vector<int> x_stages, y_stages;
+    };
+    std::shared_ptr<Feed> feed;
+    if (R > 1) {
+      feed = std::make_shared<Feed>();
+      const Stage& s0 = *impl_.stages.at(0);
+      feed->x = HostTensor(s0.input->dtype, s0.input->dims);
+      feed->y = HostTensor(s0.labels->dtype, s0.labels->dims);
+      for (const auto& st : impl_.stages) {
+        if (st->reads_input) feed->x_stages.push_back(st->index);
+        if (st->reads_labels) feed->y_stages.push_back(st->index);
+      }
+    }
+    const int M = impl_.opts.schedule == Schedule::kGPipe ? impl_.opts.micro_batches : 1;
+    PipelineTrainer::Impl* I = &impl_;
+    // A failed send means the run is aborting: the stages stop on their own.
+    sh.tell_claim = [C, size, R, M, I, feed, shp = &sh](int64_t step, bool granted) {
+      const char g = granted ? 1 : 0;
+      for (int q = 1; q < size; ++q) C->send(q, kMsgClaim, step, &g, 1);
+      if (!granted || !feed) return;
+      const int64_t epoch = step / shp->per_epoch, in_epoch = step % shp->per_epoch;
+      const auto order = shp->orders->get(epoch);
+      for (int r = 1; r < R; ++r)
+        for (int j = 0; j < M; ++j) {
+          const int64_t key = step * M + j;
+          gather_batch(*shp->data, *order, shp->first_sample(in_epoch, r, j), &feed->x, &feed->y);
+          for (int k : feed->x_stages) C->send(I->rank_of(k, r), kMsgBatchX, key, feed->x.data(), feed->x.bytes());
+          for (int k : feed->y_stages) C->send(I->rank_of(k, r), kMsgBatchY, key, feed->y.data(), feed->y.bytes());
+        }
+    };
+  } else {
+    sh.ask_claim = [C](int64_t step) {
+      char g = 0;
+      return C->recv(0, kMsgClaim, step, &g, 1) && g != 0;
+    };
+    if (impl_.my_replica() > 0)
+      sh.recv_batch = [C](int64_t key, HostTensor* x, HostTensor* y) {
+        return (!x || C->recv(0, kMsgBatchX, key, x->data(), x->bytes())) &&
+               (!y || C->recv(0, kMsgBatchY, key, y->data(), y->bytes()));
+      };
+  }
+  // --clip-grad-norm under GPipe: the ranks of each replica add their sums of squares at the
+  // replica's stage 0, in stage order (the replicas' gradients, hence sums, are equal).
+  const int root = impl_.rank_of(0, impl_.my_replica());
+  std::vector<int> members;
+  for (int k = 1; k < N; ++k) members.push_back(impl_.rank_of(k, impl_.my_replica()));
+  sh.sum_across_ranks = [C, root, members](int64_t step, double local) -> Expected<double> {
+    double total = local;
+    if (C->rank() == root) {
+      for (int q : members) {
+        double part = 0;
+        if (!C->recv(q, kMsgNorm, step, &part, sizeof part)) return Status(StatusCode::kInternal, "pipeline aborted");
+        total += part;
+      }
+      for (int q : members)
+        if (!C->send(q, kMsgNorm, step, &total, sizeof total)) return Status(StatusCode::kInternal, "pipeline aborted");
+    } else if (!C->send(root, kMsgNorm, step, &local, sizeof local) || !C->recv(root, kMsgNorm, step, &total, sizeof total)) {
+      return Status(StatusCode::kInternal, "pipeline aborted");
+    }
+    return total;
+  };
+}
+
+Status MpiCoordinator::agree_segment_end(int64_t* step, bool* stop) {
+  const int64_t n = segments_ended_++;  // the n-th segment (0-based) of train()
+  int64_t word[2] = {*step, *stop ? 1 : 0};
+  if (cluster_.rank() == 0) {
+    for (int q = 1; q < cluster_.size(); ++q)
+      if (!cluster_.send(q, kMsgSegmentEnd, n, word, sizeof word))
+        return internal_error("aborted while telling rank " + std::to_string(q) + " where the run stands");
+    return Status::ok();
+  }
+  if (!cluster_.recv(0, kMsgSegmentEnd, n, word, sizeof word))
+    return internal_error("aborted while hearing from rank 0 where the run stands");
+  PT_CHECK(word[0] == *step) << "rank " << cluster_.rank() << " ended a segment at step " << *step << ", rank 0 at " << word[0];
+  *stop = word[1] != 0;
+  return Status::ok();
+}
+
+}  // namespace
+
+namespace {
+
+class RankReducer final : public GradientReducer {
+ public:
+  RankReducer(Cluster& c, int replicas) : cluster_(c), replicas_(replicas) {}
+  Status allreduce(RunShared&, int, const std::vector<TensorView>& grads, Device& dev, void* stream) override {
+    const bool staged = dev.kind() != DeviceKind::kCpu;  // MPI reads host memory
+    if (staged) RETURN_IF_ERROR(dev.synchronize(stream));
+    for (const TensorView& g : grads) {
+      if (staged) {
+        HostTensor h(g.dtype, g.dims);
+        RETURN_IF_ERROR(dev.to_host(h.data(), g.data, g.bytes(), stream));
+        RETURN_IF_ERROR(dev.synchronize(stream));
+        RETURN_IF_ERROR(cluster_.group_allreduce_sum(h.data(), g.size(), g.dtype));
+        RETURN_IF_ERROR(dev.to_device(g.data, h.data(), g.bytes(), stream));
+        RETURN_IF_ERROR(dev.synchronize(stream));
+      } else {
+        RETURN_IF_ERROR(cluster_.group_allreduce_sum(g.data, g.size(), g.dtype));
+      }
+      RETURN_IF_ERROR(dev.divide(g, replicas_, stream));
+    }
+    return Status::ok();
+  }
+
+ private:
+  Cluster& cluster_;
+  int replicas_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientReducer> make_rank_reducer(Cluster& cluster, int replicas) {
+  return std::make_unique<RankReducer>(cluster, replicas);
+}
+
+std::unique_ptr<RankCoordinator> make_mpi_coordinator(PipelineTrainer::Impl& impl) {
+  return std::make_unique<MpiCoordinator>(impl);
+}
+
+}  // namespace pt

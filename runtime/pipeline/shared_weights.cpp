@@ -1,0 +1,82 @@
+// Weights shared across pipeline stages: a parameter has one owner stage (the one that updates
+// it, with its master copy and momentum); every other stage that reads it receives, for each pass,
+// the version it would use if the weight were its own, over a Link keyed by mini-batch. The
+// readers' gradient contributions reach the owner's update through the graph's own sum of
+// gradients (its Add nodes live with the earliest reader, the owner), over the gradient links.
+#include <algorithm>
+
+#include "partitioner/partition.h"
+#include "runtime/exec/optimizer.h"
+#include "runtime/pipeline/stage.h"
+
+namespace pt {
+
+namespace {
+
+Status link_failed(const Link* l) {
+  return l->error().is_ok() ? Status(StatusCode::kInternal, "pipeline aborted") : l->error();
+}
+
+}  // namespace
+
+void Stage::begin_shared_segment(int64_t first) {
+  segment_first_ = first;
+  forwarded_end_ = first;
+  for (WeightLink& w : weights_out) w.next = first;
+}
+
+// The owner's version that reader w.reader uses in its pass of mini-batch `step` (the sequential
+// schedule's count of updates when that pass runs; DESIGN.md section 4 for the reader's stage).
+int64_t Stage::shared_version_for(const WeightLink& w, int64_t step) const {
+  if (gpipe()) return step;
+  const int64_t fwd = std::max(segment_first_, step - (num_stages - w.reader - 1));
+  if (!w.backward || opts.weights == WeightMode::kStash) return fwd;
+  return step;
+}
+
+// Puts the version of w's parameters that the reader uses for `step` into this stage's buffers of
+// those parameters (the master itself when the mode keeps no separate copy: stale and GPipe send
+// the current weights).
+Status Stage::load_version_for(RunShared& sh, const WeightLink& w, int64_t step) {
+  if (!separate_master_) return Status::ok();
+  const int s = opts.weights == WeightMode::kSpecTrain ? spectrain_staleness(w.reader, num_stages, w.backward, opts.staleness) : 0;
+  Device& dev = *ex->device();
+  if (s == 0) {
+    if (buf_is_master_) return Status::ok();
+    for (size_t j : w.params) RETURN_IF_ERROR(ex->copy_in(params[j], master_[j].view(), dev));
+    return Status::ok();  // other parameters may still hold a predicted or stashed version
+  }
+  RETURN_IF_ERROR(set_lr(sh, step));  // the prediction's rate is that of the reader's step
+  for (size_t j : w.params)  // along the parameter's own optimizer step, as load_predicted does
+    RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_[j].view(), lr, s));
+  buf_is_master_ = false;
+  return Status::ok();
+}
+
+Status Stage::serve_readers(RunShared& sh) {
+  for (WeightLink& w : weights_out) {
+    // Only mini-batches this stage has forwarded (so every stage runs them in this segment).
+    while (w.next < forwarded_end_) {
+      const int64_t need = shared_version_for(w, w.next);
+      if (need > version_) break;
+      PT_CHECK(need == version_) << "stage " << index << ": version " << need << " of a shared weight for stage "
+                                 << w.reader << " mini-batch " << w.next << " is gone (now " << version_ << ")";
+      RETURN_IF_ERROR(load_version_for(sh, w, w.next));
+      if (!w.link->send(w.next, *ex)) return link_failed(w.link);
+      // What was sent may still be copied from these buffers: the next version waits for it.
+      RETURN_IF_ERROR(w.link->fence(*ex));
+      ++w.next;
+    }
+  }
+  return Status::ok();
+}
+
+Status Stage::recv_weights(int64_t key, bool backward) {
+  if (gpipe() && (backward || key % micro() != 0)) return Status::ok();  // one version per mini-batch
+  const int64_t step = key / micro();
+  for (Link* l : backward ? weights_bwd_in : weights_fwd_in)
+    if (!l->recv(step, *ex)) return link_failed(l);
+  return Status::ok();
+}
+
+}  // namespace pt

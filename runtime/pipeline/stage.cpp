@@ -1,0 +1,763 @@
+// The stage worker of the pipelined trainer: the channel between stages, and one stage's fixed
+// sequence of forwards, backwards and updates with its weight versions (DESIGN.md section 4).
+#include "runtime/pipeline/stage.h"
+
+#include "runtime/exec/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include <omp.h>
+
+namespace pt {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The error a pass returns when the run was aborted elsewhere (never reported itself).
+Status aborted() { return Status(StatusCode::kInternal, "pipeline aborted"); }
+
+}  // namespace
+
+// ---- Channel ----
+
+Expected<std::unique_ptr<Channel>> Channel::create(std::vector<const Value*> values, int capacity,
+                                                   std::shared_ptr<Device> slot_device) {
+  std::unique_ptr<Channel> c(new Channel(std::move(values)));
+  c->device_ = std::move(slot_device);
+  c->slots_.resize(std::max(1, capacity));
+  for (Slot& s : c->slots_) {
+    for (const Value* v : c->values_) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(c->device_, v->dtype, v->dims, nullptr));
+      s.tensors.push_back(std::move(b));
+    }
+    ASSIGN_OR_RETURN(s.drained, c->device_->create_event());
+  }
+  // The slots were zeroed on the default stream: done before any copy stream uses them.
+  RETURN_IF_ERROR(c->device_->synchronize(nullptr));
+  return c;
+}
+
+Channel::~Channel() {
+  // Nothing may still copy into or out of the slots when they are freed.
+  for (Slot& s : slots_) {
+    if (s.filled) (void)s.filled->wait();
+    if (s.drained) (void)s.drained->wait();
+  }
+  if (copied_) (void)copied_->wait();
+  if (sender_) sender_->destroy_stream(copy_stream_);
+}
+
+Status Channel::copy_into_slot(int slot, const Executor& from) {
+  Device& dev = *from.device();
+  if (!sender_) {  // the first send: the sender's copy stream and events
+    ASSIGN_OR_RETURN(copy_stream_, dev.create_stream());
+    sender_ = from.device();
+    ASSIGN_OR_RETURN(computed_, dev.create_event());
+    ASSIGN_OR_RETURN(copied_, dev.create_event());
+    for (Slot& s : slots_) {
+      ASSIGN_OR_RETURN(s.filled, dev.create_event());
+    }
+  }
+  Slot& s = slots_[slot];
+  // After the kernels that computed the values, and after the last receiver of this slot.
+  RETURN_IF_ERROR(computed_->record(from.stream()));
+  RETURN_IF_ERROR(computed_->block(copy_stream_));
+  RETURN_IF_ERROR(s.drained->block(copy_stream_));
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const TensorView src = from.view(values_[i]);
+    const TensorView dst = s.tensors[i].view();
+    if (src.bytes() != dst.bytes()) return internal_error("channel: '" + values_[i]->name + "' changed size");
+    RETURN_IF_ERROR(dev.copy(dst.data, *device_, src.data, dev, src.bytes(), copy_stream_));
+  }
+  RETURN_IF_ERROR(s.filled->record(copy_stream_));
+  return copied_->record(copy_stream_);
+}
+
+Status Channel::fence(const Executor& from) { return copied_ ? copied_->block(from.stream()) : Status::ok(); }
+
+bool Channel::send(int64_t key, const Executor& from) {
+  int slot = -1;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      if (aborted_) return true;
+      for (Slot& s : slots_)
+        if (s.key == kFree) return true;
+      return false;
+    });
+    if (aborted_) return false;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].key == kFree) {
+        slot = static_cast<int>(i);
+        break;
+      }
+    slots_[slot].key = kBusy;
+  }
+  if (Status st = copy_into_slot(slot, from); !st.is_ok()) {
+    error_ = st;
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[slot].key = key;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool Channel::recv(int64_t key, Executor& to) {
+  Slot* slot = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      if (aborted_) return true;
+      for (Slot& s : slots_)
+        if (s.key == key) return true;
+      return false;
+    });
+    if (aborted_) return false;
+    for (Slot& s : slots_)
+      if (s.key == key) {
+        slot = &s;
+        break;
+      }
+    slot->key = kBusy;
+  }
+  Status st = slot->filled->block(to.stream());
+  for (size_t i = 0; i < values_.size() && st.is_ok(); ++i) st = to.copy_in(values_[i], slot->tensors[i].view(), *device_);
+  if (st.is_ok()) st = slot->drained->record(to.stream());
+  if (!st.is_ok()) {
+    error_ = st;
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot->key = kFree;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Channel::abort() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+  }
+  cv_.notify_all();
+}
+
+void RunShared::fail(Status s) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.is_ok()) error = std::move(s);
+    abort = true;
+  }
+  for (Link* c : channels) c->abort();
+  cv.notify_all();
+}
+
+// ---- ReplicaReducer ----
+
+bool ReplicaReducer::barrier(RunShared& sh) {
+  std::unique_lock<std::mutex> lock(sh.mu);
+  const int64_t gen = generation_;
+  if (++count_ == replicas_) {
+    count_ = 0;
+    ++generation_;
+    lock.unlock();
+    sh.cv.notify_all();
+    return !sh.abort;
+  }
+  sh.cv.wait(lock, [&] { return sh.abort || generation_ != gen; });
+  return !sh.abort;
+}
+
+Status ReplicaReducer::allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) {
+  const int R = replicas_;
+  // Host-addressable copies of the gradients (on the CPU the buffers themselves).
+  const bool staged = dev.kind() != DeviceKind::kCpu;
+  std::vector<HostTensor> host;
+  if (staged) {
+    RETURN_IF_ERROR(dev.synchronize(stream));
+    for (const TensorView& g : grads) {
+      host.emplace_back(g.dtype, g.dims);
+      RETURN_IF_ERROR(dev.to_host(host.back().data(), g.data, g.bytes(), stream));
+    }
+    RETURN_IF_ERROR(dev.synchronize(stream));
+  }
+  std::vector<TensorView>& mine = views_[r];
+  mine.clear();
+  for (size_t i = 0; i < grads.size(); ++i)
+    mine.push_back(staged ? TensorView{host[i].data(), grads[i].dtype, grads[i].dims} : grads[i]);
+  if (!barrier(sh)) return aborted();
+  // This replica's share of every gradient: elements [r, r + 1) * n / R, summed in replica order.
+  static const std::shared_ptr<Device> cpu = [] {
+    auto d = open_device(DeviceKind::kCpu);
+    return d ? *d : nullptr;
+  }();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const int64_t n = grads[i].size();
+    const int64_t lo = n * r / R, hi = n * (r + 1) / R;
+    if (hi <= lo) continue;
+    const size_t esize = dtype_size(grads[i].dtype);
+    auto part = [&](int q) {
+      return TensorView{static_cast<char*>(views_[q][i].data) + lo * esize, grads[i].dtype, Dims{hi - lo}};
+    };
+    const TensorView sum = part(0);
+    for (int q = 1; q < R; ++q) RETURN_IF_ERROR(cpu->accumulate(sum, part(q), nullptr));
+    for (int q = 1; q < R; ++q) std::memcpy(part(q).data, sum.data, sum.bytes());
+  }
+  if (!barrier(sh)) return aborted();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (staged) RETURN_IF_ERROR(dev.to_device(grads[i].data, host[i].data(), grads[i].bytes(), stream));
+    RETURN_IF_ERROR(dev.divide(grads[i], R, stream));
+  }
+  if (staged) RETURN_IF_ERROR(dev.synchronize(stream));  // the host copies end here
+  return Status::ok();
+}
+
+void EpochOrders::init(std::vector<int64_t> order, std::mt19937_64 rng, int64_t first, bool shuffle, int64_t keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drawn_.clear();
+  order_ = std::move(order);
+  rng_ = rng;
+  next_ = first;
+  shuffle_ = shuffle;
+  keep_ = std::max<int64_t>(2, keep);
+}
+
+void EpochOrders::set_drawn(int64_t epoch, std::vector<int64_t> order, const std::mt19937_64& rng_after) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drawn_[epoch] = Drawn{std::make_shared<const std::vector<int64_t>>(order), rng_after};
+  order_ = std::move(order);
+  rng_ = rng_after;
+  next_ = epoch + 1;
+}
+
+std::shared_ptr<const std::vector<int64_t>> EpochOrders::get(int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (next_ <= epoch) {
+    if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
+    drawn_[next_] = Drawn{std::make_shared<const std::vector<int64_t>>(order_), rng_};
+    ++next_;
+    while (static_cast<int64_t>(drawn_.size()) > keep_) drawn_.erase(drawn_.begin());
+  }
+  return drawn_.at(epoch).order;
+}
+
+std::pair<std::vector<int64_t>, std::string> EpochOrders::state(int64_t epoch) {
+  get(epoch);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Drawn& d = drawn_.at(epoch);
+  std::ostringstream os;
+  os << d.rng_after;
+  return {*d.order, os.str()};
+}
+
+bool RunShared::claim(int64_t step) {
+  if (ask_claim) {  // another rank's stage: rank 0's answer decides, and may end the segment here
+    const bool granted = ask_claim(step);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (granted) claimed_ = std::max(claimed_, step + 1);
+      else end_ = std::min(end_, step);
+    }
+    cv.notify_all();
+    return granted;
+  }
+  bool granted = false;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return abort || step >= end_ || step < consumed_ + lead; });
+    granted = step < end_ && !abort;
+    if (granted) claimed_ = std::max(claimed_, step + 1);
+  }
+  cv.notify_all();
+  if (tell_claim) tell_claim(step, granted);
+  return granted;
+}
+
+void RunShared::consumed(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    consumed_ = std::max(consumed_, step + 1);
+  }
+  cv.notify_all();
+}
+
+int64_t RunShared::stop_early() {
+  int64_t end = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    // claimed_ is one past the highest mini-batch any stage has claimed: ending there lets every
+    // stage finish exactly the mini-batches some stage started (a claim below end_ always succeeds).
+    end_ = std::min(end_, std::max(claimed_, first_step + 1));
+    end = end_;
+  }
+  cv.notify_all();  // a claim waiting for the loop to catch up is refused now
+  return end;
+}
+
+int64_t RunShared::end_step() {
+  std::lock_guard<std::mutex> lock(mu);
+  return end_;
+}
+
+void RunShared::set_segment(int64_t first, int64_t end) {
+  std::lock_guard<std::mutex> lock(mu);
+  first_step = first;
+  end_ = end;
+  claimed_ = first;
+  consumed_ = std::max(consumed_, first);
+}
+
+// ---- Stage ----
+
+namespace {
+
+// The error of a pass whose link returned false: the link's own failure, or the abort.
+Status link_failed(const Link* l) { return l->error().is_ok() ? aborted() : l->error(); }
+
+}  // namespace
+
+Expected<DeviceBuffer> Stage::buffer_like(const Value* v) const {
+  return DeviceBuffer::allocate(ex->device(), v->dtype, v->dims, ex->stream());
+}
+
+Status Stage::prepare() {
+  const int N = num_stages;
+  num_slots_ = gpipe() ? std::max(1, opts.micro_batches) : N - index;
+  if (recompute && num_slots_ < 2)
+    return internal_error("stage " + std::to_string(index) + " recomputes with one pass in flight (the plan's schedule is not the run's)");
+  // Recomputing under stale weights keeps the forward's version per pass, so the master gets a
+  // copy of its own (as SpecTrain's) instead of living in the executor's buffers.
+  const bool keep_fwd_weights = recompute && !gpipe() && opts.weights != WeightMode::kStash;
+  separate_master_ = !gpipe() && (opts.weights != WeightMode::kStale || keep_fwd_weights);
+  buf_is_master_ = true;
+  const Device& dev = *ex->device();
+  master_.clear();
+  if (separate_master_)
+    for (const Value* p : params) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
+      RETURN_IF_ERROR(ex->copy_out(p, b.view(), dev));
+      master_.push_back(std::move(b));
+    }
+  saved_slots_.clear();
+  if (num_slots_ > 1) {
+    saved_slots_.resize(num_slots_);
+    for (auto& slot : saved_slots_)
+      for (const Value* v : saved) {
+        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
+        slot.push_back(std::move(b));
+      }
+  }
+  stash_.clear();
+  stash_version_.assign(num_slots_, -1);
+  if (!gpipe() && opts.weights == WeightMode::kStash && num_slots_ > 1) {
+    stash_.resize(num_slots_);
+    for (auto& slot : stash_)
+      for (const Value* p : params) {
+        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
+        slot.push_back(std::move(b));
+      }
+  }
+  fwd_weights_.clear();
+  if (keep_fwd_weights) {
+    fwd_weights_.resize(num_slots_);
+    for (auto& slot : fwd_weights_)
+      for (const Value* p : params) {
+        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
+        slot.push_back(std::move(b));
+      }
+  }
+  state_copy_.clear();
+  if (recompute)
+    for (const Value* v : state) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
+      state_copy_.push_back(std::move(b));
+    }
+  grad_acc_.clear();
+  if (gpipe() && opts.micro_batches > 1)
+    for (const Value* g : grads) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(g));
+      grad_acc_.push_back(std::move(b));
+    }
+  return ex->device()->synchronize(ex->stream());
+}
+
+size_t Stage::held_bytes() const {
+  size_t b = 0;
+  for (const auto& t : master_) b += t.bytes();
+  for (const auto& slot : saved_slots_)
+    for (const auto& t : slot) b += t.bytes();
+  for (const auto& slot : stash_)
+    for (const auto& t : slot) b += t.bytes();
+  for (const auto& slot : fwd_weights_)
+    for (const auto& t : slot) b += t.bytes();
+  for (const auto& t : state_copy_) b += t.bytes();
+  for (const auto& t : grad_acc_) b += t.bytes();
+  return b;
+}
+
+Expected<HostTensor> Stage::master(size_t i) const {
+  if (separate_master_) return master_[i].to_host(ex->stream());
+  return ex->fetch(params[i]);
+}
+
+Expected<HostTensor> Stage::take_master(size_t i) {
+  if (separate_master_) {
+    ASSIGN_OR_RETURN(HostTensor t, master_[i].to_host(ex->stream()));
+    master_[i] = DeviceBuffer{};
+    return t;
+  }
+  if (!ex->direct()) return ex->fetch(params[i]);
+  return std::move(ex->tensor(params[i]));
+}
+
+Status Stage::load_master() {
+  if (!separate_master_ || buf_is_master_) return Status::ok();
+  const Device& dev = *ex->device();
+  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], master_[i].view(), dev));
+  buf_is_master_ = true;
+  return Status::ok();
+}
+
+Status Stage::load_predicted(int s) {
+  if (s == 0) return load_master();
+  for (size_t i = 0; i < params.size(); ++i)
+    RETURN_IF_ERROR(predict_weights(*ex, *updates[i], ex->view(params[i]), master_[i].view(), lr, s));
+  buf_is_master_ = false;
+  return Status::ok();
+}
+
+Status Stage::feed(RunShared& sh, int64_t key) {
+  if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
+  if (data_in) return data_in->recv(key, *ex) ? Status::ok() : link_failed(data_in);
+  if (sh.recv_batch && (reads_input || reads_labels)) {  // a replica's stage under MPI: from rank 0
+    if (!sh.recv_batch(key, reads_input ? &ex->host(input) : nullptr, reads_labels ? &ex->host(labels) : nullptr))
+      return aborted();
+    if (reads_input) RETURN_IF_ERROR(ex->upload(input));
+    if (reads_labels) RETURN_IF_ERROR(ex->upload(labels));
+    return Status::ok();
+  }
+  const bool sends = !data_out.empty();  // the data rank: what it gathers travels from its buffers
+  if (prefetch_) {
+    const bool x = reads_input || sends, y = reads_labels || sends;
+    prefetch_->take(key, x ? &ex->host(input) : nullptr, y ? &ex->host(labels) : nullptr);
+    if (x) RETURN_IF_ERROR(ex->upload(input));
+    if (y) RETURN_IF_ERROR(ex->upload(labels));
+  }
+  if (!more_inputs.empty() || (sends && !graph_more_inputs.empty())) {
+    // Further inputs: gathered here from the order the prefetcher draws for this key; the data
+    // rank gathers every one (what the other stages read travels from its buffers).
+    const int64_t M = micro(), step = key / M, j = key % M;
+    const int64_t epoch = step / sh.per_epoch, in_epoch = step % sh.per_epoch;
+    std::vector<HostTensor*> more(sh.data->more.size(), nullptr);
+    std::vector<const Value*> up;
+    if (sends) {
+      for (size_t k = 0; k < graph_more_inputs.size() && k < more.size(); ++k) {
+        more[k] = &ex->host(graph_more_inputs[k]);
+        up.push_back(graph_more_inputs[k]);
+      }
+    } else {
+      for (const auto& [k, v] : more_inputs) {
+        more.at(k) = &ex->host(v);
+        up.push_back(v);
+      }
+    }
+    gather_more(*sh.data, *sh.orders->get(epoch), sh.first_sample(in_epoch, replica, j), more);
+    for (const Value* v : up) RETURN_IF_ERROR(ex->upload(v));
+  }
+  for (Link* l : data_out)
+    if (!l->send(key, *ex)) return link_failed(l);
+  return Status::ok();
+}
+
+Status Stage::set_lr(RunShared& sh, int64_t step) { return ex->set_scalar(lr, sh.lr.at(step + 1)); }
+
+Status Stage::set_master(size_t i, const HostTensor& t) {
+  if (separate_master_) RETURN_IF_ERROR(ex->device()->to_device(master_[i].view().data, t.data(), t.bytes(), ex->stream()));
+  ex->host(params[i]) = t;
+  RETURN_IF_ERROR(ex->upload(params[i]));
+  buf_is_master_ = true;
+  return Status::ok();
+}
+
+Status Stage::fence_sends() {
+  for (const auto* links : {&fwd_out, &bwd_out, &data_out})
+    for (Link* c : *links) RETURN_IF_ERROR(c->fence(*ex));
+  return Status::ok();
+}
+
+Status Stage::forward(RunShared& sh, int64_t key) {
+  if (sh.abort) return aborted();
+  // Before anything writes into this stage's values: what was sent from them may still be in
+  // flight on a link's stream (saved activations that were sent, the data rank's input).
+  RETURN_IF_ERROR(fence_sends());
+  const auto t_start = std::chrono::steady_clock::now();
+  for (Link* c : fwd_in)
+    if (!c->recv(key, *ex)) return link_failed(c);
+  RETURN_IF_ERROR(recv_weights(key, false));
+  const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
+  RETURN_IF_ERROR(feed(sh, key));
+  PassRecord r;
+  r.stage = index;
+  r.mini_batch = key / micro();
+  r.micro_batch = static_cast<int>(key % micro());
+  r.version = version_;
+  RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
+  if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
+    r.staleness = spectrain_staleness(index, num_stages, false, opts.staleness);
+    RETURN_IF_ERROR(load_predicted(r.staleness));
+  } else {
+    RETURN_IF_ERROR(load_master());
+  }
+  RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kForward || p == Phase::kLoss; }));
+  if (loss) {
+    RETURN_IF_ERROR(ex->download(loss));
+    const double l = ex->host(loss).get_double(0);
+    {
+      std::lock_guard<std::mutex> lock(sh.mu);
+      sh.losses[key * sh.local_replicas + replica % sh.local_replicas] = l;
+    }
+    sh.cv.notify_all();
+  }
+  for (Link* c : fwd_out)
+    if (!c->send(key, *ex)) return link_failed(c);
+  const int slot = slot_of(key);
+  if (num_slots_ > 1) {
+    const Device& dev = *ex->device();
+    for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_out(saved[i], saved_slots_[slot][i].view(), dev));
+    if (!stash_.empty()) {
+      for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], stash_[slot][i].view(), dev));
+      stash_version_[slot] = version_;
+    }
+    if (!fwd_weights_.empty())
+      for (size_t i = 0; i < params.size(); ++i)
+        RETURN_IF_ERROR(ex->copy_out(params[i], fwd_weights_[slot][i].view(), dev));
+  }
+  const double busy = seconds_since(t_run);
+  busy_s_ += busy;
+  fwd_s_ += busy;
+  ++stats.forwards;
+  r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
+  r.end_ms = 1e3 * seconds_since(sh.t0);
+  if (opts.record_trace) trace.push_back(r);
+  forwarded_end_ = std::max(forwarded_end_, r.mini_batch + 1);
+  return serve_readers(sh);
+}
+
+Status Stage::backward(RunShared& sh, int64_t key) {
+  if (sh.abort) return aborted();
+  RETURN_IF_ERROR(fence_sends());
+  const auto t_start = std::chrono::steady_clock::now();
+  const int slot = slot_of(key);
+  for (Link* c : bwd_in)
+    if (!c->recv(key, *ex)) return link_failed(c);
+  RETURN_IF_ERROR(recv_weights(key, true));
+  const auto t_run = std::chrono::steady_clock::now();
+  const Device& dev = *ex->device();
+  if (num_slots_ > 1)
+    for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
+  if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
+  if (recompute) RETURN_IF_ERROR(recompute_forward(slot));
+  PassRecord r;
+  r.stage = index;
+  r.backward = true;
+  r.mini_batch = key / micro();
+  r.micro_batch = static_cast<int>(key % micro());
+  r.version = version_;
+  RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
+  if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
+    r.staleness = spectrain_staleness(index, num_stages, true, opts.staleness);
+    RETURN_IF_ERROR(load_predicted(r.staleness));
+  } else if (!gpipe() && opts.weights == WeightMode::kStash && !stash_.empty() && stash_version_[slot] != version_) {
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
+    buf_is_master_ = false;
+    r.version = stash_version_[slot];
+  } else {
+    RETURN_IF_ERROR(load_master());
+  }
+  // With the update in the backward, the updates run too, each right behind its gradient.
+  const bool updates = update_in_backward;
+  RETURN_IF_ERROR(ex->run([updates](Phase p) { return p == Phase::kBackward || (updates && p == Phase::kUpdate); }));
+  for (Link* c : bwd_out)
+    if (!c->send(key, *ex)) return link_failed(c);
+  if (!grad_acc_.empty()) {
+    const bool first = key % micro() == 0;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (first) RETURN_IF_ERROR(ex->copy_out(grads[i], grad_acc_[i].view(), dev));
+      else RETURN_IF_ERROR(ex->device()->accumulate(grad_acc_[i].view(), ex->view(grads[i]), ex->stream()));
+    }
+  }
+  const double busy = seconds_since(t_run);
+  busy_s_ += busy;
+  bwd_s_ += busy;
+  ++stats.backwards;
+  r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
+  r.end_ms = 1e3 * seconds_since(sh.t0);
+  if (opts.record_trace) trace.push_back(r);
+  return Status::ok();
+}
+
+// The rerun forward must compute exactly the activations the pass's forward computed: the same
+// inputs (its slot, copied in), the same dropout masks (rng_step is the pass key) and the same
+// weights. GPipe's do not change within a mini-batch and stash keeps them; 1F1B SpecTrain
+// predicts the forward's weights from master weights and a smoothed gradient that have moved on
+// by the backward (the prediction for s_fwd cannot be redone), and stale reads master weights
+// that have moved on too, so both keep the forward's weights per slot (fwd_weights_), as
+// PipeDream-2BW and Megatron recompute with stashed weights. BatchNorm in training mode
+// normalises with the batch's statistics, so the rerun's outputs do not depend on the running
+// statistics; its running-statistics update is undone (state_copy_) so that it counts once.
+Status Stage::recompute_forward(int slot) {
+  const Device& dev = *ex->device();
+  if (!fwd_weights_.empty()) {
+    for (size_t i = 0; i < params.size(); ++i)
+      RETURN_IF_ERROR(ex->copy_in(params[i], fwd_weights_[slot][i].view(), dev));
+    buf_is_master_ = false;
+  } else if (!stash_.empty() && stash_version_[slot] != version_) {
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
+    buf_is_master_ = false;
+  } else {
+    RETURN_IF_ERROR(load_master());
+  }
+  for (size_t i = 0; i < state.size(); ++i) RETURN_IF_ERROR(ex->copy_out(state[i], state_copy_[i].view(), dev));
+  RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kForward || p == Phase::kLoss; }));
+  for (size_t i = 0; i < state.size(); ++i) RETURN_IF_ERROR(ex->copy_in(state[i], state_copy_[i].view(), dev));
+  ++stats.recomputes;
+  return Status::ok();
+}
+
+Status Stage::update(RunShared& sh, int64_t step) {
+  const auto t_run = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(fence_sends());
+  const Device& dev = *ex->device();
+  if (!grad_acc_.empty())  // GPipe: the mean of the micro-batch gradients (each loss is a mean)
+    for (size_t i = 0; i < grads.size(); ++i) {
+      RETURN_IF_ERROR(ex->copy_in(grads[i], grad_acc_[i].view(), dev));
+      RETURN_IF_ERROR(ex->device()->divide(ex->view(grads[i]), opts.micro_batches, ex->stream()));
+    }
+  if (reducer) {  // data-parallel replicas: every replica's stage updates with the mean gradient
+    std::vector<TensorView> views;
+    for (const Value* g : grads) views.push_back(ex->view(g));
+    RETURN_IF_ERROR(reducer->allreduce(sh, replica, views, *ex->device(), ex->stream()));
+  }
+  if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
+  if (!update_in_backward) {  // else the backward ran the updates, on the master weights
+    RETURN_IF_ERROR(load_master());
+    RETURN_IF_ERROR(set_lr(sh, step));
+    RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kUpdate; }));
+  }
+  if (separate_master_)
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], master_[i].view(), dev));
+  ++version_;
+  RETURN_IF_ERROR(serve_readers(sh));
+  const double busy = seconds_since(t_run);
+  busy_s_ += busy;
+  upd_s_ += busy;
+  ++stats.updates;
+  if (sh.snapshot_at(step) && replica == 0) RETURN_IF_ERROR(post_snapshot(sh, step));  // the replicas' are equal
+  if (opts.after_update) opts.after_update(index, step);
+  return Status::ok();
+}
+
+Status Stage::post_snapshot(RunShared& sh, int64_t step) {
+  std::vector<std::pair<const Value*, HostTensor>> snap;
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSIGN_OR_RETURN(HostTensor t, master(i));
+    snap.emplace_back(params[i], std::move(t));
+  }
+  for (const Value* v : state) {
+    ASSIGN_OR_RETURN(HostTensor t, ex->fetch(v));
+    snap.emplace_back(v, std::move(t));
+  }
+  {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    auto& per_stage = sh.snapshots[step];
+    per_stage.resize(num_stages);
+    per_stage[index] = std::move(snap);
+    ++sh.snapshot_count[step];
+  }
+  sh.cv.notify_all();
+  return Status::ok();
+}
+
+void Stage::begin_train() {
+  trace.clear();
+  stats = StageStats{};
+  stats.stage = index;
+  busy_s_ = fwd_s_ = bwd_s_ = upd_s_ = 0;
+}
+
+void Stage::finish_stats() {
+  const int64_t mbs = std::max<int64_t>(1, stats.updates);
+  stats.fwd_ms = 1e3 * fwd_s_ / mbs;
+  stats.bwd_ms = 1e3 * bwd_s_ / mbs;
+  stats.update_ms = 1e3 * upd_s_ / mbs;
+}
+
+void Stage::run(RunShared& sh) {
+  if (opts.threads_per_stage > 0) set_cpu_kernel_threads(opts.threads_per_stage);  // OpenMP: this thread's regions
+  const int64_t first = sh.first_step, end = sh.end_step();
+  begin_shared_segment(first);
+  const bool sends = !data_out.empty();
+  if ((reads_input || reads_labels || sends) && !data_in && !sh.recv_batch) {
+    // Batches of the segment's passes, gathered ahead (the segment can only end earlier).
+    const int M = micro();
+    const RunShared* shp = &sh;
+    prefetch_ = std::make_unique<BatchPrefetcher>(
+        reads_input || sends ? &ex->host(input) : nullptr, reads_labels || sends ? &ex->host(labels) : nullptr,
+        first * M, end * M,
+        kPrefetchDepth, [shp, M, r = replica](int64_t key, HostTensor* x, HostTensor* y) {
+          const int64_t step = key / M, j = key % M;
+          const int64_t epoch = step / shp->per_epoch, in_epoch = step % shp->per_epoch;
+          gather_batch(*shp->data, *shp->orders->get(epoch), shp->first_sample(in_epoch, r, j), x, y);
+        });
+  }
+  Status st = Status::ok();
+  auto ok = [&](Status s) {
+    if (s.is_ok()) return true;
+    st = std::move(s);
+    return false;
+  };
+  if (gpipe()) {
+    const int M = micro();
+    for (int64_t step = first; sh.claim(step); ++step) {
+      bool good = true;
+      for (int j = 0; j < M && good; ++j) good = ok(forward(sh, step * M + j));
+      for (int j = 0; j < M && good; ++j) good = ok(backward(sh, step * M + j));
+      if (!good || !ok(update(sh, step))) break;
+    }
+  } else {
+    // N-k-1 warm-up forwards, then F, B (+ update), F, B ...: in steady state one backward, one
+    // forward, so the forward of mini-batch i sees the weights after i-(N-k-1) updates. A claim
+    // refused ends the forwards; the backwards of those started follow (the drain).
+    const int64_t warm = num_stages - index - 1;
+    int64_t f = first, b = first;
+    bool good = true;
+    while (good && f < first + warm && sh.claim(f)) good = ok(forward(sh, f++));
+    while (good && sh.claim(f)) {
+      good = ok(forward(sh, f++)) && ok(backward(sh, b)) && ok(update(sh, b));
+      ++b;
+    }
+    while (good && b < f) {
+      good = ok(backward(sh, b)) && ok(update(sh, b));
+      ++b;
+    }
+  }
+  prefetch_.reset();
+  // The segment's work is done when the device is: a checkpoint or validation reads it next.
+  if (st.is_ok()) ok(ex->device()->synchronize(ex->stream()));
+  if (!st.is_ok() && !sh.abort) sh.fail(st.with_context("stage " + std::to_string(index) + ": "));
+  finish_stats();
+}
+
+}  // namespace pt

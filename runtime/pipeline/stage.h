@@ -1,0 +1,399 @@
+// Internals of runtime/pipeline/pipeline.h: the bounded in-process channel between two stages and the
+// stage worker (its executor, saved-activation slots, master / stashed / predicted weights and
+// the fixed sequence of passes its schedule prescribes). Not a public header.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "runtime/exec/executor.h"
+#include "runtime/loop/rank_coordinator.h"
+#include "runtime/loop/lr_schedule.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/data/prefetch.h"
+#include "runtime/dist/transport.h"
+
+namespace pt {
+
+// A fixed set of values sent from one stage to another, `capacity` messages at most in flight.
+// Messages carry a key (the pass id: mini-batch * M + micro-batch) and are received by key; the
+// slot buffers live on the receiving stage's device and are allocated once. Blocking calls
+// return false once the channel is aborted.
+//
+// Ordering on devices with streams (CUDA): the sender's copies run on the channel's own copy
+// stream, after an event of the sender's compute stream, so they overlap the sender's next
+// kernels; fence() makes the sender's stream wait for them before it overwrites what was sent.
+// The receiver's stream waits for the slot's "filled" event before copying out of it, and the
+// next sender into that slot waits for its "drained" event. On the CPU every copy is done when
+// the call returns and the events are no-ops.
+class Channel : public Link {
+ public:
+  static Expected<std::unique_ptr<Channel>> create(std::vector<const Value*> values, int capacity,
+                                                   std::shared_ptr<Device> slot_device);
+  ~Channel() override;
+  // Waits for a free slot, copies every value from `from` into it, publishes it under `key`.
+  bool send(int64_t key, const Executor& from) override;
+  // Waits for the message `key`, copies it into `to`'s buffers, frees the slot.
+  bool recv(int64_t key, Executor& to) override;
+  void abort() override;
+  Status fence(const Executor& from) override;
+
+ private:
+  explicit Channel(std::vector<const Value*> values) : Link(std::move(values)) {}
+  Status copy_into_slot(int slot, const Executor& from);
+  static constexpr int64_t kFree = -1, kBusy = -2;
+  struct Slot {
+    int64_t key = kFree;
+    std::vector<DeviceBuffer> tensors;
+    std::unique_ptr<Event> filled, drained;
+  };
+  std::shared_ptr<Device> device_;  // of the slots
+  std::vector<Slot> slots_;
+  // The sender's side (created at the first send, on the sender's device; the slots' "filled"
+  // events too, since they are recorded on the copy stream).
+  std::shared_ptr<Device> sender_;
+  void* copy_stream_ = nullptr;
+  std::unique_ptr<Event> computed_, copied_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool aborted_ = false;
+};
+
+// The sample order of every epoch, drawn on demand exactly as the single-stage trainer draws it
+// (one shuffle per epoch from one seeded RNG), so memory does not grow with --steps; the newest
+// `keep` epochs are kept. Thread-safe.
+class EpochOrders {
+ public:
+  // Draws epochs from `first` on, starting from `order` and `rng`.
+  void init(std::vector<int64_t> order, std::mt19937_64 rng, int64_t first, bool shuffle, int64_t keep);
+  // Declares epoch `epoch`'s order as given (a resume in the middle of that epoch); call after init.
+  void set_drawn(int64_t epoch, std::vector<int64_t> order, const std::mt19937_64& rng_after);
+  std::shared_ptr<const std::vector<int64_t>> get(int64_t epoch);
+  // The order of `epoch` and the RNG as it stood after drawing it (what a checkpoint records).
+  std::pair<std::vector<int64_t>, std::string> state(int64_t epoch);
+
+ private:
+  struct Drawn {
+    std::shared_ptr<const std::vector<int64_t>> order;
+    std::mt19937_64 rng_after;
+  };
+  std::mutex mu_;
+  std::map<int64_t, Drawn> drawn_;
+  std::vector<int64_t> order_;
+  std::mt19937_64 rng_;
+  int64_t next_ = 0, keep_ = 4;
+  bool shuffle_ = true;
+};
+
+struct RunShared;
+
+// The R replicas of one stage average their gradients of each mini-batch here (in one process,
+// through shared memory): every replica arrives with its gradient buffers, each sums its share of
+// the elements over the replicas in replica order (r = 0, 1, ...) into every replica's buffers,
+// and, once all have summed, each divides its own by R: the same arithmetic as an all-reduce sum
+// followed by the division, so that every replica's buffers hold bit-identical means. Gradients
+// on a device whose memory the host cannot address are staged through host copies.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  // Replica `r`'s gradients `grads` (on `dev`, with stream `stream`): averaged over the replicas in
+  // place. Every replica calls it once per update, in the same order; waits end at sh.abort.
+  virtual Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) = 0;
+};
+
+class ReplicaReducer final : public GradientReducer {
+ public:
+  explicit ReplicaReducer(int replicas) : replicas_(replicas), views_(replicas) {}
+  Status allreduce(RunShared& sh, int r, const std::vector<TensorView>& grads, Device& dev, void* stream) override;
+
+ private:
+  bool barrier(RunShared& sh);
+  const int replicas_;
+  std::vector<std::vector<TensorView>> views_;  // [replica][gradient] host-addressable
+  int count_ = 0;                               // guarded by sh.mu
+  int64_t generation_ = 0;
+};
+
+// One stage per rank (runtime/pipeline/ranks.cpp): the replicas of a stage are ranks of one group
+// (Cluster::split_groups), and the sum is MPI's all-reduce (then the division by R).
+std::unique_ptr<GradientReducer> make_rank_reducer(Cluster& cluster, int replicas);
+
+// Batches a stage's prefetch thread gathers ahead of its forwards.
+constexpr int kPrefetchDepth = 2;
+
+// Shared between the coordinator (train()) and the stage threads of one run. The stage threads
+// run one segment at a time: steps [first_step, end) (0-based), starting and ending with the
+// pipeline empty. Segments end at checkpoint steps, at the end of the run, or earlier when a stop
+// is requested: end then drops to the first mini-batch no stage has started yet.
+struct RunShared {
+  const Dataset* data = nullptr;
+  EpochOrders* orders = nullptr;
+  int64_t per_epoch = 1;
+  int64_t total_steps = 0;
+  int64_t first_step = 0;  // of the current segment
+  LrSchedule lr;           // the rate of step t (1-based) is lr.at(t)
+  int64_t mini_batch = 0;  // samples per step (over every replica)
+  int64_t graph_batch = 0;  // samples per pass
+  int replicas = 1;         // replica r reads samples [r, r + 1) * mini_batch / replicas of each step
+  int local_replicas = 1;   // the replicas of this process (in one process: all; under MPI: 1)
+  // Under MPI, a stage of replica r > 0 receives its batches from rank 0 (which reads the data):
+  // the input and labels of pass `key` into x / y (null: not read here); false once aborted.
+  std::function<bool(int64_t key, HostTensor* x, HostTensor* y)> recv_batch;
+  // The first sample (in the epoch's order) of micro-batch j of replica r, in_epoch steps into the epoch.
+  int64_t first_sample(int64_t in_epoch, int r, int64_t j) const {
+    return in_epoch * mini_batch + r * (mini_batch / replicas) + j * graph_batch;
+  }
+  // Validation needs the weights after 0-based step s at epoch ends, every eval_every steps and
+  // after the last step (only when there is a validation set).
+  bool validate = false;
+  int64_t eval_every = 0;
+  bool snapshot_at(int64_t s) const {
+    return validate && (s % per_epoch == per_epoch - 1 || s == total_steps - 1 || (eval_every > 0 && (s + 1) % eval_every == 0));
+  }
+  std::atomic<bool> abort{false};
+  std::chrono::steady_clock::time_point t0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int64_t, double> losses;   // [pass id * local_replicas + replica], filled by the loss stages, erased when consumed
+  // [step] -> per-stage snapshot of (value, tensor), posted after that step's update.
+  std::map<int64_t, std::vector<std::vector<std::pair<const Value*, HostTensor>>>> snapshots;
+  std::map<int64_t, int> snapshot_count;
+  Status error;  // the first stage failure
+  std::vector<Link*> channels;  // aborted on failure, so no stage waits forever
+  // --clip-grad-norm (0: off). GPipe: the stages' sums of squared gradients of mini-batch `step`
+  // are added (in stage order, so the result does not depend on timing) by sum_over_stages; under
+  // MPI through sum_across_ranks (set by runtime/pipeline/ranks.cpp). 1F1B: each stage its own.
+  double clip_grad_norm = 0;
+  std::function<Expected<double>(int64_t step, double local)> sum_across_ranks;
+  Expected<double> sum_over_stages(int64_t step, int stage, int num_stages, double local);
+  std::map<int64_t, std::pair<std::vector<double>, int>> norm_parts;  // [step] -> (by stage, readers left)
+  void fail(Status s);
+
+  // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
+  // first; false when the segment ends before it. The stages run at most `lead` mini-batches ahead
+  // of the training loop (consumed()): a loop slowed by validation or a loaded machine would
+  // otherwise leave losses and snapshots piling up without bound, and a stop request would first
+  // wait for that backlog (issue 17: a stopped 2-stage run took minutes to exit under load).
+  bool claim(int64_t step);
+  // The training loop has taken mini-batch `step`'s losses.
+  void consumed(int64_t step);
+  int64_t lead = 1 << 30;
+  // One stage per rank (runtime/pipeline/ranks.cpp): rank 0 passes every answer of claim() on
+  // (tell_claim), the other ranks take rank 0's answer for their own (ask_claim; false once the
+  // run is aborted), so that a stop on rank 0 ends every rank's segment at the same mini-batch.
+  std::function<void(int64_t step, bool granted)> tell_claim;
+  std::function<bool(int64_t step)> ask_claim;
+  // Whether mini-batch `s` has been claimed here or the segment ends at or before it (caller
+  // holds mu; claim() notifies cv).
+  bool settled(int64_t s) const { return s < claimed_ || s >= end_; }
+  bool past_end(int64_t s) const { return s >= end_; }  // caller holds mu
+  // Ends the segment after the mini-batches already started; returns the new end.
+  int64_t stop_early();
+  int64_t end_step();  // the current segment's end (exclusive)
+  void set_segment(int64_t first, int64_t end);
+
+ private:
+  int64_t end_ = 0, claimed_ = 0, consumed_ = 0;  // guarded by mu
+};
+
+class Stage {
+ public:
+  int index = 0;
+  int num_stages = 1;
+  int replica = 0;                       // which copy of the pipeline (PipelineOptions::replicas)
+  GradientReducer* reducer = nullptr;    // with replicas: where stage `index` averages its gradients
+  PipelineOptions opts;
+  std::vector<const Node*> nodes;
+  std::unique_ptr<Executor> ex;
+  std::vector<const Value*> params;    // trainable parameters this stage updates
+  std::vector<const Node*> updates;    // their update nodes (SGDMomentum, SGD, Adam)
+  std::vector<std::vector<const Value*>> opt_state;  // their optimizer state (the updates' kState inputs)
+  std::vector<const Value*> grads;     // their gradients (G)
+  std::vector<const Value*> state;     // model state its nodes own (BatchNorm running statistics)
+  std::vector<const Value*> saved;     // kept from a forward until that pass's backward
+  // Activation recomputation (--recompute; the plan's StagePlan::recompute): `saved` holds only
+  // the stage's inputs, and each backward first reruns the forward of its pass (recompute_forward).
+  bool recompute = false;
+  // The update in the backward (StagePlan::update_in_backward): the executor's node list has each
+  // update right behind its gradient's producer (interleave_updates), the backward pass runs them,
+  // and update() only finishes the step (master copy, version, readers, snapshot).
+  bool update_in_backward = false;
+  const Value* input = nullptr;        // the model input (fed only when reads_input)
+  const Value* labels = nullptr;       // the labels (fed only when reads_labels)
+  bool reads_input = false, reads_labels = false;
+  // A model with several data inputs: the further ones this stage's nodes read, with their index
+  // k in Dataset::more; gathered and uploaded by feed(), or received over the data link (MPI).
+  std::vector<std::pair<size_t, const Value*>> more_inputs;
+  std::vector<const Value*> graph_more_inputs;  // every further input (the data rank gathers them all)
+  const Value* loss = nullptr;         // the loss, when this stage computes it
+  const Value* lr = nullptr;
+  const Value* rng_step = nullptr;
+  std::vector<Link*> fwd_in, fwd_out, bwd_in, bwd_out;
+  // One stage per rank: rank 0 alone reads the data and sends the input and labels of every pass
+  // to the other stages that read them (data_out); such a stage receives them (data_in).
+  std::vector<Link*> data_out;
+  Link* data_in = nullptr;
+  // Shared weights (runtime/pipeline/shared_weights.cpp): a parameter updated here (its owner) and read by
+  // later stages. The owner sends each reader, for every pass, the version that reader uses when
+  // the weight is its own (SpecTrain predicted with the reader's staleness); the readers' gradient
+  // contributions come back through the ordinary gradient links into the graph's sum.
+  struct WeightLink {
+    Link* link = nullptr;
+    int reader = 0;
+    bool backward = false;       // serves the reader's backward passes (1F1B); else its forwards
+    std::vector<size_t> params;  // indices into params, in the link's value order
+    int64_t next = 0;            // the next mini-batch to serve in this segment
+  };
+  std::vector<WeightLink> weights_out;                   // owner side
+  std::vector<Link*> weights_fwd_in, weights_bwd_in;     // reader side
+
+  // Allocates slots and weight copies on the executor's device; call once after the fields
+  // above are set.
+  Status prepare();
+  // Bytes of the stage's own buffers beside its executor: master weights, saved-activation
+  // slots, stashed versions, GPipe's gradient sums.
+  size_t held_bytes() const;
+  // Clears the trace and the statistics (at the start of PipelineTrainer::train).
+  void begin_train();
+  // Runs the stage's schedule for the current segment of the run (the body of its thread).
+  void run(RunShared& shared);
+  // Master weight i, copied to the host (from the executor's buffer when the mode keeps no
+  // separate copy).
+  Expected<HostTensor> master(size_t i) const;
+  // The same, taken: the stage's own storage of it is released (a CPU executor's buffer moved out,
+  // not copied), so that gathering every weight for the export costs no second copy. The stage
+  // cannot train afterwards.
+  Expected<HostTensor> take_master(size_t i);
+  // Replaces master weight i (a resume; nothing may be in flight); updates_done: its version.
+  Status set_master(size_t i, const HostTensor& t);
+  void set_version(int64_t updates_done) { version_ = updates_done; }
+  // Folds the time of the passes so far into stats (after each segment).
+  void finish_stats();
+
+  std::vector<PassRecord> trace;
+  StageStats stats;
+
+ private:
+  Status forward(RunShared& sh, int64_t key);
+  Status backward(RunShared& sh, int64_t key);
+  // Reruns the forward (and loss) nodes of the pass whose inputs are in the executor, with the
+  // weights its forward used, leaving the model state (BatchNorm running statistics) as it was.
+  Status recompute_forward(int slot);
+  Status update(RunShared& sh, int64_t step);
+  Status feed(RunShared& sh, int64_t key);
+  Status fence_sends();  // this stage's stream waits until its sends have read their values
+  Status set_lr(RunShared& sh, int64_t step);  // the rate of 0-based step `step`
+  Status load_master();
+  Status load_predicted(int s);
+  Status post_snapshot(RunShared& sh, int64_t step);
+  // Shared weights (runtime/pipeline/shared_weights.cpp).
+  void begin_shared_segment(int64_t first);
+  Status serve_readers(RunShared& sh);  // owner: sends every version that is due
+  Status recv_weights(int64_t key, bool backward);  // reader: before a pass runs
+  int64_t shared_version_for(const WeightLink& w, int64_t step) const;
+  Status load_version_for(RunShared& sh, const WeightLink& w, int64_t step);
+  Status clip_gradients(RunShared& sh, int64_t step);  // runtime/pipeline/clip.cpp
+  Expected<DeviceBuffer> buffer_like(const Value* v) const;  // on the executor's device
+  int slot_of(int64_t key) const { return static_cast<int>(key % num_slots_); }
+  bool gpipe() const { return opts.schedule == Schedule::kGPipe; }
+  int micro() const { return gpipe() ? opts.micro_batches : 1; }
+
+  int num_slots_ = 1;
+  bool separate_master_ = false;
+  bool buf_is_master_ = true;
+  int64_t version_ = 0;  // updates applied to the master weights
+  int64_t segment_first_ = 0, forwarded_end_ = 0;  // shared weights: this segment's first step, 1 + last forwarded
+  // On the executor's device.
+  std::vector<DeviceBuffer> master_;
+  std::vector<std::vector<DeviceBuffer>> saved_slots_;  // [slot][saved value]
+  std::vector<std::vector<DeviceBuffer>> stash_;        // [slot][param]
+  std::vector<int64_t> stash_version_;                  // [slot]
+  // --recompute under 1F1B SpecTrain / stale: the weights each pass's forward read, [slot][param]
+  // (the master weights move on before its backward); the model state around a rerun forward.
+  std::vector<std::vector<DeviceBuffer>> fwd_weights_;
+  std::vector<DeviceBuffer> state_copy_;
+  std::vector<DeviceBuffer> grad_acc_;                  // GPipe: summed parameter gradients
+  std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
+  double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
+};
+
+// The trainer's state (runtime/pipeline/pipeline.cpp); under MPI (opts.cluster) stages holds every stage's
+// description but only this rank's stage has an executor and runs (runtime/pipeline/ranks.cpp).
+struct PipelineTrainer::Impl {
+  Impl(const Graph& graph, const TrainingGraph& training) : g(graph), tg(training) {}
+  const Graph& g;
+  const TrainingGraph& tg;
+  PipelineOptions opts;
+  std::vector<std::unique_ptr<Stage>> stages;  // replica 0's (the ones reported, saved and exported)
+  // Replicas 1.. (PipelineOptions::replicas) in this process: [replica - 1][stage]. Their weights
+  // equal replica 0's after every update; their model state (BatchNorm statistics) is their own,
+  // and replica 0's is the model's (as PyTorch's DistributedDataParallel keeps rank 0's buffers).
+  std::vector<std::vector<std::unique_ptr<Stage>>> more_replicas;
+  std::vector<std::unique_ptr<GradientReducer>> reducers;  // [stage] with replicas (under MPI: this rank's)
+  std::vector<std::unique_ptr<Link>> channels;
+  std::vector<Link*> shared_links;  // MPI: [layout weight flow] this rank's end of its weight link (null: not an end)
+  std::unique_ptr<Executor> eval;  // the whole forward, for evaluation (rank 0 only under MPI)
+  int64_t graph_batch = 0;
+  int loss_stage = -1;             // the stage that computes the loss
+  std::vector<std::string> plan_lines;  // Checkpoint::plan
+
+  // Gathered on rank 0 at the end of train() from the other ranks.
+  std::map<std::string, HostTensor> remote_values;  // their master weights and model state
+  std::vector<StageStats> remote_stats;
+  std::vector<PassRecord> remote_trace;
+
+  bool distributed() const { return opts.cluster != nullptr; }
+  // Every stage this process runs, of every replica (replica 0's first).
+  std::vector<Stage*> local_stages() const;
+  int rank() const;
+  bool coordinator() const { return rank() == 0; }  // prints, validates, writes the run folder
+  bool local(int stage) const { return !distributed() || stage == my_stage(); }
+  // Ranks under MPI: stage k of replica r is rank k * R + r (a stage's replicas side by side, so
+  // that the all-reduce, the heaviest traffic, stays between neighbouring ranks: on one node when
+  // ranks are placed by node).
+  int my_stage() const { return rank() / opts.replicas; }
+  int my_replica() const { return distributed() ? rank() % opts.replicas : 0; }
+  int rank_of(int stage, int replica) const { return stage * opts.replicas + replica; }
+  Status load_eval_weights();  // into the evaluator's host copies (run_eval uploads them)
+  Expected<EvalResult> run_eval(const Dataset& d);
+  std::string describe() const;  // "4 stages, 1F1B spectrain (paper)" (checkpoints record it)
+  // The tensors of a checkpoint (checkpoint_values(g) by name: master weights, momentum, state).
+  Expected<std::map<std::string, HostTensor>> checkpoint_tensors() const;
+  // Puts checkpoint tensors (checked by check_checkpoint) into the stages, at version `step`.
+  Status restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step);
+
+  // pipeline_ranks.cpp: the wiring between ranks, and what the MPI RankCoordinator packs.
+  // Every rank walks the layout's flows in the same order, so a link's number names it on both ends.
+  Status wire_ranks(const StageLayout& layout, int capacity);
+  // Bytes of stage k's snapshot: its master weights, then its model state.
+  size_t snapshot_bytes(int k) const;
+  void pack_snapshot(const std::vector<std::pair<const Value*, HostTensor>>& snap, std::vector<char>* out) const;
+  void unpack_into_eval(int k, const std::vector<char>& in);
+  // What stage k contributes to a checkpoint, in a fixed order: each parameter and its momentum,
+  // then the state; packed from / unpacked into a map by name (checkpoint_tensors()).
+  std::vector<const Value*> checkpoint_values_of(int k) const;
+  void pack_values(const std::vector<const Value*>& vs, const std::map<std::string, HostTensor>& t,
+                   std::vector<char>* out) const;
+  void unpack_values(const std::vector<const Value*>& vs, const std::vector<char>& in,
+                     std::map<std::string, HostTensor>* t) const;
+};
+
+// Message kinds of the coordinators (Cluster::send/recv).
+enum MessageKind { kMsgLoss = 0, kMsgSnapshot = 1, kMsgFinal = 2, kMsgStats = 3, kMsgTraceCount = 4, kMsgTrace = 5,
+                   kMsgHeader = 6, kMsgCheckpoint = 7, kMsgClaim = 8, kMsgSegmentEnd = 9,
+                   kMsgNorm = 10, kMsgBatchX = 11, kMsgBatchY = 12 };
+// Link kinds between two ranks.
+enum LinkKind { kLinkForward = 0, kLinkBackward = 1, kLinkData = 2, kLinkWeightsForward = 3, kLinkWeightsBackward = 4 };
+
+// One stage per rank of impl.opts.cluster (runtime/pipeline/ranks.cpp).
+std::unique_ptr<RankCoordinator> make_mpi_coordinator(PipelineTrainer::Impl& impl);
+
+}  // namespace pt
