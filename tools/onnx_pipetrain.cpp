@@ -303,6 +303,29 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   app.add_flag("--export-training", o.local.export_training,
                "also write RUN/<stem>.training.onnx: the trained weights in the source's training-mode graph "
                "(BatchNorm on batch statistics, Dropout on); <stem>.trained.onnx is always the inference model");
+  // --help prints the flags in these groups (a group's place: where its first flag was added).
+  // get_option throws on a name that is not a flag; a flag left out stays under "Options", which
+  // tests/cli/test_docs.py refuses, as it refuses --help and docs/cli.md drifting apart.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
+      {"Pipeline",
+       {"--gpus", "--replicas", "--schedule", "--weights", "--spectrain-staleness", "--micro-batches", "--recompute",
+        "--plan-only", "--whatif", "--profile", "--split-at", "--balance", "--ranks-per-node"}},
+      {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link"}},
+      {"Data",
+       {"--data", "--val-data", "--val-split", "--mean", "--std", "--raw-pixels", "--no-shuffle", "--seed", "--epochs",
+        "--steps", "--batch-size", "--eval-every"}},
+      {"Optimizer",
+       {"--optimizer", "--lr", "--lr-schedule", "--warmup-steps", "--lr-decay-every", "--lr-gamma", "--lr-power",
+        "--lr-min", "--weight-decay", "--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps",
+        "--clip-grad-norm"}},
+      {"Model", {"--loss", "--ignore-index", "--trainable", "--freeze", "--no-fusion", "--precision"}},
+      {"Output",
+       {"--out", "--overwrite", "--log-every", "--quiet", "--trace", "--export-stages", "--export-training",
+        "--tensorboard"}},
+      {"Checkpoints", {"--checkpoint-every", "--keep-checkpoints", "--resume"}},
+  };
+  for (const auto& [group, flags] : groups)
+    for (const std::string& flag : flags) app.get_option(flag)->group(group);
   // Test-only switches (tests/CMakeLists.txt, tests/mpi/test_mpi.py), hidden from --help.
   app.add_flag("--test-separate-host", o.test.separate_host)->group("");
   app.add_option("--test-lose-rank", o.test.lose_rank)->group("");
