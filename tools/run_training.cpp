@@ -135,20 +135,11 @@ Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
 
 // ---- Phase 2: the model and its training graph --------------------------------------------------
 
-// The batch as the run executes it: samples per update, and the passes each replica splits its
-// share into (GPipe's micro-batches; 1F1B runs one pass per mini-batch).
-struct RunBatch {
-  int64_t mini = 0;   // --batch-size
-  int micro = 1;      // passes per replica per mini-batch
-  int replicas = 1;
-  int64_t pass() const { return mini / (int64_t{micro} * replicas); }  // samples per pass: the graph's batch
-};
-
-Expected<RunBatch> run_batch(const TrainingSpec& o) {
+Expected<StepBatch> run_batch(const TrainingSpec& o) {
   const bool gpipe = o.schedule == Schedule::kGPipe;
   if (!gpipe && o.batch.micro_batches_given && o.batch.micro_batches != 1)
     return invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) + ": micro-batches need --schedule gpipe");
-  RunBatch b{o.batch.mini_batch, gpipe ? o.batch.micro_batches : 1, o.replicas};
+  StepBatch b{o.batch.mini_batch, gpipe ? o.batch.micro_batches : 1, o.replicas};  // the graph holds b.pass()
   // Each replica runs its share of the mini-batch (in micro-batches under GPipe).
   const int64_t passes = int64_t{b.micro} * b.replicas;
   if (b.mini % passes != 0)
@@ -164,7 +155,7 @@ Expected<RunBatch> run_batch(const TrainingSpec& o) {
 struct Model {
   ImportedModel m;
   TrainingGraph tg;
-  RunBatch batch;
+  StepBatch batch;            // the step's: --batch-size, or the graph's fixed batch dimension
   bool update_fusion = true;  // --no-fusion update not given
   size_t baseline_rss = 0;    // the process before the import (the memory report's baseline)
   Graph& g() { return *m.graph; }
@@ -218,9 +209,11 @@ Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const Sg
         return invalid_input(o.model + ": graph input '" + in->name + "' dimension " + std::to_string(d) + " is " +
                              std::to_string(in->dims[d]) + "; every dimension of a data input must be at least 1" +
                              (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : ""));
-  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size)
+  if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size) {
     say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
                "; training with batches of that size (--batch-size " + std::to_string(o.batch.mini_batch) + " ignored)");
+    md.batch.mini = g.inputs[0]->dims[0] * md.batch.micro * md.batch.replicas;  // from here on the run's batch
+  }
   auto tg = build_training_graph(g, o.loss, sgd, o.ignore_index);
   if (!tg) return tg.status().with_context(o.model + ": ");
   md.tg = std::move(*tg);
@@ -373,6 +366,7 @@ Expected<Data> open_data(const TrainingSpec& o, const Model& md, const MpiJob& j
 
 Expected<TrainConfig> training_config(const TrainingSpec& o, const Model& md, const fs::path& out_dir, const MpiJob& job) {
   TrainConfig tc;
+  tc.batch = md.batch;
   tc.epochs = o.epochs;
   tc.steps = o.steps;
   tc.lr = o.lr;
@@ -458,7 +452,7 @@ Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Device
 }
 
 // "training: 1F1B, spectrain weights (paper staleness), 4 stages".
-std::string pipeline_line(const TrainingSpec& o, const RunBatch& b) {
+std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
   const std::string how =
       o.schedule == Schedule::kGPipe
           ? "GPipe, " + std::to_string(b.micro) + " micro-batches"
@@ -472,7 +466,8 @@ std::string pipeline_line(const TrainingSpec& o, const RunBatch& b) {
 // Per-stage busy fraction and pass times, and the pipeline's efficiency: the throughput reached
 // against the bound the slowest stage sets (its measured forward + backward + update time per
 // mini-batch), beside the cost model's prediction. The measured times go into the plan.
-void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const TrainResult& r, Plan& plan) {
+void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const StepBatch& batch, const TrainResult& r,
+                   Plan& plan) {
   double slowest = 0;
   int which = 0;
   for (const StageStats& st : pipe.stage_stats()) {
@@ -491,7 +486,7 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Tra
     }
   }
   if (slowest > 0 && r.samples_per_s > 0) {
-    const double bound = static_cast<double>(pipe.samples_per_step()) / (slowest * 1e-3);
+    const double bound = static_cast<double>(batch.mini) / (slowest * 1e-3);
     char b[320];
     std::snprintf(b, sizeof b,
                   "pipeline efficiency: %.0f%% of the slowest stage's bound (stage %d, %.3f ms per mini-batch: "
@@ -527,7 +522,7 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
     ASSIGN_OR_RETURN(out.result, (*pipe)->train(data.train, data.val.size() ? &data.val : nullptr, tc));
   }
   if (!job.leads_run()) return out;  // rank 0 writes the run folder
-  report_stages(o, **pipe, out.result, plan);
+  report_stages(o, **pipe, md.batch, out.result, plan);
   const std::vector<int64_t> held = (*pipe)->stage_allocated_bytes();
   for (size_t k = 0; k < held.size() && k < plan.stages.size(); ++k) plan.stages[k].measured_memory_bytes = held[k];
   for (const MemoryPlan* mp : (*pipe)->stage_memory_plans())

@@ -23,7 +23,20 @@ struct CheckpointOptions {
   std::string model_hash;  // ImportedModel::hash: recorded, and a resume of another model is refused
 };
 
+// The batch of a step as the run executes it: samples per weight update over every replica, the
+// passes each replica splits its share into (GPipe's micro-batches; 1F1B runs one) and the
+// replicas. The training graph holds one pass: its batch dimension is pass().
+struct StepBatch {
+  int64_t mini = 0;  // 0: not given (a library caller's graph decides: its batch x micro x replicas)
+  int micro = 1;
+  int replicas = 1;
+  int64_t pass() const { return mini / (int64_t{micro} * replicas); }
+};
+
 struct TrainConfig {
+  // The step's batch (the command line always gives it); a trainer refuses one whose pass is not
+  // its graph's batch dimension.
+  StepBatch batch;
   int64_t epochs = 1;
   int64_t steps = 0;        // total steps; 0: epochs * steps_per_epoch
   float lr = 0.05f;         // the base rate (LrSchedule::base)

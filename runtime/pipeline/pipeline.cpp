@@ -649,8 +649,15 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   int64_t n = train.size();
   bool validate = val && val->size() > 0;
   RETURN_IF_ERROR(co->agree_data(&n, &validate));
-  const int64_t batch = samples_per_step();
   const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
+  const StepBatch& given = cfg.batch;
+  if (given.mini > 0 && (given.micro != M || given.replicas != I.opts.replicas || given.pass() != I.graph_batch ||
+                         given.mini != given.pass() * M * I.opts.replicas))
+    return internal_error("the step's batch (" + std::to_string(given.mini) + " samples in " + std::to_string(given.micro) +
+                          " x " + std::to_string(given.replicas) + " passes) is not this pipeline's (passes of " +
+                          std::to_string(I.graph_batch) + ", " + std::to_string(M) + " x " +
+                          std::to_string(I.opts.replicas) + ")");
+  const int64_t batch = given.mini > 0 ? given.mini : samples_per_step();
   if (n == 0) return invalid_input("the training set is empty");
   if (train.size() > 0) RETURN_IF_ERROR(check_dataset_inputs(train, I.g));  // under MPI rank 0 holds the data
   TrainingLoop loop(cfg);

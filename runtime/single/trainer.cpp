@@ -248,6 +248,10 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
   if (update_in_backward_ && cfg.clip_grad_norm > 0)
     return internal_error("--clip-grad-norm needs every gradient before the first update; this trainer updates in the backward");
   RETURN_IF_ERROR(check_inputs(train));
+  if (cfg.batch.mini > 0 && (cfg.batch.micro != 1 || cfg.batch.replicas != 1 || cfg.batch.mini != batch_))
+    return internal_error("a single stage runs one pass of " + std::to_string(batch_) + " samples per step, not " +
+                          std::to_string(cfg.batch.mini) + " in " + std::to_string(cfg.batch.micro) + " x " +
+                          std::to_string(cfg.batch.replicas) + " passes");
   TrainingLoop loop(cfg);
   RETURN_IF_ERROR(loop.plan(n, batch_));
 
