@@ -138,14 +138,14 @@ PT_HD T gelu_grad(T dy, T x, bool tanh) {
   X(HardSwish, hard_swish, no_args(), x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))), from_x,          \
     hard_swish_grad(dy, z), kNone, kNone)                                                                 \
   X(Erf, erf, no_args(), std::erf(x), from_x, dy * T(kTwoOverSqrtPi) * std::exp(-z * z), kErf, kErfGrad)  \
-  X(Softplus, softplus, no_args(), softplus(x), from_x, dy * sigmoid(z), kNone, kNone)                    \
+  X(Softplus, softplus, no_args(), softplus(x), composed, , kNone, kNone)                                 \
   X(Abs, abs, no_args(), x < T(0) ? -x : x, from_x, z > T(0) ? dy : (z < T(0) ? -dy : T(0)), kNone,       \
     kNone)                                                                                                \
-  X(Sin, sin, no_args(), std::sin(x), from_x, dy * std::cos(z), kNone, kNone)                             \
+  X(Sin, sin, no_args(), std::sin(x), composed, , kNone, kNone)                                           \
   X(Cos, cos, no_args(), std::cos(x), from_x, -dy * std::sin(z), kNone, kNone)                            \
   X(Tan, tan, no_args(), std::tan(x), from_x, dy / (std::cos(z) * std::cos(z)), kNone, kNone)             \
-  X(Sinh, sinh, no_args(), std::sinh(x), from_x, dy * std::cosh(z), kNone, kNone)                         \
-  X(Cosh, cosh, no_args(), std::cosh(x), from_x, dy * std::sinh(z), kNone, kNone)                         \
+  X(Sinh, sinh, no_args(), std::sinh(x), composed, , kNone, kNone)                                        \
+  X(Cosh, cosh, no_args(), std::cosh(x), composed, , kNone, kNone)                                       \
   X(Atan, atan, no_args(), std::atan(x), from_x, dy / (T(1) + z * z), kNone, kNone)                       \
   X(Softsign, softsign, no_args(), x / (T(1) + std::abs(x)),                                              \
     from_x, dy / ((T(1) + std::abs(z)) * (T(1) + std::abs(z))), kNone, kNone)                             \

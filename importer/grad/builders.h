@@ -26,6 +26,11 @@ Status neg(GradContext& c);
 Status exp(GradContext& c);
 Status log(GradContext& c);
 Status sqrt(GradContext& c);
+Status reciprocal(GradContext& c);
+Status softplus(GradContext& c);  // dY * Sigmoid(X)
+Status sin(GradContext& c);       // dY * Cos(X)
+Status sinh(GradContext& c);      // dY * Cosh(X)
+Status cosh(GradContext& c);      // dY * Sinh(X)
 Status softmax(GradContext& c);
 Status log_softmax(GradContext& c);
 Status reshape(GradContext& c);      // Reshape, Flatten, Identity (and any view of the same data)
@@ -36,7 +41,6 @@ Status dropout(GradContext& c);
 Status no_gradient(GradContext& c);  // comparisons, shape ops
 Status fused_attention(GradContext& c);  // attention_grad.cpp (importer/fuse_attention.cpp)
 // Ops of issue 3: activation_grad.cpp, reduce_grad.cpp, tensor_grad.cpp, layernorm_grad.cpp.
-Status reciprocal(GradContext& c);
 Status pow(GradContext& c);
 Status prelu(GradContext& c);
 Status reduce_sum(GradContext& c);

@@ -1,6 +1,6 @@
 // Gradient builders of the element-wise unary ops of kernels/unary_ops.h: the dedicated backward
-// op NameGrad(dY, X or Y), or, where that costs nothing, existing ops (Neg, Exp, Log, Sqrt,
-// Reciprocal).
+// op NameGrad(dY, X or Y), or, where that costs nothing measurable, existing ops (Neg, Exp, Log,
+// Sqrt, Reciprocal, Softplus, Sin, Sinh, Cosh).
 #include "importer/grad/builders.h"
 
 namespace pt::grad {
@@ -14,6 +14,14 @@ Status dedicated(GradContext& c, Value* z) {
   std::vector<Value*> ins = {c.dy(0), z};
   for (size_t i = 1; i < c.fwd().inputs.size(); ++i) ins.push_back(c.x(i));
   c.set_dx(0, c.emit(c.fwd().op_type + "Grad", ins, c.x(0)->dims, c.fwd().attrs));
+  return Status::ok();
+}
+
+// dX = dY * Op(X): the derivative is itself an op of the list.
+Status times_op_of_x(GradContext& c, const char* op) {
+  if (!c.dy(0) || !c.needs(0)) return Status::ok();
+  const Dims& d = c.x(0)->dims;
+  c.set_dx(0, c.emit("Mul", {c.dy(0), c.emit(op, {c.x(0)}, d)}, d));
   return Status::ok();
 }
 
@@ -52,5 +60,10 @@ Status reciprocal(GradContext& c) {
   c.set_dx(0, c.emit("Neg", {c.emit("Mul", {c.dy(0), yy}, d)}, d));
   return Status::ok();
 }
+
+Status softplus(GradContext& c) { return times_op_of_x(c, "Sigmoid"); }
+Status sin(GradContext& c) { return times_op_of_x(c, "Cos"); }
+Status sinh(GradContext& c) { return times_op_of_x(c, "Cosh"); }
+Status cosh(GradContext& c) { return times_op_of_x(c, "Sinh"); }
 
 }  // namespace pt::grad
