@@ -17,15 +17,11 @@ namespace {
 // exponent may be integral).
 template <typename T, typename F>
 Status broadcast_binary(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  Dims bd;
+  RETURN_IF_ERROR(kernels::check_broadcast_binary(call, op, &bd));
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  Dims bd;
-  if (!broadcast_dims(a.dims, b.dims, &bd))
-    return invalid_input(std::string(op) + ": shapes " + dims_str(a.dims) + " and " + dims_str(b.dims) +
-                         " do not broadcast");
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, bd));
   std::vector<T> conv;
   const T* pb = nullptr;
   if (b.dtype == dtype_of<T>()) {
@@ -99,13 +95,10 @@ Status pow_op(const KernelCall& call) {
 // the slope's shape, where broadcasting is undone in one place).
 template <typename T>
 Status prelu_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "PReluGrad", 3, 2));
+  RETURN_IF_ERROR(kernels::check_prelu_grad(call));
   const TensorView& dy = call.inputs[0];
   const TensorView& x = call.inputs[1];
   const TensorView& s = call.inputs[2];
-  RETURN_IF_ERROR(check_same_dims("PReluGrad", "X", x.dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims("PReluGrad", "dX", call.outputs[0].dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims("PReluGrad", "dSlope", call.outputs[1].dims, dy.dims));
   const Dims& od = dy.dims;
   const T* pdy = dy.as<T>();                 // (od)
   const T* px = x.as<T>();                   // (od)

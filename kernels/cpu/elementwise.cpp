@@ -9,12 +9,9 @@ namespace pt::cpu {
 
 template <typename T>
 Status copy_input(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Identity/Reshape/Flatten", 1, 1));
+  RETURN_IF_ERROR(kernels::check_copy(call));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  if (x.size() != y.size())
-    return invalid_input("Identity/Reshape/Flatten: input " + dims_str(x.dims) +
-                         " and output " + dims_str(y.dims) + " differ in element count");
   const T* px = x.as<T>();
   T* py = y.as<T>();
   if (px != py && x.size() > 0) std::memcpy(py, px, static_cast<size_t>(x.size()) * sizeof(T));

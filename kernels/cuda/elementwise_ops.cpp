@@ -41,15 +41,11 @@ Status grad(const KernelCall& call, const char* op, UnaryOp u) {
 
 template <typename T>
 Status binary(const KernelCall& call, const char* op, BinaryOp b) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  Dims bd;
+  RETURN_IF_ERROR(kernels::check_broadcast_binary(call, op, &bd));
   const TensorView& a = call.inputs[0];
   const TensorView& bv = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  Dims bd;
-  if (!broadcast_dims(a.dims, bv.dims, &bd))
-    return invalid_input(std::string(op) + ": shapes " + dims_str(a.dims) + " and " + dims_str(bv.dims) +
-                         " do not broadcast");
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, bd));
   if (bv.dtype != dtype_of<T>())
     return unsupported(std::string(op) + " (cuda): second input of type " + dtype_name(bv.dtype));
   const int64_t n = y.size();
@@ -62,22 +58,12 @@ Status binary(const KernelCall& call, const char* op, BinaryOp b) {
 
 template <typename T>
 Status variadic(const KernelCall& call, const char* op, bool mean) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
+  // Every check before the first launch, so a refusal leaves the output untouched.
+  size_t count = 0;
+  RETURN_IF_ERROR(kernels::check_variadic(call, op, &count));
   const TensorView& y = call.outputs[0];
   const int64_t n = y.size();
   if (n == 0) return Status::ok();
-  // Every check before the first launch, so a refusal leaves the output untouched.
-  size_t count = 0;
-  for (size_t k = 0; k < call.inputs.size(); ++k) {
-    const TensorView& x = call.inputs[k];
-    if (!x.data) continue;
-    Dims bd;
-    if (!broadcast_dims(x.dims, y.dims, &bd) || bd != y.dims)
-      return invalid_input(std::string(op) + ": input " + std::to_string(k) + " " + dims_str(x.dims) +
-                           " does not broadcast to the output " + dims_str(y.dims));
-    ++count;
-  }
-  if (count == 0) return invalid_input(std::string(op) + ": no inputs");
   // An input aliasing the output must be read before the output is overwritten: such a call is
   // rare (the executor does not alias Sum's operands); refuse it rather than compute garbage.
   bool first = true;
@@ -107,12 +93,9 @@ Status variadic(const KernelCall& call, const char* op, bool mean) {
 
 template <typename T>
 Status copy_input(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Identity/Reshape/Flatten", 1, 1));
+  RETURN_IF_ERROR(kernels::check_copy(call));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  if (x.size() != y.size())
-    return invalid_input("Identity/Reshape/Flatten: input " + dims_str(x.dims) + " and output " + dims_str(y.dims) +
-                         " differ in element count");
   const T* px = x.as<T>();
   T* py = y.as<T>();
   if (px != py && x.size() > 0)
@@ -146,27 +129,17 @@ template <typename T> Status mean_op(const KernelCall& c) { return variadic<T>(c
 // Transpose (attr perm, default reversed dims): y[i] = x[permuted offset of i].
 template <typename T>
 Status transpose(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Transpose", 1, 1));
+  std::vector<int64_t> perm;
+  RETURN_IF_ERROR(kernels::check_transpose(call, &perm));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
   const size_t r = x.dims.size();
-  std::vector<int64_t> perm = call.attrs.get_ints("perm");
-  if (perm.empty())
-    for (size_t i = 0; i < r; ++i) perm.push_back(static_cast<int64_t>(r - 1 - i));
-  std::vector<bool> seen(r, false);
-  bool ok = perm.size() == r;
-  for (size_t i = 0; ok && i < r; ++i) {
-    ok = perm[i] >= 0 && perm[i] < static_cast<int64_t>(r) && !seen[perm[i]];
-    if (ok) seen[perm[i]] = true;
-  }
-  if (!ok) return invalid_input("Transpose: perm is not a permutation of the " + std::to_string(r) + " input dims");
   Dims od(r), st(r);
   const Dims xs = row_major_strides(x.dims);
   for (size_t i = 0; i < r; ++i) {
     od[i] = x.dims[perm[i]];
     st[i] = xs[perm[i]];
   }
-  RETURN_IF_ERROR(check_same_dims("Transpose", "output", y.dims, od));
   const int64_t n = y.size();
   if (n == 0) return Status::ok();
   Strided<1> s;
@@ -178,16 +151,10 @@ Status transpose(const KernelCall& call) {
 // PReluGrad (dY, X, slope) -> dX, dSlope unreduced (dY's dims), as the CPU kernel.
 template <typename T>
 Status prelu_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "PReluGrad", 3, 2));
+  RETURN_IF_ERROR(kernels::check_prelu_grad(call));
   const TensorView& dy = call.inputs[0];
   const TensorView& x = call.inputs[1];
   const TensorView& s = call.inputs[2];
-  RETURN_IF_ERROR(check_same_dims("PReluGrad", "X", x.dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims("PReluGrad", "dX", call.outputs[0].dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims("PReluGrad", "dSlope", call.outputs[1].dims, dy.dims));
-  Dims bd;
-  if (!broadcast_dims(s.dims, dy.dims, &bd) || bd != dy.dims)
-    return invalid_input("PReluGrad: slope " + dims_str(s.dims) + " does not broadcast to " + dims_str(dy.dims));
   const int64_t n = dy.size();
   if (n == 0) return Status::ok();
   Strided<1> walk;
