@@ -14,7 +14,7 @@
 #include "importer/shapes_scatter.h"
 #include "importer/shapes_tensor.h"
 #include "importer/shapes_cnn.h"
-#include "kernels/unary_math_ops.h"
+#include "kernels/unary_ops.h"
 
 namespace pt {
 
@@ -418,13 +418,24 @@ Status fused_product(Node& n, const std::string& where) {
   return Status::ok();
 }
 
+ShapeFn unary_shape(const unary::ArgSpec& s) {
+  switch (s.kind) {
+    case unary::ArgSpec::kClip: return shapes::clip;
+    case unary::ArgSpec::kGelu: return shapes::gelu;
+    default: return shapes::unary;
+  }
+}
+
 const std::map<std::string, ShapeFn>& shape_fns() {
   static const std::map<std::string, ShapeFn> m = {
+      // The element-wise unary ops (kernels/unary_ops.h): X's shape, after their parameters' checks.
+#define PT_UNARY_SHAPE(Name, ...) {#Name, unary_shape(unary::Name##Op::kArgs)},
+      PT_UNARY_OPS(PT_UNARY_SHAPE)
+#undef PT_UNARY_SHAPE
       {"Gemm", gemm}, {"MatMul", matmul},
       {"Add", binary_broadcast}, {"Sub", binary_broadcast}, {"Mul", binary_broadcast}, {"Div", binary_broadcast},
       {"Equal", binary_broadcast}, {"Less", binary_broadcast}, {"Greater", binary_broadcast},
-      {"Relu", unary_same}, {"Sigmoid", unary_same}, {"Tanh", unary_same}, {"Neg", unary_same},
-      {"Exp", unary_same}, {"Log", unary_same}, {"Sqrt", unary_same}, {"Identity", unary_same},
+      {"Identity", unary_same},
       {"Softmax", softmax}, {"LogSoftmax", softmax},
       {"Flatten", flatten}, {"Reshape", reshape}, {"Transpose", transpose},
       {"SoftmaxCrossEntropyLoss", sce_loss}, {"MSELoss", mse_loss},
@@ -432,9 +443,6 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"Concat", concat}, {"Cast", cast}, {"Slice", slice}, {"ConstantOfShape", constant_of_shape},
       {"Dropout", dropout},
       {"Where", where_op}, {"Expand", expand}, {"Not", not_op}, {"Range", range_op},
-      {"Clip", shapes::clip}, {"LeakyRelu", shapes::unary}, {"Elu", shapes::unary}, {"Selu", shapes::unary},
-      {"HardSigmoid", shapes::unary}, {"HardSwish", shapes::unary}, {"Erf", shapes::unary},
-      {"Softplus", shapes::unary}, {"Reciprocal", shapes::unary}, {"Abs", shapes::unary},
       {"PRelu", shapes::prelu}, {"Pow", shapes::pow},
       {"ReduceSum", shapes::reduce}, {"ReduceMean", shapes::reduce}, {"ReduceMax", shapes::reduce},
       {"Sum", shapes::variadic}, {"Mean", shapes::variadic}, {"Split", shapes::split}, {"Tile", shapes::tile},
@@ -445,10 +453,6 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"GlobalAveragePool", shapes::global_pool}, {"GlobalMaxPool", shapes::global_pool}, {"LRN", shapes::lrn},
       {"BatchNormalization", shapes::batch_norm},
       // Ops of opsets 18 to 21 and the missing ops of issue 13.
-#define PT_UNARY_MATH_SHAPE(Name, fn, fwd, bwd) {#Name, shapes::unary},
-      PT_UNARY_MATH_OPS(PT_UNARY_MATH_SHAPE)
-#undef PT_UNARY_MATH_SHAPE
-      {"Gelu", shapes::gelu},
       {"ReduceMin", shapes::reduce}, {"ReduceProd", shapes::reduce}, {"ReduceL1", shapes::reduce},
       {"ReduceL2", shapes::reduce}, {"ReduceSumSquare", shapes::reduce}, {"ReduceLogSum", shapes::reduce},
       {"ReduceLogSumExp", shapes::reduce},

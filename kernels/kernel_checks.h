@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/registry.h"
 
@@ -65,6 +66,87 @@ inline Status axis_geometry(const char* op, const Dims& dims, int64_t axis, bool
     g->n = dims[axis];
     for (int64_t d = axis + 1; d < r; ++d) g->inner *= dims[d];
   }
+  return Status::ok();
+}
+
+// ---- element-wise ops: one check per call shape, the CPU kernels and the CUDA wrappers alike ----
+
+// y = f(a, b) under numpy broadcasting: two inputs, one output of the broadcast dims (*bd).
+inline Status check_broadcast_binary(const KernelCall& call, const char* op, Dims* bd) {
+  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  const Dims& a = call.inputs[0].dims;
+  const Dims& b = call.inputs[1].dims;
+  if (!broadcast_dims(a, b, bd))
+    return invalid_input(std::string(op) + ": shapes " + dims_str(a) + " and " + dims_str(b) + " do not broadcast");
+  return check_same_dims(op, "output", call.outputs[0].dims, *bd);
+}
+
+// Sum / Mean: every present input broadcasts to the output; *count of them (at least one unless the
+// output is empty). Checked before the kernel writes anything.
+inline Status check_variadic(const KernelCall& call, const char* op, size_t* count) {
+  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
+  const Dims& y = call.outputs[0].dims;
+  *count = 0;
+  for (size_t k = 0; k < call.inputs.size(); ++k) {
+    const TensorView& x = call.inputs[k];
+    if (!x.data) continue;
+    Dims bd;
+    if (!broadcast_dims(x.dims, y, &bd) || bd != y)
+      return invalid_input(std::string(op) + ": input " + std::to_string(k) + " " + dims_str(x.dims) +
+                           " does not broadcast to the output " + dims_str(y));
+    ++*count;
+  }
+  if (*count == 0 && call.outputs[0].size() != 0) return invalid_input(std::string(op) + ": no inputs");
+  return Status::ok();
+}
+
+// Identity, Reshape, Flatten, Squeeze, Unsqueeze: one input, an output of as many elements.
+inline Status check_copy(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Identity/Reshape/Flatten", 1, 1));
+  const TensorView& x = call.inputs[0];
+  const TensorView& y = call.outputs[0];
+  if (x.size() != y.size())
+    return invalid_input("Identity/Reshape/Flatten: input " + dims_str(x.dims) + " and output " + dims_str(y.dims) +
+                         " differ in element count");
+  return Status::ok();
+}
+
+// Transpose: attribute perm (default: the dims reversed) a permutation of the input's dims, the
+// output of the permuted dims. Fills *perm.
+inline Status check_transpose(const KernelCall& call, std::vector<int64_t>* perm) {
+  RETURN_IF_ERROR(check_arity(call, "Transpose", 1, 1));
+  const TensorView& x = call.inputs[0];
+  const int r = x.rank();
+  *perm = call.attrs.get_ints("perm");
+  if (perm->empty() && r > 0)
+    for (int i = r - 1; i >= 0; --i) perm->push_back(i);
+  if (static_cast<int>(perm->size()) != r)
+    return invalid_input("Transpose: perm has " + std::to_string(perm->size()) + " entries for an input of rank " +
+                         std::to_string(r));
+  std::vector<bool> seen(r, false);
+  Dims out(r);
+  for (int k = 0; k < r; ++k) {
+    const int64_t p = (*perm)[k];
+    if (p < 0 || p >= r || seen[p])
+      return invalid_input("Transpose: perm is not a permutation of 0.." + std::to_string(r - 1));
+    seen[p] = true;
+    out[k] = x.dims[p];
+  }
+  return check_same_dims("Transpose", "output", call.outputs[0].dims, out);
+}
+
+// PReluGrad (dY, X, slope) -> dX, dSlope unreduced: X, dX and dSlope of dY's dims, the slope
+// broadcasting to them.
+inline Status check_prelu_grad(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "PReluGrad", 3, 2));
+  const Dims& d = call.inputs[0].dims;
+  RETURN_IF_ERROR(check_same_dims("PReluGrad", "X", call.inputs[1].dims, d));
+  RETURN_IF_ERROR(check_same_dims("PReluGrad", "dX", call.outputs[0].dims, d));
+  RETURN_IF_ERROR(check_same_dims("PReluGrad", "dSlope", call.outputs[1].dims, d));
+  const Dims& s = call.inputs[2].dims;
+  Dims bd;
+  if (!broadcast_dims(s, d, &bd) || bd != d)
+    return invalid_input("PReluGrad: slope " + dims_str(s) + " does not broadcast to " + dims_str(d));
   return Status::ok();
 }
 

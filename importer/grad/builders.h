@@ -18,13 +18,19 @@ Status add(GradContext& c);
 Status sub(GradContext& c);
 Status mul(GradContext& c);
 Status div(GradContext& c);
-Status relu(GradContext& c);
-Status sigmoid(GradContext& c);
-Status tanh(GradContext& c);
+// The element-wise unary ops of kernels/unary_ops.h (unary_grad.cpp): NameGrad(dY, X[, ...]) or
+// NameGrad(dY, Y) with the forward node's attributes, or composed from existing ops (neg ...).
+Status unary_from_x(GradContext& c);
+Status unary_from_y(GradContext& c);
 Status neg(GradContext& c);
 Status exp(GradContext& c);
 Status log(GradContext& c);
 Status sqrt(GradContext& c);
+Status reciprocal(GradContext& c);
+Status softplus(GradContext& c);  // dY * Sigmoid(X)
+Status sin(GradContext& c);       // dY * Cos(X)
+Status sinh(GradContext& c);      // dY * Cosh(X)
+Status cosh(GradContext& c);      // dY * Sinh(X)
 Status softmax(GradContext& c);
 Status log_softmax(GradContext& c);
 Status reshape(GradContext& c);      // Reshape, Flatten, Identity (and any view of the same data)
@@ -35,16 +41,6 @@ Status dropout(GradContext& c);
 Status no_gradient(GradContext& c);  // comparisons, shape ops
 Status fused_attention(GradContext& c);  // attention_grad.cpp (importer/fuse_attention.cpp)
 // Ops of issue 3: activation_grad.cpp, reduce_grad.cpp, tensor_grad.cpp, layernorm_grad.cpp.
-Status clip(GradContext& c);
-Status leaky_relu(GradContext& c);
-Status elu(GradContext& c);
-Status selu(GradContext& c);
-Status hard_sigmoid(GradContext& c);
-Status hard_swish(GradContext& c);
-Status erf(GradContext& c);
-Status softplus(GradContext& c);
-Status abs(GradContext& c);
-Status reciprocal(GradContext& c);
 Status pow(GradContext& c);
 Status prelu(GradContext& c);
 Status reduce_sum(GradContext& c);
@@ -71,8 +67,6 @@ Status global_max_pool(GradContext& c);
 Status batch_norm(GradContext& c);
 Status lrn(GradContext& c);
 // Ops of opsets 18 to 21 and issue 13: opset18_ops_grad.cpp.
-Status unary_math(GradContext& c);  // the ops of kernels/unary_math_ops.h: <Op>Grad(dY, X)
-Status gelu(GradContext& c);
 Status reduce_min(GradContext& c);
 Status reduce_sum_square(GradContext& c);
 Status reduce_l2(GradContext& c);

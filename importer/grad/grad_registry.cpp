@@ -4,7 +4,7 @@
 #include <map>
 
 #include "importer/grad/builders.h"
-#include "kernels/unary_math_ops.h"
+#include "kernels/unary_ops.h"
 
 namespace pt {
 
@@ -76,12 +76,9 @@ const char* const kNoGradientOps[] = {"Equal", "Less", "Greater", "Not", "ArgMax
 const std::vector<BackwardOp>& backward_op_list() {
   static const std::vector<BackwardOp> v = {
       {"ReduceSumToShape", "Add"},  // GradContext::reduce_to, used by every broadcasting op
-      {"ReluGrad", "Relu"}, {"SigmoidGrad", "Sigmoid"}, {"TanhGrad", "Tanh"},
       {"SoftmaxGrad", "Softmax"}, {"LogSoftmaxGrad", "LogSoftmax"}, {"DropoutGrad", "Dropout"},
       {"SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLoss"}, {"MSELossGrad", "MSELoss"},
-      {"ClipGrad", "Clip"}, {"LeakyReluGrad", "LeakyRelu"}, {"EluGrad", "Elu"}, {"SeluGrad", "Selu"},
-      {"HardSigmoidGrad", "HardSigmoid"}, {"HardSwishGrad", "HardSwish"}, {"ErfGrad", "Erf"},
-      {"SoftplusGrad", "Softplus"}, {"AbsGrad", "Abs"}, {"PReluGrad", "PRelu"},
+      {"PReluGrad", "PRelu"},
       {"ReduceMaxGrad", "ReduceMax"}, {"SliceGrad", "Slice"}, {"PadGrad", "Pad"}, {"GatherGrad", "Gather"},
       {"LayerNormalizationGrad", "LayerNormalization"},
       {"FusedAttentionGrad", "FusedAttention"},
@@ -89,10 +86,10 @@ const std::vector<BackwardOp>& backward_op_list() {
       {"MaxPoolGrad", "MaxPool"}, {"AveragePoolGrad", "AveragePool"},
       {"GlobalAveragePoolGrad", "GlobalAveragePool"}, {"GlobalMaxPoolGrad", "GlobalMaxPool"},
       {"BatchNormalizationGrad", "BatchNormalization"}, {"LRNGrad", "LRN"},
-#define PT_UNARY_MATH_BACKWARD(Name, fn, fwd, bwd) {#Name "Grad", #Name},
-      PT_UNARY_MATH_OPS(PT_UNARY_MATH_BACKWARD)
-#undef PT_UNARY_MATH_BACKWARD
-      {"GeluGrad", "Gelu"}, {"GatherElementsGrad", "GatherElements"},
+#define PT_UNARY_BACKWARD(Name, fn, args, fwd, kind, ...) PT_UNARY_IF_GRAD(kind, {#Name "Grad", #Name}, )
+      PT_UNARY_OPS(PT_UNARY_BACKWARD)
+#undef PT_UNARY_BACKWARD
+      {"GatherElementsGrad", "GatherElements"},
       {"GroupNormalizationGrad", "GroupNormalization"}, {"ResizeGrad", "Resize"}, {"GatherNDGrad", "GatherND"},
   };
   return v;
@@ -100,6 +97,16 @@ const std::vector<BackwardOp>& backward_op_list() {
 
 std::map<std::string, GradBuilder> build_table() {
   std::map<std::string, GradBuilder> t = {
+      // The element-wise unary ops (kernels/unary_ops.h): NameGrad(dY, X or Y), or composed.
+#define PT_UNARY_BUILDER_from_x(fn) grad::unary_from_x
+#define PT_UNARY_BUILDER_from_y(fn) grad::unary_from_y
+#define PT_UNARY_BUILDER_composed(fn) grad::fn
+#define PT_UNARY_GRAD(Name, fn, args, fwd, kind, ...) {#Name, PT_UNARY_BUILDER_##kind(fn)},
+      PT_UNARY_OPS(PT_UNARY_GRAD)
+#undef PT_UNARY_GRAD
+#undef PT_UNARY_BUILDER_from_x
+#undef PT_UNARY_BUILDER_from_y
+#undef PT_UNARY_BUILDER_composed
       {"Gemm", grad::gemm},
       {"MatMul", grad::matmul},
       {"FusedMatMul", grad::fused_product},
@@ -109,13 +116,6 @@ std::map<std::string, GradBuilder> build_table() {
       {"Sub", grad::sub},
       {"Mul", grad::mul},
       {"Div", grad::div},
-      {"Relu", grad::relu},
-      {"Sigmoid", grad::sigmoid},
-      {"Tanh", grad::tanh},
-      {"Neg", grad::neg},
-      {"Exp", grad::exp},
-      {"Log", grad::log},
-      {"Sqrt", grad::sqrt},
       {"Softmax", grad::softmax},
       {"LogSoftmax", grad::log_softmax},
       {"Reshape", grad::reshape},
@@ -125,16 +125,6 @@ std::map<std::string, GradBuilder> build_table() {
       {"SoftmaxCrossEntropyLoss", grad::softmax_cross_entropy},
       {"MSELoss", grad::mse_loss},
       {"Dropout", grad::dropout},
-      {"Clip", grad::clip},
-      {"LeakyRelu", grad::leaky_relu},
-      {"Elu", grad::elu},
-      {"Selu", grad::selu},
-      {"HardSigmoid", grad::hard_sigmoid},
-      {"HardSwish", grad::hard_swish},
-      {"Erf", grad::erf},
-      {"Softplus", grad::softplus},
-      {"Abs", grad::abs},
-      {"Reciprocal", grad::reciprocal},
       {"Pow", grad::pow},
       {"PRelu", grad::prelu},
       {"ReduceSum", grad::reduce_sum},
@@ -163,10 +153,6 @@ std::map<std::string, GradBuilder> build_table() {
       {"BatchNormalization", grad::batch_norm},
       {"LRN", grad::lrn},
       // Ops of opsets 18 to 21 and issue 13.
-#define PT_UNARY_MATH_GRAD(Name, fn, fwd, bwd) {#Name, grad::unary_math},
-      PT_UNARY_MATH_OPS(PT_UNARY_MATH_GRAD)
-#undef PT_UNARY_MATH_GRAD
-      {"Gelu", grad::gelu},
       {"ReduceMin", grad::reduce_min},
       {"ReduceSumSquare", grad::reduce_sum_square},
       {"ReduceL2", grad::reduce_l2},

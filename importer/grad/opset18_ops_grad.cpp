@@ -1,5 +1,4 @@
-// Gradient builders of the ops added for opsets 18 to 21 and issue 13: the one-formula ops of
-// kernels/unary_math_ops.h and Gelu (dedicated <Op>Grad(dY, X)), the reductions beyond
+// Gradient builders of the ops added for opsets 18 to 21 and issue 13: the reductions beyond
 // Sum/Mean/Max (composed from Reshape, Expand and arithmetic; ReduceMin reuses ReduceMaxGrad, which
 // matches Y by equality), Min/Max (Equal + Cast masks: tied inputs each get the full gradient),
 // CumSum and Trilu (themselves, transposed), GatherElements (GatherElementsGrad: a scatter-add) and
@@ -26,20 +25,6 @@ Value* expand_to_x(GradContext& c, Value* v) {
 }
 
 }  // namespace
-
-Status unary_math(GradContext& c) {
-  if (!c.dy(0) || !c.needs(0)) return Status::ok();
-  c.set_dx(0, c.emit(c.fwd().op_type + "Grad", {c.dy(0), c.x(0)}, c.x(0)->dims));
-  return Status::ok();
-}
-
-Status gelu(GradContext& c) {
-  if (!c.dy(0) || !c.needs(0)) return Status::ok();
-  AttrMap m;
-  m.set("approximate", c.fwd().attrs.get_string("approximate", "none"));
-  c.set_dx(0, c.emit("GeluGrad", {c.dy(0), c.x(0)}, c.x(0)->dims, m));
-  return Status::ok();
-}
 
 Status reduce_min(GradContext& c) { return reduce_max(c); }
 

@@ -31,15 +31,11 @@ inline void binary_row(const T* a, int64_t sa, const T* b, int64_t sb, T* y, int
 
 template <typename T, typename F>
 Status binary(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  Dims bd;
+  RETURN_IF_ERROR(kernels::check_broadcast_binary(call, op, &bd));
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  Dims bd;
-  if (!broadcast_dims(a.dims, b.dims, &bd))
-    return invalid_input(std::string(op) + ": shapes " + dims_str(a.dims) + " and " +
-                         dims_str(b.dims) + " do not broadcast");
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, bd));
   const T* pa = a.as<T>();
   const T* pb = b.as<T>();
   T* py = y.as<T>();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/registry.h"
+#include "kernels/unary_ops.h"
 
 namespace pt::cpu {
 
@@ -10,20 +11,19 @@ namespace pt::cpu {
   template <typename T>             \
   Status name(const KernelCall& call)
 
-// elementwise.cpp: unary ops; dX = f(dY, Y) backward ops; copies (Identity, Reshape, Flatten).
-PT_DECLARE_CPU_KERNEL(relu);
-PT_DECLARE_CPU_KERNEL(sigmoid);
-PT_DECLARE_CPU_KERNEL(tanh_op);
-PT_DECLARE_CPU_KERNEL(neg);
-PT_DECLARE_CPU_KERNEL(exp_op);
-PT_DECLARE_CPU_KERNEL(log_op);
-PT_DECLARE_CPU_KERNEL(sqrt_op);
-PT_DECLARE_CPU_KERNEL(relu_grad);
+// unary.cpp: the element-wise unary ops of kernels/unary_ops.h, fn_op (X) -> Y and, for a
+// dedicated backward op, fn_grad (dY, Z[, ...]) -> dX (abs_op also int64).
+#define PT_DECLARE_CPU_UNARY(Name, fn, args, fwd, kind, bwd, fast, fast_grad) \
+  PT_DECLARE_CPU_KERNEL(fn##_op);                                            \
+  PT_UNARY_IF_GRAD(kind, PT_DECLARE_CPU_KERNEL(fn##_grad);)
+PT_UNARY_OPS(PT_DECLARE_CPU_UNARY)
+#undef PT_DECLARE_CPU_UNARY
+
+// elementwise.cpp: copies (Identity, Reshape, Flatten; also int64, int32, bool, uint8).
+PT_DECLARE_CPU_KERNEL(copy_input);
+// dropout.cpp
 PT_DECLARE_CPU_KERNEL(dropout);
 PT_DECLARE_CPU_KERNEL(dropout_grad);
-PT_DECLARE_CPU_KERNEL(sigmoid_grad);
-PT_DECLARE_CPU_KERNEL(tanh_grad);
-PT_DECLARE_CPU_KERNEL(copy_input);  // also int64, int32
 
 // binary.cpp: numpy-broadcasting Add, Sub, Mul, Div (also int64; Div truncates toward zero).
 PT_DECLARE_CPU_KERNEL(add);
@@ -59,30 +59,10 @@ PT_DECLARE_CPU_KERNEL(sgd_momentum);
 PT_DECLARE_CPU_KERNEL(sgd);
 PT_DECLARE_CPU_KERNEL(adam);
 
-// activation.cpp: Clip, LeakyRelu, Elu, Selu, HardSigmoid, HardSwish, Erf, Softplus, Reciprocal,
-// Abs (also int64), broadcasting PRelu and Pow (Pow also int64; exponent of any numeric type).
-// Backward ops take (dY, X[, ...]) -> dX; PReluGrad (dY, X, slope) -> dX, dSlope unreduced.
-PT_DECLARE_CPU_KERNEL(clip);
-PT_DECLARE_CPU_KERNEL(leaky_relu);
-PT_DECLARE_CPU_KERNEL(elu);
-PT_DECLARE_CPU_KERNEL(selu);
-PT_DECLARE_CPU_KERNEL(hard_sigmoid);
-PT_DECLARE_CPU_KERNEL(hard_swish);
-PT_DECLARE_CPU_KERNEL(erf_op);
-PT_DECLARE_CPU_KERNEL(softplus_op);
-PT_DECLARE_CPU_KERNEL(reciprocal);
-PT_DECLARE_CPU_KERNEL(abs_op);
+// activation.cpp: broadcasting PRelu and Pow (Pow also int64; exponent of any numeric type);
+// PReluGrad (dY, X, slope) -> dX, dSlope unreduced.
 PT_DECLARE_CPU_KERNEL(prelu);
 PT_DECLARE_CPU_KERNEL(pow_op);
-PT_DECLARE_CPU_KERNEL(clip_grad);  // (dY, X[, min, max])
-PT_DECLARE_CPU_KERNEL(leaky_relu_grad);
-PT_DECLARE_CPU_KERNEL(elu_grad);
-PT_DECLARE_CPU_KERNEL(selu_grad);
-PT_DECLARE_CPU_KERNEL(hard_sigmoid_grad);
-PT_DECLARE_CPU_KERNEL(hard_swish_grad);
-PT_DECLARE_CPU_KERNEL(erf_grad);
-PT_DECLARE_CPU_KERNEL(softplus_grad);
-PT_DECLARE_CPU_KERNEL(abs_grad);
 PT_DECLARE_CPU_KERNEL(prelu_grad);
 
 // reduce_ops.cpp: ReduceSum/Mean/Max over attr _axes (ReduceSum, ReduceMax also int64);
@@ -131,10 +111,6 @@ PT_DECLARE_CPU_KERNEL(resize_grad);
 // einsum.cpp: Einsum (attribute equation), naive loops.
 PT_DECLARE_CPU_KERNEL(einsum);
 
-// unary_math.cpp: Gelu (attribute approximate) and GeluGrad (dY, X) -> dX; the one-formula ops of
-// kernels/unary_math_ops.h are declared there.
-PT_DECLARE_CPU_KERNEL(gelu);
-PT_DECLARE_CPU_KERNEL(gelu_grad);
 
 // tensor_ops.cpp: data movement for float, double, int64, int32, bool (Pad: no bool); the
 // backward ops SliceGrad (dY) -> dX, PadGrad (dY) -> dX, GatherGrad (dY, indices) -> dData for

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/kernel_checks.h"
+#include "kernels/unary_args.h"
 #include "kernels/registry.h"
 
 namespace pt::cpu {
@@ -42,17 +43,17 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
-// y = f(x) elementwise over same-shape input 0 and output 0.
+// y = f(x) elementwise over same-shape input 0 and output 0 (checked as on CUDA: kernels/unary_args.h).
 template <typename T, typename F>
 Status map_unary(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
+  RETURN_IF_ERROR(kernels::check_unary(call, op, 1));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, x.dims));
   const T* px = x.as<T>();  // (n)
   T* py = y.as<T>();        // (n)
   const int64_t n = x.size();
-#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
+  // f's copy per thread: its captured parameters stay in registers (the output cannot alias them).
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold) firstprivate(f)
   for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
   return Status::ok();
 }
@@ -61,17 +62,15 @@ Status map_unary(const KernelCall& call, const char* op, F f) {
 // output Y or input X, as the op's backward needs.
 template <typename T, typename F>
 Status map_grad(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  RETURN_IF_ERROR(kernels::check_unary(call, op, 2));
   const TensorView& dy = call.inputs[0];
   const TensorView& z = call.inputs[1];
   const TensorView& dx = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "the second input", z.dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "output", dx.dims, dy.dims));
   const T* pdy = dy.as<T>();  // (n)
   const T* pz = z.as<T>();    // (n)
   T* pdx = dx.as<T>();        // (n)
   const int64_t n = dy.size();
-#pragma omp parallel for simd if (parallel: n > kParallelThreshold)
+#pragma omp parallel for simd if (parallel: n > kParallelThreshold) firstprivate(f)
   for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], pz[i]);
   return Status::ok();
 }

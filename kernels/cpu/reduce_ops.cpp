@@ -99,7 +99,8 @@ Status reduce(const KernelCall& call, const char* op, AccOf<T> init, Fold fold, 
 // out = sum (or mean) of the inputs broadcast to out's dims.
 template <typename T>
 Status variadic(const KernelCall& call, const char* op, bool mean) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
+  size_t inputs = 0;
+  RETURN_IF_ERROR(kernels::check_variadic(call, op, &inputs));
   const TensorView& y = call.outputs[0];
   T* py = y.as<T>();  // (y.dims)
   const int64_t n = y.size();
@@ -109,10 +110,6 @@ Status variadic(const KernelCall& call, const char* op, bool mean) {
   for (size_t k = 0; k < call.inputs.size(); ++k) {
     const TensorView& x = call.inputs[k];
     if (!x.data) continue;
-    Dims bd;
-    if (!broadcast_dims(x.dims, y.dims, &bd) || bd != y.dims)
-      return invalid_input(std::string(op) + ": input " + std::to_string(k) + " " + dims_str(x.dims) +
-                           " does not broadcast to the output " + dims_str(y.dims));
     const T* px = x.as<T>();
     const bool first = count++ == 0;
     if (x.size() == n) {
@@ -128,7 +125,6 @@ Status variadic(const KernelCall& call, const char* op, bool mean) {
       for (int64_t j = 0; j < inner; ++j) yr[j] = first ? xr[j * si] : yr[j] + xr[j * si];
     });
   }
-  if (count == 0) return invalid_input(std::string(op) + ": no inputs");
   if (mean && count > 1) {
     const T s = T(1) / static_cast<T>(count);
 #pragma omp parallel for simd if (parallel: par)

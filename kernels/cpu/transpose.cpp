@@ -61,25 +61,11 @@ void transpose_2d(const T* in, T* out, int64_t rows, int64_t cols, bool parallel
 
 template <typename T>
 Status transpose(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Transpose", 1, 1));
+  std::vector<int64_t> perm;
+  RETURN_IF_ERROR(kernels::check_transpose(call, &perm));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
   const int r = x.rank();
-  std::vector<int64_t> perm = call.attrs.get_ints("perm");
-  if (perm.empty() && r > 0)
-    for (int i = r - 1; i >= 0; --i) perm.push_back(i);
-  if (static_cast<int>(perm.size()) != r)
-    return invalid_input("Transpose: perm has " + std::to_string(perm.size()) +
-                         " entries for an input of rank " + std::to_string(r));
-  std::vector<bool> seen(r, false);
-  Dims out(r);
-  for (int k = 0; k < r; ++k) {
-    if (perm[k] < 0 || perm[k] >= r || seen[perm[k]])
-      return invalid_input("Transpose: perm is not a permutation of 0.." + std::to_string(r - 1));
-    seen[perm[k]] = true;
-    out[k] = x.dims[perm[k]];
-  }
-  RETURN_IF_ERROR(check_same_dims("Transpose", "output", y.dims, out));
   const T* px = x.as<T>();
   T* py = y.as<T>();
   const int64_t n = x.size();
@@ -88,7 +74,7 @@ Status transpose(const KernelCall& call) {
   const Dims rs = row_major_strides(x.dims);
   Dims s(r);
   for (int k = 0; k < r; ++k) s[k] = rs[perm[k]];
-  const StridedLoop<1> loop(out, {s});
+  const StridedLoop<1> loop(y.dims, {s});  // y.dims: the permuted dims (checked)
   const Dims& sz = loop.sizes;
   const Dims& st = loop.strides[0];
   const bool par = n > kParallelThreshold;

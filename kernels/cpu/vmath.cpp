@@ -101,11 +101,9 @@ void vmap(VFn f, const float* a, const float* b, float* y, int64_t n) {
 
 Status map_vector(const KernelCall& call, const char* op, VFn f) {
   const bool binary = f == VFn::kErfGrad || f == VFn::kGeluGrad;
-  RETURN_IF_ERROR(check_arity(call, op, binary ? 2 : 1, 1));
+  RETURN_IF_ERROR(kernels::check_unary(call, op, binary ? 2 : 1));
   const TensorView& a = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  if (binary) RETURN_IF_ERROR(check_same_dims(op, "the second input", call.inputs[1].dims, a.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, a.dims));
   vmap(f, a.as<float>(), binary ? call.inputs[1].as<float>() : nullptr, y.as<float>(), a.size());
   return Status::ok();
 }

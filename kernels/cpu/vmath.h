@@ -23,6 +23,7 @@
 
 #include "core/status.h"
 #include "kernels/registry.h"
+#include "kernels/unary_ops.h"
 
 namespace pt::cpu {
 
@@ -103,10 +104,7 @@ inline float vsigmoid(float x) {
 
 // Exact GELU, x Phi(x), with the C library's erf: the Gelu kernel's double path and the fused
 // products' epilogue (kernels/cpu/epilogue.cpp) share it, so both compute the same bits.
-template <typename T>
-inline T gelu_exact(T x) {
-  return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
-}
+using unary::gelu_exact;
 
 // Whole-array maps and the softmax row pieces, in kernels/cpu/vmath.cpp. Each is compiled three
 // times (AVX-512, AVX2, baseline x86-64; the loader picks one for the CPU) without contracting

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "kernels/registry.h"
+#include "kernels/unary_ops.h"
 
 namespace pt::cuda {
 
@@ -32,40 +33,17 @@ std::vector<std::string> fallback_ops();
   template <typename T>              \
   Status name(const KernelCall& call)
 
-PT_DECLARE_CUDA_KERNEL(relu);       // relu.cu: Relu(X) -> Y = max(X, 0)
-PT_DECLARE_CUDA_KERNEL(relu_grad);  // relu.cu: ReluGrad(dY, Y) -> dX = dY * (Y > 0)
+// elementwise_ops.cpp (elementwise.cu): every op of kernels/unary_ops.h, fn_op and fn_grad.
+#define PT_DECLARE_CUDA_UNARY(Name, fn, args, fwd, kind, bwd, fast, fast_grad) \
+  PT_DECLARE_CUDA_KERNEL(fn##_op);                                             \
+  PT_UNARY_IF_GRAD(kind, PT_DECLARE_CUDA_KERNEL(fn##_grad);)
+PT_UNARY_OPS(PT_DECLARE_CUDA_UNARY)
+#undef PT_DECLARE_CUDA_UNARY
 // attention_ops.cpp (attention.cu): FusedAttention (Q, Kt, V[, mask]) -> Y, InvSum and
 // FusedAttentionGrad (dY, Q, Kt, V, mask, InvSum) -> dQ, dKt, dV; cuBLAS batched GEMMs.
 PT_DECLARE_CUDA_KERNEL(fused_attention);
 PT_DECLARE_CUDA_KERNEL(fused_attention_grad);
 // elementwise_ops.cpp (elementwise.cu, binary.cu)
-PT_DECLARE_CUDA_KERNEL(sigmoid);
-PT_DECLARE_CUDA_KERNEL(tanh_op);
-PT_DECLARE_CUDA_KERNEL(neg);
-PT_DECLARE_CUDA_KERNEL(exp_op);
-PT_DECLARE_CUDA_KERNEL(log_op);
-PT_DECLARE_CUDA_KERNEL(sqrt_op);
-PT_DECLARE_CUDA_KERNEL(erf_op);
-PT_DECLARE_CUDA_KERNEL(softplus_op);
-PT_DECLARE_CUDA_KERNEL(reciprocal);
-PT_DECLARE_CUDA_KERNEL(abs_op);
-PT_DECLARE_CUDA_KERNEL(hard_swish);
-PT_DECLARE_CUDA_KERNEL(clip);
-PT_DECLARE_CUDA_KERNEL(leaky_relu);
-PT_DECLARE_CUDA_KERNEL(elu);
-PT_DECLARE_CUDA_KERNEL(selu);
-PT_DECLARE_CUDA_KERNEL(hard_sigmoid);
-PT_DECLARE_CUDA_KERNEL(sigmoid_grad);
-PT_DECLARE_CUDA_KERNEL(tanh_grad);
-PT_DECLARE_CUDA_KERNEL(hard_swish_grad);
-PT_DECLARE_CUDA_KERNEL(erf_grad);
-PT_DECLARE_CUDA_KERNEL(softplus_grad);
-PT_DECLARE_CUDA_KERNEL(abs_grad);
-PT_DECLARE_CUDA_KERNEL(clip_grad);
-PT_DECLARE_CUDA_KERNEL(leaky_relu_grad);
-PT_DECLARE_CUDA_KERNEL(elu_grad);
-PT_DECLARE_CUDA_KERNEL(selu_grad);
-PT_DECLARE_CUDA_KERNEL(hard_sigmoid_grad);
 PT_DECLARE_CUDA_KERNEL(add);  // also int64
 PT_DECLARE_CUDA_KERNEL(sub);  // also int64
 PT_DECLARE_CUDA_KERNEL(mul);  // also int64

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/unary_ops.h"
+
 namespace pt::cuda {
 
 // ---- strided index maps ---------------------------------------------------------------------
@@ -24,27 +26,19 @@ struct Strided {
   int64_t strides[K][kMaxRank] = {};
 };
 
-// ---- elementwise (elementwise.cu) -----------------------------------------------------------
+// ---- element-wise unary ops (elementwise.cu), generated from kernels/unary_ops.h ------------
 enum class UnaryOp : int {
-  kSigmoid, kTanh, kNeg, kExp, kLog, kSqrt, kLeakyRelu, kElu, kSelu, kHardSigmoid, kHardSwish,
-  kErf, kSoftplus, kReciprocal, kAbs, kClip,
+#define PT_UNARY_ENUM(Name, ...) k##Name,
+  PT_UNARY_OPS(PT_UNARY_ENUM)
+#undef PT_UNARY_ENUM
 };
-// a, b: the op's scalar attributes (alpha/beta, alpha/gamma, clip min/max). Clip's optional
-// bound tensors are read on the device (lo/hi: a T scalar each, or null to use a / b).
-struct UnaryParams {
-  double a = 0, b = 0;
-  const void* lo = nullptr;
-  const void* hi = nullptr;
-};
+// y = f(x) with the op's parameters (p.lo / p.hi: Clip's bound inputs on the device, or null).
 template <typename T>
-cudaError_t launch_unary(UnaryOp op, UnaryParams p, T* y, const T* x, int64_t n, cudaStream_t stream);
-
-// dX = f(dY, Z): Z is the forward output (Sigmoid, Tanh) or input (the rest).
-enum class GradOp : int {
-  kSigmoid, kTanh, kLeakyRelu, kElu, kSelu, kHardSigmoid, kHardSwish, kErf, kSoftplus, kAbs, kClip,
-};
+cudaError_t launch_unary(UnaryOp op, unary::Args<T> p, T* y, const T* x, int64_t n, cudaStream_t stream);
+// dX = g(dY, Z), Z the forward input or output as the op's list line says; an op without a
+// dedicated backward op gives cudaErrorInvalidValue.
 template <typename T>
-cudaError_t launch_unary_grad(GradOp op, UnaryParams p, T* dx, const T* dy, const T* z, int64_t n,
+cudaError_t launch_unary_grad(UnaryOp op, unary::Args<T> p, T* dx, const T* dy, const T* z, int64_t n,
                               cudaStream_t stream);
 
 // ---- broadcasting binary ops (binary.cu); T also int64_t for kAdd, kSub, kMul ---------------

@@ -1,15 +1,19 @@
-// The CUDA kernel table: every (op, dtype) the CUDA backend runs, in one explicit list: native
-// kernels first, then the host fallbacks (fallback.h: the CPU kernel on staged copies) for every
-// CPU (op, dtype) without a native kernel, so that the CUDA backend covers the CPU's table
-// entry for entry (tests/kernels/cuda_kernels_test.cpp checks it). Adding a native CUDA op is its
-// kernel, its declaration in cuda_kernels.h, its line here, and its fallback line removed.
+// The CUDA kernel table: every (op, dtype) the CUDA backend runs: the native kernels in one explicit
+// list, then a host fallback (fallback.h: the CPU kernel on staged copies) for every row of the CPU
+// table (kernels/cpu/cpu_table.h) without a native kernel, derived from that table, so the CUDA
+// backend covers the CPU's entry for entry by construction (tests/kernels/cuda_kernels_test.cpp
+// checks it). Adding a native CUDA op is its kernel, its declaration in cuda_kernels.h and its line
+// here; the element-wise unary ops come from kernels/unary_ops.h.
 #include <algorithm>
+#include <array>
+#include <iterator>
 #include <set>
+#include <utility>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_table.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/fallback.h"
-#include "kernels/unary_math_ops.h"
+#include "kernels/unary_ops.h"
 
 namespace pt::cuda {
 
@@ -21,36 +25,11 @@ namespace {
 
 // float32 and float64 for every op, like the CPU table (tests compare in double).
 const KernelEntry kNative[] = {
-    PT_CUDA_F("Relu", relu),
-    PT_CUDA_F("ReluGrad", relu_grad),
-    // Elementwise math and activations (elementwise.cu)
-    PT_CUDA_F("Sigmoid", sigmoid),
-    PT_CUDA_F("Tanh", tanh_op),
-    PT_CUDA_F("Neg", neg),
-    PT_CUDA_F("Exp", exp_op),
-    PT_CUDA_F("Log", log_op),
-    PT_CUDA_F("Sqrt", sqrt_op),
-    PT_CUDA_F("Clip", clip),
-    PT_CUDA_F("LeakyRelu", leaky_relu),
-    PT_CUDA_F("Elu", elu),
-    PT_CUDA_F("Selu", selu),
-    PT_CUDA_F("HardSigmoid", hard_sigmoid),
-    PT_CUDA_F("HardSwish", hard_swish),
-    PT_CUDA_F("Erf", erf_op),
-    PT_CUDA_F("Softplus", softplus_op),
-    PT_CUDA_F("Reciprocal", reciprocal),
-    PT_CUDA_F("Abs", abs_op),
-    PT_CUDA_F("SigmoidGrad", sigmoid_grad),
-    PT_CUDA_F("TanhGrad", tanh_grad),
-    PT_CUDA_F("ClipGrad", clip_grad),
-    PT_CUDA_F("LeakyReluGrad", leaky_relu_grad),
-    PT_CUDA_F("EluGrad", elu_grad),
-    PT_CUDA_F("SeluGrad", selu_grad),
-    PT_CUDA_F("HardSigmoidGrad", hard_sigmoid_grad),
-    PT_CUDA_F("HardSwishGrad", hard_swish_grad),
-    PT_CUDA_F("ErfGrad", erf_grad),
-    PT_CUDA_F("SoftplusGrad", softplus_grad),
-    PT_CUDA_F("AbsGrad", abs_grad),
+    // The element-wise unary ops and their dedicated backward ops (kernels/unary_ops.h)
+#define PT_CUDA_UNARY(Name, fn, args, fwd, kind, bwd, fast, fast_grad) \
+  PT_CUDA_F(#Name, fn##_op), PT_UNARY_IF_GRAD(kind, PT_CUDA_F(#Name "Grad", fn##_grad), )
+    PT_UNARY_OPS(PT_CUDA_UNARY)
+#undef PT_CUDA_UNARY
     // Broadcasting binary ops (binary.cu)
     PT_CUDA_F("Add", add), PT_CUDA_T("Add", add, int64_t, DType::kInt64),
     PT_CUDA_F("Sub", sub), PT_CUDA_T("Sub", sub, int64_t, DType::kInt64),
@@ -113,111 +92,42 @@ const KernelEntry kNative[] = {
 #undef PT_CUDA_F
 #undef PT_CUDA_T
 
-// Host fallbacks: the CPU kernel of the same (op, dtype) on staged copies.
-#define PT_FB(op, fn, T, D) {op, DeviceKind::kCuda, D, &host_fallback<&cpu::fn<T>>}
-#define PT_FB_F(op, fn) PT_FB(op, fn, float, DType::kFloat32), PT_FB(op, fn, double, DType::kFloat64)
-#define PT_FB_I64(op, fn) PT_FB(op, fn, int64_t, DType::kInt64)
-#define PT_FB_I32(op, fn) PT_FB(op, fn, int32_t, DType::kInt32)
-#define PT_FB_MOVE(op, fn) PT_FB_F(op, fn), PT_FB_I64(op, fn), PT_FB_I32(op, fn), PT_FB(op, fn, bool, DType::kBool)
-#define PT_FB_RAW(op, fn, D) {op, DeviceKind::kCuda, D, &host_fallback<&cpu::fn>}
+// Host fallbacks, derived from the CPU table: row I runs the CPU kernel of cpu::kCpuTable[I] on
+// staged copies. Rows with a native kernel for the same (op, dtype) are left out of the table.
+constexpr size_t kCpuRows = std::size(cpu::kCpuTable);
 
-const KernelEntry kFallback[] = {
-    PT_FB_I64("Div", div_op),  // the CPU refuses integer division by zero: it reads the divisor
-    PT_FB_I64("Abs", abs_op),
-    PT_FB_F("Pow", pow_op), PT_FB_I64("Pow", pow_op),
-    PT_FB_I64("ReduceSum", reduce_sum),
-    PT_FB_I64("ReduceMax", reduce_max),
-    PT_FB_F("ReduceMaxGrad", reduce_max_grad),
-    PT_FB_MOVE("Concat", concat),
-    PT_FB_MOVE("Split", split),
-    PT_FB_MOVE("Slice", slice),
-    PT_FB_MOVE("Expand", expand),
-    PT_FB_MOVE("Tile", tile),
-    PT_FB_MOVE("Gather", gather),
-    PT_FB_F("Pad", pad), PT_FB_I64("Pad", pad), PT_FB_I32("Pad", pad),
-    PT_FB_F("Equal", equal), PT_FB_I64("Equal", equal), PT_FB_I32("Equal", equal),
-    PT_FB("Equal", equal, bool, DType::kBool),
-    PT_FB_F("Less", less), PT_FB_I64("Less", less), PT_FB_I32("Less", less),
-    PT_FB_F("Greater", greater), PT_FB_I64("Greater", greater), PT_FB_I32("Greater", greater),
-    PT_FB_RAW("Where", where_op, DType::kBool),
-    PT_FB_RAW("Not", not_op, DType::kBool),
-    PT_FB_RAW("Cast", cast_op, DType::kFloat32),
-    PT_FB_RAW("Cast", cast_op, DType::kFloat64),
-    PT_FB_RAW("Cast", cast_op, DType::kInt64),
-    PT_FB_RAW("Cast", cast_op, DType::kInt32),
-    PT_FB_RAW("Cast", cast_op, DType::kInt8),
-    PT_FB_RAW("Cast", cast_op, DType::kUint8),
-    PT_FB_RAW("Cast", cast_op, DType::kBool),
-    // --precision bf16 is refused on CUDA devices (tools/run_training.cpp); these rows keep the
-    // table covering the CPU's (CudaKernelTable.CoversEveryCpuEntry), nothing runs them.
-    PT_FB_RAW("Cast", cast_op, DType::kBFloat16),
-    PT_FB_RAW("Gemm", gemm_bf16, DType::kBFloat16),
-    PT_FB_RAW("MatMul", matmul_bf16, DType::kBFloat16),
-    PT_FB_RAW("Conv", conv_bf16, DType::kBFloat16),
-    PT_FB_RAW("ConvGradInput", conv_grad_input_bf16, DType::kBFloat16),
-    PT_FB_RAW("ConvGradWeight", conv_grad_weight_bf16, DType::kBFloat16),
-    // The epilogue pass's fused products (importer/fuse_epilogue.cpp): CUDA imports do not run that
-    // pass (import_onnx), so nothing runs these either; they keep the table covering the CPU's.
-#define PT_FB_FUSED(op, fn) PT_FB_RAW(op, fn, DType::kFloat32), PT_FB_RAW(op, fn, DType::kFloat64), \
-                            PT_FB_RAW(op, fn, DType::kBFloat16)
-    PT_FB_FUSED("FusedMatMul", fused_matmul),
-    PT_FB_FUSED("FusedGemm", fused_gemm),
-    PT_FB_FUSED("FusedConv", fused_conv),
-#undef PT_FB_FUSED
-    PT_FB_F("LayerNormalization", layer_norm),
-    PT_FB_F("LayerNormalizationGrad", layer_norm_grad),
-    PT_FB_F("SliceGrad", slice_grad),
-    PT_FB_F("PadGrad", pad_grad),
-    PT_FB_F("GatherGrad", gather_grad),
-    PT_FB_F("GlobalMaxPool", global_max_pool),
-    PT_FB_F("GlobalMaxPoolGrad", global_max_pool_grad),
-    PT_FB_F("LRN", lrn),
-    // Ops of opsets 18 to 21 and the missing ops of issue 13: host fallbacks for now.
-#define PT_FB_UNARY_MATH(Name, fn, fwd, bwd) PT_FB_F(#Name, fn##_math), PT_FB_F(#Name "Grad", fn##_math_grad),
-    PT_UNARY_MATH_OPS(PT_FB_UNARY_MATH)
-#undef PT_FB_UNARY_MATH
-    PT_FB_F("Gelu", gelu),
-    PT_FB_F("GeluGrad", gelu_grad),
-    PT_FB_F("ReduceMin", reduce_min), PT_FB_I64("ReduceMin", reduce_min),
-    PT_FB_F("ReduceProd", reduce_prod),
-    PT_FB_F("ReduceL1", reduce_l1),
-    PT_FB_F("ReduceL2", reduce_l2),
-    PT_FB_F("ReduceSumSquare", reduce_sum_square),
-    PT_FB_F("ReduceLogSum", reduce_log_sum),
-    PT_FB_F("ReduceLogSumExp", reduce_log_sum_exp),
-    PT_FB_F("Max", max_op), PT_FB_I64("Max", max_op), PT_FB_I32("Max", max_op),
-    PT_FB_F("Min", min_op), PT_FB_I64("Min", min_op), PT_FB_I32("Min", min_op),
-    PT_FB_F("Mod", mod_op), PT_FB_I64("Mod", mod_op), PT_FB_I32("Mod", mod_op),
-    PT_FB_F("ArgMax", arg_max), PT_FB_I64("ArgMax", arg_max), PT_FB_I32("ArgMax", arg_max),
-    PT_FB_F("CumSum", cum_sum), PT_FB_I64("CumSum", cum_sum), PT_FB_I32("CumSum", cum_sum),
-    PT_FB_F("Trilu", trilu), PT_FB_I64("Trilu", trilu), PT_FB_I32("Trilu", trilu),
-    PT_FB_F("GatherElements", gather_elements), PT_FB_I64("GatherElements", gather_elements),
-    PT_FB_I32("GatherElements", gather_elements),
-    PT_FB_F("GatherElementsGrad", gather_elements_grad),
-    PT_FB_F("GroupNormalization", group_norm),
-    PT_FB_F("InstanceNormalization", group_norm),
-    PT_FB_F("GroupNormalizationGrad", group_norm_grad),
-    PT_FB_F("ConvTranspose", conv_transpose),
-    PT_FB_F("Resize", resize),
-    PT_FB_F("ResizeGrad", resize_grad),
-    PT_FB_F("Einsum", einsum),
-    PT_FB_MOVE("GatherND", gather_nd), PT_FB_MOVE("ScatterND", scatter_nd),
-    PT_FB_MOVE("ScatterElements", scatter_elements),
-    PT_FB_F("GatherNDGrad", gather_nd_grad),
-    PT_FB_F("LRNGrad", lrn_grad),
-};
+template <size_t I>
+Status fallback_row(const KernelCall& call) {
+  return run_on_host(cpu::kCpuTable[I].fn, call);
+}
+template <size_t... I>
+constexpr std::array<KernelFn, kCpuRows> fallback_fns(std::index_sequence<I...>) {
+  return {&fallback_row<I>...};
+}
+constexpr std::array<KernelFn, kCpuRows> kFallbackFns = fallback_fns(std::make_index_sequence<kCpuRows>());
 
-#undef PT_FB
-#undef PT_FB_F
-#undef PT_FB_I64
-#undef PT_FB_I32
-#undef PT_FB_MOVE
-#undef PT_FB_RAW
+bool has_native(std::string_view op, DType dtype) {
+  for (const KernelEntry& e : kNative)
+    if (e.dtype == dtype && op == e.op) return true;
+  return false;
+}
+
+const std::vector<KernelEntry>& fallbacks() {
+  static const std::vector<KernelEntry> v = [] {
+    std::vector<KernelEntry> f;
+    for (size_t i = 0; i < kCpuRows; ++i) {
+      const KernelEntry& c = cpu::kCpuTable[i];
+      if (!has_native(c.op, c.dtype)) f.push_back({c.op, DeviceKind::kCuda, c.dtype, kFallbackFns[i]});
+    }
+    return f;
+  }();
+  return v;
+}
 
 const std::vector<KernelEntry>& all() {
   static const std::vector<KernelEntry> t = [] {
     std::vector<KernelEntry> v(std::begin(kNative), std::end(kNative));
-    v.insert(v.end(), std::begin(kFallback), std::end(kFallback));
+    v.insert(v.end(), fallbacks().begin(), fallbacks().end());
     return v;
   }();
   return t;
@@ -228,7 +138,7 @@ const std::vector<KernelEntry>& all() {
 std::span<const KernelEntry> kernel_table() { return all(); }
 
 bool is_host_fallback(std::string_view op, DType dtype) {
-  for (const KernelEntry& e : kFallback)
+  for (const KernelEntry& e : fallbacks())
     if (e.dtype == dtype && op == e.op) return true;
   return false;
 }
@@ -242,7 +152,7 @@ std::vector<std::string> native_ops() {
 std::vector<std::string> fallback_ops() {
   std::set<std::string> s, native;
   for (const KernelEntry& e : kNative) native.insert(e.op);
-  for (const KernelEntry& e : kFallback)
+  for (const KernelEntry& e : fallbacks())
     if (!native.count(e.op)) s.insert(e.op);
   return {s.begin(), s.end()};
 }

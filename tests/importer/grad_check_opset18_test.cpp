@@ -1,5 +1,5 @@
-// Finite-difference checks, in double, of the ops added for opsets 18 to 21 and issue 13: the
-// one-formula ops of kernels/unary_math_ops.h, Gelu (exact and tanh), the reductions beyond
+// Finite-difference checks, in double, of the ops added for opsets 18 to 21 and issue 13: every
+// element-wise unary op of kernels/unary_ops.h (at its defaults), Gelu (exact and tanh), the reductions beyond
 // Sum/Mean/Max (axes as attribute and, from opset 18, as input), Min/Max with broadcasting, CumSum,
 // Trilu, GatherElements, GroupNormalization (opset 18 per-group and 21 per-channel scale) and
 // InstanceNormalization. Inputs stay away from ties (Min/Max, ReduceMin) and zeros (ReduceL1,
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "importer/grad/grad_registry.h"
-#include "kernels/unary_math_ops.h"
+#include "kernels/unary_ops.h"
 #include "tests/importer/grad_check_util.h"
 
 namespace pt {
@@ -25,26 +25,33 @@ using gradcheck::seed_trace;
 using GRange = gradcheck::Range;
 using Ints = std::vector<int64_t>;
 
-TEST(GradCheckOpset18, UnaryMathOps) {
+// Every op of the list at its default parameters (tests/importer/grad_check_ops_test.cpp checks
+// the ones with attributes at other values too). Ranges keep clear of the kinks.
+TEST(GradCheckOpset18, UnaryOps) {
   struct Case {
     const char* op;
     GRange range;
   };
   const Case cases[] = {
+      {"Relu", kAwayFromZero}, {"Sigmoid", {-3, 3}}, {"Tanh", {-2, 2}}, {"Neg", {-1, 1}}, {"Exp", {-2, 2}},
+      {"Log", kPositive}, {"Sqrt", kPositive}, {"Reciprocal", kAwayFromZero}, {"Clip", {-2, 2}},
+      {"LeakyRelu", kAwayFromZero}, {"Elu", kAwayFromZero}, {"Selu", kAwayFromZero},
+      {"HardSigmoid", {0.1, 2.4, true}}, {"HardSwish", {0.1, 2.9, true}}, {"Erf", {-2, 2}},
+      {"Softplus", {-3, 3}}, {"Abs", kAwayFromZero},
       {"Sin", {-3, 3}}, {"Cos", {-3, 3}}, {"Tan", {-1.2, 1.2}}, {"Sinh", {-2, 2}}, {"Cosh", {-2, 2}},
-      {"Atan", {-3, 3}}, {"Softsign", kAwayFromZero}, {"Mish", {-4, 4}},
+      {"Atan", {-3, 3}}, {"Softsign", kAwayFromZero}, {"Mish", {-4, 4}}, {"Gelu", {-3, 3}},
   };
   uint32_t seed = 6000;
   for (const Case& uc : cases) {
     SCOPED_TRACE(seed_trace(seed, uc.op));
     GradCheck c(seed++);
     Value* x = c.value("x", {3, 5}, ValueKind::kParameter, uc.range);
-    c.check({c.op1(uc.op, {x}, {}, 18)}, {x});
+    c.check({c.op1(uc.op, {x}, {}, std::string(uc.op) == "Gelu" ? 20 : 18)}, {x});
   }
   // Every op of the list is in the test above (the list and this test must not drift).
   int listed = 0;
-#define PT_COUNT(Name, fn, fwd, bwd) ++listed;
-  PT_UNARY_MATH_OPS(PT_COUNT)
+#define PT_COUNT(...) ++listed;
+  PT_UNARY_OPS(PT_COUNT)
 #undef PT_COUNT
   EXPECT_EQ(listed, static_cast<int>(std::size(cases)));
 }

@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/ops_util.h"
 #include "kernels/registry.h"
+#include "kernels/unary_ops.h"
 
 namespace pt {
 namespace {
@@ -91,8 +92,10 @@ std::vector<Case> make_cases() {
   };
   const Dims e{3, 1000};
   // Unary ops and their gradients.
-  for (const char* op : {"Sigmoid", "Tanh", "Neg", "Exp", "Erf", "Softplus", "Abs", "HardSwish"})
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Neg", "Exp", "Erf", "Softplus", "Abs", "HardSwish", "Sin", "Cos",
+                         "Tan", "Sinh", "Cosh", "Atan", "Softsign", "Mish", "Gelu"})
     add(std::string(op) + "_3x1000", op, {u(e)}, {{e}}, {});
+  add("Gelu_tanh", "Gelu", {u(e)}, {{e}}, attrs({{"approximate", std::string("tanh")}}));
   for (const char* op : {"Log", "Sqrt", "Reciprocal"}) add(std::string(op) + "_3x1000", op, {pos(e)}, {{e}}, {});
   add("Sigmoid_large", "Sigmoid", {u({(1 << 20) + 3})}, {{{(1 << 20) + 3}}}, {});
   add("LeakyRelu", "LeakyRelu", {u(e)}, {{e}}, attrs({{"alpha", 0.2f}}));
@@ -101,9 +104,12 @@ std::vector<Case> make_cases() {
   add("HardSigmoid", "HardSigmoid", {u(e)}, {{e}}, attrs({{"alpha", 0.3f}, {"beta", 0.4f}}));
   add("Clip_attrs", "Clip", {u(e)}, {{e}}, attrs({{"min", -0.3f}, {"max", 0.5f}}));
   add("Clip_inputs", "Clip", {u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {});
-  for (const char* op : {"SigmoidGrad", "TanhGrad", "EluGrad", "SeluGrad", "HardSwishGrad", "ErfGrad", "SoftplusGrad",
-                         "AbsGrad", "LeakyReluGrad", "HardSigmoidGrad", "ReluGrad"})
+  for (const char* op : {"SigmoidGrad", "TanhGrad", "EluGrad", "SeluGrad", "HardSwishGrad", "ErfGrad", "AbsGrad",
+                         "LeakyReluGrad", "HardSigmoidGrad", "ReluGrad", "CosGrad", "TanGrad", "AtanGrad",
+                         "SoftsignGrad", "MishGrad", "GeluGrad"})
     add(std::string(op) + "_3x1000", op, {u(e), u(e)}, {{e}}, {});
+  add("GeluGrad_tanh", "GeluGrad", {u(e), u(e)}, {{e}}, attrs({{"approximate", std::string("tanh")}}));
+  add("ClipGrad_attrs", "ClipGrad", {u(e), u(e)}, {{e}}, attrs({{"min", -0.3f}, {"max", 0.5f}}));
   add("ClipGrad_inputs", "ClipGrad", {u(e), u(e), scalar(-0.2), scalar(0.6)}, {{e}}, {});
   // Broadcasting binary ops, Sum, Mean, Transpose, copies.
   add("Add_bcast", "Add", {u({4, 3, 5}), u({3, 1})}, {{{4, 3, 5}}}, {});
@@ -555,6 +561,22 @@ TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
   EXPECT_NE(std::find(fb.begin(), fb.end(), "LRN"), fb.end());
 }
 
+// Every element-wise unary op of the list runs natively, with its dedicated backward op where it
+// has one (the list generates both tables' rows: kernels/unary_ops.h).
+TEST(CudaKernelTable, UnaryOpsOfTheListAreNative) {
+  int ops = 0;
+#define PT_CHECK_NATIVE(Name, fn, args, fwd, kind, ...)                                                   \
+  ++ops;                                                                                                \
+  for (DType t : {DType::kFloat32, DType::kFloat64}) {                                                  \
+    EXPECT_TRUE(has_kernel(#Name, DeviceKind::kCuda, t) && !cuda::is_host_fallback(#Name, t)) << #Name; \
+    PT_UNARY_IF_GRAD(kind, EXPECT_TRUE(has_kernel(#Name "Grad", DeviceKind::kCuda, t) &&               \
+                                       !cuda::is_host_fallback(#Name "Grad", t)) << #Name "Grad";)      \
+  }
+  PT_UNARY_OPS(PT_CHECK_NATIVE)
+#undef PT_CHECK_NATIVE
+  EXPECT_GE(ops, 26);
+}
+
 // Malformed calls: the CUDA kernel refuses them before touching memory, with the CPU kernel's
 // status code (the pointers are host dummies: a CUDA kernel that got past its checks would fail).
 TEST(CudaKernelTable, RefusesWhatTheCpuRefuses) {
@@ -571,6 +593,8 @@ TEST(CudaKernelTable, RefusesWhatTheCpuRefuses) {
       {"MatMul", {{4, 5}, {6, 3}}, {{4, 3}}, {}},
       {"Add", {{4, 5}, {3}}, {{4, 5}}, {}},                                   // no broadcast
       {"Sigmoid", {{4}}, {{5}}, {}},                                          // output dims
+      {"CosGrad", {{4}, {5}}, {{4}}, {}},                                     // Z dims
+      {"Gelu", {{4}}, {{4}}, attrs({{"approximate", std::string("erf")}})},   // unknown mode
       {"Softmax", {{4, 5}}, {{4, 5}}, attrs({{"axis", int64_t{2}}})},         // axis out of range
       {"Conv", {{1, 4, 5, 5}, {2, 3, 3, 3}}, {{1, 2, 3, 3}}, attrs({{"group", int64_t{2}}})},
       {"Conv", {{1, 3, 5, 5}, {2, 3, 3, 3}}, {{1, 2, 4, 4}}, {}},             // wrong output dims
