@@ -8,12 +8,20 @@
 
 namespace pt {
 
-const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kTf32: return "tf32";
+  }
+  return "?";
+}
 
 Expected<Precision> parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
-  return invalid_input("--precision " + name + ": unknown precision (valid: fp32, bf16)");
+  if (name == "tf32") return Precision::kTf32;
+  return invalid_input("--precision " + name + ": unknown precision (valid: fp32, bf16, tf32)");
 }
 
 bool is_precision_cast(const Node& n) {
@@ -44,7 +52,7 @@ struct CastSpec {
 
 PrecisionStats apply_precision(Graph& g, Precision p) {
   PrecisionStats stats;
-  if (p == Precision::kFp32) return stats;
+  if (p != Precision::kBf16) return stats;  // fp32 and tf32 keep every tensor float32
   std::vector<Node*> old;
   for (const auto& n : g.nodes()) old.push_back(n.get());
   // (source, side) -> index in casts; side is 0 for values computed by nodes and data inputs (one

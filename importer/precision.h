@@ -1,7 +1,9 @@
 // --precision: the arithmetic of the GEMM and convolution nodes of a training graph. bf16 keeps
 // float32 master weights, optimizer state, gradients, norms, softmax, attention and losses, and
 // feeds every matrix product (Gemm, MatMul, Conv, ConvGradInput, ConvGradWeight, forward and
-// backward) bfloat16 copies of its float32 operands, accumulating in float32.
+// backward) bfloat16 copies of its float32 operands, accumulating in float32. tf32 keeps every
+// tensor float32 and lets CUDA's matrix products and convolutions use TF32 tensor cores (PyTorch's
+// allow_tf32; ExecSettings::tf32): no graph rewrite, and CPU stages refuse it.
 #pragma once
 
 #include <string>
@@ -11,9 +13,9 @@
 
 namespace pt {
 
-enum class Precision { kFp32, kBf16 };
+enum class Precision { kFp32, kBf16, kTf32 };
 
-// "fp32", "bf16"; parse_precision's error names the flag and the valid values.
+// "fp32", "bf16", "tf32"; parse_precision's error names the flag and the valid values.
 const char* precision_name(Precision p);
 Expected<Precision> parse_precision(const std::string& name);
 
@@ -32,7 +34,7 @@ struct PrecisionStats {
 // backward readers: the backward pass must read the weights the pipeline gives it (SpecTrain's
 // prediction, the stash), not the forward's copy. Outputs stay float32. ReluGrad(dY, Y) reads the
 // bfloat16 copy of Y where the forward makes one (the mask is Y's sign, which rounding keeps), so
-// float32 Y is not kept for the backward. Changes nothing for fp32.
+// float32 Y is not kept for the backward. Changes nothing for fp32 and tf32.
 PrecisionStats apply_precision(Graph& g, Precision p);
 
 // A Cast node the pass made (attribute _precision_cast), and the float32 value behind a bfloat16

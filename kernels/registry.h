@@ -33,6 +33,9 @@ struct KernelCall {
   WeightCache* weight_cache = nullptr;
   std::span<const uint64_t> versions = {};
   uint64_t version(size_t i) const { return i < versions.size() ? versions[i] : 0; }
+  // CUDA: float32 matrix products and convolutions may use TF32 tensor cores (--precision tf32,
+  // ExecSettings::tf32); false: exact FP32 (FMA) math. CPU kernels ignore it.
+  bool tf32 = false;
 };
 
 using KernelFn = Status (*)(const KernelCall&);

@@ -1,4 +1,4 @@
-// The weight-layout cache (kernels/weight_cache.h): versions, the process-wide switches, entries.
+// The weight-layout cache (kernels/weight_cache.h): versions, counters, entries.
 #include "kernels/weight_cache.h"
 
 #include <atomic>
@@ -11,51 +11,23 @@
 namespace pt {
 namespace {
 
+// Process state, not switches: versions must be unique across every executor of the process, and
+// the counters only count.
 std::atomic<uint64_t> g_version{0};
 std::atomic<uint64_t> g_hits{0}, g_reorders{0};
 
-bool env_flag(const char* name) {
-  const char* e = std::getenv(name);
-  return e && *e && std::strcmp(e, "0") != 0;
-}
-
-std::atomic<int>& policy_slot() {
-  static std::atomic<int> p{[] {
-    Expected<WeightCachePolicy> e = weight_cache_policy_from_env();
-    PT_CHECK(e.has_value()) << e.status().message();
-    return static_cast<int>(*e);
-  }()};
-  return p;
-}
-
-std::atomic<bool>& verify_slot() {
-  static std::atomic<bool> v{env_flag("PIPETRAIN_WEIGHT_CACHE_VERIFY")};
-  return v;
-}
-
-std::atomic<bool>& ignore_slot() {
-  static std::atomic<bool> v{env_flag("PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS")};
-  return v;
-}
-
 }  // namespace
 
-Expected<WeightCachePolicy> weight_cache_policy_from_env() {
-  const char* e = std::getenv("PIPETRAIN_WEIGHT_CACHE");
-  if (!e || !*e || std::strcmp(e, "auto") == 0) return WeightCachePolicy::kAuto;
-  if (std::strcmp(e, "off") == 0) return WeightCachePolicy::kOff;
-  if (std::strcmp(e, "all") == 0) return WeightCachePolicy::kAll;
-  return invalid_input(std::string("PIPETRAIN_WEIGHT_CACHE=") + e + ": not one of auto, off, all");
+const char* weight_cache_policy_name(WeightCachePolicy p) {
+  switch (p) {
+    case WeightCachePolicy::kAuto: return "auto";
+    case WeightCachePolicy::kOff: return "off";
+    case WeightCachePolicy::kAll: return "all";
+  }
+  return "?";
 }
 
 uint64_t new_weight_version() { return g_version.fetch_add(1, std::memory_order_relaxed) + 1; }
-
-WeightCachePolicy weight_cache_policy() { return static_cast<WeightCachePolicy>(policy_slot().load()); }
-void set_weight_cache_policy(WeightCachePolicy p) { policy_slot().store(static_cast<int>(p)); }
-bool weight_cache_verify() { return verify_slot().load(std::memory_order_relaxed); }
-void set_weight_cache_verify(bool on) { verify_slot().store(on); }
-bool weight_cache_ignore_versions_for_tests() { return ignore_slot().load(std::memory_order_relaxed); }
-void set_weight_cache_ignore_versions_for_tests(bool on) { ignore_slot().store(on); }
 
 WeightCacheStats weight_cache_stats() { return {g_hits.load(), g_reorders.load()}; }
 

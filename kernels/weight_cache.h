@@ -19,25 +19,14 @@ namespace pt {
 // A version no buffer has had before (never 0). Thread-safe.
 uint64_t new_weight_version();
 
-// Which executors cache (process-wide; from PIPETRAIN_WEIGHT_CACHE=auto|off|all at first use):
-// kAuto: those the runtime marks (one weight version serving several passes: GPipe's
-// micro-batches, validation); kOff: none; kAll: every executor (tests of the version bookkeeping).
+// Which executors cache (ExecSettings::weight_cache, --weight-cache): kAuto: those the runtime
+// marks (one weight version serving several passes: GPipe's micro-batches, validation); kOff:
+// none; kAll: every executor (tests of the version bookkeeping).
 enum class WeightCachePolicy { kAuto, kOff, kAll };
-WeightCachePolicy weight_cache_policy();
-void set_weight_cache_policy(WeightCachePolicy p);
-// The value of PIPETRAIN_WEIGHT_CACHE (unset or empty: kAuto); invalid_input naming the variable
-// and its value otherwise (the CLI checks it at start; a library user gets an abort at first use).
-Expected<WeightCachePolicy> weight_cache_policy_from_env();
-// PIPETRAIN_WEIGHT_CACHE_VERIFY=1: every hit converts the weight again and aborts, naming the
-// buffer and version, when the copy differs (a writer that did not bump the version).
-bool weight_cache_verify();
-void set_weight_cache_verify(bool on);
-// Test switch only (or PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS=1): hits ignore the version
-// (a broken cache), so that tests can show that they fail when the version is not honoured.
-bool weight_cache_ignore_versions_for_tests();
-void set_weight_cache_ignore_versions_for_tests(bool on);
+const char* weight_cache_policy_name(WeightCachePolicy p);
 
-// Process-wide counts over every cache (for tests and PIPETRAIN_WEIGHT_CACHE_STATS).
+// Process-wide counts over every cache (for tests and PIPETRAIN_WEIGHT_CACHE_STATS): counters
+// only, they change nothing that is computed.
 struct WeightCacheStats {
   uint64_t hits = 0;      // calls that used a kept copy
   uint64_t reorders = 0;  // calls that converted the weight into the cache
@@ -52,8 +41,19 @@ class WeightCache {
     void* data = nullptr;         // 64-byte aligned
     size_t bytes = 0;
   };
+  // Checks a test turns on (the CLI's hidden --test-weight-cache-* flags): verify: every hit
+  // converts the weight again and aborts, naming the buffer and version, when the copy differs (a
+  // writer that did not bump the version); ignore_versions: hits ignore the version (a broken
+  // cache), so that tests can show that they fail when the version is not honoured.
+  struct Checks {
+    bool verify = false;
+    bool ignore_versions = false;
+  };
   WeightCache() = default;
+  explicit WeightCache(Checks checks) : checks_(checks) {}
   ~WeightCache();
+  const Checks& checks() const { return checks_; }
+  void set_checks(Checks checks) { checks_ = checks; }
   WeightCache(const WeightCache&) = delete;
   WeightCache& operator=(const WeightCache&) = delete;
 
@@ -75,6 +75,7 @@ class WeightCache {
   size_t bytes_ = 0;
   size_t entries_ = 0;
   uint64_t hits_ = 0, reorders_ = 0;
+  Checks checks_;
 };
 
 }  // namespace pt

@@ -158,39 +158,27 @@ pt::Status parse_replicas(const std::string& text, int gpus, pt::TrainingSpec* o
   return pt::Status::ok();
 }
 
-}  // namespace
+// The flags' handles that the parse step reads back (whether a flag was given), beside the spec.
+struct FlagHandles {
+  std::string replicas_text = "1";  // --replicas: a count or "auto" (parse_replicas)
+  CLI::Option* data = nullptr;
+  CLI::Option* micro_batches = nullptr;
+  CLI::Option* resume = nullptr;
+};
 
-int main(int argc, char** argv) {
-  pt::configure_allocator();
-  pt::configure_omp_wait(argv);
-  auto job = pt::MpiJob::join(&argc, &argv, on_lost_rank);
-  if (!job) {
-    std::fprintf(stderr, "onnx-pipetrain: error: %s\n", job.status().message().c_str());
-    return pt::exit_code_for(job.status());
-  }
-  int code = main_impl(argc, argv, **job);
-  if (pt::Status s = (*job)->leave(); !s.is_ok() && code == 0) {
-    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", (*job)->rank(), s.message().c_str());
-    code = 1;
-  }
-  return code;
-}
-
-int main_impl(int argc, char** argv, pt::MpiJob& job) {
-  using pt::DeviceChoice;
-  pt::TrainingSpec o;
-  CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
+// The flags, added in the order --help lists them within their groups (assign_groups).
+// The model, the stages and their devices, the data.
+void add_run_and_data_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   app.add_option("model", o.model, "the ONNX model to train")->required();
   app.set_version_flag("--version", version_text());
   app.add_option("--gpus", o.gpus, "pipeline stages, one device each (with --replicas auto: the devices to split into stages x replicas)")
       ->check(integer())->capture_default_str();
-  std::string replicas_text = "1";
-  app.add_option("--replicas", replicas_text,
+  app.add_option("--replicas", f.replicas_text,
                  "data-parallel copies of the pipeline, each on its share of every mini-batch (--gpus x --replicas "
                  "devices); auto: split the --gpus devices into stages x replicas by the cost model")
       ->capture_default_str();
-  add_choice(app, "--device", &o.device, {{"auto", DeviceChoice::kAuto}, {"cuda", DeviceChoice::kCuda}, {"cpu", DeviceChoice::kCpu}}, "auto | cuda | cpu");
-  auto* data_opt = app.add_option("--data", o.local.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
+  add_choice(app, "--device", &o.device, {{"auto", pt::DeviceChoice::kAuto}, {"cuda", pt::DeviceChoice::kCuda}, {"cpu", pt::DeviceChoice::kCpu}}, "auto | cuda | cpu");
+  f.data = app.add_option("--data", o.local.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
   auto* vd = app.add_option("--val-data", o.local.val_data, "validation set (same formats as --data)");
   app.add_option("--val-split", o.val_split, "hold out this fraction of --data for validation (seeded)")->check(finite())
       ->check(CLI::Range(0.0, 0.9))->excludes(vd);
@@ -202,6 +190,10 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(integer())->check(CLI::PositiveNumber);
   ep->excludes(sp);
   app.add_option("--batch-size", o.batch.mini_batch, "samples per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
+}
+
+// The learning rate, its schedule and the optimizer.
+void add_optimizer_flags(CLI::App& app, pt::TrainingSpec& o) {
   app.add_option("--lr", o.lr, "learning rate")->check(finite())->check(CLI::PositiveNumber)->capture_default_str();
   add_choice(app, "--lr-schedule", &o.lr_schedule,
              {{"constant", pt::LrSchedule::Kind::kConstant}, {"step", pt::LrSchedule::Kind::kStep},
@@ -238,6 +230,10 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
                  "asynchronous 1F1B no update sees every stage's gradient of one mini-batch, so each stage clips by "
                  "its own norm")
       ->check(finite())->check(CLI::NonNegativeNumber);
+}
+
+// The loss and what trains, then the run folder, the plan-only modes and the profile.
+void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
   add_choice(app, "--loss", &o.loss, {{"auto", pt::LossKind::kAuto}, {"cross-entropy", pt::LossKind::kCrossEntropy}, {"mse", pt::LossKind::kMse}}, "auto | cross-entropy | mse");
   app.add_option("--freeze", o.freeze, "initializers kept fixed: names or fnmatch globs such as 'encoder.*' (comma-separated)")->delimiter(',');
   app.add_option("--no-fusion", o.no_fusion, "fusion passes turned off (comma-separated): layernorm, attention, gelu, dropout, epilogue, update (the optimizer step inside the backward), or all")
@@ -253,6 +249,10 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
                "and outputs), and RUN/stages/stages.json; with --plan-only: the untrained weights");
   app.add_flag("--whatif", o.whatif, "with the plan: predicted throughput, bubble and memory for 1..N devices per scheme");
   app.add_flag("--profile", o.profile, "measure every node on the real device before partitioning (cached in the run folder)");
+}
+
+// The schedule, the weights, the arithmetic and memory, the plan's devices, links and cuts.
+void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   add_choice(app, "--schedule", &o.schedule, {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}}, "1f1b | gpipe");
   add_choice(app, "--weights", &o.weights, {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash}, {"stale", pt::WeightMode::kStale}}, "spectrain | stash | stale");
   add_choice(app, "--recompute", &o.recompute,
@@ -260,10 +260,19 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
              "none | stage (each stage with several passes in flight that would save memory so keeps only its "
              "inputs per pass and reruns its forward before the backward; trained weights identical) | auto (only "
              "the stages that would not fit their device's memory otherwise)");
-  add_choice(app, "--precision", &o.precision, {{"fp32", pt::Precision::kFp32}, {"bf16", pt::Precision::kBf16}},
+  add_choice(app, "--precision", &o.precision,
+             {{"fp32", pt::Precision::kFp32}, {"bf16", pt::Precision::kBf16}, {"tf32", pt::Precision::kTf32}},
              "fp32 | bf16 (float32 master weights, optimizer state and accumulation; the inputs of every "
-             "GEMM and convolution, forward and backward, rounded to bfloat16; CPUs with AVX512-BF16 or AMX)");
-  auto* mb = app.add_option("--micro-batches", o.batch.micro_batches, "GPipe: micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
+             "GEMM and convolution, forward and backward, rounded to bfloat16; CPUs with AVX512-BF16 or AMX) | "
+             "tf32 (float32 tensors, TF32 tensor-core matrix products and convolutions; CUDA stages only)");
+  add_choice(app, "--reshape-alias", &o.reshape_alias, {{"on", true}, {"off", false}},
+             "on | off: Reshape, Flatten, Squeeze, Unsqueeze and Identity share their input's bytes where both live "
+             "in a stage's arena (off: they copy; for A/B checks)");
+  add_choice(app, "--weight-cache", &o.weight_cache,
+             {{"auto", pt::WeightCachePolicy::kAuto}, {"off", pt::WeightCachePolicy::kOff}, {"all", pt::WeightCachePolicy::kAll}},
+             "auto | off | all: which executors keep convolution weights in oneDNN's layout while they are unchanged "
+             "(auto: GPipe stages with micro-batches and the evaluators; all: every executor)");
+  f.micro_batches = app.add_option("--micro-batches", o.batch.micro_batches, "GPipe: micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
   add_choice(app, "--spectrain-staleness", &o.staleness, {{"paper", pt::Staleness::kPaper}, {"exact", pt::Staleness::kExact}},
              "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0");
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
@@ -276,12 +285,16 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
       ->check(CLI::PositiveNumber);
   app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
   app.add_option("--balance", o.balance, "manual plan: forward nodes per stage, e.g. 3,5,4")->delimiter(',');
+}
+
+// Checkpoints, and the run folder's and the exports' extras.
+void add_checkpoint_and_export_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "write RUN/checkpoints/step-<k>.ckpt every N steps and after the last (pipelined runs drain there)")->check(integer())
       ->check(CLI::PositiveNumber);
   app.add_option("--keep-checkpoints", o.local.keep_checkpoints, "keep the newest K checkpoints")->check(integer())
       ->check(CLI::PositiveNumber)->capture_default_str();
-  auto* resume = app.add_option("--resume", o.local.resume_path,
+  f.resume = app.add_option("--resume", o.local.resume_path,
                                 "continue from the newest intact checkpoint of the run folder, or from PATH (a .ckpt "
                                 "file or a folder); --steps/--epochs stay totals; write --resume=PATH before the model")
                      ->expected(0, 1)->type_name("[PATH]");
@@ -303,6 +316,9 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   app.add_flag("--export-training", o.local.export_training,
                "also write RUN/<stem>.training.onnx: the trained weights in the source's training-mode graph "
                "(BatchNorm on batch statistics, Dropout on); <stem>.trained.onnx is always the inference model");
+}
+
+void assign_groups(CLI::App& app) {
   // --help prints the flags in these groups (a group's place: where its first flag was added).
   // get_option throws on a name that is not a flag; a flag left out stays under "Options", which
   // tests/cli/test_docs.py refuses, as it refuses --help and docs/cli.md drifting apart.
@@ -318,7 +334,9 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
        {"--optimizer", "--lr", "--lr-schedule", "--warmup-steps", "--lr-decay-every", "--lr-gamma", "--lr-power",
         "--lr-min", "--weight-decay", "--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps",
         "--clip-grad-norm"}},
-      {"Model", {"--loss", "--ignore-index", "--trainable", "--freeze", "--no-fusion", "--precision"}},
+      {"Model",
+       {"--loss", "--ignore-index", "--trainable", "--freeze", "--no-fusion", "--precision", "--reshape-alias",
+        "--weight-cache"}},
       {"Output",
        {"--out", "--overwrite", "--log-every", "--quiet", "--trace", "--export-stages", "--export-training",
         "--tensorboard"}},
@@ -326,8 +344,14 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
   };
   for (const auto& [group, flags] : groups)
     for (const std::string& flag : flags) app.get_option(flag)->group(group);
+}
+
+// The hidden test flags and the text after the flags.
+void add_test_flags_and_footer(CLI::App& app, pt::TrainingSpec& o) {
   // Test-only switches (tests/CMakeLists.txt, tests/mpi/test_mpi.py), hidden from --help.
   app.add_flag("--test-separate-host", o.test.separate_host)->group("");
+  app.add_flag("--test-weight-cache-verify", o.test.weight_cache_verify)->group("");
+  app.add_flag("--test-weight-cache-ignore-versions", o.test.weight_cache_ignore_versions)->group("");
   app.add_option("--test-lose-rank", o.test.lose_rank)->group("");
   app.footer("Ctrl-C (SIGINT) or SIGTERM (how Slurm, Kubernetes and docker stop a job) stops a run at the next mini-batch boundary (pipelined runs: after the mini-batches "
              "already started), writes a checkpoint and the trained model, and exits 130. Under mpirun: kill -USR1 "
@@ -335,13 +359,18 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
              "--mca odls_base_sigkill_timeout seconds, 1 by default, and exits 1).\nExit codes: 0 done, 1 internal error, 2 bad input or usage (also a refused "
              "resume), 3 diverged (a non-finite loss, or weights that went non-finite: no model is written, the newest "
              "checkpoint is the last good one), 130 stopped by SIGINT or SIGTERM.");
+}
+
+// Parses the command line into `o`: -1 to go on, or the exit code (help, version, a usage error).
+int parse_into_spec(CLI::App& app, int argc, char** argv, const FlagHandles& f, pt::TrainingSpec& o,
+                    const pt::MpiJob& job) {
   try {
     app.parse(argc, argv);
-    o.batch.micro_batches_given = mb->count() > 0;
-    o.resume = resume->count() > 0;
-    for (const char* f : {"--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps"})
-      if (app.count(f) > 0) o.optimizer_flags.push_back(f);
-    o.local.data_given = data_opt->count() > 0;
+    o.batch.micro_batches_given = f.micro_batches->count() > 0;
+    o.resume = f.resume->count() > 0;
+    for (const char* flag : {"--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps"})
+      if (app.count(flag) > 0) o.optimizer_flags.push_back(flag);
+    o.local.data_given = f.data->count() > 0;
     if (o.local.overwrite && o.resume) throw CLI::ExcludesError("--overwrite", "--resume");
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -356,13 +385,52 @@ int main_impl(int argc, char** argv, pt::MpiJob& job) {
     }
     return 2;
   }
-  if (pt::Status st = parse_replicas(replicas_text, o.gpus, &o); !st.is_ok()) return job.fail(st);
+  return -1;
+}
+
+// The checks CLI11 cannot make, after the parse: -1 to go on, or the exit code.
+int check_parsed(const FlagHandles& f, pt::TrainingSpec& o, pt::MpiJob& job) {
+  if (pt::Status st = parse_replicas(f.replicas_text, o.gpus, &o); !st.is_ok()) return job.fail(st);
   if (!job.leads_run()) o.local.quiet = true;  // rank 0 prints progress and reports
   if (pt::Status st = set_lose_rank(&o, job); !st.is_ok()) return job.fail(st);
-  if (auto wc = pt::weight_cache_policy_from_env(); !wc) return job.fail(wc.status());
-  if (auto ra = pt::reshape_alias_from_env(); !ra) return job.fail(ra.status());
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pt::configure_allocator();
+  pt::configure_omp_wait(argv);
+  auto job = pt::MpiJob::join(&argc, &argv, on_lost_rank);
+  if (!job) {
+    std::fprintf(stderr, "onnx-pipetrain: error: %s\n", job.status().message().c_str());
+    return pt::exit_code_for(job.status());
+  }
+  int code = main_impl(argc, argv, **job);
+  if (pt::Status s = (*job)->leave(); !s.is_ok() && code == 0) {
+    std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", (*job)->rank(), s.message().c_str());
+    code = 1;
+  }
+  return code;
+}
+
+int main_impl(int argc, char** argv, pt::MpiJob& job) {
+  pt::TrainingSpec o;
+  FlagHandles f;
+  CLI::App app{"onnx-pipetrain: train an ONNX model with pipelined model parallelism (SpecTrain)", "onnx-pipetrain"};
+  add_run_and_data_flags(app, o, f);
+  add_optimizer_flags(app, o);
+  add_model_and_output_flags(app, o);
+  add_pipeline_flags(app, o, f);
+  add_checkpoint_and_export_flags(app, o, f);
+  assign_groups(app);
+  add_test_flags_and_footer(app, o);
+  if (const int rc = parse_into_spec(app, argc, argv, f, o, job); rc >= 0) return rc;
+  if (const int rc = check_parsed(f, o, job); rc >= 0) return rc;
   try {
     const int rc = pt::run_training(o, job);
+    // A diagnostic print, not a switch: it changes nothing the run computes, so it stays an
+    // environment variable (tests/cli/test_weight_cache.py reads the counts).
     if (const char* e = std::getenv("PIPETRAIN_WEIGHT_CACHE_STATS"); e && *e && std::string(e) != "0") {
       const pt::WeightCacheStats s = pt::weight_cache_stats();
       std::fprintf(stderr, "weight cache: %llu hits, %llu reorders\n", static_cast<unsigned long long>(s.hits),

@@ -122,6 +122,10 @@ Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
       return invalid_input("--precision bf16: the CPU (" + cpu_model_name() + ", oneDNN ISA " + cpu_isa_name() +
                            ") lacks avx512_bf16/AMX, which bfloat16 GEMMs and convolutions need; use --precision fp32");
   }
+  // --precision tf32 needs TF32 tensor cores: CUDA's, never the CPU's.
+  if (o.precision == Precision::kTf32 && !d.cuda && !o.plan_only)
+    return invalid_input("--precision tf32: the stages run on the CPU (" + cpu_model_name() +
+                         "), which has no TF32 tensor cores; use --device cuda on a GPU, or --precision fp32");
   if (o.device == DeviceChoice::kAuto && !o.plan_only)
     say(o, "notice: " + std::to_string(o.gpus) + (d.cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
                (d.cuda ? "" : " (" + (here > 0 ? plural(here, "CUDA device") + " for " + std::to_string(d.gpus_needed) +
@@ -217,7 +221,7 @@ Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const Sg
   auto tg = build_training_graph(g, o.loss, sgd, o.ignore_index);
   if (!tg) return tg.status().with_context(o.model + ": ");
   md.tg = std::move(*tg);
-  if (o.precision != Precision::kFp32) {
+  if (o.precision == Precision::kBf16) {
     const PrecisionStats ps = apply_precision(g, o.precision);
     say(o, std::string("precision: ") + precision_name(o.precision) + ", " + std::to_string(ps.products) +
                " GEMM/convolution nodes read bfloat16 copies made by " + std::to_string(ps.casts) + " Cast nodes" +
@@ -426,6 +430,7 @@ Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Device
   Trainer::Options to;
   to.update_in_backward = plan.stages.at(0).update_in_backward;
   to.adopt_initial_values = !dev.cuda;  // released below anyway: held once, not twice, while it starts
+  to.exec = exec_settings(o);
   auto trainer = Trainer::create(g, md.tg, device, to);
   if (!trainer)
     return with_batch_hint(trainer.status().with_context(is_out_of_memory(trainer.status()) ? "stage 0: " : ""), plan,
@@ -511,6 +516,7 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   po.record_trace = o.trace;
   po.device = dev.kind;
   po.adopt_initial_values = !dev.cuda;  // released below anyway: held once, not twice, while it starts
+  po.exec = exec_settings(o);
   job.set_pipeline(&po, dev.cuda, dev.gpus_here, o.oversubscribe);
   auto pipe = PipelineTrainer::create(g, md.tg, plan, po);
   if (!pipe) return with_batch_hint(pipe.status(), plan, md.baseline_rss + data.bytes());
@@ -623,7 +629,6 @@ Status export_and_report(const TrainingSpec& o, Model& md, const Trained& t, con
 // spec's stages and replicas from (for the reports). With o.replicas_auto, `choice` receives the
 // chosen layout and the run stops there (returning 0) before planning.
 int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOption>* layouts, LayoutChoice* choice) {
-  if (o.test.separate_host) set_separate_host_for_tests(true);
   if (!o.plan_only && o.local.data == "synthetic")  // the first line, so that nobody mistakes the numbers
     say(o, std::string("notice: ") + (o.local.data_given ? "--data synthetic" : "no --data given") +
                ": training on synthetic random inputs and labels, so loss and accuracy mean nothing");

@@ -24,7 +24,7 @@ using json = nlohmann::ordered_json;
 // (GCC, libstdc++, x86-64/aarch64 LP64).
 static_assert(sizeof(BatchSpec) == 16, "BatchSpec changed: serialize the new field below");
 static_assert(sizeof(TestHooks) == 72, "TestHooks changed: serialize the new field below");
-static_assert(sizeof(TrainingSpec) == 552 + sizeof(TestHooks) + sizeof(RunLocal),
+static_assert(sizeof(TrainingSpec) == 560 + sizeof(TestHooks) + sizeof(RunLocal),
               "TrainingSpec changed: serialize the new field below (or move a rank-local one into RunLocal)");
 
 json to_json_value(const BatchSpec& b) {
@@ -33,7 +33,10 @@ json to_json_value(const BatchSpec& b) {
 
 json to_json_value(const TestHooks& t) {
   // after_update is what the command line made of lose_rank: the flag's text stands for it.
-  return {{"separate_host", t.separate_host}, {"lose_rank", t.lose_rank}};
+  return {{"separate_host", t.separate_host},
+          {"weight_cache_verify", t.weight_cache_verify},
+          {"weight_cache_ignore_versions", t.weight_cache_ignore_versions},
+          {"lose_rank", t.lose_rank}};
 }
 
 json to_json_value(const TrainingSpec& s) {
@@ -50,6 +53,8 @@ json to_json_value(const TrainingSpec& s) {
       {"staleness", staleness_name(s.staleness)},
       {"recompute", recompute_name(s.recompute)},
       {"precision", precision_name(s.precision)},
+      {"reshape_alias", s.reshape_alias},
+      {"weight_cache", weight_cache_policy_name(s.weight_cache)},
       {"epochs", s.epochs},
       {"steps", s.steps},
       {"lr", s.lr},
@@ -100,5 +105,16 @@ json to_json_value(const TrainingSpec& s) {
 }  // namespace
 
 std::string serialize_for_agreement(const TrainingSpec& spec) { return to_json_value(spec).dump(); }
+
+ExecSettings exec_settings(const TrainingSpec& spec) {
+  ExecSettings e;
+  e.reshape_alias = spec.reshape_alias;
+  e.tf32 = spec.precision == Precision::kTf32;
+  e.weight_cache = spec.weight_cache;
+  e.weight_cache_checks.verify = spec.test.weight_cache_verify;
+  e.weight_cache_checks.ignore_versions = spec.test.weight_cache_ignore_versions;
+  e.separate_host = spec.test.separate_host;
+  return e;
+}
 
 }  // namespace pt

@@ -11,6 +11,8 @@
 #include "importer/precision.h"
 #include "importer/training.h"
 #include "partitioner/plan.h"
+#include "kernels/weight_cache.h"
+#include "runtime/exec/executor.h"
 #include "runtime/loop/lr_schedule.h"
 #include "runtime/pipeline/pipeline.h"
 
@@ -30,6 +32,11 @@ struct BatchSpec {
 struct TestHooks {
   // Every executor keeps host copies apart from its buffers, as on CUDA (runtime/exec/executor.h).
   bool separate_host = false;
+  // --test-weight-cache-verify: every weight-cache hit converts again and aborts on a difference;
+  // --test-weight-cache-ignore-versions: hits ignore the version (a broken cache, which the tests
+  // must catch). kernels/weight_cache.h, WeightCache::Checks.
+  bool weight_cache_verify = false;
+  bool weight_cache_ignore_versions = false;
   // --test-lose-rank RANK:STEP[:stop] as given (agreed on by the ranks like every other flag),
   // and what the command line made of it: called by this process's stages after each update.
   std::string lose_rank;
@@ -70,6 +77,10 @@ struct TrainingSpec {
   Staleness staleness = Staleness::kPaper;
   Recompute recompute = Recompute::kNone;       // --recompute (partitioner/plan.h)
   Precision precision = Precision::kFp32;       // --precision (importer/precision.h)
+  // Memory: copy-free Reshape/Flatten/Squeeze/Unsqueeze/Identity (--reshape-alias) and which
+  // executors keep weights converted to the kernels' layouts (--weight-cache).
+  bool reshape_alias = true;
+  WeightCachePolicy weight_cache = WeightCachePolicy::kAuto;
   int64_t epochs = 1;
   int64_t steps = 0;                            // instead of epochs when > 0
   // Learning rate and its schedule.
@@ -123,5 +134,9 @@ struct TrainingSpec {
 // agreement hashes it: ranks that differ in any of them are refused). Written with one serializer
 // per struct (tools/training_spec.cpp), which a static_assert on the struct sizes keeps complete.
 std::string serialize_for_agreement(const TrainingSpec& spec);
+
+// What the spec asks of every executor of the run (runtime/exec/executor.h): made here, once,
+// and carried unchanged through PipelineOptions / Trainer::Options.
+ExecSettings exec_settings(const TrainingSpec& spec);
 
 }  // namespace pt

@@ -565,7 +565,7 @@ void cached_weights(DnnlArg& a, const float* w, size_t bytes, WeightCache& cache
                     dnnl::stream& stream, Scratch& scratch) {
   WeightCache::Entry* c = cache.entry(w, a.layout, bytes);
   a.inner.set_data_handle(c->data);
-  const bool hit = c->version == version || (c->version != 0 && weight_cache_ignore_versions_for_tests());
+  const bool hit = c->version == version || (c->version != 0 && cache.checks().ignore_versions);
   if (!hit) {
     a.reorder.execute(stream, a.user, a.inner);
     c->version = version;
@@ -573,7 +573,7 @@ void cached_weights(DnnlArg& a, const float* w, size_t bytes, WeightCache& cache
     return;
   }
   cache.hit();
-  if (!weight_cache_verify()) return;
+  if (!cache.checks().verify) return;
   a.inner.set_data_handle(scratch.get(a.slot, bytes));
   a.reorder.execute(stream, a.user, a.inner);
   stream.wait();

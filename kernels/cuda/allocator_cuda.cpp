@@ -118,6 +118,7 @@ struct ThreadHandles {
   cublasHandle_t blas = nullptr;
   cudaStream_t blas_stream = nullptr;
   bool blas_bound = false;
+  int blas_math = -1;  // the handle's math mode: -1 not set yet, 0 default, 1 TF32
   std::unordered_map<cudaStream_t, void*> blas_workspace;  // from `alloc`, kept while the thread lives
   CachingAllocator* alloc = nullptr;
   cudnnHandle_t dnn = nullptr;
@@ -143,9 +144,14 @@ ThreadHandles& thread_handles(int device) {
 
 }  // namespace
 
-Status cublas_for(cudaStream_t stream, cublasHandle_t* out) {
+Status cublas_for(cudaStream_t stream, bool tf32, cublasHandle_t* out) {
   ThreadHandles& t = thread_handles(current_device());
   if (!t.blas) PT_CUBLAS_CHECK(cublasCreate(&t.blas));
+  const int mode = tf32 ? 1 : 0;
+  if (t.blas_math != mode) {
+    PT_CUBLAS_CHECK(cublasSetMathMode(t.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    t.blas_math = mode;
+  }
   if (!t.blas_bound || t.blas_stream != stream) {
     // cublasSetStream resets the workspace to cuBLAS's own pool: set ours again after it.
     PT_CUBLAS_CHECK(cublasSetStream(t.blas, stream));

@@ -106,7 +106,7 @@ Status fused_attention(const KernelCall& call) {
   }
   T* p = scores.as<T>();  // (heads, T, S)
   cublasHandle_t h;
-  RETURN_IF_ERROR(cublas_for(stream, &h));
+  RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
   if (g.dk == 0)
     PT_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(g.heads * g.t * g.s) * sizeof(T), stream));
   else
@@ -159,7 +159,7 @@ Status fused_attention_grad(const KernelCall& call) {
   const T* v = call.inputs[3].as<T>();
   const AttnMask m = mask_of(g, call, 4);
   cublasHandle_t h;
-  RETURN_IF_ERROR(cublas_for(stream, &h));
+  RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
   if (g.dk == 0)
     PT_CUDA_CHECK(cudaMemsetAsync(p, 0, block, stream));
   else

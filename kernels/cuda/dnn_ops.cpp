@@ -2,7 +2,8 @@
 // filter), Softmax / LogSoftmax and their gradients. Convolution algorithms come from cuDNN 9's
 // v7 heuristics (cudnnGet*Algorithm_v7, no trial runs, no allocation), chosen once per shape and
 // cached; workspaces come from the caching allocator. Float convolutions run in FMA math (exact
-// FP32, comparable with the CPU) unless PIPETRAIN_CUDA_TF32=1 allows TF32 tensor cores. Windows
+// FP32, comparable with the CPU) unless the call allows TF32 tensor cores (KernelCall::tf32,
+// --precision tf32). Windows
 // with asymmetric pads, which cuDNN's convolution descriptor cannot express, run the CPU kernel
 // through the host fallback (fallback.h).
 #include <climits>
@@ -76,14 +77,6 @@ Status make_tensor(const char* op, cudnnDataType_t t, Dims dims, TensorDesc* des
   return Status::ok();
 }
 
-bool tf32_allowed() {
-  static const bool on = [] {
-    const char* e = std::getenv("PIPETRAIN_CUDA_TF32");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-
 enum class Pass { kForward, kGradInput, kGradWeight };
 
 // Everything a convolution depends on, as cuDNN sees it (1-D convolutions become 2-D, H = 1).
@@ -143,7 +136,7 @@ struct ConvDescs {
 };
 
 template <typename T>
-Status make_conv_descs(const char* op, const ConvSetup& cs, ConvDescs* d) {
+Status make_conv_descs(const char* op, const ConvSetup& cs, bool tf32_allowed, ConvDescs* d) {
   const cudnnDataType_t t = dnn_type<T>();
   RETURN_IF_ERROR(make_tensor(op, t, cs.x, &d->x));
   RETURN_IF_ERROR(make_tensor(op, t, cs.y, &d->y));
@@ -155,7 +148,7 @@ Status make_conv_descs(const char* op, const ConvSetup& cs, ConvDescs* d) {
   PT_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(d->conv.d, static_cast<int>(cs.pad.size()), cs.pad.data(),
                                                  cs.stride.data(), cs.dil.data(), CUDNN_CROSS_CORRELATION, t));
   PT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d->conv.d, static_cast<int>(cs.group)));
-  const bool tf32 = std::is_same_v<T, float> && tf32_allowed();
+  const bool tf32 = std::is_same_v<T, float> && tf32_allowed;
   PT_CUDNN_CHECK(cudnnSetConvolutionMathType(d->conv.d, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
   return Status::ok();
 }
@@ -173,10 +166,10 @@ std::map<std::vector<int64_t>, AlgoChoice>& algo_cache() {
 
 // The key: pass, dtype, device, math, then each shape / window list followed by a -1 separator.
 using AlgoKey = std::vector<int64_t>;
-AlgoKey algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs) {
+AlgoKey algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs, bool tf32) {
   int dev = 0;
   (void)cudaGetDevice(&dev);
-  AlgoKey k = {static_cast<int64_t>(p), static_cast<int64_t>(t), dev, tf32_allowed() ? 1 : 0, cs.group, -1};
+  AlgoKey k = {static_cast<int64_t>(p), static_cast<int64_t>(t), dev, tf32 ? 1 : 0, cs.group, -1};
   auto add = [&](const auto& v) {
     k.insert(k.end(), v.begin(), v.end());
     k.push_back(-1);
@@ -194,7 +187,7 @@ AlgoKey algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs) {
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
 
 // The first heuristic result that succeeds and fits kMaxWorkspace, preferring, where FMA math is
-// asked for (float without PIPETRAIN_CUDA_TF32), results that report FMA math; then any that
+// asked for (float without KernelCall::tf32), results that report FMA math; then any that
 // succeeds. The convolution always runs with the descriptor's math type, so a TF32 algorithm is
 // never chosen behind the caller's back: cuDNN runs the FMA variant or fails the call.
 template <typename Perf, typename GetFn, typename SizeFn>
@@ -223,11 +216,11 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
                 const void* dy, void* out) {
   const cudaStream_t stream = stream_of(call);
   ConvDescs d;
-  RETURN_IF_ERROR(make_conv_descs<T>(op, cs, &d));
+  RETURN_IF_ERROR(make_conv_descs<T>(op, cs, call.tf32, &d));
   cudnnHandle_t h;
   RETURN_IF_ERROR(cudnn_for(stream, &h));
-  const bool want_fma = std::is_same_v<T, float> && !tf32_allowed();
-  const AlgoKey key = algo_key(pass, dnn_type<T>(), cs);
+  const bool want_fma = std::is_same_v<T, float> && !call.tf32;
+  const AlgoKey key = algo_key(pass, dnn_type<T>(), cs, call.tf32);
   AlgoChoice choice;
   bool cached = false;
   {

@@ -102,7 +102,7 @@ Status gemm(const KernelCall& call) {
     return Status::ok();
   }
   cublasHandle_t h;
-  RETURN_IF_ERROR(cublas_for(stream, &h));
+  RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
   return gemm_rm<T>(h, ta, tb, m, n, k, alpha, a.as<T>(), std::max<int64_t>(a.dims[1], 1), b.as<T>(),
                     std::max<int64_t>(b.dims[1], 1), with_c ? T(1) : T(0), py, n);
 }
@@ -144,11 +144,11 @@ Status matmul(const KernelCall& call) {
   if (numel(bbatch) == 1) {
     // One B matrix: A's batch dims (as many as the output's) become extra rows.
     RETURN_IF_ERROR(check_blas_size("MatMul", {nbatch * m, n, k}));
-    RETURN_IF_ERROR(cublas_for(stream, &h));
+    RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
     return gemm_rm<T>(h, false, false, nbatch * m, n, k, T(1), pa, k, pb, n, T(0), py, n);
   }
   RETURN_IF_ERROR(check_blas_size("MatMul", {m, n, k, nbatch}));
-  RETURN_IF_ERROR(cublas_for(stream, &h));
+  RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
   const T one = T(1), zero = T(0);
   const bool a_full = abatch == batch, a_single = numel(abatch) == 1;
   const bool b_full = bbatch == batch;

@@ -25,8 +25,10 @@ inline Status cudnn_error_status(cudnnStatus_t s, const char* what, const char* 
 }
 
 // The calling thread's cuBLAS handle for the current device, bound to `stream` with a workspace
-// of its own for that stream (from the caching allocator: cuBLAS then allocates nothing itself).
-Status cublas_for(cudaStream_t stream, cublasHandle_t* h);
+// of its own for that stream (from the caching allocator: cuBLAS then allocates nothing itself),
+// in the math mode the call asks for: tf32 (KernelCall::tf32) TF32 tensor-core products of
+// float32, otherwise cuBLAS's default (exact FP32).
+Status cublas_for(cudaStream_t stream, bool tf32, cublasHandle_t* h);
 // The calling thread's cuDNN handle for the current device, bound to `stream`.
 Status cudnn_for(cudaStream_t stream, cudnnHandle_t* h);
 

@@ -15,36 +15,6 @@
 
 namespace pt {
 
-namespace {
-
-std::atomic<int>& reshape_alias_slot() {  // -1: not read yet, 0 off, 1 on
-  static std::atomic<int> v{-1};
-  return v;
-}
-
-}  // namespace
-
-Expected<bool> reshape_alias_from_env() {
-  const char* e = std::getenv("PIPETRAIN_RESHAPE_ALIAS");
-  if (!e || !*e || std::strcmp(e, "on") == 0) return true;
-  if (std::strcmp(e, "off") == 0) return false;
-  return invalid_input(std::string("PIPETRAIN_RESHAPE_ALIAS=") + e + ": not one of on, off");
-}
-
-bool reshape_alias_enabled() {
-  std::atomic<int>& slot = reshape_alias_slot();
-  int v = slot.load();
-  if (v < 0) {
-    Expected<bool> e = reshape_alias_from_env();
-    PT_CHECK(e.has_value()) << e.status().message();
-    v = *e ? 1 : 0;
-    slot.store(v);
-  }
-  return v == 1;
-}
-
-void set_reshape_alias(bool on) { reshape_alias_slot().store(on ? 1 : 0); }
-
 bool is_copy_op(const std::string& op_type) {
   return op_type == "Identity" || op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" ||
          op_type == "Unsqueeze";
@@ -170,14 +140,15 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
   ex->device_ = std::move(device);
   Device& dev = *ex->device_;
   ASSIGN_OR_RETURN(ex->stream_, dev.create_stream());
-  ex->direct_ = dev.host_memory() && !opts.separate_host && !g_separate_host_for_tests.load();
+  ex->settings_ = opts.settings;
+  ex->direct_ = dev.host_memory() && !opts.settings.separate_host && !g_separate_host_for_tests.load();
   ex->adopt_.assign(g.values().size(), 0);
   for (const Value* v : opts.adopt)
     if (v && static_cast<size_t>(v->id) < ex->adopt_.size()) ex->adopt_[v->id] = 1;
   if (nodes.empty())
     for (auto& n : g.nodes()) nodes.push_back(n.get());
   if (opts.plan_memory) {
-    ex->plan_ = plan_memory(g, nodes, opts.keep, opts.outside_reads);
+    ex->plan_ = plan_memory(g, nodes, opts.keep, opts.outside_reads, opts.settings.reshape_alias);
   } else {
     ex->plan_.offset.assign(g.values().size(), MemoryPlan::kOwn);
     ex->plan_.first.assign(g.values().size(), -1);
@@ -428,7 +399,7 @@ TensorView Executor::view(const Value* v) {
 }
 
 bool Executor::weight_cache_active() const {
-  switch (weight_cache_policy()) {
+  switch (settings_.weight_cache) {
     case WeightCachePolicy::kOff: return false;
     case WeightCachePolicy::kAll: return true;
     case WeightCachePolicy::kAuto: return weight_cache_wanted_;
@@ -438,8 +409,9 @@ bool Executor::weight_cache_active() const {
 
 Status Executor::call(Step& s) {
   KernelCall c{s.inputs, s.outputs, s.node->attrs, stream_};
+  c.tf32 = settings_.tf32;
   if (weight_cache_active()) {
-    if (!weight_cache_) weight_cache_ = std::make_unique<WeightCache>();
+    if (!weight_cache_) weight_cache_ = std::make_unique<WeightCache>(settings_.weight_cache_checks);
     for (size_t i = 0; i < s.versions.size(); ++i) s.versions[i] = s.node->inputs[i] ? version_[s.node->inputs[i]->id] : 0;
     c.weight_cache = weight_cache_.get();
     c.versions = s.versions;

@@ -6,9 +6,9 @@
 // Host access. On the CPU the kernels' buffers are host tensors: tensor(v) / host(v) is the buffer
 // itself and upload / download do nothing. On a device (CUDA), host(v) is a separate host copy:
 // write it and upload(v) to change the value, download(v) to refresh it. The runtime uses only
-// host / upload / download / fetch / copy_in / copy_out, so it drives both; ExecutorOptions::
-// separate_host (or set_separate_host_for_tests) gives CPU executors separate host copies
-// too, which is how the tests check, without a GPU, that the runtime transfers what it must.
+// host / upload / download / fetch / copy_in / copy_out, so it drives both; ExecSettings::
+// separate_host gives CPU executors separate host copies too, which is how the tests check,
+// without a GPU, that the runtime transfers what it must.
 //
 // Weight versions. Every weight (a parameter or constant that is not planned) has a version, a
 // number no buffer had before (kernels/weight_cache.h). Every non-const access to a value gives
@@ -46,7 +46,7 @@ namespace pt {
 // group's bytes are written once, by the producer of its root (the member that is no alias), and
 // only read afterwards (only update nodes write inputs in place, and they write weights and state,
 // which are never planned). A value that is not planned never aliases: its node copies.
-// PIPETRAIN_RESHAPE_ALIAS=off (reshape_alias_enabled()) plans without aliases.
+// ExecSettings::reshape_alias false (--reshape-alias off) plans without aliases.
 //
 // Counts: planned_values counts every planned value, aliases included (they live in the arena);
 // planned_bytes counts each group's bytes once (an alias takes no bytes of its own); the bytes the
@@ -72,13 +72,6 @@ struct MemoryPlan {
   }
 };
 
-// Whether plans make aliases: PIPETRAIN_RESHAPE_ALIAS=on (or unset, empty) or off, read at first
-// use; set_reshape_alias overrides it for the rest of the process (tests, A/B runs).
-bool reshape_alias_enabled();
-void set_reshape_alias(bool on);
-// The value of PIPETRAIN_RESHAPE_ALIAS; invalid_input naming the variable for another value.
-Expected<bool> reshape_alias_from_env();
-
 // Offsets are multiples of kPlanAlignment (bytes), the arena's alignment.
 constexpr size_t kPlanAlignment = 64;
 
@@ -88,30 +81,46 @@ constexpr size_t kPlanAlignment = 64;
 // the forward nodes), so a value read only by them is planned like any other.
 // `alias`: make aliases of copies (see MemoryPlan).
 MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep,
-                       bool outside_reads = true, bool alias = reshape_alias_enabled());
+                       bool outside_reads = true, bool alias = true);
 // True for the ops whose kernel is a byte copy of input 0 into output 0 (the alias candidates).
 bool is_copy_op(const std::string& op_type);
+
+// What a run chooses for every executor it makes: one value, carried unchanged from the training
+// spec (tools/training_spec.h) through PipelineOptions / Trainer::Options into ExecutorOptions.
+struct ExecSettings {
+  // Plans make aliases of copies (MemoryPlan; --reshape-alias).
+  bool reshape_alias = true;
+  // CUDA matrix products and convolutions of float32 may use TF32 tensor cores (--precision tf32;
+  // KernelCall::tf32). CPU executors never see it: the CLI refuses tf32 on CPU stages.
+  bool tf32 = false;
+  // Which executors keep converted weights (--weight-cache; kernels/weight_cache.h).
+  WeightCachePolicy weight_cache = WeightCachePolicy::kAuto;
+  // Test hooks (the CLI's hidden --test-* flags): every cache hit re-converts and compares; hits
+  // ignore the version (a broken cache, to show the tests catch one).
+  WeightCache::Checks weight_cache_checks;
+  // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers).
+  bool separate_host = false;
+};
 
 struct ExecutorOptions {
   bool plan_memory = false;         // share storage between values with disjoint lifetimes
   std::vector<const Value*> keep;   // never shared (see plan_memory)
   bool outside_reads = true;        // see plan_memory
-  // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers);
-  // set_separate_host_for_tests turns it on for every executor.
-  bool separate_host = false;
   // Keep weights converted to the kernels' layouts across runs while their version stays (set
   // where one version serves several runs: GPipe's micro-batches, validation). Subject to
-  // weight_cache_policy(): PIPETRAIN_WEIGHT_CACHE=off turns it off everywhere, =all on everywhere.
+  // settings.weight_cache: kOff turns it off, kAll on.
   bool weight_cache = false;
   // Values whose initial data (Value::data) this executor takes instead of copying, on the CPU
   // without separate host copies: the buffer moves out of the graph, which keeps an empty tensor
   // (the caller releases it; a later executor of the same graph treats it as no data and starts
   // the value at zero). So that a trainer holds its weights once, not beside the imported ones.
   std::vector<const Value*> adopt = {};
+  ExecSettings settings = {};
 };
 
-// Test switch, set only by tests (runtime_tests under separate_host_tests, the CLI's hidden
-// --test-separate-host): every executor created afterwards keeps separate host copies.
+// Left for runtime_tests under separate_host_tests (tests/runtime/separate_host_switch.cpp), whose
+// ~30 pipeline, trainer and checkpoint tests do not pass ExecSettings yet: every executor created
+// afterwards keeps separate host copies. Runs of the tool use ExecSettings::separate_host.
 void set_separate_host_for_tests(bool on);
 
 class Executor {
@@ -162,7 +171,7 @@ class Executor {
   // Turns the weight cache on or off for the following runs (ExecutorOptions::weight_cache);
   // the copies it holds stay (and count in allocated_bytes) until the executor goes.
   void set_weight_cache(bool on) { weight_cache_wanted_ = on; }
-  // True when the next run uses the cache (asked for, or PIPETRAIN_WEIGHT_CACHE=all, and not off).
+  // True when the next run uses the cache (asked for, or ExecSettings::weight_cache kAll, and not kOff).
   bool weight_cache_active() const;
   // The cache (nullptr until a run used it).
   const WeightCache* weight_cache() const { return weight_cache_.get(); }
@@ -217,6 +226,7 @@ class Executor {
   std::vector<Step> steps_;
   std::vector<uint64_t> version_;        // [value id]: the weight's version, 0 for other values
   bool weight_cache_wanted_ = false;
+  ExecSettings settings_;
   std::unique_ptr<WeightCache> weight_cache_;
 };
 

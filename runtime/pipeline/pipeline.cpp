@@ -154,6 +154,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
         // passes (values sent to other stages are read outside its node list: kept by the plan).
         // With the update in the backward the gradients are transient: planned like any value.
         ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
+        eo.settings = opts.exec;
         if (!st->update_in_backward) eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
         if (st->loss) eo.keep.push_back(st->loss);
         if (opts.adopt_initial_values && R == 1) eo.adopt.assign(st->params.begin(), st->params.end());
@@ -259,6 +260,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     ExecutorOptions eo{true, {tg.loss.output}};
     eo.outside_reads = false;  // the backward nodes never run on the evaluator
     eo.weight_cache = true;    // every validation batch reads the same weights
+    eo.settings = opts.exec;
     ASSIGN_OR_RETURN(impl->eval, Executor::create(g, impl->stages.at(0)->ex->device(), fwd_nodes, eo));
   }
   return std::unique_ptr<PipelineTrainer>(new PipelineTrainer(std::move(impl)));

@@ -48,6 +48,8 @@ struct PipelineOptions {
   // the stages' parameters again. The evaluator, built afterwards, loads the weights from the
   // stages before every evaluation anyway.
   bool adopt_initial_values = false;
+  // What every executor of the pipeline (stages and evaluator) computes with.
+  ExecSettings exec;
   // Test hook, set only by tests (the CLI's hidden --test-lose-rank): called by each stage of this
   // process after the update of 0-based step `step` (a test makes its rank vanish or hang there).
   std::function<void(int stage, int64_t step)> after_update;

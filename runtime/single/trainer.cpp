@@ -57,6 +57,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Graph& g, const Trainin
   // read after a step, everything else the trainer touches is an input, parameter or state.
   ExecutorOptions eo{opts.memory_plan, {tg.loss.loss, tg.loss.output}};
   if (opts.adopt_initial_values) eo.adopt.assign(tg.params.begin(), tg.params.end());
+  eo.settings = opts.exec;
   std::vector<const Node*> order;
   if (opts.update_in_backward) {
     for (const auto& n : g.nodes()) order.push_back(n.get());

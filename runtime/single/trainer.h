@@ -36,6 +36,7 @@ class Trainer {
     // The memory plan shares activation and gradient buffers (tools/bench/step_bench can turn it
     // off to measure what it saves).
     bool memory_plan = true;
+    ExecSettings exec;  // what the executor computes with
   };
   static Expected<std::unique_ptr<Trainer>> create(const Graph& g, const TrainingGraph& tg, std::shared_ptr<Device> device,
                                                    const Options& opts);

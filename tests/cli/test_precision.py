@@ -214,6 +214,17 @@ class PrecisionPipelineTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, se)
         for needle in ("--precision bf16", "CPU (", "avx2", "lacks avx512_bf16/AMX"):
             self.assertIn(needle, lines[0])
+        # tf32 asks for TF32 tensor cores: CPU stages refuse it, naming the device, in one line, before
+        # any work (no run folder is written).
+        tf32_out = os.path.join(self.dir, "refused-tf32")
+        rc, so, se = run(self.model, "--data", self.data, "--steps", 1, "--out", tf32_out, "--device", "cpu",
+                         "--precision", "tf32")
+        self.assertEqual(rc, 2, se or so)
+        lines = [l for l in se.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, se)
+        for needle in ("--precision tf32", "CPU (", "no TF32 tensor cores"):
+            self.assertIn(needle, lines[0])
+        self.assertFalse(os.path.exists(tf32_out))
         # The same ISA limit with fp32 trains.
         rc, so, se = run(self.model, "--data", self.data, "--steps", 1, "--out", out, "--device", "cpu",
                          env={"ONEDNN_MAX_CPU_ISA": "AVX2"})

@@ -1,7 +1,7 @@
 """Copy-free Reshape (runtime/exec/executor.h, MemoryPlan aliases; issue 18): a Reshape, Flatten, Squeeze,
 Unsqueeze or Identity whose input and output are both planned shares its input's bytes and is not
 run. The Transformer encoder of tools/bench/peer_models.py, exported by PyTorch, trains bit for bit
-the same with aliases (default) and without (PIPETRAIN_RESHAPE_ALIAS=off): losses and every trained
+the same with aliases (default) and without (--reshape-alias off): losses and every trained
 weight, on one stage, on two stages (1F1B with SpecTrain), GPipe with micro-batches, --recompute
 stage, and with host copies apart from the buffers (as on CUDA). The `memory: stage` lines count the
 aliased copies: some with aliases, none without. An invalid value of the variable is refused.
@@ -36,11 +36,8 @@ CONFIGS = {
 
 
 def run(alias, *args):
-    env = dict(os.environ)
-    env.pop("PIPETRAIN_RESHAPE_ALIAS", None)
-    if alias is not None:
-        env["PIPETRAIN_RESHAPE_ALIAS"] = alias
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
+    flags = [] if alias is None else ["--reshape-alias", alias]
+    p = subprocess.run([BIN, *flags, *map(str, args)], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -81,7 +78,7 @@ class ReshapeAliasTest(unittest.TestCase):
         self.assertEqual(sorted(c_on), list(range(stages)), f"{name}: memory lines")
         self.assertEqual(sorted(c_off), list(range(stages)), f"{name}: memory lines")
         self.assertGreater(sum(c_on.values()), 0, f"{name}: no copy aliased")
-        self.assertEqual(sum(c_off.values()), 0, f"{name}: copies aliased with PIPETRAIN_RESHAPE_ALIAS=off")
+        self.assertEqual(sum(c_off.values()), 0, f"{name}: copies aliased with --reshape-alias off")
         self.assertEqual(len(l_on), STEPS)
         self.assertTrue(np.isfinite(l_on).all(), l_on)
         self.assertEqual(l_on, l_off, f"{name}: per-step losses with and without aliases")
@@ -117,7 +114,8 @@ class ReshapeAliasTest(unittest.TestCase):
         self.assertGreater(sum(int(n) for n in re.findall(r"; (\d+) copies aliased", so)), 0, so)
         rc, so, se = run("maybe", self.model, "--data", self.data, "--steps", 1, "--out", out, "--overwrite")
         self.assertEqual(rc, 2, so + se)
-        self.assertIn("PIPETRAIN_RESHAPE_ALIAS=maybe", se)
+        self.assertIn("--reshape-alias", se)
+        self.assertIn("maybe", se)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ whose convolutions take the blocked-layout path, with a weight shared by convolu
 stages, the trained model is bit for bit the one trained without the cache, for one stage (with
 validation), GPipe with 4 micro-batches, 1F1B SpecTrain (prediction), stash, stale, replicas,
 recomputation, host copies apart from the buffers (as on CUDA), and a checkpoint resume: with the cache where the runtime puts it (auto), and
-with every executor caching (PIPETRAIN_WEIGHT_CACHE=all) while every hit is checked against a
-fresh conversion (PIPETRAIN_WEIGHT_CACHE_VERIFY=1). A cache that ignores the version
-(PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS=1) trains another model in every configuration, so
+with every executor caching (--weight-cache all) while every hit is checked against a
+fresh conversion (--test-weight-cache-verify). A cache that ignores the version
+(--test-weight-cache-ignore-versions) trains another model in every configuration, so
 these comparisons fail when the version is not honoured.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_weight_cache.py"""
 import json
@@ -28,8 +28,7 @@ from test_cli import reuse_ok  # noqa: E402
 
 BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 COMMON = ["--device", "cpu", "--batch-size", 8, "--seed", 3, "--lr", 0.05, "--val-split", 0.25, "--quiet"]
-CACHE_ENV = ("PIPETRAIN_WEIGHT_CACHE", "PIPETRAIN_WEIGHT_CACHE_VERIFY", "PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS",
-             "PIPETRAIN_WEIGHT_CACHE_STATS")
+CACHE_ENV = ("PIPETRAIN_WEIGHT_CACHE_STATS",)
 
 
 def cnn(path):
@@ -63,11 +62,10 @@ def cnn(path):
     return path
 
 
-def run(env_extra, *args):
+def run(mode_flags, *args):
     env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV}
-    env.update(env_extra)
     env["PIPETRAIN_WEIGHT_CACHE_STATS"] = "1"
-    p = subprocess.run([BIN, *reuse_ok(args)], capture_output=True, text=True, timeout=300, env=env)
+    p = subprocess.run([BIN, *mode_flags, *reuse_ok(args)], capture_output=True, text=True, timeout=300, env=env)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -82,10 +80,10 @@ def initializers(out):
 
 
 MODES = {
-    "off": {"PIPETRAIN_WEIGHT_CACHE": "off"},
-    "auto": {},
-    "all": {"PIPETRAIN_WEIGHT_CACHE": "all", "PIPETRAIN_WEIGHT_CACHE_VERIFY": "1"},
-    "broken": {"PIPETRAIN_WEIGHT_CACHE": "all", "PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS": "1"},
+    "off": ["--weight-cache", "off"],
+    "auto": [],
+    "all": ["--weight-cache", "all", "--test-weight-cache-verify"],
+    "broken": ["--weight-cache", "all", "--test-weight-cache-ignore-versions"],
 }
 
 CONFIGS = {
@@ -134,7 +132,7 @@ class WeightCacheTest(unittest.TestCase):
             with self.subTest(config=name):
                 args = ["--steps", 4, "--eval-every", 2, *cfg]
                 out, ref, s_off = self.train(name, "off", *args)
-                self.assertEqual(s_off, (0, 0), "PIPETRAIN_WEIGHT_CACHE=off still cached")
+                self.assertEqual(s_off, (0, 0), "--weight-cache off still cached")
                 self.assertTrue(self.differs(ref, start), "nothing trained")
                 for mode in ("auto", "all"):
                     _, w, s = self.train(name, mode, *args)
@@ -177,11 +175,12 @@ class WeightCacheTest(unittest.TestCase):
                 self.assert_same(initializers(part), full, name)
 
     def test_bad_policy_refused(self):
-        rc, so, se = run({"PIPETRAIN_WEIGHT_CACHE": "sometimes"}, self.model, "--steps", 1, "--out",
+        rc, so, se = run(["--weight-cache", "sometimes"], self.model, "--steps", 1, "--out",
                          os.path.join(self.dir, "bad"), *COMMON)
         self.assertEqual(rc, 2, so + se)
-        self.assertEqual(se.strip().splitlines()[0],
-                         "onnx-pipetrain: error: PIPETRAIN_WEIGHT_CACHE=sometimes: not one of auto, off, all")
+        first = se.strip().splitlines()[0]
+        for needle in ("onnx-pipetrain: error:", "--weight-cache", "sometimes", "auto", "off", "all"):
+            self.assertIn(needle, first)
 
 
 if __name__ == "__main__":

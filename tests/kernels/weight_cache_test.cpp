@@ -120,9 +120,9 @@ TEST(WeightCache, IgnoringTheVersionGivesStaleResults) {
   const std::vector<float> y0 = f.forward(&cache, new_weight_version());
   f.w[0] += 1.0f;
   const std::vector<float> y1 = f.forward();
-  set_weight_cache_ignore_versions_for_tests(true);
+  cache.set_checks({.verify = false, .ignore_versions = true});
   const std::vector<float> stale = f.forward(&cache, new_weight_version());
-  set_weight_cache_ignore_versions_for_tests(false);
+  cache.set_checks({});
   EXPECT_TRUE(same_bits(stale, y0));
   EXPECT_FALSE(same_bits(stale, y1));
   EXPECT_TRUE(same_bits(f.forward(&cache, new_weight_version()), y1));
@@ -135,13 +135,12 @@ TEST(WeightCacheDeathTest, VerifyCatchesAWriteWithoutANewVersion) {
   const uint64_t v = new_weight_version();
   f.forward(&cache, v);
   f.w[3] += 1.0f;  // written, version kept: a missed bump
-  set_weight_cache_verify(true);
+  cache.set_checks({.verify = true, .ignore_versions = false});
   EXPECT_DEATH(f.forward(&cache, v), "something wrote it without a new version");
   f.w[3] -= 1.0f;  // the copy is right again: verify passes
   EXPECT_EQ(cache.hits(), 0u);
   f.forward(&cache, v);
   EXPECT_EQ(cache.hits(), 1u);
-  set_weight_cache_verify(false);
 }
 
 TEST(WeightCache, VersionsAreNeverReused) {

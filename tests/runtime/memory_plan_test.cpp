@@ -298,10 +298,7 @@ TEST(MemoryPlanAlias, CopiesOfValuesThatAreNotPlannedStayCopies) {
   EXPECT_EQ(p.aliased_values, 2u);  // the two last Reshapes (of t and u)
 
   // The executor: aliases' nodes never run, the copies do, and the values are right.
-  const bool was = reshape_alias_enabled();
-  set_reshape_alias(true);
   auto e = Executor::create(m.g, DeviceKind::kCpu, {}, ExecutorOptions{true, keep});
-  set_reshape_alias(was);
   ASSERT_TRUE(e) << e.status().message();
   ASSERT_EQ((*e)->plan().aliased_values, 2u);
   HostTensor& x = (*e)->tensor(m.x);
@@ -331,12 +328,10 @@ TEST(MemoryPlanAlias, CopiesOfValuesThatAreNotPlannedStayCopies) {
 TEST(MemoryPlanAlias, TrainingIsBitIdenticalWithAliasesOnAndOff) {
   Cnn on, off;
   ASSERT_TRUE(on.tg && off.tg);
-  const bool was = reshape_alias_enabled();
-  set_reshape_alias(true);
   auto eon = Executor::create(on.g, DeviceKind::kCpu, {}, ExecutorOptions{true, {on.tg->loss.loss}});
-  set_reshape_alias(false);
-  auto eoff = Executor::create(off.g, DeviceKind::kCpu, {}, ExecutorOptions{true, {off.tg->loss.loss}});
-  set_reshape_alias(was);
+  ExecutorOptions no_alias{true, {off.tg->loss.loss}};
+  no_alias.settings.reshape_alias = false;
+  auto eoff = Executor::create(off.g, DeviceKind::kCpu, {}, no_alias);
   ASSERT_TRUE(eon && eoff);
   const MemoryPlan& pon = (*eon)->plan();
   const MemoryPlan& poff = (*eoff)->plan();
@@ -369,23 +364,6 @@ TEST(MemoryPlanAlias, TrainingIsBitIdenticalWithAliasesOnAndOff) {
     ASSERT_EQ(a.bytes(), b.bytes());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0) << on.tg->params[i]->name;
   }
-}
-
-TEST(MemoryPlanAlias, EnvironmentSwitch) {
-  setenv("PIPETRAIN_RESHAPE_ALIAS", "off", 1);
-  auto off = reshape_alias_from_env();
-  setenv("PIPETRAIN_RESHAPE_ALIAS", "on", 1);
-  auto on = reshape_alias_from_env();
-  setenv("PIPETRAIN_RESHAPE_ALIAS", "maybe", 1);
-  auto bad = reshape_alias_from_env();
-  unsetenv("PIPETRAIN_RESHAPE_ALIAS");
-  auto unset = reshape_alias_from_env();
-  ASSERT_TRUE(off && on && unset);
-  EXPECT_FALSE(*off);
-  EXPECT_TRUE(*on);
-  EXPECT_TRUE(*unset);
-  ASSERT_FALSE(bad);
-  EXPECT_NE(bad.status().message().find("PIPETRAIN_RESHAPE_ALIAS=maybe"), std::string::npos);
 }
 
 }  // namespace

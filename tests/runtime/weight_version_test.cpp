@@ -108,13 +108,14 @@ struct Trained {
   uint64_t hits = 0, reorders = 0;
   size_t cache_bytes = 0;
 };
-Trained train(bool cache) {
+Trained train(bool cache, ExecSettings settings = {}) {
   Cnn m;
   Trained r;
   EXPECT_TRUE(m.tg);
   if (!m.tg) return r;
   ExecutorOptions eo{true, {m.tg->loss.loss}};
   eo.weight_cache = cache;
+  eo.settings = settings;
   auto made = Executor::create(m.g, DeviceKind::kCpu, {}, eo);
   EXPECT_TRUE(made) << made.status().message();
   if (!made) return r;
@@ -150,7 +151,6 @@ bool same(const Trained& a, const Trained& b) {
 }
 
 TEST(WeightVersion, CachedTrainingIsBitIdentical) {
-  ASSERT_EQ(weight_cache_policy(), WeightCachePolicy::kAuto);
   const Trained plain = train(false), cached = train(true);
   ASSERT_FALSE(plain.params.empty());
   EXPECT_TRUE(same(plain, cached));
@@ -162,18 +162,18 @@ TEST(WeightVersion, CachedTrainingIsBitIdentical) {
   EXPECT_EQ(plain.reorders + plain.hits, 0u);
 
   // A cache that ignores versions reuses the weights of the step before: the result differs.
-  set_weight_cache_ignore_versions_for_tests(true);
-  const Trained broken = train(true);
-  set_weight_cache_ignore_versions_for_tests(false);
+  ExecSettings ignore;
+  ignore.weight_cache_checks.ignore_versions = true;
+  const Trained broken = train(true, ignore);
   EXPECT_FALSE(same(plain, broken));
 }
 
 TEST(WeightVersion, PolicyOverridesTheExecutorsChoice) {
-  set_weight_cache_policy(WeightCachePolicy::kOff);
-  const Trained off = train(true);
-  set_weight_cache_policy(WeightCachePolicy::kAll);
-  const Trained all = train(false);
-  set_weight_cache_policy(WeightCachePolicy::kAuto);
+  ExecSettings policy;
+  policy.weight_cache = WeightCachePolicy::kOff;
+  const Trained off = train(true, policy);
+  policy.weight_cache = WeightCachePolicy::kAll;
+  const Trained all = train(false, policy);
   EXPECT_EQ(off.reorders + off.hits, 0u);
   EXPECT_EQ(all.hits, 5u * 2u);
   EXPECT_TRUE(same(off, all));

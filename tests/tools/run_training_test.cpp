@@ -62,11 +62,38 @@ TEST(RunTraining, AgreementCoversTheSpecButNotItsLocalPart) {
            [](TrainingSpec& s) { s.optimizer = OptimizerKind::kAdamW; },
            [](TrainingSpec& s) { s.mean = {0.5f}; },
            [](TrainingSpec& s) { s.test.lose_rank = "1:2"; },
+           [](TrainingSpec& s) { s.precision = Precision::kTf32; },
+           [](TrainingSpec& s) { s.reshape_alias = false; },
+           [](TrainingSpec& s) { s.weight_cache = WeightCachePolicy::kOff; },
+           [](TrainingSpec& s) { s.test.weight_cache_verify = true; },
+           [](TrainingSpec& s) { s.test.weight_cache_ignore_versions = true; },
        }) {
     TrainingSpec c = a;
     change(c);
     EXPECT_NE(serialize_for_agreement(c), base);
   }
+}
+
+// --precision tf32 is part of the agreement by name, and reaches the executors as ExecSettings::tf32
+// (the CUDA kernels' math mode); the other settings come from their fields unchanged.
+TEST(RunTraining, SpecCarriesTf32AndTheExecutorSettings) {
+  TrainingSpec s;
+  EXPECT_FALSE(exec_settings(s).tf32);
+  EXPECT_NE(serialize_for_agreement(s).find("\"precision\":\"fp32\""), std::string::npos);
+  s.precision = Precision::kTf32;
+  s.reshape_alias = false;
+  s.weight_cache = WeightCachePolicy::kAll;
+  s.test.separate_host = true;
+  EXPECT_NE(serialize_for_agreement(s).find("\"precision\":\"tf32\""), std::string::npos);
+  const ExecSettings e = exec_settings(s);
+  EXPECT_TRUE(e.tf32);
+  EXPECT_FALSE(e.reshape_alias);
+  EXPECT_EQ(e.weight_cache, WeightCachePolicy::kAll);
+  EXPECT_TRUE(e.separate_host);
+  auto p = parse_precision("tf32");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(*p, Precision::kTf32);
+  EXPECT_STREQ(precision_name(Precision::kTf32), "tf32");
 }
 
 }  // namespace

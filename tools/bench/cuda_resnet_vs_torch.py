@@ -4,7 +4,7 @@ PyTorch, shape by shape as cuda_resnet_bench times it through our CUDA kernels, 
 
     python3 tools/bench/cuda_resnet_vs_torch.py BENCH_BINARY [--batch 64] [--iters 20]
 
-Both sides run FP32 without TF32 (our default; PIPETRAIN_CUDA_TF32=1 and
+Both sides run FP32 without TF32 (our default; --precision tf32 and
 torch.backends.cudnn.allow_tf32 change both) and without cudnn.benchmark (we use cuDNN's
 heuristics, not trial runs). Prints one table; exit 0 when both ran, 1 on failure, 77 without a
 GPU or without torch.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -239,6 +240,221 @@ struct NodeTime {
   double seconds;  // mean per step
 };
 
+struct Measured {
+  std::vector<double> val_losses;  // the validation steps' losses
+  double first5 = 0, last5 = 0;    // their first and last five's means
+  std::vector<double> ms;          // the timed steps, in order
+  double med = 0, p10 = 0, p90 = 0;
+  // --per-node: the slowest nodes, the op types (with phase) by time, their sum, the cost model's
+  // FLOPs (partitioner/cost_model.h) by op type, and the convolutions' (forward and backward).
+  std::vector<NodeTime> top;
+  std::vector<std::pair<std::string, double>> by_op;
+  double node_total = 0;
+  std::map<std::string, double> op_flops;
+  double conv_s = 0, conv_flops = 0;
+  long rss = 0;          // peak resident KiB
+  size_t own_bytes = 0;  // every value's own (unplanned) buffer
+};
+
+using StepFn = std::function<Expected<double>(std::vector<double>*)>;
+using BatchFn = std::function<void(int64_t)>;  // copies batch k of the eight into the input buffers
+
+// Validation before timing: a finite first loss, and a loss that falls over 20 steps on one
+// repeated batch. 0, or the exit code.
+int validate(const StepFn& step, Measured* m) {
+  std::vector<double>& val_losses = m->val_losses;
+  for (int i = 0; i < kValidationSteps; ++i) {
+    Expected<double> l = step(nullptr);
+    if (!l) {
+      std::printf("FAIL: training step %d: %s\n", i + 1, l.status().message().c_str());
+      return 1;
+    }
+    val_losses.push_back(*l);
+    if (!std::isfinite(val_losses.back())) {
+      std::printf("FAIL: loss at validation step %d is %g (not finite)\n", i + 1, val_losses.back());
+      return 1;
+    }
+  }
+  // Dropout makes single steps noisy: compare the means of the first and last five steps.
+  const double first5 = m->first5 = std::accumulate(val_losses.begin(), val_losses.begin() + 5, 0.0) / 5;
+  const double last5 = m->last5 = std::accumulate(val_losses.end() - 5, val_losses.end(), 0.0) / 5;
+  if (!(last5 < first5)) {
+    std::printf("FAIL: the loss does not fall over %d steps on one batch: mean of steps 1-5 %.5f, of steps 16-20 "
+                "%.5f (first %.5f, last %.5f)\n",
+                kValidationSteps, first5, last5, val_losses.front(), val_losses.back());
+    return 1;
+  }
+
+  return 0;
+}
+
+// Warm-up, then timed steps over the eight batches (each step's batch copied in, timed with it).
+// 0, or the exit code.
+int time_steps(const Options& o, const StepFn& step, const BatchFn& batch_in, Measured* m) {
+  using clock = std::chrono::steady_clock;
+  std::vector<double>& ms = m->ms;
+  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+    const auto t0 = clock::now();
+    batch_in(i % 8);
+    Expected<double> l = step(nullptr);
+    const double dt = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    if (!l) {
+      std::printf("FAIL: timed step %lld: %s\n", static_cast<long long>(i + 1), l.status().message().c_str());
+      return 1;
+    }
+    if (!std::isfinite(*l)) {
+      std::printf("FAIL: loss at timed step %lld is not finite\n", static_cast<long long>(i + 1));
+      return 1;
+    }
+    if (i >= o.warmup) ms.push_back(dt);
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  m->med = median(ms);
+  m->p10 = percentile(sorted, 0.10);
+  m->p90 = percentile(sorted, 0.90);
+
+  return 0;
+}
+
+// Per-node times: mean over a few more steps, each node timed on its own. 0, or the exit code.
+int time_nodes(const Options& o, const Graph& g, const StepFn& step, const BatchFn& batch_in, Measured* m) {
+  std::vector<NodeTime>& top = m->top;
+  std::vector<std::pair<std::string, double>>& by_op = m->by_op;
+  double& node_total = m->node_total;
+  std::map<std::string, double>& op_flops = m->op_flops;
+  double &conv_s = m->conv_s, &conv_flops = m->conv_flops;
+  if (o.per_node) {
+    const int reps = static_cast<int>(std::clamp<int64_t>(o.steps / 2, 1, 5));
+    std::vector<double> sec(g.nodes().size(), 0.0);
+    for (int r = 0; r < reps; ++r) {
+      batch_in(r % 8);
+      Expected<double> l = step(&sec);
+      if (!l) {
+        std::printf("FAIL: timed per-node step: %s\n", l.status().message().c_str());
+        return 1;
+      }
+    }
+    std::map<std::string, double> ops;
+    for (const auto& n : g.nodes()) {
+      const double s = static_cast<size_t>(n->id) < sec.size() ? sec[n->id] / reps : 0.0;
+      node_total += s;
+      top.push_back({n.get(), s});
+      const std::string key = n->op_type + " (" + phase_name(n->phase) + ")";
+      ops[key] += s;
+      op_flops[key] += node_flops(*n);
+      if (n->op_type == "Conv" || n->op_type == "FusedConv" || n->op_type == "ConvGradInput" ||
+          n->op_type == "ConvGradWeight") {
+        conv_s += s;
+        conv_flops += node_flops(*n);
+      }
+    }
+    std::sort(top.begin(), top.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
+    if (top.size() > static_cast<size_t>(o.top)) top.resize(static_cast<size_t>(o.top));
+    by_op.assign(ops.begin(), ops.end());
+    std::sort(by_op.begin(), by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    if (by_op.size() > kTopOps) by_op.resize(kTopOps);
+  }
+  return 0;
+}
+
+// The results as one JSON object on one line.
+void print_json(const Options& o, const Graph& g, const Value* in, int64_t batch, size_t forward_nodes, const Dataset& data, const MemoryPlan& plan, const Measured& m) {
+  const std::vector<double>& ms = m.ms;
+  const std::vector<double>& val_losses = m.val_losses;
+  const std::vector<NodeTime>& top = m.top;
+  const auto& by_op = m.by_op;
+  const double med = m.med, p10 = m.p10, p90 = m.p90, first5 = m.first5, last5 = m.last5;
+  const double node_total = m.node_total;
+  const long rss = m.rss;
+  const size_t own_bytes = m.own_bytes;
+  const double mib = 1024.0 * 1024.0;
+  const int omp_threads = omp_get_max_threads(), blas_threads = openblas_get_num_threads();
+  std::printf("{\"model\": \"%s\", \"batch\": %lld, \"nodes\": %zu, \"forward_nodes\": %zu, \"steps\": %zu, "
+              "\"warmup\": %lld, \"omp_threads\": %d, \"blas_threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, "
+              "\"p90_ms\": %.4f, \"steps_per_s\": %.4f, \"peak_rss_kib\": %ld, \"loss_first\": %.6f, "
+              "\"loss_step20\": %.6f, \"loss_first5_mean\": %.6f, \"loss_last5_mean\": %.6f, "
+              "\"plan_values\": %zu, \"plan_arena_mib\": %.3f, \"plan_unshared_mib\": %.3f, \"own_buffers_mib\": %.3f, "
+              "\"plan_aliased\": %zu, \"plan_aliased_mib\": %.3f",
+              json_escape(o.model).c_str(), static_cast<long long>(batch), g.nodes().size(), forward_nodes,
+              ms.size(), static_cast<long long>(o.warmup), omp_threads, blas_threads, med, p10, p90, 1e3 / med,
+              rss, val_losses.front(), val_losses.back(), first5, last5, plan.planned_values, plan.arena_bytes / mib,
+              plan.planned_bytes / mib, own_bytes / mib, plan.aliased_values, plan.aliased_bytes / mib);
+  if (o.per_node) {
+    std::printf(", \"per_node_total_ms\": %.4f, \"top_nodes\": [", 1e3 * node_total);
+    for (size_t i = 0; i < top.size(); ++i)
+      std::printf("%s{\"name\": \"%s\", \"op\": \"%s\", \"phase\": \"%s\", \"inputs\": \"%s\", \"ms\": %.4f, \"share\": %.4f}",
+                  i ? ", " : "", json_escape(top[i].node->name).c_str(), top[i].node->op_type.c_str(),
+                  phase_name(top[i].node->phase), input_dims(top[i].node).c_str(), 1e3 * top[i].seconds,
+                  node_total > 0 ? top[i].seconds / node_total : 0.0);
+    std::printf("], \"top_ops\": [");
+    for (size_t i = 0; i < by_op.size(); ++i)
+      std::printf("%s{\"op\": \"%s\", \"ms\": %.4f, \"share\": %.4f}", i ? ", " : "", by_op[i].first.c_str(),
+                  1e3 * by_op[i].second, node_total > 0 ? by_op[i].second / node_total : 0.0);
+    std::printf("]");
+  }
+  std::printf("}\n");
+}
+
+// The results as text.
+void print_text(const Options& o, const Graph& g, const Value* in, int64_t batch, size_t forward_nodes, const Dataset& data, const MemoryPlan& plan, const Measured& m) {
+  const std::vector<double>& ms = m.ms;
+  const std::vector<double>& val_losses = m.val_losses;
+  const double med = m.med, p10 = m.p10, p90 = m.p90, first5 = m.first5, last5 = m.last5;
+  const double node_total = m.node_total, conv_s = m.conv_s, conv_flops = m.conv_flops;
+  const long rss = m.rss;
+  const std::vector<NodeTime>& top = m.top;
+  const auto& by_op = m.by_op;
+  std::map<std::string, double> op_flops = m.op_flops;
+  const size_t own_bytes = m.own_bytes;
+  const double mib = 1024.0 * 1024.0;
+  const int omp_threads = omp_get_max_threads(), blas_threads = openblas_get_num_threads();
+  std::printf("model: %s (%zu forward nodes, %zu in the training graph), batch %lld, input %s %s\n", o.model.c_str(),
+              forward_nodes, g.nodes().size(), static_cast<long long>(batch), dims_str(in->dims).c_str(),
+              dtype_name(in->dtype));
+  std::printf("data: %s\n", data.source.c_str());
+  std::printf("threads: OpenMP %d, OpenBLAS %d; idle OpenMP threads: %s\n", omp_threads, blas_threads,
+              omp_wait_description().c_str());
+  std::printf("validation: ok (loss %.4f at step 1, %.4f at step %d; mean of steps 1-5 %.4f > 16-20 %.4f)\n",
+              val_losses.front(), val_losses.back(), kValidationSteps, first5, last5);
+  std::printf("step: median %.3f ms, p10 %.3f ms, p90 %.3f ms over %zu steps (after %lld warm-up); %.2f steps/s\n",
+              med, p10, p90, ms.size(), static_cast<long long>(o.warmup), 1e3 / med);
+  std::printf("peak resident memory: %.1f MiB (VmHWM)\n", rss / 1024.0);
+  if (o.memory_plan)
+    std::printf("memory plan: %zu values share a %.1f MiB arena (%.1f MiB without sharing); other buffers %.1f MiB; "
+                "%zu copies aliased (%.1f MiB, reshape aliases %s)\n",
+                plan.planned_values, plan.arena_bytes / mib, plan.planned_bytes / mib, own_bytes / mib,
+                plan.aliased_values, plan.aliased_bytes / mib, ExecSettings{}.reshape_alias ? "on" : "off");
+  else
+    std::printf("memory plan: off (--no-memory-plan); buffers %.1f MiB\n", own_bytes / mib);
+  if (o.per_node) {
+    std::printf("\nper node (mean of timed steps; sum %.3f ms):\n", 1e3 * node_total);
+    std::printf("  %-24s %-9s %9s %7s  %s\n", "op", "phase", "ms", "share", "node");
+    for (const NodeTime& t : top)
+      std::printf("  %-24s %-9s %9.3f %6.1f%%  %s %s\n", t.node->op_type.c_str(), phase_name(t.node->phase),
+                  1e3 * t.seconds, node_total > 0 ? 100 * t.seconds / node_total : 0.0, t.node->name.c_str(),
+                  input_dims(t.node).c_str());
+    std::printf("\nper op type and phase (GFLOP/s: the cost model's FLOPs over the measured time):\n");
+    for (const auto& [k, s] : by_op)
+      std::printf("  %-36s %9.3f %6.1f%% %9.2f GFLOP/s\n", k.c_str(), 1e3 * s, node_total > 0 ? 100 * s / node_total : 0.0,
+                  s > 0 ? op_flops[k] / s / 1e9 : 0.0);
+  }
+  if (o.gemm_peak) {
+    const GemmPeak peak = measure_gemm_peak();
+    std::printf("\nGEMM peak (float, %d OpenMP threads, best of 5 %lldx%lldx%lld products): oneDNN %.2f GFLOP/s, "
+                "OpenBLAS %.2f GFLOP/s\n",
+                omp_get_max_threads(), static_cast<long long>(kPeakN), static_cast<long long>(kPeakN),
+                static_cast<long long>(kPeakN), peak.dnnl / 1e9, peak.blas / 1e9);
+    const double best = std::max(peak.dnnl, peak.blas);
+    if (conv_s > 0)
+      std::printf("convolutions (Conv, ConvGradInput, ConvGradWeight): %.3f GFLOP in %.3f ms per step = %.2f GFLOP/s, "
+                  "%.1f %% of the GEMM peak\n",
+                  conv_flops / 1e9, 1e3 * conv_s, conv_flops / conv_s / 1e9, 100.0 * conv_flops / conv_s / best);
+    else
+      std::printf("convolutions: none in this model\n");
+  }
+}
+
 int run(const Options& o) {
   if (o.threads > 0) {
     omp_set_num_threads(o.threads);
@@ -295,175 +511,26 @@ int run(const Options& o) {
   std::vector<int64_t> order(data.size());
   std::iota(order.begin(), order.end(), 0);
 
-  // Validation: finite first loss, falling loss over 20 steps on one repeated batch.
-  std::vector<double> val_losses;
+  StepFn step_fn = [&](std::vector<double>* node_seconds) { return step(node_seconds); };
+  BatchFn batch_in = [&](int64_t k) { gather_batch(data, order, k * batch, &x, &y); };
+  Measured m;
   gather_batch(data, order, 0, &x, &y);
-  for (int i = 0; i < kValidationSteps; ++i) {
-    Expected<double> l = step();
-    if (!l) {
-      std::printf("FAIL: training step %d: %s\n", i + 1, l.status().message().c_str());
-      return 1;
-    }
-    val_losses.push_back(*l);
-    if (!std::isfinite(val_losses.back())) {
-      std::printf("FAIL: loss at validation step %d is %g (not finite)\n", i + 1, val_losses.back());
-      return 1;
-    }
-  }
-  // Dropout makes single steps noisy: compare the means of the first and last five steps.
-  const double first5 = std::accumulate(val_losses.begin(), val_losses.begin() + 5, 0.0) / 5;
-  const double last5 = std::accumulate(val_losses.end() - 5, val_losses.end(), 0.0) / 5;
-  if (!(last5 < first5)) {
-    std::printf("FAIL: the loss does not fall over %d steps on one batch: mean of steps 1-5 %.5f, of steps 16-20 "
-                "%.5f (first %.5f, last %.5f)\n",
-                kValidationSteps, first5, last5, val_losses.front(), val_losses.back());
-    return 1;
-  }
-
-  // Warm-up, then timed steps over the eight batches.
-  using clock = std::chrono::steady_clock;
-  std::vector<double> ms;
-  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
-    const auto t0 = clock::now();
-    gather_batch(data, order, (i % 8) * batch, &x, &y);
-    Expected<double> l = step();
-    const double dt = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    if (!l) {
-      std::printf("FAIL: timed step %lld: %s\n", static_cast<long long>(i + 1), l.status().message().c_str());
-      return 1;
-    }
-    if (!std::isfinite(*l)) {
-      std::printf("FAIL: loss at timed step %lld is not finite\n", static_cast<long long>(i + 1));
-      return 1;
-    }
-    if (i >= o.warmup) ms.push_back(dt);
-  }
-  std::vector<double> sorted = ms;
-  std::sort(sorted.begin(), sorted.end());
-  const double med = median(ms), p10 = percentile(sorted, 0.10), p90 = percentile(sorted, 0.90);
-
-  // Per-node times: mean over a few more steps, each node timed on its own.
-  std::vector<NodeTime> top;
-  std::vector<std::pair<std::string, double>> by_op;
-  double node_total = 0;
-  std::map<std::string, double> op_flops;  // the cost model's FLOPs (partitioner/cost_model.h) by op type
-  double conv_s = 0, conv_flops = 0;         // the convolutions, forward and backward
-  if (o.per_node) {
-    const int reps = static_cast<int>(std::clamp<int64_t>(o.steps / 2, 1, 5));
-    std::vector<double> sec(g.nodes().size(), 0.0);
-    for (int r = 0; r < reps; ++r) {
-      gather_batch(data, order, (r % 8) * batch, &x, &y);
-      Expected<double> l = step(&sec);
-      if (!l) {
-        std::printf("FAIL: timed per-node step: %s\n", l.status().message().c_str());
-        return 1;
-      }
-    }
-    std::map<std::string, double> ops;
-    for (const auto& n : g.nodes()) {
-      const double s = static_cast<size_t>(n->id) < sec.size() ? sec[n->id] / reps : 0.0;
-      node_total += s;
-      top.push_back({n.get(), s});
-      const std::string key = n->op_type + " (" + phase_name(n->phase) + ")";
-      ops[key] += s;
-      op_flops[key] += node_flops(*n);
-      if (n->op_type == "Conv" || n->op_type == "FusedConv" || n->op_type == "ConvGradInput" ||
-          n->op_type == "ConvGradWeight") {
-        conv_s += s;
-        conv_flops += node_flops(*n);
-      }
-    }
-    std::sort(top.begin(), top.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
-    if (top.size() > static_cast<size_t>(o.top)) top.resize(static_cast<size_t>(o.top));
-    by_op.assign(ops.begin(), ops.end());
-    std::sort(by_op.begin(), by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
-    if (by_op.size() > kTopOps) by_op.resize(kTopOps);
-  }
-  const long rss = peak_rss_kib();
+  if (int rc = validate(step_fn, &m)) return rc;
+  if (int rc = time_steps(o, step_fn, batch_in, &m)) return rc;
+  if (int rc = time_nodes(o, g, step_fn, batch_in, &m)) return rc;
+  m.rss = peak_rss_kib();
   // Bytes of every value's own buffer (unplanned), of the planned values without sharing, and of
   // the arena they share (the planned peak).
   const MemoryPlan& plan = trainer.executor().plan();
-  size_t own_bytes = 0;
   for (const auto& v : g.values())
     // Values no node reads or writes (the intermediates a fusion pass absorbed) get no buffer.
     if (v->dtype != DType::kUndefined && !plan.planned(v.get()) &&
         (v->producer || !v->consumers.empty() || v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel ||
          v->kind == ValueKind::kHyper))
-      own_bytes += v->bytes();
-  const double mib = 1024.0 * 1024.0;
-  const int omp_threads = omp_get_max_threads(), blas_threads = openblas_get_num_threads();
+      m.own_bytes += v->bytes();
 
-  if (o.json) {
-    std::printf("{\"model\": \"%s\", \"batch\": %lld, \"nodes\": %zu, \"forward_nodes\": %zu, \"steps\": %zu, "
-                "\"warmup\": %lld, \"omp_threads\": %d, \"blas_threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, "
-                "\"p90_ms\": %.4f, \"steps_per_s\": %.4f, \"peak_rss_kib\": %ld, \"loss_first\": %.6f, "
-                "\"loss_step20\": %.6f, \"loss_first5_mean\": %.6f, \"loss_last5_mean\": %.6f, "
-                "\"plan_values\": %zu, \"plan_arena_mib\": %.3f, \"plan_unshared_mib\": %.3f, \"own_buffers_mib\": %.3f, "
-                "\"plan_aliased\": %zu, \"plan_aliased_mib\": %.3f",
-                json_escape(o.model).c_str(), static_cast<long long>(batch), g.nodes().size(), forward_nodes,
-                ms.size(), static_cast<long long>(o.warmup), omp_threads, blas_threads, med, p10, p90, 1e3 / med,
-                rss, val_losses.front(), val_losses.back(), first5, last5, plan.planned_values, plan.arena_bytes / mib,
-                plan.planned_bytes / mib, own_bytes / mib, plan.aliased_values, plan.aliased_bytes / mib);
-    if (o.per_node) {
-      std::printf(", \"per_node_total_ms\": %.4f, \"top_nodes\": [", 1e3 * node_total);
-      for (size_t i = 0; i < top.size(); ++i)
-        std::printf("%s{\"name\": \"%s\", \"op\": \"%s\", \"phase\": \"%s\", \"inputs\": \"%s\", \"ms\": %.4f, \"share\": %.4f}",
-                    i ? ", " : "", json_escape(top[i].node->name).c_str(), top[i].node->op_type.c_str(),
-                    phase_name(top[i].node->phase), input_dims(top[i].node).c_str(), 1e3 * top[i].seconds,
-                    node_total > 0 ? top[i].seconds / node_total : 0.0);
-      std::printf("], \"top_ops\": [");
-      for (size_t i = 0; i < by_op.size(); ++i)
-        std::printf("%s{\"op\": \"%s\", \"ms\": %.4f, \"share\": %.4f}", i ? ", " : "", by_op[i].first.c_str(),
-                    1e3 * by_op[i].second, node_total > 0 ? by_op[i].second / node_total : 0.0);
-      std::printf("]");
-    }
-    std::printf("}\n");
-    return 0;
-  }
-  std::printf("model: %s (%zu forward nodes, %zu in the training graph), batch %lld, input %s %s\n", o.model.c_str(),
-              forward_nodes, g.nodes().size(), static_cast<long long>(batch), dims_str(in->dims).c_str(),
-              dtype_name(in->dtype));
-  std::printf("data: %s\n", data.source.c_str());
-  std::printf("threads: OpenMP %d, OpenBLAS %d; idle OpenMP threads: %s\n", omp_threads, blas_threads,
-              omp_wait_description().c_str());
-  std::printf("validation: ok (loss %.4f at step 1, %.4f at step %d; mean of steps 1-5 %.4f > 16-20 %.4f)\n",
-              val_losses.front(), val_losses.back(), kValidationSteps, first5, last5);
-  std::printf("step: median %.3f ms, p10 %.3f ms, p90 %.3f ms over %zu steps (after %lld warm-up); %.2f steps/s\n",
-              med, p10, p90, ms.size(), static_cast<long long>(o.warmup), 1e3 / med);
-  std::printf("peak resident memory: %.1f MiB (VmHWM)\n", rss / 1024.0);
-  if (o.memory_plan)
-    std::printf("memory plan: %zu values share a %.1f MiB arena (%.1f MiB without sharing); other buffers %.1f MiB; "
-                "%zu copies aliased (%.1f MiB, PIPETRAIN_RESHAPE_ALIAS=%s)\n",
-                plan.planned_values, plan.arena_bytes / mib, plan.planned_bytes / mib, own_bytes / mib,
-                plan.aliased_values, plan.aliased_bytes / mib, reshape_alias_enabled() ? "on" : "off");
-  else
-    std::printf("memory plan: off (--no-memory-plan); buffers %.1f MiB\n", own_bytes / mib);
-  if (o.per_node) {
-    std::printf("\nper node (mean of timed steps; sum %.3f ms):\n", 1e3 * node_total);
-    std::printf("  %-24s %-9s %9s %7s  %s\n", "op", "phase", "ms", "share", "node");
-    for (const NodeTime& t : top)
-      std::printf("  %-24s %-9s %9.3f %6.1f%%  %s %s\n", t.node->op_type.c_str(), phase_name(t.node->phase),
-                  1e3 * t.seconds, node_total > 0 ? 100 * t.seconds / node_total : 0.0, t.node->name.c_str(),
-                  input_dims(t.node).c_str());
-    std::printf("\nper op type and phase (GFLOP/s: the cost model's FLOPs over the measured time):\n");
-    for (const auto& [k, s] : by_op)
-      std::printf("  %-36s %9.3f %6.1f%% %9.2f GFLOP/s\n", k.c_str(), 1e3 * s, node_total > 0 ? 100 * s / node_total : 0.0,
-                  s > 0 ? op_flops[k] / s / 1e9 : 0.0);
-  }
-  if (o.gemm_peak) {
-    const GemmPeak peak = measure_gemm_peak();
-    std::printf("\nGEMM peak (float, %d OpenMP threads, best of 5 %lldx%lldx%lld products): oneDNN %.2f GFLOP/s, "
-                "OpenBLAS %.2f GFLOP/s\n",
-                omp_get_max_threads(), static_cast<long long>(kPeakN), static_cast<long long>(kPeakN),
-                static_cast<long long>(kPeakN), peak.dnnl / 1e9, peak.blas / 1e9);
-    const double best = std::max(peak.dnnl, peak.blas);
-    if (conv_s > 0)
-      std::printf("convolutions (Conv, ConvGradInput, ConvGradWeight): %.3f GFLOP in %.3f ms per step = %.2f GFLOP/s, "
-                  "%.1f %% of the GEMM peak\n",
-                  conv_flops / 1e9, 1e3 * conv_s, conv_flops / conv_s / 1e9, 100.0 * conv_flops / conv_s / best);
-    else
-      std::printf("convolutions: none in this model\n");
-  }
+  if (o.json) print_json(o, g, in, batch, forward_nodes, data, plan, m);
+  else print_text(o, g, in, batch, forward_nodes, data, plan, m);
   return 0;
 }
 

@@ -1,5 +1,5 @@
 """The weight cache (kernels/weight_cache.h) on ResNet-18: ms per training step and per validation
-pass with the cache where the runtime puts it (PIPETRAIN_WEIGHT_CACHE=auto, the default) against
+pass with the cache where the runtime puts it (--weight-cache auto, the default) against
 no cache (=off), same binary, runs interleaved (off, auto, auto, off, ...) because the machine is
 shared; and oneDNN's reorders per step and per validation pass counted from ONEDNN_VERBOSE.
 
@@ -32,8 +32,7 @@ VAL_SAMPLES = 256
 CONFIGS = {"1f1b": (32, ["--gpus", "1"]),
            "gpipe": (128, ["--gpus", "1", "--schedule", "gpipe", "--micro-batches", "4"])}
 ENV = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
-for k in ("PIPETRAIN_WEIGHT_CACHE", "PIPETRAIN_WEIGHT_CACHE_VERIFY", "PIPETRAIN_TEST_WEIGHT_CACHE_IGNORE_VERSIONS",
-          "ONEDNN_VERBOSE", "DNNL_VERBOSE"):
+for k in ("ONEDNN_VERBOSE", "DNNL_VERBOSE"):
     ENV.pop(k, None)
 
 
@@ -61,10 +60,10 @@ def prepare(folder):
 def train(exe, model, folder, config, mode, steps, eval_every, verbose=False):
     batch, flags = CONFIGS[config]
     out = os.path.join(folder, f"run-{config}-{mode}")
-    env = dict(ENV, PIPETRAIN_WEIGHT_CACHE=mode, PIPETRAIN_WEIGHT_CACHE_STATS="1")
+    env = dict(ENV, PIPETRAIN_WEIGHT_CACHE_STATS="1")
     if verbose:
         env["ONEDNN_VERBOSE"] = "1"
-    cmd = [exe, model, "--device", "cpu", *flags, "--data", os.path.join(folder, "train"), "--val-data",
+    cmd = [exe, model, "--device", "cpu", "--weight-cache", mode, *flags, "--data", os.path.join(folder, "train"), "--val-data",
            os.path.join(folder, "val"), "--batch-size", str(batch), "--steps", str(steps), "--eval-every",
            str(eval_every), "--lr", "0.01", "--no-shuffle", "--out", out, "--overwrite", "--quiet"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
