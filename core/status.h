@@ -45,7 +45,7 @@ inline Status invalid_input(std::string msg) { return {StatusCode::kInvalidInput
 inline Status unsupported(std::string msg) { return {StatusCode::kUnsupported, std::move(msg)}; }
 inline Status internal_error(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 
-// Process exit code for a status, as the CLI contract (DESIGN.md section 3) defines it.
+// Process exit code for a status, as the CLI contract defines it (docs/cli.md, "Exit codes").
 inline int exit_code_for(const Status& s) {
   switch (s.code()) {
     case StatusCode::kOk: return 0;

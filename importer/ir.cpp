@@ -12,7 +12,6 @@ const char* phase_name(Phase p) {
     case Phase::kLoss: return "loss";
     case Phase::kBackward: return "backward";
     case Phase::kUpdate: return "update";
-    case Phase::kComm: return "comm";
   }
   return "?";
 }

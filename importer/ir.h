@@ -14,7 +14,7 @@
 
 namespace pt {
 
-enum class Phase { kForward, kLoss, kBackward, kUpdate, kComm };
+enum class Phase { kForward, kLoss, kBackward, kUpdate };
 const char* phase_name(Phase p);
 
 enum class ValueKind {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "core/file.h"
+#include "core/hash.h"
 #include "importer/grad/grad_registry.h"
 #include "importer/importer.h"
 #include "importer/onnx_model.h"
@@ -104,11 +105,9 @@ Expected<onnx::ModelProto> parse_file(const std::string& path) {
 
 std::string file_hash(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  uint64_t h = 0xcbf29ce484222325ULL;
+  uint64_t h = kFnv1a64Offset;
   char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ULL;
-  }
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) h = fnv1a64(buf, static_cast<size_t>(in.gcount()), h);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;
@@ -226,7 +225,7 @@ Status check_structure(onnx::GraphProto* g, const std::string& path) {
 // (versions below 7), of RNN, LSTM and GRU (versions 1 to 6) and of Conv and ConvTranspose (version
 // 1) index dimensions of their inputs
 // without checking the rank (a rank-0 or rank-1 operand: SIGSEGV, or a read past the end). What
-// they would crash on is refused here first (issue 17). The ranks are those ONNX's inference sees
+// they would crash on is refused here first. The ranks are those ONNX's inference sees
 // at the node: declared (graph inputs, initializers, outputs, value_info; a name declared twice
 // with different ranks is refused, as ONNX would read one where the other was checked) or, for a
 // value made by an earlier node, inferred by ONNX from the nodes before it (fuzz_model found both).

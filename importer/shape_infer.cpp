@@ -452,7 +452,7 @@ const std::map<std::string, ShapeFn>& shape_fns() {
       {"Conv", shapes::conv}, {"MaxPool", shapes::max_pool}, {"AveragePool", shapes::average_pool},
       {"GlobalAveragePool", shapes::global_pool}, {"GlobalMaxPool", shapes::global_pool}, {"LRN", shapes::lrn},
       {"BatchNormalization", shapes::batch_norm},
-      // Ops of opsets 18 to 21 and the missing ops of issue 13.
+      // Ops of opsets 18 to 21 and the zoo's further ops.
       {"ReduceMin", shapes::reduce}, {"ReduceProd", shapes::reduce}, {"ReduceL1", shapes::reduce},
       {"ReduceL2", shapes::reduce}, {"ReduceSumSquare", shapes::reduce}, {"ReduceLogSum", shapes::reduce},
       {"ReduceLogSumExp", shapes::reduce},

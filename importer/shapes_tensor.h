@@ -1,4 +1,4 @@
-// Shape functions of the activation, reduction, data-movement and LayerNorm ops (issue 3), used by
+// Shape functions of the activation, reduction, data-movement and LayerNorm ops, used by
 // the table in shape_infer.cpp. Each sets its node's output dtypes and dims and normalises the
 // attributes its kernel reads: shape-like inputs (axes, pads, repeats, split sizes, Slice
 // starts/ends) must be constants and are copied into `_`-prefixed attributes, so kernels never
@@ -24,7 +24,7 @@ Status pad(Node& n, const std::string& where);          // -> `_pads` (begins, e
 Status layer_norm(Node& n, const std::string& where);   // Y, optional Mean and InvStdDev
 // FusedAttention (importer/fuse_attention.cpp): (Q, Kt, V[, mask]) -> Y [B..., T, Dv], InvSum [B..., T].
 Status fused_attention(Node& n, const std::string& where);
-// Ops of opsets 18 to 21 and the missing ops of issue 13.
+// Ops of opsets 18 to 21 and the zoo's further ops.
 Status gelu(Node& n, const std::string& where);         // approximate: none | tanh
 Status arg_max(Node& n, const std::string& where);      // -> `_axis`; int64 output
 Status cum_sum(Node& n, const std::string& where);      // axis input -> `_axis`

@@ -250,10 +250,6 @@ int owner_position(const Problem& P, const Node& n, const std::unordered_map<con
     auto it = param_owner.find(n.inputs[0]);
     if (it != param_owner.end()) return it->second;
   }
-  if (n.phase == Phase::kComm && !n.inputs.empty() && n.inputs[0] && n.inputs[0]->producer) {
-    auto it = P.pos_of.find(n.inputs[0]->producer);
-    if (it != P.pos_of.end()) return it->second;
-  }
   return P.n() - 1;
 }
 

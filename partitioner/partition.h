@@ -81,7 +81,7 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts);
 // The forward (and loss) nodes in the order `order` names (kAuto: kBranch).
 std::vector<const Node*> forward_order(const Graph& g, NodeOrder order);
 
-// Predicted memory of a stage (DESIGN.md section 5) for the schedule and weight mode, from its
+// Predicted memory of a stage for the schedule and weight mode, from its
 // param_bytes, saved_bytes and workspace_bytes:
 //   param_bytes * (2 [weights, gradients] + optimizer_state_copies + copies)
 //   + saved_bytes * saved_copies + workspace_bytes + evaluator_bytes + shared_memory_bytes,

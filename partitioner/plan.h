@@ -49,7 +49,7 @@ struct StagePlan {
   int64_t send_bytes = 0, recv_bytes = 0;  // per mini-batch, activations only; send_bytes counts
                                            // a value once per stage that receives it
   int64_t grad_send_bytes = 0;           // gradients of `recv` sent back per mini-batch
-  int64_t memory_bytes = 0;              // predicted peak (DESIGN.md section 5)
+  int64_t memory_bytes = 0;              // predicted peak
   // The parts of memory_bytes: param_bytes * (2 + optimizer copies + weight_copies)
   // + saved_bytes * (in_flight + 1 when pipelined) + workspace_bytes + evaluator_bytes
   // + shared_memory_bytes (partition.h, stage_memory_bytes).
@@ -129,8 +129,8 @@ struct Plan {
   LinkSpec link;                         // between stages on one node
   int num_nodes = 1;                     // nodes the stages run on (see StagePlan::node)
   std::vector<StagePlan> stages;
-  // Who owns, keeps, reads and sends what (stage_layout.h): made by partition() and
-  // plan_single_stage(), remade by layout_plan() after a hand edit of the stages' node lists. The
+  // Who owns, keeps, reads and sends what (stage_layout.h): made by partition(),
+  // remade by layout_plan() after a hand edit of the stages' node lists. The
   // runtime trains from it; layout_status is why a plan has none (a plan training would refuse).
   StageLayout layout;
   Status layout_status;
@@ -147,8 +147,5 @@ struct Plan {
   int64_t baseline_bytes = 0, data_bytes = 0;
   int64_t measured_peak_rss_bytes = -1;
 };
-
-// One stage holding the whole training graph (no cost model needed).
-Plan plan_single_stage(const Graph& g, const DeviceSpec& device);
 
 }  // namespace pt

@@ -1,4 +1,4 @@
-// partition.json: the machine-readable partition report (DESIGN.md section 3). The schema is
+// partition.json: the machine-readable partition report. The schema is
 // documented field by field in docs/partition-json.md; keep the two in step.
 #include <algorithm>
 #include <nlohmann/json.hpp>

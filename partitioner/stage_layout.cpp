@@ -82,7 +82,7 @@ Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
     for (const Node* n : s.nodes)
       if (!stage_of.emplace(n, s.index).second) return internal_error(n->describe() + " is in two stages of the plan");
   for (auto& n : g.nodes())
-    if (n->phase != Phase::kComm && !stage_of.count(n.get()))
+    if (!stage_of.count(n.get()))
       return internal_error(n->describe() + " is in no stage of the plan");
 
   // Owners: the stage with a parameter's update node.

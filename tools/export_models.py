@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Exports the model families that onnx-pipetrain must import, train and export (issue 3).
+"""Exports the model families that onnx-pipetrain must import, train and export.
 
 Run: /usr/bin/python3 tools/export_models.py OUTDIR [--only NAME ...] [--opsets 11 13 17]
      [--modes train eval] [--list]

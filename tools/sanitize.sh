@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitizer builds (issue 17), clang 14, CUDA off, separate from CI's build (see docs/reliability.md
+# Sanitizer builds, clang 14, CUDA off, separate from CI's build (see docs/reliability.md
 # for why it is not part of .ci/run):
 #   asan: AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), every ctest suite, MPI included;
 #         any UB report is fatal (-fno-sanitize-recover), leaks are reported at exit.

@@ -40,7 +40,8 @@ Status mse_loss(GradContext& c);
 Status dropout(GradContext& c);
 Status no_gradient(GradContext& c);  // comparisons, shape ops
 Status fused_attention(GradContext& c);  // attention_grad.cpp (importer/fuse_attention.cpp)
-// Ops of issue 3: activation_grad.cpp, reduce_grad.cpp, tensor_grad.cpp, layernorm_grad.cpp.
+// Activations, reductions, tensor ops and LayerNorm: activation_grad.cpp, reduce_grad.cpp,
+// tensor_grad.cpp, layernorm_grad.cpp.
 Status pow(GradContext& c);
 Status prelu(GradContext& c);
 Status reduce_sum(GradContext& c);
@@ -66,7 +67,7 @@ Status global_average_pool(GradContext& c);
 Status global_max_pool(GradContext& c);
 Status batch_norm(GradContext& c);
 Status lrn(GradContext& c);
-// Ops of opsets 18 to 21 and issue 13: opset18_ops_grad.cpp.
+// Ops of opsets 18 to 21 and the zoo's further ops: opset18_ops_grad.cpp.
 Status reduce_min(GradContext& c);
 Status reduce_sum_square(GradContext& c);
 Status reduce_l2(GradContext& c);

@@ -152,7 +152,7 @@ std::map<std::string, GradBuilder> build_table() {
       {"GlobalMaxPool", grad::global_max_pool},
       {"BatchNormalization", grad::batch_norm},
       {"LRN", grad::lrn},
-      // Ops of opsets 18 to 21 and issue 13.
+      // Ops of opsets 18 to 21 and the zoo's further ops.
       {"ReduceMin", grad::reduce_min},
       {"ReduceSumSquare", grad::reduce_sum_square},
       {"ReduceL2", grad::reduce_l2},

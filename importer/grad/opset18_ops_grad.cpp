@@ -1,4 +1,4 @@
-// Gradient builders of the ops added for opsets 18 to 21 and issue 13: the reductions beyond
+// Gradient builders of the ops added for opsets 18 to 21 and for the zoo's models: the reductions beyond
 // Sum/Mean/Max (composed from Reshape, Expand and arithmetic; ReduceMin reuses ReduceMaxGrad, which
 // matches Y by equality), Min/Max (Equal + Cast masks: tied inputs each get the full gradient),
 // CumSum and Trilu (themselves, transposed), GatherElements (GatherElementsGrad: a scatter-add) and

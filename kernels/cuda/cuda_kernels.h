@@ -21,8 +21,7 @@ namespace pt::cuda {
 std::span<const KernelEntry> kernel_table();
 // True when (op, dtype) on CUDA runs the CPU kernel through the host fallback.
 bool is_host_fallback(std::string_view op, DType dtype);
-// Ops that run natively on CUDA for some dtype / only through the fallback (sorted).
-std::vector<std::string> native_ops();
+// Ops that run on CUDA only through the host fallback (sorted).
 std::vector<std::string> fallback_ops();
 
 // Kernels: inputs and outputs are device pointers; outputs are preallocated by the caller; each

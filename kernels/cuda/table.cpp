@@ -143,12 +143,6 @@ bool is_host_fallback(std::string_view op, DType dtype) {
   return false;
 }
 
-std::vector<std::string> native_ops() {
-  std::set<std::string> s;
-  for (const KernelEntry& e : kNative) s.insert(e.op);
-  return {s.begin(), s.end()};
-}
-
 std::vector<std::string> fallback_ops() {
   std::set<std::string> s, native;
   for (const KernelEntry& e : kNative) native.insert(e.op);

@@ -103,15 +103,6 @@ std::string float_str(double v) {
 
 }  // namespace
 
-uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) {
   std::vector<std::string> d;
   auto add = [&](const std::string& what, const std::string& a, const std::string& b) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -46,7 +47,7 @@ std::string describe_mismatch(const CheckpointMeta& saved, const CheckpointMeta&
 // there holds with the extra validation of its last step.
 struct MetricsTail {
   int64_t rows = 0;
-  uint64_t hash = 0xcbf29ce484222325ull;  // of rows 1..rows-1
+  uint64_t hash = kFnv1a64Offset;  // of rows 1..rows-1
   std::string last;                       // row `rows` (empty when rows == 0)
   void add(const std::string& row);
   bool operator==(const MetricsTail&) const = default;
@@ -110,7 +111,5 @@ std::string describe_non_finite(const std::map<std::string, HostTensor>& tensors
 // Removes all but the newest `keep` checkpoints of dir, and leftover temporary files.
 Status prune_checkpoints(const std::string& dir, int keep);
 
-// FNV-1a 64 of bytes, continuing from h.
-uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 
 }  // namespace pt

@@ -47,14 +47,6 @@ LaunchEnv detect_launch_env() {
 
 bool mpi_built() { return PIPETRAIN_HAVE_MPI != 0; }
 
-uint64_t fnv1a64(const std::string& s, uint64_t h) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 Expected<std::unique_ptr<Cluster>> Cluster::init(int* argc, char*** argv) {
   const LaunchEnv env = detect_launch_env();
   if (env.size <= 1) return std::unique_ptr<Cluster>();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/hash.h"
 #include "core/status.h"
 #include "runtime/dist/transport.h"
 
@@ -96,7 +97,5 @@ class Cluster {
   std::vector<std::string> hosts_;
 };
 
-// FNV-1a 64 of `s` (stable across builds and machines: the start-up agreement compares them).
-uint64_t fnv1a64(const std::string& s, uint64_t h = 14695981039346656037ull);
 
 }  // namespace pt

@@ -1,4 +1,4 @@
-// NCCL send/recv between CUDA stages on different ranks (issue #8): a Link whose messages go
+// NCCL send/recv between CUDA stages on different ranks: a Link whose messages go
 // from the sender's device buffers to the receiver's without touching the host. Each link has a
 // two-rank communicator of its own (the sender makes the unique id and sends it to the receiver
 // over the cluster's control messages), so links between the same two ranks never have to match

@@ -2,7 +2,6 @@
 #include "runtime/exec/executor.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -120,14 +119,6 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, co
   return p;
 }
 
-namespace {
-
-std::atomic<bool> g_separate_host_for_tests{false};
-
-}  // namespace
-
-void set_separate_host_for_tests(bool on) { g_separate_host_for_tests.store(on); }
-
 Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, DeviceKind device, std::vector<const Node*> nodes,
                                                      const ExecutorOptions& opts) {
   ASSIGN_OR_RETURN(std::shared_ptr<Device> d, open_device(device, 0));
@@ -141,7 +132,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
   Device& dev = *ex->device_;
   ASSIGN_OR_RETURN(ex->stream_, dev.create_stream());
   ex->settings_ = opts.settings;
-  ex->direct_ = dev.host_memory() && !opts.settings.separate_host && !g_separate_host_for_tests.load();
+  ex->direct_ = dev.host_memory() && !opts.settings.separate_host;
   ex->adopt_.assign(g.values().size(), 0);
   for (const Value* v : opts.adopt)
     if (v && static_cast<size_t>(v->id) < ex->adopt_.size()) ex->adopt_[v->id] = 1;

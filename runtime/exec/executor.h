@@ -118,11 +118,6 @@ struct ExecutorOptions {
   ExecSettings settings = {};
 };
 
-// Left for runtime_tests under separate_host_tests (tests/runtime/separate_host_switch.cpp), whose
-// ~30 pipeline, trainer and checkpoint tests do not pass ExecSettings yet: every executor created
-// afterwards keeps separate host copies. Runs of the tool use ExecSettings::separate_host.
-void set_separate_host_for_tests(bool on);
-
 class Executor {
  public:
   // Prepares `nodes` (a subset of g's nodes, in order; all nodes when empty) on `device`.

@@ -1,4 +1,4 @@
-// Pipelined training on N in-process CPU stages (DESIGN.md section 4): asynchronous 1F1B with
+// Pipelined training on N in-process CPU stages: asynchronous 1F1B with
 // SpecTrain weight prediction, weight stashing or stale weights, and synchronous GPipe. One thread
 // and one Executor per stage; activations and gradients travel through bounded channels keyed by
 // mini-batch, so results never depend on thread timing.

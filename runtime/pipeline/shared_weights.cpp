@@ -26,7 +26,8 @@ void Stage::begin_shared_segment(int64_t first) {
 }
 
 // The owner's version that reader w.reader uses in its pass of mini-batch `step` (the sequential
-// schedule's count of updates when that pass runs; DESIGN.md section 4 for the reader's stage).
+// schedule's count of updates when that pass runs, by the rule the reader's stage uses for its
+// own weights).
 int64_t Stage::shared_version_for(const WeightLink& w, int64_t step) const {
   if (gpipe()) return step;
   const int64_t fwd = std::max(segment_first_, step - (num_stages - w.reader - 1));

@@ -1,5 +1,5 @@
 // The stage worker of the pipelined trainer: the channel between stages, and one stage's fixed
-// sequence of forwards, backwards and updates with its weight versions (DESIGN.md section 4).
+// sequence of forwards, backwards and updates with its weight versions.
 #include "runtime/pipeline/stage.h"
 
 #include "runtime/exec/optimizer.h"

@@ -1,4 +1,4 @@
-"""Fusion passes (importer/fuse.h, issue 18 item 3): a model trains the same with a pass as without
+"""Fusion passes (importer/fuse.h): a model trains the same with a pass as without
 it (--no-fusion), to 1e-6 over a few steps, the pass really rewrote the graph (fewer nodes, the
 `fusions:` line counts them), and the exported model is still the source graph with the trained
 weights.

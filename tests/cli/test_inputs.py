@@ -1,4 +1,4 @@
-"""Models with several data inputs (issue #15 item 5): a BERT-style encoder reading token ids
+"""Models with several data inputs: a BERT-style encoder reading token ids
 [N, T] int64 and an attention mask [N, T] int64 (1: a token, 0: padding) through one masked
 self-attention layer and a masked mean pool, trained from x0.npy / x1.npy against PyTorch
 (float64, plain SGD, the same batches) within 1e-4; by-name folders (<input name>.npy) give

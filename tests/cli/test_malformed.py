@@ -1,4 +1,4 @@
-"""Malformed-input battery (issue #17): well over 150 bad models, data folders, flags, checkpoints
+"""Malformed-input battery: well over 150 bad models, data folders, flags, checkpoints
 and device specs, generated here in a temporary folder. Each case runs onnx-pipetrain with a 10 s
 timeout and asserts the documented exit code (2: bad input), no signal or core dump, and a one-line
 error on stderr that names the file, node or flag. Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain
@@ -652,7 +652,7 @@ class MalformedInputTest(unittest.TestCase):
             bad(flag, "-1")
         for flag in ("--momentum", "--beta1", "--beta2", "--dampening", "--val-split"):
             bad(flag, "1e30")
-        # Counts that parse but no machine could hold (issue 17 item 7): named, not an overflowed
+        # Counts that parse but no machine could hold: named, not an overflowed
         # memory estimate or an allocation failure.
         bad("--gpus", "100000")
         bad("--gpus", "2147483647")

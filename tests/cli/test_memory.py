@@ -1,4 +1,4 @@
-"""Memory against the plan (issue 14, item 5): the 'memory:' lines and the report's measured memory,
+"""Memory against the plan: the 'memory:' lines and the report's measured memory,
 an allocation failure as a clean error (exit 1, one line naming the stage, the value and its size,
 with the batch-size hint; never an abort), and export after import dropped the source's weights.
 Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_memory.py

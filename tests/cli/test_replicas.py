@@ -1,4 +1,4 @@
-"""Data-parallel replicas (--replicas R, issue 16), in one process.
+"""Data-parallel replicas (--replicas R), in one process.
 
 - R replicas of one stage equal one stage with R times the batch (no BatchNorm): every trained
   weight and every step's loss within 1e-5 (the digits MLP, R = 2 and 4, SGD with momentum; Adam).

@@ -1,4 +1,4 @@
-"""Copy-free Reshape (runtime/exec/executor.h, MemoryPlan aliases; issue 18): a Reshape, Flatten, Squeeze,
+"""Copy-free Reshape (runtime/exec/executor.h, MemoryPlan aliases): a Reshape, Flatten, Squeeze,
 Unsqueeze or Identity whose input and output are both planned shares its input's bytes and is not
 run. The Transformer encoder of tools/bench/peer_models.py, exported by PyTorch, trains bit for bit
 the same with aliases (default) and without (--reshape-alias off): losses and every trained

@@ -1,4 +1,4 @@
-"""What users expect of a trainer (issue #15, items 3 to 7), end to end through the command line.
+"""What users expect of a trainer, end to end through the command line.
 Inference-ready export: a small CNN with BatchNorm and Dropout, exported by PyTorch in training
 mode (opset 13: BatchNorm with 5 outputs; opset 17: training_mode=1), is trained a few steps on
 sklearn's digits; ONNX Runtime runs <stem>.trained.onnx at batch 1 and at batch 256 and must find

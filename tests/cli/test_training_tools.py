@@ -1,4 +1,4 @@
-"""The training tools of issue 7 through the command line: pipelined checkpoints and resume (bit for
+"""The training tools through the command line: pipelined checkpoints and resume (bit for
 bit against an uninterrupted run with the same drain points), resuming on another --gpus or
 schedule, SIGINT in a pipelined run, learning-rate schedules (the lr column against the formulas,
 and the rate really applied), --eval-every, --mean/--std, integer pixels (8- and 16-bit) and --raw-pixels.
@@ -101,7 +101,7 @@ class TrainingToolsTest(unittest.TestCase):
             self.assertEqual(len(b), 30)
 
     def test_checkpoint_size_does_not_grow_with_the_step_count(self):
-        # Issue 17 item 7: metrics.csv holds the metrics rows; a checkpoint keeps their count, a hash
+        # metrics.csv holds the metrics rows; a checkpoint keeps their count, a hash
         # and the last row, so its size at step 10N equals that at step N up to the digits of the
         # step numbers. Resuming from step N, or from step 10N (the rows come back from
         # metrics.csv), still gives the uninterrupted run bit for bit, rows included.

@@ -1,4 +1,4 @@
-"""The weight cache end to end (kernels/weight_cache.h, issue 18): oneDNN convolutions keep their
+"""The weight cache end to end (kernels/weight_cache.h): oneDNN convolutions keep their
 weights in oneDNN's layout while the runtime's weight version says they are unchanged. On a CNN
 whose convolutions take the blocked-layout path, with a weight shared by convolutions of two
 stages, the trained model is bit for bit the one trained without the cache, for one stage (with

@@ -1,4 +1,4 @@
-# Issue 13's PyTorch one-step oracles for a U-Net (GroupNorm, ConvTranspose, bilinear and nearest
+# PyTorch one-step oracles for a U-Net (GroupNorm, ConvTranspose, bilinear and nearest
 # Resize, skip Concats) and a rotary-embedding attention block (Range, Sin, Cos, strided Slice), run
 # through tools/bench/zoo.py's checks at opsets 17 and 21 in training mode: a 4-stage plan, one step
 # on one stage, three 1F1B SpecTrain steps on 4 stages, the trained model in ONNX Runtime, and one

@@ -1,4 +1,4 @@
-// Finite-difference checks, in double, of the gradient builders of issue 3 (activations, Pow,
+// Finite-difference checks, in double, of the gradient builders of the activations and tensor ops (activations, Pow,
 // reductions, Sum/Mean, data movement, Gather, Where, Cast, LayerNormalization) together with their
 // CPU backward kernels, plus two exported composites: Gelu (x * 0.5 * (1 + Erf(x / sqrt 2))) and
 // the decomposed LayerNorm of older exports. Inputs stay away from kinks (Clip bounds, zero for

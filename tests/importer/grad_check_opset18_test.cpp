@@ -1,4 +1,4 @@
-// Finite-difference checks, in double, of the ops added for opsets 18 to 21 and issue 13: every
+// Finite-difference checks, in double, of the ops added for opsets 18 to 21 and for the zoo's models: every
 // element-wise unary op of kernels/unary_ops.h (at its defaults), Gelu (exact and tanh), the reductions beyond
 // Sum/Mean/Max (axes as attribute and, from opset 18, as input), Min/Max with broadcasting, CumSum,
 // Trilu, GatherElements, GroupNormalization (opset 18 per-group and 21 per-channel scale) and

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kNodeDataDir = "/usr/include/onnx/backend/test/data/node";
 // Cases that must run (not be skipped). Measured with ONNX 1.12's test data: 503 run and pass
-// (327 before the ops of issue 13, 489 before LSTM, GRU, GatherND, ScatterND, ScatterElements),
+// (327 before the zoo's further ops, 489 before LSTM, GRU, GatherND, ScatterND, ScatterElements),
 // 120 are skipped with their reason printed (ops outside the supported set used by *_expanded
 // cases, uint8/float16/bfloat16/string types, sequence and optional inputs, inputs that differ
 // between data sets where the tool needs a constant, LSTM peepholes, scatter reductions). The margin allows for a renamed case.
@@ -47,7 +47,7 @@ const char* const kOpPrefixes[] = {
     "equal", "less", "greater", "not", "cast", "constantofshape", "layer_normalization",
     // Convolution, pooling, normalisation
     "conv", "basic_conv", "maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "lrn", "batchnorm",
-    // Ops of opsets 18 to 21 and issue 13 (cases of ONNX 1.12's data, opset <= 17)
+    // Ops of opsets 18 to 21 and the zoo's further ops (cases of ONNX 1.12's data, opset <= 17)
     "sin", "cos", "tan", "sinh", "cosh", "atan", "softsign", "min", "max", "argmax", "cumsum", "tril", "triu",
     "gather_elements", "instancenorm", "reduce_min", "reduce_prod", "reduce_l1", "reduce_l2", "reduce_sum_square",
     "reduce_log_sum", "reduce_log_sum_exp", "range", "convtranspose", "resize", "einsum", "mod",

@@ -1,4 +1,4 @@
-"""Model-family tests of onnx-pipetrain (issue 3): the torch.onnx.export families of
+"""Model-family tests of onnx-pipetrain: the torch.onnx.export families of
 tools/export_models.py at opsets 11, 13 and 17 in training and evaluation mode, each trained 2 steps
 (batch 4) on synthetic data, the trained model checked by onnx.checker and run by onnxruntime; the
 one-step PyTorch oracle (tests/python/torch_model_oracle.py) at opset 13 for every family and at

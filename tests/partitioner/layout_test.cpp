@@ -1,4 +1,4 @@
-// Hybrid parallelism in the partitioner (issue #16): the ring all-reduce against a hand
+// Hybrid parallelism in the partitioner: the ring all-reduce against a hand
 // computation, a replicated stage's cost (compute on its share + all-reduce) and memory, the
 // simulator's replicated pipeline against the data-parallel model, the layouts of a device count
 // (one chosen, the fastest; the pipeline wins for a big MLP over a slow link, replicas win for a

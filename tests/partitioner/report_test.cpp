@@ -1,5 +1,5 @@
-// The partition reports on hand-built plans: partition.json has every field DESIGN.md section 3
-// names with the plan's values, the terminal table has each stage, the HTML is self-contained
+// The partition reports on hand-built plans: partition.json has every field of its schema
+// (partitioner/report_json.cpp) with the plan's values, the terminal table has each stage, the HTML is self-contained
 // with its four pictures and escapes node names, the DOT renders with Graphviz, and
 // write_reports leaves all five files (and no temporaries) in the run folder.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# Independent, slow reference of the asynchronous 1F1B semantics (DESIGN.md section 4) for the
+# Independent, slow reference of the asynchronous 1F1B semantics for the
 # digits MLP: every stage keeps its explicit weight and momentum history W^k_t, v^k_t, and each
 # mini-batch is processed in order with the versions the schedule implies, in float64 numpy:
 #   forward of mini-batch i at stage k:  t = max(0, i - (N-k-1));  stale/stash W_t;

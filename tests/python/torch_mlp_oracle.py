@@ -2,7 +2,7 @@
 # PyTorch oracle for the whole-training-step test: exports a 4-Linear MLP to ONNX, writes fixed
 # data, trains it 20 steps by hand with the SpecTrain-form momentum SGD, and saves the per-step
 # losses and final weights keyed by ONNX initializer name.  Run: /usr/bin/python3 THIS OUTDIR [newops]
-# With "newops" the model uses the ops added for issue 13 as PyTorch 1.13 exports them at opset 17:
+# With "newops" the model uses the zoo's further ops as PyTorch 1.13 exports them at opset 17:
 # GroupNorm (Reshape + InstanceNormalization + Mul/Add), GELU, Mish, Sin, maximum (Max), interpolate (Resize),
 # softsign (Abs + Div), cumsum, tril (Trilu); OUTDIR/freeze.txt then names the initializers PyTorch does not
 # train (InstanceNormalization's constant unit scale and zero bias).

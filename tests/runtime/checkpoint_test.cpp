@@ -19,6 +19,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/data.h"
 #include "runtime/single/trainer.h"
+#include "tests/runtime/test_settings.h"
 
 namespace pt {
 namespace {
@@ -49,7 +50,7 @@ std::unique_ptr<TrainRun> make_run(int64_t batch = 8) {
   EXPECT_TRUE(tg) << tg.status().message();
   if (!tg) return nullptr;
   r->tg = std::make_unique<TrainingGraph>(std::move(*tg));
-  auto t = Trainer::create(*r->m.graph, *r->tg, DeviceKind::kCpu);
+  auto t = testing::test_cpu_trainer(*r->m.graph, *r->tg);
   EXPECT_TRUE(t) << t.status().message();
   if (!t) return nullptr;
   r->t = std::move(*t);

@@ -1,4 +1,4 @@
-// Data of models with several inputs (issue #15 item 5): synthetic further inputs (token ids in
+// Data of models with several inputs: synthetic further inputs (token ids in
 // the vocabulary, ones for a mask, normal floats) leave the first input and the labels as a
 // one-input set has them; split_validation and gather_more keep every input's samples together.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The pipelined trainer against single-stage training: GPipe equals large-batch sequential
 // training, 1F1B on one stage equals it bit for bit, the recorded weight versions and SpecTrain
-// staleness follow DESIGN.md section 4, and results do not depend on thread timing.
+// staleness follow SpecTrain's rules (docs/architecture.md), and results do not depend on thread timing.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -24,6 +24,7 @@
 #include "runtime/pipeline/stage.h"
 #include "runtime/single/trainer.h"
 #include "tests/runtime/digits_fixture.h"
+#include "tests/runtime/test_settings.h"
 
 namespace pt {
 namespace {
@@ -60,7 +61,7 @@ std::map<std::string, HostTensor> sequential_weights(int64_t batch, const Datase
                                                      const SgdOptions& opt = SgdOptions{0.9f, 1e-4f},
                                                      TrainConfig cfg = config(0)) {
   auto md = digits_model(batch, opt);
-  auto t = Trainer::create(md->g(), md->tg, DeviceKind::kCpu);
+  auto t = testing::test_cpu_trainer(md->g(), md->tg);
   EXPECT_TRUE(t) << t.status().message();
   cfg.steps = steps;
   auto r = (*t)->train(data, nullptr, cfg);
@@ -114,7 +115,7 @@ double max_relative_diff(const std::map<std::string, HostTensor>& a, const std::
 
 // The stages run at most `lead` mini-batches ahead of the training loop: a claim beyond waits for
 // the loop to take a loss (or for the segment to end, or an abort), so losses and snapshots cannot
-// pile up behind a slow loop and a stop does not wait for a backlog (issue 17).
+// pile up behind a slow loop and a stop does not wait for a backlog.
 TEST(RunSharedClaims, StagesWaitForTheLoopBeyondTheirLead) {
   using namespace std::chrono_literals;
   RunShared sh;
@@ -161,7 +162,7 @@ TEST_P(PipelineGPipe, EqualsSequentialOnTheWholeMiniBatch) {
   auto probe = digits_model(batch);
   Dataset data = digits_data(*probe, 96, 3);
   auto seq = sequential_weights(batch, data, steps);
-  PipelineOptions po;
+  PipelineOptions po = testing::test_pipeline_options();
   po.schedule = Schedule::kGPipe;
   po.micro_batches = micro;
   PipeRun run = pipeline_weights(batch / micro, stages, po, data, steps);
@@ -187,7 +188,7 @@ TEST_P(PipelineOneStage, EqualsSequentialBitForBit) {
   auto probe = digits_model(batch);
   Dataset data = digits_data(*probe, 64, 4);
   auto seq = sequential_weights(batch, data, steps);
-  PipelineOptions po;
+  PipelineOptions po = testing::test_pipeline_options();
   po.weights = GetParam();
   PipeRun run = pipeline_weights(batch, 1, po, data, steps);
   EXPECT_TRUE(bitwise_equal(run.weights, seq)) << weight_mode_name(GetParam()) << ": max rel diff "
@@ -211,7 +212,7 @@ TEST_P(PipelineTrace, VersionsAndStalenessFollowTheSchedule) {
   const int64_t batch = 4, steps = 12;
   auto probe = digits_model(batch);
   Dataset data = digits_data(*probe, 64, 6);
-  PipelineOptions po;
+  PipelineOptions po = testing::test_pipeline_options();
   po.weights = weights;
   po.staleness = staleness;
   PipeRun run = pipeline_weights(batch, N, po, data, steps);
@@ -264,7 +265,7 @@ TEST(PipelineDeterminism, SameSeedSameWeights) {
   const int64_t batch = 4, steps = 20;
   auto probe = digits_model(batch);
   Dataset data = digits_data(*probe, 64, 7);
-  PipelineOptions po;
+  PipelineOptions po = testing::test_pipeline_options();
   po.weights = WeightMode::kSpecTrain;
   PipeRun a = pipeline_weights(batch, 3, po, data, steps);
   PipeRun b = pipeline_weights(batch, 3, po, data, steps);
@@ -286,14 +287,14 @@ TEST(PipelineMemory, AdoptedWeightsAndTakenResultsAreTheSame) {
     double val_loss[2] = {0, 0};
     for (int adopt = 0; adopt < 2; ++adopt) {
       auto md = digits_model(batch);
-      PipelineOptions po;
+      PipelineOptions po = testing::test_pipeline_options();
       po.weights = m;
       po.adopt_initial_values = adopt == 1;
       Plan plan = make_plan(*md, 3, po.schedule, po.weights, po.micro_batches);
       auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
       ASSERT_TRUE(p) << p.status().message();
       // Adopted on host-memory executors only (separate_host_tests gives every executor host copies).
-      const bool direct = std::getenv("PIPETRAIN_TEST_SEPARATE_HOST") == nullptr;
+      const bool direct = !testing::separate_host_run();
       for (Value* v : md->tg.params) EXPECT_EQ(v->data->data() == nullptr, adopt == 1 && direct) << v->name;
       TrainConfig cfg = config(0);
       cfg.steps = steps;
@@ -321,7 +322,7 @@ TEST(PipelineMemory, TrainerAdoptsAndTakes) {
   auto md = digits_model(batch);
   auto dev = open_device(DeviceKind::kCpu, 0);
   ASSERT_TRUE(dev);
-  Trainer::Options to;
+  Trainer::Options to = testing::test_trainer_options();
   to.adopt_initial_values = true;
   auto t = Trainer::create(md->g(), md->tg, *dev, to);
   ASSERT_TRUE(t) << t.status().message();
@@ -331,7 +332,9 @@ TEST(PipelineMemory, TrainerAdoptsAndTakes) {
   ASSERT_TRUE(r) << r.status().message();
   const void* buffer = direct ? (*t)->executor().tensor(md->tg.params[0]).data() : nullptr;
   auto taken = (*t)->take_trained_initializers();
-  if (direct) EXPECT_EQ(taken.at(md->tg.params[0]->name).data(), buffer);
+  if (direct) {
+    EXPECT_EQ(taken.at(md->tg.params[0]->name).data(), buffer);
+  }
   std::map<std::string, HostTensor> params;
   for (Value* v : md->tg.params) params[v->name] = taken.at(v->name);
   EXPECT_TRUE(bitwise_equal(params, plain));
@@ -344,7 +347,7 @@ TEST(PipelineModes, WeightModesDifferAndTrain) {
   Dataset data = digits_data(*probe, 64, 8);
   std::vector<std::map<std::string, HostTensor>> ws;
   for (WeightMode m : {WeightMode::kSpecTrain, WeightMode::kStash, WeightMode::kStale}) {
-    PipelineOptions po;
+    PipelineOptions po = testing::test_pipeline_options();
     po.weights = m;
     PipeRun run = pipeline_weights(batch, 3, po, data, steps);
     EXPECT_LT(run.result.last_loss, run.result.first_loss) << weight_mode_name(m);
@@ -359,7 +362,7 @@ TEST(PipelineEval, ValidationAndMetrics) {
   auto md = digits_model(batch);
   Dataset data = digits_data(*md, 64, 9), val = digits_data(*md, 20, 10);
   Plan plan = make_plan(*md, 2, Schedule::k1F1B, WeightMode::kSpecTrain, 1);
-  PipelineOptions po;
+  PipelineOptions po = testing::test_pipeline_options();
   po.threads_per_stage = 1;
   auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
   ASSERT_TRUE(p) << p.status().message();
@@ -400,7 +403,7 @@ TEST(PipelineErrors, DivergenceStopsEveryStage) {
   auto md = digits_model(batch);
   Dataset data = digits_data(*md, 64, 13);
   Plan plan = make_plan(*md, 3, Schedule::k1F1B, WeightMode::kSpecTrain, 1);
-  auto p = PipelineTrainer::create(md->g(), md->tg, plan, PipelineOptions{});
+  auto p = PipelineTrainer::create(md->g(), md->tg, plan, testing::test_pipeline_options());
   ASSERT_TRUE(p) << p.status().message();
   TrainConfig cfg = config(200);
   cfg.lr = 1e30f;
@@ -435,7 +438,7 @@ TEST(PipelineReference, MatchesExplicitVersionReference) {
                         {WeightMode::kStale, Staleness::kPaper, "stale paper"}};
   for (int n : {2, 3, 4})
     for (const Mode& m : modes) {
-      PipelineOptions po;
+      PipelineOptions po = testing::test_pipeline_options();
       po.weights = m.w;
       po.staleness = m.s;
       auto md = digits_model(batch);
@@ -514,7 +517,7 @@ TEST(PipelineOptimizers, GPipeEqualsOneStage) {
       TrainConfig cfg = config(steps);
       cfg.lr = c.lr;
       auto seq = sequential_weights(batch, data, steps, c.opt, cfg);
-      PipelineOptions po;
+      PipelineOptions po = testing::test_pipeline_options();
       po.schedule = Schedule::kGPipe;
       po.micro_batches = 2;
       PipeRun run = pipeline_weights(batch / 2, stages, po, data, steps, c.opt, cfg);
@@ -538,7 +541,7 @@ TEST(PipelineOptimizers, ClipGradNormGPipeEqualsOneStage) {
     const auto seq = sequential_weights(batch, data, steps, c.opt, cfg);
     EXPECT_GT(max_relative_diff(seq, unclipped), 1e-3) << c.name;
     for (int stages : {2, 3}) {
-      PipelineOptions po;
+      PipelineOptions po = testing::test_pipeline_options();
       po.schedule = Schedule::kGPipe;
       po.micro_batches = 2;
       PipeRun run = pipeline_weights(batch / 2, stages, po, data, steps, c.opt, cfg);
@@ -562,7 +565,7 @@ TEST(PipelineReference, OptimizersMatchExplicitVersionReference) {
   for (const OptCase& c : optimizer_cases())
     for (Staleness s : {Staleness::kPaper, Staleness::kExact}) {
       const int n = 3;
-      PipelineOptions po;
+      PipelineOptions po = testing::test_pipeline_options();
       po.weights = WeightMode::kSpecTrain;
       po.staleness = s;
       auto md = digits_model(batch, c.opt);
@@ -622,7 +625,7 @@ TEST(PipelineMemory, StagesStayNearTheTrainingLoop) {
     auto md = digits_model(batch);
     Dataset data = digits_data(*md, 64, 11), val = digits_data(*md, 2000, 12);
     Plan plan = make_plan(*md, c.stages, c.schedule, WeightMode::kSpecTrain, c.micro);
-    PipelineOptions po;
+    PipelineOptions po = testing::test_pipeline_options();
     po.schedule = c.schedule;
     po.micro_batches = c.micro;
     po.threads_per_stage = 1;
@@ -668,7 +671,7 @@ TEST(PipelineMemory, StageThreadsLastTheRun) {
   auto md = digits_model(batch);
   Dataset data = digits_data(*md, 64, 13);
   Plan plan = make_plan(*md, 3, Schedule::k1F1B, WeightMode::kSpecTrain, 1);
-  PipelineOptions po;
+  PipelineOptions po = testing::test_pipeline_options();
   po.threads_per_stage = 1;
   std::mutex mu;
   std::map<int, std::set<int>> threads;  // [stage] -> thread_serial()s
@@ -764,7 +767,7 @@ TEST(CudaRuntime, PipelineMatchesCpuStages) {
   };
   for (const Case& c : {Case{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1}, Case{4, Schedule::k1F1B, WeightMode::kStash, 1},
                         Case{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2}}) {
-    PipelineOptions po;
+    PipelineOptions po = testing::test_pipeline_options();
     po.schedule = c.schedule;
     po.weights = c.weights;
     po.micro_batches = c.micro;

@@ -19,6 +19,7 @@
 #include "runtime/data/data.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/single/trainer.h"
+#include "tests/runtime/test_settings.h"
 
 namespace pt {
 namespace {
@@ -227,7 +228,7 @@ TEST(SharedWeights, OwnerAfterReaderIsRefusedNamingParameterAndStages) {
   EXPECT_NE(st.message().find("parameter 'Ws'"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("in stage 0 and updated in later stage 1"), std::string::npos) << st.message();
   EXPECT_EQ(st.message().find('\n'), std::string::npos);
-  auto p = PipelineTrainer::create(mlp->g(), mlp->tg, plan, PipelineOptions{});
+  auto p = PipelineTrainer::create(mlp->g(), mlp->tg, plan, testing::test_pipeline_options());
   ASSERT_FALSE(p);
   EXPECT_EQ(p.status().message(), st.message());
 }
@@ -243,7 +244,7 @@ TEST(SharedWeights, GPipeEqualsSequential) {
     ASSERT_TRUE(seq_model);
     std::map<std::string, HostTensor> initial;
     for (Value* p : seq_model->tg.params) initial[p->name] = *p->data;
-    auto t = Trainer::create(seq_model->g(), seq_model->tg, DeviceKind::kCpu);
+    auto t = testing::test_cpu_trainer(seq_model->g(), seq_model->tg);
     ASSERT_TRUE(t) << t.status().message();
     auto rs = (*t)->train(data, nullptr, config(steps));
     ASSERT_TRUE(rs) << rs.status().message();
@@ -252,7 +253,7 @@ TEST(SharedWeights, GPipeEqualsSequential) {
     for (int n : {2, 3, 4}) {
       auto md = load(name, batch / micro);
       ASSERT_TRUE(md);
-      PipelineOptions po;
+      PipelineOptions po = testing::test_pipeline_options();
       po.schedule = Schedule::kGPipe;
       po.micro_batches = micro;
       Plan plan = make_plan(*md, name, n, po.schedule, po.weights, micro);
@@ -290,7 +291,7 @@ TEST(SharedWeights, OneFOneBMatchesExplicitVersionReference) {
     std::ofstream cases(dir / "cases.txt");
     for (int n : {2, 3, 4})
       for (const Mode& m : modes) {
-        PipelineOptions po;
+        PipelineOptions po = testing::test_pipeline_options();
         po.weights = m.w;
         po.staleness = m.s;
         auto md = load(model, batch);
@@ -328,7 +329,7 @@ TEST(SharedWeights, ResumeEqualsUninterruptedBitForBit) {
   auto run = [&](const std::string& name, int64_t steps, const std::string& resume) {
     auto md = load("tied_lm", batch);
     EXPECT_TRUE(md);
-    PipelineOptions po;
+    PipelineOptions po = testing::test_pipeline_options();
     po.weights = WeightMode::kSpecTrain;
     Plan plan = make_plan(*md, "tied_lm", 3, po.schedule, po.weights, 1);
     EXPECT_FALSE(shared_reads(plan).empty());
@@ -374,7 +375,7 @@ TEST(CudaRuntime, SharedWeightsMatchCpuStages) {
       for (int dev = 0; dev < 2; ++dev) {
         auto md = load(name, 8 / c.micro);
         ASSERT_TRUE(md);
-        PipelineOptions po;
+        PipelineOptions po = testing::test_pipeline_options();
         po.schedule = c.schedule;
         po.weights = c.weights;
         po.micro_batches = c.micro;

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Per-step time and saved-activation memory of the attention fusion (importer/fuse_attention.cpp):
-the command line fused against `--no-fusion attention`, same binary, interleaved (issue 18, item 3).
+the command line fused against `--no-fusion attention`, same binary, interleaved.
 
 Run: /usr/bin/python3 tools/bench/attention_fusion.py [--pipetrain BIN] [--only transformer gpt]
                                                        [--batch B] [--steps N] [--warmup W] [--reps R]

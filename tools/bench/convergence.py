@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Convergence benchmark (issue 5): LeNet-5 (no BatchNorm, Dropout(0)) on Fashion-MNIST, trained by
+"""Convergence benchmark: LeNet-5 (no BatchNorm, Dropout(0)) on Fashion-MNIST, trained by
 onnx-pipetrain with the same hyper-parameters as sequential, GPipe, 1F1B stale / stash / SpecTrain
 (paper and exact staleness) on 4 CPU stages, at one or more learning rates; and SpecTrain with
 AdamW (--optimizer adamw, at --adamw-lr) on 4 stages.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Convergence benchmark (issue 5): builds onnx-pipetrain for CPU in build-conv, then runs
+# Convergence benchmark: builds onnx-pipetrain for CPU in build-conv, then runs
 # tools/bench/convergence.py (12 runs, ~8 minutes on 2 cores). Extra arguments go to the script,
 # e.g. --lrs 0.1 or --report-only. Needs the dataset-fashion-mnist package (tools/setup.sh).
 set -euo pipefail

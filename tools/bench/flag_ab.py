@@ -9,7 +9,7 @@ Models: peers.py's (peer_models.py, exported once per folder under --work). Each
 model with --a, then with --b, so that load drifts hit both; a run is validated (losses fall, as
 peers.py checks) before its time counts. Prints every run, then per model and side the best and the
 median ms per step, the b/a ratio of the medians, and the memory of the last run.
-Example (the update inside the backward, issue 18):
+Example (the update inside the backward):
   /usr/bin/python3 tools/bench/flag_ab.py --rounds 15 --a "--gpus 1" --b "--gpus 1 --no-fusion update"
 """
 import argparse

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Predicted vs measured memory per model and stage count (issue 14, item 5).
+"""Predicted vs measured memory per model and stage count.
 
 Run: /usr/bin/python3 tools/bench/memory_bench.py [--bin build/tools/onnx-pipetrain]
      [--models DIR] [--only resnet50 vit bert] [--stages 1 2 4] [--batch-size 2] [--steps 3]

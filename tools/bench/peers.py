@@ -1,7 +1,6 @@
 #!/usr/bin/python3
 """Training-step time of onnx-pipetrain against its peers, PyTorch eager and ONNX Runtime Training,
-on the same ONNX model, batch, initial weights and threads, measured back to back in one run
-(issue 18, item 1).
+on the same ONNX model, batch, initial weights and threads, measured back to back in one run.
 
 Run: tools/bench/setup_peers.sh    (once: ONNX Runtime Training into a virtual environment)
      /usr/bin/python3 tools/bench/peers.py [--build DIR | --pipetrain BIN] [--baseline BIN] [--only NAME ...]
@@ -356,7 +355,7 @@ def main(argv=None):
               f"{f(r.get('ort'), 'mean_ms', '.2f')} | {f(r, 'ratio_torch', '.2f')} | {f(r, 'ratio_ort', '.2f')} | "
               + (f"{f(r.get('base'), 'mean_ms', '.2f')} | {f(r, 'ratio_base', '.2f')} | " if a.baseline else "") +
               f"{r['load_before']} -> {r.get('load_after', '-')} |")
-    print(f"\nratio = onnx-pipetrain / peer, mean ms per training step (issue 18's target: <= 0.67 of the faster "
+    print(f"\nratio = onnx-pipetrain / peer, mean ms per training step (target: <= 0.67 of the faster "
           f"peer); {time.time() - t_start:.0f} s")
     if a.json:
         with open(a.json, "w") as fh:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Data parallelism against pipelining on this machine's CPU cores (issue 16, item 5): the same ONNX
+"""Data parallelism against pipelining on this machine's CPU cores: the same ONNX
 model, batch and data trained by onnx-pipetrain's command line as
 
   one stage            --gpus 1                      (every core on one executor)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak benchmark (issue 17 item 8): a long pipelined run must stay flat.
+"""Soak benchmark: a long pipelined run must stay flat.
 
 Trains the bundled digits MLP for --steps steps (default 20,000) on 4 CPU stages (1F1B SpecTrain),
 with a checkpoint every 500 steps and a validation every 1,000, sampling the process's resident

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak benchmark (issue 17 item 8; not a CI test): 20,000 pipelined steps on 4 CPU stages of the
+# Soak benchmark (not a CI test): 20,000 pipelined steps on 4 CPU stages of the
 # digits MLP, checkpoints every 500, validation every 1,000; resident memory after warm-up must grow
 # less than 1 %. Builds onnx-pipetrain in ${PIPETRAIN_BUILD_DIR:-build} first. Extra arguments go to
 # tools/bench/soak.py (--steps N, --gpus K, --batch-size B, --out DIR). Results: docs/reliability.md.

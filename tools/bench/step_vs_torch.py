@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Training-step time of onnx-pipetrain against PyTorch eager, same model, batch, optimizer (and
-threads), measured in one run: on the CPU (issue 3, "CPU performance") or on one CUDA GPU.
+threads), measured in one run: on the CPU or on one CUDA GPU.
 
 Run: /usr/bin/python3 tools/bench/step_vs_torch.py [--build DIR] [--threads T] [--only NAME]
      [--steps N] [--warmup W] [--per-node] [--json FILE]
@@ -51,7 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 # name -> (export_models name, batch, sample shape or ("tokens", seq, vocab)). "transformer" is
-# export_models' TransformerClassifier without its padding mask (as issue 3's benchmark names it);
+# export_models' TransformerClassifier without its padding mask (as the CPU benchmark table names it);
 # "transformer_masked" keeps src_key_padding_mask = (tokens == 0) and runs only with --only.
 MODELS = {
     "lenet_bn": ("lenet_bn", 64, (1, 28, 28)),
@@ -314,7 +314,7 @@ def main(argv=None):
     if a.device == "cuda" or a.via_cli:
         return main_cli(a)
     if a.batch:
-        ap.error("--batch: --device cuda only (the CPU table keeps issue 3's batches)")
+        ap.error("--batch: --device cuda only (the CPU table keeps its fixed batches)")
 
     exe = os.path.join(a.build, "tools", "bench", "step_bench")
     if not os.access(exe, os.X_OK):

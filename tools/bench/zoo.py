@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Model-zoo benchmark (issue 13, item 4): the architectures users export, through every path.
+"""Model-zoo benchmark: the architectures users export, through every path.
 
 Run: /usr/bin/python3 tools/bench/zoo.py [--models resnet18 vit_b_16 ...] [--opsets 13 17 18 21]
          [--modes train eval] [--bin build/tools/onnx-pipetrain] [--out /tmp/zoo] [--big]
