@@ -50,13 +50,9 @@ std::vector<Stage*> PipelineTrainer::Impl::local_stages() const {
 
 namespace {
 
-}  // namespace
-
-PipelineTrainer::PipelineTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-PipelineTrainer::~PipelineTrainer() = default;
-
-Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& g, const TrainingGraph& tg,
-                                                                   const Plan& plan, const PipelineOptions& opts) {
+// What a pipeline cannot be built for, before anything is made: inputs without one batch
+// dimension, a plan without stages or layout, options the schedule does not take.
+Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& opts) {
   if (g.inputs.empty()) return unsupported("training needs a model with a data input; this one has none");
   for (const Value* in : g.inputs)
     if (in->dims.empty() || in->dims[0] != g.inputs[0]->dims.at(0))
@@ -72,28 +68,10 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   if (!plan.layout_status.is_ok()) return plan.layout_status;
   if (!plan.layout.describes(plan))
     return internal_error("the plan's stage layout is not of its stages' nodes (call layout_plan after editing a plan)");
-  const StageLayout& layout = plan.layout;
-  if (!layout.weights.empty() && plan.schedule != opts.schedule)
+  if (!plan.layout.weights.empty() && plan.schedule != opts.schedule)
     return invalid_input(std::string("the plan shares weights across stages for --schedule ") + schedule_name(plan.schedule) +
                          "; training was asked for " + schedule_name(opts.schedule));
-  auto impl = std::make_unique<Impl>(g, tg);
-  impl->opts = opts;
-  for (const StagePlan& sp : plan.stages) {
-    std::string first, last;
-    for (const Node* n : sp.nodes)
-      if (n->phase == Phase::kForward) {
-        if (first.empty()) first = n->name;
-        last = n->name;
-      }
-    int params = 0;
-    for (const Node* n : sp.nodes) params += n->phase == Phase::kUpdate;
-    impl->plan_lines.push_back("stage " + std::to_string(sp.index) + ": " + (first.empty() ? "(loss only)" : first + " .. " + last) +
-                               " (" + std::to_string(params) + " parameters)");
-  }
-  impl->graph_batch = g.inputs[0]->dims.at(0);
-  const int N = static_cast<int>(plan.stages.size());
-
-  const int R = opts.replicas;
+  const int N = static_cast<int>(plan.stages.size()), R = opts.replicas;
   if (R < 1) return invalid_input("--replicas " + std::to_string(R) + ": must be at least 1");
   if (opts.cluster && opts.cluster->size() != N * R)
     return invalid_input("--gpus " + std::to_string(N) + (R > 1 ? " x --replicas " + std::to_string(R) : "") + ": the job has " +
@@ -103,166 +81,234 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   if (opts.cluster && R > 1 && g.inputs.size() > 1)
     return unsupported("--replicas " + std::to_string(R) + " under MPI: models with several data inputs are not supported yet ('" +
                        g.inputs[1]->name + "'); run the replicas in one process");
-  // The stages of one replica of the pipeline (each with its executor where this process runs it).
-  auto build = [&](int replica, std::vector<std::unique_ptr<Stage>>* out) -> Status {
-    for (const StageLayoutStage& ls : layout.stages) {
-      auto st = std::make_unique<Stage>();
-      st->index = ls.index;
-      st->num_stages = N;
-      st->replica = replica;
-      st->opts = opts;
-      if (replica > 0) st->opts.record_trace = false;  // the trace and the statistics are replica 0's
-      st->nodes = ls.nodes;
-      st->input = g.inputs[0];
-      st->graph_more_inputs.assign(g.inputs.begin() + 1, g.inputs.end());
-      st->labels = tg.loss.labels;
-      st->lr = tg.lr;
-      st->rng_step = g.rng_step;
-      st->params = ls.params;
-      st->grads = ls.grads;
-      st->updates = ls.updates;
-      st->opt_state = ls.opt_state;
-      // --recompute (the plan decides per stage): only the stage's inputs are kept per pass.
-      st->recompute = plan.stages.at(ls.index).recompute;
-      st->update_in_backward = plan.stages.at(ls.index).update_in_backward;
-      if (st->update_in_backward) {
-        // The plan's rule (partition.h, stage_update_in_backward) must be this run's.
-        PartitionOptions po;
-        po.update_in_backward = true;
-        po.schedule = opts.schedule;
-        po.weights = opts.weights;
-        po.staleness = opts.staleness;
-        po.micro_batches = opts.micro_batches;
-        po.replicas = opts.replicas;
-        bool shares = false;
-        for (const WeightFlow& f : layout.weights) shares = shares || f.owner == ls.index || f.reader == ls.index;
-        if (!stage_update_in_backward(ls.index, N, po) || shares)
-          return internal_error("stage " + std::to_string(ls.index) +
-                                ": the plan updates in the backward, which this run's schedule, weights or replicas do not allow");
+  return Status::ok();
+}
+
+// "stage k: first .. last (P parameters)" for each stage (Checkpoint::plan).
+std::vector<std::string> stage_summaries(const Plan& plan) {
+  std::vector<std::string> lines;
+  for (const StagePlan& sp : plan.stages) {
+    std::string first, last;
+    for (const Node* n : sp.nodes)
+      if (n->phase == Phase::kForward) {
+        if (first.empty()) first = n->name;
+        last = n->name;
       }
-      st->saved = st->recompute ? ls.recompute_saved : ls.saved;
-      st->state = ls.state;
-      st->reads_input = ls.reads_input;
-      st->reads_labels = ls.reads_labels;
-      st->more_inputs = ls.more_inputs;
-      for (const Node* n : ls.nodes)
-        for (const Value* v : n->outputs)
-          if (v && v == tg.loss.loss) st->loss = v;
-      if (st->loss) impl->loss_stage = ls.index;
-      if (impl->local(ls.index)) {
-        // Memory plan: the stage reads back its saved activations, gradients and loss between
-        // passes (values sent to other stages are read outside its node list: kept by the plan).
-        // With the update in the backward the gradients are transient: planned like any value.
-        ExecutorOptions eo{true, std::vector<const Value*>(st->saved.begin(), st->saved.end())};
-        eo.settings = opts.exec;
-        if (!st->update_in_backward) eo.keep.insert(eo.keep.end(), st->grads.begin(), st->grads.end());
-        if (st->loss) eo.keep.push_back(st->loss);
-        if (opts.adopt_initial_values && R == 1) eo.adopt.assign(st->params.begin(), st->params.end());
-        // GPipe's micro-batches read one weight version each: converted weights are kept for them.
-        eo.weight_cache = opts.schedule == Schedule::kGPipe && opts.micro_batches > 1;
-        std::shared_ptr<Device> dev;
-        if (opts.device == DeviceKind::kCpu) {
-          ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
-        } else {
-          // Stage k of replica r on GPU r * N + k (wrapping around when --oversubscribe puts
-          // several stages on one).
-          const int gpus = std::max(1, cuda_device_count());
-          const int slot = impl->distributed() ? impl->rank() : replica * N + ls.index;
-          const int ordinal = opts.gpu_of_stage.empty() ? slot % gpus : opts.gpu_of_stage[slot % opts.gpu_of_stage.size()];
-          ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
-        }
-        auto ex = Executor::create(g, dev, st->update_in_backward ? interleave_updates(ls.nodes) : ls.nodes, eo);
-        if (!ex)
-          return ex.status().with_context("stage " + std::to_string(ls.index) +
-                                          (replica > 0 ? " (replica " + std::to_string(replica) + ")" : "") + ": ");
-        st->ex = std::move(*ex);
-      }
-      out->push_back(std::move(st));
+    int params = 0;
+    for (const Node* n : sp.nodes) params += n->phase == Phase::kUpdate;
+    lines.push_back("stage " + std::to_string(sp.index) + ": " + (first.empty() ? "(loss only)" : first + " .. " + last) +
+                    " (" + std::to_string(params) + " parameters)");
+  }
+  return lines;
+}
+
+// The plan's rule for the update inside the backward (partition.h, stage_update_in_backward)
+// must be this run's: a plan made for other options is refused.
+Status check_update_in_backward(const StageLayout& layout, int stage, int N, const PipelineOptions& opts) {
+  PartitionOptions po;
+  po.update_in_backward = true;
+  po.schedule = opts.schedule;
+  po.weights = opts.weights;
+  po.staleness = opts.staleness;
+  po.micro_batches = opts.micro_batches;
+  po.replicas = opts.replicas;
+  bool shares = false;
+  for (const WeightFlow& f : layout.weights) shares = shares || f.owner == stage || f.reader == stage;
+  if (!stage_update_in_backward(stage, N, po) || shares)
+    return internal_error("stage " + std::to_string(stage) +
+                          ": the plan updates in the backward, which this run's schedule, weights or replicas do not allow");
+  return Status::ok();
+}
+
+}  // namespace
+
+PipelineTrainer::PipelineTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PipelineTrainer::~PipelineTrainer() = default;
+
+// Stage ls of `replica`, described from the layout and the plan (no executor yet).
+Expected<std::unique_ptr<Stage>> PipelineTrainer::Impl::describe_stage(const Plan& plan, const StageLayoutStage& ls,
+                                                                       int replica) {
+  const int N = static_cast<int>(plan.stages.size());
+  auto st = std::make_unique<Stage>();
+  st->index = ls.index;
+  st->num_stages = N;
+  st->replica = replica;
+  st->opts = opts;
+  if (replica > 0) st->opts.record_trace = false;  // the trace and the statistics are replica 0's
+  st->nodes = ls.nodes;
+  st->input = g.inputs[0];
+  st->graph_more_inputs.assign(g.inputs.begin() + 1, g.inputs.end());
+  st->labels = tg.loss.labels;
+  st->lr = tg.lr;
+  st->rng_step = g.rng_step;
+  st->params = ls.params;
+  st->grads = ls.grads;
+  st->updates = ls.updates;
+  st->opt_state = ls.opt_state;
+  // --recompute (the plan decides per stage): only the stage's inputs are kept per pass.
+  st->recompute = plan.stages.at(ls.index).recompute;
+  st->update_in_backward = plan.stages.at(ls.index).update_in_backward;
+  if (st->update_in_backward) RETURN_IF_ERROR(check_update_in_backward(plan.layout, ls.index, N, opts));
+  st->saved = st->recompute ? ls.recompute_saved : ls.saved;
+  st->state = ls.state;
+  st->reads_input = ls.reads_input;
+  st->reads_labels = ls.reads_labels;
+  st->more_inputs = ls.more_inputs;
+  for (const Node* n : ls.nodes)
+    for (const Value* v : n->outputs)
+      if (v && v == tg.loss.loss) st->loss = v;
+  return st;
+}
+
+// The executor of a stage this process runs, on its device: stage k of replica r on GPU r * N + k
+// (wrapping around when --oversubscribe puts several stages on one), or this rank's under MPI.
+Status PipelineTrainer::Impl::open_stage_executor(Stage& st, int N) {
+  // Memory plan: the stage reads back its saved activations, gradients and loss between passes
+  // (values sent to other stages are read outside its node list: kept by the plan). With the
+  // update in the backward the gradients are transient: planned like any value.
+  ExecutorOptions eo{true, std::vector<const Value*>(st.saved.begin(), st.saved.end())};
+  eo.settings = opts.exec;
+  if (!st.update_in_backward) eo.keep.insert(eo.keep.end(), st.grads.begin(), st.grads.end());
+  if (st.loss) eo.keep.push_back(st.loss);
+  if (opts.adopt_initial_values && opts.replicas == 1) eo.adopt.assign(st.params.begin(), st.params.end());
+  // GPipe's micro-batches read one weight version each: converted weights are kept for them.
+  eo.weight_cache = opts.schedule == Schedule::kGPipe && opts.micro_batches > 1;
+  std::shared_ptr<Device> dev;
+  if (opts.device == DeviceKind::kCpu) {
+    ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
+  } else {
+    const int gpus = std::max(1, cuda_device_count());
+    const int slot = distributed() ? rank() : st.replica * N + st.index;
+    const int ordinal = opts.gpu_of_stage.empty() ? slot % gpus : opts.gpu_of_stage[slot % opts.gpu_of_stage.size()];
+    ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
+  }
+  auto ex = Executor::create(g, dev, st.update_in_backward ? interleave_updates(st.nodes) : st.nodes, eo);
+  if (!ex)
+    return ex.status().with_context("stage " + std::to_string(st.index) +
+                                    (st.replica > 0 ? " (replica " + std::to_string(st.replica) + ")" : "") + ": ");
+  st.ex = std::move(*ex);
+  return Status::ok();
+}
+
+// The stages of one replica of the pipeline, each with its executor where this process runs it.
+Status PipelineTrainer::Impl::build_replica(const Plan& plan, int replica, std::vector<std::unique_ptr<Stage>>* out) {
+  const int N = static_cast<int>(plan.stages.size());
+  for (const StageLayoutStage& ls : plan.layout.stages) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Stage> st, describe_stage(plan, ls, replica));
+    if (st->loss) loss_stage = ls.index;
+    if (local(ls.index)) RETURN_IF_ERROR(open_stage_executor(*st, N));
+    out->push_back(std::move(st));
+  }
+  return Status::ok();
+}
+
+// Both ends of a weight link: the owner's indices of the parameters it sends, the reader's link.
+Status PipelineTrainer::Impl::attach_shared(std::vector<std::unique_ptr<Stage>>& of, const WeightFlow& f, Link* l) {
+  if (local(f.owner)) {
+    Stage& o = *of[f.owner];
+    Stage::WeightLink w;
+    w.link = l;
+    w.reader = f.reader;
+    w.backward = f.backward;
+    for (const Value* v : f.values) {
+      auto it = std::find(o.params.begin(), o.params.end(), v);
+      if (it == o.params.end()) return internal_error("shared weight '" + v->name + "' is not updated by its owner stage");
+      w.params.push_back(static_cast<size_t>(it - o.params.begin()));
+    }
+    o.weights_out.push_back(std::move(w));
+  }
+  if (local(f.reader)) (f.backward ? of[f.reader]->weights_bwd_in : of[f.reader]->weights_fwd_in).push_back(l);
+  return Status::ok();
+}
+
+// One replica's own channels in this process (the replicas meet only where they average
+// gradients): shared weights, activations downstream, gradients upstream.
+Status PipelineTrainer::Impl::wire_replica(const StageLayout& layout, std::vector<std::unique_ptr<Stage>>& of, int capacity) {
+  for (const WeightFlow& f : layout.weights) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, f.slots, of[f.reader]->ex->device()));
+    channels.push_back(std::move(ch));
+    RETURN_IF_ERROR(attach_shared(of, f, channels.back().get()));
+  }
+  auto wire = [&](const std::vector<ValueFlow>& flows, bool forward) -> Status {
+    for (const ValueFlow& f : flows) {
+      Stage& from = *of[f.from];
+      Stage& to = *of[f.to];
+      ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, capacity, to.ex->device()));
+      channels.push_back(std::move(ch));
+      Link* c = channels.back().get();
+      (forward ? from.fwd_out : from.bwd_out).push_back(c);
+      (forward ? to.fwd_in : to.bwd_in).push_back(c);
     }
     return Status::ok();
   };
-  RETURN_IF_ERROR(build(0, &impl->stages));
+  RETURN_IF_ERROR(wire(layout.activations, true));
+  return wire(layout.gradients, false);
+}
+
+// With replicas, one gradient reducer per stage: the ranks of one stage's replicas form a group
+// under MPI; in one process the replicas' stages k share one reducer.
+Status PipelineTrainer::Impl::attach_reducers(int N) {
+  const int R = opts.replicas;
+  if (R <= 1) return Status::ok();
+  if (distributed()) {
+    RETURN_IF_ERROR(opts.cluster->split_groups(my_stage()));
+    reducers.push_back(make_rank_reducer(*opts.cluster, R));
+    stages[my_stage()]->reducer = reducers.back().get();
+    return Status::ok();
+  }
+  for (int k = 0; k < N; ++k) {
+    reducers.push_back(std::make_unique<ReplicaReducer>(R));
+    stages[k]->reducer = reducers.back().get();
+    for (auto& rep : more_replicas) rep[k]->reducer = reducers.back().get();
+  }
+  return Status::ok();
+}
+
+// The whole forward on the device of stage 0 (the coordinator's own stage), for validation.
+Status PipelineTrainer::Impl::make_evaluator() {
+  std::vector<const Node*> fwd_nodes;
+  for (auto& n : g.nodes())
+    if (n->phase == Phase::kForward) fwd_nodes.push_back(n.get());
+  // Activations share one arena: evaluation reads only the model output (and the loss).
+  ExecutorOptions eo{true, {tg.loss.output}};
+  eo.outside_reads = false;  // the backward nodes never run on the evaluator
+  eo.weight_cache = true;    // every validation batch reads the same weights
+  eo.settings = opts.exec;
+  ASSIGN_OR_RETURN(eval, Executor::create(g, stages.at(0)->ex->device(), fwd_nodes, eo));
+  return Status::ok();
+}
+
+Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& g, const TrainingGraph& tg,
+                                                                   const Plan& plan, const PipelineOptions& opts) {
+  RETURN_IF_ERROR(check_request(g, plan, opts));
+  auto impl = std::make_unique<Impl>(g, tg);
+  impl->opts = opts;
+  impl->plan_lines = stage_summaries(plan);
+  impl->graph_batch = g.inputs[0]->dims.at(0);
+  const int N = static_cast<int>(plan.stages.size());
+  const StageLayout& layout = plan.layout;
+
+  RETURN_IF_ERROR(impl->build_replica(plan, 0, &impl->stages));
   if (impl->distributed()) impl->stages.at(impl->my_stage())->replica = impl->my_replica();  // its replica's stage
-  for (int r = 1; r < R && !impl->distributed(); ++r) {
+  for (int r = 1; r < opts.replicas && !impl->distributed(); ++r) {
     impl->more_replicas.emplace_back();
-    RETURN_IF_ERROR(build(r, &impl->more_replicas.back()));
+    RETURN_IF_ERROR(impl->build_replica(plan, r, &impl->more_replicas.back()));
   }
   if (impl->loss_stage < 0) return internal_error("no stage of the plan computes the loss");
   // Channels hold what is in flight between two stages at most: N - k mini-batches (1F1B) or M
   // micro-batches (GPipe).
   const int capacity = std::max(N, opts.micro_batches) + 1;
-  // Both ends of a weight link: the owner's indices of the parameters it sends.
-  auto attach_shared = [&](std::vector<std::unique_ptr<Stage>>& stages, const WeightFlow& f, Link* l) -> Status {
-    if (impl->local(f.owner)) {
-      Stage& o = *stages[f.owner];
-      Stage::WeightLink w;
-      w.link = l;
-      w.reader = f.reader;
-      w.backward = f.backward;
-      for (const Value* v : f.values) {
-        auto it = std::find(o.params.begin(), o.params.end(), v);
-        if (it == o.params.end()) return internal_error("shared weight '" + v->name + "' is not updated by its owner stage");
-        w.params.push_back(static_cast<size_t>(it - o.params.begin()));
-      }
-      o.weights_out.push_back(std::move(w));
-    }
-    if (impl->local(f.reader)) (f.backward ? stages[f.reader]->weights_bwd_in : stages[f.reader]->weights_fwd_in).push_back(l);
-    return Status::ok();
-  };
   if (impl->distributed()) {
     RETURN_IF_ERROR(impl->wire_ranks(layout, capacity));
     for (size_t i = 0; i < layout.weights.size(); ++i)
-      if (impl->shared_links.at(i)) RETURN_IF_ERROR(attach_shared(impl->stages, layout.weights[i], impl->shared_links[i]));
+      if (impl->shared_links.at(i)) RETURN_IF_ERROR(impl->attach_shared(impl->stages, layout.weights[i], impl->shared_links[i]));
   } else {
-    // Each replica's own links: the replicas meet only where they average gradients.
-    auto wire_replica = [&](std::vector<std::unique_ptr<Stage>>& stages) -> Status {
-      for (const WeightFlow& f : layout.weights) {
-        ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, f.slots, stages[f.reader]->ex->device()));
-        impl->channels.push_back(std::move(ch));
-        RETURN_IF_ERROR(attach_shared(stages, f, impl->channels.back().get()));
-      }
-      auto wire = [&](const std::vector<ValueFlow>& flows, bool forward) -> Status {
-        for (const ValueFlow& f : flows) {
-          Stage& from = *stages[f.from];
-          Stage& to = *stages[f.to];
-          ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, capacity, to.ex->device()));
-          impl->channels.push_back(std::move(ch));
-          Link* c = impl->channels.back().get();
-          (forward ? from.fwd_out : from.bwd_out).push_back(c);
-          (forward ? to.fwd_in : to.bwd_in).push_back(c);
-        }
-        return Status::ok();
-      };
-      RETURN_IF_ERROR(wire(layout.activations, true));
-      return wire(layout.gradients, false);
-    };
-    RETURN_IF_ERROR(wire_replica(impl->stages));
-    for (auto& rep : impl->more_replicas) RETURN_IF_ERROR(wire_replica(rep));
+    RETURN_IF_ERROR(impl->wire_replica(layout, impl->stages, capacity));
+    for (auto& rep : impl->more_replicas) RETURN_IF_ERROR(impl->wire_replica(layout, rep, capacity));
   }
-  if (R > 1 && impl->distributed()) {  // the ranks of one stage's replicas form a group
-    RETURN_IF_ERROR(opts.cluster->split_groups(impl->my_stage()));
-    impl->reducers.push_back(make_rank_reducer(*opts.cluster, R));
-    impl->stages[impl->my_stage()]->reducer = impl->reducers.back().get();
-  } else if (R > 1)
-    for (int k = 0; k < N; ++k) {
-      impl->reducers.push_back(std::make_unique<ReplicaReducer>(R));
-      impl->stages[k]->reducer = impl->reducers.back().get();
-      for (auto& rep : impl->more_replicas) rep[k]->reducer = impl->reducers.back().get();
-    }
+  RETURN_IF_ERROR(impl->attach_reducers(N));
   for (Stage* st : impl->local_stages()) RETURN_IF_ERROR(st->prepare());
-
-  if (impl->coordinator()) {
-    std::vector<const Node*> fwd_nodes;
-    for (auto& n : g.nodes())
-      if (n->phase == Phase::kForward) fwd_nodes.push_back(n.get());
-    // On the device of stage 0 (the coordinator's own stage).
-    // Activations share one arena: evaluation reads only the model output (and the loss).
-    ExecutorOptions eo{true, {tg.loss.output}};
-    eo.outside_reads = false;  // the backward nodes never run on the evaluator
-    eo.weight_cache = true;    // every validation batch reads the same weights
-    eo.settings = opts.exec;
-    ASSIGN_OR_RETURN(impl->eval, Executor::create(g, impl->stages.at(0)->ex->device(), fwd_nodes, eo));
-  }
+  if (impl->coordinator()) RETURN_IF_ERROR(impl->make_evaluator());
   return std::unique_ptr<PipelineTrainer>(new PipelineTrainer(std::move(impl)));
 }
 

@@ -181,7 +181,7 @@ struct RunShared {
   // first; false when the segment ends before it. The stages run at most `lead` mini-batches ahead
   // of the training loop (consumed()): a loop slowed by validation or a loaded machine would
   // otherwise leave losses and snapshots piling up without bound, and a stop request would first
-  // wait for that backlog (issue 17: a stopped 2-stage run took minutes to exit under load).
+  // wait for that backlog (a stopped 2-stage run took minutes to exit under load).
   bool claim(int64_t step);
   // The training loop has taken mini-batch `step`'s losses.
   void consumed(int64_t step);
@@ -370,7 +370,17 @@ struct PipelineTrainer::Impl {
   // Puts checkpoint tensors (checked by check_checkpoint) into the stages, at version `step`.
   Status restore_tensors(const std::map<std::string, HostTensor>& t, int64_t step);
 
-  // pipeline_ranks.cpp: the wiring between ranks, and what the MPI RankCoordinator packs.
+  // Building (pipeline.cpp, PipelineTrainer::create): the stages of one replica with their
+  // executors, the channels between them, the reducers of the replicas, the evaluator.
+  Expected<std::unique_ptr<Stage>> describe_stage(const Plan& plan, const StageLayoutStage& ls, int replica);
+  Status open_stage_executor(Stage& st, int num_stages);
+  Status build_replica(const Plan& plan, int replica, std::vector<std::unique_ptr<Stage>>* out);
+  Status attach_shared(std::vector<std::unique_ptr<Stage>>& of, const WeightFlow& f, Link* l);
+  Status wire_replica(const StageLayout& layout, std::vector<std::unique_ptr<Stage>>& of, int capacity);
+  Status attach_reducers(int num_stages);
+  Status make_evaluator();
+
+  // ranks.cpp: the wiring between ranks, and what the MPI RankCoordinator packs.
   // Every rank walks the layout's flows in the same order, so a link's number names it on both ends.
   Status wire_ranks(const StageLayout& layout, int capacity);
   // Bytes of stage k's snapshot: its master weights, then its model state.
