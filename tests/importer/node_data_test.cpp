@@ -19,6 +19,7 @@
 
 #include "importer/importer.h"
 #include "runtime/exec/executor.h"
+#include "tests/python_interpreter.h"
 
 namespace pt {
 namespace {
@@ -320,7 +321,7 @@ TEST(NodeTestData, ForwardMatchesOnnxReference) {
 TEST(NodeTestData, Opsets18To21MatchOnnxRuntime) {
   const fs::path out = fs::path(PIPETRAIN_BINARY_DIR) / "opset18_cases";
   fs::remove_all(out);
-  const std::string cmd = std::string("/usr/bin/python3 ") + PIPETRAIN_SOURCE_DIR +
+  const std::string cmd = testing::python() + " " + PIPETRAIN_SOURCE_DIR +
                           "/tests/python/make_opset18_cases.py " + out.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   int ran = 0;

@@ -11,6 +11,7 @@
 #include "runtime/data/data.h"
 #include "runtime/exec/executor.h"
 #include "runtime/single/trainer.h"
+#include "tests/python_interpreter.h"
 
 namespace pt {
 namespace {
@@ -27,11 +28,11 @@ class ExportTest : public ::testing::TestWithParam<Case> {
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() / ("pipetrain-export-" + std::to_string(::getpid())));
     fs::create_directories(*dir_);
-    const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/make_external_data_model.py " +
+    const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/make_external_data_model.py " +
                             dir_->string() + " > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     // A CNN as PyTorch exports it for inference (BatchNorm folded into Conv).
-    const std::string cnn = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tools/export_models.py " + dir_->string() +
+    const std::string cnn = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tools/export_models.py " + dir_->string() +
                             " --only lenet_bn --opsets 13 --modes eval > /dev/null 2>&1";
     ASSERT_EQ(std::system(cnn.c_str()), 0) << cnn;
   }
@@ -117,7 +118,7 @@ TEST_P(ExportTest, TrainedModelRoundTrips) {
   // onnx.checker, unchanged structure, and an independent evaluator's forward.
   ASSERT_TRUE(write_npy((out / "x.npy").string(), x).is_ok());
   ASSERT_TRUE(write_npy((out / "y.npy").string(), y).is_ok());
-  const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/check_exported_model.py " + src + " " +
+  const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/check_exported_model.py " + src + " " +
                           trained.string() + " " + (out / "x.npy").string() + " " + (out / "y.npy").string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }

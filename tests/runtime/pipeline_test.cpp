@@ -25,6 +25,7 @@
 #include "runtime/single/trainer.h"
 #include "tests/runtime/digits_fixture.h"
 #include "tests/runtime/test_settings.h"
+#include "tests/python_interpreter.h"
 
 namespace pt {
 namespace {
@@ -415,7 +416,7 @@ TEST(PipelineErrors, DivergenceStopsEveryStage) {
 // 1F1B on 2, 3, 4 stages in every weight mode against tests/python/pipeline_reference.py, an
 // independent float64 reference that keeps each stage's weight versions explicitly.
 TEST(PipelineReference, MatchesExplicitVersionReference) {
-  if (std::system("/usr/bin/python3 -c 'import numpy, onnx' 2> /dev/null") != 0) GTEST_SKIP() << "numpy/onnx missing";
+  if (!testing::have_python()) GTEST_SKIP() << "numpy/onnx missing";
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("pipetrain-pipeline-ref-" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -459,7 +460,7 @@ TEST(PipelineReference, MatchesExplicitVersionReference) {
             << " 0.9 0.0001\n";
     }
   cases.close();
-  const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
+  const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   fs::remove_all(dir);
 }
@@ -551,7 +552,7 @@ TEST(PipelineOptimizers, ClipGradNormGPipeEqualsOneStage) {
 }
 
 TEST(PipelineReference, OptimizersMatchExplicitVersionReference) {
-  if (std::system("/usr/bin/python3 -c 'import numpy, onnx' 2> /dev/null") != 0) GTEST_SKIP() << "numpy/onnx missing";
+  if (!testing::have_python()) GTEST_SKIP() << "numpy/onnx missing";
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("pipetrain-pipeline-opt-ref-" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -591,7 +592,7 @@ TEST(PipelineReference, OptimizersMatchExplicitVersionReference) {
       cases << "\n";
     }
   cases.close();
-  const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
+  const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   fs::remove_all(dir);
 }

@@ -20,6 +20,7 @@
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/single/trainer.h"
 #include "tests/runtime/test_settings.h"
+#include "tests/python_interpreter.h"
 
 namespace pt {
 namespace {
@@ -30,14 +31,14 @@ namespace fs = std::filesystem;
 const fs::path& model_dir() {
   static const fs::path dir = [] {
     fs::path d = fs::temp_directory_path() / ("pipetrain-shared-models-" + std::to_string(::getpid()));
-    const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/make_shared_weight_models.py " + d.string();
+    const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/make_shared_weight_models.py " + d.string();
     if (std::system(cmd.c_str()) != 0) return fs::path();
     return d;
   }();
   return dir;
 }
 
-bool have_python() { return std::system("/usr/bin/python3 -c 'import numpy, onnx' 2> /dev/null") == 0; }
+using testing::have_python;
 
 struct Model {
   ImportedModel m;
@@ -313,7 +314,7 @@ TEST(SharedWeights, OneFOneBMatchesExplicitVersionReference) {
         cases << name << " " << n << " " << bal << " " << m.name << " " << steps << " " << batch << " " << lr << " 0.9 0.0001\n";
       }
     cases.close();
-    const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
+    const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
     EXPECT_EQ(std::system(cmd.c_str()), 0) << model << ": " << cmd;
     fs::remove_all(dir);
   }

@@ -9,6 +9,7 @@
 
 #include "importer/importer.h"
 #include "importer/stage_export.h"
+#include "tests/python_interpreter.h"
 
 namespace pt {
 namespace {
@@ -85,8 +86,8 @@ TEST_F(StageExportTest, MissingBoundaryValueNamesStageAndValue) {
 
 TEST_F(StageExportTest, ImporterMadeBoundaryValueIsRefused) {
   const std::string path = (dir_ / "dropout.onnx").string();
-  const std::string cmd =
-      "/usr/bin/python3 -c \"import numpy as np, onnx; from onnx import helper as h, numpy_helper as nh, TensorProto as T; "
+  const std::string cmd = testing::python() +
+      " -c \"import numpy as np, onnx; from onnx import helper as h, numpy_helper as nh, TensorProto as T; "
       "w = nh.from_array(np.ones((4, 4), np.float32), 'w'); "
       "g = h.make_graph([h.make_node('MatMul', ['x', 'w'], ['a'], name='mm'), h.make_node('Dropout', ['a'], ['d'], name='drop'), "
       "h.make_node('Relu', ['d'], ['y'], name='relu')], 'g', [h.make_tensor_value_info('x', T.FLOAT, ['N', 4])], "

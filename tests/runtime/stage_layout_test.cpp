@@ -19,6 +19,7 @@
 #include "partitioner/partition.h"
 #include "partitioner/report.h"
 #include "runtime/pipeline/pipeline.h"
+#include "tests/python_interpreter.h"
 
 namespace pt {
 namespace {
@@ -29,7 +30,7 @@ using json = nlohmann::json;
 const fs::path& model_dir() {
   static const fs::path dir = [] {
     fs::path d = fs::temp_directory_path() / ("pipetrain-layout-models-" + std::to_string(::getpid()));
-    const std::string cmd = "/usr/bin/python3 " PIPETRAIN_SOURCE_DIR "/tests/python/make_shared_weight_models.py " + d.string();
+    const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/make_shared_weight_models.py " + d.string();
     if (std::system(cmd.c_str()) != 0) return fs::path();
     return d;
   }();
@@ -129,7 +130,7 @@ void check_case(const Case& c) {
 }
 
 TEST(StageLayout, ReportPrintsTheLayoutTheRuntimeWires) {
-  if (std::system("/usr/bin/python3 -c 'import numpy, onnx' 2> /dev/null") != 0 || model_dir().empty())
+  if (!testing::have_python() || model_dir().empty())
     GTEST_SKIP() << "numpy/onnx missing";
   for (const Case& c : {Case{"shared_mlp", {3, 3, 2}, Schedule::k1F1B}, Case{"shared_mlp", {2, 2, 2, 2}, Schedule::kGPipe},
                         Case{"tied_lm", {2, 2, 2, 1}, Schedule::k1F1B}, Case{"tied_lm", {4, 3}, Schedule::kGPipe},
@@ -142,7 +143,7 @@ TEST(StageLayout, ReportPrintsTheLayoutTheRuntimeWires) {
 // into stage 2 past stage 1 (its gradient goes back through stage 1, which holds the sum of a's
 // gradients: autodiff's Add goes with the earlier reader).
 TEST(StageLayout, SkipConnectionsAndSharedWeightsCrossStages) {
-  if (std::system("/usr/bin/python3 -c 'import numpy, onnx' 2> /dev/null") != 0 || model_dir().empty())
+  if (!testing::have_python() || model_dir().empty())
     GTEST_SKIP() << "numpy/onnx missing";
   auto layout_of = [](const char* model, std::vector<int> balance) {
     ImportOptions io;
