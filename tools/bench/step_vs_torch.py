@@ -174,7 +174,9 @@ def run_ours_cli(pipetrain, model_path, name, batch, steps, warmup, tmp, device)
     x, y = make_batch(name, batch=batch)
     data = os.path.join(tmp, f"{name}.batch")
     os.makedirs(data, exist_ok=True)
-    np.save(os.path.join(data, "x.npy"), x.numpy().astype(np.float32))
+    # Token batches stay integers (the Transformer's input is int64); images go as float32.
+    xn = x.numpy()
+    np.save(os.path.join(data, "x.npy"), xn.astype(np.float32 if np.issubdtype(xn.dtype, np.floating) else np.int64))
     np.save(os.path.join(data, "y.npy"), y.numpy().astype(np.int64))
     out = os.path.join(tmp, f"{name}.run")
     total = VALIDATION_STEPS + warmup + steps
