@@ -124,6 +124,8 @@ std::string library_versions();
 
 // Entries of the convolution algorithm cache (dnn_ops.cpp), for tests and reports.
 size_t conv_algo_cache_size();
+// One line per cached convolution: pass, dtype, shapes, the algorithm and whether it was measured.
+std::vector<std::string> conv_algo_report();
 
 // Device memory on the current device, for tests and tools (the runtime has its own allocator).
 // Each returns internal_error naming the CUDA error; the copies are synchronous with the host.

@@ -1,18 +1,22 @@
 // The cuDNN-backed CUDA kernels: Conv, ConvGradInput (backward data), ConvGradWeight (backward
-// filter), Softmax / LogSoftmax and their gradients. Convolution algorithms come from cuDNN 9's
-// v7 heuristics (cudnnGet*Algorithm_v7, no trial runs, no allocation), chosen once per shape and
-// cached; workspaces come from the caching allocator. Float convolutions run in FMA math (exact
-// FP32, comparable with the CPU) unless the call allows TF32 tensor cores (KernelCall::tf32,
-// --precision tf32). Windows
-// with asymmetric pads, which cuDNN's convolution descriptor cannot express, run the CPU kernel
-// through the host fallback (fallback.h).
+// filter), Softmax / LogSoftmax and their gradients. Each convolution's algorithm is chosen once per
+// shape by measuring (cudnnFind*Ex on the call's own buffers, within a workspace limit; cuDNN's v7
+// heuristics where measuring fails) and cached; kernels/conv_algo.h says which algorithms qualify.
+// Float convolutions run in FMA math with a direct algorithm (GEMM-like: the error of a direct
+// convolution, comparable with the CPU) unless the call allows TF32 tensor cores (KernelCall::tf32,
+// --precision tf32), which also admits FFT and Winograd. Workspaces come from the caching
+// allocator. Windows with asymmetric pads, which cuDNN's convolution descriptor cannot express, run
+// the CPU kernel through the host fallback (fallback.h).
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "kernels/conv_algo.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -77,7 +81,32 @@ Status make_tensor(const char* op, cudnnDataType_t t, Dims dims, TensorDesc* des
   return Status::ok();
 }
 
-enum class Pass { kForward, kGradInput, kGradWeight };
+using kernels::ConvAlgoPolicy;
+using kernels::ConvAlgoResult;
+using Pass = kernels::ConvPass;
+
+// kernels/conv_algo.h names cuDNN's algorithms by number.
+static_assert(kernels::conv_algo::kFwdImplicitGemm == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
+              kernels::conv_algo::kFwdImplicitPrecompGemm == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM &&
+              kernels::conv_algo::kFwdGemm == CUDNN_CONVOLUTION_FWD_ALGO_GEMM &&
+              kernels::conv_algo::kFwdDirect == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT &&
+              kernels::conv_algo::kFwdFft == CUDNN_CONVOLUTION_FWD_ALGO_FFT &&
+              kernels::conv_algo::kFwdFftTiling == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
+              kernels::conv_algo::kFwdWinograd == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD &&
+              kernels::conv_algo::kFwdWinogradNonfused == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
+static_assert(kernels::conv_algo::kBwdData0 == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 &&
+              kernels::conv_algo::kBwdData1 == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 &&
+              kernels::conv_algo::kBwdDataFft == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT &&
+              kernels::conv_algo::kBwdDataFftTiling == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING &&
+              kernels::conv_algo::kBwdDataWinograd == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD &&
+              kernels::conv_algo::kBwdDataWinogradNonfused == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED);
+static_assert(kernels::conv_algo::kBwdFilter0 == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 &&
+              kernels::conv_algo::kBwdFilter1 == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 &&
+              kernels::conv_algo::kBwdFilterFft == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT &&
+              kernels::conv_algo::kBwdFilter3 == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 &&
+              kernels::conv_algo::kBwdFilterWinograd == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD &&
+              kernels::conv_algo::kBwdFilterWinogradNonfused == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED &&
+              kernels::conv_algo::kBwdFilterFftTiling == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING);
 
 // Everything a convolution depends on, as cuDNN sees it (1-D convolutions become 2-D, H = 1).
 struct ConvSetup {
@@ -153,10 +182,13 @@ Status make_conv_descs(const char* op, const ConvSetup& cs, bool tf32_allowed, C
   return Status::ok();
 }
 
-// The algorithm cache: (pass, dtype, shapes, window, math, device) -> (algo, workspace bytes).
+// The algorithm cache: conv_algo_key (pass, dtype, device, math, shapes, window) -> the choice.
 struct AlgoChoice {
   int algo = 0;
   size_t workspace = 0;
+  bool measured = false;  // by cudnnFind*Ex (else cuDNN's heuristics)
+  float time_ms = -1;     // the measured time
+  std::string shape;      // for conv_algo_report()
 };
 std::mutex g_algo_mu;
 std::map<std::vector<int64_t>, AlgoChoice>& algo_cache() {
@@ -164,51 +196,144 @@ std::map<std::vector<int64_t>, AlgoChoice>& algo_cache() {
   return *m;
 }
 
-// The key: pass, dtype, device, math, then each shape / window list followed by a -1 separator.
-using AlgoKey = std::vector<int64_t>;
-AlgoKey algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs, bool tf32) {
-  int dev = 0;
-  (void)cudaGetDevice(&dev);
-  AlgoKey k = {static_cast<int64_t>(p), static_cast<int64_t>(t), dev, tf32 ? 1 : 0, cs.group, -1};
-  auto add = [&](const auto& v) {
-    k.insert(k.end(), v.begin(), v.end());
-    k.push_back(-1);
-  };
-  add(cs.x);
-  add(cs.w);
-  add(cs.pad);
-  add(cs.stride);
-  add(cs.dil);
-  return k;
-}
-
-// Workspaces above this are not considered (the allocator could hold them, but a heuristic's
-// top choice wanting gigabytes usually has a near-equal alternative).
+// Workspaces above this are not considered (the allocator could hold them, but an algorithm wanting
+// gigabytes usually has a near-equal alternative).
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
 
-// The first heuristic result that succeeds and fits kMaxWorkspace, preferring, where FMA math is
-// asked for (float without KernelCall::tf32), results that report FMA math; then any that
-// succeeds. The convolution always runs with the descriptor's math type, so a TF32 algorithm is
-// never chosen behind the caller's back: cuDNN runs the FMA variant or fails the call.
-template <typename Perf, typename GetFn, typename SizeFn>
-Status choose_algo(const char* what, GetFn get, SizeFn size_of, bool want_fma, AlgoChoice* out) {
+std::vector<int64_t> algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs, bool tf32) {
+  kernels::ConvAlgoKeyParts k;
+  k.pass = p;
+  k.dtype = static_cast<int>(t);
+  (void)cudaGetDevice(&k.device);
+  k.tf32 = tf32;
+  k.group = cs.group;
+  k.x = cs.x;
+  k.w = cs.w;
+  k.pad = cs.pad;
+  k.stride = cs.stride;
+  k.dilation = cs.dil;
+  k.max_workspace = kMaxWorkspace;
+  return kernels::conv_algo_key(k);
+}
+
+// The rows of a cuDNN perf array (cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t).
+template <typename Perf>
+std::vector<ConvAlgoResult> rows_of(const Perf* perf, int n, bool measured) {
+  std::vector<ConvAlgoResult> rows;
+  for (int i = 0; i < n; ++i) {
+    ConvAlgoResult r;
+    r.algo = static_cast<int>(perf[i].algo);
+    r.ok = perf[i].status == CUDNN_STATUS_SUCCESS;
+    r.fma_math = perf[i].mathType == CUDNN_FMA_MATH;
+    r.workspace = perf[i].memory;
+    r.time_ms = measured ? perf[i].time : -1.f;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+// The workspace the measurement may use: up to kMaxWorkspace, at most half the free memory (the
+// allocator's cached blocks count as used), halved until the allocator can give it.
+Status find_workspace(cudaStream_t stream, ScratchBuffer* ws, size_t* bytes) {
+  size_t free_b = 0, total_b = 0;
+  *bytes = kMaxWorkspace;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) *bytes = std::min(*bytes, free_b / 2);
+  else (void)cudaGetLastError();
+  while (*bytes >= (size_t{1} << 20)) {
+    if (ws->allocate(*bytes, stream).is_ok()) return Status::ok();
+    *bytes /= 2;
+  }
+  *bytes = 0;
+  return Status::ok();
+}
+
+// Chooses the algorithm of one convolution: measured by `find` (cudnnFind*Ex: host-blocking, each
+// candidate run on the call's own buffers, which the real call then overwrites) where it succeeds,
+// else from the heuristics `get`; kernels/conv_algo.h's pick_conv_algo decides among the rows. The
+// workspace of a heuristic row comes from `size_of`.
+template <typename Perf, typename FindFn, typename GetFn, typename SizeFn>
+Status choose_algo(const char* what, cudaStream_t stream, FindFn find, GetFn get, SizeFn size_of, Pass pass,
+                   const ConvAlgoPolicy& policy, AlgoChoice* out) {
   constexpr int kMax = 16;
   Perf perf[kMax];
   int n = 0;
-  const cudnnStatus_t st = get(kMax, &n, perf);
-  if (st != CUDNN_STATUS_SUCCESS) return cudnn_error_status(st, what, __FILE__, __LINE__);
-  for (int pass = want_fma ? 0 : 1; pass < 2; ++pass) {
-    for (int i = 0; i < n; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-      if (pass == 0 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-      size_t ws = 0;
-      if (size_of(perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS || ws > kMaxWorkspace) continue;
-      out->algo = static_cast<int>(perf[i].algo);
-      out->workspace = ws;
-      return Status::ok();
+  {
+    ScratchBuffer ws;
+    size_t ws_bytes = 0;
+    RETURN_IF_ERROR(find_workspace(stream, &ws, &ws_bytes));
+    if (find(kMax, &n, perf, ws.get(), ws_bytes) == CUDNN_STATUS_SUCCESS) {
+      const std::vector<ConvAlgoResult> rows = rows_of(perf, n, true);
+      const int i = kernels::pick_conv_algo(pass, rows, policy);
+      if (i >= 0) {
+        *out = AlgoChoice{rows[i].algo, rows[i].workspace, true, rows[i].time_ms, {}};
+        return Status::ok();
+      }
+    } else {
+      (void)cudaGetLastError();
     }
   }
-  return unsupported(std::string(what) + ": cuDNN's heuristics offer no usable algorithm for this convolution");
+  const cudnnStatus_t st = get(kMax, &n, perf);
+  if (st != CUDNN_STATUS_SUCCESS) return cudnn_error_status(st, what, __FILE__, __LINE__);
+  std::vector<ConvAlgoResult> rows = rows_of(perf, n, false);
+  for (ConvAlgoResult& r : rows)
+    if (r.ok && size_of(perf[&r - rows.data()].algo, &r.workspace) != CUDNN_STATUS_SUCCESS) r.ok = false;
+  const int i = kernels::pick_conv_algo(pass, rows, policy);
+  if (i < 0) return unsupported(std::string(what) + ": cuDNN offers no usable algorithm for this convolution");
+  *out = AlgoChoice{rows[i].algo, rows[i].workspace, false, -1.f, {}};
+  return Status::ok();
+}
+
+template <typename T>
+Status choose_for(cudnnHandle_t h, cudaStream_t stream, Pass pass, const ConvDescs& d, const ConvAlgoPolicy& policy,
+                  const void* x, const void* w, const void* dy, void* out, AlgoChoice* choice) {
+  // The measured runs write the output the real call writes next; the inputs are only read.
+  if (pass == Pass::kForward)
+    return choose_algo<cudnnConvolutionFwdAlgoPerf_t>(
+        "cudnnGetConvolutionForwardAlgorithm_v7", stream,
+        [&](int k, int* n, cudnnConvolutionFwdAlgoPerf_t* p, void* ws, size_t ws_bytes) {
+          return cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, x, d.w.d, w, d.conv.d, d.y.d, out, k, n, p, ws,
+                                                        ws_bytes);
+        },
+        [&](int k, int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
+          return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, k, n, p);
+        },
+        [&](cudnnConvolutionFwdAlgo_t a, size_t* ws) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.d, d.w.d, d.conv.d, d.y.d, a, ws);
+        },
+        pass, policy, choice);
+  if (pass == Pass::kGradInput)
+    return choose_algo<cudnnConvolutionBwdDataAlgoPerf_t>(
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7", stream,
+        [&](int k, int* n, cudnnConvolutionBwdDataAlgoPerf_t* p, void* ws, size_t ws_bytes) {
+          return cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, w, d.y.d, dy, d.conv.d, d.x.d, out, k, n, p, ws,
+                                                             ws_bytes);
+        },
+        [&](int k, int* n, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+          return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, k, n, p);
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t a, size_t* ws) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.d, d.y.d, d.conv.d, d.x.d, a, ws);
+        },
+        pass, policy, choice);
+  return choose_algo<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      "cudnnGetConvolutionBackwardFilterAlgorithm_v7", stream,
+      [&](int k, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p, void* ws, size_t ws_bytes) {
+        return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, x, d.y.d, dy, d.conv.d, d.w.d, out, k, n, p, ws,
+                                                             ws_bytes);
+      },
+      [&](int k, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, k, n, p);
+      },
+      [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* ws) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.d, d.y.d, d.conv.d, d.w.d, a, ws);
+      },
+      pass, policy, choice);
+}
+
+std::string describe_setup(Pass pass, const ConvSetup& cs, bool tf32, const char* dtype) {
+  static const char* const kPass[] = {"fwd", "bwd-data", "bwd-filter"};
+  return std::string(kPass[static_cast<int>(pass)]) + " " + dtype + (tf32 ? " tf32" : "") + " x" + dims_str(cs.x) +
+         " w" + dims_str(cs.w) + (cs.group > 1 ? " group " + std::to_string(cs.group) : "");
 }
 
 template <typename T>
@@ -219,8 +344,10 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
   RETURN_IF_ERROR(make_conv_descs<T>(op, cs, call.tf32, &d));
   cudnnHandle_t h;
   RETURN_IF_ERROR(cudnn_for(stream, &h));
-  const bool want_fma = std::is_same_v<T, float> && !call.tf32;
-  const AlgoKey key = algo_key(pass, dnn_type<T>(), cs, call.tf32);
+  ConvAlgoPolicy policy;
+  policy.exact = std::is_same_v<T, float> && !call.tf32;
+  policy.max_workspace = kMaxWorkspace;
+  const std::vector<int64_t> key = algo_key(pass, dnn_type<T>(), cs, call.tf32);
   AlgoChoice choice;
   bool cached = false;
   {
@@ -232,37 +359,8 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
     }
   }
   if (!cached) {
-    if (pass == Pass::kForward) {
-      RETURN_IF_ERROR(choose_algo<cudnnConvolutionFwdAlgoPerf_t>(
-          "cudnnGetConvolutionForwardAlgorithm_v7",
-          [&](int k, int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
-            return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, k, n, p);
-          },
-          [&](cudnnConvolutionFwdAlgo_t a, size_t* ws) {
-            return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.d, d.w.d, d.conv.d, d.y.d, a, ws);
-          },
-          want_fma, &choice));
-    } else if (pass == Pass::kGradInput) {
-      RETURN_IF_ERROR(choose_algo<cudnnConvolutionBwdDataAlgoPerf_t>(
-          "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-          [&](int k, int* n, cudnnConvolutionBwdDataAlgoPerf_t* p) {
-            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, k, n, p);
-          },
-          [&](cudnnConvolutionBwdDataAlgo_t a, size_t* ws) {
-            return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.d, d.y.d, d.conv.d, d.x.d, a, ws);
-          },
-          want_fma, &choice));
-    } else {
-      RETURN_IF_ERROR(choose_algo<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
-          [&](int k, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
-            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, k, n, p);
-          },
-          [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* ws) {
-            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.d, d.y.d, d.conv.d, d.w.d, a, ws);
-          },
-          want_fma, &choice));
-    }
+    RETURN_IF_ERROR(choose_for<T>(h, stream, pass, d, policy, x, w, dy, out, &choice));
+    choice.shape = describe_setup(pass, cs, call.tf32, std::is_same_v<T, float> ? "f32" : "f64");
     std::lock_guard<std::mutex> lock(g_algo_mu);
     algo_cache()[key] = choice;
   }
@@ -294,6 +392,20 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
 size_t conv_algo_cache_size() {
   std::lock_guard<std::mutex> lock(g_algo_mu);
   return algo_cache().size();
+}
+
+std::vector<std::string> conv_algo_report() {
+  std::vector<std::string> lines;
+  std::lock_guard<std::mutex> lock(g_algo_mu);
+  for (const auto& [key, c] : algo_cache()) {
+    const Pass pass = static_cast<Pass>(key.at(0));
+    char t[48] = "heuristic";
+    if (c.measured) std::snprintf(t, sizeof t, "measured %.3f ms", c.time_ms);
+    lines.push_back(c.shape + ": " + kernels::conv_algo_name(pass, c.algo) +
+                    (kernels::conv_algo_is_direct(pass, c.algo) ? " (direct)" : "") + ", workspace " +
+                    std::to_string(c.workspace >> 10) + " KiB, " + t);
+  }
+  return lines;
 }
 
 template <typename T>
