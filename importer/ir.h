@@ -60,6 +60,9 @@ struct Node {
   int since_version = 0;    // opset version of the op definition (forward nodes from ONNX)
 
   std::string describe() const;  // "node 'fc1' (Gemm)"
+  // The dtype its kernel is looked up with (KernelEntry::dtype): its first input's, float32 for a
+  // node without inputs.
+  DType kernel_dtype() const { return inputs.empty() || !inputs[0] ? DType::kFloat32 : inputs[0]->dtype; }
 };
 
 class Graph {

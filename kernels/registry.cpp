@@ -51,6 +51,14 @@ bool has_kernel(std::string_view op, DeviceKind device, DType dtype) {
   return find_kernel(op, device, dtype) != nullptr;
 }
 
+bool runs_on_host(std::string_view op, DeviceKind device, DType dtype) {
+#ifdef PIPETRAIN_HAVE_CUDA
+  if (device == DeviceKind::kCuda) return cuda::is_host_fallback(op, dtype);
+#endif
+  (void)op, (void)device, (void)dtype;
+  return false;
+}
+
 std::vector<std::string> supported_ops(DeviceKind device) {
   std::set<std::string> s;
   for (const KernelEntry& e : table())

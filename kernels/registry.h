@@ -50,6 +50,10 @@ struct KernelEntry {
 // The kernel for (op, device, dtype), or nullptr.
 KernelFn find_kernel(std::string_view op, DeviceKind device, DType dtype);
 bool has_kernel(std::string_view op, DeviceKind device, DType dtype);
+// True when the kernel for (op, device, dtype) is the CPU kernel run through the device's host
+// fallback (kernels/cuda/fallback.h: its inputs copied to the host and its outputs back, with a
+// synchronisation, at every call). False for native kernels and on the CPU.
+bool runs_on_host(std::string_view op, DeviceKind device, DType dtype);
 // Every op with a kernel on `device` for some dtype, sorted (for "known ops" hints).
 std::vector<std::string> supported_ops(DeviceKind device);
 // All entries (CPU table, then CUDA table when built with CUDA).

@@ -40,6 +40,9 @@ struct StagePlan {
   // up) and to later stages, each value once, ascending value id.
   std::vector<const Value*> recv;
   std::vector<const Value*> send;
+  // Nodes whose kernel on this stage's device is the CPU's through the host fallback
+  // (runs_on_host, kernels/registry.h): each call copies to the host and back and synchronises.
+  std::vector<const Node*> host_fallback;
   int64_t param_count = 0;
   int64_t param_bytes = 0;
   double fwd_ms = 0, bwd_ms = 0, update_ms = 0;

@@ -185,6 +185,19 @@ std::string report_text(const ReportInputs& r) {
                   static_cast<double>(p.measured_peak_rss_bytes) / 1e6, static_cast<double>(planned) / 1e6,
                   static_cast<double>(p.data_bytes) / 1e6, static_cast<double>(p.baseline_bytes) / 1e6);
   }
+  for (const StagePlan& s : p.stages) {
+    if (s.host_fallback.empty()) continue;
+    // The CUDA backend runs these through the CPU kernels (a copy to the host and back, and a
+    // synchronisation, per call): name them, as the nodes that cost a GPU stage most.
+    std::string names;
+    const size_t shown = std::min<size_t>(s.host_fallback.size(), 8);
+    for (size_t i = 0; i < shown; ++i)
+      names += (i ? ", " : "") + s.host_fallback[i]->name + " (" + s.host_fallback[i]->op_type + ")";
+    if (shown < s.host_fallback.size()) names += format(", and %zu more", s.host_fallback.size() - shown);
+    out += format("warning: stage %d (%s) runs %zu node%s on the host through the CUDA fallback: %s\n", s.index,
+                  s.device.name.c_str(), s.host_fallback.size(), s.host_fallback.size() == 1 ? "" : "s",
+                  names.c_str());
+  }
   for (const StagePlan& s : p.stages)
     if (s.cut_crosses_nodes)
       out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per mini-batch\n",

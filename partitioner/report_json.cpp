@@ -23,6 +23,12 @@ const char* graph_precision(const Graph* g) {
   return "fp32";
 }
 
+json node_names_of(const std::vector<const Node*>& nodes) {
+  json a = json::array();
+  for (const Node* n : nodes) a.push_back(n->name);
+  return a;
+}
+
 json names_of(const std::vector<const Value*>& values) {
   json out = json::array();
   for (const Value* v : values) out.push_back(v->name);
@@ -76,6 +82,7 @@ json stage_json(const StagePlan& s) {
       {"recompute_input_bytes", s.recompute_input_bytes},
       {"recompute_weight_copies", s.recompute_weight_copies},
       {"recompute_ms", s.recompute_ms},
+      {"host_fallback", node_names_of(s.host_fallback)},
   };
   if (is_measured(s))
     j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};

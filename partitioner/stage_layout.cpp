@@ -2,6 +2,8 @@
 // owners, the values kept between passes and every value crossing a cut.
 #include "partitioner/stage_layout.h"
 
+#include "kernels/registry.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -178,6 +180,9 @@ Status layout_plan(const Graph& g, Plan* plan) {
     s.recv = ls.recv;
     s.send = ls.send;
     s.shared_params = ls.shared;
+    s.host_fallback.clear();
+    for (const Node* n : s.nodes)
+      if (runs_on_host(n->op_type, s.device.kind, n->kernel_dtype())) s.host_fallback.push_back(n);
   }
   // A weight shared across stages: its owner serves versions of it from its buffers and sums the
   // readers' gradients into its own, so neither side runs its updates inside the backward; their

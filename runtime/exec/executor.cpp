@@ -205,7 +205,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
       ex->version_[v->id] = new_weight_version();
   ex->weight_cache_wanted_ = opts.weight_cache;
   for (const Node* n : nodes) {
-    DType dt = n->inputs.empty() || !n->inputs[0] ? DType::kFloat32 : n->inputs[0]->dtype;
+    const DType dt = n->kernel_dtype();
     KernelFn fn = find_kernel(n->op_type, dev.kind(), dt);
     if (!fn)
       return unsupported(n->describe() + ": no " + std::string(device_kind_name(dev.kind())) + " kernel for " +

@@ -8,6 +8,7 @@
 // runtime and reports see, not against a second copy of the cost formula.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "importer/training.h"
+#include "kernels/registry.h"
 #include "partitioner/partition.h"
 
 namespace pt {
@@ -43,9 +45,9 @@ class ModelBuilder {
     g_.add_node("Relu", name, {in}, {y});
     return y;
   }
-  Value* add(Value* a, Value* b, const std::string& name) {
+  Value* add(Value* a, Value* b, const std::string& name, const char* op = "Add") {
     Value* y = g_.add_value(name + ".y", DType::kFloat32, a->dims, ValueKind::kActivation);
-    g_.add_node("Add", name, {a, b}, {y});
+    g_.add_node(op, name, {a, b}, {y});
     return y;
   }
   // Marks `out` as the model output and builds the training graph (softmax cross-entropy).
@@ -476,6 +478,37 @@ TEST(Partition, BranchOrderKeepsBranchesTogether) {
   ASSERT_TRUE(plan.has_value()) << plan.status().message();
   EXPECT_EQ(plan->order, "branch");
   EXPECT_EQ(plan->stages[1].recv.size(), 1u);  // a3's output; x is loader-fed
+}
+
+// Nodes that a CUDA stage runs through the host fallback are listed per stage (and only on CUDA
+// stages): Max has no native CUDA kernel, nor have the Equal and Cast of its gradient; the Gemms
+// and the Relu have.
+TEST(Partition, CudaStagesListTheirHostFallbackNodes) {
+  ModelBuilder m(8, 16);
+  Value* h = m.gemm(m.input(), 16, "fc1");
+  Value* mx = m.add(m.relu(h, "act"), h, "mx", "Max");
+  m.train(m.gemm(mx, 10, "fc2"));
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kCuda}) {
+    PartitionOptions opts = uniform_options(2);
+    for (DeviceSpec& d : opts.devices) d.kind = kind;
+    auto plan = partition(m.graph(), opts);
+    ASSERT_TRUE(plan.has_value()) << plan.status().message();
+    std::set<std::string> listed;
+    for (const StagePlan& st : plan->stages)
+      for (const Node* n : st.host_fallback) {
+        EXPECT_TRUE(runs_on_host(n->op_type, kind, n->kernel_dtype())) << n->describe();
+        EXPECT_NE(std::find(st.nodes.begin(), st.nodes.end(), n), st.nodes.end()) << n->describe() << " not in its stage";
+        listed.insert(n->op_type == "Max" ? n->name : n->op_type);
+      }
+#ifdef PIPETRAIN_HAVE_CUDA
+    if (kind == DeviceKind::kCuda) {
+      EXPECT_TRUE(listed.count("mx")) << "the forward Max";
+      EXPECT_FALSE(listed.count("Gemm") || listed.count("Relu") || listed.count("ReluGrad"));
+      continue;
+    }
+#endif
+    EXPECT_TRUE(listed.empty()) << device_kind_name(kind) << ": " << *listed.begin();
+  }
 }
 
 }  // namespace

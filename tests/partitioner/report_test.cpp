@@ -229,6 +229,27 @@ TEST_F(ReportTest, TextHasEachStageAndTheSummary) {
   EXPECT_NE(m.find("manual plan: bottleneck"), std::string::npos) << m;
 }
 
+// Host-fallback nodes: listed per stage in the JSON (empty lists elsewhere) and named in one
+// warning line per stage of the text, at most eight names and a count of the rest.
+TEST_F(ReportTest, HostFallbackNodesAreListedAndWarned) {
+  EXPECT_EQ(report_text(in_).find("warning:"), std::string::npos);
+  plan_.stages[1].host_fallback = {order_[6], order_[7]};
+  std::vector<const Node*> many(order_.begin(), order_.begin() + 10);
+  plan_.stages[2].host_fallback = many;
+  const json j = json::parse(report_json(in_));
+  EXPECT_EQ(j["stages"][0].at("host_fallback"), json::array());
+  EXPECT_EQ(j["stages"][1].at("host_fallback"), json::array({order_[6]->name, order_[7]->name}));
+  EXPECT_EQ(j["stages"][2].at("host_fallback").size(), 10u);
+  const std::string t = report_text(in_);
+  const std::string one = "warning: stage 1 (H100-SXM) runs 2 nodes on the host through the CUDA fallback: " +
+                          order_[6]->name + " (" + order_[6]->op_type + "), " + order_[7]->name + " (" +
+                          order_[7]->op_type + ")\n";
+  EXPECT_NE(t.find(one), std::string::npos) << t;
+  EXPECT_NE(t.find("warning: stage 2 (H100-SXM) runs 10 nodes"), std::string::npos) << t;
+  EXPECT_NE(t.find(", and 2 more\n"), std::string::npos) << t;
+  EXPECT_EQ(t.find("warning: stage 0"), std::string::npos) << t;
+}
+
 TEST_F(ReportTest, HtmlIsSelfContainedWithItsPicturesAndEscapes) {
   const std::string h = report_html(in_);
   EXPECT_EQ(h.find("http://"), std::string::npos);
