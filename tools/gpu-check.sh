@@ -17,10 +17,13 @@
 #   step_vs_torch   one stage (--device cuda --gpus 1) against PyTorch eager on the same GPU:
 #                   mean ms per training step and the ratio (tools/bench/step_vs_torch.py)
 #   memcheck        the CUDA tests under compute-sanitizer where it works
+#   gpu_bench       ResNet-50 (batch 32, 128) and a GPT-2-small-shaped decoder in fp32, tf32 and
+#                   bf16 on 1 and 4 stages against PyTorch on the same GPU: ms per step, ratio,
+#                   GPU memory peak against the plan, model FLOP utilisation (tools/bench/gpu_bench.py)
 # and a short table last. A step the tool refuses (`--device cuda` before the runtime has a CUDA
 # device) is a FAIL row quoting its one-line message. Exits non-zero on any failure. A global
-# budget (GPU_CHECK_BUDGET, 420 s) keeps the whole run under 8 minutes: a step that would not fit
-# is skipped and says so.
+# budget (GPU_CHECK_BUDGET, 360 s) keeps the whole run near 6 minutes: a step that would not fit
+# is skipped and says so; gpu_bench takes what the steps before it left.
 #
 #   tools/gpu-check.sh     env: PREBUILT (.gpu-prebuilt), BUILD_DIR (build-gpu), JOBS (nproc),
 #                               GPU_CHECK_SANITIZER=0, GPU_CHECK_BUDGET (seconds),
@@ -31,7 +34,7 @@ set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 start=$(date +%s)
-budget=${GPU_CHECK_BUDGET:-420}
+budget=${GPU_CHECK_BUDGET:-360}
 prebuilt=${PREBUILT:-.gpu-prebuilt}
 build=${BUILD_DIR:-build-gpu}
 jobs=${JOBS:-$(nproc)}
@@ -412,6 +415,35 @@ else
   else
     tail_of "$log_dir/memcheck.log" 30
     row memcheck FAIL "exit $rc, ${summary:-no summary}, see $log_dir/memcheck.log"
+  fi
+fi
+
+# 9. The GPU benchmark (tools/bench/gpu_bench.py): ResNet-50 224x224 at batch 32 and 128 and a
+#    GPT-2-small-shaped decoder at batch 8, each in fp32, tf32 and bf16 on 1 and 4 stages against
+#    PyTorch eager at the same precision (and autocast + channels_last + cudnn.benchmark for bf16);
+#    GPU memory peak against the plan and model FLOP utilisation. Gets what is left of the budget
+#    (the most telling rows first); with GPU_CHECK_DEVICE=cpu tiny models on the CPU (a dry run).
+if [ -z "$pipetrain" ]; then
+  row gpu_bench SKIP "no onnx-pipetrain (see the binaries row)"
+elif [ "$(cap 600)" -lt 60 ]; then
+  row gpu_bench SKIP "under 60 s of the budget left"
+else
+  t0=$(date +%s)
+  c=$(cap 600)
+  bench_args=(--pipetrain "$pipetrain" --budget $((c - 15)) --work "$log_dir/gpu_bench" --json "$log_dir/gpu_bench.json")
+  [ "$train_dev" = cpu ] && bench_args+=(--device cpu --tiny)
+  timeout "$c" python3 tools/bench/gpu_bench.py "${bench_args[@]}" >"$log_dir/gpu_bench.log" 2>&1
+  rc=$?
+  sed -n '/^== gpu_bench/,$p' "$log_dir/gpu_bench.log"
+  result=$(grep -m1 '^RESULT ' "$log_dir/gpu_bench.log" | cut -d' ' -f2-)
+  if [ "$rc" = 0 ]; then
+    row gpu_bench PASS "$(elapsed "$t0"): ${result#PASS: } (table above; $log_dir/gpu_bench.json)"
+  elif [ "$rc" = 124 ]; then
+    tail_of "$log_dir/gpu_bench.log" 15
+    row gpu_bench FAIL "timed out after its cap; see $log_dir/gpu_bench.log"
+  else
+    tail_of "$log_dir/gpu_bench.log" 15
+    row gpu_bench FAIL "exit $rc: ${result:-see $log_dir/gpu_bench.log}"
   fi
 fi
 
