@@ -1,6 +1,6 @@
 // The cuDNN-backed CUDA kernels: Conv, ConvGradInput (backward data), ConvGradWeight (backward
 // filter), Softmax / LogSoftmax and their gradients. Each convolution's algorithm is chosen once per
-// shape by measuring (cudnnFind*Ex on the call's own buffers, within a workspace limit; cuDNN's v7
+// shape by measuring (cudnnFind*Ex on the call's own buffers, within a 256 MiB workspace; cuDNN's v7
 // heuristics where measuring fails) and cached; kernels/conv_algo.h says which algorithms qualify.
 // Float convolutions run in FMA math with a direct algorithm (GEMM-like: the error of a direct
 // convolution, comparable with the CPU) unless the call allows TF32 tensor cores (KernelCall::tf32,
@@ -232,20 +232,31 @@ std::vector<ConvAlgoResult> rows_of(const Perf* perf, int n, bool measured) {
   return rows;
 }
 
-// The workspace the measurement may use: up to kMaxWorkspace, at most half the free memory (the
-// allocator's cached blocks count as used), halved until the allocator can give it.
-Status find_workspace(cudaStream_t stream, ScratchBuffer* ws, size_t* bytes) {
-  size_t free_b = 0, total_b = 0;
-  *bytes = kMaxWorkspace;
-  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) *bytes = std::min(*bytes, free_b / 2);
-  else (void)cudaGetLastError();
-  while (*bytes >= (size_t{1} << 20)) {
-    if (ws->allocate(*bytes, stream).is_ok()) return Status::ok();
-    *bytes /= 2;
+// The workspace the measurement may use: up to kFindWorkspace, at most a quarter of the free
+// memory, halved until cudaMalloc gives it. Taken from the driver and given back after the
+// measurement (not from the caching allocator, which would keep the block for the rest of the run).
+constexpr size_t kFindWorkspace = size_t{256} << 20;
+struct FindWorkspace {
+  void* p = nullptr;
+  size_t bytes = 0;
+  FindWorkspace() {
+    size_t free_b = 0, total_b = 0;
+    bytes = kFindWorkspace;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) bytes = std::min(bytes, free_b / 4);
+    else (void)cudaGetLastError();
+    for (; bytes >= (size_t{1} << 20); bytes /= 2) {
+      if (cudaMalloc(&p, bytes) == cudaSuccess) return;
+      (void)cudaGetLastError();
+    }
+    p = nullptr;
+    bytes = 0;
   }
-  *bytes = 0;
-  return Status::ok();
-}
+  ~FindWorkspace() {
+    if (p) (void)cudaFree(p);
+  }
+  FindWorkspace(const FindWorkspace&) = delete;
+  FindWorkspace& operator=(const FindWorkspace&) = delete;
+};
 
 // Chooses the algorithm of one convolution: measured by `find` (cudnnFind*Ex: host-blocking, each
 // candidate run on the call's own buffers, which the real call then overwrites) where it succeeds,
@@ -258,10 +269,11 @@ Status choose_algo(const char* what, cudaStream_t stream, FindFn find, GetFn get
   Perf perf[kMax];
   int n = 0;
   {
-    ScratchBuffer ws;
-    size_t ws_bytes = 0;
-    RETURN_IF_ERROR(find_workspace(stream, &ws, &ws_bytes));
-    if (find(kMax, &n, perf, ws.get(), ws_bytes) == CUDNN_STATUS_SUCCESS) {
+    // cudnnFind*Ex runs on the handle's stream and blocks the host until it is done; its own
+    // cudaMalloc and cudaFree synchronise the device, as the first step of a shape may.
+    (void)stream;
+    FindWorkspace ws;
+    if (find(kMax, &n, perf, ws.p, ws.bytes) == CUDNN_STATUS_SUCCESS) {
       const std::vector<ConvAlgoResult> rows = rows_of(perf, n, true);
       const int i = kernels::pick_conv_algo(pass, rows, policy);
       if (i >= 0) {
