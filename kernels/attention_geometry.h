@@ -81,4 +81,32 @@ inline Status attention_geometry(const char* op, const KernelCall& call, size_t 
   return Status::ok();
 }
 
+// FusedAttention's outputs: Y [B..., T, Dv], InvSum [B..., T] when present.
+inline Status check_attention_outputs(const KernelCall& call, const AttentionGeometry& g) {
+  Dims yd = g.batch, ld = g.batch;
+  yd.push_back(g.t);
+  yd.push_back(g.dv);
+  ld.push_back(g.t);
+  RETURN_IF_ERROR(check_same_dims("FusedAttention", "Y", call.outputs[0].dims, yd));
+  if (call.outputs.size() > 1 && call.outputs[1].data)
+    RETURN_IF_ERROR(check_same_dims("FusedAttention", "InvSum", call.outputs[1].dims, ld));
+  return Status::ok();
+}
+
+// FusedAttentionGrad's dY [B..., T, Dv] and InvSum [B..., T] inputs, and its outputs dQ, dKt, dV
+// (each when present) of Q's, Kt's and V's dims.
+inline Status check_attention_grad_io(const KernelCall& call, const AttentionGeometry& g) {
+  const char* op = "FusedAttentionGrad";
+  Dims yd = g.batch, ld = g.batch;
+  yd.push_back(g.t);
+  yd.push_back(g.dv);
+  ld.push_back(g.t);
+  RETURN_IF_ERROR(check_same_dims(op, "dY", call.inputs[0].dims, yd));
+  RETURN_IF_ERROR(check_same_dims(op, "InvSum", call.inputs[5].dims, ld));
+  const char* names[3] = {"dQ", "dKt", "dV"};
+  for (size_t o = 0; o < 3; ++o)
+    if (call.outputs[o].data) RETURN_IF_ERROR(check_same_dims(op, names[o], call.outputs[o].dims, call.inputs[o + 1].dims));
+  return Status::ok();
+}
+
 }  // namespace pt::kernels

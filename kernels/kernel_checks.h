@@ -1,6 +1,7 @@
 // The argument checks and shape helpers both backends share (kernels/cpu/cpu_util.h and
 // kernels/cuda/ops_util.h bring them into pt::cpu and pt::cuda): one definition, so the CPU
-// kernels and the CUDA wrappers refuse the same calls with the same messages.
+// kernels and the CUDA wrappers refuse the same calls with the same messages. The checks of the
+// larger op families have headers of their own: kernels/checks/*.h, kernels/attention_geometry.h.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,12 @@ namespace pt::kernels {
 
 inline bool has_input(const KernelCall& call, size_t i) {
   return call.inputs.size() > i && call.inputs[i].data != nullptr;
+}
+
+// Input i as T* (TensorView::as checks its dtype), nullptr when it is absent.
+template <typename T>
+T* optional_input(const KernelCall& call, size_t i) {
+  return has_input(call, i) ? call.inputs[i].as<T>() : nullptr;
 }
 
 // invalid_input unless the call has at least `n_in` inputs and `n_out` outputs.
@@ -147,6 +154,14 @@ inline Status check_prelu_grad(const KernelCall& call) {
   Dims bd;
   if (!broadcast_dims(s, d, &bd) || bd != d)
     return invalid_input("PReluGrad: slope " + dims_str(s) + " does not broadcast to " + dims_str(d));
+  return Status::ok();
+}
+
+// ---- Dropout ----
+
+// A pass that drops (training, step >= 0) needs a ratio below 1.
+inline Status check_dropout_ratio(float ratio) {
+  if (ratio >= 1.0f) return invalid_input("Dropout: ratio " + std::to_string(ratio) + " must be below 1 in training");
   return Status::ok();
 }
 

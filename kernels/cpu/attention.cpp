@@ -107,13 +107,8 @@ Status fused_attention(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "FusedAttention", 3, 1));
   AttentionGeometry g;
   RETURN_IF_ERROR(kernels::attention_geometry("FusedAttention", call, 0, &g));
-  Dims yd = g.batch, ld = g.batch;
-  yd.push_back(g.t);
-  yd.push_back(g.dv);
-  ld.push_back(g.t);
-  RETURN_IF_ERROR(check_same_dims("FusedAttention", "Y", call.outputs[0].dims, yd));
+  RETURN_IF_ERROR(kernels::check_attention_outputs(call, g));
   const bool has_inv = call.outputs.size() > 1 && call.outputs[1].data;
-  if (has_inv) RETURN_IF_ERROR(check_same_dims("FusedAttention", "InvSum", call.outputs[1].dims, ld));
   const T* pq = call.inputs[0].as<T>();                                 // (H, T, Dk)
   const T* pk = call.inputs[1].as<T>();                                 // (H, Dk, S)
   const T* pv = call.inputs[2].as<T>();                                 // (H, S, Dv)
@@ -169,19 +164,7 @@ Status fused_attention_grad(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "FusedAttentionGrad", 6, 3));
   AttentionGeometry g;
   RETURN_IF_ERROR(kernels::attention_geometry("FusedAttentionGrad", call, 1, &g));
-  Dims yd = g.batch, ld = g.batch;
-  yd.push_back(g.t);
-  yd.push_back(g.dv);
-  ld.push_back(g.t);
-  RETURN_IF_ERROR(check_same_dims("FusedAttentionGrad", "dY", call.inputs[0].dims, yd));
-  RETURN_IF_ERROR(check_same_dims("FusedAttentionGrad", "InvSum", call.inputs[5].dims, ld));
-  for (size_t o = 0; o < 3; ++o)
-    if (call.outputs[o].data)
-      RETURN_IF_ERROR(check_same_dims("FusedAttentionGrad",
-                                      o == 0   ? "dQ"
-                                      : o == 1 ? "dKt"
-                                               : "dV",
-                                      call.outputs[o].dims, call.inputs[o + 1].dims));
+  RETURN_IF_ERROR(kernels::check_attention_grad_io(call, g));
   const T* pdy = call.inputs[0].as<T>();                                // (H, T, Dv)
   const T* pq = call.inputs[1].as<T>();                                 // (H, T, Dk)
   const T* pk = call.inputs[2].as<T>();                                 // (H, Dk, S)

@@ -15,28 +15,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/checks/batchnorm.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
 namespace {
 
-struct BnGeometry {
-  int64_t n = 0, c = 0, s = 1;  // batch, channels, spatial size
-  int64_t m() const { return n * s; }  // elements per channel
-};
-
-Status bn_geometry(const char* op, const KernelCall& call, size_t first_param, BnGeometry* g) {
-  const Dims& x = call.inputs[first_param - 1].dims;
-  if (x.size() < 2) return invalid_input(std::string(op) + ": X " + dims_str(x) + " has rank below 2");
-  g->n = x[0];
-  g->c = x[1];
-  g->s = 1;
-  for (size_t i = 2; i < x.size(); ++i) g->s *= x[i];
-  for (size_t i = first_param; i < call.inputs.size() && i < first_param + 4; ++i)
-    if (has_input(call, i)) RETURN_IF_ERROR(check_same_dims(op, "a per-channel input", call.inputs[i].dims, Dims{g->c}));
-  return Status::ok();
-}
+using BnGeometry = kernels::BatchNormGeometry;  // checked by kernels/checks/batchnorm.h
 
 bool par(const BnGeometry& g) { return g.n * g.c > 1 && g.n * g.c * g.s > kParallelThreshold; }
 
@@ -193,10 +179,8 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
 
 template <typename T>
 Status batch_normalization(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "BatchNormalization", 5, 1));
   BnGeometry g;
-  RETURN_IF_ERROR(bn_geometry("BatchNormalization", call, 1, &g));
-  RETURN_IF_ERROR(check_same_dims("BatchNormalization", "Y", call.outputs[0].dims, call.inputs[0].dims));
+  RETURN_IF_ERROR(kernels::check_batch_norm(call, &g));
   // Input 5 (optional) is the runtime's step counter: -1 marks an evaluation pass, which uses
   // (and keeps) the running statistics even for a node that trains.
   const bool eval_pass = call.inputs.size() > 5 && call.inputs[5].data && call.inputs[5].dtype == DType::kInt64 &&
@@ -219,9 +203,7 @@ Status batch_normalization(const KernelCall& call) {
     if (call.outputs.size() <= i || !call.outputs[i].data) return nullptr;
     return call.outputs[i].as<T>();
   };
-  for (size_t i = 1; i < call.outputs.size() && i < 5; ++i)
-    if (call.outputs[i].data)
-      RETURN_IF_ERROR(check_same_dims("BatchNormalization", "a statistics output", call.outputs[i].dims, Dims{g.c}));
+  RETURN_IF_ERROR(kernels::check_batch_norm_stats(call, g));
 
   std::vector<double> mean(static_cast<size_t>(g.c)), var(static_cast<size_t>(g.c));
   if (training) {
@@ -279,10 +261,8 @@ Status batch_normalization(const KernelCall& call) {
 
 template <typename T>
 Status batch_normalization_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "BatchNormalizationGrad", 3, 1));
   BnGeometry g;
-  RETURN_IF_ERROR(bn_geometry("BatchNormalizationGrad", call, 2, &g));
-  RETURN_IF_ERROR(check_same_dims("BatchNormalizationGrad", "dY", call.inputs[0].dims, call.inputs[1].dims));
+  RETURN_IF_ERROR(kernels::check_batch_norm_grad(call, &g));
   const bool training = call.attrs.get_int("_training", 0) != 0;
   const double eps = call.attrs.get_float("epsilon", 1e-5f);
   const T* dy = call.inputs[0].as<T>();     // (N, C, S)
@@ -295,9 +275,6 @@ Status batch_normalization_grad(const KernelCall& call) {
   T* dx = out(0);      // (N, C, S)
   T* dscale = out(1);  // (C)
   T* dbias = out(2);   // (C)
-  if (dx) RETURN_IF_ERROR(check_same_dims("BatchNormalizationGrad", "dX", call.outputs[0].dims, call.inputs[1].dims));
-  for (size_t i = 1; i < 3; ++i)
-    if (out(i)) RETURN_IF_ERROR(check_same_dims("BatchNormalizationGrad", "a parameter gradient", call.outputs[i].dims, Dims{g.c}));
 
   // Per channel: sum(dy) and sum(dy * xhat); in training mode with the batch statistics, in the
   // same pass over X.
@@ -305,9 +282,7 @@ Status batch_normalization_grad(const KernelCall& call) {
   const bool need_sums = training || dscale || dbias;
   if (training) {
     batch_stats(g, x, &mean, &var, dy, &sdy, &sdyx);
-  } else {
-    if (!has_input(call, 3) || !has_input(call, 4))
-      return invalid_input("BatchNormalizationGrad: inference mode needs the running mean and variance inputs");
+  } else {  // the running mean and variance (checked present)
     const T* rm = call.inputs[3].as<T>();
     const T* rv = call.inputs[4].as<T>();
     mean.assign(rm, rm + g.c);

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/checks/reduce.h"
 #include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
@@ -705,11 +706,9 @@ Status conv_grad_weight(const KernelCall& call) {
 
 template <typename T>
 Status conv_grad_bias(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "ConvGradBias", 1, 1));
+  RETURN_IF_ERROR(kernels::check_conv_grad_bias(call));
   const TensorView& dy = call.inputs[0];  // (N, M, spatial...)
   const TensorView& db = call.outputs[0];  // (M)
-  if (dy.rank() < 2) return invalid_input("ConvGradBias: dY " + dims_str(dy.dims) + " has rank below 2");
-  RETURN_IF_ERROR(check_same_dims("ConvGradBias", "output", db.dims, Dims{dy.dims[1]}));
   const int64_t n = dy.dims[0], m = dy.dims[1], sp = m ? dy.size() / std::max<int64_t>(n * m, 1) : 0;
   const T* pdy = dy.as<T>();
   T* pdb = db.as<T>();

@@ -31,7 +31,7 @@ Status dropout(const KernelCall& call) {
     }
     return Status::ok();
   }
-  if (ratio >= 1.0f) return invalid_input("Dropout: ratio " + std::to_string(ratio) + " must be below 1 in training");
+  RETURN_IF_ERROR(kernels::check_dropout_ratio(ratio));
   const uint64_t key = dropout_key(static_cast<uint64_t>(call.attrs.get_int("seed", 0)), static_cast<uint64_t>(step));
   const T scale = static_cast<T>(1.0 / (1.0 - static_cast<double>(ratio)));
 #pragma omp parallel for if (n > kParallelThreshold)

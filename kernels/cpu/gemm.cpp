@@ -6,9 +6,7 @@
 
 #include <dnnl.h>
 
-#include <climits>
-#include <string>
-
+#include "kernels/checks/gemm.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
@@ -44,14 +42,6 @@ void one_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, c
   blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-Status check_blas_size(const char* op, std::initializer_list<int64_t> sizes) {
-  for (int64_t s : sizes)
-    if (s > INT_MAX)
-      return unsupported(std::string(op) + ": matrix dimension " + std::to_string(s) +
-                         " exceeds the BLAS int range");
-  return Status::ok();
-}
-
 template <typename T>
 void fill(T* p, int64_t n, T v) {
 #pragma omp parallel for simd if (parallel: n > kParallelThreshold)
@@ -62,27 +52,16 @@ void fill(T* p, int64_t n, T v) {
 
 template <typename T>
 Status gemm(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Gemm", 2, 1));
+  kernels::GemmGeometry g;
+  RETURN_IF_ERROR(kernels::check_gemm(call, &g));
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  const bool ta = call.attrs.get_int("transA", 0) != 0;
-  const bool tb = call.attrs.get_int("transB", 0) != 0;
+  const bool ta = g.ta, tb = g.tb;
+  const int64_t m = g.m, n = g.n, k = g.k;
   const T alpha = static_cast<T>(call.attrs.get_float("alpha", 1.0f));
   const T beta = static_cast<T>(call.attrs.get_float("beta", 1.0f));
-  if (a.rank() != 2 || b.rank() != 2)
-    return invalid_input("Gemm: A " + dims_str(a.dims) + " and B " + dims_str(b.dims) +
-                         " must both be 2-D");
-  const int64_t m = ta ? a.dims[1] : a.dims[0];
-  const int64_t k = ta ? a.dims[0] : a.dims[1];
-  const int64_t kb = tb ? b.dims[1] : b.dims[0];
-  const int64_t n = tb ? b.dims[0] : b.dims[1];
-  if (k != kb)
-    return invalid_input("Gemm: inner dimensions differ: op(A) is [" + std::to_string(m) + ", " +
-                         std::to_string(k) + "], op(B) is [" + std::to_string(kb) + ", " +
-                         std::to_string(n) + "]");
-  RETURN_IF_ERROR(check_same_dims("Gemm", "output", y.dims, Dims{m, n}));
-  RETURN_IF_ERROR(check_blas_size("Gemm", {m, n, k}));
+  RETURN_IF_ERROR(kernels::check_matrix_dims("Gemm", {m, n, k}));
   const T* pa = a.as<T>();  // (M, K) or (K, M)
   const T* pb = b.as<T>();  // (K, N) or (N, K)
   T* py = y.as<T>();        // (M, N)
@@ -92,15 +71,9 @@ Status gemm(const KernelCall& call) {
   bool y_set = false;
   if (has_input(call, 2) && beta != T(0)) {
     const TensorView& c = call.inputs[2];
-    if (c.rank() > 2)
-      return invalid_input("Gemm: C " + dims_str(c.dims) + " has rank above 2");
-    const int64_t cm = c.rank() == 2 ? c.dims[0] : 1;
-    const int64_t cn = c.rank() >= 1 ? c.dims[c.rank() - 1] : 1;
-    if ((cm != 1 && cm != m) || (cn != 1 && cn != n))
-      return invalid_input("Gemm: C " + dims_str(c.dims) + " does not broadcast to [" +
-                           std::to_string(m) + ", " + std::to_string(n) + "]");
+    RETURN_IF_ERROR(kernels::check_gemm_c(c, &g));
     const T* pc = c.as<T>();
-    const int64_t rs = cm == 1 ? 0 : cn, cs = cn == 1 ? 0 : 1;
+    const int64_t rs = g.cm == 1 ? 0 : g.cn, cs = g.cn == 1 ? 0 : 1;
 #pragma omp parallel for if (m * n > kParallelThreshold)
     for (int64_t i = 0; i < m; ++i) {
       const T* crow = pc + i * rs;
@@ -127,28 +100,13 @@ Status gemm(const KernelCall& call) {
 
 template <typename T>
 Status matmul(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "MatMul", 2, 1));
+  kernels::MatMulGeometry g;
+  RETURN_IF_ERROR(kernels::check_matmul(call, &g));
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  if (a.rank() == 0 || b.rank() == 0) return invalid_input("MatMul: operands must not be scalars");
-  const bool a1 = a.rank() == 1, b1 = b.rank() == 1;
-  Dims ad = a1 ? Dims{1, a.dims[0]} : a.dims;
-  Dims bd = b1 ? Dims{b.dims[0], 1} : b.dims;
-  const int64_t m = ad[ad.size() - 2], k = ad.back();
-  const int64_t kb = bd[bd.size() - 2], n = bd.back();
-  if (k != kb)
-    return invalid_input("MatMul: inner dimensions differ: A " + dims_str(a.dims) + ", B " +
-                         dims_str(b.dims));
-  const Dims abatch(ad.begin(), ad.end() - 2), bbatch(bd.begin(), bd.end() - 2);
-  Dims batch;
-  if (!broadcast_dims(abatch, bbatch, &batch))
-    return invalid_input("MatMul: batch dims of A " + dims_str(a.dims) + " and B " +
-                         dims_str(b.dims) + " do not broadcast");
-  Dims out = batch;
-  if (!a1) out.push_back(m);
-  if (!b1) out.push_back(n);
-  RETURN_IF_ERROR(check_same_dims("MatMul", "output", y.dims, out));
+  const int64_t m = g.m, n = g.n, k = g.k;
+  const Dims &abatch = g.abatch, &bbatch = g.bbatch, &batch = g.batch;
   const T* pa = a.as<T>();  // (batchA..., M, K)
   const T* pb = b.as<T>();  // (batchB..., K, N)
   T* py = y.as<T>();        // (batch..., M, N)
@@ -160,11 +118,11 @@ Status matmul(const KernelCall& call) {
   }
   if (numel(bbatch) == 1) {
     // One B matrix: A's batch dims (same count as the output's) become extra rows.
-    RETURN_IF_ERROR(check_blas_size("MatMul", {nbatch * m, n, k}));
+    RETURN_IF_ERROR(kernels::check_matrix_dims("MatMul", {nbatch * m, n, k}));
     one_gemm(false, false, nbatch * m, n, k, T(1), pa, k, pb, n, T(0), py, n);
     return Status::ok();
   }
-  RETURN_IF_ERROR(check_blas_size("MatMul", {m, n, k}));
+  RETURN_IF_ERROR(kernels::check_matrix_dims("MatMul", {m, n, k}));
   const Dims sa = broadcast_strides(abatch, batch), sb = broadcast_strides(bbatch, batch);
   for (int64_t bi = 0; bi < nbatch; ++bi) {
     int64_t rem = bi, oa = 0, ob = 0;

@@ -7,11 +7,11 @@
 #include <dnnl.hpp>
 
 #include <array>
-#include <climits>
 #include <map>
 #include <memory>
 #include <string>
 
+#include "kernels/checks/gemm.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -107,35 +107,21 @@ Status check_bf16_operands(const char* op, const TensorView& a, const TensorView
   return Status::ok();
 }
 
-Status check_int_range(const char* op, std::initializer_list<int64_t> sizes) {
-  for (int64_t s : sizes)
-    if (s > INT_MAX) return unsupported(std::string(op) + ": matrix dimension " + std::to_string(s) + " exceeds the int range");
-  return Status::ok();
-}
-
 }  // namespace
 
 Status gemm_bf16(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Gemm", 2, 1));
+  RETURN_IF_ERROR(check_arity(call, "Gemm", 2, 1));  // before the dtype check reads the operands
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
   RETURN_IF_ERROR(check_bf16_operands("Gemm", a, b, y));
-  const bool ta = call.attrs.get_int("transA", 0) != 0;
-  const bool tb = call.attrs.get_int("transB", 0) != 0;
+  kernels::GemmGeometry g;
+  RETURN_IF_ERROR(kernels::check_gemm(call, &g));
+  const bool ta = g.ta, tb = g.tb;
+  const int64_t m = g.m, n = g.n, k = g.k;
   const float alpha = call.attrs.get_float("alpha", 1.0f);
   const float beta = call.attrs.get_float("beta", 1.0f);
-  if (a.rank() != 2 || b.rank() != 2)
-    return invalid_input("Gemm: A " + dims_str(a.dims) + " and B " + dims_str(b.dims) + " must both be 2-D");
-  const int64_t m = ta ? a.dims[1] : a.dims[0];
-  const int64_t k = ta ? a.dims[0] : a.dims[1];
-  const int64_t kb = tb ? b.dims[1] : b.dims[0];
-  const int64_t n = tb ? b.dims[0] : b.dims[1];
-  if (k != kb)
-    return invalid_input("Gemm: inner dimensions differ: op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
-                         "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(n) + "]");
-  RETURN_IF_ERROR(check_same_dims("Gemm", "output", y.dims, Dims{m, n}));
-  RETURN_IF_ERROR(check_int_range("Gemm", {m, n, k}));
+  RETURN_IF_ERROR(kernels::check_matrix_dims("Gemm", {m, n, k}, "int range"));
   float* py = y.as<float>();  // (M, N)
   if (m == 0 || n == 0) return Status::ok();
   bool y_set = false;
@@ -143,14 +129,9 @@ Status gemm_bf16(const KernelCall& call) {
     const TensorView& c = call.inputs[2];
     if (c.dtype != DType::kFloat32)
       return invalid_input(std::string("Gemm (bfloat16): C must be float32, got ") + dtype_name(c.dtype));
-    if (c.rank() > 2) return invalid_input("Gemm: C " + dims_str(c.dims) + " has rank above 2");
-    const int64_t cm = c.rank() == 2 ? c.dims[0] : 1;
-    const int64_t cn = c.rank() >= 1 ? c.dims[c.rank() - 1] : 1;
-    if ((cm != 1 && cm != m) || (cn != 1 && cn != n))
-      return invalid_input("Gemm: C " + dims_str(c.dims) + " does not broadcast to [" + std::to_string(m) + ", " +
-                           std::to_string(n) + "]");
+    RETURN_IF_ERROR(kernels::check_gemm_c(c, &g));
     const float* pc = c.as<float>();
-    const int64_t rs = cm == 1 ? 0 : cn, cs = cn == 1 ? 0 : 1;
+    const int64_t rs = g.cm == 1 ? 0 : g.cn, cs = g.cn == 1 ? 0 : 1;
 #pragma omp parallel for if (m * n > kParallelThreshold)
     for (int64_t i = 0; i < m; ++i) {
       const float* crow = pc + i * rs;
@@ -169,28 +150,15 @@ Status gemm_bf16(const KernelCall& call) {
 }
 
 Status matmul_bf16(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "MatMul", 2, 1));
+  RETURN_IF_ERROR(check_arity(call, "MatMul", 2, 1));  // before the dtype check reads the operands
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
   RETURN_IF_ERROR(check_bf16_operands("MatMul", a, b, y));
-  if (a.rank() == 0 || b.rank() == 0) return invalid_input("MatMul: operands must not be scalars");
-  const bool a1 = a.rank() == 1, b1 = b.rank() == 1;
-  const Dims ad = a1 ? Dims{1, a.dims[0]} : a.dims;
-  const Dims bd = b1 ? Dims{b.dims[0], 1} : b.dims;
-  const int64_t m = ad[ad.size() - 2], k = ad.back();
-  const int64_t kb = bd[bd.size() - 2], n = bd.back();
-  if (k != kb)
-    return invalid_input("MatMul: inner dimensions differ: A " + dims_str(a.dims) + ", B " + dims_str(b.dims));
-  const Dims abatch(ad.begin(), ad.end() - 2), bbatch(bd.begin(), bd.end() - 2);
-  Dims batch;
-  if (!broadcast_dims(abatch, bbatch, &batch))
-    return invalid_input("MatMul: batch dims of A " + dims_str(a.dims) + " and B " + dims_str(b.dims) +
-                         " do not broadcast");
-  Dims out = batch;
-  if (!a1) out.push_back(m);
-  if (!b1) out.push_back(n);
-  RETURN_IF_ERROR(check_same_dims("MatMul", "output", y.dims, out));
+  kernels::MatMulGeometry g;
+  RETURN_IF_ERROR(kernels::check_matmul(call, &g));
+  const int64_t m = g.m, n = g.n, k = g.k;
+  const Dims &abatch = g.abatch, &bbatch = g.bbatch, &batch = g.batch;
   const uint16_t* pa = bf16_data(a);  // (batchA..., M, K)
   const uint16_t* pb = bf16_data(b);  // (batchB..., K, N)
   float* py = y.as<float>();          // (batch..., M, N)
@@ -201,10 +169,10 @@ Status matmul_bf16(const KernelCall& call) {
     return Status::ok();
   }
   if (numel(bbatch) == 1) {  // one B matrix: A's batch dims become extra rows
-    RETURN_IF_ERROR(check_int_range("MatMul", {nbatch * m, n, k}));
+    RETURN_IF_ERROR(kernels::check_matrix_dims("MatMul", {nbatch * m, n, k}, "int range"));
     return bf16_gemm(false, false, nbatch * m, n, k, 1.0f, pa, k, pb, n, false, py, n);
   }
-  RETURN_IF_ERROR(check_int_range("MatMul", {m, n, k}));
+  RETURN_IF_ERROR(kernels::check_matrix_dims("MatMul", {m, n, k}, "int range"));
   const Dims sa = broadcast_strides(abatch, batch), sb = broadcast_strides(bbatch, batch);
   for (int64_t bi = 0; bi < nbatch; ++bi) {
     int64_t rem = bi, oa = 0, ob = 0;

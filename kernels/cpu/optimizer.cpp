@@ -4,36 +4,21 @@
 // Adam (decoupled = 0) or AdamW (decoupled = 1). step is the int64 count of updates done, incremented
 // here; the arithmetic follows torch 1.13's single-tensor loops, operation for operation, in T.
 #include <cmath>
-#include <string>
 
+#include "kernels/checks/optimizer.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/optimizer_math.h"
 
 namespace pt::cpu {
 
-namespace {
-
-// The learning rate every update node reads: a scalar the runtime sets each step.
-Status check_lr(const char* op, const TensorView& lr) {
-  if (lr.size() != 1 || !lr.data)
-    return invalid_input(std::string(op) + ": lr " + dims_str(lr.dims) + " must be a scalar");
-  return Status::ok();
-}
-
-}  // namespace
-
 template <typename T>
 Status sgd_momentum(const KernelCall& call) {
-  const char* op = "SGDMomentum";
-  RETURN_IF_ERROR(check_arity(call, op, 4, 0));
+  RETURN_IF_ERROR(kernels::check_sgd_momentum(call));
   const TensorView& w = call.inputs[0];
   const TensorView& g = call.inputs[1];
   const TensorView& v = call.inputs[2];
   const TensorView& lr = call.inputs[3];
-  RETURN_IF_ERROR(check_same_dims(op, "G", g.dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "V", v.dims, w.dims));
-  RETURN_IF_ERROR(check_lr(op, lr));
   const T gamma = static_cast<T>(call.attrs.get_float("momentum", 0.9f));
   const T wd = static_cast<T>(call.attrs.get_float("weight_decay", 0.0f));
   const T rate = lr.as<T>()[0];
@@ -52,32 +37,15 @@ Status sgd_momentum(const KernelCall& call) {
   return Status::ok();
 }
 
-namespace {
-
-Status check_step(const char* op, const TensorView& step) {
-  if (step.dtype != DType::kInt64 || step.size() != 1 || !step.data)
-    return invalid_input(std::string(op) + ": step must be an int64 scalar (" + dtype_name(step.dtype) + " " +
-                         dims_str(step.dims) + ")");
-  return Status::ok();
-}
-
-}  // namespace
-
 template <typename T>
 Status sgd(const KernelCall& call) {
-  const char* op = "SGD";
-  const bool nesterov = call.attrs.get_int("nesterov", 0) != 0;
-  RETURN_IF_ERROR(check_arity(call, op, nesterov ? 6 : 5, 0));
+  bool nesterov;
+  RETURN_IF_ERROR(kernels::check_sgd(call, &nesterov));
   const TensorView& w = call.inputs[0];
   const TensorView& g = call.inputs[1];
   const TensorView& b = call.inputs[2];
   const TensorView& lr = call.inputs[3];
   const TensorView& step = call.inputs[4];
-  RETURN_IF_ERROR(check_same_dims(op, "G", g.dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "B", b.dims, w.dims));
-  if (nesterov) RETURN_IF_ERROR(check_same_dims(op, "D", call.inputs[5].dims, w.dims));
-  RETURN_IF_ERROR(check_lr(op, lr));
-  RETURN_IF_ERROR(check_step(op, step));
   const T mom = static_cast<T>(call.attrs.get_float("momentum", 0.0f));
   const T damp1 = static_cast<T>(1.0 - static_cast<double>(call.attrs.get_float("dampening", 0.0f)));
   const T wd = static_cast<T>(call.attrs.get_float("weight_decay", 0.0f));
@@ -123,19 +91,13 @@ Status sgd(const KernelCall& call) {
 
 template <typename T>
 Status adam(const KernelCall& call) {
-  const char* op = "Adam";
-  RETURN_IF_ERROR(check_arity(call, op, 6, 0));
+  RETURN_IF_ERROR(kernels::check_adam(call));
   const TensorView& w = call.inputs[0];
   const TensorView& g = call.inputs[1];
   const TensorView& m = call.inputs[2];
   const TensorView& v = call.inputs[3];
   const TensorView& lr = call.inputs[4];
   const TensorView& step = call.inputs[5];
-  RETURN_IF_ERROR(check_same_dims(op, "G", g.dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "M", m.dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "V", v.dims, w.dims));
-  RETURN_IF_ERROR(check_lr(op, lr));
-  RETURN_IF_ERROR(check_step(op, step));
   const bool decoupled = call.attrs.get_int("decoupled", 0) != 0;
   const float b1f = call.attrs.get_float("beta1", 0.9f), b2f = call.attrs.get_float("beta2", 0.999f);
   const float wdf = call.attrs.get_float("weight_decay", 0.0f);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks/pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/window.h"
@@ -88,11 +89,6 @@ inline int64_t avg_count(const Window& w, int64_t o_linear, const int64_t* lo, c
   return cnt;
 }
 
-Status pool_window(const char* op, const KernelCall& call, const Dims& x, const Dims& y, Window* w) {
-  RETURN_IF_ERROR(window_from_attrs(op, call.attrs, x, nullptr, call.attrs.get_int("ceil_mode", 0) != 0, w));
-  return check_same_dims(op, "output", y, window_output_dims(*w, w->c));
-}
-
 // Planar windows without dilation (1-D and 2-D pooling as CNNs use it): the window bounds of
 // every output row and column are computed once per call, not per output and plane. The scan
 // order and the comparison are window_argmax's, so the chosen maximum is the same.
@@ -150,16 +146,12 @@ inline bool par_planes(const Window& w) { return w.n * w.c > 1 && w.n * w.c * w.
 
 template <typename T>
 Status max_pool(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "MaxPool", 1, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_max_pool(call, &w));
   const TensorView& x = call.inputs[0];   // (N, C, in...)
   const TensorView& y = call.outputs[0];  // (N, C, out...)
-  Window w;
-  RETURN_IF_ERROR(pool_window("MaxPool", call, x.dims, y.dims, &w));
-  int64_t* idx = nullptr;  // (N, C, out...) flat input indices
-  if (call.outputs.size() > 1 && call.outputs[1].data) {
-    RETURN_IF_ERROR(check_same_dims("MaxPool", "Indices", call.outputs[1].dims, y.dims));
-    idx = call.outputs[1].as<int64_t>();
-  }
+  // (N, C, out...) flat input indices
+  int64_t* idx = call.outputs.size() > 1 && call.outputs[1].data ? call.outputs[1].as<int64_t>() : nullptr;
   const bool col_major = call.attrs.get_int("storage_order", 0) != 0;
   const T* px = x.as<T>();
   T* py = y.as<T>();
@@ -196,13 +188,11 @@ Status max_pool(const KernelCall& call) {
 
 template <typename T>
 Status max_pool_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "MaxPoolGrad", 2, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_max_pool_grad(call, &w));
   const TensorView& dy = call.inputs[0];  // (N, C, out...)
   const TensorView& x = call.inputs[1];   // (N, C, in...)
   const TensorView& dx = call.outputs[0];  // (N, C, in...)
-  RETURN_IF_ERROR(check_same_dims("MaxPoolGrad", "output", dx.dims, x.dims));
-  Window w;
-  RETURN_IF_ERROR(pool_window("MaxPoolGrad", call, x.dims, dy.dims, &w));
   const T* px = x.as<T>();
   const T* pdy = dy.as<T>();
   T* pdx = dx.as<T>();
@@ -237,11 +227,10 @@ Status max_pool_grad(const KernelCall& call) {
 
 template <typename T>
 Status average_pool(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "AveragePool", 1, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_average_pool(call, &w));
   const TensorView& x = call.inputs[0];   // (N, C, in...)
   const TensorView& y = call.outputs[0];  // (N, C, out...)
-  Window w;
-  RETURN_IF_ERROR(pool_window("AveragePool", call, x.dims, y.dims, &w));
   const bool include_pad = call.attrs.get_int("count_include_pad", 0) != 0;
   const T* px = x.as<T>();
   T* py = y.as<T>();
@@ -266,11 +255,10 @@ Status average_pool(const KernelCall& call) {
 
 template <typename T>
 Status average_pool_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "AveragePoolGrad", 1, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_average_pool_grad(call, &w));
   const TensorView& dy = call.inputs[0];   // (N, C, out...)
   const TensorView& dx = call.outputs[0];  // (N, C, in...)
-  Window w;
-  RETURN_IF_ERROR(pool_window("AveragePoolGrad", call, dx.dims, dy.dims, &w));
   const bool include_pad = call.attrs.get_int("count_include_pad", 0) != 0;
   const T* pdy = dy.as<T>();
   T* pdx = dx.as<T>();
@@ -294,26 +282,10 @@ Status average_pool_grad(const KernelCall& call) {
   return Status::ok();
 }
 
-namespace {
-
-// [N, C, spatial...] as planes x plane size; Y must be [N, C, 1, ...].
-Status global_geometry(const char* op, const Dims& x, const Dims& y, int64_t* planes, int64_t* size) {
-  if (x.size() < 2) return invalid_input(std::string(op) + ": input " + dims_str(x) + " has rank below 2");
-  Dims want = {x[0], x[1]};
-  want.resize(x.size(), 1);
-  RETURN_IF_ERROR(check_same_dims(op, "pooled tensor", y, want));
-  *planes = x[0] * x[1];
-  *size = *planes ? numel(x) / *planes : 0;
-  return Status::ok();
-}
-
-}  // namespace
-
 template <typename T>
 Status global_average_pool(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GlobalAveragePool", 1, 1));
   int64_t planes, size;
-  RETURN_IF_ERROR(global_geometry("GlobalAveragePool", call.inputs[0].dims, call.outputs[0].dims, &planes, &size));
+  RETURN_IF_ERROR(kernels::check_global_pool(call, "GlobalAveragePool", &planes, &size));
   const T* px = call.inputs[0].as<T>();  // (planes, size)
   T* py = call.outputs[0].as<T>();       // (planes)
 #pragma omp parallel for if (planes > 1 && planes * size > kParallelThreshold)
@@ -329,9 +301,8 @@ Status global_average_pool(const KernelCall& call) {
 
 template <typename T>
 Status global_average_pool_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GlobalAveragePoolGrad", 1, 1));
   int64_t planes, size;
-  RETURN_IF_ERROR(global_geometry("GlobalAveragePoolGrad", call.outputs[0].dims, call.inputs[0].dims, &planes, &size));
+  RETURN_IF_ERROR(kernels::check_global_average_pool_grad(call, &planes, &size));
   const T* pdy = call.inputs[0].as<T>();  // (planes)
   T* pdx = call.outputs[0].as<T>();       // (planes, size)
 #pragma omp parallel for if (planes > 1 && planes * size > kParallelThreshold)
@@ -358,9 +329,8 @@ inline int64_t plane_argmax(const T* x, int64_t size) {
 
 template <typename T>
 Status global_max_pool(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GlobalMaxPool", 1, 1));
   int64_t planes, size;
-  RETURN_IF_ERROR(global_geometry("GlobalMaxPool", call.inputs[0].dims, call.outputs[0].dims, &planes, &size));
+  RETURN_IF_ERROR(kernels::check_global_pool(call, "GlobalMaxPool", &planes, &size));
   const T* px = call.inputs[0].as<T>();  // (planes, size)
   T* py = call.outputs[0].as<T>();       // (planes)
 #pragma omp parallel for if (planes > 1 && planes * size > kParallelThreshold)
@@ -376,7 +346,8 @@ Status global_max_pool_grad(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "GlobalMaxPoolGrad", 2, 1));
   int64_t planes, size;
   RETURN_IF_ERROR(check_same_dims("GlobalMaxPoolGrad", "output", call.outputs[0].dims, call.inputs[1].dims));
-  RETURN_IF_ERROR(global_geometry("GlobalMaxPoolGrad", call.inputs[1].dims, call.inputs[0].dims, &planes, &size));
+  RETURN_IF_ERROR(
+      kernels::global_pool_geometry("GlobalMaxPoolGrad", call.inputs[1].dims, call.inputs[0].dims, &planes, &size));
   const T* pdy = call.inputs[0].as<T>();  // (planes)
   const T* px = call.inputs[1].as<T>();   // (planes, size)
   T* pdx = call.outputs[0].as<T>();       // (planes, size)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/checks/reduce.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
@@ -11,18 +12,9 @@ namespace pt::cpu {
 
 template <typename T>
 Status reduce_sum_to_shape(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "ReduceSumToShape", 1, 1));
+  RETURN_IF_ERROR(kernels::check_reduce_sum_to_shape(call));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  const size_t rx = x.dims.size(), ry = y.dims.size();
-  bool ok = ry <= rx;
-  for (size_t i = 0; ok && i < ry; ++i) {
-    const int64_t yd = y.dims[i], xd = x.dims[rx - ry + i];
-    ok = yd == xd || yd == 1;
-  }
-  if (!ok)
-    return invalid_input("ReduceSumToShape: output " + dims_str(y.dims) +
-                         " is not a broadcast source of input " + dims_str(x.dims));
   const T* px = x.as<T>();  // (x.dims)
   T* py = y.as<T>();        // (y.dims)
   const int64_t n = x.size(), m = y.size();

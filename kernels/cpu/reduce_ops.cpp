@@ -10,23 +10,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/checks/reduce.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
 namespace {
-
-// The input's dims with every reduced axis set to 1 (the keepdims shape).
-Status keep_dims(const char* op, const TensorView& x, const std::vector<int64_t>& axes, Dims* kd) {
-  *kd = x.dims;
-  for (int64_t a : axes) {
-    if (a < 0 || a >= x.rank())
-      return invalid_input(std::string(op) + ": axis " + std::to_string(a) + " out of range for rank " +
-                           std::to_string(x.rank()));
-    (*kd)[a] = 1;
-  }
-  return Status::ok();
-}
 
 template <typename T>
 using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, T>;
@@ -35,14 +24,10 @@ using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, T>;
 template <typename T, typename Fold, typename Finish>
 Status reduce(const KernelCall& call, const char* op, AccOf<T> init, Fold fold, Finish finish) {
   using Acc = AccOf<T>;
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
+  Dims kd;
+  RETURN_IF_ERROR(kernels::check_reduce(call, op, &kd));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  Dims kd;
-  RETURN_IF_ERROR(keep_dims(op, x, call.attrs.get_ints("_axes"), &kd));
-  if (y.size() != numel(kd))
-    return invalid_input(std::string(op) + ": output " + dims_str(y.dims) + " does not match the reduction of " +
-                         dims_str(x.dims));
   const T* px = x.as<T>();  // (x.dims)
   T* py = y.as<T>();        // (kd)
   const int64_t n = x.size(), m = y.size();
@@ -211,7 +196,7 @@ Status reduce_max_grad(const KernelCall& call) {
   const TensorView& y = call.inputs[2];
   const TensorView& dx = call.outputs[0];
   Dims kd;
-  RETURN_IF_ERROR(keep_dims("ReduceMaxGrad", x, call.attrs.get_ints("_axes"), &kd));
+  RETURN_IF_ERROR(kernels::reduce_keep_dims("ReduceMaxGrad", x, call.attrs.get_ints("_axes"), &kd));
   if (dy.size() != numel(kd) || y.size() != numel(kd))
     return invalid_input("ReduceMaxGrad: dY " + dims_str(dy.dims) + " / Y " + dims_str(y.dims) +
                          " do not match the reduction of " + dims_str(x.dims));

@@ -88,13 +88,8 @@ Status fused_attention(const KernelCall& call) {
   AttentionGeometry g;
   RETURN_IF_ERROR(kernels::attention_geometry("FusedAttention", call, 0, &g));
   RETURN_IF_ERROR(check_sizes("FusedAttention", g));
-  Dims yd = g.batch, ld = g.batch;
-  yd.push_back(g.t);
-  yd.push_back(g.dv);
-  ld.push_back(g.t);
-  RETURN_IF_ERROR(check_same_dims("FusedAttention", "Y", call.outputs[0].dims, yd));
+  RETURN_IF_ERROR(kernels::check_attention_outputs(call, g));
   const bool has_inv = call.outputs.size() > 1 && call.outputs[1].data;
-  if (has_inv) RETURN_IF_ERROR(check_same_dims("FusedAttention", "InvSum", call.outputs[1].dims, ld));
   if (call.outputs[0].size() == 0) return Status::ok();
   const cudaStream_t stream = stream_of(call);
   ScratchBuffer scores, inv_scratch;
@@ -128,19 +123,7 @@ Status fused_attention_grad(const KernelCall& call) {
   AttentionGeometry g;
   RETURN_IF_ERROR(kernels::attention_geometry("FusedAttentionGrad", call, 1, &g));
   RETURN_IF_ERROR(check_sizes("FusedAttentionGrad", g));
-  Dims yd = g.batch, ld = g.batch;
-  yd.push_back(g.t);
-  yd.push_back(g.dv);
-  ld.push_back(g.t);
-  RETURN_IF_ERROR(check_same_dims("FusedAttentionGrad", "dY", call.inputs[0].dims, yd));
-  RETURN_IF_ERROR(check_same_dims("FusedAttentionGrad", "InvSum", call.inputs[5].dims, ld));
-  for (size_t o = 0; o < 3; ++o)
-    if (call.outputs[o].data)
-      RETURN_IF_ERROR(check_same_dims("FusedAttentionGrad",
-                                      o == 0   ? "dQ"
-                                      : o == 1 ? "dKt"
-                                               : "dV",
-                                      call.outputs[o].dims, call.inputs[o + 1].dims));
+  RETURN_IF_ERROR(kernels::check_attention_grad_io(call, g));
   if (g.heads * g.t == 0 || g.s == 0) {  // nothing flows: the wanted gradients are zero
     for (size_t o = 0; o < 3; ++o)
       if (call.outputs[o].data) PT_CUDA_CHECK(cudaMemsetAsync(call.outputs[o].data, 0, call.outputs[o].bytes(), stream_of(call)));

@@ -1,11 +1,10 @@
 // Gemm and MatMul on cuBLAS, row-major through the transpose trick: a row-major C[M, N] is a
 // column-major C^T[N, M] = op(B)^T op(A)^T, so each call swaps the operands and passes (N, M, K).
-// Same checks and refusals as kernels/cpu/gemm.cpp (dims above the BLAS int range included).
+// The checks and refusals of kernels/cpu/gemm.cpp, from kernels/checks/gemm.h (dims above the BLAS
+// int range included).
 // MatMul batches go through cublas<t>gemmStridedBatched when one operand's batch dims are full or
 // absent (stride 0), one call per batch otherwise (general broadcasting of both, rare).
-#include <climits>
-#include <string>
-
+#include "kernels/checks/gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/libs.h"
@@ -14,13 +13,6 @@
 namespace pt::cuda {
 
 namespace {
-
-Status check_blas_size(const char* op, std::initializer_list<int64_t> sizes) {
-  for (int64_t s : sizes)
-    if (s > INT_MAX)
-      return unsupported(std::string(op) + ": matrix dimension " + std::to_string(s) + " exceeds the BLAS int range");
-  return Status::ok();
-}
 
 cublasStatus_t gemm_cm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                        const float* alpha, const float* a, int lda, const float* b, int ldb, const float* beta,
@@ -59,36 +51,21 @@ Status gemm_rm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t
 
 template <typename T>
 Status gemm(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Gemm", 2, 1));
+  kernels::GemmGeometry g;
+  RETURN_IF_ERROR(kernels::check_gemm(call, &g));
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  const bool ta = call.attrs.get_int("transA", 0) != 0;
-  const bool tb = call.attrs.get_int("transB", 0) != 0;
+  const int64_t m = g.m, n = g.n, k = g.k;
   const T alpha = static_cast<T>(call.attrs.get_float("alpha", 1.0f));
   const T beta = static_cast<T>(call.attrs.get_float("beta", 1.0f));
-  if (a.rank() != 2 || b.rank() != 2)
-    return invalid_input("Gemm: A " + dims_str(a.dims) + " and B " + dims_str(b.dims) + " must both be 2-D");
-  const int64_t m = ta ? a.dims[1] : a.dims[0];
-  const int64_t k = ta ? a.dims[0] : a.dims[1];
-  const int64_t kb = tb ? b.dims[1] : b.dims[0];
-  const int64_t n = tb ? b.dims[0] : b.dims[1];
-  if (k != kb)
-    return invalid_input("Gemm: inner dimensions differ: op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
-                         "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(n) + "]");
-  RETURN_IF_ERROR(check_same_dims("Gemm", "output", y.dims, Dims{m, n}));
-  RETURN_IF_ERROR(check_blas_size("Gemm", {m, n, k}));
+  RETURN_IF_ERROR(kernels::check_matrix_dims("Gemm", {m, n, k}));
   if (m == 0 || n == 0) return Status::ok();
   const bool with_c = has_input(call, 2) && beta != T(0);
   Strided<1> cwalk;
   if (with_c) {
     const TensorView& c = call.inputs[2];
-    if (c.rank() > 2) return invalid_input("Gemm: C " + dims_str(c.dims) + " has rank above 2");
-    const int64_t cm = c.rank() == 2 ? c.dims[0] : 1;
-    const int64_t cn = c.rank() >= 1 ? c.dims[c.rank() - 1] : 1;
-    if ((cm != 1 && cm != m) || (cn != 1 && cn != n))
-      return invalid_input("Gemm: C " + dims_str(c.dims) + " does not broadcast to [" + std::to_string(m) + ", " +
-                           std::to_string(n) + "]");
+    RETURN_IF_ERROR(kernels::check_gemm_c(c, &g));
     const Dims yd{m, n};
     RETURN_IF_ERROR(make_strided<1>("Gemm", yd, {broadcast_strides(c.dims, yd)}, &cwalk));
   }
@@ -103,33 +80,19 @@ Status gemm(const KernelCall& call) {
   }
   cublasHandle_t h;
   RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
-  return gemm_rm<T>(h, ta, tb, m, n, k, alpha, a.as<T>(), std::max<int64_t>(a.dims[1], 1), b.as<T>(),
+  return gemm_rm<T>(h, g.ta, g.tb, m, n, k, alpha, a.as<T>(), std::max<int64_t>(a.dims[1], 1), b.as<T>(),
                     std::max<int64_t>(b.dims[1], 1), with_c ? T(1) : T(0), py, n);
 }
 
 template <typename T>
 Status matmul(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "MatMul", 2, 1));
+  kernels::MatMulGeometry g;
+  RETURN_IF_ERROR(kernels::check_matmul(call, &g));
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  if (a.rank() == 0 || b.rank() == 0) return invalid_input("MatMul: operands must not be scalars");
-  const bool a1 = a.rank() == 1, b1 = b.rank() == 1;
-  const Dims ad = a1 ? Dims{1, a.dims[0]} : a.dims;
-  const Dims bd = b1 ? Dims{b.dims[0], 1} : b.dims;
-  const int64_t m = ad[ad.size() - 2], k = ad.back();
-  const int64_t kb = bd[bd.size() - 2], n = bd.back();
-  if (k != kb)
-    return invalid_input("MatMul: inner dimensions differ: A " + dims_str(a.dims) + ", B " + dims_str(b.dims));
-  const Dims abatch(ad.begin(), ad.end() - 2), bbatch(bd.begin(), bd.end() - 2);
-  Dims batch;
-  if (!broadcast_dims(abatch, bbatch, &batch))
-    return invalid_input("MatMul: batch dims of A " + dims_str(a.dims) + " and B " + dims_str(b.dims) +
-                         " do not broadcast");
-  Dims out = batch;
-  if (!a1) out.push_back(m);
-  if (!b1) out.push_back(n);
-  RETURN_IF_ERROR(check_same_dims("MatMul", "output", y.dims, out));
+  const int64_t m = g.m, n = g.n, k = g.k;
+  const Dims &abatch = g.abatch, &bbatch = g.bbatch, &batch = g.batch;
   const int64_t nbatch = numel(batch);
   if (y.size() == 0) return Status::ok();
   const cudaStream_t stream = stream_of(call);
@@ -143,11 +106,11 @@ Status matmul(const KernelCall& call) {
   cublasHandle_t h;
   if (numel(bbatch) == 1) {
     // One B matrix: A's batch dims (as many as the output's) become extra rows.
-    RETURN_IF_ERROR(check_blas_size("MatMul", {nbatch * m, n, k}));
+    RETURN_IF_ERROR(kernels::check_matrix_dims("MatMul", {nbatch * m, n, k}));
     RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
     return gemm_rm<T>(h, false, false, nbatch * m, n, k, T(1), pa, k, pb, n, T(0), py, n);
   }
-  RETURN_IF_ERROR(check_blas_size("MatMul", {m, n, k, nbatch}));
+  RETURN_IF_ERROR(kernels::check_matrix_dims("MatMul", {m, n, k, nbatch}));
   RETURN_IF_ERROR(cublas_for(stream, call.tf32, &h));
   const T one = T(1), zero = T(0);
   const bool a_full = abatch == batch, a_single = numel(abatch) == 1;

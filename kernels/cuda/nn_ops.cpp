@@ -1,17 +1,21 @@
 // Host side of the CUDA pooling, BatchNormalization, Dropout, loss and optimizer kernels: the CPU
-// kernels' checks (same messages), then launches of pool.cu, batchnorm.cu, dropout.cu, loss.cu,
-// optimizer.cu on the call's stream. The one deliberate synchronisation is in the cross-entropy
-// loss, which validates its labels on the host exactly as the CPU does (see sce_labels).
+// kernels' checks (kernels/checks/*.h, one definition for both backends), then launches of pool.cu,
+// batchnorm.cu, dropout.cu, loss.cu, optimizer.cu on the call's stream. The one deliberate
+// synchronisation is in the cross-entropy loss, which validates its labels on the host exactly as
+// the CPU does (see sce_labels).
 #include <cuda_runtime_api.h>
 
 #include <string>
 #include <vector>
 
+#include "kernels/checks/batchnorm.h"
+#include "kernels/checks/loss.h"
+#include "kernels/checks/optimizer.h"
+#include "kernels/checks/pool.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops_util.h"
-#include "kernels/window.h"
 
 namespace pt::cuda {
 
@@ -36,27 +40,17 @@ PoolGeom pool_geom(const Window& w) {
   return g;
 }
 
-Status pool_window(const char* op, const KernelCall& call, const Dims& x, const Dims& y, Window* w) {
-  RETURN_IF_ERROR(window_from_attrs(op, call.attrs, x, nullptr, call.attrs.get_int("ceil_mode", 0) != 0, w));
-  return check_same_dims(op, "output", y, window_output_dims(*w, w->c));
-}
-
 }  // namespace
 
 // ---- pooling ------------------------------------------------------------------------------------
 
 template <typename T>
 Status max_pool(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "MaxPool", 1, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_max_pool(call, &w));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  Window w;
-  RETURN_IF_ERROR(pool_window("MaxPool", call, x.dims, y.dims, &w));
-  int64_t* idx = nullptr;
-  if (call.outputs.size() > 1 && call.outputs[1].data) {
-    RETURN_IF_ERROR(check_same_dims("MaxPool", "Indices", call.outputs[1].dims, y.dims));
-    idx = call.outputs[1].as<int64_t>();
-  }
+  int64_t* idx = call.outputs.size() > 1 && call.outputs[1].data ? call.outputs[1].as<int64_t>() : nullptr;
   const bool col_major = call.attrs.get_int("storage_order", 0) != 0;
   PT_CUDA_CHECK(launch_max_pool<T>(pool_geom(w), y.as<T>(), idx, col_major, x.as<T>(), stream_of(call)));
   return Status::ok();
@@ -64,24 +58,21 @@ Status max_pool(const KernelCall& call) {
 
 template <typename T>
 Status max_pool_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "MaxPoolGrad", 2, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_max_pool_grad(call, &w));
   const TensorView& dy = call.inputs[0];
   const TensorView& x = call.inputs[1];
   const TensorView& dx = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims("MaxPoolGrad", "output", dx.dims, x.dims));
-  Window w;
-  RETURN_IF_ERROR(pool_window("MaxPoolGrad", call, x.dims, dy.dims, &w));
   PT_CUDA_CHECK(launch_max_pool_grad<T>(pool_geom(w), dx.as<T>(), dy.as<T>(), x.as<T>(), stream_of(call)));
   return Status::ok();
 }
 
 template <typename T>
 Status average_pool(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "AveragePool", 1, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_average_pool(call, &w));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  Window w;
-  RETURN_IF_ERROR(pool_window("AveragePool", call, x.dims, y.dims, &w));
   const bool include_pad = call.attrs.get_int("count_include_pad", 0) != 0;
   PT_CUDA_CHECK(launch_avg_pool<T>(pool_geom(w), y.as<T>(), x.as<T>(), include_pad, stream_of(call)));
   return Status::ok();
@@ -89,11 +80,10 @@ Status average_pool(const KernelCall& call) {
 
 template <typename T>
 Status average_pool_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "AveragePoolGrad", 1, 1));
+  Window w;
+  RETURN_IF_ERROR(kernels::check_average_pool_grad(call, &w));
   const TensorView& dy = call.inputs[0];
   const TensorView& dx = call.outputs[0];
-  Window w;
-  RETURN_IF_ERROR(pool_window("AveragePoolGrad", call, dx.dims, dy.dims, &w));
   const bool include_pad = call.attrs.get_int("count_include_pad", 0) != 0;
   PT_CUDA_CHECK(launch_avg_pool_grad<T>(pool_geom(w), dx.as<T>(), dy.as<T>(), include_pad, stream_of(call)));
   return Status::ok();
@@ -103,17 +93,12 @@ Status average_pool_grad(const KernelCall& call) {
 
 namespace {
 
-Status bn_geometry(const char* op, const KernelCall& call, size_t first_param, BnGeom* g) {
-  const Dims& x = call.inputs[first_param - 1].dims;
-  if (x.size() < 2) return invalid_input(std::string(op) + ": X " + dims_str(x) + " has rank below 2");
-  g->n = x[0];
-  g->c = x[1];
-  g->s = 1;
-  for (size_t i = 2; i < x.size(); ++i) g->s *= x[i];
-  for (size_t i = first_param; i < call.inputs.size() && i < first_param + 4; ++i)
-    if (has_input(call, i))
-      RETURN_IF_ERROR(check_same_dims(op, "a per-channel input", call.inputs[i].dims, Dims{g->c}));
-  return Status::ok();
+BnGeom bn_geom(const kernels::BatchNormGeometry& b) {
+  BnGeom g;
+  g.n = b.n;
+  g.c = b.c;
+  g.s = b.s;
+  return g;
 }
 
 template <typename T>
@@ -131,13 +116,10 @@ Status batch_normalization(const KernelCall& call) {
   if (call.attrs.get_string("_activation", "none") != "none")
     return unsupported("BatchNormalization: a fused activation (_activation) has no CUDA kernel; import for the CUDA "
                        "device leaves the Relu a node of its own");
-  BnGeom g;
-  RETURN_IF_ERROR(bn_geometry("BatchNormalization", call, 1, &g));
-  RETURN_IF_ERROR(check_same_dims("BatchNormalization", "Y", call.outputs[0].dims, call.inputs[0].dims));
-  for (size_t i = 1; i < call.outputs.size() && i < 5; ++i)
-    if (call.outputs[i].data)
-      RETURN_IF_ERROR(
-          check_same_dims("BatchNormalization", "a statistics output", call.outputs[i].dims, Dims{g.c}));
+  kernels::BatchNormGeometry bg;
+  RETURN_IF_ERROR(kernels::check_batch_norm(call, &bg));
+  RETURN_IF_ERROR(kernels::check_batch_norm_stats(call, bg));
+  const BnGeom g = bn_geom(bg);
   // Input 5 (optional): the runtime's step counter, read on the device (-1: an evaluation pass).
   const int64_t* step = call.inputs.size() > 5 && call.inputs[5].data && call.inputs[5].dtype == DType::kInt64
                             ? call.inputs[5].as<int64_t>()
@@ -162,26 +144,17 @@ Status batch_normalization(const KernelCall& call) {
 
 template <typename T>
 Status batch_normalization_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "BatchNormalizationGrad", 3, 1));
-  BnGeom g;
-  RETURN_IF_ERROR(bn_geometry("BatchNormalizationGrad", call, 2, &g));
-  RETURN_IF_ERROR(check_same_dims("BatchNormalizationGrad", "dY", call.inputs[0].dims, call.inputs[1].dims));
+  kernels::BatchNormGeometry bg;
+  RETURN_IF_ERROR(kernels::check_batch_norm_grad(call, &bg));
+  const BnGeom g = bn_geom(bg);
   const bool training = call.attrs.get_int("_training", 0) != 0;
   const double eps = call.attrs.get_float("epsilon", 1e-5f);
   T* dx = optional_out<T>(call, 0);
   T* dscale = optional_out<T>(call, 1);
   T* dbias = optional_out<T>(call, 2);
-  if (dx)
-    RETURN_IF_ERROR(check_same_dims("BatchNormalizationGrad", "dX", call.outputs[0].dims, call.inputs[1].dims));
-  for (size_t i = 1; i < 3; ++i)
-    if (optional_out<T>(call, i))
-      RETURN_IF_ERROR(
-          check_same_dims("BatchNormalizationGrad", "a parameter gradient", call.outputs[i].dims, Dims{g.c}));
   const T* rm = nullptr;
   const T* rv = nullptr;
-  if (!training) {
-    if (!has_input(call, 3) || !has_input(call, 4))
-      return invalid_input("BatchNormalizationGrad: inference mode needs the running mean and variance inputs");
+  if (!training) {  // the running mean and variance (checked present)
     rm = call.inputs[3].as<T>();
     rv = call.inputs[4].as<T>();
   }
@@ -215,7 +188,7 @@ Status dropout(const KernelCall& call) {
     int64_t st = -1;
     PT_CUDA_CHECK(cudaMemcpyAsync(&st, step, sizeof st, cudaMemcpyDeviceToHost, stream_of(call)));
     PT_CUDA_CHECK(cudaStreamSynchronize(stream_of(call)));
-    if (st >= 0) return invalid_input("Dropout: ratio " + std::to_string(ratio) + " must be below 1 in training");
+    if (st >= 0) RETURN_IF_ERROR(kernels::check_dropout_ratio(ratio));
   }
   const float run_ratio = ratio >= 1.0f ? 0.0f : ratio;  // ratio >= 1 reaches here only when inactive
   PT_CUDA_CHECK(launch_dropout<T>(y.as<T>(), mask, x.as<T>(), step, x.size(), run_ratio, training,
@@ -235,70 +208,21 @@ Status dropout_grad(const KernelCall& call) {
 
 namespace {
 
-enum Reduction { kMean = 0, kSum = 1, kNone = 2 };
+using kernels::LossReduction;
+using kernels::SceGeometry;
 
-Status parse_reduction(const KernelCall& call, const char* op, bool allow_none, int* r) {
-  const std::string s = call.attrs.get_string("reduction", "mean");
-  if (s == "mean") *r = kMean;
-  else if (s == "sum") *r = kSum;
-  else if (s == "none" && allow_none) *r = kNone;
-  else
-    return invalid_input(std::string(op) + ": unsupported reduction '" + s + "' (expected mean, sum" +
-                         (allow_none ? ", none)" : ")"));
-  return Status::ok();
-}
-
-struct SceShape {
-  int64_t n = 0, c = 0, d = 1;
-  const void* weights = nullptr;
-  bool has_ignore = false;
-  int64_t ignore = 0;
-};
-
-// The checks of kernels/cpu/loss.cpp's sce_samples. The label values are checked on the host:
-// the labels (N*D integers) are copied through a pinned buffer and the stream synchronised. A
-// training step reads its loss on the host right after the forward anyway, so this adds a copy,
+// The label values, checked on the host as the CPU checks them (kernels/checks/loss.h): the labels
+// (N*D integers) are copied through a pinned buffer and the stream synchronised.
+// A training step reads its loss on the host right after the forward anyway, so this adds a copy,
 // not a stall; device-side validation with a deferred error is the way out if that changes.
-template <typename T>
-Status sce_check(const KernelCall& call, const char* op, const TensorView& scores, const TensorView& labels,
-                 size_t weights_index, SceShape* s) {
-  if (scores.rank() < 2)
-    return invalid_input(std::string(op) + ": scores " + dims_str(scores.dims) + " must have rank >= 2 ([N, C, d...])");
-  Dims want(scores.dims);
-  want.erase(want.begin() + 1);
-  RETURN_IF_ERROR(check_same_dims(op, "labels", labels.dims, want));
-  if (labels.dtype != DType::kInt64 && labels.dtype != DType::kInt32)
-    return invalid_input(std::string(op) + ": labels must be int64 or int32, got " + dtype_name(labels.dtype));
-  s->n = scores.dims[0];
-  s->c = scores.dims[1];
-  s->d = 1;
-  for (int k = 2; k < scores.rank(); ++k) s->d *= scores.dims[k];
-  if (has_input(call, weights_index)) {
-    const TensorView& wv = call.inputs[weights_index];
-    RETURN_IF_ERROR(check_same_dims(op, "weights", wv.dims, Dims{s->c}));
-    s->weights = wv.as<T>();
-  }
-  s->has_ignore = call.attrs.has("ignore_index");
-  s->ignore = call.attrs.get_int("ignore_index", 0);
-  return Status::ok();
-}
-
-Status sce_labels(const KernelCall& call, const char* op, const TensorView& labels, const SceShape& s) {
+Status sce_labels(const KernelCall& call, const char* op, const TensorView& labels, const SceGeometry& g) {
   const int64_t ns = labels.size();
   if (ns == 0) return Status::ok();
   PinnedBuffer host;
   RETURN_IF_ERROR(host.allocate(labels.bytes()));
   PT_CUDA_CHECK(cudaMemcpyAsync(host.get(), labels.data, labels.bytes(), cudaMemcpyDeviceToHost, stream_of(call)));
   PT_CUDA_CHECK(cudaStreamSynchronize(stream_of(call)));
-  const bool i64 = labels.dtype == DType::kInt64;
-  for (int64_t i = 0; i < ns; ++i) {
-    const int64_t l = i64 ? static_cast<const int64_t*>(host.get())[i] : static_cast<const int32_t*>(host.get())[i];
-    if (s.has_ignore && l == s.ignore) continue;
-    if (l < 0 || l >= s.c)
-      return invalid_input(std::string(op) + ": label " + std::to_string(l) + " at index " + std::to_string(i) +
-                           " is outside [0, " + std::to_string(s.c) + ")");
-  }
-  return Status::ok();
+  return kernels::check_sce_labels(op, host.get(), labels.dtype, ns, g, nullptr);
 }
 
 }  // namespace
@@ -306,24 +230,17 @@ Status sce_labels(const KernelCall& call, const char* op, const TensorView& labe
 template <typename T>
 Status softmax_cross_entropy_loss(const KernelCall& call) {
   const char* op = "SoftmaxCrossEntropyLoss";
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
-  int red;
-  RETURN_IF_ERROR(parse_reduction(call, op, true, &red));
+  LossReduction red;
+  SceGeometry s;
+  RETURN_IF_ERROR(kernels::check_sce(call, op, 0, &red, &s));
   const TensorView& scores = call.inputs[0];
   const TensorView& labels = call.inputs[1];
-  SceShape s;
-  RETURN_IF_ERROR(sce_check<T>(call, op, scores, labels, 2, &s));
+  const T* weights = kernels::optional_input<T>(call, 2);
+  RETURN_IF_ERROR(kernels::check_sce_loss_outputs(call, red));
   const TensorView& loss = call.outputs[0];
-  if (red == kNone) {
-    RETURN_IF_ERROR(check_same_dims(op, "loss", loss.dims, labels.dims));
-  } else if (loss.size() != 1) {
-    return invalid_input(std::string(op) + ": loss output " + dims_str(loss.dims) +
-                         " must be a scalar for reduction mean/sum");
-  }
   T* lp = nullptr;
   ScratchBuffer scratch;
   if (call.outputs.size() > 1 && call.outputs[1].data) {
-    RETURN_IF_ERROR(check_same_dims(op, "log_prob", call.outputs[1].dims, scores.dims));
     lp = call.outputs[1].as<T>();
   } else {
     RETURN_IF_ERROR(scratch.allocate(scores.bytes(), call.stream));
@@ -332,71 +249,50 @@ Status softmax_cross_entropy_loss(const KernelCall& call) {
   RETURN_IF_ERROR(sce_labels(call, op, labels, s));
   const cudaStream_t stream = stream_of(call);
   RETURN_IF_ERROR(softmax_rows<T>(stream, op, true, s.n, s.c, s.d, scores.as<T>(), lp));
-  PT_CUDA_CHECK(launch_sce_loss<T>(loss.as<T>(), lp, labels.data, labels.dtype == DType::kInt64,
-                                   static_cast<const T*>(s.weights), s.has_ignore, s.ignore, s.n, s.c, s.d, red,
-                                   stream));
+  PT_CUDA_CHECK(launch_sce_loss<T>(loss.as<T>(), lp, labels.data, labels.dtype == DType::kInt64, weights, s.has_ignore,
+                                   s.ignore, s.n, s.c, s.d, static_cast<int>(red), stream));
   return Status::ok();
 }
 
 template <typename T>
 Status softmax_cross_entropy_loss_grad(const KernelCall& call) {
   const char* op = "SoftmaxCrossEntropyLossGrad";
-  RETURN_IF_ERROR(check_arity(call, op, 3, 1));
-  int red;
-  RETURN_IF_ERROR(parse_reduction(call, op, true, &red));
+  LossReduction red;
+  SceGeometry s;
+  RETURN_IF_ERROR(kernels::check_sce(call, op, 1, &red, &s));
   const TensorView& dloss = call.inputs[0];
   const TensorView& logp = call.inputs[1];
   const TensorView& labels = call.inputs[2];
-  SceShape s;
-  RETURN_IF_ERROR(sce_check<T>(call, op, logp, labels, 3, &s));
+  const T* weights = kernels::optional_input<T>(call, 3);
+  RETURN_IF_ERROR(kernels::check_sce_loss_grad_outputs(call, red));
   const TensorView& ds = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "output", ds.dims, logp.dims));
-  if (red == kNone) {
-    RETURN_IF_ERROR(check_same_dims(op, "dLoss", dloss.dims, labels.dims));
-  } else if (dloss.size() != 1) {
-    return invalid_input(std::string(op) + ": dLoss " + dims_str(dloss.dims) + " must be a scalar for reduction mean/sum");
-  }
   RETURN_IF_ERROR(sce_labels(call, op, labels, s));
   ScratchBuffer scale;
   RETURN_IF_ERROR(scale.allocate(sizeof(double), call.stream));
   PT_CUDA_CHECK(launch_sce_loss_grad<T>(ds.as<T>(), scale.as<double>(), dloss.as<T>(), logp.as<T>(), labels.data,
-                                        labels.dtype == DType::kInt64, static_cast<const T*>(s.weights), s.has_ignore,
-                                        s.ignore, s.n, s.c, s.d, red, stream_of(call)));
+                                        labels.dtype == DType::kInt64, weights, s.has_ignore, s.ignore, s.n, s.c, s.d,
+                                        static_cast<int>(red), stream_of(call)));
   return Status::ok();
 }
 
 template <typename T>
 Status mse_loss(const KernelCall& call) {
-  const char* op = "MSELoss";
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
-  int red;
-  RETURN_IF_ERROR(parse_reduction(call, op, false, &red));
+  LossReduction red;
+  RETURN_IF_ERROR(kernels::check_mse_loss(call, &red));
   const TensorView& pred = call.inputs[0];
-  const TensorView& target = call.inputs[1];
-  RETURN_IF_ERROR(check_same_dims(op, "target", target.dims, pred.dims));
-  if (call.outputs[0].size() != 1)
-    return invalid_input(std::string(op) + ": loss output " + dims_str(call.outputs[0].dims) + " must be a scalar");
-  PT_CUDA_CHECK(launch_mse_loss<T>(call.outputs[0].as<T>(), pred.as<T>(), target.as<T>(), pred.size(), red == kMean,
-                                   stream_of(call)));
+  PT_CUDA_CHECK(launch_mse_loss<T>(call.outputs[0].as<T>(), pred.as<T>(), call.inputs[1].as<T>(), pred.size(),
+                                   red == LossReduction::kMean, stream_of(call)));
   return Status::ok();
 }
 
 template <typename T>
 Status mse_loss_grad(const KernelCall& call) {
-  const char* op = "MSELossGrad";
-  RETURN_IF_ERROR(check_arity(call, op, 3, 1));
-  int red;
-  RETURN_IF_ERROR(parse_reduction(call, op, false, &red));
-  const TensorView& dloss = call.inputs[0];
+  LossReduction red;
+  RETURN_IF_ERROR(kernels::check_mse_loss_grad(call, &red));
   const TensorView& pred = call.inputs[1];
-  const TensorView& target = call.inputs[2];
-  const TensorView& dp = call.outputs[0];
-  if (dloss.size() != 1)
-    return invalid_input(std::string(op) + ": dLoss " + dims_str(dloss.dims) + " must be a scalar");
-  RETURN_IF_ERROR(check_same_dims(op, "target", target.dims, pred.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "output", dp.dims, pred.dims));
-  PT_CUDA_CHECK(launch_mse_loss_grad<T>(dp.as<T>(), dloss.as<T>(), pred.as<T>(), target.as<T>(), pred.size(),
-                                        red == kMean, stream_of(call)));
+  PT_CUDA_CHECK(launch_mse_loss_grad<T>(call.outputs[0].as<T>(), call.inputs[0].as<T>(), pred.as<T>(),
+                                        call.inputs[2].as<T>(), pred.size(), red == LossReduction::kMean,
+                                        stream_of(call)));
   return Status::ok();
 }
 
@@ -404,16 +300,11 @@ Status mse_loss_grad(const KernelCall& call) {
 
 template <typename T>
 Status sgd_momentum(const KernelCall& call) {
-  const char* op = "SGDMomentum";
-  RETURN_IF_ERROR(check_arity(call, op, 4, 0));
+  RETURN_IF_ERROR(kernels::check_sgd_momentum(call));
   const TensorView& w = call.inputs[0];
   const TensorView& g = call.inputs[1];
   const TensorView& v = call.inputs[2];
   const TensorView& lr = call.inputs[3];
-  RETURN_IF_ERROR(check_same_dims(op, "G", g.dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "V", v.dims, w.dims));
-  if (lr.size() != 1 || !lr.data)
-    return invalid_input(std::string(op) + ": lr " + dims_str(lr.dims) + " must be a scalar");
   SgdGroup<T> group;
   group.count = 1;
   group.w[0] = w.as<T>();
@@ -429,15 +320,9 @@ Status sgd_momentum(const KernelCall& call) {
 
 template <typename T>
 Status sgd(const KernelCall& call) {
-  const char* op = "SGD";
-  const bool nesterov = call.attrs.get_int("nesterov", 0) != 0;
-  RETURN_IF_ERROR(check_arity(call, op, nesterov ? 6 : 5, 0));
+  bool nesterov;
+  RETURN_IF_ERROR(kernels::check_sgd(call, &nesterov));
   const TensorView& w = call.inputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "G", call.inputs[1].dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "B", call.inputs[2].dims, w.dims));
-  if (call.inputs[3].size() != 1) return invalid_input(std::string(op) + ": lr must be a scalar");
-  if (call.inputs[4].dtype != DType::kInt64 || call.inputs[4].size() != 1)
-    return invalid_input(std::string(op) + ": step must be an int64 scalar");
   const double mom = static_cast<T>(call.attrs.get_float("momentum", 0.0f));
   const double damp = call.attrs.get_float("dampening", 0.0f);
   const double wd = static_cast<T>(call.attrs.get_float("weight_decay", 0.0f));
@@ -449,15 +334,8 @@ Status sgd(const KernelCall& call) {
 
 template <typename T>
 Status adam(const KernelCall& call) {
-  const char* op = "Adam";
-  RETURN_IF_ERROR(check_arity(call, op, 6, 0));
+  RETURN_IF_ERROR(kernels::check_adam(call));
   const TensorView& w = call.inputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "G", call.inputs[1].dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "M", call.inputs[2].dims, w.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "V", call.inputs[3].dims, w.dims));
-  if (call.inputs[4].size() != 1) return invalid_input(std::string(op) + ": lr must be a scalar");
-  if (call.inputs[5].dtype != DType::kInt64 || call.inputs[5].size() != 1)
-    return invalid_input(std::string(op) + ": step must be an int64 scalar");
   PT_CUDA_CHECK(launch_adam<T>(w.as<T>(), call.inputs[1].as<T>(), call.inputs[2].as<T>(), call.inputs[3].as<T>(),
                                call.inputs[5].as<int64_t>(), call.inputs[4].as<T>(), w.size(),
                                call.attrs.get_float("beta1", 0.9f), call.attrs.get_float("beta2", 0.999f),

@@ -1,10 +1,13 @@
 // Host side of the CUDA reductions: ReduceSum / ReduceMean / ReduceMax over attr _axes,
 // ReduceSumToShape (broadcasting undone), ConvGradBias, GlobalAveragePool and its gradient. All go
-// through launch_reduce (reduce.cu) with walks built from the keep-dims shape.
+// through launch_reduce (reduce.cu) with walks built from the keep-dims shape, after the CPU
+// kernels' checks (kernels/checks/reduce.h, kernels/checks/pool.h).
 #include <cuda_runtime_api.h>
 
 #include <string>
 
+#include "kernels/checks/pool.h"
+#include "kernels/checks/reduce.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch.h"
@@ -44,20 +47,9 @@ Status reduce_to(const KernelCall& call, const char* op, ReduceOp r, const Tenso
 
 template <typename T>
 Status onnx_reduce(const KernelCall& call, const char* op, ReduceOp r) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
-  const TensorView& x = call.inputs[0];
-  const TensorView& y = call.outputs[0];
-  Dims kd = x.dims;
-  for (int64_t a : call.attrs.get_ints("_axes")) {
-    if (a < 0 || a >= x.rank())
-      return invalid_input(std::string(op) + ": axis " + std::to_string(a) + " out of range for rank " +
-                           std::to_string(x.rank()));
-    kd[a] = 1;
-  }
-  if (y.size() != numel(kd))
-    return invalid_input(std::string(op) + ": output " + dims_str(y.dims) + " does not match the reduction of " +
-                         dims_str(x.dims));
-  return reduce_to<T>(call, op, r, x, kd, y.as<T>());
+  Dims kd;
+  RETURN_IF_ERROR(kernels::check_reduce(call, op, &kd));
+  return reduce_to<T>(call, op, r, call.inputs[0], kd, call.outputs[0].as<T>());
 }
 
 }  // namespace
@@ -68,18 +60,10 @@ template <typename T> Status reduce_max(const KernelCall& c) { return onnx_reduc
 
 template <typename T>
 Status reduce_sum_to_shape(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "ReduceSumToShape", 1, 1));
+  RETURN_IF_ERROR(kernels::check_reduce_sum_to_shape(call));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
   const size_t rx = x.dims.size(), ry = y.dims.size();
-  bool ok = ry <= rx;
-  for (size_t i = 0; ok && i < ry; ++i) {
-    const int64_t yd = y.dims[i], xd = x.dims[rx - ry + i];
-    ok = yd == xd || yd == 1;
-  }
-  if (!ok)
-    return invalid_input("ReduceSumToShape: output " + dims_str(y.dims) + " is not a broadcast source of input " +
-                         dims_str(x.dims));
   if (x.size() == y.size()) {
     if (x.size() > 0 && x.data != y.data)
       PT_CUDA_CHECK(cudaMemcpyAsync(y.data, x.data, x.bytes(), cudaMemcpyDeviceToDevice, stream_of(call)));
@@ -92,36 +76,19 @@ Status reduce_sum_to_shape(const KernelCall& call) {
 
 template <typename T>
 Status conv_grad_bias(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "ConvGradBias", 1, 1));
+  RETURN_IF_ERROR(kernels::check_conv_grad_bias(call));
   const TensorView& dy = call.inputs[0];
   const TensorView& db = call.outputs[0];
-  if (dy.rank() < 2) return invalid_input("ConvGradBias: dY " + dims_str(dy.dims) + " has rank below 2");
-  RETURN_IF_ERROR(check_same_dims("ConvGradBias", "output", db.dims, Dims{dy.dims[1]}));
   Dims kd(dy.dims.size(), 1);
   kd[1] = dy.dims[1];
   return reduce_to<T>(call, "ConvGradBias", ReduceOp::kSum, dy, kd, db.as<T>());
 }
 
-namespace {
-
-Status global_geometry(const char* op, const Dims& x, const Dims& y, int64_t* planes, int64_t* size) {
-  if (x.size() < 2) return invalid_input(std::string(op) + ": input " + dims_str(x) + " has rank below 2");
-  Dims want = {x[0], x[1]};
-  want.resize(x.size(), 1);
-  RETURN_IF_ERROR(check_same_dims(op, "pooled tensor", y, want));
-  *planes = x[0] * x[1];
-  *size = *planes ? numel(x) / *planes : 0;
-  return Status::ok();
-}
-
-}  // namespace
-
 template <typename T>
 Status global_average_pool(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GlobalAveragePool", 1, 1));
   int64_t planes, size;
+  RETURN_IF_ERROR(kernels::check_global_pool(call, "GlobalAveragePool", &planes, &size));
   const TensorView& x = call.inputs[0];
-  RETURN_IF_ERROR(global_geometry("GlobalAveragePool", x.dims, call.outputs[0].dims, &planes, &size));
   Dims kd(x.dims.size(), 1);
   kd[0] = x.dims[0];
   kd[1] = x.dims[1];
@@ -130,10 +97,8 @@ Status global_average_pool(const KernelCall& call) {
 
 template <typename T>
 Status global_average_pool_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GlobalAveragePoolGrad", 1, 1));
   int64_t planes, size;
-  RETURN_IF_ERROR(
-      global_geometry("GlobalAveragePoolGrad", call.outputs[0].dims, call.inputs[0].dims, &planes, &size));
+  RETURN_IF_ERROR(kernels::check_global_average_pool_grad(call, &planes, &size));
   PT_CUDA_CHECK(launch_global_avg_pool_grad<T>(call.outputs[0].as<T>(), call.inputs[0].as<T>(), planes, size,
                                                stream_of(call)));
   return Status::ok();
