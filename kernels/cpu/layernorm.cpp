@@ -14,27 +14,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/checks/layernorm.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
 namespace {
-
-struct LnShape {
-  int64_t rows = 1, cols = 1;
-};
-
-Status ln_shape(const char* op, const TensorView& x, const TensorView& scale, int64_t axis, LnShape* s) {
-  if (axis < 0 || axis > x.rank() || (x.rank() > 0 && axis == x.rank()))
-    return invalid_input(std::string(op) + ": axis " + std::to_string(axis) + " out of range for rank " +
-                         std::to_string(x.rank()));
-  *s = LnShape{};
-  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? s->rows : s->cols) *= x.dims[d];
-  if (scale.size() != s->cols)
-    return invalid_input(std::string(op) + ": scale has " + std::to_string(scale.size()) + " elements, the " +
-                         "normalized dims " + std::to_string(s->cols));
-  return Status::ok();
-}
 
 // The sums run as vector reductions (several partial sums in double), not one serial chain.
 template <typename T>
@@ -142,18 +127,12 @@ void backward_rows(const T* pdy, const T* px, const T* pg, T* pdx, double* lds, 
 // (X, scale[, B]) -> Y[, mean, inv_std_dev]; mean and inv_std_dev shaped dims[:axis] + 1s.
 template <typename T>
 Status layer_norm(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "LayerNormalization", 2, 1));
+  kernels::LayerNormGeometry s;
+  RETURN_IF_ERROR(kernels::check_layer_norm(call, &s));
   const TensorView& x = call.inputs[0];
   const TensorView& scale = call.inputs[1];
-  const int64_t axis = call.attrs.get_int("axis", -1);
-  const double eps = call.attrs.get_float("epsilon", 1e-5f);
-  LnShape s;
-  RETURN_IF_ERROR(ln_shape("LayerNormalization", x, scale, axis, &s));
-  RETURN_IF_ERROR(check_same_dims("LayerNormalization", "Y", call.outputs[0].dims, x.dims));
+  const double eps = s.eps;
   const bool has_b = has_input(call, 2);
-  if (has_b && call.inputs[2].size() != s.cols)
-    return invalid_input("LayerNormalization: B has " + std::to_string(call.inputs[2].size()) + " elements, the " +
-                         "normalized dims " + std::to_string(s.cols));
   const T* px = x.as<T>();                              // (rows, cols)
   const T* pg = scale.as<T>();                          // (cols)
   const T* pb = has_b ? call.inputs[2].as<T>() : nullptr;  // (cols)
@@ -174,24 +153,18 @@ Status layer_norm(const KernelCall& call) {
 // dX = inv * (g - mean(g) - xhat * mean(g * xhat)), dScale = sum_rows dY * xhat, dB = sum_rows dY.
 template <typename T>
 Status layer_norm_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "LayerNormalizationGrad", 3, 1));
+  kernels::LayerNormGeometry s;
+  RETURN_IF_ERROR(kernels::check_layer_norm_grad(call, &s));
   const TensorView& dy = call.inputs[0];
   const TensorView& x = call.inputs[1];
   const TensorView& scale = call.inputs[2];
-  const int64_t axis = call.attrs.get_int("axis", -1);
-  const double eps = call.attrs.get_float("epsilon", 1e-5f);
-  LnShape s;
-  RETURN_IF_ERROR(ln_shape("LayerNormalizationGrad", x, scale, axis, &s));
-  RETURN_IF_ERROR(check_same_dims("LayerNormalizationGrad", "dY", dy.dims, x.dims));
-  RETURN_IF_ERROR(check_same_dims("LayerNormalizationGrad", "dX", call.outputs[0].dims, x.dims));
+  const double eps = s.eps;
   const T* pdy = dy.as<T>();     // (rows, cols)
   const T* px = x.as<T>();       // (rows, cols)
   const T* pg = scale.as<T>();   // (cols)
   T* pdx = call.outputs[0].data ? call.outputs[0].as<T>() : nullptr;                           // (rows, cols)
   T* pds = call.outputs.size() > 1 && call.outputs[1].data ? call.outputs[1].as<T>() : nullptr;  // (cols)
   T* pdb = call.outputs.size() > 2 && call.outputs[2].data ? call.outputs[2].as<T>() : nullptr;  // (cols)
-  if ((pds && call.outputs[1].size() != s.cols) || (pdb && call.outputs[2].size() != s.cols))
-    return invalid_input("LayerNormalizationGrad: dScale / dB do not have the normalized size");
   // dScale and dB: each thread sums its rows into its own slice of `part`, then the slices are
   // added in thread order (a fixed order: the same bits every run with the same thread count).
   const bool par = x.size() > kParallelThreshold && s.rows > 1;

@@ -9,49 +9,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/checks/tensor.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
 namespace {
-
-// [outer, dims[axis], inner] around `axis`.
-void split_at(const Dims& d, int64_t axis, int64_t* outer, int64_t* inner) {
-  *outer = 1;
-  *inner = 1;
-  for (int64_t i = 0; i < axis; ++i) *outer *= d[i];
-  for (size_t i = axis + 1; i < d.size(); ++i) *inner *= d[i];
-}
-
-Status check_axis(const char* op, int64_t axis, int rank) {
-  if (axis < 0 || axis >= rank)
-    return invalid_input(std::string(op) + ": axis " + std::to_string(axis) + " out of range for rank " +
-                         std::to_string(rank));
-  return Status::ok();
-}
-
-// Slice geometry: the first element's offset in the input and the input strides of one step along
-// each output dim (negative for negative steps).
-Status slice_geometry(const char* op, const Dims& in, const Dims& out, const AttrMap& attrs, int64_t* base,
-                      Dims* strides) {
-  const std::vector<int64_t> starts = attrs.get_ints("_starts"), steps = attrs.get_ints("_steps");
-  if (starts.size() != in.size() || steps.size() != in.size() || out.size() != in.size())
-    return invalid_input(std::string(op) + ": normalised starts/steps do not match rank " + std::to_string(in.size()));
-  const Dims rs = row_major_strides(in);
-  *base = 0;
-  strides->assign(in.size(), 0);
-  for (size_t k = 0; k < in.size(); ++k) {
-    if (out[k] > 0) {
-      const int64_t last = starts[k] + (out[k] - 1) * steps[k];
-      if (starts[k] < 0 || starts[k] >= in[k] || last < 0 || last >= in[k])
-        return invalid_input(std::string(op) + ": slice of dim " + std::to_string(k) + " leaves the input");
-    }
-    *base += starts[k] * rs[k];
-    (*strides)[k] = rs[k] * steps[k];
-  }
-  return Status::ok();
-}
 
 // Per dim, the input coordinate each padded coordinate reads (-1: the constant value).
 std::vector<std::vector<int64_t>> pad_maps(const Dims& in, const Dims& out, const std::vector<int64_t>& pads,
@@ -208,44 +172,30 @@ bool cast_supported(DType t) {
 
 template <typename T>
 Status concat(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Concat", 1, 1));
-  const TensorView& y = call.outputs[0];
-  const int64_t axis = call.attrs.get_int("axis", 0);
-  RETURN_IF_ERROR(check_axis("Concat", axis, y.rank()));
-  int64_t outer, inner;
-  split_at(y.dims, axis, &outer, &inner);
-  const int64_t ylen = y.dims[axis];
-  T* py = y.as<T>();  // (outer, ylen, inner)
-  int64_t off = 0;
-  for (const TensorView& x : call.inputs) {
-    if (x.rank() != y.rank()) return invalid_input("Concat: inputs differ in rank from the output");
-    const int64_t len = x.dims[axis];
+  kernels::PartsGeometry g;
+  RETURN_IF_ERROR(kernels::check_concat(call, &g));
+  const int64_t outer = g.outer, inner = g.inner, ylen = g.len;
+  T* py = call.outputs[0].as<T>();  // (outer, ylen, inner)
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const TensorView& x = call.inputs[i];
+    const int64_t len = x.dims[g.axis], off = g.offset[i];
     const T* px = x.as<T>();  // (outer, len, inner)
-    if (off + len > ylen) return invalid_input("Concat: inputs are longer than the output along the axis");
     const int64_t row = len * inner;
 #pragma omp parallel for if (outer * row > kParallelThreshold && outer > 1)
     for (int64_t a = 0; a < outer; ++a) std::copy(px + a * row, px + (a + 1) * row, py + (a * ylen + off) * inner);
-    off += len;
   }
-  if (off != ylen) return invalid_input("Concat: inputs are shorter than the output along the axis");
   return Status::ok();
 }
 
 template <typename T>
 Status split(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Split", 1, 1));
-  const TensorView& x = call.inputs[0];
-  const int64_t axis = call.attrs.get_int("axis", 0);
-  RETURN_IF_ERROR(check_axis("Split", axis, x.rank()));
-  int64_t outer, inner;
-  split_at(x.dims, axis, &outer, &inner);
-  const int64_t xlen = x.dims[axis];
-  const T* px = x.as<T>();  // (outer, xlen, inner)
-  int64_t off = 0;
-  for (const TensorView& y : call.outputs) {
-    if (y.rank() != x.rank()) return invalid_input("Split: outputs differ in rank from the input");
-    const int64_t len = y.dims[axis];
-    if (off + len > xlen) return invalid_input("Split: outputs are longer than the input along the axis");
+  kernels::PartsGeometry g;
+  RETURN_IF_ERROR(kernels::check_split(call, &g));
+  const int64_t outer = g.outer, inner = g.inner, xlen = g.len;
+  const T* px = call.inputs[0].as<T>();  // (outer, xlen, inner)
+  for (size_t i = 0; i < call.outputs.size(); ++i) {
+    const TensorView& y = call.outputs[i];
+    const int64_t len = y.dims[g.axis], off = g.offset[i];
     if (y.data) {
       T* py = y.as<T>();  // (outer, len, inner)
       const int64_t row = len * inner;
@@ -253,7 +203,6 @@ Status split(const KernelCall& call) {
       for (int64_t a = 0; a < outer; ++a)
         std::copy(px + (a * xlen + off) * inner, px + (a * xlen + off + len) * inner, py + a * row);
     }
-    off += len;
   }
   return Status::ok();
 }
@@ -265,7 +214,7 @@ Status slice(const KernelCall& call) {
   const TensorView& y = call.outputs[0];
   int64_t base;
   Dims st;
-  RETURN_IF_ERROR(slice_geometry("Slice", x.dims, y.dims, call.attrs, &base, &st));
+  RETURN_IF_ERROR(kernels::slice_geometry("Slice", x.dims, y.dims, call.attrs, &base, &st));
   const T* px = x.as<T>();
   T* py = y.as<T>();
   if (y.size() == 0) return Status::ok();
@@ -290,7 +239,7 @@ Status slice_grad(const KernelCall& call) {
   const TensorView& dx = call.outputs[0];
   int64_t base;
   Dims st;
-  RETURN_IF_ERROR(slice_geometry("SliceGrad", dx.dims, dy.dims, call.attrs, &base, &st));
+  RETURN_IF_ERROR(kernels::slice_geometry("SliceGrad", dx.dims, dy.dims, call.attrs, &base, &st));
   const bool acc = has_input(call, 1);
   if (acc) RETURN_IF_ERROR(check_same_dims("SliceGrad", "the accumulated gradient", call.inputs[1].dims, dx.dims));
   const T* pdy = dy.as<T>();
@@ -318,12 +267,9 @@ Status slice_grad(const KernelCall& call) {
 
 template <typename T>
 Status expand(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Expand", 1, 1));
+  RETURN_IF_ERROR(kernels::check_expand(call));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  Dims bd;
-  if (!broadcast_dims(x.dims, y.dims, &bd) || bd != y.dims)
-    return invalid_input("Expand: " + dims_str(x.dims) + " does not broadcast to " + dims_str(y.dims));
   const T* px = x.as<T>();
   T* py = y.as<T>();
   if (y.size() == 0) return Status::ok();
@@ -453,16 +399,12 @@ Status pad_grad(const KernelCall& call) {
 
 template <typename T>
 Status gather(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Gather", 2, 1));
+  kernels::GatherGeometry g;
+  RETURN_IF_ERROR(kernels::check_gather(call, "Gather", &g));
   const TensorView& d = call.inputs[0];
   const TensorView& idx = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  const int64_t axis = call.attrs.get_int("axis", 0);
-  RETURN_IF_ERROR(check_axis("Gather", axis, d.rank()));
-  int64_t outer, inner;
-  split_at(d.dims, axis, &outer, &inner);
-  const int64_t len = d.dims[axis], ni = idx.size();
-  if (y.size() != outer * ni * inner) return invalid_input("Gather: output " + dims_str(y.dims) + " does not match");
+  const int64_t outer = g.outer, inner = g.inner, len = g.len, ni = g.ni;
   std::vector<int64_t> k;
   RETURN_IF_ERROR(gather_indices("Gather", idx, len, &k));
   const T* pd = d.as<T>();  // (outer, len, inner)
@@ -480,16 +422,12 @@ Status gather(const KernelCall& call) {
 // added back; repeated indices accumulate.
 template <typename T>
 Status gather_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GatherGrad", 2, 1));
+  kernels::GatherGeometry g;
+  RETURN_IF_ERROR(kernels::check_gather(call, "GatherGrad", &g));
   const TensorView& dy = call.inputs[0];
   const TensorView& idx = call.inputs[1];
   const TensorView& dd = call.outputs[0];
-  const int64_t axis = call.attrs.get_int("axis", 0);
-  RETURN_IF_ERROR(check_axis("GatherGrad", axis, dd.rank()));
-  int64_t outer, inner;
-  split_at(dd.dims, axis, &outer, &inner);
-  const int64_t len = dd.dims[axis], ni = idx.size();
-  if (dy.size() != outer * ni * inner) return invalid_input("GatherGrad: dY " + dims_str(dy.dims) + " does not match");
+  const int64_t outer = g.outer, inner = g.inner, len = g.len, ni = g.ni;
   std::vector<int64_t> k;
   RETURN_IF_ERROR(gather_indices("GatherGrad", idx, len, &k));
   const T* pdy = dy.as<T>();  // (outer, ni, inner)

@@ -64,6 +64,16 @@ PT_DECLARE_CUDA_KERNEL(global_average_pool_grad);
 // gemm_ops.cpp (cuBLAS)
 PT_DECLARE_CUDA_KERNEL(gemm);
 PT_DECLARE_CUDA_KERNEL(matmul);
+// tensor_ops.cpp (tensor.cu, binary.cu): data movement (also int64, int32, bool) and LayerNorm
+PT_DECLARE_CUDA_KERNEL(slice);
+PT_DECLARE_CUDA_KERNEL(slice_grad);
+PT_DECLARE_CUDA_KERNEL(concat);
+PT_DECLARE_CUDA_KERNEL(split);
+PT_DECLARE_CUDA_KERNEL(expand);
+PT_DECLARE_CUDA_KERNEL(gather);       // indices checked on the device (deferred_error.h)
+PT_DECLARE_CUDA_KERNEL(gather_grad);
+PT_DECLARE_CUDA_KERNEL(layer_norm);
+PT_DECLARE_CUDA_KERNEL(layer_norm_grad);
 // dnn_ops.cpp (cuDNN)
 PT_DECLARE_CUDA_KERNEL(conv);
 PT_DECLARE_CUDA_KERNEL(conv_grad_input);

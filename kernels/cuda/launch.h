@@ -26,6 +26,18 @@ struct Strided {
   int64_t strides[K][kMaxRank] = {};
 };
 
+// ---- the deferred error word (kernels/cuda/deferred_error.h) --------------------------------
+// What a kernel found wrong with its input, recorded on the device for the host to report at its
+// next synchronisation: code 0 none (-1 while a kernel writes it), op which kernel, and the value,
+// the limit it broke and its position.
+constexpr int kDeferredIndexOutOfRange = 1;
+constexpr int kDeferredOpGather = 1, kDeferredOpGatherGrad = 2;
+struct DeferredError {
+  int code = 0;
+  int op = 0;
+  long long value = 0, limit = 0, position = 0;
+};
+
 // ---- element-wise unary ops (elementwise.cu), generated from kernels/unary_ops.h ------------
 enum class UnaryOp : int {
 #define PT_UNARY_ENUM(Name, ...) k##Name,
@@ -62,6 +74,33 @@ cudaError_t launch_scale(T* y, int64_t n, double scale, cudaStream_t stream);
 template <typename T>
 cudaError_t launch_prelu_grad(const Strided<1>& slope, T* dx, T* dslope, const T* dy, const T* x,
                               const T* s, int64_t n, cudaStream_t stream);
+
+// ---- data movement and layer normalisation (tensor.cu) ---------------------------------------
+// y[offset(i)] = x[i] (add: +=), x contiguous in walk order: Concat's parts, SliceGrad. T as
+// launch_gather_copy's.
+template <typename T>
+cudaError_t launch_scatter_copy(const Strided<1>& s, T* y, const T* x, int64_t n, bool add, cudaStream_t stream);
+// Gather by rows: y (outer, ni, inner) = d (outer, len, inner) at rows idx (int64 or int32, negative
+// from the end); a row out of range gives zeros and a record in err (may be null). T as
+// launch_gather_copy's.
+template <typename T>
+cudaError_t launch_gather_rows(T* y, const T* d, const void* idx, bool idx_i64, int64_t outer, int64_t len, int64_t ni,
+                               int64_t inner, DeferredError* err, cudaStream_t stream);
+// GatherGrad: dd (outer, len, inner) = 0, then += dy (outer, ni, inner) at rows idx, repeated rows
+// summed in index order (one thread per column: deterministic, no atomics).
+template <typename T>
+cudaError_t launch_gather_rows_grad(T* dd, const T* dy, const void* idx, bool idx_i64, int64_t outer, int64_t len,
+                                    int64_t ni, int64_t inner, DeferredError* err, cudaStream_t stream);
+// LayerNormalization of x (rows, cols) over each row: statistics in double (two passes), y =
+// (x - mean) * inv_std * scale + bias (bias may be null); mean and inv_std (rows) may be null.
+template <typename T>
+cudaError_t launch_layer_norm(T* y, T* mean, T* inv_std, const T* x, const T* scale, const T* bias, int64_t rows,
+                              int64_t cols, double eps, cudaStream_t stream);
+// Its gradient: dx (may be null) per row, then dscale and dbias (each may be null) as column sums
+// in row order, in double. stats: scratch of 2 * rows doubles.
+template <typename T>
+cudaError_t launch_layer_norm_grad(T* dx, T* dscale, T* dbias, const T* dy, const T* x, const T* scale, int64_t rows,
+                                   int64_t cols, double eps, double* stats, cudaStream_t stream);
 
 // ---- reductions (reduce.cu) -----------------------------------------------------------------
 enum class ReduceOp : int { kSum, kMean, kMax };

@@ -15,6 +15,7 @@
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/deferred_error.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/device.h"
 
@@ -177,8 +178,9 @@ class CudaDevice : public Device {
     if (!bytes) return Status::ok();
     RETURN_IF_ERROR(activate());
     PT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+    PT_CUDA_CHECK(queue_deferred_error_read(as_stream(stream)));
     PT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
-    return Status::ok();
+    return deferred_error_status();
   }
   Status copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes,
               void* stream) override {
@@ -203,8 +205,9 @@ class CudaDevice : public Device {
   }
   Status synchronize(void* stream) override {
     RETURN_IF_ERROR(activate());
+    PT_CUDA_CHECK(queue_deferred_error_read(as_stream(stream)));
     PT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
-    return Status::ok();
+    return deferred_error_status();
   }
   Status predict(const TensorView& out, const TensorView& w, const TensorView& v, const TensorView& lr, double s,
                  void* stream) override {

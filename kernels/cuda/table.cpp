@@ -49,6 +49,16 @@ const KernelEntry kNative[] = {
     PT_CUDA_COPY("Squeeze"),
     PT_CUDA_COPY("Unsqueeze"),
 #undef PT_CUDA_COPY
+    // Data movement and LayerNormalization (tensor_ops.cpp): every dtype the CPU table has
+#define PT_CUDA_MOVE(op, fn) PT_CUDA_F(op, fn), PT_CUDA_T(op, fn, int64_t, DType::kInt64), \
+                             PT_CUDA_T(op, fn, int32_t, DType::kInt32), PT_CUDA_T(op, fn, bool, DType::kBool)
+    PT_CUDA_MOVE("Slice", slice), PT_CUDA_MOVE("Concat", concat), PT_CUDA_MOVE("Split", split),
+    PT_CUDA_MOVE("Expand", expand), PT_CUDA_MOVE("Gather", gather),
+#undef PT_CUDA_MOVE
+    PT_CUDA_F("SliceGrad", slice_grad),
+    PT_CUDA_F("GatherGrad", gather_grad),
+    PT_CUDA_F("LayerNormalization", layer_norm),
+    PT_CUDA_F("LayerNormalizationGrad", layer_norm_grad),
     // Reductions (reduce.cu)
     PT_CUDA_F("ReduceSum", reduce_sum),
     PT_CUDA_F("ReduceMean", reduce_mean),

@@ -22,6 +22,8 @@
 #include "core/tensor.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/deferred_error.h"
+#include "kernels/device.h"
 #include "kernels/cuda/ops_util.h"
 #include "kernels/registry.h"
 #include "kernels/unary_ops.h"
@@ -125,6 +127,30 @@ std::vector<Case> make_cases() {
   add("Transpose_0231", "Transpose", {u({2, 3, 4, 5})}, {{{2, 4, 5, 3}}}, attrs({{"perm", Ints{0, 2, 3, 1}}}));
   add("Transpose_default", "Transpose", {u({6, 7})}, {{{7, 6}}}, {});
   add("Reshape", "Reshape", {u({4, 6})}, {{{2, 12}}}, {});
+  // Data movement and LayerNormalization (tensor_ops.cpp, tensor.cu): the ops a transformer's
+  // embedding, attention heads and norms use.
+  const AttrMap sl = attrs({{"_starts", Ints{0, 1, 0}}, {"_steps", Ints{1, 2, 2}}});
+  add("Slice_step2", "Slice", {u({4, 10, 6})}, {{{4, 5, 3}}}, sl);
+  add("Slice_negative_step", "Slice", {u({5, 8})}, {{{5, 3}}}, attrs({{"_starts", Ints{0, 7}}, {"_steps", Ints{1, -3}}}));
+  add("SliceGrad_zeros", "SliceGrad", {u({4, 5, 3})}, {{{4, 10, 6}}}, sl);
+  add("SliceGrad_acc", "SliceGrad", {u({4, 5, 3}), u({4, 10, 6})}, {{{4, 10, 6}}}, sl);
+  add("Concat_axis1", "Concat", {u({2, 3, 4}), u({2, 5, 4}), u({2, 1, 4})}, {{{2, 9, 4}}}, attrs({{"axis", int64_t{1}}}));
+  add("Concat_axis0", "Concat", {u({3, 7}), u({2, 7})}, {{{5, 7}}}, {});
+  add("Split_axis2", "Split", {u({3, 4, 10})}, {{{3, 4, 3}}, {{3, 4, 7}}}, attrs({{"axis", int64_t{2}}}));
+  add("Expand_rows", "Expand", {u({1, 5})}, {{{4, 3, 5}}}, {});
+  add("Gather_embedding", "Gather", {u({50, 16}), indices({4, 7}, 50)}, {{{4, 7, 16}}}, {});
+  add("Gather_axis1", "Gather", {u({3, 20, 5}), indices({6}, 20)}, {{{3, 6, 5}}}, attrs({{"axis", int64_t{1}}}));
+  add("GatherGrad_repeats", "GatherGrad", {u({4, 30, 16}), indices({4, 30}, 10)}, {{{10, 16}}}, {});
+  add("LayerNorm_stats", "LayerNormalization", {u({6, 64}), u({64}), u({64})}, {{{6, 64}}, {{6, 1}}, {{6, 1}}},
+      attrs({{"axis", int64_t{1}}}));
+  add("LayerNorm_no_bias_axis1", "LayerNormalization", {u({3, 4, 5}), u({4, 5})}, {{{3, 4, 5}}},
+      attrs({{"axis", int64_t{1}}, {"epsilon", 1e-3f}}));
+  add("LayerNorm_wide", "LayerNormalization", {u({40, 768}), u({768}), u({768})}, {{{40, 768}}},
+      attrs({{"axis", int64_t{1}}}));
+  add("LayerNormGrad", "LayerNormalizationGrad", {u({6, 64}), u({6, 64}), u({64})}, {{{6, 64}}, {{64}}, {{64}}},
+      attrs({{"axis", int64_t{1}}}));
+  add("LayerNormGrad_wide", "LayerNormalizationGrad", {u({40, 768}), u({40, 768}), u({768})},
+      {{{40, 768}}, {{768}}, {{768}}}, attrs({{"axis", int64_t{1}}}), {}, 10);
   // Reductions.
   add("ReduceSum_axis1", "ReduceSum", {u({4, 5, 6})}, {{{4, 1, 6}}}, attrs({{"_axes", Ints{1}}}));
   add("ReduceMean_axes02", "ReduceMean", {u({4, 5, 6})}, {{{1, 5, 1}}}, attrs({{"_axes", Ints{0, 2}}}));
@@ -518,6 +544,35 @@ TEST_F(CudaDevice, SteadyStateMakesNoBackendCalls) {
   EXPECT_GE(cuda::conv_algo_cache_size(), 1u);
 }
 
+// An out-of-range gather index is found by the kernel, not by a host check before it: the launch
+// succeeds, and the device's next synchronisation reports it once, naming the op and the index.
+TEST_F(CudaDevice, GatherIndexOutOfRangeIsReportedAtTheNextSync) {
+  auto dev = open_device(DeviceKind::kCuda, 0);
+  ASSERT_TRUE(dev) << dev.status().message();
+  DeviceTensor data, idx, out;
+  ASSERT_TRUE(data.upload(HostTensor::from<float>({4, 2}, std::vector<float>(8, 1.0f))).is_ok());
+  ASSERT_TRUE(idx.upload(HostTensor::from<int64_t>({3}, std::vector<int64_t>{1, 7, -1})).is_ok());
+  ASSERT_TRUE(out.upload(HostTensor(DType::kFloat32, {3, 2})).is_ok());
+  const std::vector<TensorView> in = {TensorView{data.get(), DType::kFloat32, {4, 2}},
+                                      TensorView{idx.get(), DType::kInt64, {3}}};
+  const std::vector<TensorView> outs = {TensorView{out.get(), DType::kFloat32, {3, 2}}};
+  const KernelFn f = find_kernel("Gather", DeviceKind::kCuda, DType::kFloat32);
+  ASSERT_NE(f, nullptr);
+  ASSERT_TRUE(f(KernelCall{in, outs, AttrMap{}, nullptr}).is_ok());
+  const Status st = (*dev)->synchronize(nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput) << st.message();
+  EXPECT_NE(st.message().find("Gather (cuda): index 7 at position 1 is out of range for a dimension of 4"),
+            std::string::npos)
+      << st.message();
+  EXPECT_TRUE((*dev)->synchronize(nullptr).is_ok()) << "a record is reported once";
+  HostTensor y(DType::kFloat32, {3, 2});
+  bool ok = false;
+  ASSERT_TRUE(out.download(&y, &ok).is_ok());
+  EXPECT_EQ(y.as<float>()[0], 1.0f);
+  EXPECT_EQ(y.as<float>()[2], 0.0f);  // the bad row reads zeros
+  EXPECT_EQ(y.as<float>()[4], 1.0f);  // -1: the last row
+}
+
 // ---- what runs without a GPU ---------------------------------------------------------------------
 
 // The libraries this process loaded (printed for the GPU check's log); works without a GPU.
@@ -559,6 +614,36 @@ TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
     }
   const std::vector<std::string> fb = cuda::fallback_ops();
   EXPECT_NE(std::find(fb.begin(), fb.end(), "LRN"), fb.end());
+}
+
+// What a transformer's embedding, attention heads and LayerNorms run, natively: a GPT or BERT
+// stage makes no host round trip for them.
+TEST(CudaKernelTable, TransformerOpsAreNative) {
+  for (const char* op : {"Gather", "GatherGrad", "Slice", "SliceGrad", "Concat", "Split", "Expand", "LayerNormalization",
+                         "LayerNormalizationGrad"})
+    for (DType t : {DType::kFloat32, DType::kFloat64}) {
+      EXPECT_TRUE(has_kernel(op, DeviceKind::kCuda, t)) << op;
+      EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op << " should be native";
+    }
+  for (const char* op : {"Gather", "Slice", "Concat", "Split", "Expand"})
+    for (DType t : {DType::kInt64, DType::kInt32, DType::kBool}) EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op;
+}
+
+// The deferred error word's message names the op, the index, its position and the dimension, as
+// the CPU's refusal does, and says where it was found (no GPU needed).
+TEST(CudaDeferredError, DescribesTheRecord) {
+  cuda::DeferredError e;
+  e.code = cuda::kDeferredIndexOutOfRange;
+  e.op = cuda::kDeferredOpGather;
+  e.value = 105;
+  e.limit = 100;
+  e.position = 3;
+  EXPECT_EQ(cuda::describe_deferred_error(e),
+            "Gather (cuda): index 105 at position 3 is out of range for a dimension of 100 (found on the device; "
+            "reported at the next synchronisation)");
+  e.op = cuda::kDeferredOpGatherGrad;
+  e.value = -101;
+  EXPECT_NE(cuda::describe_deferred_error(e).find("GatherGrad (cuda): index -101"), std::string::npos);
 }
 
 // Every element-wise unary op of the list runs natively, with its dedicated backward op where it
