@@ -3,42 +3,26 @@
 // input viewed as 2-D at axis; 0: along the single dim axis).
 #include <string>
 
+#include "kernels/checks/softmax.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/softmax_impl.h"
 
 namespace pt::cpu {
 namespace {
 
-Status geometry_from_attrs(const KernelCall& call, const char* op, const Dims& dims,
-                           AxisGeometry* g) {
-  const int64_t axis = call.attrs.get_int("axis", static_cast<int64_t>(dims.size()) - 1);
-  const bool coerce2d = call.attrs.get_int("_coerce2d", 0) != 0;
-  return axis_geometry(op, dims, axis, coerce2d, g);
-}
-
 template <typename T, bool kLog>
 Status forward(const KernelCall& call, const char* op) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
-  const TensorView& x = call.inputs[0];
-  const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, x.dims));
   AxisGeometry g;
-  RETURN_IF_ERROR(geometry_from_attrs(call, op, x.dims, &g));
-  softmax_forward<T, kLog>(x.as<T>(), y.as<T>(), g);
+  RETURN_IF_ERROR(kernels::check_softmax(call, op, &g));
+  softmax_forward<T, kLog>(call.inputs[0].as<T>(), call.outputs[0].as<T>(), g);
   return Status::ok();
 }
 
 template <typename T, bool kLog>
 Status backward(const KernelCall& call, const char* op) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
-  const TensorView& dy = call.inputs[0];
-  const TensorView& y = call.inputs[1];
-  const TensorView& dx = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "Y", y.dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "output", dx.dims, dy.dims));
   AxisGeometry g;
-  RETURN_IF_ERROR(geometry_from_attrs(call, op, dy.dims, &g));
-  softmax_backward<T, kLog>(dy.as<T>(), y.as<T>(), dx.as<T>(), g);
+  RETURN_IF_ERROR(kernels::check_softmax_grad(call, op, &g));
+  softmax_backward<T, kLog>(call.inputs[0].as<T>(), call.inputs[1].as<T>(), call.outputs[0].as<T>(), g);
   return Status::ok();
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks/softmax.h"
 #include "kernels/conv_algo.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/allocator.h"
@@ -488,21 +489,6 @@ Status conv_grad_weight(const KernelCall& call) {
 
 // ---- softmax ------------------------------------------------------------------------------------
 
-namespace {
-
-// [outer, n, inner] of a softmax along `axis` (or over dims[axis:] with _coerce2d), by
-// kernels/kernel_checks.h's axis_geometry as on the CPU; cuDNN then sees (N, C, H, W) =
-// (outer, n, inner, 1).
-Status softmax_geometry(const KernelCall& call, const char* op, const Dims& dims, Dims* g) {
-  const int64_t r = static_cast<int64_t>(dims.size());
-  AxisGeometry a;
-  RETURN_IF_ERROR(axis_geometry(op, dims, call.attrs.get_int("axis", r - 1), call.attrs.get_int("_coerce2d", 0) != 0, &a));
-  *g = Dims{a.outer, a.n, a.inner};
-  return Status::ok();
-}
-
-}  // namespace
-
 // Log-softmax (or softmax) of x viewed as [outer, n, inner] over n, with cuDNN: for the loss.
 template <typename T>
 Status softmax_rows(cudaStream_t stream, const char* op, bool log, int64_t outer, int64_t n, int64_t inner,
@@ -522,27 +508,22 @@ namespace {
 
 template <typename T>
 Status softmax_fwd(const KernelCall& call, const char* op, bool log) {
-  RETURN_IF_ERROR(check_arity(call, op, 1, 1));
-  const TensorView& x = call.inputs[0];
-  const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "output", y.dims, x.dims));
-  Dims g;
-  RETURN_IF_ERROR(softmax_geometry(call, op, x.dims, &g));
-  if (x.size() == 0) return Status::ok();
-  return softmax_rows<T>(stream_of(call), op, log, g[0], g[1], g[2], x.as<T>(), y.as<T>());
+  AxisGeometry g;
+  RETURN_IF_ERROR(kernels::check_softmax(call, op, &g));
+  if (call.inputs[0].size() == 0) return Status::ok();
+  return softmax_rows<T>(stream_of(call), op, log, g.outer, g.n, g.inner, call.inputs[0].as<T>(),
+                         call.outputs[0].as<T>());
 }
 
 template <typename T>
 Status softmax_bwd(const KernelCall& call, const char* op, bool log) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  AxisGeometry ag;
+  RETURN_IF_ERROR(kernels::check_softmax_grad(call, op, &ag));
   const TensorView& dy = call.inputs[0];
   const TensorView& y = call.inputs[1];
   const TensorView& dx = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims(op, "Y", y.dims, dy.dims));
-  RETURN_IF_ERROR(check_same_dims(op, "output", dx.dims, dy.dims));
-  Dims g;
-  RETURN_IF_ERROR(softmax_geometry(call, op, dy.dims, &g));
   if (dy.size() == 0) return Status::ok();
+  const Dims g{ag.outer, ag.n, ag.inner};
   TensorDesc d;
   RETURN_IF_ERROR(make_tensor(op, dnn_type<T>(), Dims{g[0], g[1], g[2], 1}, &d));
   cudnnHandle_t h;
