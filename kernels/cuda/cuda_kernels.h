@@ -91,7 +91,7 @@ PT_DECLARE_CUDA_KERNEL(batch_normalization);
 PT_DECLARE_CUDA_KERNEL(batch_normalization_grad);
 PT_DECLARE_CUDA_KERNEL(dropout);
 PT_DECLARE_CUDA_KERNEL(dropout_grad);
-// Synchronises its stream once to validate the labels on the host (see nn_ops.cpp).
+// Label values checked on the device (deferred_error.h): reported at the next synchronisation.
 PT_DECLARE_CUDA_KERNEL(softmax_cross_entropy_loss);
 PT_DECLARE_CUDA_KERNEL(softmax_cross_entropy_loss_grad);
 PT_DECLARE_CUDA_KERNEL(mse_loss);

@@ -74,8 +74,15 @@ Status deferred_error_status() {
 }
 
 std::string describe_deferred_error(const DeferredError& e) {
-  const char* op = e.op == kDeferredOpGather ? "Gather" : e.op == kDeferredOpGatherGrad ? "GatherGrad" : "a kernel";
+  const char* op = e.op == kDeferredOpGather         ? "Gather"
+                   : e.op == kDeferredOpGatherGrad   ? "GatherGrad"
+                   : e.op == kDeferredOpSceLoss      ? "SoftmaxCrossEntropyLoss"
+                   : e.op == kDeferredOpSceLossGrad  ? "SoftmaxCrossEntropyLossGrad"
+                                                     : "a kernel";
   const std::string where = " (found on the device; reported at the next synchronisation)";
+  if (e.code == kDeferredLabelOutOfRange)  // kernels/checks/loss.h's check_sce_labels, in the CPU's words
+    return std::string(op) + " (cuda): label " + std::to_string(e.value) + " at index " + std::to_string(e.position) +
+           " is outside [0, " + std::to_string(e.limit) + ")" + where;
   if (e.code == kDeferredIndexOutOfRange)
     return std::string(op) + " (cuda): index " + std::to_string(e.value) + " at position " + std::to_string(e.position) +
            " is out of range for a dimension of " + std::to_string(e.limit) + where;

@@ -1,5 +1,5 @@
 // The device's deferred error word (launch.h's DeferredError): a kernel that finds bad input (a
-// gather index out of range) records it on the device instead of making the host copy the input
+// gather index or a cross-entropy label out of range) records it on the device instead of making the host copy the input
 // back and wait to check it. The word is read where the host waits anyway: CudaDevice's to_host
 // and synchronize queue a copy of it into a pinned mirror before they synchronise the stream and
 // turn a record into the error the CPU kernel would have returned (kernels/cuda/runtime_device.cpp).

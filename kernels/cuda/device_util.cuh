@@ -39,6 +39,21 @@ __device__ __forceinline__ void strided_offsets(const Strided<K>& s, int64_t i, 
   }
 }
 
+// Records what a kernel found wrong with its input in the device's deferred error word (launch.h;
+// err may be null): the first record of a run wins, the host reads it after its next sync.
+__device__ __forceinline__ void record_deferred_error(DeferredError* err, int code, int op, int64_t value,
+                                                      int64_t limit, int64_t position) {
+  if (!err) return;
+  if (atomicCAS(&err->code, 0, -1) == 0) {  // claim it, then fill in the details
+    err->op = op;
+    err->value = value;
+    err->limit = limit;
+    err->position = position;
+    __threadfence();
+    atomicExch(&err->code, code);
+  }
+}
+
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); the result is valid in
 // thread 0. `shared` holds 32 values. Ends with the block synchronised.
 template <typename A>

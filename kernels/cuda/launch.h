@@ -30,8 +30,8 @@ struct Strided {
 // What a kernel found wrong with its input, recorded on the device for the host to report at its
 // next synchronisation: code 0 none (-1 while a kernel writes it), op which kernel, and the value,
 // the limit it broke and its position.
-constexpr int kDeferredIndexOutOfRange = 1;
-constexpr int kDeferredOpGather = 1, kDeferredOpGatherGrad = 2;
+constexpr int kDeferredIndexOutOfRange = 1, kDeferredLabelOutOfRange = 2;
+constexpr int kDeferredOpGather = 1, kDeferredOpGatherGrad = 2, kDeferredOpSceLoss = 3, kDeferredOpSceLossGrad = 4;
 struct DeferredError {
   int code = 0;
   int op = 0;
@@ -117,16 +117,18 @@ cudaError_t launch_reduce(ReduceOp op, const Strided<1>& kept, const Strided<1>&
 // ---- softmax cross-entropy and MSE (loss.cu) ------------------------------------------------
 // Per sample i = (n, d) of log_prob [N, C, D]: loss_i = -w_i * logp[n, label_i, d] where
 // w_i = (weights ? weights[label_i] : 1), 0 for an ignored label (== ignore when has_ignore).
-// Labels were validated by the host. reduction: 0 mean, 1 sum, 2 none (loss has N*D entries).
+// A label outside [0, C) that is not ignored counts as ignored and is recorded in err (may be
+// null): the host reports it at its next synchronisation. reduction: 0 mean, 1 sum, 2 none (loss
+// has N*D entries).
 template <typename T>
 cudaError_t launch_sce_loss(T* loss, const T* logp, const void* labels, bool labels_i64, const T* weights,
                             bool has_ignore, int64_t ignore, int64_t n, int64_t c, int64_t d, int reduction,
-                            cudaStream_t stream);
+                            DeferredError* err, cudaStream_t stream);
 // scale: one device double of scratch (the factor of reductions mean and sum).
 template <typename T>
 cudaError_t launch_sce_loss_grad(T* dscores, double* scale, const T* dloss, const T* logp, const void* labels,
                                  bool labels_i64, const T* weights, bool has_ignore, int64_t ignore, int64_t n,
-                                 int64_t c, int64_t d, int reduction, cudaStream_t stream);
+                                 int64_t c, int64_t d, int reduction, DeferredError* err, cudaStream_t stream);
 // MSE: loss = sum((p - t)^2) (/ n when mean); grad dp = 2 * dloss / (mean ? n : 1) * (p - t).
 template <typename T>
 cudaError_t launch_mse_loss(T* loss, const T* p, const T* t, int64_t n, bool mean, cudaStream_t stream);

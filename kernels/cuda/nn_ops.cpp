@@ -1,8 +1,8 @@
 // Host side of the CUDA pooling, BatchNormalization, Dropout, loss and optimizer kernels: the CPU
 // kernels' checks (kernels/checks/*.h, one definition for both backends), then launches of pool.cu,
-// batchnorm.cu, dropout.cu, loss.cu, optimizer.cu on the call's stream. The one deliberate
-// synchronisation is in the cross-entropy loss, which validates its labels on the host exactly as
-// the CPU does (see sce_labels).
+// batchnorm.cu, dropout.cu, loss.cu, optimizer.cu on the call's stream, none synchronising: the
+// cross-entropy loss checks its label values on the device into the deferred error word
+// (deferred_error.h), which the host reads at its next synchronisation (the step's loss read).
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -14,6 +14,7 @@
 #include "kernels/checks/pool.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/deferred_error.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops_util.h"
 
@@ -206,26 +207,8 @@ Status dropout_grad(const KernelCall& call) {
 
 // ---- losses -------------------------------------------------------------------------------------
 
-namespace {
-
 using kernels::LossReduction;
 using kernels::SceGeometry;
-
-// The label values, checked on the host as the CPU checks them (kernels/checks/loss.h): the labels
-// (N*D integers) are copied through a pinned buffer and the stream synchronised.
-// A training step reads its loss on the host right after the forward anyway, so this adds a copy,
-// not a stall; device-side validation with a deferred error is the way out if that changes.
-Status sce_labels(const KernelCall& call, const char* op, const TensorView& labels, const SceGeometry& g) {
-  const int64_t ns = labels.size();
-  if (ns == 0) return Status::ok();
-  PinnedBuffer host;
-  RETURN_IF_ERROR(host.allocate(labels.bytes()));
-  PT_CUDA_CHECK(cudaMemcpyAsync(host.get(), labels.data, labels.bytes(), cudaMemcpyDeviceToHost, stream_of(call)));
-  PT_CUDA_CHECK(cudaStreamSynchronize(stream_of(call)));
-  return kernels::check_sce_labels(op, host.get(), labels.dtype, ns, g, nullptr);
-}
-
-}  // namespace
 
 template <typename T>
 Status softmax_cross_entropy_loss(const KernelCall& call) {
@@ -246,11 +229,10 @@ Status softmax_cross_entropy_loss(const KernelCall& call) {
     RETURN_IF_ERROR(scratch.allocate(scores.bytes(), call.stream));
     lp = scratch.as<T>();
   }
-  RETURN_IF_ERROR(sce_labels(call, op, labels, s));
   const cudaStream_t stream = stream_of(call);
   RETURN_IF_ERROR(softmax_rows<T>(stream, op, true, s.n, s.c, s.d, scores.as<T>(), lp));
   PT_CUDA_CHECK(launch_sce_loss<T>(loss.as<T>(), lp, labels.data, labels.dtype == DType::kInt64, weights, s.has_ignore,
-                                   s.ignore, s.n, s.c, s.d, static_cast<int>(red), stream));
+                                   s.ignore, s.n, s.c, s.d, static_cast<int>(red), deferred_error_word(), stream));
   return Status::ok();
 }
 
@@ -266,12 +248,11 @@ Status softmax_cross_entropy_loss_grad(const KernelCall& call) {
   const T* weights = kernels::optional_input<T>(call, 3);
   RETURN_IF_ERROR(kernels::check_sce_loss_grad_outputs(call, red));
   const TensorView& ds = call.outputs[0];
-  RETURN_IF_ERROR(sce_labels(call, op, labels, s));
   ScratchBuffer scale;
   RETURN_IF_ERROR(scale.allocate(sizeof(double), call.stream));
   PT_CUDA_CHECK(launch_sce_loss_grad<T>(ds.as<T>(), scale.as<double>(), dloss.as<T>(), logp.as<T>(), labels.data,
                                         labels.dtype == DType::kInt64, weights, s.has_ignore, s.ignore, s.n, s.c, s.d,
-                                        static_cast<int>(red), stream_of(call)));
+                                        static_cast<int>(red), deferred_error_word(), stream_of(call)));
   return Status::ok();
 }
 

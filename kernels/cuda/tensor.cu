@@ -14,19 +14,6 @@ namespace pt::cuda {
 
 namespace {
 
-// The first error of the run wins; the host reads the word after its next synchronisation.
-__device__ void record_error(DeferredError* err, int code, int op, int64_t value, int64_t limit, int64_t position) {
-  if (!err) return;
-  if (atomicCAS(&err->code, 0, -1) == 0) {  // claim it, then fill in the details
-    err->op = op;
-    err->value = value;
-    err->limit = limit;
-    err->position = position;
-    __threadfence_system();
-    atomicExch(&err->code, code);
-  }
-}
-
 template <typename T>
 __global__ void scatter_copy_kernel(Strided<1> s, T* y, const T* x, int64_t n, bool add) {
   for (int64_t i = global_index(); i < n; i += global_stride()) {
@@ -44,7 +31,7 @@ __device__ __forceinline__ int64_t gather_row(const I* idx, int64_t j, int64_t l
   const int64_t given = k;
   if (k < 0) k += len;
   if (k < 0 || k >= len) {
-    record_error(err, kDeferredIndexOutOfRange, op, given, len, j);
+    record_deferred_error(err, kDeferredIndexOutOfRange, op, given, len, j);
     return -1;
   }
   return k;

@@ -573,6 +573,33 @@ TEST_F(CudaDevice, GatherIndexOutOfRangeIsReportedAtTheNextSync) {
   EXPECT_EQ(y.as<float>()[4], 1.0f);  // -1: the last row
 }
 
+// A cross-entropy label outside the classes: the loss launches without a host round trip, the bad
+// sample counts as ignored, and the next synchronisation reports it in the CPU's words.
+TEST_F(CudaDevice, CrossEntropyLabelOutOfRangeIsReportedAtTheNextSync) {
+  auto dev = open_device(DeviceKind::kCuda, 0);
+  ASSERT_TRUE(dev) << dev.status().message();
+  DeviceTensor scores, labels, loss;
+  ASSERT_TRUE(scores.upload(HostTensor::from<float>({3, 4}, std::vector<float>(12, 0.5f))).is_ok());
+  ASSERT_TRUE(labels.upload(HostTensor::from<int64_t>({3}, std::vector<int64_t>{1, 9, 2})).is_ok());
+  ASSERT_TRUE(loss.upload(HostTensor(DType::kFloat32, {})).is_ok());
+  const std::vector<TensorView> in = {TensorView{scores.get(), DType::kFloat32, {3, 4}},
+                                      TensorView{labels.get(), DType::kInt64, {3}}};
+  const std::vector<TensorView> outs = {TensorView{loss.get(), DType::kFloat32, {}}};
+  const KernelFn f = find_kernel("SoftmaxCrossEntropyLoss", DeviceKind::kCuda, DType::kFloat32);
+  ASSERT_NE(f, nullptr);
+  ASSERT_TRUE(f(KernelCall{in, outs, AttrMap{}, nullptr}).is_ok());
+  const Status st = (*dev)->synchronize(nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput) << st.message();
+  EXPECT_NE(st.message().find("SoftmaxCrossEntropyLoss (cuda): label 9 at index 1 is outside [0, 4)"),
+            std::string::npos)
+      << st.message();
+  EXPECT_TRUE((*dev)->synchronize(nullptr).is_ok()) << "a record is reported once";
+  HostTensor l(DType::kFloat32, {});
+  bool ok = false;
+  ASSERT_TRUE(loss.download(&l, &ok).is_ok());
+  EXPECT_NEAR(l.as<float>()[0], std::log(4.0f), 1e-6);  // the two good samples' mean (uniform scores)
+}
+
 // ---- what runs without a GPU ---------------------------------------------------------------------
 
 // The libraries this process loaded (printed for the GPU check's log); works without a GPU.
@@ -644,6 +671,14 @@ TEST(CudaDeferredError, DescribesTheRecord) {
   e.op = cuda::kDeferredOpGatherGrad;
   e.value = -101;
   EXPECT_NE(cuda::describe_deferred_error(e).find("GatherGrad (cuda): index -101"), std::string::npos);
+  e.code = cuda::kDeferredLabelOutOfRange;
+  e.op = cuda::kDeferredOpSceLoss;
+  e.value = 12;
+  e.limit = 10;
+  e.position = 3;
+  EXPECT_EQ(cuda::describe_deferred_error(e),
+            "SoftmaxCrossEntropyLoss (cuda): label 12 at index 3 is outside [0, 10) (found on the device; reported "
+            "at the next synchronisation)");
 }
 
 // Every element-wise unary op of the list runs natively, with its dedicated backward op where it
