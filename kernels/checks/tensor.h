@@ -131,4 +131,52 @@ inline Status check_gather(const KernelCall& call, const char* op, GatherGeometr
   return Status::ok();
 }
 
+// Equal, Less, Greater: two inputs that broadcast to the (bool) output's dims (*bd).
+inline Status check_compare(const KernelCall& call, const char* op, Dims* bd) {
+  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  const TensorView& a = call.inputs[0];
+  const TensorView& b = call.inputs[1];
+  const TensorView& y = call.outputs[0];
+  if (!broadcast_dims(a.dims, b.dims, bd) || *bd != y.dims)
+    return invalid_input(std::string(op) + ": shapes " + dims_str(a.dims) + " and " + dims_str(b.dims) +
+                         " do not broadcast to the output " + dims_str(y.dims));
+  return Status::ok();
+}
+
+inline Status check_not(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Not", 1, 1));
+  return check_same_dims("Not", "output", call.outputs[0].dims, call.inputs[0].dims);
+}
+
+// Where (condition, X, Y): the three broadcast to the output, X and Y of the output's type.
+inline Status check_where(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Where", 3, 1));
+  Dims a, b;
+  if (!broadcast_dims(call.inputs[0].dims, call.inputs[1].dims, &a) || !broadcast_dims(a, call.inputs[2].dims, &b) ||
+      b != call.outputs[0].dims)
+    return invalid_input("Where: inputs do not broadcast to the output " + dims_str(call.outputs[0].dims));
+  if (call.inputs[1].dtype != call.outputs[0].dtype || call.inputs[2].dtype != call.outputs[0].dtype)
+    return invalid_input("Where: X and Y must have the output's type");
+  return Status::ok();
+}
+
+// Cast: the output of the input's dims, and a pair of types Cast has: any two of float32,
+// float64, int64, int32, int8, uint8 and bool, float32 -> bfloat16 and bfloat16 -> float32.
+inline bool cast_numeric(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kInt64 || t == DType::kInt32 ||
+         t == DType::kInt8 || t == DType::kUint8 || t == DType::kBool;
+}
+inline Status check_cast(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "Cast", 1, 1));
+  const TensorView& x = call.inputs[0];
+  const TensorView& y = call.outputs[0];
+  RETURN_IF_ERROR(check_same_dims("Cast", "output", y.dims, x.dims));
+  const bool ok = (cast_numeric(x.dtype) && cast_numeric(y.dtype)) ||
+                  (x.dtype == DType::kFloat32 && y.dtype == DType::kBFloat16) ||
+                  (x.dtype == DType::kBFloat16 && y.dtype == DType::kFloat32);
+  if (!ok)
+    return unsupported(std::string("Cast: ") + dtype_name(x.dtype) + " to " + dtype_name(y.dtype) + " is not supported");
+  return Status::ok();
+}
+
 }  // namespace pt::kernels

@@ -113,14 +113,11 @@ Status where_typed(const KernelCall& call) {
 
 template <typename T, typename F>
 Status compare(const KernelCall& call, const char* op, F f) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  Dims bd;
+  RETURN_IF_ERROR(kernels::check_compare(call, op, &bd));
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  Dims bd;
-  if (!broadcast_dims(a.dims, b.dims, &bd) || bd != y.dims)
-    return invalid_input(std::string(op) + ": shapes " + dims_str(a.dims) + " and " + dims_str(b.dims) +
-                         " do not broadcast to the output " + dims_str(y.dims));
   const T* pa = a.as<T>();
   const T* pb = b.as<T>();
   bool* py = y.as<bool>();
@@ -449,13 +446,7 @@ Status gather_grad(const KernelCall& call) {
 }
 
 Status where_op(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Where", 3, 1));
-  Dims a, b;
-  if (!broadcast_dims(call.inputs[0].dims, call.inputs[1].dims, &a) || !broadcast_dims(a, call.inputs[2].dims, &b) ||
-      b != call.outputs[0].dims)
-    return invalid_input("Where: inputs do not broadcast to the output " + dims_str(call.outputs[0].dims));
-  if (call.inputs[1].dtype != call.outputs[0].dtype || call.inputs[2].dtype != call.outputs[0].dtype)
-    return invalid_input("Where: X and Y must have the output's type");
+  RETURN_IF_ERROR(kernels::check_where(call));
   switch (call.outputs[0].dtype) {
     case DType::kFloat32: return where_typed<float>(call);
     case DType::kFloat64: return where_typed<double>(call);
@@ -480,8 +471,7 @@ Status greater(const KernelCall& call) {
 }
 
 Status not_op(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Not", 1, 1));
-  RETURN_IF_ERROR(check_same_dims("Not", "output", call.outputs[0].dims, call.inputs[0].dims));
+  RETURN_IF_ERROR(kernels::check_not(call));
   const bool* px = call.inputs[0].as<bool>();
   bool* py = call.outputs[0].as<bool>();
   for (int64_t i = 0; i < call.inputs[0].size(); ++i) py[i] = !px[i];
@@ -489,10 +479,9 @@ Status not_op(const KernelCall& call) {
 }
 
 Status cast_op(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Cast", 1, 1));
+  RETURN_IF_ERROR(kernels::check_cast(call));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_same_dims("Cast", "output", y.dims, x.dims));
   const int64_t n = x.size();
   bool ok = false;
   switch (x.dtype) {

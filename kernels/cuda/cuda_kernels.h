@@ -74,6 +74,12 @@ PT_DECLARE_CUDA_KERNEL(gather);       // indices checked on the device (deferred
 PT_DECLARE_CUDA_KERNEL(gather_grad);
 PT_DECLARE_CUDA_KERNEL(layer_norm);
 PT_DECLARE_CUDA_KERNEL(layer_norm_grad);
+PT_DECLARE_CUDA_KERNEL(equal);    // select.cu: also int64, int32, bool; bool output
+PT_DECLARE_CUDA_KERNEL(less);
+PT_DECLARE_CUDA_KERNEL(greater);
+Status not_op(const KernelCall& call);   // bool
+Status where_op(const KernelCall& call); // bool condition; float, double, int64, int32, bool values
+Status cast_op(const KernelCall& call);  // every pair the CPU's Cast has
 // dnn_ops.cpp (cuDNN)
 PT_DECLARE_CUDA_KERNEL(conv);
 PT_DECLARE_CUDA_KERNEL(conv_grad_input);

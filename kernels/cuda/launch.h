@@ -102,6 +102,25 @@ template <typename T>
 cudaError_t launch_layer_norm_grad(T* dx, T* dscale, T* dbias, const T* dy, const T* x, const T* scale, int64_t rows,
                                    int64_t cols, double eps, double* stats, cudaStream_t stream);
 
+// Comparisons (Equal, Less, Greater) under broadcasting into bool (stored as bytes): y[i] =
+// a[offset_a(i)] op b[offset_b(i)]. T: float, double, int64_t, int32_t, uint8_t (bool).
+enum class CompareOp : int { kEqual, kLess, kGreater };
+template <typename T>
+cudaError_t launch_compare(CompareOp op, const Strided<2>& s, uint8_t* y, const T* a, const T* b, int64_t n,
+                           cudaStream_t stream);
+// Not: y = !x on bytes.
+cudaError_t launch_not(uint8_t* y, const uint8_t* x, int64_t n, cudaStream_t stream);
+// Where: y[i] = c[offset_c(i)] ? a[offset_a(i)] : b[offset_b(i)]. T as launch_compare's.
+template <typename T>
+cudaError_t launch_where(const Strided<3>& s, T* y, const uint8_t* c, const T* a, const T* b, int64_t n,
+                         cudaStream_t stream);
+// Cast between the element types the CPU's Cast has: numeric conversions as static_cast (to bool:
+// x != 0), float32 -> bfloat16 rounded to nearest, ties to even (NaN kept), bfloat16 -> float32 exact.
+enum class CastType : int { kF32, kF64, kI64, kI32, kI8, kU8, kBool, kBf16 };
+// cudaErrorInvalidValue for a pair the CPU's Cast does not have (bfloat16 from anything but float32,
+// bfloat16 to anything but float32).
+cudaError_t launch_cast(CastType from, CastType to, void* y, const void* x, int64_t n, cudaStream_t stream);
+
 // ---- reductions (reduce.cu) -----------------------------------------------------------------
 enum class ReduceOp : int { kSum, kMean, kMax };
 // out[o] = reduce over r of x[kept_offset(o) + reduced_offset(r)], accumulated in double (max in

@@ -59,6 +59,22 @@ const KernelEntry kNative[] = {
     PT_CUDA_F("GatherGrad", gather_grad),
     PT_CUDA_F("LayerNormalization", layer_norm),
     PT_CUDA_F("LayerNormalizationGrad", layer_norm_grad),
+    // Comparisons, Not, Where, Cast (select.cu): the CPU table's dtypes
+#define PT_CUDA_CMP(op, fn) PT_CUDA_F(op, fn), PT_CUDA_T(op, fn, int64_t, DType::kInt64), \
+                            PT_CUDA_T(op, fn, int32_t, DType::kInt32)
+    PT_CUDA_CMP("Equal", equal), PT_CUDA_T("Equal", equal, bool, DType::kBool),
+    PT_CUDA_CMP("Less", less), PT_CUDA_CMP("Greater", greater),
+#undef PT_CUDA_CMP
+    {"Not", DeviceKind::kCuda, DType::kBool, &cuda::not_op},
+    {"Where", DeviceKind::kCuda, DType::kBool, &cuda::where_op},
+    {"Cast", DeviceKind::kCuda, DType::kFloat32, &cuda::cast_op},
+    {"Cast", DeviceKind::kCuda, DType::kFloat64, &cuda::cast_op},
+    {"Cast", DeviceKind::kCuda, DType::kInt64, &cuda::cast_op},
+    {"Cast", DeviceKind::kCuda, DType::kInt32, &cuda::cast_op},
+    {"Cast", DeviceKind::kCuda, DType::kInt8, &cuda::cast_op},
+    {"Cast", DeviceKind::kCuda, DType::kUint8, &cuda::cast_op},
+    {"Cast", DeviceKind::kCuda, DType::kBool, &cuda::cast_op},
+    {"Cast", DeviceKind::kCuda, DType::kBFloat16, &cuda::cast_op},
     // Reductions (reduce.cu)
     PT_CUDA_F("ReduceSum", reduce_sum),
     PT_CUDA_F("ReduceMean", reduce_mean),

@@ -1,7 +1,8 @@
 // The CUDA wrappers of the data-movement ops and LayerNormalization: Slice, SliceGrad, Concat,
 // Split, Expand (strided copies, tensor.cu and binary.cu), Gather and GatherGrad (by rows; indices
 // checked on the device into the deferred error word, deferred_error.h), LayerNormalization and its
-// gradient (statistics in double, as the CPU). Checks: kernels/checks/tensor.h, layernorm.h.
+// gradient (statistics in double, as the CPU); Equal, Less, Greater, Not, Where and Cast
+// (select.cu). Checks: kernels/checks/tensor.h, layernorm.h.
 #include <type_traits>
 
 #include "kernels/checks/layernorm.h"
@@ -187,5 +188,106 @@ PT_MOVE(slice) PT_MOVE(concat) PT_MOVE(split) PT_MOVE(expand) PT_MOVE(gather)
   template Status name<double>(const KernelCall&);
 PT_F(slice_grad) PT_F(gather_grad) PT_F(layer_norm) PT_F(layer_norm_grad)
 #undef PT_F
+
+// ---- comparisons, Not, Where, Cast (select.cu) ---------------------------------------------------
+
+namespace {
+
+template <typename T>
+Status compare_op(const KernelCall& call, const char* op, CompareOp which) {
+  Dims bd;
+  RETURN_IF_ERROR(kernels::check_compare(call, op, &bd));
+  const TensorView& a = call.inputs[0];
+  const TensorView& b = call.inputs[1];
+  const int64_t n = call.outputs[0].size();
+  if (n == 0) return Status::ok();
+  Strided<2> s;
+  RETURN_IF_ERROR(make_strided<2>(op, bd, {broadcast_strides(a.dims, bd), broadcast_strides(b.dims, bd)}, &s));
+  PT_CUDA_CHECK(launch_compare<Elem<T>>(which, s, static_cast<uint8_t*>(call.outputs[0].data), elems<T>(a), elems<T>(b),
+                                        n, stream_of(call)));
+  return Status::ok();
+}
+
+template <typename T>
+Status where_typed(const KernelCall& call) {
+  const TensorView& y = call.outputs[0];
+  const int64_t n = y.size();
+  if (n == 0) return Status::ok();
+  Strided<3> s;
+  RETURN_IF_ERROR(make_strided<3>("Where", y.dims,
+                                  {broadcast_strides(call.inputs[0].dims, y.dims),
+                                   broadcast_strides(call.inputs[1].dims, y.dims),
+                                   broadcast_strides(call.inputs[2].dims, y.dims)},
+                                  &s));
+  PT_CUDA_CHECK(launch_where<Elem<T>>(s, elems<T>(y), static_cast<const uint8_t*>(call.inputs[0].data),
+                                      elems<T>(call.inputs[1]), elems<T>(call.inputs[2]), n, stream_of(call)));
+  return Status::ok();
+}
+
+bool cast_type(DType t, CastType* c) {
+  switch (t) {
+    case DType::kFloat32: *c = CastType::kF32; return true;
+    case DType::kFloat64: *c = CastType::kF64; return true;
+    case DType::kInt64: *c = CastType::kI64; return true;
+    case DType::kInt32: *c = CastType::kI32; return true;
+    case DType::kInt8: *c = CastType::kI8; return true;
+    case DType::kUint8: *c = CastType::kU8; return true;
+    case DType::kBool: *c = CastType::kBool; return true;
+    case DType::kBFloat16: *c = CastType::kBf16; return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+Status equal(const KernelCall& call) {
+  return compare_op<T>(call, "Equal", CompareOp::kEqual);
+}
+template <typename T>
+Status less(const KernelCall& call) {
+  return compare_op<T>(call, "Less", CompareOp::kLess);
+}
+template <typename T>
+Status greater(const KernelCall& call) {
+  return compare_op<T>(call, "Greater", CompareOp::kGreater);
+}
+
+Status not_op(const KernelCall& call) {
+  RETURN_IF_ERROR(kernels::check_not(call));
+  PT_CUDA_CHECK(launch_not(static_cast<uint8_t*>(call.outputs[0].data), static_cast<const uint8_t*>(call.inputs[0].data),
+                           call.inputs[0].size(), stream_of(call)));
+  return Status::ok();
+}
+
+Status where_op(const KernelCall& call) {
+  RETURN_IF_ERROR(kernels::check_where(call));
+  switch (call.outputs[0].dtype) {
+    case DType::kFloat32: return where_typed<float>(call);
+    case DType::kFloat64: return where_typed<double>(call);
+    case DType::kInt64: return where_typed<int64_t>(call);
+    case DType::kInt32: return where_typed<int32_t>(call);
+    case DType::kBool: return where_typed<bool>(call);
+    default: return unsupported(std::string("Where: values of type ") + dtype_name(call.outputs[0].dtype));
+  }
+}
+
+Status cast_op(const KernelCall& call) {
+  RETURN_IF_ERROR(kernels::check_cast(call));
+  CastType from, to;
+  if (!cast_type(call.inputs[0].dtype, &from) || !cast_type(call.outputs[0].dtype, &to))
+    return internal_error("Cast (cuda): no device type for a pair check_cast accepts");
+  PT_CUDA_CHECK(launch_cast(from, to, call.outputs[0].data, call.inputs[0].data, call.inputs[0].size(), stream_of(call)));
+  return Status::ok();
+}
+
+#define PT_CMP(name)                                  \
+  template Status name<float>(const KernelCall&);     \
+  template Status name<double>(const KernelCall&);    \
+  template Status name<int64_t>(const KernelCall&);   \
+  template Status name<int32_t>(const KernelCall&);   \
+  template Status name<bool>(const KernelCall&);
+PT_CMP(equal) PT_CMP(less) PT_CMP(greater)
+#undef PT_CMP
 
 }  // namespace pt::cuda

@@ -151,6 +151,14 @@ std::vector<Case> make_cases() {
       attrs({{"axis", int64_t{1}}}));
   add("LayerNormGrad_wide", "LayerNormalizationGrad", {u({40, 768}), u({40, 768}), u({768})},
       {{{40, 768}}, {{768}}, {{768}}}, attrs({{"axis", int64_t{1}}}), {}, 10);
+  // Comparisons and Cast (select.cu): bool and integer outputs compared exactly.
+  add("Equal_bcast", "Equal", {u({4, 1, 6}), u({3, 1})}, {{{4, 3, 6}, DType::kBool}}, {});
+  add("Equal_self", "Equal", {u({5, 7}), u({5, 7})}, {{{5, 7}, DType::kBool}}, {});
+  add("Less_bcast", "Less", {u({2, 3, 4}), u({4})}, {{{2, 3, 4}, DType::kBool}}, {});
+  add("Greater_scalar", "Greater", {u({6, 5}), u({})}, {{{6, 5}, DType::kBool}}, {});
+  add("Cast_to_int64", "Cast", {u({300})}, {{{300}, DType::kInt64}}, {});
+  add("Cast_to_bool", "Cast", {u({300})}, {{{300}, DType::kBool}}, {});
+  add("Cast_to_int32", "Cast", {pos({50})}, {{{50}, DType::kInt32}}, {});
   // Reductions.
   add("ReduceSum_axis1", "ReduceSum", {u({4, 5, 6})}, {{{4, 1, 6}}}, attrs({{"_axes", Ints{1}}}));
   add("ReduceMean_axes02", "ReduceMean", {u({4, 5, 6})}, {{{1, 5, 1}}}, attrs({{"_axes", Ints{0, 2}}}));
@@ -598,6 +606,55 @@ TEST_F(CudaDevice, CrossEntropyLabelOutOfRangeIsReportedAtTheNextSync) {
   bool ok = false;
   ASSERT_TRUE(loss.download(&l, &ok).is_ok());
   EXPECT_NEAR(l.as<float>()[0], std::log(4.0f), 1e-6);  // the two good samples' mean (uniform scores)
+}
+
+// Where and Not (a bool kernel dtype, which the typed cases above do not reach), and Cast to and
+// from bfloat16, against the CPU kernels on the same inputs.
+TEST_F(CudaDevice, WhereNotAndBf16CastMatchTheCpu) {
+  std::mt19937 rng(kSeed);
+  std::uniform_real_distribution<float> d(-3, 3);
+  std::vector<float> a(24), b(6), wide(1000);
+  for (float& v : a) v = d(rng);
+  for (float& v : b) v = d(rng);
+  for (float& v : wide) v = d(rng) * 1e3f;
+  wide[0] = 1.00390625f;  // a tie: rounds to even
+  std::vector<uint8_t> mask(4);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i * 7 + 3) % 3 == 0;
+  HostTensor hc(DType::kBool, {4, 1}), ha = HostTensor::from<float>({4, 6}, a), hb = HostTensor::from<float>({6}, b);
+  for (size_t i = 0; i < mask.size(); ++i) hc.as<bool>()[i] = mask[i] != 0;
+  auto run_both = [&](const char* op, DType kd, const std::vector<HostTensor>& in, const HostTensor& out_like) {
+    HostTensor cpu_out = out_like;
+    std::vector<TensorView> iv, ov = {cpu_out.view()};
+    for (const HostTensor& t : in) iv.push_back(t.view());
+    const Status cs = find_kernel(op, DeviceKind::kCpu, kd)(KernelCall{iv, ov, AttrMap{}, nullptr});
+    EXPECT_TRUE(cs.is_ok()) << cs.message();
+    std::vector<std::unique_ptr<DeviceTensor>> din;
+    std::vector<TensorView> div;
+    for (const HostTensor& t : in) {
+      din.push_back(std::make_unique<DeviceTensor>());
+      EXPECT_TRUE(din.back()->upload(t).is_ok());
+      div.push_back(TensorView{din.back()->get(), t.dtype(), t.dims()});
+    }
+    DeviceTensor dout;
+    EXPECT_TRUE(dout.upload(out_like).is_ok());
+    const std::vector<TensorView> dov = {TensorView{dout.get(), out_like.dtype(), out_like.dims()}};
+    const Status gs = find_kernel(op, DeviceKind::kCuda, kd)(KernelCall{div, dov, AttrMap{}, nullptr});
+    EXPECT_TRUE(gs.is_ok()) << gs.message();
+    EXPECT_TRUE(cuda::device_synchronize().is_ok());
+    HostTensor got = out_like;
+    bool guard_ok = false;
+    EXPECT_TRUE(dout.download(&got, &guard_ok).is_ok());
+    EXPECT_TRUE(guard_ok) << op;
+    EXPECT_EQ(std::memcmp(got.data(), cpu_out.data(), got.bytes()), 0) << op << ": not bit-identical to the CPU";
+  };
+  run_both("Where", DType::kBool, {hc, ha, hb}, HostTensor(DType::kFloat32, {4, 6}));
+  run_both("Not", DType::kBool, {hc}, HostTensor(DType::kBool, {4, 1}));
+  const HostTensor hw = HostTensor::from<float>({1000}, wide);
+  run_both("Cast", DType::kFloat32, {hw}, HostTensor(DType::kBFloat16, {1000}));
+  HostTensor hbf(DType::kBFloat16, {1000});
+  std::vector<TensorView> iv = {hw.view()}, ov = {hbf.view()};
+  ASSERT_TRUE(find_kernel("Cast", DeviceKind::kCpu, DType::kFloat32)(KernelCall{iv, ov, AttrMap{}, nullptr}).is_ok());
+  run_both("Cast", DType::kBFloat16, {hbf}, HostTensor(DType::kFloat32, {1000}));
 }
 
 // ---- what runs without a GPU ---------------------------------------------------------------------
