@@ -113,11 +113,9 @@ Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
                                    : ": " + cuda_unavailable_reason()));
   d.cuda = o.device == DeviceChoice::kCuda || (o.device == DeviceChoice::kAuto && here >= d.gpus_needed && here > 0);
   d.kind = d.cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
-  // --precision bf16 needs bfloat16 GEMM/convolution kernels on the stages' device.
-  if (o.precision == Precision::kBf16 && !o.plan_only) {
-    if (d.cuda)
-      return invalid_input("--precision bf16: not built for CUDA devices yet (" + cuda_device_name(0) +
-                           "; the bfloat16 kernels are CPU-only); use --device cpu or --precision fp32");
+  // --precision bf16 needs bfloat16 GEMM/convolution kernels on the stages' device: CUDA's (cuBLAS
+  // and widened cuDNN convolutions on tensor cores) or a CPU with bfloat16 instructions.
+  if (o.precision == Precision::kBf16 && !o.plan_only && !d.cuda) {
     if (!cpu_has_bf16())
       return invalid_input("--precision bf16: the CPU (" + cpu_model_name() + ", oneDNN ISA " + cpu_isa_name() +
                            ") lacks avx512_bf16/AMX, which bfloat16 GEMMs and convolutions need; use --precision fp32");

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/checks/bf16.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -193,23 +194,11 @@ Status run_widened(Status (*fn)(const KernelCall&), const KernelCall& call) {
   return fn(KernelCall{in, call.outputs, call.attrs, call.stream});
 }
 
-Status check_types(const char* op, const KernelCall& call, int n16) {
-  for (int i = 0; i < n16; ++i)
-    if (call.inputs[i].dtype != DType::kBFloat16)
-      return invalid_input(std::string(op) + " (bfloat16): input " + std::to_string(i) + " is " +
-                           dtype_name(call.inputs[i].dtype) + ", expected bfloat16");
-  if (has_input(call, 2) && call.inputs[2].dtype != DType::kFloat32)
-    return invalid_input(std::string(op) + " (bfloat16): the bias must be float32");
-  if (call.outputs[0].dtype != DType::kFloat32)
-    return invalid_input(std::string(op) + " (bfloat16): the output must be float32");
-  return Status::ok();
-}
-
 }  // namespace
 
 Status conv_bf16(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "Conv", 2, 1));
-  RETURN_IF_ERROR(check_types("Conv", call, 2));
+  RETURN_IF_ERROR(kernels::check_bf16_conv_types("Conv", call, 2));
   const TensorView& x = call.inputs[0];   // (N, C, in...) bf16
   const TensorView& w = call.inputs[1];   // (M, C/g, k...) bf16
   const TensorView& y = call.outputs[0];  // (N, M, out...) f32
@@ -228,7 +217,7 @@ Status conv_bf16(const KernelCall& call) {
 
 Status conv_grad_input_bf16(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "ConvGradInput", 2, 1));
-  RETURN_IF_ERROR(check_types("ConvGradInput", call, 2));
+  RETURN_IF_ERROR(kernels::check_bf16_conv_types("ConvGradInput", call, 2));
   const TensorView& dy = call.inputs[0];   // (N, M, out...) bf16
   const TensorView& w = call.inputs[1];    // (M, C/g, k...) bf16
   const TensorView& dx = call.outputs[0];  // (N, C, in...) f32
@@ -241,7 +230,7 @@ Status conv_grad_input_bf16(const KernelCall& call) {
 
 Status conv_grad_weight_bf16(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "ConvGradWeight", 2, 1));
-  RETURN_IF_ERROR(check_types("ConvGradWeight", call, 2));
+  RETURN_IF_ERROR(kernels::check_bf16_conv_types("ConvGradWeight", call, 2));
   const TensorView& dy = call.inputs[0];   // (N, M, out...) bf16
   const TensorView& x = call.inputs[1];    // (N, C, in...) bf16
   const TensorView& dw = call.outputs[0];  // (M, C/g, k...) f32

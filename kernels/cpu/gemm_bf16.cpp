@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/checks/bf16.h"
 #include "kernels/checks/gemm.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/conv_common.h"
@@ -100,13 +101,6 @@ Status bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
   return Status::ok();
 }
 
-Status check_bf16_operands(const char* op, const TensorView& a, const TensorView& b, const TensorView& y) {
-  if (a.dtype != DType::kBFloat16 || b.dtype != DType::kBFloat16 || y.dtype != DType::kFloat32)
-    return invalid_input(std::string(op) + " (bfloat16): A, B must be bfloat16 and Y float32; got " +
-                         dtype_name(a.dtype) + ", " + dtype_name(b.dtype) + " -> " + dtype_name(y.dtype));
-  return Status::ok();
-}
-
 }  // namespace
 
 Status gemm_bf16(const KernelCall& call) {
@@ -114,7 +108,7 @@ Status gemm_bf16(const KernelCall& call) {
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_bf16_operands("Gemm", a, b, y));
+  RETURN_IF_ERROR(kernels::check_bf16_operands("Gemm", a, b, y));
   kernels::GemmGeometry g;
   RETURN_IF_ERROR(kernels::check_gemm(call, &g));
   const bool ta = g.ta, tb = g.tb;
@@ -154,7 +148,7 @@ Status matmul_bf16(const KernelCall& call) {
   const TensorView& a = call.inputs[0];
   const TensorView& b = call.inputs[1];
   const TensorView& y = call.outputs[0];
-  RETURN_IF_ERROR(check_bf16_operands("MatMul", a, b, y));
+  RETURN_IF_ERROR(kernels::check_bf16_operands("MatMul", a, b, y));
   kernels::MatMulGeometry g;
   RETURN_IF_ERROR(kernels::check_matmul(call, &g));
   const int64_t m = g.m, n = g.n, k = g.k;

@@ -80,6 +80,13 @@ PT_DECLARE_CUDA_KERNEL(greater);
 Status not_op(const KernelCall& call);   // bool
 Status where_op(const KernelCall& call); // bool condition; float, double, int64, int32, bool values
 Status cast_op(const KernelCall& call);  // every pair the CPU's Cast has
+// --precision bf16 (importer/precision.h): bfloat16 operands, float32 outputs. gemm_ops.cpp
+// (cublasGemmEx, float32 accumulation) and dnn_ops.cpp (widened to float32, TF32 tensor cores).
+Status gemm_bf16(const KernelCall& call);
+Status matmul_bf16(const KernelCall& call);
+Status conv_bf16(const KernelCall& call);
+Status conv_grad_input_bf16(const KernelCall& call);
+Status conv_grad_weight_bf16(const KernelCall& call);
 // dnn_ops.cpp (cuDNN)
 PT_DECLARE_CUDA_KERNEL(conv);
 PT_DECLARE_CUDA_KERNEL(conv_grad_input);

@@ -16,12 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks/bf16.h"
 #include "kernels/checks/softmax.h"
 #include "kernels/conv_algo.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/fallback.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/libs.h"
 #include "kernels/cuda/ops_util.h"
 #include "kernels/window.h"
@@ -485,6 +487,43 @@ Status conv_grad_weight(const KernelCall& call) {
     return Status::ok();
   }
   return run_conv<T>(call, "ConvGradWeight", Pass::kGradWeight, cs, x.as<T>(), nullptr, dy.as<T>(), dw.as<T>());
+}
+
+// ---- --precision bf16 ----------------------------------------------------------------------------
+
+namespace {
+
+// kernels/cpu/conv_bf16.cpp's semantics (bfloat16 X, W, dY; float32 bias and outputs; float32
+// accumulation): the bfloat16 operands are widened to float32 on the device and the float32
+// convolution runs with TF32 tensor cores allowed. TF32 keeps 10 fraction bits and bfloat16 7, so
+// every operand stays exact, every product is exact in float32, and the sums are float32: the
+// CPU's arithmetic up to the order of the sums, at tensor-core speed.
+Status widened_bf16(Status (*fn)(const KernelCall&), const KernelCall& call, const char* op) {
+  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
+  RETURN_IF_ERROR(kernels::check_bf16_conv_types(op, call, 2));
+  const cudaStream_t stream = stream_of(call);
+  std::vector<TensorView> in(call.inputs.begin(), call.inputs.end());
+  ScratchBuffer wide[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t n = in[i].size();
+    RETURN_IF_ERROR(wide[i].allocate(static_cast<size_t>(n) * sizeof(float), stream));
+    PT_CUDA_CHECK(launch_cast(CastType::kBf16, CastType::kF32, wide[i].get(), in[i].data, n, stream));
+    in[i].data = wide[i].get();
+    in[i].dtype = DType::kFloat32;
+  }
+  KernelCall c{in, call.outputs, call.attrs, call.stream};
+  c.tf32 = true;
+  return fn(c);
+}
+
+}  // namespace
+
+Status conv_bf16(const KernelCall& call) { return widened_bf16(&conv<float>, call, "Conv"); }
+Status conv_grad_input_bf16(const KernelCall& call) {
+  return widened_bf16(&conv_grad_input<float>, call, "ConvGradInput");
+}
+Status conv_grad_weight_bf16(const KernelCall& call) {
+  return widened_bf16(&conv_grad_weight<float>, call, "ConvGradWeight");
 }
 
 // ---- softmax ------------------------------------------------------------------------------------

@@ -32,6 +32,16 @@ template <typename Op, typename T>
 Status grad(const KernelCall& call, const char* op, UnaryOp u) {
   unary::Args<T> p;
   RETURN_IF_ERROR(kernels::read_unary_args<T>(Op::kArgs, call, op, 2, &p));
+  if constexpr (std::is_same_v<T, float>) {
+    // --precision bf16 hands ReluGrad the bfloat16 copy of Y (importer/precision.cpp), as on the CPU.
+    if (u == UnaryOp::kRelu && call.inputs.size() == 2 && call.inputs[1].dtype == DType::kBFloat16) {
+      RETURN_IF_ERROR(kernels::check_unary(call, "ReluGrad", 2));
+      PT_CUDA_CHECK(launch_relu_grad_bf16(call.outputs[0].as<float>(), call.inputs[0].as<float>(),
+                                          static_cast<const uint16_t*>(call.inputs[1].data), call.inputs[0].size(),
+                                          stream_of(call)));
+      return Status::ok();
+    }
+  }
   RETURN_IF_ERROR(kernels::check_unary(call, op, 2, " (cuda)", dtype_of<T>()));
   const TensorView& dy = call.inputs[0];
   PT_CUDA_CHECK(launch_unary_grad<T>(u, p, call.outputs[0].as<T>(), dy.as<T>(), call.inputs[1].as<T>(), dy.size(),

@@ -120,6 +120,8 @@ enum class CastType : int { kF32, kF64, kI64, kI32, kI8, kU8, kBool, kBf16 };
 // cudaErrorInvalidValue for a pair the CPU's Cast does not have (bfloat16 from anything but float32,
 // bfloat16 to anything but float32).
 cudaError_t launch_cast(CastType from, CastType to, void* y, const void* x, int64_t n, cudaStream_t stream);
+// ReluGrad under --precision bf16: dx = dy where the bfloat16 copy of Y is positive, else 0.
+cudaError_t launch_relu_grad_bf16(float* dx, const float* dy, const uint16_t* y, int64_t n, cudaStream_t stream);
 
 // ---- reductions (reduce.cu) -----------------------------------------------------------------
 enum class ReduceOp : int { kSum, kMean, kMax };

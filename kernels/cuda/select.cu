@@ -54,6 +54,13 @@ __global__ void f32_to_bf16_kernel(uint16_t* y, const float* x, int64_t n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = to_bf16(x[i]);
 }
 
+// ReluGrad with the bfloat16 copy of Y: kernels/cpu/unary.cpp's mask (a positive bfloat16 is
+// 0x0001..0x7F80; 0 and the negatives and NaNs are not).
+__global__ void relu_grad_bf16_kernel(float* dx, const float* dy, const uint16_t* y, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    dx[i] = static_cast<uint16_t>(y[i] - 1u) < 0x7F80u ? dy[i] : 0.0f;
+}
+
 __global__ void bf16_to_f32_kernel(float* y, const uint16_t* x, int64_t n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = __uint_as_float(static_cast<uint32_t>(x[i]) << 16);
 }
@@ -124,6 +131,12 @@ cudaError_t launch_cast(CastType from, CastType to, void* y, const void* x, int6
       return cudaGetLastError();
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_relu_grad_bf16(float* dx, const float* dy, const uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  relu_grad_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(dx, dy, y, n);
+  return cudaGetLastError();
 }
 
 #define PT_SELECT(T)                                                                                            \

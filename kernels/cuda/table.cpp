@@ -75,6 +75,12 @@ const KernelEntry kNative[] = {
     {"Cast", DeviceKind::kCuda, DType::kUint8, &cuda::cast_op},
     {"Cast", DeviceKind::kCuda, DType::kBool, &cuda::cast_op},
     {"Cast", DeviceKind::kCuda, DType::kBFloat16, &cuda::cast_op},
+    // --precision bf16's products: bfloat16 operands, float32 outputs
+    {"Gemm", DeviceKind::kCuda, DType::kBFloat16, &cuda::gemm_bf16},
+    {"MatMul", DeviceKind::kCuda, DType::kBFloat16, &cuda::matmul_bf16},
+    {"Conv", DeviceKind::kCuda, DType::kBFloat16, &cuda::conv_bf16},
+    {"ConvGradInput", DeviceKind::kCuda, DType::kBFloat16, &cuda::conv_grad_input_bf16},
+    {"ConvGradWeight", DeviceKind::kCuda, DType::kBFloat16, &cuda::conv_grad_weight_bf16},
     // Reductions (reduce.cu)
     PT_CUDA_F("ReduceSum", reduce_sum),
     PT_CUDA_F("ReduceMean", reduce_mean),

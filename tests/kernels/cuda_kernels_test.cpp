@@ -657,6 +657,86 @@ TEST_F(CudaDevice, WhereNotAndBf16CastMatchTheCpu) {
   run_both("Cast", DType::kBFloat16, {hbf}, HostTensor(DType::kFloat32, {1000}));
 }
 
+// --precision bf16's products on CUDA against the CPU's bf16 kernels on the same bfloat16 operands:
+// both accumulate exact products in float32, so only the order of the sums differs.
+TEST_F(CudaDevice, Bf16ProductsMatchTheCpu) {
+  std::mt19937 rng(kSeed);
+  std::uniform_real_distribution<float> d(-1, 1);
+  auto bf16 = [&](Dims dims) {
+    std::vector<float> v(static_cast<size_t>(numel(dims)));
+    for (float& x : v) x = d(rng);
+    const HostTensor f = HostTensor::from<float>(dims, v);
+    HostTensor b(DType::kBFloat16, dims);
+    const std::vector<TensorView> iv = {f.view()}, ov = {b.view()};
+    EXPECT_TRUE(find_kernel("Cast", DeviceKind::kCpu, DType::kFloat32)(KernelCall{iv, ov, AttrMap{}, nullptr}).is_ok());
+    return b;
+  };
+  struct P {
+    const char* op;
+    std::vector<HostTensor> in;
+    Dims out;
+    AttrMap attrs;
+  };
+  const AttrMap pads = attrs({{"pads", Ints{1, 1, 1, 1}}});
+  std::vector<P> cases;
+  cases.push_back({"Gemm", {bf16({16, 24}), bf16({24, 8})}, {16, 8}, {}});
+  cases.push_back({"Gemm", {bf16({24, 16}), bf16({8, 24}), HostTensor::from<float>({8}, std::vector<float>(8, 0.5f))},
+                   {16, 8}, attrs({{"transA", int64_t{1}}, {"transB", int64_t{1}}})});
+  cases.push_back({"MatMul", {bf16({3, 5, 12}), bf16({3, 12, 7})}, {3, 5, 7}, {}});
+  cases.push_back({"MatMul", {bf16({4, 6, 10}), bf16({10, 9})}, {4, 6, 9}, {}});
+  cases.push_back({"Conv", {bf16({2, 3, 8, 8}), bf16({4, 3, 3, 3}), HostTensor::from<float>({4}, std::vector<float>(4, 0.25f))},
+                   {2, 4, 8, 8}, pads});
+  cases.push_back({"ConvGradInput", {bf16({2, 4, 8, 8}), bf16({4, 3, 3, 3})}, {2, 3, 8, 8}, pads});
+  cases.push_back({"ConvGradWeight", {bf16({2, 4, 8, 8}), bf16({2, 3, 8, 8})}, {4, 3, 3, 3}, pads});
+  for (const P& c : cases) {
+    HostTensor ref(DType::kFloat32, c.out);
+    std::vector<TensorView> iv, ov = {ref.view()};
+    for (const HostTensor& t : c.in) iv.push_back(t.view());
+    const KernelFn cpu = find_kernel(c.op, DeviceKind::kCpu, DType::kBFloat16);
+    const KernelFn gpu = find_kernel(c.op, DeviceKind::kCuda, DType::kBFloat16);
+    ASSERT_TRUE(cpu && gpu && !cuda::is_host_fallback(c.op, DType::kBFloat16)) << c.op;
+    const Status cs = cpu(KernelCall{iv, ov, c.attrs, nullptr});
+    ASSERT_TRUE(cs.is_ok()) << c.op << ": " << cs.message();
+    std::vector<std::unique_ptr<DeviceTensor>> din;
+    std::vector<TensorView> div;
+    for (const HostTensor& t : c.in) {
+      din.push_back(std::make_unique<DeviceTensor>());
+      ASSERT_TRUE(din.back()->upload(t).is_ok());
+      div.push_back(TensorView{din.back()->get(), t.dtype(), t.dims()});
+    }
+    DeviceTensor dout;
+    ASSERT_TRUE(dout.upload(HostTensor(DType::kFloat32, c.out)).is_ok());
+    const std::vector<TensorView> dov = {TensorView{dout.get(), DType::kFloat32, c.out}};
+    const Status gs = gpu(KernelCall{div, dov, c.attrs, nullptr});
+    ASSERT_TRUE(gs.is_ok()) << c.op << ": " << gs.message();
+    ASSERT_TRUE(cuda::device_synchronize().is_ok());
+    HostTensor got(DType::kFloat32, c.out);
+    bool guard_ok = false;
+    ASSERT_TRUE(dout.download(&got, &guard_ok).is_ok());
+    EXPECT_TRUE(guard_ok) << c.op;
+    EXPECT_TRUE(close(got, ref, 1e-4, 1e-4)) << c.op;
+  }
+  // ReluGrad reading the bfloat16 copy of Y.
+  const HostTensor y = bf16({1000});
+  std::vector<float> g(1000);
+  for (float& x : g) x = d(rng);
+  const HostTensor dy = HostTensor::from<float>({1000}, g);
+  HostTensor ref(DType::kFloat32, {1000});
+  std::vector<TensorView> iv = {dy.view(), y.view()}, ov = {ref.view()};
+  ASSERT_TRUE(find_kernel("ReluGrad", DeviceKind::kCpu, DType::kFloat32)(KernelCall{iv, ov, AttrMap{}, nullptr}).is_ok());
+  DeviceTensor ddy, dyb, ddx;
+  ASSERT_TRUE(ddy.upload(dy).is_ok() && dyb.upload(y).is_ok() && ddx.upload(HostTensor(DType::kFloat32, {1000})).is_ok());
+  const std::vector<TensorView> div = {TensorView{ddy.get(), DType::kFloat32, {1000}},
+                                       TensorView{dyb.get(), DType::kBFloat16, {1000}}};
+  const std::vector<TensorView> dov = {TensorView{ddx.get(), DType::kFloat32, {1000}}};
+  ASSERT_TRUE(find_kernel("ReluGrad", DeviceKind::kCuda, DType::kFloat32)(KernelCall{div, dov, AttrMap{}, nullptr}).is_ok());
+  ASSERT_TRUE(cuda::device_synchronize().is_ok());
+  HostTensor got(DType::kFloat32, {1000});
+  bool guard_ok = false;
+  ASSERT_TRUE(ddx.download(&got, &guard_ok).is_ok());
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.bytes()), 0) << "ReluGrad (bfloat16 Y) not bit-identical";
+}
+
 // ---- what runs without a GPU ---------------------------------------------------------------------
 
 // The libraries this process loaded (printed for the GPU check's log); works without a GPU.
