@@ -36,8 +36,10 @@ Word* current() {
   if (w.device || w.failed) return w.device ? &w : nullptr;
   void* d = nullptr;
   void* h = nullptr;
+  // The zeroing runs on the legacy default stream, which the runtime's non-blocking streams do
+  // not wait for: it must be done before a kernel on one of them can record into the word.
   if (cudaMalloc(&d, sizeof(DeferredError)) != cudaSuccess || cudaMemset(d, 0, sizeof(DeferredError)) != cudaSuccess ||
-      cudaMallocHost(&h, sizeof(DeferredError)) != cudaSuccess) {
+      cudaStreamSynchronize(nullptr) != cudaSuccess || cudaMallocHost(&h, sizeof(DeferredError)) != cudaSuccess) {
     (void)cudaGetLastError();
     if (d) (void)cudaFree(d);
     w.failed = true;
@@ -70,6 +72,9 @@ Status deferred_error_status() {
   std::lock_guard<std::mutex> lock(g_mu);
   *w->mirror = DeferredError{};
   PT_CUDA_CHECK(cudaMemset(w->device, 0, sizeof(DeferredError)));
+  // Done before the next read is queued on a non-blocking stream (which does not wait for the
+  // legacy default stream): else that read can see this record again.
+  PT_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return invalid_input(describe_deferred_error(e));
 }
 

@@ -166,7 +166,12 @@ Status layer_norm_grad(const KernelCall& call) {
   kernels::LayerNormGeometry s;
   RETURN_IF_ERROR(kernels::check_layer_norm_grad(call, &s));
   auto out = [&](size_t i) { return call.outputs.size() > i && call.outputs[i].data ? call.outputs[i].as<T>() : nullptr; };
-  if (s.rows * s.cols == 0) return Status::ok();
+  if (s.rows * s.cols == 0) {
+    // No rows: dScale and dB are zeros, as the CPU writes them.
+    for (size_t i = 1; i < 3; ++i)
+      if (T* p = out(i)) PT_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(s.cols) * sizeof(T), stream_of(call)));
+    return Status::ok();
+  }
   ScratchBuffer stats;  // per row: mean, 1/stddev
   RETURN_IF_ERROR(stats.allocate(static_cast<size_t>(2 * s.rows) * sizeof(double), stream_of(call)));
   PT_CUDA_CHECK(launch_layer_norm_grad<T>(out(0), out(1), out(2), call.inputs[0].as<T>(), call.inputs[1].as<T>(),
