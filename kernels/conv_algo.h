@@ -62,26 +62,36 @@ struct ConvAlgoResult {
   int algo = 0;
   bool ok = false;         // status CUDNN_STATUS_SUCCESS
   bool fma_math = false;   // math type CUDNN_FMA_MATH (no tensor-core rounding of the operands)
+  int math_type = 0;       // cudnnMathType_t, set on the descriptor before the run
   size_t workspace = 0;    // bytes
   float time_ms = -1;      // measured time; < 0 for a heuristic row
 };
 
 struct ConvAlgoPolicy {
-  // FP32 without --precision tf32: only direct algorithms (conv_algo_is_direct) in FMA math.
-  // Otherwise (TF32, BF16 and double, or where no direct algorithm is offered) any that succeeds.
-  bool exact = true;
+  // Only direct algorithms (conv_algo_is_direct): FP32 without --precision tf32, and --precision
+  // bf16's widened convolutions (whose products TF32 keeps exact only in a direct algorithm).
+  bool direct = true;
+  // Only FMA math (no tensor-core rounding of the operands): FP32 without --precision tf32.
+  bool fma = true;
   size_t max_workspace = size_t{1} << 30;
+  bool strict() const { return direct || fma; }
 };
 
+// The policies of the three kinds of float convolution.
+inline ConvAlgoPolicy exact_fp32_policy() { return {true, true}; }
+inline ConvAlgoPolicy tf32_policy() { return {false, false}; }
+inline ConvAlgoPolicy widened_bf16_policy() { return {true, false}; }
+
 // The index in `rows` of the algorithm to run: the first row (rows are best first) that succeeded,
-// fits the workspace limit and, under an exact policy, is direct in FMA math; without such a row
-// the first that succeeded and fits. -1 when none did.
+// fits the workspace limit and meets the policy (direct, FMA math); without such a row the first
+// that succeeded and fits. -1 when none did.
 inline int pick_conv_algo(ConvPass pass, const std::vector<ConvAlgoResult>& rows, const ConvAlgoPolicy& policy) {
-  for (int strict = policy.exact ? 1 : 0; strict >= 0; --strict)
+  for (int strict = policy.strict() ? 1 : 0; strict >= 0; --strict)
     for (size_t i = 0; i < rows.size(); ++i) {
       const ConvAlgoResult& r = rows[i];
       if (!r.ok || r.workspace > policy.max_workspace) continue;
-      if (strict && !(r.fma_math && conv_algo_is_direct(pass, r.algo))) continue;
+      if (strict && policy.direct && !conv_algo_is_direct(pass, r.algo)) continue;
+      if (strict && policy.fma && !r.fma_math) continue;
       return static_cast<int>(i);
     }
   return -1;
@@ -94,6 +104,7 @@ struct ConvAlgoKeyParts {
   int dtype = 0;       // cudnnDataType_t
   int device = 0;      // CUDA ordinal
   bool tf32 = false;   // math: TF32 tensor cores allowed
+  bool direct_only = true;  // ConvAlgoPolicy::direct
   int64_t group = 1;
   std::vector<int64_t> x, w;                // [N, C, spatial...], [M, C/g, k...]
   std::vector<int> pad, stride, dilation;
@@ -101,8 +112,8 @@ struct ConvAlgoKeyParts {
 };
 
 inline std::vector<int64_t> conv_algo_key(const ConvAlgoKeyParts& p) {
-  std::vector<int64_t> k = {static_cast<int64_t>(p.pass), p.dtype, p.device, p.tf32 ? 1 : 0, p.group,
-                            static_cast<int64_t>(p.max_workspace)};
+  std::vector<int64_t> k = {static_cast<int64_t>(p.pass), p.dtype, p.device, p.tf32 ? 1 : 0, p.direct_only ? 1 : 0,
+                            p.group, static_cast<int64_t>(p.max_workspace)};
   auto add = [&k](const auto& v) {
     k.push_back(static_cast<int64_t>(v.size()));
     k.insert(k.end(), v.begin(), v.end());

@@ -188,6 +188,7 @@ Status make_conv_descs(const char* op, const ConvSetup& cs, bool tf32_allowed, C
 // The algorithm cache: conv_algo_key (pass, dtype, device, math, shapes, window) -> the choice.
 struct AlgoChoice {
   int algo = 0;
+  int math = CUDNN_DEFAULT_MATH;  // the row's cudnnMathType_t
   size_t workspace = 0;
   bool measured = false;  // by cudnnFind*Ex (else cuDNN's heuristics)
   float time_ms = -1;     // the measured time
@@ -203,12 +204,13 @@ std::map<std::vector<int64_t>, AlgoChoice>& algo_cache() {
 // gigabytes usually has a near-equal alternative).
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
 
-std::vector<int64_t> algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs, bool tf32) {
+std::vector<int64_t> algo_key(Pass p, cudnnDataType_t t, const ConvSetup& cs, bool tf32, bool direct_only) {
   kernels::ConvAlgoKeyParts k;
   k.pass = p;
   k.dtype = static_cast<int>(t);
   (void)cudaGetDevice(&k.device);
   k.tf32 = tf32;
+  k.direct_only = direct_only;
   k.group = cs.group;
   k.x = cs.x;
   k.w = cs.w;
@@ -228,6 +230,7 @@ std::vector<ConvAlgoResult> rows_of(const Perf* perf, int n, bool measured) {
     r.algo = static_cast<int>(perf[i].algo);
     r.ok = perf[i].status == CUDNN_STATUS_SUCCESS;
     r.fma_math = perf[i].mathType == CUDNN_FMA_MATH;
+    r.math_type = static_cast<int>(perf[i].mathType);
     r.workspace = perf[i].memory;
     r.time_ms = measured ? perf[i].time : -1.f;
     rows.push_back(r);
@@ -280,7 +283,7 @@ Status choose_algo(const char* what, cudaStream_t stream, FindFn find, GetFn get
       const std::vector<ConvAlgoResult> rows = rows_of(perf, n, true);
       const int i = kernels::pick_conv_algo(pass, rows, policy);
       if (i >= 0) {
-        *out = AlgoChoice{rows[i].algo, rows[i].workspace, true, rows[i].time_ms, {}};
+        *out = AlgoChoice{rows[i].algo, rows[i].math_type, rows[i].workspace, true, rows[i].time_ms, {}};
         return Status::ok();
       }
     } else {
@@ -294,7 +297,7 @@ Status choose_algo(const char* what, cudaStream_t stream, FindFn find, GetFn get
     if (r.ok && size_of(perf[&r - rows.data()].algo, &r.workspace) != CUDNN_STATUS_SUCCESS) r.ok = false;
   const int i = kernels::pick_conv_algo(pass, rows, policy);
   if (i < 0) return unsupported(std::string(what) + ": cuDNN offers no usable algorithm for this convolution");
-  *out = AlgoChoice{rows[i].algo, rows[i].workspace, false, -1.f, {}};
+  *out = AlgoChoice{rows[i].algo, rows[i].math_type, rows[i].workspace, false, -1.f, {}};
   return Status::ok();
 }
 
@@ -352,17 +355,16 @@ std::string describe_setup(Pass pass, const ConvSetup& cs, bool tf32, const char
 }
 
 template <typename T>
-Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSetup& cs, const void* x, const void* w,
-                const void* dy, void* out) {
+Status run_conv(const KernelCall& call, const ConvAlgoPolicy& policy_in, const char* op, Pass pass, const ConvSetup& cs,
+                const void* x, const void* w, const void* dy, void* out) {
   const cudaStream_t stream = stream_of(call);
   ConvDescs d;
   RETURN_IF_ERROR(make_conv_descs<T>(op, cs, call.tf32, &d));
   cudnnHandle_t h;
   RETURN_IF_ERROR(cudnn_for(stream, &h));
-  ConvAlgoPolicy policy;
-  policy.exact = std::is_same_v<T, float> && !call.tf32;
+  ConvAlgoPolicy policy = policy_in;
   policy.max_workspace = kMaxWorkspace;
-  const std::vector<int64_t> key = algo_key(pass, dnn_type<T>(), cs, call.tf32);
+  const std::vector<int64_t> key = algo_key(pass, dnn_type<T>(), cs, call.tf32, policy.direct);
   AlgoChoice choice;
   bool cached = false;
   {
@@ -379,6 +381,10 @@ Status run_conv(const KernelCall& call, const char* op, Pass pass, const ConvSet
     std::lock_guard<std::mutex> lock(g_algo_mu);
     algo_cache()[key] = choice;
   }
+  // Where tensor-core math is allowed, the math type the algorithm was measured (or offered) with;
+  // under FMA math the descriptor's, so that TF32 is never used behind the caller's back.
+  if (!policy.fma)
+    PT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, static_cast<cudnnMathType_t>(choice.math)));
   ScratchBuffer ws;
   RETURN_IF_ERROR(ws.allocate(choice.workspace, stream));
   const T one = T(1), zero = T(0);
@@ -424,7 +430,7 @@ std::vector<std::string> conv_algo_report() {
 }
 
 template <typename T>
-Status conv(const KernelCall& call) {
+Status conv_with(const KernelCall& call, const ConvAlgoPolicy& policy) {
   RETURN_IF_ERROR(check_arity(call, "Conv", 2, 1));
   const TensorView& x = call.inputs[0];
   const TensorView& w = call.inputs[1];
@@ -439,7 +445,7 @@ Status conv(const KernelCall& call) {
     // cuDNN refuses empty reductions; the result is the bias alone (or 0).
     PT_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.bytes(), stream_of(call)));
   } else {
-    RETURN_IF_ERROR(run_conv<T>(call, "Conv", Pass::kForward, cs, x.as<T>(), w.as<T>(), nullptr, y.as<T>()));
+    RETURN_IF_ERROR(run_conv<T>(call, policy, "Conv", Pass::kForward, cs, x.as<T>(), w.as<T>(), nullptr, y.as<T>()));
   }
   if (bias) {
     cudnnHandle_t h;
@@ -456,7 +462,7 @@ Status conv(const KernelCall& call) {
 }
 
 template <typename T>
-Status conv_grad_input(const KernelCall& call) {
+Status conv_grad_input_with(const KernelCall& call, const ConvAlgoPolicy& policy) {
   RETURN_IF_ERROR(check_arity(call, "ConvGradInput", 2, 1));
   const TensorView& dy = call.inputs[0];
   const TensorView& w = call.inputs[1];
@@ -469,11 +475,11 @@ Status conv_grad_input(const KernelCall& call) {
     PT_CUDA_CHECK(cudaMemsetAsync(dx.data, 0, dx.bytes(), stream_of(call)));
     return Status::ok();
   }
-  return run_conv<T>(call, "ConvGradInput", Pass::kGradInput, cs, nullptr, w.as<T>(), dy.as<T>(), dx.as<T>());
+  return run_conv<T>(call, policy, "ConvGradInput", Pass::kGradInput, cs, nullptr, w.as<T>(), dy.as<T>(), dx.as<T>());
 }
 
 template <typename T>
-Status conv_grad_weight(const KernelCall& call) {
+Status conv_grad_weight_with(const KernelCall& call, const ConvAlgoPolicy& policy) {
   RETURN_IF_ERROR(check_arity(call, "ConvGradWeight", 2, 1));
   const TensorView& dy = call.inputs[0];
   const TensorView& x = call.inputs[1];
@@ -486,7 +492,31 @@ Status conv_grad_weight(const KernelCall& call) {
     PT_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.bytes(), stream_of(call)));
     return Status::ok();
   }
-  return run_conv<T>(call, "ConvGradWeight", Pass::kGradWeight, cs, x.as<T>(), nullptr, dy.as<T>(), dw.as<T>());
+  return run_conv<T>(call, policy, "ConvGradWeight", Pass::kGradWeight, cs, x.as<T>(), nullptr, dy.as<T>(), dw.as<T>());
+}
+
+namespace {
+
+// FP32 without --precision tf32: direct algorithms in FMA math; TF32 (and double, which has no
+// tensor-core math): any algorithm that runs.
+template <typename T>
+ConvAlgoPolicy default_policy(const KernelCall& call) {
+  return std::is_same_v<T, float> && !call.tf32 ? kernels::exact_fp32_policy() : kernels::tf32_policy();
+}
+
+}  // namespace
+
+template <typename T>
+Status conv(const KernelCall& call) {
+  return conv_with<T>(call, default_policy<T>(call));
+}
+template <typename T>
+Status conv_grad_input(const KernelCall& call) {
+  return conv_grad_input_with<T>(call, default_policy<T>(call));
+}
+template <typename T>
+Status conv_grad_weight(const KernelCall& call) {
+  return conv_grad_weight_with<T>(call, default_policy<T>(call));
 }
 
 // ---- --precision bf16 ----------------------------------------------------------------------------
@@ -495,10 +525,11 @@ namespace {
 
 // kernels/cpu/conv_bf16.cpp's semantics (bfloat16 X, W, dY; float32 bias and outputs; float32
 // accumulation): the bfloat16 operands are widened to float32 on the device and the float32
-// convolution runs with TF32 tensor cores allowed. TF32 keeps 10 fraction bits and bfloat16 7, so
-// every operand stays exact, every product is exact in float32, and the sums are float32: the
-// CPU's arithmetic up to the order of the sums, at tensor-core speed.
-Status widened_bf16(Status (*fn)(const KernelCall&), const KernelCall& call, const char* op) {
+// convolution runs with TF32 tensor cores allowed and a direct algorithm (kernels/conv_algo.h's
+// widened_bf16_policy). TF32 keeps 10 fraction bits and bfloat16 7, so every operand stays exact,
+// every product is exact in float32, and the sums are float32: the CPU's arithmetic up to the
+// order of the sums, at tensor-core speed (FFT or Winograd would transform the operands first).
+Status widened_bf16(Status (*fn)(const KernelCall&, const ConvAlgoPolicy&), const KernelCall& call, const char* op) {
   RETURN_IF_ERROR(check_arity(call, op, 2, 1));
   RETURN_IF_ERROR(kernels::check_bf16_conv_types(op, call, 2));
   const cudaStream_t stream = stream_of(call);
@@ -513,17 +544,17 @@ Status widened_bf16(Status (*fn)(const KernelCall&), const KernelCall& call, con
   }
   KernelCall c{in, call.outputs, call.attrs, call.stream};
   c.tf32 = true;
-  return fn(c);
+  return fn(c, kernels::widened_bf16_policy());
 }
 
 }  // namespace
 
-Status conv_bf16(const KernelCall& call) { return widened_bf16(&conv<float>, call, "Conv"); }
+Status conv_bf16(const KernelCall& call) { return widened_bf16(&conv_with<float>, call, "Conv"); }
 Status conv_grad_input_bf16(const KernelCall& call) {
-  return widened_bf16(&conv_grad_input<float>, call, "ConvGradInput");
+  return widened_bf16(&conv_grad_input_with<float>, call, "ConvGradInput");
 }
 Status conv_grad_weight_bf16(const KernelCall& call) {
-  return widened_bf16(&conv_grad_weight<float>, call, "ConvGradWeight");
+  return widened_bf16(&conv_grad_weight_with<float>, call, "ConvGradWeight");
 }
 
 // ---- softmax ------------------------------------------------------------------------------------

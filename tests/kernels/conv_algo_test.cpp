@@ -1,5 +1,6 @@
 // The CUDA convolutions' algorithm choice (kernels/conv_algo.h) without a GPU: exact FP32 runs
 // take only direct algorithms in FMA math, the fastest that fits; TF32 takes the fastest of any;
+// bf16 widened to float32 the fastest direct one in any math;
 // the cache key tells every description apart.
 #include <gtest/gtest.h>
 
@@ -41,11 +42,10 @@ TEST(ConvAlgo, ExactTakesTheFastestDirectFmaRow) {
   const std::vector<ConvAlgoResult> rows = {row(kFwdWinogradNonfused, 0.10f), row(kFwdFftTiling, 0.12f),
                                             row(kFwdImplicitPrecompGemm, 0.13f, /*fma=*/false),
                                             row(kFwdImplicitPrecompGemm, 0.20f), row(kFwdImplicitGemm, 0.30f)};
-  ConvAlgoPolicy exact;
-  EXPECT_EQ(pick_conv_algo(ConvPass::kForward, rows, exact), 3);
-  ConvAlgoPolicy fast;
-  fast.exact = false;
-  EXPECT_EQ(pick_conv_algo(ConvPass::kForward, rows, fast), 0);
+  EXPECT_EQ(pick_conv_algo(ConvPass::kForward, rows, exact_fp32_policy()), 3);
+  EXPECT_EQ(pick_conv_algo(ConvPass::kForward, rows, tf32_policy()), 0);
+  // bf16 widened to float32 on TF32 tensor cores: direct algorithms, any math.
+  EXPECT_EQ(pick_conv_algo(ConvPass::kForward, rows, widened_bf16_policy()), 2);
 }
 
 TEST(ConvAlgo, FailedAndOversizedRowsAreSkipped) {
@@ -62,7 +62,7 @@ TEST(ConvAlgo, FailedAndOversizedRowsAreSkipped) {
 TEST(ConvAlgo, ExactFallsBackWhenNoDirectRowExists) {
   // Never refuse a convolution cuDNN can run: without a direct row the first usable one.
   const std::vector<ConvAlgoResult> rows = {row(kBwdDataFft, 0.1f, true, 0, false), row(kBwdDataWinograd, 0.2f)};
-  EXPECT_EQ(pick_conv_algo(ConvPass::kGradInput, rows, ConvAlgoPolicy{}), 1);
+  EXPECT_EQ(pick_conv_algo(ConvPass::kGradInput, rows, exact_fp32_policy()), 1);
 }
 
 TEST(ConvAlgo, KeysTellDescriptionsApart) {
@@ -81,6 +81,7 @@ TEST(ConvAlgo, KeysTellDescriptionsApart) {
   };
   EXPECT_TRUE(differs([](ConvAlgoKeyParts& b) { b.pass = ConvPass::kGradInput; }));
   EXPECT_TRUE(differs([](ConvAlgoKeyParts& b) { b.tf32 = true; }));
+  EXPECT_TRUE(differs([](ConvAlgoKeyParts& b) { b.direct_only = false; }));
   EXPECT_TRUE(differs([](ConvAlgoKeyParts& b) { b.device = 1; }));
   EXPECT_TRUE(differs([](ConvAlgoKeyParts& b) { b.dtype = 1; }));
   EXPECT_TRUE(differs([](ConvAlgoKeyParts& b) { b.group = 2; }));
