@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/checks/pad.h"
 #include "kernels/checks/tensor.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -48,19 +49,6 @@ std::vector<std::vector<int64_t>> pad_maps(const Dims& in, const Dims& out, cons
   return maps;
 }
 
-Status pad_args(const char* op, const KernelCall& call, const Dims& in, const Dims& out,
-                std::vector<int64_t>* pads, std::string* mode) {
-  *pads = call.attrs.get_ints("_pads");
-  *mode = call.attrs.get_string("mode", "constant");
-  if (pads->size() != 2 * in.size() || out.size() != in.size())
-    return invalid_input(std::string(op) + ": normalised pads do not match rank " + std::to_string(in.size()));
-  if (*mode != "constant" && *mode != "reflect" && *mode != "edge")
-    return invalid_input(std::string(op) + ": unknown mode '" + *mode + "' (constant, reflect, edge)");
-  for (size_t k = 0; k < in.size(); ++k)
-    if (out[k] != in[k] + (*pads)[k] + (*pads)[k + in.size()])
-      return invalid_input(std::string(op) + ": output dim " + std::to_string(k) + " does not match the pads");
-  return Status::ok();
-}
 
 template <typename I>
 Status gather_index(const void* idx, int64_t j, int64_t len, int64_t* k) {
@@ -314,14 +302,11 @@ Status tile(const KernelCall& call) {
 
 template <typename T>
 Status pad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Pad", 1, 1));
-  const TensorView& x = call.inputs[0];
-  const TensorView& y = call.outputs[0];
   std::vector<int64_t> pads;
   std::string mode;
-  RETURN_IF_ERROR(pad_args("Pad", call, x.dims, y.dims, &pads, &mode));
-  if (mode != "constant" && x.size() == 0 && y.size() > 0)
-    return invalid_input("Pad: mode '" + mode + "' of an empty input");
+  RETURN_IF_ERROR(kernels::check_pad(call, &pads, &mode));
+  const TensorView& x = call.inputs[0];
+  const TensorView& y = call.outputs[0];
   const T value = static_cast<T>(call.attrs.get_float("_value", 0.0f));
   const T* px = x.as<T>();
   T* py = y.as<T>();
@@ -358,12 +343,11 @@ Status pad(const KernelCall& call) {
 // (dY) -> dX: every padded element's gradient added to the input element it copied.
 template <typename T>
 Status pad_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "PadGrad", 1, 1));
-  const TensorView& dy = call.inputs[0];
-  const TensorView& dx = call.outputs[0];
   std::vector<int64_t> pads;
   std::string mode;
-  RETURN_IF_ERROR(pad_args("PadGrad", call, dx.dims, dy.dims, &pads, &mode));
+  RETURN_IF_ERROR(kernels::check_pad_grad(call, &pads, &mode));
+  const TensorView& dy = call.inputs[0];
+  const TensorView& dx = call.outputs[0];
   const T* pdy = dy.as<T>();
   T* pdx = dx.as<T>();
   std::fill(pdx, pdx + dx.size(), T(0));

@@ -74,6 +74,8 @@ PT_DECLARE_CUDA_KERNEL(gather);       // indices checked on the device (deferred
 PT_DECLARE_CUDA_KERNEL(gather_grad);
 PT_DECLARE_CUDA_KERNEL(layer_norm);
 PT_DECLARE_CUDA_KERNEL(layer_norm_grad);
+PT_DECLARE_CUDA_KERNEL(pad);       // pad_ops.cpp (pad.cu): also int64, int32
+PT_DECLARE_CUDA_KERNEL(pad_grad);  // reflect / edge modes through the host fallback
 PT_DECLARE_CUDA_KERNEL(equal);    // select.cu: also int64, int32, bool; bool output
 PT_DECLARE_CUDA_KERNEL(less);
 PT_DECLARE_CUDA_KERNEL(greater);

@@ -123,6 +123,23 @@ cudaError_t launch_cast(CastType from, CastType to, void* y, const void* x, int6
 // ReluGrad under --precision bf16: dx = dy where the bfloat16 copy of Y is positive, else 0.
 cudaError_t launch_relu_grad_bf16(float* dx, const float* dy, const uint16_t* y, int64_t n, cudaStream_t stream);
 
+// ---- Pad (pad.cu) ------------------------------------------------------------------------------
+enum class PadMode : int { kConstant, kEdge, kReflect };
+// A pad of `in` to `out` (rank <= kMaxRank) with `begin` elements before each dim.
+struct PadGeom {
+  int rank = 0;
+  PadMode mode = PadMode::kConstant;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, begin[kMaxRank] = {}, in_stride[kMaxRank] = {};
+};
+// y (out) = x (in) padded; value where a constant pad reads outside. T: float, double, int64_t, int32_t.
+template <typename T>
+cudaError_t launch_pad(const PadGeom& g, T* y, const T* x, double value, int64_t n, cudaStream_t stream);
+// PadGrad of a constant pad: dx (in, n_dx elements) = 0, then each dy (out) element that read
+// an input element written back to it (one each: no sums). T: float, double.
+template <typename T>
+cudaError_t launch_pad_grad_constant(const PadGeom& g, T* dx, const T* dy, int64_t n_dx, int64_t n_dy,
+                                     cudaStream_t stream);
+
 // ---- reductions (reduce.cu) -----------------------------------------------------------------
 enum class ReduceOp : int { kSum, kMean, kMax };
 // out[o] = reduce over r of x[kept_offset(o) + reduced_offset(r)], accumulated in double (max in

@@ -55,6 +55,8 @@ const KernelEntry kNative[] = {
     PT_CUDA_MOVE("Slice", slice), PT_CUDA_MOVE("Concat", concat), PT_CUDA_MOVE("Split", split),
     PT_CUDA_MOVE("Expand", expand), PT_CUDA_MOVE("Gather", gather),
 #undef PT_CUDA_MOVE
+    PT_CUDA_F("Pad", pad), PT_CUDA_T("Pad", pad, int64_t, DType::kInt64), PT_CUDA_T("Pad", pad, int32_t, DType::kInt32),
+    PT_CUDA_F("PadGrad", pad_grad),
     PT_CUDA_F("SliceGrad", slice_grad),
     PT_CUDA_F("GatherGrad", gather_grad),
     PT_CUDA_F("LayerNormalization", layer_norm),

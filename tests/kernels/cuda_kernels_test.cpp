@@ -151,6 +151,16 @@ std::vector<Case> make_cases() {
       attrs({{"axis", int64_t{1}}}));
   add("LayerNormGrad_wide", "LayerNormalizationGrad", {u({40, 768}), u({40, 768}), u({768})},
       {{{40, 768}}, {{768}}, {{768}}}, attrs({{"axis", int64_t{1}}}), {}, 10);
+  // Pad (pad.cu): the three modes forward; the constant backward natively, reflect through the
+  // host fallback.
+  const AttrMap pc = attrs({{"_pads", Ints{0, 1, 2, 0, 2, 1}}, {"_value", 0.5f}});
+  add("Pad_constant", "Pad", {u({2, 3, 4})}, {{{2, 6, 7}}}, pc);
+  add("Pad_edge", "Pad", {u({2, 3, 4})}, {{{2, 6, 7}}}, attrs({{"_pads", Ints{0, 1, 2, 0, 2, 1}}, {"mode", std::string("edge")}}));
+  add("Pad_reflect", "Pad", {u({2, 3, 4})}, {{{2, 5, 7}}},
+      attrs({{"_pads", Ints{0, 1, 2, 0, 1, 1}}, {"mode", std::string("reflect")}}));
+  add("PadGrad_constant", "PadGrad", {u({2, 6, 7})}, {{{2, 3, 4}}}, pc);
+  add("PadGrad_reflect_fallback", "PadGrad", {u({2, 5, 7})}, {{{2, 3, 4}}},
+      attrs({{"_pads", Ints{0, 1, 2, 0, 1, 1}}, {"mode", std::string("reflect")}}));
   // Comparisons and Cast (select.cu): bool and integer outputs compared exactly.
   add("Equal_bcast", "Equal", {u({4, 1, 6}), u({3, 1})}, {{{4, 3, 6}, DType::kBool}}, {});
   add("Equal_self", "Equal", {u({5, 7}), u({5, 7})}, {{{5, 7}, DType::kBool}}, {});
@@ -784,13 +794,14 @@ TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
 // stage makes no host round trip for them.
 TEST(CudaKernelTable, TransformerOpsAreNative) {
   for (const char* op : {"Gather", "GatherGrad", "Slice", "SliceGrad", "Concat", "Split", "Expand", "LayerNormalization",
-                         "LayerNormalizationGrad"})
+                         "LayerNormalizationGrad", "Pad", "PadGrad", "Equal", "Less", "Greater", "Cast"})
     for (DType t : {DType::kFloat32, DType::kFloat64}) {
       EXPECT_TRUE(has_kernel(op, DeviceKind::kCuda, t)) << op;
       EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op << " should be native";
     }
   for (const char* op : {"Gather", "Slice", "Concat", "Split", "Expand"})
     for (DType t : {DType::kInt64, DType::kInt32, DType::kBool}) EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op;
+  for (const char* op : {"Where", "Not"}) EXPECT_FALSE(cuda::is_host_fallback(op, DType::kBool)) << op;
 }
 
 // The deferred error word's message names the op, the index, its position and the dimension, as

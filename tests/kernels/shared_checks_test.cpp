@@ -229,6 +229,14 @@ std::vector<Bad> float_cases() {
       {"Less", {t({4, 3})}, {typed({4, 3}, DType::kBool)}, {},
        "Less: expected at least 2 inputs and 1 outputs, got 1 and 1"},
       {"Cast", {t({4})}, {typed({5}, DType::kInt64)}, {}, "Cast: output has dims [5], expected [4]"},
+      {"Pad", {t({2, 3})}, {t({2, 5})}, attrs({{"_pads", Ints{0, 1}}}), "Pad: normalised pads do not match rank 2"},
+      {"Pad", {t({2, 3})}, {t({2, 5})}, attrs({{"_pads", Ints{0, 1, 0, 1}}, {"mode", std::string("wrap")}}),
+       "Pad: unknown mode 'wrap' (constant, reflect, edge)"},
+      {"Pad", {t({2, 3})}, {t({2, 6})}, attrs({{"_pads", Ints{0, 1, 0, 1}}}), "Pad: output dim 1 does not match the pads"},
+      {"Pad", {t({2, 0})}, {t({2, 2})}, attrs({{"_pads", Ints{0, 1, 0, 1}}, {"mode", std::string("edge")}}),
+       "Pad: mode 'edge' of an empty input"},
+      {"PadGrad", {t({2, 6})}, {t({2, 3})}, attrs({{"_pads", Ints{0, 1, 0, 1}}}),
+       "PadGrad: output dim 1 does not match the pads"},
   };
 }
 
