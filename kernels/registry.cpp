@@ -51,6 +51,14 @@ bool has_kernel(std::string_view op, DeviceKind device, DType dtype) {
   return find_kernel(op, device, dtype) != nullptr;
 }
 
+KernelGroupFn find_group_kernel(std::string_view op, DeviceKind device, DType dtype) {
+#ifdef PIPETRAIN_HAVE_CUDA
+  if (device == DeviceKind::kCuda) return cuda::group_kernel(op, dtype);
+#endif
+  (void)op, (void)device, (void)dtype;
+  return nullptr;
+}
+
 bool runs_on_host(std::string_view op, DeviceKind device, DType dtype) {
 #ifdef PIPETRAIN_HAVE_CUDA
   if (device == DeviceKind::kCuda) return cuda::is_host_fallback(op, dtype);

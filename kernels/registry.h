@@ -49,6 +49,14 @@ struct KernelEntry {
 
 // The kernel for (op, device, dtype), or nullptr.
 KernelFn find_kernel(std::string_view op, DeviceKind device, DType dtype);
+
+// Several calls of one op at once (multi-tensor apply): the optimizer updates of a stage in one
+// launch instead of one per parameter. Each call is what the op's kernel takes; the results are
+// those of calling the kernel on each in order (calls the group cannot fuse, such as ones with
+// other attributes, it runs one by one). nullptr where the backend has none: then the executor
+// calls the kernel per node.
+using KernelGroupFn = Status (*)(std::span<const KernelCall> calls);
+KernelGroupFn find_group_kernel(std::string_view op, DeviceKind device, DType dtype);
 bool has_kernel(std::string_view op, DeviceKind device, DType dtype);
 // True when the kernel for (op, device, dtype) is the CPU kernel run through the device's host
 // fallback (kernels/cuda/fallback.h: its inputs copied to the host and its outputs back, with a

@@ -19,6 +19,8 @@ namespace pt::cuda {
 // Every CUDA kernel of this build: {op, DeviceKind::kCuda, dtype, fn} (kernels/cuda/table.cpp):
 // the native kernels, then the host fallbacks (fallback.h) for the CPU ops without one.
 std::span<const KernelEntry> kernel_table();
+// The multi-tensor kernel of (op, dtype) (registry.h's KernelGroupFn), or nullptr: SGDMomentum.
+KernelGroupFn group_kernel(std::string_view op, DType dtype);
 // True when (op, dtype) on CUDA runs the CPU kernel through the host fallback.
 bool is_host_fallback(std::string_view op, DType dtype);
 // Ops that run on CUDA only through the host fallback (sorted).
@@ -112,6 +114,11 @@ PT_DECLARE_CUDA_KERNEL(softmax_cross_entropy_loss_grad);
 PT_DECLARE_CUDA_KERNEL(mse_loss);
 PT_DECLARE_CUDA_KERNEL(mse_loss_grad);
 PT_DECLARE_CUDA_KERNEL(sgd_momentum);
+// SGDMomentum of several parameters in launches of up to kMaxGroupTensors tensors (launch.h's
+// SgdGroup: the single-tensor kernel's arithmetic, element for element); calls with another
+// learning rate, momentum or weight decay than the first run in a group of their own.
+template <typename T>
+Status sgd_momentum_group(std::span<const KernelCall> calls);
 PT_DECLARE_CUDA_KERNEL(sgd);   // torch.optim.SGD (W, G, B, lr, step[, D])
 PT_DECLARE_CUDA_KERNEL(adam);  // torch.optim.Adam / AdamW (W, G, M, V, lr, step)
 

@@ -300,6 +300,40 @@ Status sgd_momentum(const KernelCall& call) {
 }
 
 template <typename T>
+Status sgd_momentum_group(std::span<const KernelCall> calls) {
+  size_t i = 0;
+  while (i < calls.size()) {
+    RETURN_IF_ERROR(kernels::check_sgd_momentum(calls[i]));
+    const KernelCall& first = calls[i];
+    const float gamma_f = first.attrs.get_float("momentum", 0.9f), wd_f = first.attrs.get_float("weight_decay", 0.0f);
+    const void* lr = first.inputs[3].data;
+    SgdGroup<T> group;
+    int64_t total = 0;
+    // Consecutive calls with the first one's learning rate and attributes, up to a group's size.
+    for (; i < calls.size() && group.count < kMaxGroupTensors; ++i) {
+      const KernelCall& c = calls[i];
+      if (group.count > 0) {
+        RETURN_IF_ERROR(kernels::check_sgd_momentum(c));
+        if (c.inputs[3].data != lr || c.attrs.get_float("momentum", 0.9f) != gamma_f ||
+            c.attrs.get_float("weight_decay", 0.0f) != wd_f || c.stream != first.stream)
+          break;
+      }
+      group.w[group.count] = c.inputs[0].as<T>();
+      group.g[group.count] = c.inputs[1].as<T>();
+      group.v[group.count] = c.inputs[2].as<T>();
+      total += c.inputs[0].size();
+      group.begin[++group.count] = total;
+    }
+    // Attributes are floats: rounded to float first, as the CPU's static_cast<T>(get_float(...)).
+    const double gamma = static_cast<T>(gamma_f), wd = static_cast<T>(wd_f);
+    PT_CUDA_CHECK(launch_sgd_spectrain<T>(group, static_cast<const T*>(lr), 0.0, gamma, wd, 0.0, stream_of(first)));
+  }
+  return Status::ok();
+}
+template Status sgd_momentum_group<float>(std::span<const KernelCall>);
+template Status sgd_momentum_group<double>(std::span<const KernelCall>);
+
+template <typename T>
 Status sgd(const KernelCall& call) {
   bool nesterov;
   RETURN_IF_ERROR(kernels::check_sgd(call, &nesterov));

@@ -177,6 +177,12 @@ bool is_host_fallback(std::string_view op, DType dtype) {
   return false;
 }
 
+KernelGroupFn group_kernel(std::string_view op, DType dtype) {
+  if (op == "SGDMomentum" && dtype == DType::kFloat32) return &sgd_momentum_group<float>;
+  if (op == "SGDMomentum" && dtype == DType::kFloat64) return &sgd_momentum_group<double>;
+  return nullptr;
+}
+
 std::vector<std::string> fallback_ops() {
   std::set<std::string> s, native;
   for (const KernelEntry& e : kNative) native.insert(e.op);

@@ -211,6 +211,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
       return unsupported(n->describe() + ": no " + std::string(device_kind_name(dev.kind())) + " kernel for " +
                          dtype_name(dt));
     Step s{n, fn, {}, {}, std::vector<uint64_t>(n->inputs.size(), 0)};
+    // Updates with a multi-tensor kernel run as one launch where several follow each other.
+    if (n->phase == Phase::kUpdate) s.group = find_group_kernel(n->op_type, dev.kind(), dt);
     for (Value* v : n->inputs) s.inputs.push_back(v ? ex->view(v) : TensorView{});
     for (Value* v : n->outputs) s.outputs.push_back(v ? ex->view(v) : TensorView{});
     while (!s.outputs.empty() && !s.outputs.back().data) s.outputs.pop_back();  // unused optional outputs
@@ -414,10 +416,40 @@ Status Executor::call(Step& s) {
   return st;
 }
 
+Status Executor::call_group(size_t first, size_t last) {
+  std::vector<KernelCall> calls;
+  calls.reserve(last - first);
+  for (size_t i = first; i < last; ++i) {
+    Step& s = steps_[i];
+    calls.push_back(KernelCall{s.inputs, s.outputs, s.node->attrs, stream_});
+    calls.back().tf32 = settings_.tf32;
+  }
+  Status st = steps_[first].group(calls);
+  for (size_t i = first; i < last; ++i)  // each update writes its inputs (weights, state) in place
+    for (const Value* v : steps_[i].node->inputs)
+      if (v) bump(v);
+  if (!st.is_ok())
+    return st.with_context(steps_[first].node->describe() + " .. " + steps_[last - 1].node->describe() + ": ");
+  return Status::ok();
+}
+
 Status Executor::run(const std::function<bool(Phase)>& filter) {
   if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
-  for (Step& s : steps_) {
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step& s = steps_[i];
     if (s.alias || (filter && !filter(s.node->phase))) continue;  // an alias: its bytes are its input's
+    if (s.group) {
+      // The run of steps with the same multi-tensor kernel (and op) that follow this one.
+      size_t j = i + 1;
+      while (j < steps_.size() && steps_[j].group == s.group && steps_[j].node->op_type == s.node->op_type &&
+             !steps_[j].alias && (!filter || filter(steps_[j].node->phase)))
+        ++j;
+      if (j - i > 1) {
+        RETURN_IF_ERROR(call_group(i, j));
+        i = j - 1;
+        continue;
+      }
+    }
     Status st = call(s);
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
   }

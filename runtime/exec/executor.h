@@ -199,10 +199,13 @@ class Executor {
     std::vector<TensorView> outputs;
     std::vector<uint64_t> versions;  // of the inputs, filled before each call with the cache on
     bool alias = false;              // the output aliases the input under the plan: not run
+    KernelGroupFn group = nullptr;   // the op's multi-tensor kernel on this device, where it has one
   };
   Executor() = default;
   Status allocate_value(const Value* v);  // the value's own storage (not planned)
   Status call(Step& s);                  // one kernel call, with versions and the bumps of an update
+  // steps_[first, last): consecutive runs of one op with a multi-tensor kernel, in one call of it.
+  Status call_group(size_t first, size_t last);
   void bump(const Value* v) {
     if (version_[v->id]) version_[v->id] = new_weight_version();
   }

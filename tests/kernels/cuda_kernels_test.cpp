@@ -747,6 +747,57 @@ TEST_F(CudaDevice, Bf16ProductsMatchTheCpu) {
   EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.bytes()), 0) << "ReluGrad (bfloat16 Y) not bit-identical";
 }
 
+// The multi-tensor SGDMomentum (one launch for a stage's updates) against one call per tensor:
+// bit-identical, also across a change of weight decay that splits the group.
+TEST_F(CudaDevice, GroupedSgdMomentumEqualsOneCallPerTensor) {
+  const KernelGroupFn group = find_group_kernel("SGDMomentum", DeviceKind::kCuda, DType::kFloat32);
+  const KernelFn single = find_kernel("SGDMomentum", DeviceKind::kCuda, DType::kFloat32);
+  ASSERT_TRUE(group && single);
+  std::mt19937 rng(kSeed);
+  std::uniform_real_distribution<float> d(-1, 1);
+  const std::vector<int64_t> sizes = {1000, 7, 300, 1};
+  AttrMap a = attrs({{"momentum", 0.9f}, {"weight_decay", 1e-3f}});
+  AttrMap b = attrs({{"momentum", 0.9f}, {"weight_decay", 0.0f}});
+  std::vector<std::vector<float>> host(3 * sizes.size());
+  for (size_t t = 0; t < sizes.size(); ++t)
+    for (int k = 0; k < 3; ++k)
+      for (int64_t i = 0; i < sizes[t]; ++i) host[3 * t + k].push_back(d(rng));
+  DeviceTensor lr;
+  ASSERT_TRUE(lr.upload(HostTensor::from<float>({}, std::vector<float>{0.05f})).is_ok());
+  std::vector<HostTensor> results[2];
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    std::vector<std::unique_ptr<DeviceTensor>> dev;
+    std::vector<std::vector<TensorView>> ins(sizes.size());
+    std::vector<KernelCall> calls;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      for (int k = 0; k < 3; ++k) {
+        dev.push_back(std::make_unique<DeviceTensor>());
+        ASSERT_TRUE(dev.back()->upload(HostTensor::from<float>({sizes[t]}, host[3 * t + k])).is_ok());
+        ins[t].push_back(TensorView{dev.back()->get(), DType::kFloat32, {sizes[t]}});
+      }
+      ins[t].push_back(TensorView{lr.get(), DType::kFloat32, {}});
+      calls.push_back(KernelCall{ins[t], {}, t == 2 ? b : a, nullptr});
+    }
+    if (grouped) {
+      ASSERT_TRUE(group(calls).is_ok());
+    } else {
+      for (const KernelCall& c : calls) ASSERT_TRUE(single(c).is_ok());
+    }
+    ASSERT_TRUE(cuda::device_synchronize().is_ok());
+    for (size_t t = 0; t < sizes.size(); ++t)
+      for (int k : {0, 2}) {  // W and V
+        HostTensor h(DType::kFloat32, {sizes[t]});
+        bool ok = false;
+        ASSERT_TRUE(dev[3 * t + k]->download(&h, &ok).is_ok());
+        EXPECT_TRUE(ok);
+        results[grouped].push_back(std::move(h));
+      }
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i)
+    EXPECT_EQ(std::memcmp(results[0][i].data(), results[1][i].data(), results[0][i].bytes()), 0) << "tensor " << i;
+}
+
 // ---- what runs without a GPU ---------------------------------------------------------------------
 
 // The libraries this process loaded (printed for the GPU check's log); works without a GPU.
