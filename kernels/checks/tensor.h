@@ -157,6 +157,9 @@ inline Status check_where(const KernelCall& call) {
     return invalid_input("Where: inputs do not broadcast to the output " + dims_str(call.outputs[0].dims));
   if (call.inputs[1].dtype != call.outputs[0].dtype || call.inputs[2].dtype != call.outputs[0].dtype)
     return invalid_input("Where: X and Y must have the output's type");
+  const DType t = call.outputs[0].dtype;
+  if (t != DType::kFloat32 && t != DType::kFloat64 && t != DType::kInt64 && t != DType::kInt32 && t != DType::kBool)
+    return unsupported(std::string("Where: values of type ") + dtype_name(t));
   return Status::ok();
 }
 
