@@ -377,13 +377,14 @@ Status run_conv(const KernelCall& call, const ConvAlgoPolicy& policy_in, const c
   }
   if (!cached) {
     RETURN_IF_ERROR(choose_for<T>(h, stream, pass, d, policy, x, w, dy, out, &choice));
-    choice.shape = describe_setup(pass, cs, call.tf32, std::is_same_v<T, float> ? "f32" : "f64");
+    choice.shape = describe_setup(pass, cs, call.tf32, std::is_same_v<T, float> ? (call.tf32 && policy.direct ? "bf16-widened" : "f32") : "f64");
     std::lock_guard<std::mutex> lock(g_algo_mu);
     algo_cache()[key] = choice;
   }
-  // Where tensor-core math is allowed, the math type the algorithm was measured (or offered) with;
-  // under FMA math the descriptor's, so that TF32 is never used behind the caller's back.
-  if (!policy.fma)
+  // Where tensor-core math is allowed (float), the math type the algorithm was measured (or offered)
+  // with; under FMA math, and for double, the descriptor's, so that TF32 is never used behind the
+  // caller's back.
+  if (!policy.fma && std::is_same_v<T, float>)
     PT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, static_cast<cudnnMathType_t>(choice.math)));
   ScratchBuffer ws;
   RETURN_IF_ERROR(ws.allocate(choice.workspace, stream));

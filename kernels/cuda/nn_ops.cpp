@@ -313,7 +313,9 @@ Status sgd_momentum_group(std::span<const KernelCall> calls) {
     for (; i < calls.size() && group.count < kMaxGroupTensors; ++i) {
       const KernelCall& c = calls[i];
       if (group.count > 0) {
-        RETURN_IF_ERROR(kernels::check_sgd_momentum(c));
+        // A call that fails its check ends the group: the group before it runs first, and the
+        // outer loop then reports the failure, as one call per tensor in order would.
+        if (!kernels::check_sgd_momentum(c).is_ok()) break;
         if (c.inputs[3].data != lr || c.attrs.get_float("momentum", 0.9f) != gamma_f ||
             c.attrs.get_float("weight_decay", 0.0f) != wd_f || c.stream != first.stream)
           break;
