@@ -1,5 +1,6 @@
 // ConvTranspose on the CPU: Conv's input gradient (ConvGradInput, with the window attributes the
 // shape function normalised for the Conv that maps Y back to X) plus the bias per output channel.
+#include "kernels/checks/conv.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
@@ -13,7 +14,7 @@ Status conv_transpose(const KernelCall& call) {
   if (!has_input(call, 2)) return Status::ok();
   const TensorView& y = call.outputs[0];  // (N, M, out...)
   const TensorView& b = call.inputs[2];   // (M)
-  if (y.rank() < 2 || b.size() != y.dims[1]) return invalid_input("ConvTranspose: B " + dims_str(b.dims) + " does not fit Y " + dims_str(y.dims));
+  RETURN_IF_ERROR(kernels::check_conv_transpose_bias(y, b));
   const int64_t n = y.dims[0], m = y.dims[1], sp = n * m != 0 ? y.size() / (n * m) : 0;
   T* py = y.as<T>();
   const T* pb = b.as<T>();

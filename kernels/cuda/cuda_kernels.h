@@ -95,6 +95,7 @@ Status conv_grad_weight_bf16(const KernelCall& call);
 PT_DECLARE_CUDA_KERNEL(conv);
 PT_DECLARE_CUDA_KERNEL(conv_grad_input);
 PT_DECLARE_CUDA_KERNEL(conv_grad_weight);
+PT_DECLARE_CUDA_KERNEL(conv_transpose);  // ConvGradInput + bias
 PT_DECLARE_CUDA_KERNEL(softmax);
 PT_DECLARE_CUDA_KERNEL(log_softmax);
 PT_DECLARE_CUDA_KERNEL(softmax_grad);

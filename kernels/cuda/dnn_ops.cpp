@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/checks/bf16.h"
+#include "kernels/checks/conv.h"
 #include "kernels/checks/softmax.h"
 #include "kernels/conv_algo.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -520,6 +521,32 @@ Status conv_grad_weight(const KernelCall& call) {
   return conv_grad_weight_with<T>(call, default_policy<T>(call));
 }
 
+// ConvTranspose: Conv's input gradient with the window the shape function normalised (as
+// kernels/cpu/conv_transpose.cpp), then the bias per output channel.
+template <typename T>
+Status conv_transpose(const KernelCall& call) {
+  RETURN_IF_ERROR(check_arity(call, "ConvTranspose", 2, 1));
+  const TensorView ins[] = {call.inputs[0], call.inputs[1]};  // X (N, C, in...), W (C, M/g, k...)
+  KernelCall c{ins, call.outputs.first(1), call.attrs, call.stream};
+  c.tf32 = call.tf32;
+  RETURN_IF_ERROR(conv_grad_input<T>(c));
+  if (!has_input(call, 2)) return Status::ok();
+  const TensorView& y = call.outputs[0];  // (N, M, out...)
+  const TensorView& b = call.inputs[2];   // (M)
+  RETURN_IF_ERROR(kernels::check_conv_transpose_bias(y, b));
+  if (y.size() == 0) return Status::ok();
+  cudnnHandle_t h;
+  RETURN_IF_ERROR(cudnn_for(stream_of(call), &h));
+  TensorDesc bd, yd;
+  Dims bdims(y.dims.size(), 1);
+  bdims[1] = y.dims[1];
+  RETURN_IF_ERROR(make_tensor("ConvTranspose", dnn_type<T>(), bdims, &bd));
+  RETURN_IF_ERROR(make_tensor("ConvTranspose", dnn_type<T>(), y.dims, &yd));
+  const T one = T(1);
+  PT_CUDNN_CHECK(cudnnAddTensor(h, &one, bd.d, b.data, &one, yd.d, y.data));
+  return Status::ok();
+}
+
 // ---- --precision bf16 ----------------------------------------------------------------------------
 
 namespace {
@@ -615,7 +642,7 @@ template <typename T> Status log_softmax_grad(const KernelCall& c) { return soft
 #define PT_F(name)                                  \
   template Status name<float>(const KernelCall&);   \
   template Status name<double>(const KernelCall&);
-PT_F(conv) PT_F(conv_grad_input) PT_F(conv_grad_weight) PT_F(softmax) PT_F(log_softmax) PT_F(softmax_grad)
+PT_F(conv) PT_F(conv_grad_input) PT_F(conv_grad_weight) PT_F(conv_transpose) PT_F(softmax) PT_F(log_softmax) PT_F(softmax_grad)
 PT_F(log_softmax_grad)
 #undef PT_F
 template Status softmax_rows<float>(cudaStream_t, const char*, bool, int64_t, int64_t, int64_t, const float*, float*);

@@ -98,6 +98,7 @@ const KernelEntry kNative[] = {
     PT_CUDA_F("Conv", conv),
     PT_CUDA_F("ConvGradInput", conv_grad_input),
     PT_CUDA_F("ConvGradWeight", conv_grad_weight),
+    PT_CUDA_F("ConvTranspose", conv_transpose),
     PT_CUDA_F("Softmax", softmax),
     PT_CUDA_F("LogSoftmax", log_softmax),
     PT_CUDA_F("SoftmaxGrad", softmax_grad),

@@ -211,6 +211,11 @@ std::vector<Case> make_cases() {
        attrs({{"strides", Ints{2, 2}}}));
   add("ConvGradWeight_group", "ConvGradWeight", {u({2, 6, 4, 4}), u({2, 4, 6, 6})}, {{{6, 2, 3, 3}}},
        attrs({{"group", int64_t{2}}}));
+  // ConvTranspose (ConvGradInput + bias): the U-Net's 2x2 stride-2 upsampling, and a padded 3x3.
+  add("ConvTranspose_up2_bias", "ConvTranspose", {u({2, 4, 3, 3}), u({4, 2, 2, 2}), u({2})}, {{{2, 2, 6, 6}}},
+      attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
+  add("ConvTranspose_3x3_s2", "ConvTranspose", {u({1, 3, 4, 4}), u({3, 2, 3, 3})}, {{{1, 2, 7, 7}}},
+      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}));
   // Softmax family (cuDNN).
   add("Softmax_rows", "Softmax", {u({16, 10})}, {{{16, 10}}}, attrs({{"axis", int64_t{1}}}));
   add("Softmax_inner", "Softmax", {u({2, 5, 3})}, {{{2, 5, 3}}}, attrs({{"axis", int64_t{1}}}));
@@ -845,7 +850,7 @@ TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
 // stage makes no host round trip for them.
 TEST(CudaKernelTable, TransformerOpsAreNative) {
   for (const char* op : {"Gather", "GatherGrad", "Slice", "SliceGrad", "Concat", "Split", "Expand", "LayerNormalization",
-                         "LayerNormalizationGrad", "Pad", "PadGrad", "Equal", "Less", "Greater", "Cast"})
+                         "LayerNormalizationGrad", "Pad", "PadGrad", "Equal", "Less", "Greater", "Cast", "ConvTranspose"})
     for (DType t : {DType::kFloat32, DType::kFloat64}) {
       EXPECT_TRUE(has_kernel(op, DeviceKind::kCuda, t)) << op;
       EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op << " should be native";

@@ -237,6 +237,8 @@ std::vector<Bad> float_cases() {
        "Pad: mode 'edge' of an empty input"},
       {"PadGrad", {t({2, 6})}, {t({2, 3})}, attrs({{"_pads", Ints{0, 1, 0, 1}}}),
        "PadGrad: output dim 1 does not match the pads"},
+      {"ConvTranspose", {t({1, 4, 3, 3})}, {t({1, 2, 6, 6})}, attrs({{"kernel_shape", Ints{2, 2}}}),
+       "ConvTranspose: expected at least 2 inputs and 1 outputs, got 1 and 1"},
   };
 }
 
