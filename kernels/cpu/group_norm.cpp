@@ -7,34 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks/group_norm.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
 namespace {
 
-struct GroupGeometry {
-  int64_t n = 0, c = 0, g = 0, spatial = 1, per_group_channels = 0, block = 0;
-  bool per_group = false;
-  double epsilon = 1e-5;
-  int64_t param_index(int64_t group, int64_t channel) const { return per_group ? group : channel; }
-};
-
-Status geometry(const KernelCall& call, const char* op, const TensorView& x, GroupGeometry* geo) {
-  if (x.rank() < 2) return invalid_input(std::string(op) + ": X must be (N, C, ...), is " + dims_str(x.dims));
-  geo->n = x.dims[0];
-  geo->c = x.dims[1];
-  for (int i = 2; i < x.rank(); ++i) geo->spatial *= x.dims[i];
-  geo->g = call.attrs.get_int("_groups", 0);
-  if (geo->g <= 0 || geo->c % geo->g)
-    return invalid_input(std::string(op) + ": " + std::to_string(geo->c) + " channels do not split into " +
-                         std::to_string(geo->g) + " groups");
-  geo->per_group_channels = geo->c / geo->g;
-  geo->block = geo->per_group_channels * geo->spatial;
-  geo->per_group = call.attrs.get_int("_per_group", 0) != 0;
-  geo->epsilon = call.attrs.get_float("epsilon", 1e-5f);
-  return Status::ok();
-}
+using GroupGeometry = kernels::GroupNormGeometry;
 
 template <typename T>
 void moments(const T* p, int64_t len, double eps, double* mean, double* rstd) {
@@ -52,14 +32,9 @@ void moments(const T* p, int64_t len, double eps, double* mean, double* rstd) {
 // (X, scale, bias) -> Y.
 template <typename T>
 Status group_norm(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GroupNormalization", 3, 1));
-  const TensorView& x = call.inputs[0];
   GroupGeometry geo;
-  RETURN_IF_ERROR(geometry(call, "GroupNormalization", x, &geo));
-  RETURN_IF_ERROR(check_same_dims("GroupNormalization", "Y", call.outputs[0].dims, x.dims));
-  const int64_t params = geo.per_group ? geo.g : geo.c;
-  if (call.inputs[1].size() != params || call.inputs[2].size() != params)
-    return invalid_input("GroupNormalization: scale and bias need " + std::to_string(params) + " elements");
+  RETURN_IF_ERROR(kernels::check_group_norm(call, &geo));
+  const TensorView& x = call.inputs[0];
   const T* px = x.as<T>();                   // (N, G, C/G, spatial)
   const T* scale = call.inputs[1].as<T>();   // (params)
   const T* bias = call.inputs[2].as<T>();    // (params)
@@ -85,15 +60,11 @@ Status group_norm(const KernelCall& call) {
 // (dY, X, scale) -> (dX, dScale, dBias); any output may be absent.
 template <typename T>
 Status group_norm_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "GroupNormalizationGrad", 3, 3));
+  GroupGeometry geo;
+  RETURN_IF_ERROR(kernels::check_group_norm_grad(call, &geo));
   const TensorView& dy = call.inputs[0];
   const TensorView& x = call.inputs[1];
-  GroupGeometry geo;
-  RETURN_IF_ERROR(geometry(call, "GroupNormalizationGrad", x, &geo));
-  RETURN_IF_ERROR(check_same_dims("GroupNormalizationGrad", "dY", dy.dims, x.dims));
-  const int64_t params = geo.per_group ? geo.g : geo.c;
-  if (call.inputs[2].size() != params)
-    return invalid_input("GroupNormalizationGrad: scale needs " + std::to_string(params) + " elements");
+  const int64_t params = geo.params();
   const T* pdy = dy.as<T>();                // (N, G, C/G, spatial)
   const T* px = x.as<T>();                  // (N, G, C/G, spatial)
   const T* scale = call.inputs[2].as<T>();  // (params)

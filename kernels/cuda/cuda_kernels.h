@@ -76,6 +76,8 @@ PT_DECLARE_CUDA_KERNEL(gather);       // indices checked on the device (deferred
 PT_DECLARE_CUDA_KERNEL(gather_grad);
 PT_DECLARE_CUDA_KERNEL(layer_norm);
 PT_DECLARE_CUDA_KERNEL(layer_norm_grad);
+PT_DECLARE_CUDA_KERNEL(group_norm);       // group_norm_ops.cpp: also InstanceNormalization
+PT_DECLARE_CUDA_KERNEL(group_norm_grad);
 PT_DECLARE_CUDA_KERNEL(pad);       // pad_ops.cpp (pad.cu): also int64, int32
 PT_DECLARE_CUDA_KERNEL(pad_grad);  // reflect / edge modes through the host fallback
 PT_DECLARE_CUDA_KERNEL(equal);    // select.cu: also int64, int32, bool; bool output

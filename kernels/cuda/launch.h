@@ -123,6 +123,23 @@ cudaError_t launch_cast(CastType from, CastType to, void* y, const void* x, int6
 // ReluGrad under --precision bf16: dx = dy where the bfloat16 copy of Y is positive, else 0.
 cudaError_t launch_relu_grad_bf16(float* dx, const float* dy, const uint16_t* y, int64_t n, cudaStream_t stream);
 
+// ---- GroupNormalization / InstanceNormalization (group_norm.cu) ---------------------------------
+// X (N, G, C/G, spatial) as N*G blocks of `block` elements; scale/bias per group (per_group) or per
+// channel. Statistics in double per block (two passes), as kernels/cpu/group_norm.cpp.
+struct GroupNormGeom {
+  int64_t n = 0, g = 0, spatial = 1, channels_per_group = 0, block = 0;
+  bool per_group = false;
+  double eps = 1e-5;
+};
+template <typename T>
+cudaError_t launch_group_norm(const GroupNormGeom& g, T* y, const T* x, const T* scale, const T* bias,
+                              cudaStream_t stream);
+// dx (may be null) per block; dscale, dbias (each may be null) per parameter, summed over the
+// batch in the CPU's order (batch, then channel, then position). stats: scratch of 2 * N * G doubles.
+template <typename T>
+cudaError_t launch_group_norm_grad(const GroupNormGeom& g, T* dx, T* dscale, T* dbias, const T* dy, const T* x,
+                                   const T* scale, double* stats, cudaStream_t stream);
+
 // ---- Pad (pad.cu) ------------------------------------------------------------------------------
 enum class PadMode : int { kConstant, kEdge, kReflect };
 // A pad of `in` to `out` (rank <= kMaxRank) with `begin` elements before each dim.

@@ -57,6 +57,9 @@ const KernelEntry kNative[] = {
 #undef PT_CUDA_MOVE
     PT_CUDA_F("Pad", pad), PT_CUDA_T("Pad", pad, int64_t, DType::kInt64), PT_CUDA_T("Pad", pad, int32_t, DType::kInt32),
     PT_CUDA_F("PadGrad", pad_grad),
+    PT_CUDA_F("GroupNormalization", group_norm),
+    PT_CUDA_F("InstanceNormalization", group_norm),
+    PT_CUDA_F("GroupNormalizationGrad", group_norm_grad),
     PT_CUDA_F("SliceGrad", slice_grad),
     PT_CUDA_F("GatherGrad", gather_grad),
     PT_CUDA_F("LayerNormalization", layer_norm),

@@ -211,6 +211,18 @@ std::vector<Case> make_cases() {
        attrs({{"strides", Ints{2, 2}}}));
   add("ConvGradWeight_group", "ConvGradWeight", {u({2, 6, 4, 4}), u({2, 4, 6, 6})}, {{{6, 2, 3, 3}}},
        attrs({{"group", int64_t{2}}}));
+  // GroupNormalization (opset 18's per-group scale, 21's per-channel), InstanceNormalization, the
+  // gradient (group_norm.cu).
+  const AttrMap g18 = attrs({{"_groups", int64_t{2}}, {"_per_group", int64_t{1}}, {"epsilon", 1e-4f}});
+  const AttrMap g21 = attrs({{"_groups", int64_t{2}}, {"_per_group", int64_t{0}}});
+  const AttrMap inorm = attrs({{"_groups", int64_t{6}}, {"_per_group", int64_t{0}}});
+  add("GroupNorm_per_group", "GroupNormalization", {u({3, 6, 5, 5}), u({2}), u({2})}, {{{3, 6, 5, 5}}}, g18);
+  add("GroupNorm_per_channel", "GroupNormalization", {u({3, 6, 5, 5}), u({6}), u({6})}, {{{3, 6, 5, 5}}}, g21);
+  add("InstanceNorm", "InstanceNormalization", {u({2, 6, 40}), u({6}), u({6})}, {{{2, 6, 40}}}, inorm);
+  add("GroupNormGrad_per_group", "GroupNormalizationGrad", {u({3, 6, 5, 5}), u({3, 6, 5, 5}), u({2})},
+      {{{3, 6, 5, 5}}, {{2}}, {{2}}}, g18);
+  add("GroupNormGrad_per_channel", "GroupNormalizationGrad", {u({3, 6, 5, 5}), u({3, 6, 5, 5}), u({6})},
+      {{{3, 6, 5, 5}}, {{6}}, {{6}}}, g21);
   // ConvTranspose (ConvGradInput + bias): the U-Net's 2x2 stride-2 upsampling, and a padded 3x3.
   add("ConvTranspose_up2_bias", "ConvTranspose", {u({2, 4, 3, 3}), u({4, 2, 2, 2}), u({2})}, {{{2, 2, 6, 6}}},
       attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
@@ -850,7 +862,8 @@ TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
 // stage makes no host round trip for them.
 TEST(CudaKernelTable, TransformerOpsAreNative) {
   for (const char* op : {"Gather", "GatherGrad", "Slice", "SliceGrad", "Concat", "Split", "Expand", "LayerNormalization",
-                         "LayerNormalizationGrad", "Pad", "PadGrad", "Equal", "Less", "Greater", "Cast", "ConvTranspose"})
+                         "LayerNormalizationGrad", "Pad", "PadGrad", "Equal", "Less", "Greater", "Cast", "ConvTranspose", "GroupNormalization",
+                         "InstanceNormalization", "GroupNormalizationGrad"})
     for (DType t : {DType::kFloat32, DType::kFloat64}) {
       EXPECT_TRUE(has_kernel(op, DeviceKind::kCuda, t)) << op;
       EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op << " should be native";

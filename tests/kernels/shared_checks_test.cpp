@@ -239,6 +239,12 @@ std::vector<Bad> float_cases() {
        "PadGrad: output dim 1 does not match the pads"},
       {"ConvTranspose", {t({1, 4, 3, 3})}, {t({1, 2, 6, 6})}, attrs({{"kernel_shape", Ints{2, 2}}}),
        "ConvTranspose: expected at least 2 inputs and 1 outputs, got 1 and 1"},
+      {"GroupNormalization", {t({2, 6, 4}), t({2}), t({2})}, {t({2, 6, 4})}, attrs({{"_groups", int64_t{4}}}),
+       "GroupNormalization: 6 channels do not split into 4 groups"},
+      {"GroupNormalization", {t({2, 6, 4}), t({3}), t({2})}, {t({2, 6, 4})},
+       attrs({{"_groups", int64_t{2}}, {"_per_group", int64_t{1}}}), "GroupNormalization: scale and bias need 2 elements"},
+      {"GroupNormalizationGrad", {t({2, 6, 4}), t({2, 6, 4}), t({5})}, {t({2, 6, 4}), t({6}), t({6})},
+       attrs({{"_groups", int64_t{2}}}), "GroupNormalizationGrad: scale needs 6 elements"},
   };
 }
 
