@@ -228,6 +228,15 @@ std::vector<Case> make_cases() {
       attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
   add("ConvTranspose_3x3_s2", "ConvTranspose", {u({1, 3, 4, 4}), u({3, 2, 3, 3})}, {{{1, 2, 7, 7}}},
       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}));
+  add("ConvTranspose_1d_bias", "ConvTranspose", {u({2, 4, 5}), u({4, 3, 3}), u({3})}, {{{2, 3, 9}}},
+      attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{1, 1}}}));
+  add("ConvTranspose_3d_bias", "ConvTranspose", {u({1, 2, 3, 3, 3}), u({2, 2, 2, 2, 2}), u({2})}, {{{1, 2, 6, 6, 6}}},
+      attrs({{"kernel_shape", Ints{2, 2, 2}}, {"strides", Ints{2, 2, 2}}}));
+  add("ConvTranspose_asym_pads_fallback", "ConvTranspose", {u({1, 2, 3, 3}), u({2, 2, 3, 3}), u({2})}, {{{1, 2, 6, 6}}},
+      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{0, 0, 1, 1}}}));
+  add("GroupNorm_large_rows", "GroupNormalization", {u({2, 8, 40, 40}), u({8}), u({8})}, {{{2, 8, 40, 40}}}, g21);
+  add("GroupNormGrad_large_rows", "GroupNormalizationGrad", {u({2, 8, 40, 40}), u({2, 8, 40, 40}), u({8})},
+      {{{2, 8, 40, 40}}, {{8}}, {{8}}}, g21, {}, 10);
   // Softmax family (cuDNN).
   add("Softmax_rows", "Softmax", {u({16, 10})}, {{{16, 10}}}, attrs({{"axis", int64_t{1}}}));
   add("Softmax_inner", "Softmax", {u({2, 5, 3})}, {{{2, 5, 3}}}, attrs({{"axis", int64_t{1}}}));
