@@ -79,6 +79,7 @@ bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() { return "this build has no CUDA backend (PIPETRAIN_CUDA=OFF or no nvcc)"; }
 std::string cuda_device_name(int) { return ""; }
+int cuda_compute_capability(int) { return 0; }
 #endif
 
 }  // namespace pt

@@ -79,5 +79,7 @@ int cuda_device_count();
 std::string cuda_unavailable_reason();
 // The name of CUDA device `ordinal` ("NVIDIA H200"), "" when there is none; creates no context.
 std::string cuda_device_name(int ordinal);
+// Its compute capability as 10 * major + minor (90 for an H100 or H200), 0 when there is none.
+int cuda_compute_capability(int ordinal);
 
 }  // namespace pt

@@ -120,6 +120,15 @@ Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
       return invalid_input("--precision bf16: the CPU (" + cpu_model_name() + ", oneDNN ISA " + cpu_isa_name() +
                            ") lacks avx512_bf16/AMX, which bfloat16 GEMMs and convolutions need; use --precision fp32");
   }
+  // bf16 and tf32 products on CUDA need the tensor cores of compute capability 8.0 (Ampere) on.
+  if (d.cuda && !o.plan_only && (o.precision == Precision::kBf16 || o.precision == Precision::kTf32))
+    for (int k = 0; k < std::min(here, o.gpus * o.replicas); ++k)
+      if (const int cc = cuda_compute_capability(k); cc > 0 && cc < 80)
+        return invalid_input(std::string("--precision ") + precision_name(o.precision) + ": CUDA device " +
+                             std::to_string(k) + " (" + cuda_device_name(k) + ", compute capability " +
+                             std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ") has no " +
+                             (o.precision == Precision::kBf16 ? "bfloat16" : "TF32") +
+                             " tensor cores (compute capability 8.0 or later); use --precision fp32");
   // --precision tf32 needs TF32 tensor cores: CUDA's, never the CPU's.
   if (o.precision == Precision::kTf32 && !d.cuda && !o.plan_only)
     return invalid_input("--precision tf32: the stages run on the CPU (" + cpu_model_name() +

@@ -51,6 +51,17 @@ std::string cuda_device_name(int ordinal) {
   return prop.name;
 }
 
+int cuda_compute_capability(int ordinal) {
+  if (ordinal < 0 || ordinal >= cuda_device_count()) return 0;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return 10 * major + minor;
+}
+
 namespace cuda {
 
 Status device_alloc(void** p, size_t bytes) {
