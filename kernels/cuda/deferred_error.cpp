@@ -31,8 +31,12 @@ Word* current() {
     (void)cudaGetLastError();
     return nullptr;
   }
+  // Every launch of a checking kernel asks for the word: once this thread has seen it made, no lock.
+  thread_local std::array<Word*, kMaxDevices> seen{};
+  if (seen[static_cast<size_t>(dev)]) return seen[static_cast<size_t>(dev)];
   std::lock_guard<std::mutex> lock(g_mu);
   Word& w = words()[static_cast<size_t>(dev)];
+  if (w.device) seen[static_cast<size_t>(dev)] = &w;
   if (w.device || w.failed) return w.device ? &w : nullptr;
   void* d = nullptr;
   void* h = nullptr;
@@ -48,6 +52,7 @@ Word* current() {
   *static_cast<DeferredError*>(h) = DeferredError{};
   w.device = static_cast<DeferredError*>(d);
   w.mirror = static_cast<DeferredError*>(h);
+  seen[static_cast<size_t>(dev)] = &w;
   return &w;
 }
 

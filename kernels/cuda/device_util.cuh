@@ -70,4 +70,32 @@ __device__ A block_sum(A v, A* shared) {
   return v;
 }
 
+// Blocks for kernels that give one block to each of `rows` rows (looping over the rest).
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows));
+}
+
+// The mean and 1/stddev of the len elements at p, in double, two passes (the CPU's order of
+// operations for LayerNorm and GroupNorm); valid in every thread. Every thread of the block calls it.
+template <typename T>
+__device__ void block_mean_rstd(const T* p, int64_t len, double eps, double* shared, double* mean, double* rstd) {
+  __shared__ double m_shared, r_shared;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += static_cast<double>(p[i]);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) m_shared = len ? s / static_cast<double>(len) : 0.0;
+  __syncthreads();
+  const double m = m_shared;
+  double v = 0;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+    const double d = static_cast<double>(p[i]) - m;
+    v += d * d;
+  }
+  v = block_sum(v, shared);
+  if (threadIdx.x == 0) r_shared = 1.0 / sqrt((len ? v / static_cast<double>(len) : 0.0) + eps);
+  __syncthreads();
+  *mean = m;
+  *rstd = r_shared;
+}
+
 }  // namespace pt::cuda

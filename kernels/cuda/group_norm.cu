@@ -12,28 +12,6 @@ namespace pt::cuda {
 
 namespace {
 
-// The mean and 1/stddev of a block's len elements, in double (two passes); valid in every thread.
-template <typename T>
-__device__ void block_moments(const T* p, int64_t len, double eps, double* shared, double* mean, double* rstd) {
-  __shared__ double m_shared, r_shared;
-  double s = 0;
-  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += static_cast<double>(p[i]);
-  s = block_sum(s, shared);
-  if (threadIdx.x == 0) m_shared = len ? s / static_cast<double>(len) : 0.0;
-  __syncthreads();
-  const double m = m_shared;
-  double v = 0;
-  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
-    const double d = static_cast<double>(p[i]) - m;
-    v += d * d;
-  }
-  v = block_sum(v, shared);
-  if (threadIdx.x == 0) r_shared = 1.0 / sqrt((len ? v / static_cast<double>(len) : 0.0) + eps);
-  __syncthreads();
-  *mean = m;
-  *rstd = r_shared;
-}
-
 __device__ __forceinline__ int64_t param_of(const GroupNormGeom& g, int64_t grp, int64_t i) {
   return g.per_group ? grp : grp * g.channels_per_group + i / g.spatial;
 }
@@ -47,7 +25,7 @@ __global__ void group_norm_kernel(GroupNormGeom g, T* y, const T* x, const T* sc
     const T* xb = x + b * g.block;
     T* yb = y + b * g.block;
     double mean, rstd;
-    block_moments(xb, g.block, g.eps, shared, &mean, &rstd);
+    block_mean_rstd(xb, g.block, g.eps, shared, &mean, &rstd);
     for (int64_t i = threadIdx.x; i < g.block; i += blockDim.x) {
       const int64_t p = param_of(g, grp, i);
       yb[i] = static_cast<T>((static_cast<double>(xb[i]) - mean) * rstd * static_cast<double>(scale[p]) +
@@ -68,7 +46,7 @@ __global__ void group_norm_grad_dx_kernel(GroupNormGeom g, T* dx, double* stats,
     const T* xb = x + b * g.block;
     const T* dyb = dy + b * g.block;
     double mean, rstd;
-    block_moments(xb, g.block, g.eps, shared, &mean, &rstd);
+    block_mean_rstd(xb, g.block, g.eps, shared, &mean, &rstd);
     double s1 = 0, s2 = 0;
     for (int64_t i = threadIdx.x; i < g.block; i += blockDim.x) {
       const double xhat = (static_cast<double>(xb[i]) - mean) * rstd;
@@ -123,17 +101,13 @@ __global__ void group_norm_grad_params_kernel(GroupNormGeom g, T* dscale, T* dbi
   }
 }
 
-unsigned block_grid(int64_t blocks) {
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks));
-}
-
 }  // namespace
 
 template <typename T>
 cudaError_t launch_group_norm(const GroupNormGeom& g, T* y, const T* x, const T* scale, const T* bias,
                               cudaStream_t stream) {
   if (g.n * g.g <= 0 || g.block <= 0) return cudaSuccess;
-  group_norm_kernel<T><<<block_grid(g.n * g.g), kBlock, 0, stream>>>(g, y, x, scale, bias);
+  group_norm_kernel<T><<<row_grid(g.n * g.g), kBlock, 0, stream>>>(g, y, x, scale, bias);
   return cudaGetLastError();
 }
 
@@ -150,7 +124,7 @@ cudaError_t launch_group_norm_grad(const GroupNormGeom& g, T* dx, T* dscale, T* 
     if (dbias && params > 0) return cudaMemsetAsync(dbias, 0, static_cast<size_t>(params) * sizeof(T), stream);
     return cudaSuccess;
   }
-  group_norm_grad_dx_kernel<T><<<block_grid(g.n * g.g), kBlock, 0, stream>>>(g, dx, stats, dy, x, scale);
+  group_norm_grad_dx_kernel<T><<<row_grid(g.n * g.g), kBlock, 0, stream>>>(g, dx, stats, dy, x, scale);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || (!dscale && !dbias)) return e;
   group_norm_grad_params_kernel<T><<<grid_for(params), kBlock, 0, stream>>>(g, dscale, dbias, stats, dy, x, params);

@@ -64,28 +64,6 @@ __global__ void gather_rows_grad_kernel(T* dd, const T* dy, const I* idx, int64_
   }
 }
 
-// One block per row: the mean and 1/stddev in double (two passes, as the CPU's row_stats).
-template <typename T>
-__device__ void row_stats(const T* xr, int64_t cols, double eps, double* shared, double* mean, double* inv) {
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += static_cast<double>(xr[j]);
-  s = block_sum(s, shared);
-  __shared__ double m_shared, inv_shared;
-  if (threadIdx.x == 0) m_shared = s / static_cast<double>(cols);
-  __syncthreads();
-  const double m = m_shared;
-  double v = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const double d = static_cast<double>(xr[j]) - m;
-    v += d * d;
-  }
-  v = block_sum(v, shared);
-  if (threadIdx.x == 0) inv_shared = 1.0 / sqrt(v / static_cast<double>(cols) + eps);
-  __syncthreads();
-  *mean = m;
-  *inv = inv_shared;
-}
-
 template <typename T>
 __global__ void layer_norm_kernel(T* y, T* mean_out, T* inv_out, double* stats, const T* x, const T* g, const T* b,
                                   int64_t rows, int64_t cols, double eps) {
@@ -94,7 +72,7 @@ __global__ void layer_norm_kernel(T* y, T* mean_out, T* inv_out, double* stats, 
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     double m, inv;
-    row_stats(xr, cols, eps, shared, &m, &inv);
+    block_mean_rstd(xr, cols, eps, shared, &m, &inv);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       yr[j] = static_cast<T>((static_cast<double>(xr[j]) - m) * inv * static_cast<double>(g[j]) +
                              (b ? static_cast<double>(b[j]) : 0.0));
@@ -121,7 +99,7 @@ __global__ void layer_norm_grad_rows_kernel(T* dx, double* stats, const T* dy, c
     const T* xr = x + r * cols;
     const T* dyr = dy + r * cols;
     double m, inv;
-    row_stats(xr, cols, eps, shared, &m, &inv);
+    block_mean_rstd(xr, cols, eps, shared, &m, &inv);
     double mg = 0, mgx = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       const double h = (static_cast<double>(xr[j]) - m) * inv, gg = static_cast<double>(dyr[j]) * g[j];
@@ -163,10 +141,6 @@ __global__ void layer_norm_grad_cols_kernel(T* dscale, T* dbias, const double* s
     if (dscale) dscale[c] = static_cast<T>(ds);
     if (dbias) dbias[c] = static_cast<T>(db);
   }
-}
-
-unsigned row_grid(int64_t rows) {
-  return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows));
 }
 
 }  // namespace

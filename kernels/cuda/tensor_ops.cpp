@@ -180,14 +180,13 @@ Status layer_norm_grad(const KernelCall& call) {
   return Status::ok();
 }
 
-#define PT_MOVE(name)                                   \
+#define PT_ALL_TYPES(name)                                 \
   template Status name<float>(const KernelCall&);       \
   template Status name<double>(const KernelCall&);      \
   template Status name<int64_t>(const KernelCall&);     \
   template Status name<int32_t>(const KernelCall&);     \
   template Status name<bool>(const KernelCall&);
-PT_MOVE(slice) PT_MOVE(concat) PT_MOVE(split) PT_MOVE(expand) PT_MOVE(gather)
-#undef PT_MOVE
+PT_ALL_TYPES(slice) PT_ALL_TYPES(concat) PT_ALL_TYPES(split) PT_ALL_TYPES(expand) PT_ALL_TYPES(gather)
 #define PT_F(name)                                \
   template Status name<float>(const KernelCall&); \
   template Status name<double>(const KernelCall&);
@@ -286,13 +285,7 @@ Status cast_op(const KernelCall& call) {
   return Status::ok();
 }
 
-#define PT_CMP(name)                                  \
-  template Status name<float>(const KernelCall&);     \
-  template Status name<double>(const KernelCall&);    \
-  template Status name<int64_t>(const KernelCall&);   \
-  template Status name<int32_t>(const KernelCall&);   \
-  template Status name<bool>(const KernelCall&);
-PT_CMP(equal) PT_CMP(less) PT_CMP(greater)
-#undef PT_CMP
+PT_ALL_TYPES(equal) PT_ALL_TYPES(less) PT_ALL_TYPES(greater)
+#undef PT_ALL_TYPES
 
 }  // namespace pt::cuda

@@ -163,7 +163,7 @@ std::vector<Case> make_cases() {
       attrs({{"_pads", Ints{0, 1, 2, 0, 1, 1}}, {"mode", std::string("reflect")}}));
   // Comparisons and Cast (select.cu): bool and integer outputs compared exactly.
   add("Equal_bcast", "Equal", {u({4, 1, 6}), u({3, 1})}, {{{4, 3, 6}, DType::kBool}}, {});
-  add("Equal_self", "Equal", {u({5, 7}), u({5, 7})}, {{{5, 7}, DType::kBool}}, {});
+  add("Equal_same_dims", "Equal", {u({5, 7}), u({5, 7})}, {{{5, 7}, DType::kBool}}, {});
   add("Less_bcast", "Less", {u({2, 3, 4}), u({4})}, {{{2, 3, 4}, DType::kBool}}, {});
   add("Greater_scalar", "Greater", {u({6, 5}), u({})}, {{{6, 5}, DType::kBool}}, {});
   add("Cast_to_int64", "Cast", {u({300})}, {{{300}, DType::kInt64}}, {});
