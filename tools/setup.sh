@@ -16,6 +16,7 @@ extra=()
 debs=(cmake g++ make pkg-config
       libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
       libcli11-dev libgtest-dev libgmock-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev zlib1g-dev
+      libjpeg62-turbo-dev libpng-dev
       libopenmpi-dev openmpi-bin
       graphviz chromium dataset-fashion-mnist
       python3-torch python3-torchvision python3-onnx python3-numpy python3-sklearn python3-protobuf
