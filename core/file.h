@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/status.h"
@@ -23,6 +24,27 @@ inline Status check_regular_file(const std::string& path) {
                                                             fs::is_socket(st) ? std::string("a socket") :
                                                             std::string("a device")) +
                          "); give a file");
+  return Status::ok();
+}
+
+// Writes `text` to path through path.tmp and a rename, so that a reader (or a full disk) never
+// sees half a file; an error names the file.
+inline Status write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return invalid_input(path + ": cannot be written");
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      return invalid_input(path + ": write failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return invalid_input(path + ": cannot be written: " + ec.message());
   return Status::ok();
 }
 

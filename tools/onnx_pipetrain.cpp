@@ -178,7 +178,18 @@ void add_run_and_data_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) 
                  "devices); auto: split the --gpus devices into stages x replicas by the cost model")
       ->capture_default_str();
   add_choice(app, "--device", &o.device, {{"auto", pt::DeviceChoice::kAuto}, {"cuda", pt::DeviceChoice::kCuda}, {"cpu", pt::DeviceChoice::kCpu}}, "auto | cuda | cpu");
-  f.data = app.add_option("--data", o.local.data, "x.npy + y.npy folder, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, or 'synthetic'")->capture_default_str();
+  f.data = app.add_option("--data", o.local.data, "x.npy + y.npy folder, a folder of class subfolders of JPEG/PNG images, MNIST-style IDX (folder or prefix, .gz too), CIFAR-10/100 .bin, a token file (.bin/.npy ids) or text (.txt), or 'synthetic'")->capture_default_str();
+  app.add_option("--augment", o.local.augment, "image folders: random augmentation of training images, comma-separated: crop (random resized crop), flip (horizontal)")
+      ->delimiter(',')->check(CLI::IsMember({"crop", "flip"}));
+  app.add_option("--on-bad-sample", o.local.on_bad_sample, "image folders: an image that does not read: skip (count, name and leave it out) or fail (exit 2)")
+      ->check(CLI::IsMember({"skip", "fail"}))->capture_default_str();
+  app.add_option("--tokenizer", o.local.tokenizer, "text --data: bytes (each byte a token id, vocabulary 256)")->check(CLI::IsMember({"bytes"}));
+  app.add_option("--token-dtype", o.local.token_dtype, "raw token files (.bin): the ids' type, uint16 (nanoGPT's train.bin) or uint32")
+      ->check(CLI::IsMember({"uint16", "uint32"}))->capture_default_str();
+  app.add_option("--stream-data", o.local.stream_data, ".npy folders: read samples from disk as they are gathered (always), into memory (never), or auto (from disk when the arrays exceed a quarter of the memory)")
+      ->check(CLI::IsMember({"auto", "always", "never"}))->capture_default_str();
+  app.add_option("--loader-threads", o.local.loader_threads, "threads decoding image folders (0: auto, the cores the stages leave free, at least 1)")
+      ->check(integer())->check(CLI::Range(0, 256))->capture_default_str();
   auto* vd = app.add_option("--val-data", o.local.val_data, "validation set (same formats as --data)");
   app.add_option("--val-split", o.val_split, "hold out this fraction of --data for validation (seeded)")->check(finite())
       ->check(CLI::Range(0.0, 0.9))->excludes(vd);
@@ -328,7 +339,8 @@ void assign_groups(CLI::App& app) {
         "--plan-only", "--whatif", "--profile", "--split-at", "--balance", "--ranks-per-node"}},
       {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link"}},
       {"Data",
-       {"--data", "--val-data", "--val-split", "--mean", "--std", "--raw-pixels", "--no-shuffle", "--seed", "--epochs",
+       {"--data", "--val-data", "--val-split", "--mean", "--std", "--raw-pixels", "--augment", "--on-bad-sample",
+        "--tokenizer", "--token-dtype", "--stream-data", "--loader-threads", "--no-shuffle", "--seed", "--epochs",
         "--steps", "--batch-size", "--eval-every"}},
       {"Optimizer",
        {"--optimizer", "--lr", "--lr-schedule", "--warmup-steps", "--lr-decay-every", "--lr-gamma", "--lr-power",

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/file.h"
 #include "importer/fuse.h"
 #include "importer/importer.h"
 #include "importer/training.h"
@@ -346,23 +348,54 @@ struct Data {
   size_t bytes() const { return train.bytes() + val.bytes(); }
 };
 
+LoadOptions load_options(const TrainingSpec& o, bool cuda) {
+  LoadOptions lo;
+  const std::string& sd = o.local.stream_data;
+  lo.stream = sd == "always" ? LoadOptions::Stream::kAlways : sd == "never" ? LoadOptions::Stream::kNever : LoadOptions::Stream::kAuto;
+  for (const std::string& a : o.local.augment) {
+    lo.crop |= a == "crop";
+    lo.flip |= a == "flip";
+  }
+  lo.skip_bad = o.local.on_bad_sample == "skip";
+  lo.tokenizer = o.local.tokenizer;
+  lo.token_dtype = o.local.token_dtype == "uint32" ? DType::kUint32 : DType::kUint16;
+  // Auto: CPU stages take every core (threads per stage x stages = cores), so one thread gathers
+  // (the prefetching thread itself, sharing the cores); CUDA stages keep one host thread each,
+  // and the loader takes the other cores.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  lo.loader_threads = o.local.loader_threads > 0 ? o.local.loader_threads
+                      : cuda                     ? std::max(1, cores - o.gpus * o.replicas)
+                                                 : 1;
+  lo.seed = o.seed;
+  return lo;
+}
+
 // The training and validation sets (rank 0 alone reads them and sends every stage what it reads),
 // normalised.
-Expected<Data> open_data(const TrainingSpec& o, const Model& md, const MpiJob& job) {
+Expected<Data> open_data(const TrainingSpec& o, const Model& md, bool cuda, const MpiJob& job) {
   const DataSpec spec = data_spec(o, *md.m.graph, md.tg);
   Data d;
+  const LoadOptions lo = load_options(o, cuda);
   if (!job.leads_run()) {
     // The followers receive their batches from rank 0.
   } else if (o.local.data == "synthetic") {
     d.train = synthetic_dataset(spec, std::max<int64_t>(o.batch.mini_batch * 16, 512), o.seed);  // said on the first line
   } else {
-    auto t = load_dataset(o.local.data, spec);
+    auto t = load_dataset(o.local.data, spec, lo);
     if (!t) return t.status().with_context("--data: ");
     d.train = std::move(*t);
   }
+  if ((lo.crop || lo.flip) && job.leads_run() && d.train.classes.empty())
+    return invalid_input("--augment: crops and flips apply to image folders; --data " + o.local.data + " is not one");
   if (!o.local.val_data.empty() && job.leads_run()) {
-    auto v = load_dataset(o.local.val_data, spec);
+    LoadOptions vo = lo;
+    vo.crop = vo.flip = false;  // validation images are resized, never augmented
+    auto v = load_dataset(o.local.val_data, spec, vo);
     if (!v) return v.status().with_context("--val-data: ");
+    if (!v->classes.empty() && !d.train.classes.empty() && v->classes != d.train.classes)
+      return invalid_input("--val-data " + o.local.val_data + ": its classes differ from --data's (" +
+                           std::to_string(v->classes.size()) + " and " + std::to_string(d.train.classes.size()) +
+                           " folders, or other names): the labels would not match");
     d.val = std::move(*v);
   } else if (o.val_split > 0 && d.train.size() > 0) {
     if (d.train.size() < 2) return invalid_input("--val-split: the training set has fewer than 2 samples");
@@ -371,6 +404,14 @@ Expected<Data> open_data(const TrainingSpec& o, const Model& md, const MpiJob& j
   RETURN_IF_ERROR(normalize_dataset(&d.train, o.mean, o.std));
   RETURN_IF_ERROR(normalize_dataset(&d.val, o.mean, o.std));
   return d;
+}
+
+// An image folder's classes, one per line in label order, as RUN/classes.txt.
+Status write_classes(const Data& d, const fs::path& out_dir, const MpiJob& job) {
+  if (d.train.classes.empty() || !job.leads_run()) return Status::ok();
+  std::string text;
+  for (const std::string& c : d.train.classes) text += c + "\n";
+  return write_file_atomic((out_dir / "classes.txt").string(), text);
 }
 
 // ---- Phase 6: the training loop's configuration ----------------------------------------------------
@@ -647,6 +688,10 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   auto model = import_model(o, *dev, *sgd);
   if (!model) return job.fail(model.status());
   Model& md = *model;
+  // The data before the run folder: a data set that cannot be read leaves nothing behind.
+  Expected<Data> data = Data{};
+  if (!o.plan_only && !o.replicas_auto) data = open_data(o, md, dev->cuda, job);
+  if (!data) return job.fail(data.status());
   auto out_dir = open_run_folder(o, md.m, job);
   if (!out_dir) return job.fail(out_dir.status());
 
@@ -669,14 +714,14 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   }
 
   if (!dev->cuda) release_zero_state(md.g());  // the CPU executors start optimizer state at zero themselves
-  auto data = open_data(o, md, job);
-  if (!data) return job.fail(data.status());
+  if (Status cs = write_classes(*data, *out_dir, job); !cs.is_ok()) return job.fail(cs);
   if (int code = job.agree_start(o, md.m.hash, plan); code != 0) return code;
   say(o, "data: " + data->train.source + ", " + std::to_string(data->train.size()) + " samples" +
              (data->val.size() ? "; validation: " + data->val.source + ", " + std::to_string(data->val.size()) + " samples"
                                : ""));
   auto tc = training_config(o, md, *out_dir, job);
   if (!tc) return job.fail(tc.status());
+  tc->loader = data->train.stats.get();
 
   auto trained = runs_one_stage(o) ? train_one_stage(o, md, *dev, *data, *tc, plan, job)
                                    : train_pipeline(o, md, *dev, *data, *tc, plan, job);

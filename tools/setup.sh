@@ -17,8 +17,8 @@ debs=(cmake g++ make pkg-config
       libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
       libcli11-dev libgtest-dev libgmock-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev zlib1g-dev
       libjpeg62-turbo-dev libpng-dev
-      libopenmpi-dev openmpi-bin
-      graphviz chromium dataset-fashion-mnist
+      libopenmpi-dev openmpi-bin iproute2
+      graphviz chromium dataset-fashion-mnist bible-kjv bible-kjv-text
       python3-torch python3-torchvision python3-onnx python3-numpy python3-sklearn python3-protobuf
       python3-pip python3-flatbuffers python3-coloredlogs python3-sympy python3-packaging
       python3-absl "${extra[@]}")

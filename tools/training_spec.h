@@ -50,6 +50,13 @@ struct RunLocal {
   std::string data = "synthetic";  // --data
   bool data_given = false;
   std::string val_data;
+  // How --data is read (runtime/data/data.h, LoadOptions): only the leading process reads it.
+  std::vector<std::string> augment;      // --augment crop,flip
+  std::string on_bad_sample = "fail";    // --on-bad-sample skip|fail
+  std::string tokenizer;                 // --tokenizer bytes
+  std::string token_dtype = "uint16";    // --token-dtype uint16|uint32
+  std::string stream_data = "auto";      // --stream-data auto|always|never
+  int loader_threads = 0;                // --loader-threads; 0: auto
   std::string resume_path;         // --resume's value; empty: the run folder's newest checkpoint
   bool quiet = false;
   int64_t log_every = 0;

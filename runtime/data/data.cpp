@@ -1,8 +1,11 @@
 // .npy reading and writing, dataset validation, batch gathering.
 #include "runtime/data/data.h"
 #include "core/file.h"
+#include "core/hash.h"
+#include "runtime/data/npy.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -59,7 +62,7 @@ std::string header_value(const std::string& h, const std::string& key) {
 
 }  // namespace
 
-Expected<HostTensor> read_npy(const std::string& path) {
+Expected<NpyHeader> read_npy_header(const std::string& path) {
   RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return invalid_input(path + ": cannot be opened");
@@ -110,10 +113,18 @@ Expected<HostTensor> read_npy(const std::string& path) {
   if (too_big || elements * dtype_size(dt) > data_bytes)
     return invalid_input(path + ": truncated: header says " + shape + " " + dtype_name(dt) + ", more than the " +
                          std::to_string(data_bytes) + " bytes of data the file holds");
-  HostTensor t(dt, dims);
+  return NpyHeader{dt, dims, header_end};
+}
+
+Expected<HostTensor> read_npy(const std::string& path) {
+  ASSIGN_OR_RETURN(NpyHeader hd, read_npy_header(path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_input(path + ": cannot be opened");
+  in.seekg(static_cast<std::streamoff>(hd.offset));
+  HostTensor t(hd.dtype, hd.dims);
   in.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(t.bytes()));
   if (static_cast<size_t>(in.gcount()) != t.bytes())
-    return invalid_input(path + ": truncated: header says " + dims_str(dims) + " " + dtype_name(dt) + " (" +
+    return invalid_input(path + ": truncated: header says " + dims_str(hd.dims) + " " + dtype_name(hd.dtype) + " (" +
                          std::to_string(t.bytes()) + " bytes), the file holds " + std::to_string(in.gcount()));
   return t;
 }
@@ -155,40 +166,50 @@ Status write_npy(const std::string& path, const HostTensor& t) {
   return Status::ok();
 }
 
+bool converts_to_float(DType t) {
+  return t == DType::kUint8 || t == DType::kInt8 || t == DType::kUint16 || t == DType::kInt16 || t == DType::kInt32 ||
+         t == DType::kInt64;
+}
+
+HostTensor convert_input(const HostTensor& x, bool scale_pixels) {
+  // Integer samples for a float input are converted. Unsigned 8- and 16-bit ones are pixels and
+  // get scaled to [0, 1] by their full range (255, 65535; 16-bit PNG/TIFF convention); signed and
+  // wider integers have no such range and stay as they are.
+  const DType xt = x.dtype();
+  HostTensor f = cast_tensor(x, DType::kFloat32);
+  const float scale = xt == DType::kUint8 ? 1.0f / 255.0f : xt == DType::kUint16 ? 1.0f / 65535.0f : 1.0f;
+  if (scale_pixels && scale != 1.0f) {
+    float* p = f.as<float>();
+    for (int64_t i = 0; i < f.size(); ++i) p[i] *= scale;
+  }
+  return f;
+}
+
+// Checks a loaded input array against the model input (dtype after conversion, sample dims).
+Status check_input_shape(const Dims& dims, DType file_dtype, const std::string& xp, const Dims& sample_dims, DType want) {
+  if (dims.empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
+  if (dims[0] == 0) return invalid_input(xp + ": no samples (its first dimension is 0)");
+  const DType got = converts_to_float(file_dtype) && want == DType::kFloat32 ? DType::kFloat32 : file_dtype;
+  if (got != want) return invalid_input(xp + ": dtype " + dtype_name(got) + ", the model input wants " + dtype_name(want));
+  Dims sample(dims.begin() + 1, dims.end());
+  if (sample != sample_dims && numel(sample) != numel(sample_dims))
+    return invalid_input(xp + ": samples are " + dims_str(sample) + " (" + std::to_string(numel(sample)) +
+                         " values), the model input wants " + dims_str(sample_dims) + " (" +
+                         std::to_string(numel(sample_dims)) + ")");
+  return Status::ok();
+}
+
 namespace {
 
 // Converts integer samples for a float input and checks a loaded input array against the model
 // input (dtype, sample dims; samples of the right element count are reshaped).
 Status check_input_array(HostTensor* x, const std::string& xp, const Dims& sample_dims, DType want, bool scale_pixels) {
-  if (x->dims().empty()) return invalid_input(xp + ": a scalar; expected [N, ...] samples");
+  RETURN_IF_ERROR(check_input_shape(x->dims(), x->dtype(), xp, sample_dims, want));
   const int64_t n = x->dims()[0];
-  if (n == 0) return invalid_input(xp + ": no samples (its first dimension is 0)");
-  const DType xt = x->dtype();
-  if (want == DType::kFloat32 && (xt == DType::kUint8 || xt == DType::kInt8 || xt == DType::kUint16 ||
-                                  xt == DType::kInt16 || xt == DType::kInt32 || xt == DType::kInt64)) {
-    // Integer samples for a float input are converted. Unsigned 8- and 16-bit ones are pixels
-    // and get scaled to [0, 1] by their full range (255, 65535; 16-bit PNG/TIFF convention);
-    // signed and wider integers have no such range and stay as they are.
-    HostTensor f = cast_tensor(*x, DType::kFloat32);
-    const float scale = xt == DType::kUint8 ? 1.0f / 255.0f : xt == DType::kUint16 ? 1.0f / 65535.0f : 1.0f;
-    if (scale_pixels && scale != 1.0f) {
-      float* p = f.as<float>();
-      for (int64_t i = 0; i < f.size(); ++i) p[i] *= scale;
-    }
-    *x = std::move(f);
-  }
-  if (x->dtype() != want)
-    return invalid_input(xp + ": dtype " + dtype_name(x->dtype()) + ", the model input wants " + dtype_name(want));
-  Dims sample(x->dims().begin() + 1, x->dims().end());
-  if (sample != sample_dims) {
-    if (numel(sample) != numel(sample_dims))
-      return invalid_input(xp + ": samples are " + dims_str(sample) + " (" + std::to_string(numel(sample)) +
-                           " values), the model input wants " + dims_str(sample_dims) + " (" +
-                           std::to_string(numel(sample_dims)) + ")");
-    Dims nd = sample_dims;
-    nd.insert(nd.begin(), n);
-    x->reshape(nd);
-  }
+  if (want == DType::kFloat32 && converts_to_float(x->dtype())) *x = convert_input(*x, scale_pixels);
+  Dims nd = sample_dims;
+  nd.insert(nd.begin(), n);
+  x->reshape(nd);
   return Status::ok();
 }
 
@@ -204,17 +225,17 @@ std::string input_file_name(const std::string& input_name) {
   return f + ".npy";
 }
 
-Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec) {
+Expected<NpyFolder> find_npy_files(const std::string& dir, const DataSpec& spec) {
   std::error_code ec;
   const bool several = !spec.more_inputs.empty();
   if (!fs::is_directory(dir, ec))
     return invalid_input(dir + ": not a folder (expected " + (several ? "x0.npy, x1.npy, ..." : "x.npy") +
                          " and y.npy inside, or 'synthetic')");
-  std::string xp = (fs::path(dir) / "x.npy").string();
-  const std::string yp = (fs::path(dir) / "y.npy").string();
+  NpyFolder f;
+  const std::string xp = (fs::path(dir) / "x.npy").string();
+  f.y = (fs::path(dir) / "y.npy").string();
+  f.names = {"x.npy"};
   // Several inputs: x0.npy, x1.npy, ... in graph order, or <input name>.npy each.
-  std::vector<std::string> files;
-  std::string xname = "x.npy";
   if (several) {
     std::vector<std::string> numbered, named;
     std::string names;
@@ -224,57 +245,51 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
       named.push_back(input_file_name(name));
       names += (k ? ", " : "") + name;
     }
-    if (fs::exists(fs::path(dir) / numbered[0])) files = numbered;
-    else if (fs::exists(fs::path(dir) / named[0])) files = named;
+    if (fs::exists(fs::path(dir) / numbered[0])) f.names = numbered;
+    else if (fs::exists(fs::path(dir) / named[0])) f.names = named;
     else
       return invalid_input(dir + ": the model has " + std::to_string(numbered.size()) + " data inputs (" + names +
                            "): expected " + numbered[0] + ", " + numbered[1] + ", ... or " + named[0] + ", " + named[1] +
                            ", ... and y.npy" +
                            (fs::exists(xp) ? std::string(" (x.npy is the one-input form)") : std::string()));
-    for (const std::string& f : files)
-      if (!fs::exists(fs::path(dir) / f)) return invalid_input(dir + ": " + f + " is missing");
-    xp = (fs::path(dir) / files[0]).string();
-    xname = files[0];
+    for (const std::string& n : f.names)
+      if (!fs::exists(fs::path(dir) / n)) return invalid_input(dir + ": " + n + " is missing");
   }
-  for (const auto& p : {xp, yp})
+  for (const std::string& n : f.names) f.x.push_back((fs::path(dir) / n).string());
+  for (const auto& p : {f.x[0], f.y})
     if (!fs::exists(p)) return invalid_input(dir + ": " + fs::path(p).filename().string() + " is missing");
-  Dataset d;
   if (several) {
-    d.source = dir + " (";
-    for (const std::string& f : files) d.source += f + " + ";
-    d.source += "y.npy)";
+    f.source = dir + " (";
+    for (const std::string& n : f.names) f.source += n + " + ";
+    f.source += "y.npy)";
   } else {
-    d.source = dir + " (x.npy + y.npy)";
+    f.source = dir + " (x.npy + y.npy)";
   }
-  ASSIGN_OR_RETURN(d.x, read_npy(xp));
-  ASSIGN_OR_RETURN(d.y, read_npy(yp));
-  RETURN_IF_ERROR(check_input_array(&d.x, xp, spec.sample_dims, spec.input_dtype, spec.scale_pixels));
-  const int64_t n = d.x.dims()[0];
-  for (size_t k = 1; k < files.size(); ++k) {
-    const std::string fp = (fs::path(dir) / files[k]).string();
-    const InputSpec& is = spec.more_inputs[k - 1];
-    ASSIGN_OR_RETURN(HostTensor t, read_npy(fp));
-    RETURN_IF_ERROR(check_input_array(&t, fp, is.sample_dims, is.dtype, spec.scale_pixels));
-    if (t.dims()[0] != n)
-      return invalid_input(dir + ": " + files[0] + " holds " + std::to_string(n) + " samples, " + files[k] + " holds " +
-                           std::to_string(t.dims()[0]) + " (every input file and y.npy must hold the same count)");
-    d.more.push_back(std::move(t));
-  }
-  if (d.y.dims().empty() || d.y.dims()[0] != n)
-    return invalid_input(yp + ": holds " + (d.y.dims().empty() ? std::string("a scalar") : std::to_string(d.y.dims()[0])) +
+  return f;
+}
+
+Status check_counts(const NpyFolder& f, size_t k, int64_t n, int64_t nk, const std::string& dir) {
+  if (nk == n) return Status::ok();
+  return invalid_input(dir + ": " + f.names[0] + " holds " + std::to_string(n) + " samples, " + f.names[k] + " holds " +
+                       std::to_string(nk) + " (every input file and y.npy must hold the same count)");
+}
+
+Status check_labels(HostTensor* y, const std::string& yp, int64_t n, const std::string& xname, const DataSpec& spec) {
+  if (y->dims().empty() || y->dims()[0] != n)
+    return invalid_input(yp + ": holds " + (y->dims().empty() ? std::string("a scalar") : std::to_string(y->dims()[0])) +
                          " labels for " + std::to_string(n) + " samples in " + xname);
-  if (d.y.dtype() != spec.label_dtype) {
-    const DType yt = d.y.dtype();
+  if (y->dtype() != spec.label_dtype) {
+    const DType yt = y->dtype();
     if (spec.label_dtype == DType::kInt64 && (yt == DType::kInt32 || yt == DType::kUint8 || yt == DType::kInt8 ||
                                               yt == DType::kInt16 || yt == DType::kUint16))
-      d.y = cast_tensor(d.y, DType::kInt64);
+      *y = cast_tensor(*y, DType::kInt64);
     else
-      return invalid_input(yp + ": dtype " + dtype_name(d.y.dtype()) + ", the loss wants " + dtype_name(spec.label_dtype) +
+      return invalid_input(yp + ": dtype " + dtype_name(y->dtype()) + ", the loss wants " + dtype_name(spec.label_dtype) +
                            (spec.label_dtype == DType::kInt64 ? " class labels" : " targets"));
   }
-  Dims ls(d.y.dims().begin() + 1, d.y.dims().end());
+  Dims ls(y->dims().begin() + 1, y->dims().end());
   if (numel(ls) != numel(spec.label_sample_dims))
-    return invalid_input(yp + ": labels " + dims_str(d.y.dims()) + " do not fit the loss, which wants " +
+    return invalid_input(yp + ": labels " + dims_str(y->dims()) + " do not fit the loss, which wants " +
                          dims_str([&] {
                            Dims w = spec.label_sample_dims;
                            w.insert(w.begin(), n);
@@ -282,16 +297,35 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
                          }()) + " (each label " + dims_str(ls) + ", wanted " + dims_str(spec.label_sample_dims) + ")");
   Dims lnd = spec.label_sample_dims;
   lnd.insert(lnd.begin(), n);
-  d.y.reshape(lnd);
+  y->reshape(lnd);
   if (spec.num_classes > 0) {
-    const int64_t* y = d.y.as<int64_t>();
-    const int64_t per = n > 0 ? d.y.size() / n : 1;
-    for (int64_t i = 0; i < d.y.size(); ++i)
-      if ((y[i] < 0 || y[i] >= spec.num_classes) && y[i] != spec.ignore_index)
-        return invalid_input(yp + ": label " + std::to_string(y[i]) + " of sample " + std::to_string(i / per) +
+    const int64_t* v = y->as<int64_t>();
+    const int64_t per = n > 0 ? y->size() / n : 1;
+    for (int64_t i = 0; i < y->size(); ++i)
+      if ((v[i] < 0 || v[i] >= spec.num_classes) && v[i] != spec.ignore_index)
+        return invalid_input(yp + ": label " + std::to_string(v[i]) + " of sample " + std::to_string(i / per) +
                              " is outside [0, " + std::to_string(spec.num_classes) + ") and is not the --ignore-index " +
                              std::to_string(spec.ignore_index));
   }
+  return Status::ok();
+}
+
+Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec) {
+  ASSIGN_OR_RETURN(NpyFolder f, find_npy_files(dir, spec));
+  Dataset d;
+  d.source = f.source;
+  ASSIGN_OR_RETURN(d.x, read_npy(f.x[0]));
+  ASSIGN_OR_RETURN(d.y, read_npy(f.y));
+  RETURN_IF_ERROR(check_input_array(&d.x, f.x[0], spec.sample_dims, spec.input_dtype, spec.scale_pixels));
+  const int64_t n = d.x.dims()[0];
+  for (size_t k = 1; k < f.x.size(); ++k) {
+    const InputSpec& is = spec.more_inputs[k - 1];
+    ASSIGN_OR_RETURN(HostTensor t, read_npy(f.x[k]));
+    RETURN_IF_ERROR(check_input_array(&t, f.x[k], is.sample_dims, is.dtype, spec.scale_pixels));
+    RETURN_IF_ERROR(check_counts(f, k, n, t.dims()[0], dir));
+    d.more.push_back(std::move(t));
+  }
+  RETURN_IF_ERROR(check_labels(&d.y, f.y, n, f.names[0], spec));
   return d;
 }
 
@@ -344,14 +378,15 @@ Dataset synthetic_dataset(const DataSpec& spec, int64_t n, uint64_t seed) {
 }
 
 Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::vector<float>& std) {
-  if ((mean.empty() && std.empty()) || d->x.empty()) return Status::ok();
+  if ((mean.empty() && std.empty()) || d->size() == 0) return Status::ok();
   // Several inputs: the first float one (token ids and masks stay as they are).
-  HostTensor* xt = &d->x;
-  for (HostTensor& m : d->more)
-    if (xt->dtype() != DType::kFloat32 && m.dtype() == DType::kFloat32) xt = &m;
-  if (xt->dtype() != DType::kFloat32)
-    return invalid_input("--mean/--std: the model input is " + std::string(dtype_name(d->x.dtype())) + ", not float");
-  const Dims& dims = xt->dims();
+  size_t f = 0;
+  for (size_t k = 1; k < d->inputs(); ++k)
+    if (d->field(f).dtype != DType::kFloat32 && d->field(k + 1).dtype == DType::kFloat32) f = k + 1;
+  if (d->field(f).dtype != DType::kFloat32)
+    return invalid_input("--mean/--std: the model input is " + std::string(dtype_name(d->field(0).dtype)) + ", not float");
+  Dims dims = d->field(f).dims;
+  dims.insert(dims.begin(), d->size());
   const int64_t n = d->size();
   const int64_t channels = dims.size() >= 3 ? dims[1] : 1;  // [N, C, ...]; flat samples are one channel
   auto check = [&](const std::vector<float>& v, const char* flag) -> Status {
@@ -364,15 +399,14 @@ Status normalize_dataset(Dataset* d, const std::vector<float>& mean, const std::
   RETURN_IF_ERROR(check(std, "--std"));
   for (float s : std)
     if (!(s > 0)) return invalid_input("--std: " + std::to_string(s) + " is not positive");
-  const int64_t per_channel = n > 0 ? xt->size() / (n * channels) : 0;
+  if (d->stream) {
+    d->stream = normalized_source(d->stream, static_cast<int>(f), mean, std);
+    return Status::ok();
+  }
+  HostTensor* xt = f == 0 ? &d->x : &d->more[f - 2];
+  const int64_t per_sample = n > 0 ? xt->size() / n : 0;
   float* x = xt->as<float>();
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < channels; ++c) {
-      const float m = mean.empty() ? 0.0f : mean[mean.size() == 1 ? 0 : c];
-      const float inv = 1.0f / (std.empty() ? 1.0f : std[std.size() == 1 ? 0 : c]);
-      float* p = x + (i * channels + c) * per_channel;
-      for (int64_t k = 0; k < per_channel; ++k) p[k] = (p[k] - m) * inv;
-    }
+  for (int64_t i = 0; i < n; ++i) normalize_sample(x + i * per_sample, per_sample, channels, mean, std);
   return Status::ok();
 }
 
@@ -383,6 +417,16 @@ Dataset split_validation(Dataset* train, double fraction, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) order[i] = i;
   std::mt19937_64 rng(seed ^ 0x5eed5eedULL);
   std::shuffle(order.begin(), order.end(), rng);
+  if (train->stream) {
+    Dataset val = *train;
+    val.source = "the last " + std::to_string(nv) + " samples of a seeded shuffle of " + train->source;
+    val.stats = std::make_shared<LoaderStats>();
+    val.stream = subset_source(train->stream, std::vector<int64_t>(order.begin() + (n - nv), order.end()));
+    train->stream = subset_source(train->stream, std::vector<int64_t>(order.begin(), order.begin() + (n - nv)));
+    val.fingerprint += "/val";
+    train->fingerprint += "/train";
+    return val;
+  }
   auto take = [&](const HostTensor& src, int64_t from, int64_t count) {
     Dims d = src.dims();
     d[0] = count;
@@ -406,17 +450,64 @@ Dataset split_validation(Dataset* train, double fraction, uint64_t seed) {
   return val;
 }
 
-void gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, HostTensor* x, HostTensor* y) {
+SampleField Dataset::field(size_t f) const {
+  if (stream) return stream->fields().at(f);
+  const HostTensor& t = f == 0 ? x : f == 1 ? y : more.at(f - 2);
+  return SampleField{t.dtype(), t.dims().empty() ? Dims{} : Dims(t.dims().begin() + 1, t.dims().end())};
+}
+
+namespace {
+
+// Reads a stream's samples order[begin .. begin + b) (wrapping around) into the rows of out.
+Status gather_stream(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, int64_t b, int64_t epoch,
+                     const std::vector<void*>& out) {
+  std::vector<int64_t> idx(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) idx[i] = order[(begin + i) % order.size()];
+  Draw draw;
+  draw.seed = d.seed;
+  draw.epoch = epoch;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = d.stream->read_batch(idx.data(), b, draw, out.data());
+  if (d.stats) {
+    d.stats->samples += b;
+    d.stats->read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return st;
+}
+
+}  // namespace
+
+Status gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, int64_t epoch, HostTensor* x,
+                    HostTensor* y) {
   const int64_t b = x ? x->dims()[0] : y->dims()[0];
+  if (d.stream) {
+    std::vector<void*> out(d.stream->fields().size(), nullptr);
+    out[0] = x ? x->data() : nullptr;
+    out[1] = y ? y->data() : nullptr;
+    return gather_stream(d, order, begin, b, epoch, out);
+  }
   const size_t xs = d.x.bytes() / d.size(), ys = d.y.bytes() / d.size();
   for (int64_t i = 0; i < b; ++i) {
     int64_t s = order[(begin + i) % order.size()];
     if (x) std::memcpy(static_cast<char*>(x->data()) + i * xs, static_cast<const char*>(d.x.data()) + s * xs, xs);
     if (y) std::memcpy(static_cast<char*>(y->data()) + i * ys, static_cast<const char*>(d.y.data()) + s * ys, ys);
   }
+  return Status::ok();
 }
 
-void gather_more(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, const std::vector<HostTensor*>& more) {
+Status gather_more(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, int64_t epoch,
+                   const std::vector<HostTensor*>& more) {
+  if (d.stream) {
+    std::vector<void*> out(d.stream->fields().size(), nullptr);
+    int64_t b = 0;
+    for (size_t k = 0; k < more.size() && k + 2 < out.size(); ++k)
+      if (more[k]) {
+        out[k + 2] = more[k]->data();
+        b = more[k]->dims()[0];
+      }
+    if (b == 0) return Status::ok();
+    return gather_stream(d, order, begin, b, epoch, out);
+  }
   for (size_t k = 0; k < more.size() && k < d.more.size(); ++k) {
     HostTensor* t = more[k];
     if (!t) continue;
@@ -427,6 +518,7 @@ void gather_more(const Dataset& d, const std::vector<int64_t>& order, int64_t be
       std::memcpy(static_cast<char*>(t->data()) + i * per, static_cast<const char*>(d.more[k].data()) + s * per, per);
     }
   }
+  return Status::ok();
 }
 
 }  // namespace pt

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "core/file.h"
 #include "runtime/data/data.h"
 #include "core/checked_size.h"
@@ -239,12 +241,32 @@ Expected<Dataset> load_cifar(const std::vector<std::string>& files, const DataSp
 
 }  // namespace
 
-Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec) {
+namespace {
+
+// A .npy folder in memory, or read from disk as it is gathered (LoadOptions::stream).
+Expected<Dataset> load_npy_folder(const std::string& path, const DataSpec& spec, const LoadOptions& opts) {
+  bool stream = opts.stream == LoadOptions::Stream::kAlways;
+  if (opts.stream == LoadOptions::Stream::kAuto) {
+    // In memory up to a quarter of the machine's memory.
+    uintmax_t bytes = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.path().extension() == ".npy") bytes += e.file_size(ec);
+    const uintmax_t memory = static_cast<uintmax_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uintmax_t>(sysconf(_SC_PAGE_SIZE));
+    stream = bytes > memory / 4;
+  }
+  return stream ? stream_npy_dataset(path, spec) : load_npy_dataset(path, spec);
+}
+
+Expected<Dataset> load_any(const std::string& path, const DataSpec& spec, const LoadOptions& opts) {
   std::error_code ec;
   const fs::path p(path);
-  if (fs::is_directory(p, ec) && fs::exists(p / "x.npy")) return load_npy_dataset(path, spec);
+  if (is_token_file(path, spec, opts)) return load_token_file(path, spec, opts);
+  if (!opts.tokenizer.empty()) return invalid_input(path + ": --tokenizer reads a text file, and this is not a file");
+  if (fs::is_directory(p, ec) && fs::exists(p / "x.npy")) return load_npy_folder(path, spec, opts);
   // IDX and CIFAR hold one input: a model with several reads .npy folders only.
-  if (!spec.more_inputs.empty()) return load_npy_dataset(path, spec);
+  if (!spec.more_inputs.empty()) return load_npy_folder(path, spec, opts);
+  if (is_image_folder(path)) return load_image_folder(path, spec, opts);
   const std::string images = find_with(p, {"images", "idx3"});
   const std::string labels = find_with(p, {"labels", "idx1"});
   if (images.rfind("ambiguous:", 0) == 0 || labels.rfind("ambiguous:", 0) == 0)
@@ -263,8 +285,17 @@ Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec) {
   }
   if (!cifar.empty()) return load_cifar(cifar, spec);
   if (fs::is_directory(p, ec)) return load_npy_dataset(path, spec);  // its error names the missing x.npy
-  return invalid_input(path + ": not found, or not a known format (a folder with x.npy + y.npy, MNIST-style "
-                       "IDX files, CIFAR-10/100 .bin batches, or 'synthetic')");
+  return invalid_input(path + ": not found, or not a known format (a folder with x.npy + y.npy, a folder of class "
+                       "subfolders of images, MNIST-style IDX files, CIFAR-10/100 .bin batches, a token file or text, "
+                       "or 'synthetic')");
+}
+
+}  // namespace
+
+Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec, const LoadOptions& opts) {
+  ASSIGN_OR_RETURN(Dataset d, load_any(path, spec, opts));
+  d.seed = opts.seed;
+  return d;
 }
 
 }  // namespace pt

@@ -14,22 +14,27 @@
 #include <thread>
 #include <vector>
 
+#include "core/status.h"
 #include "core/tensor.h"
+#include "runtime/data/source.h"
 
 namespace pt {
 
 class BatchPrefetcher {
  public:
   // fill(key, x, y) writes the batch of `key` into x and y (either may be null when the consumer
-  // does not read it); it runs on the prefetch thread, for keys first, first+1, ..., end-1.
-  using Fill = std::function<void(int64_t key, HostTensor* x, HostTensor* y)>;
-  BatchPrefetcher(const HostTensor* x_like, const HostTensor* y_like, int64_t first, int64_t end, int depth, Fill fill);
+  // does not read it); it runs on the prefetch thread, for keys first, first+1, ..., end-1. Its
+  // error (a stream's sample that does not read) is take()'s. `stats` (may be null) counts the
+  // time take() waits for a batch that is not ready.
+  using Fill = std::function<Status(int64_t key, HostTensor* x, HostTensor* y)>;
+  BatchPrefetcher(const HostTensor* x_like, const HostTensor* y_like, int64_t first, int64_t end, int depth, Fill fill,
+                  LoaderStats* stats = nullptr);
   ~BatchPrefetcher();  // stops the thread (a batch being gathered is finished first)
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
 
   // Copies the batch of `key` (keys are taken in increasing order) into x / y.
-  void take(int64_t key, HostTensor* x, HostTensor* y);
+  Status take(int64_t key, HostTensor* x, HostTensor* y);
 
   static constexpr int64_t kInlineBytes = 64 * 1024;
   bool threaded() const { return thread_.joinable(); }
@@ -39,6 +44,7 @@ class BatchPrefetcher {
   struct Slot {
     int64_t key = kFree;
     HostTensor x, y;
+    Status status;
   };
   void produce();
 
@@ -46,6 +52,7 @@ class BatchPrefetcher {
   int64_t first_, end_;
   Fill fill_;
   bool has_x_, has_y_;
+  LoaderStats* stats_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

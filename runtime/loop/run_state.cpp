@@ -16,16 +16,18 @@
 namespace pt {
 
 Status check_dataset_inputs(const Dataset& d, const Graph& g) {
-  if (d.more.size() + 1 != g.inputs.size())
-    return invalid_input("the data holds " + std::to_string(d.more.size() + 1) + " input array" +
-                         (d.more.empty() ? "" : "s") + ", the model has " + std::to_string(g.inputs.size()) +
-                         " data inputs");
-  for (size_t k = 0; k < d.more.size(); ++k) {
-    const Value* v = g.inputs[k + 1];
-    const HostTensor& t = d.more[k];
-    if (t.dtype() != v->dtype || t.dims().empty() || t.dims()[0] != d.size() ||
-        numel(Dims(t.dims().begin() + 1, t.dims().end())) != numel(Dims(v->dims.begin() + 1, v->dims.end())))
-      return invalid_input("the data for input '" + v->name + "' is " + dims_str(t.dims()) + " " + dtype_name(t.dtype()) +
+  if (d.inputs() != g.inputs.size())
+    return invalid_input("the data holds " + std::to_string(d.inputs()) + " input array" + (d.inputs() == 1 ? "" : "s") +
+                         ", the model has " + std::to_string(g.inputs.size()) + " data inputs");
+  for (size_t k = 1; k < d.inputs(); ++k) {
+    const Value* v = g.inputs[k];
+    const SampleField f = d.field(k + 1);
+    Dims dims = f.dims;
+    dims.insert(dims.begin(), d.size());
+    if (f.dtype != v->dtype || (!d.stream && (d.more[k - 1].dims().empty() || d.more[k - 1].dims()[0] != d.size())) ||
+        numel(f.dims) != numel(Dims(v->dims.begin() + 1, v->dims.end())))
+      return invalid_input("the data for input '" + v->name + "' is " +
+                           dims_str(d.stream ? dims : d.more[k - 1].dims()) + " " + dtype_name(f.dtype) +
                            ", the model wants " + dims_str(v->dims) + " " + dtype_name(v->dtype));
   }
   return Status::ok();
@@ -74,8 +76,8 @@ Expected<EvalResult> evaluate_dataset(const Dataset& d, const TrainingGraph& tg,
   const int64_t classes = per / tokens;
   int64_t counted = 0;
   for (int64_t b = 0; b < n; b += batch) {
-    gather_batch(d, order, b, x, y);
-    gather_more(d, order, b, more);
+    RETURN_IF_ERROR(gather_batch(d, order, b, -1, x, y));  // no augmentation
+    RETURN_IF_ERROR(gather_more(d, order, b, -1, more));
     RETURN_IF_ERROR(forward());
     const int64_t real = std::min(batch, n - b);
     for (int64_t i = 0; i < real; ++i) {
@@ -157,9 +159,12 @@ CheckpointMeta make_checkpoint_meta(const Graph& g, const TrainingGraph& tg, con
   m.loss = tg.loss.kind == LossKind::kMse ? "mse" : "cross-entropy";
   m.shuffle = cfg.shuffle;
   m.data_samples = train.size();
-  uint64_t h = fnv1a64(train.x.data(), train.x.bytes());
-  h = fnv1a64(train.y.data(), train.y.bytes(), h);
-  for (const HostTensor& t : train.more) h = fnv1a64(t.data(), t.bytes(), h);  // several inputs: every array
+  // A stream's: its files' (names, sizes and sampled contents; runtime/data/source.h).
+  uint64_t h = train.stream ? fnv1a64(train.fingerprint) : fnv1a64(train.x.data(), train.x.bytes());
+  if (!train.stream) {
+    h = fnv1a64(train.y.data(), train.y.bytes(), h);
+    for (const HostTensor& t : train.more) h = fnv1a64(t.data(), t.bytes(), h);  // several inputs: every array
+  }
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
   m.data_hash = b;

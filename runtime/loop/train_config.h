@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/data/source.h"
 #include "runtime/loop/lr_schedule.h"
 #include "runtime/report/progress.h"
 
@@ -51,6 +52,9 @@ struct TrainConfig {
   bool shuffle = true;      // reshuffle the training order every epoch (seeded)
   int64_t log_every = 0;    // 0: about 10 lines per run
   bool quiet = false;
+  // A streamed training set's loader (runtime/data/source.h): its rate on the progress lines and a
+  // warning when the stages wait for it. Null: the data is in memory.
+  LoaderStats* loader = nullptr;
   std::string metrics_path;  // metrics.csv; written as <path>.partial, renamed when done
   std::string curves_path;   // curves.svg, refreshed at every validation and at the end
   std::string tensorboard_dir;  // --tensorboard: event files of the metrics rows (empty: none)

@@ -121,9 +121,29 @@ Status TrainingLoop::end_step(int64_t step, double l, const EvalResult& ev) {
   if (ev.samples && !run_end_only) epoch_val_ = ev;
   tail_.add(metrics_row(step, epoch + 1, l, lr_now, sps, run_end_only ? nullptr : shown));
   const double eta = elapsed / std::max(static_cast<double>(step - start_) / (total_ - start_), 1e-9) - elapsed;
-  progress_->step(step, epoch + 1, l, sps, eta, shown);
+  progress_->step(step, epoch + 1, l, sps, eta, shown, loader_note(step, elapsed));
   r_.steps = step;
   return Status::ok();
+}
+
+std::string TrainingLoop::loader_note(int64_t step, double elapsed) {
+  LoaderStats* ls = cfg_.loader;
+  if (!ls || elapsed <= 0) return "";
+  const double read_s = static_cast<double>(ls->read_ns.load()) * 1e-9;
+  const double waited = static_cast<double>(ls->waited_ns.load()) * 1e-9 / elapsed;
+  const double rate = read_s > 0 ? static_cast<double>(ls->samples.load()) / read_s : 0;
+  // After a few steps (the first batches wait for the pipeline to fill): once, if the stages
+  // spent more than 5 % of the run waiting for data.
+  if (!warned_slow_loader_ && step - start_ >= 20 && waited > 0.05) {
+    warned_slow_loader_ = true;
+    std::fprintf(stderr,
+                 "warning: the stages waited for data %.0f%% of the time; the loader reads %.0f samples/s "
+                 "(more --loader-threads, smaller images or fewer --augment steps would help)\n",
+                 100 * waited, rate);
+  }
+  char b[96];
+  std::snprintf(b, sizeof b, "  (loader %.0f/s%s)", rate, waited > 0.05 ? ", stages wait for data" : "");
+  return b;
 }
 
 bool TrainingLoop::stop_requested(int64_t step) const { return cfg_.stop && cfg_.stop->load() && step < total_; }

@@ -96,6 +96,9 @@ class TrainingLoop {
   Curves curves_;
   MetricsFile csv_;
   std::optional<Progress> progress_;
+  // The loader's rate for the progress line; warns once when the stages wait for data.
+  std::string loader_note(int64_t step, double elapsed);
+  bool warned_slow_loader_ = false;
   clock::time_point t0_;
 };
 

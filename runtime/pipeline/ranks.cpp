@@ -374,7 +374,11 @@ void MpiCoordinator::relay_claims(RunShared& sh) {
       for (int r = 1; r < R; ++r)
         for (int j = 0; j < M; ++j) {
           const int64_t key = step * M + j;
-          gather_batch(*shp->data, *order, shp->first_sample(in_epoch, r, j), &feed->x, &feed->y);
+          if (Status st = gather_batch(*shp->data, *order, shp->first_sample(in_epoch, r, j), epoch, &feed->x, &feed->y);
+              !st.is_ok()) {
+            shp->fail(std::move(st));
+            return;
+          }
           for (int k : feed->x_stages) C->send(I->rank_of(k, r), kMsgBatchX, key, feed->x.data(), feed->x.bytes());
           for (int k : feed->y_stages) C->send(I->rank_of(k, r), kMsgBatchY, key, feed->y.data(), feed->y.bytes());
         }

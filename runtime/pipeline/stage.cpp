@@ -451,7 +451,7 @@ Status Stage::feed(RunShared& sh, int64_t key) {
   const bool sends = !data_out.empty();  // the data rank: what it gathers travels from its buffers
   if (prefetch_) {
     const bool x = reads_input || sends, y = reads_labels || sends;
-    prefetch_->take(key, x ? &ex->host(input) : nullptr, y ? &ex->host(labels) : nullptr);
+    RETURN_IF_ERROR(prefetch_->take(key, x ? &ex->host(input) : nullptr, y ? &ex->host(labels) : nullptr));
     if (x) RETURN_IF_ERROR(ex->upload(input));
     if (y) RETURN_IF_ERROR(ex->upload(labels));
   }
@@ -473,7 +473,7 @@ Status Stage::feed(RunShared& sh, int64_t key) {
         up.push_back(v);
       }
     }
-    gather_more(*sh.data, *sh.orders->get(epoch), sh.first_sample(in_epoch, replica, j), more);
+    RETURN_IF_ERROR(gather_more(*sh.data, *sh.orders->get(epoch), sh.first_sample(in_epoch, replica, j), epoch, more));
     for (const Value* v : up) RETURN_IF_ERROR(ex->upload(v));
   }
   for (Link* l : data_out)
@@ -716,11 +716,13 @@ void Stage::run(RunShared& sh) {
     prefetch_ = std::make_unique<BatchPrefetcher>(
         reads_input || sends ? &ex->host(input) : nullptr, reads_labels || sends ? &ex->host(labels) : nullptr,
         first * M, end * M,
-        kPrefetchDepth, [shp, M, r = replica](int64_t key, HostTensor* x, HostTensor* y) {
+        kPrefetchDepth,
+        [shp, M, r = replica](int64_t key, HostTensor* x, HostTensor* y) {
           const int64_t step = key / M, j = key % M;
           const int64_t epoch = step / shp->per_epoch, in_epoch = step % shp->per_epoch;
-          gather_batch(*shp->data, *shp->orders->get(epoch), shp->first_sample(in_epoch, r, j), x, y);
-        });
+          return gather_batch(*shp->data, *shp->orders->get(epoch), shp->first_sample(in_epoch, r, j), epoch, x, y);
+        },
+        sh.data->stats.get());
   }
   Status st = Status::ok();
   auto ok = [&](Status s) {

@@ -36,7 +36,7 @@ Progress::Progress(bool quiet, int64_t total, int64_t log_every, int64_t samples
       last_bar_(window_) {}
 
 void Progress::step(int64_t step, int64_t epoch, double loss, double samples_per_s, double eta_s,
-                    const EvalResult* val) {
+                    const EvalResult* val, const std::string& extra) {
   ++window_steps_;
   window_loss_ += loss;
   if (tty_ && !val && step != total_) {
@@ -46,10 +46,10 @@ void Progress::step(int64_t step, int64_t epoch, double loss, double samples_per
     const double frac = static_cast<double>(step) / static_cast<double>(total_);
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(frac * kWidth);
-    std::printf("\r[%.*s%*s] %3.0f%%  epoch %lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs\033[K",
+    std::printf("\r[%.*s%*s] %3.0f%%  epoch %lld  step %lld/%lld  loss %.4f  %.0f samples/s%s  ETA %.0fs\033[K",
                 filled, "##############################", kWidth - filled, "", 100 * frac,
                 static_cast<long long>(epoch), static_cast<long long>(step), static_cast<long long>(total_), loss,
-                samples_per_s, eta_s);
+                samples_per_s, extra.c_str(), eta_s);
     std::fflush(stdout);
     return;
   }
@@ -59,6 +59,7 @@ void Progress::step(int64_t step, int64_t epoch, double loss, double samples_per
   std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s", static_cast<long long>(step),
               static_cast<long long>(total_), static_cast<long long>(epoch), window_loss_ / window_steps_,
               wsec > 0 ? static_cast<double>(window_steps_ * samples_per_step_) / wsec : 0.0);
+  std::printf("%s", extra.c_str());
   if (val) {
     std::printf("  val_loss %.4f", val->loss);
     if (val->accuracy >= 0) std::printf("  val_acc %.2f%%", 100 * val->accuracy);

@@ -32,7 +32,9 @@ class Progress {
   // total: steps of the run; log_every: plain-line period; samples_per_step: for samples/s.
   Progress(bool quiet, int64_t total, int64_t log_every, int64_t samples_per_step);
   // After every step. `val` is the validation just run, or null; eta_s the remaining seconds.
-  void step(int64_t step, int64_t epoch, double loss, double samples_per_s, double eta_s, const EvalResult* val);
+  // `extra`: more to show after samples/s (the loader's rate), may be empty.
+  void step(int64_t step, int64_t epoch, double loss, double samples_per_s, double eta_s, const EvalResult* val,
+            const std::string& extra = "");
 
  private:
   using clock = std::chrono::steady_clock;

@@ -163,8 +163,9 @@ class OneStageSet final : public StageSet {
                    shuffle = cfg.shuffle](int64_t step, HostTensor* px, HostTensor* py) mutable {
                     const int64_t in_epoch = (step - 1) % per_epoch;
                     if (in_epoch == 0 && shuffle) std::shuffle(p_order.begin(), p_order.end(), p_rng);
-                    gather_batch(train, p_order, in_epoch * batch, px, py);
-                  }) {}
+                    return gather_batch(train, p_order, in_epoch * batch, (step - 1) / per_epoch, px, py);
+                  },
+                  train.stats.get()) {}
 
   void launch(int64_t, int64_t end) override { end_ = end; }
   void join() override {}
@@ -221,9 +222,10 @@ class OneStageSet final : public StageSet {
     constexpr int64_t kTimedSteps = 3;
     const int64_t in_epoch = (step - 1) % loop_.per_epoch();
     if (in_epoch == 0 && cfg_.shuffle) std::shuffle(order_.begin(), order_.end(), rng_);
-    prefetch_.take(step, &t_.input_buffer(), &t_.label_buffer());
+    RETURN_IF_ERROR(prefetch_.take(step, &t_.input_buffer(), &t_.label_buffer()));
     // Further inputs are gathered here, from the same order the prefetcher draws.
-    if (!t_.more_inputs_.empty()) gather_more(train_, order_, in_epoch * t_.batch_, t_.more_input_buffers());
+    if (!t_.more_inputs_.empty())
+      RETURN_IF_ERROR(gather_more(train_, order_, in_epoch * t_.batch_, (step - 1) / loop_.per_epoch(), t_.more_input_buffers()));
     const bool timed = !(cfg_.clip_grad_norm > 0) && step > loop_.total() - kTimedSteps;
     if (timed) ++timed_steps_;
     return t_.step(step, loop_.schedule().at(step), cfg_.clip_grad_norm, timed ? &node_seconds_ : nullptr);

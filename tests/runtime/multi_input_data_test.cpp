@@ -82,8 +82,8 @@ TEST(MultiInputData, SplitAndGatherKeepSamplesTogether) {
   std::vector<int64_t> order(30);
   std::iota(order.rbegin(), order.rend(), 0);  // reversed
   HostTensor x(DType::kFloat32, {4, 3}), y(DType::kInt64, {4}), m(DType::kInt64, {4, 2});
-  gather_batch(d, order, 28, &x, &y);  // wraps around: samples order[28], order[29], order[0], order[1]
-  gather_more(d, order, 28, {&m});
+  ASSERT_TRUE(gather_batch(d, order, 28, 0, &x, &y).is_ok());  // wraps around: samples order[28], order[29], order[0], order[1]
+  ASSERT_TRUE(gather_more(d, order, 28, 0, {&m}).is_ok());
   for (int64_t i = 0; i < 4; ++i) {
     const int64_t s = order[(28 + i) % 30];
     EXPECT_EQ(x.as<float>()[i * 3], d.x.as<float>()[s * 3]);

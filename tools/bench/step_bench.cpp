@@ -512,9 +512,9 @@ int run(const Options& o) {
   std::iota(order.begin(), order.end(), 0);
 
   StepFn step_fn = [&](std::vector<double>* node_seconds) { return step(node_seconds); };
-  BatchFn batch_in = [&](int64_t k) { gather_batch(data, order, k * batch, &x, &y); };
+  BatchFn batch_in = [&](int64_t k) { (void)gather_batch(data, order, k * batch, 0, &x, &y); };
   Measured m;
-  gather_batch(data, order, 0, &x, &y);
+  (void)gather_batch(data, order, 0, 0, &x, &y);
   if (int rc = validate(step_fn, &m)) return rc;
   if (int rc = time_steps(o, step_fn, batch_in, &m)) return rc;
   if (int rc = time_nodes(o, g, step_fn, batch_in, &m)) return rc;
