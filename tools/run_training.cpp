@@ -345,7 +345,9 @@ DataSpec data_spec(const TrainingSpec& o, const Graph& g, const TrainingGraph& t
 
 struct Data {
   Dataset train, val;
-  size_t bytes() const { return train.bytes() + val.bytes(); }
+  // The sets (a stream: what it keeps resident) and the shuffled order of the training set, of
+  // which the training loop and the batch prefetcher each keep a copy.
+  size_t bytes() const { return train.bytes() + val.bytes() + 2 * static_cast<size_t>(train.size()) * sizeof(int64_t); }
 };
 
 LoadOptions load_options(const TrainingSpec& o, bool cuda) {
@@ -379,7 +381,16 @@ Expected<Data> open_data(const TrainingSpec& o, const Model& md, bool cuda, cons
   if (!job.leads_run()) {
     // The followers receive their batches from rank 0.
   } else if (o.local.data == "synthetic") {
-    d.train = synthetic_dataset(spec, std::max<int64_t>(o.batch.mini_batch * 16, 512), o.seed);  // said on the first line
+    const int64_t n = std::max<int64_t>(o.batch.mini_batch * 16, 512);
+    try {
+      d.train = synthetic_dataset(spec, n, o.seed);  // said on the first line
+    } catch (const std::bad_alloc&) {
+      const double bytes = static_cast<double>(n) * static_cast<double>(numel(spec.sample_dims)) *
+                           static_cast<double>(dtype_size(spec.input_dtype));
+      return invalid_input("--data synthetic: " + std::to_string(n) + " samples of input '" + spec.input_name + "' " +
+                           dims_str(spec.sample_dims) + " " + dtype_name(spec.input_dtype) + " take " +
+                           std::to_string(bytes / 1e9) + " GB, which does not fit in memory");
+    }
   } else {
     auto t = load_dataset(o.local.data, spec, lo);
     if (!t) return t.status().with_context("--data: ");

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/file.h"
@@ -247,12 +248,15 @@ namespace {
 Expected<Dataset> load_npy_folder(const std::string& path, const DataSpec& spec, const LoadOptions& opts) {
   bool stream = opts.stream == LoadOptions::Stream::kAlways;
   if (opts.stream == LoadOptions::Stream::kAuto) {
-    // In memory up to a quarter of the machine's memory.
+    // In memory up to a quarter of the machine's memory (or of the address space a `ulimit -v`
+    // leaves).
     uintmax_t bytes = 0;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(path, ec))
       if (e.path().extension() == ".npy") bytes += e.file_size(ec);
-    const uintmax_t memory = static_cast<uintmax_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uintmax_t>(sysconf(_SC_PAGE_SIZE));
+    uintmax_t memory = static_cast<uintmax_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uintmax_t>(sysconf(_SC_PAGE_SIZE));
+    struct rlimit as {};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) memory = std::min<uintmax_t>(memory, as.rlim_cur);
     stream = bytes > memory / 4;
   }
   return stream ? stream_npy_dataset(path, spec) : load_npy_dataset(path, spec);
@@ -293,9 +297,22 @@ Expected<Dataset> load_any(const std::string& path, const DataSpec& spec, const 
 }  // namespace
 
 Expected<Dataset> load_dataset(const std::string& path, const DataSpec& spec, const LoadOptions& opts) {
-  ASSIGN_OR_RETURN(Dataset d, load_any(path, spec, opts));
-  d.seed = opts.seed;
-  return d;
+  try {
+    ASSIGN_OR_RETURN(Dataset d, load_any(path, spec, opts));
+    d.seed = opts.seed;
+    return d;
+  } catch (const std::bad_alloc&) {
+    // Read whole, the set does not fit (a `ulimit -v`, or the machine's memory).
+    uintmax_t bytes = 0;
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+      for (const auto& e : fs::directory_iterator(path, ec)) bytes += e.is_regular_file(ec) ? e.file_size(ec) : 0;
+    else bytes = fs::file_size(path, ec);
+    return invalid_input(path + ": " + std::to_string(bytes / 1000000) + " MB of data does not fit in memory" +
+                         (fs::exists(fs::path(path) / "x.npy") || !spec.more_inputs.empty()
+                              ? "; --stream-data always reads its samples from disk as they are gathered"
+                              : ""));
+  }
 }
 
 }  // namespace pt
