@@ -26,14 +26,22 @@ std::string lower(std::string s) {
   return s;
 }
 
+// The name's lower-cased suffix from its last '.', matched as torchvision matches it (endswith):
+// a file named ".png" is an image to it, though std::filesystem gives that name no extension.
+std::string suffix(const fs::path& p) {
+  const std::string n = p.filename().string();
+  const size_t dot = n.rfind('.');
+  return dot == std::string::npos ? std::string() : lower(n.substr(dot));
+}
+
 bool decodable(const fs::path& p) {
-  const std::string e = lower(p.extension().string());
+  const std::string e = suffix(p);
   return e == ".jpg" || e == ".jpeg" || e == ".png";
 }
 
 // What torchvision's ImageFolder would also list, but is not decoded here.
 bool other_image(const fs::path& p) {
-  const std::string e = lower(p.extension().string());
+  const std::string e = suffix(p);
   return e == ".ppm" || e == ".bmp" || e == ".pgm" || e == ".tif" || e == ".tiff" || e == ".webp";
 }
 
@@ -52,11 +60,14 @@ class LoaderPool {
     for (std::thread& t : workers_) t.join();
   }
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // Callers on several threads (a pipeline's stages gather from one set) take turns: one job at
+  // a time owns the workers.
   void run(int64_t n, const std::function<void(int64_t)>& body) {
     if (workers_.empty() || n < 2) {
       for (int64_t i = 0; i < n; ++i) body(i);
       return;
     }
+    std::lock_guard<std::mutex> turn(run_mu_);
     std::unique_lock<std::mutex> lock(mu_);
     job_ = &body;
     n_ = n;
@@ -91,6 +102,7 @@ class LoaderPool {
     }
   }
   std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // held by the caller whose job the workers serve
   std::mutex mu_;
   std::condition_variable cv_, done_;
   const std::function<void(int64_t)>* job_ = nullptr;
