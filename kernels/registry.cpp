@@ -20,6 +20,8 @@ void set_cpu_kernel_threads(int threads) {
   openblas_set_num_threads(threads);
 }
 
+int cpu_kernel_threads() { return omp_get_max_threads(); }
+
 const char* device_kind_name(DeviceKind d) { return d == DeviceKind::kCpu ? "cpu" : "cuda"; }
 
 namespace {

@@ -70,6 +70,8 @@ std::span<const KernelEntry> all_kernels();
 // Threads of the CPU kernels: OpenMP regions started by the calling thread, and OpenBLAS's
 // process-wide pool (so that N pipeline stages sharing the cores do not oversubscribe them).
 void set_cpu_kernel_threads(int threads);
+// The calling thread's OpenMP thread count (what set_cpu_kernel_threads last set there).
+int cpu_kernel_threads();
 
 // True when this binary was built with the CUDA backend and a CUDA device is present.
 bool cuda_available();

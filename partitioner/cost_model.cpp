@@ -188,10 +188,40 @@ double node_bytes(const Node& n) {
   return b;
 }
 
-double node_time_s(const Node& n, const DeviceSpec& d) {
+double roofline_s(const Node& n, const DeviceSpec& d) {
   const double f = d.peak_flops > 0 ? node_flops(n) / d.peak_flops : 0;
   const double m = d.mem_bandwidth > 0 ? node_bytes(n) / d.mem_bandwidth : 0;
-  return std::max(f, m) + d.kernel_overhead_s;
+  return std::max(f, m);
+}
+
+OpClass op_class(const Node& n) {
+  if (n.forward && n.phase == Phase::kBackward) return op_class(*n.forward);
+  const std::string op = product_op(n.op_type);
+  if (op == "MatMul" || op == "Gemm") return OpClass::kGemm;
+  if (op == "FusedAttention" || op == "Softmax" || op == "LogSoftmax" || op == "SoftmaxCrossEntropyLoss")
+    return OpClass::kSoftmax;
+  if (op == "Conv" || op == "ConvTranspose") {
+    const Value* w = input(n, 1);
+    const int64_t group = n.attrs.get_int("group", 1);
+    // Depthwise: one input channel per group (MobileNet's 3x3s), far below a dense conv's speed.
+    return group > 1 && w && dim(w, 1) == 1 ? OpClass::kDepthwise : OpClass::kConv;
+  }
+  if (op == "BatchNormalization" || op == "LayerNormalization" || op == "GroupNormalization" ||
+      op == "InstanceNormalization" || op == "LRN")
+    return OpClass::kNorm;
+  if (op == "MaxPool" || op == "AveragePool" || op == "LpPool" || op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
+      op.rfind("Reduce", 0) == 0)
+    return OpClass::kPool;
+  if (data_movement_ops().count(op) || op == "Resize" || op == "Where" || op == "ScatterND" || op == "GatherElements")
+    return OpClass::kMovement;
+  return OpClass::kElementwise;
+}
+
+double node_time_s(const Node& n, const DeviceSpec& d) {
+  const double r = roofline_s(n, d);
+  if (!d.calibrated) return (r + d.kernel_overhead_s) * d.share;
+  const ClassCost& c = d.classes[static_cast<int>(op_class(n))];
+  return (c.floor_s + c.scale * r) * d.share;
 }
 
 static int64_t conv_workspace_bytes(const Node& n) {
@@ -218,7 +248,7 @@ std::vector<std::pair<const Node*, NodeCost>> node_costs(const Graph& g, const D
       c.fwd_s = node_time_s(*n, d);
       if (profile) {
         auto it = profile->fwd_s.find(n->name);
-        if (it != profile->fwd_s.end()) c.fwd_s = it->second;
+        if (it != profile->fwd_s.end()) c.fwd_s = it->second * d.share;  // measured alone
       }
       c.workspace_bytes = conv_workspace_bytes(*n);
       out.emplace_back(n.get(), c);
@@ -270,7 +300,7 @@ std::vector<std::pair<const Node*, NodeCost>> node_costs(const Graph& g, const D
   if (profile)
     for (auto& [n, c] : out) {
       auto it = profile->bwd_s.find(n->name);
-      if (it != profile->bwd_s.end()) c.bwd_s = it->second;
+      if (it != profile->bwd_s.end()) c.bwd_s = it->second * d.share;
     }
   return out;
 }

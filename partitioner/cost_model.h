@@ -33,8 +33,15 @@ double node_flops(const Node& n);
 // Bytes read and written by a node (inputs + outputs; in-place optimizer steps also count the
 // state they write back).
 double node_bytes(const Node& n);
-// Roofline time of one node on `d`: max(flops / peak, bytes / bandwidth) + kernel overhead.
+// Roofline time of one node on `d`: max(flops / peak, bytes / bandwidth) + kernel overhead; on a
+// calibrated device, its class's floor + scale x the roofline time. Times `d.share` when stages
+// share the device.
 double node_time_s(const Node& n, const DeviceSpec& d);
+// The roofline alone: max(flops / peak, bytes / bandwidth).
+double roofline_s(const Node& n, const DeviceSpec& d);
+// The class a node's speed is calibrated by: a backward node takes its forward node's (a
+// ConvGradWeight runs at convolution speed, a ReluGrad at element-wise speed).
+OpClass op_class(const Node& n);
 // Bytes of a value as the cost model counts them (unknown dims count as 1, unknown dtype as 4 B).
 double cost_value_bytes(const Value* v);
 // Forward and loss nodes define stages; backward and update nodes follow them.

@@ -232,6 +232,20 @@ std::string hostname() {
 
 }  // namespace
 
+const char* op_class_name(OpClass c) {
+  switch (c) {
+    case OpClass::kGemm: return "gemm";
+    case OpClass::kConv: return "conv";
+    case OpClass::kDepthwise: return "depthwise";
+    case OpClass::kNorm: return "norm";
+    case OpClass::kSoftmax: return "softmax";
+    case OpClass::kPool: return "pool";
+    case OpClass::kMovement: return "movement";
+    case OpClass::kElementwise: return "elementwise";
+  }
+  return "?";
+}
+
 DeviceSpec measure_cpu_spec(const std::string& cache_dir, int threads) {
   threads = std::max(1, threads);
   DeviceSpec s;

@@ -10,6 +10,21 @@
 
 namespace pt {
 
+// The classes of ops whose achieved speed a calibration measures apart (cost_model.h, op_class).
+enum class OpClass { kGemm, kConv, kDepthwise, kNorm, kSoftmax, kPool, kMovement, kElementwise };
+inline constexpr int kOpClasses = 8;
+const char* op_class_name(OpClass c);
+
+// What a device achieves on one op class, fitted by a calibration (runtime/exec/calibrate.h): a
+// node takes floor_s + scale x its roofline time (the larger of flops / peak_flops and bytes /
+// mem_bandwidth). scale > 1 where the kernels run below peak; floor_s is the launch, dispatch and
+// OpenMP cost that small nodes cannot hide.
+struct ClassCost {
+  double floor_s = 0;
+  double scale = 1;
+  int points = 0;  // calibration measurements it was fitted to (0: not fitted)
+};
+
 struct DeviceSpec {
   std::string name;            // "H100-SXM", "cpu (measured)", ...
   DeviceKind kind = DeviceKind::kCpu;
@@ -17,6 +32,12 @@ struct DeviceSpec {
   double mem_bandwidth = 0;    // bytes/s
   double memory_bytes = 0;     // usable device memory
   double kernel_overhead_s = 0;  // fixed cost per kernel launch
+  // A calibrated device's per-class costs (calibrated: every node's time comes from them).
+  bool calibrated = false;
+  ClassCost classes[kOpClasses];
+  // Stages that share this device's cores (more stage threads than cores): each runs `share` times
+  // slower than alone while the others compute. 1: the device is the stage's own.
+  double share = 1;
 };
 
 struct LinkSpec {

@@ -235,6 +235,9 @@ bool crosses_nodes(const PartitionOptions& o, int stage) {
 }
 
 bool same_speed(const DeviceSpec& a, const DeviceSpec& b) {
+  if (a.calibrated != b.calibrated || a.share != b.share) return false;
+  for (int k = 0; k < kOpClasses && a.calibrated; ++k)
+    if (a.classes[k].floor_s != b.classes[k].floor_s || a.classes[k].scale != b.classes[k].scale) return false;
   return a.peak_flops == b.peak_flops && a.mem_bandwidth == b.mem_bandwidth && a.kernel_overhead_s == b.kernel_overhead_s &&
          a.kind == b.kind;
 }
@@ -807,9 +810,14 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   // The whole mini-batch on one device: graph_replicas shares' worth of compute, one set of launches.
   const double whole_fb = plan.graph_replicas * std::max(0.0, P.prefix_fb[c0][n] - P.prefix_oh[c0][n]) +
                           std::min(P.prefix_fb[c0][n], P.prefix_oh[c0][n]);
-  const double whole_ms = P.replicated() ? 1e3 * (whole_fb + P.prefix_upd[c0][n]) : 1e3 * P.prefix[c0][n];
+  double whole_ms = P.replicated() ? 1e3 * (whole_fb + P.prefix_upd[c0][n]) : 1e3 * P.prefix[c0][n];
   double upd_ms = 0;
   for (int p = 0; p < n; ++p) upd_ms += 1e3 * P.upd[c0][p];
+  // The whole model alone on stage 0's device: no other stage shares its cores.
+  plan.device_share = opts.devices.empty() ? 1.0 : opts.devices[0].share;
+  plan.calibrated = !opts.devices.empty() && opts.devices[0].calibrated;
+  whole_ms /= plan.device_share;
+  upd_ms /= plan.device_share;
   if (opts.schedule == Schedule::kGPipe) {
     const double step_ms = (M + N - 1) * worst_no_update + worst_update;
     plan.predicted_samples_per_s = step_ms > 0 ? 1e3 * M * b / step_ms : 0;

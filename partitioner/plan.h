@@ -143,7 +143,11 @@ struct Plan {
   double bottleneck_ms = 0;
   double imbalance = 0;                  // max stage time / mean stage time
   double predicted_samples_per_s = 0;
-  double single_device_samples_per_s = 0;  // the whole model on stage 0's device
+  double single_device_samples_per_s = 0;  // the whole model on stage 0's device (alone on it)
+  // Stages sharing their device's cores (DeviceSpec::share of stage 0's device): each stage's times
+  // are this many times its times alone. 1: every stage has its device to itself.
+  double device_share = 1;
+  bool calibrated = false;               // stage times from a calibrated cost model
   double measured_samples_per_s = 0;     // after training: the run's throughput (0: not trained)
   // Memory of the process beside the stages (set by the CLI): its resident set before import
   // (binary, libraries) and the data sets it holds; after training, its peak resident set.

@@ -249,6 +249,10 @@ std::string report_text(const ReportInputs& r) {
   }
   out += format("bottleneck %.3f ms (stage %d), imbalance %.2f (max/mean stage time)\n", sum.bottleneck_ms,
                 sum.bottleneck_stage, sum.imbalance);
+  if (p.device_share > 1.001)
+    out += format("shared cores: the stages' threads outnumber the cores %.1f to 1, so each stage runs %.1fx slower "
+                  "than alone (the times above include it)\n",
+                  p.device_share, p.device_share);
   out += format("predicted %.1f samples/s", sum.samples_per_s);
   if (sum.measured_samples_per_s > 0)
     out += format(", measured %.1f samples/s (%.2fx the prediction)", sum.measured_samples_per_s,

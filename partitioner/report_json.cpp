@@ -162,6 +162,8 @@ std::string report_json(const ReportInputs& r) {
       {"predicted_samples_per_s", sum.samples_per_s},
       {"single_device_samples_per_s", sum.single_device_samples_per_s},
       {"speedup", sum.speedup},
+      {"device_share", p.device_share},
+      {"cost_model", p.calibrated ? "calibrated" : "roofline"},
       {"has_measured", sum.measured},
       {"replicas", p.replicas},
       {"device_count", sum.stages * std::max(1, p.replicas)},

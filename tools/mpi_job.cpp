@@ -76,8 +76,9 @@ std::string plan_fingerprint(const Plan& p) {
 Status MpiJob::share_cpu_spec(DeviceSpec* d) {
   struct Wire {
     char name[64];
-    int32_t kind;
-    double peak_flops, mem_bandwidth, memory_bytes, kernel_overhead_s;
+    int32_t kind, calibrated;
+    double peak_flops, mem_bandwidth, memory_bytes, kernel_overhead_s, share;
+    double floor_s[kOpClasses], scale[kOpClasses];
   } w{};
   if (sync_before_start() != 0) return internal_error("another rank failed");
   std::snprintf(w.name, sizeof w.name, "%s", d->name.c_str());
@@ -86,6 +87,12 @@ Status MpiJob::share_cpu_spec(DeviceSpec* d) {
   w.mem_bandwidth = d->mem_bandwidth;
   w.memory_bytes = d->memory_bytes;
   w.kernel_overhead_s = d->kernel_overhead_s;
+  w.share = d->share;
+  w.calibrated = d->calibrated ? 1 : 0;
+  for (int k = 0; k < kOpClasses; ++k) {
+    w.floor_s[k] = d->classes[k].floor_s;
+    w.scale[k] = d->classes[k].scale;
+  }
   RETURN_IF_ERROR(cluster_->broadcast(&w, sizeof w, 0));
   d->name = w.name;
   d->kind = static_cast<DeviceKind>(w.kind);
@@ -93,6 +100,9 @@ Status MpiJob::share_cpu_spec(DeviceSpec* d) {
   d->mem_bandwidth = w.mem_bandwidth;
   d->memory_bytes = w.memory_bytes;
   d->kernel_overhead_s = w.kernel_overhead_s;
+  d->share = w.share;
+  d->calibrated = w.calibrated != 0;
+  for (int k = 0; k < kOpClasses; ++k) d->classes[k] = ClassCost{w.floor_s[k], w.scale[k], 0};
   return Status::ok();
 }
 

@@ -260,6 +260,8 @@ void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
                "and outputs), and RUN/stages/stages.json; with --plan-only: the untrained weights");
   app.add_flag("--whatif", o.whatif, "with the plan: predicted throughput, bubble and memory for 1..N devices per scheme");
   app.add_flag("--profile", o.profile, "measure every node on the real device before partitioning (cached in the run folder)");
+  auto* cal = app.add_flag("--calibrate", o.calibrate, "measure the cost model's op classes on this machine's device again (otherwise once, then cached in ~/.cache/onnx-pipetrain)");
+  app.add_flag("--no-calibrate", o.no_calibrate, "plan with the analytic roofline model instead of the calibrated one")->excludes(cal);
 }
 
 // The schedule, the weights, the arithmetic and memory, the plan's devices, links and cuts.
@@ -336,7 +338,8 @@ void assign_groups(CLI::App& app) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
       {"Pipeline",
        {"--gpus", "--replicas", "--schedule", "--weights", "--spectrain-staleness", "--micro-batches", "--recompute",
-        "--plan-only", "--whatif", "--profile", "--split-at", "--balance", "--ranks-per-node"}},
+        "--plan-only", "--whatif", "--profile", "--calibrate", "--no-calibrate", "--split-at", "--balance",
+        "--ranks-per-node"}},
       {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link"}},
       {"Data",
        {"--data", "--val-data", "--val-split", "--mean", "--std", "--raw-pixels", "--augment", "--on-bad-sample",

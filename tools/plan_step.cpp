@@ -10,6 +10,7 @@
 
 #include "kernels/registry.h"
 #include "partitioner/report.h"
+#include "runtime/exec/calibrate.h"
 #include "runtime/exec/profiler.h"
 
 namespace pt {
@@ -28,6 +29,26 @@ std::string cache_dir() {
   return ec ? std::string() : d.string();
 }
 
+// The device's classes fitted on this machine (cached); one line when it measured. Under MPI
+// rank 0's calibration reaches the other ranks with its spec (agree_cpu_spec).
+Status calibrate_spec(DeviceSpec* d, const PlanFlags& f, int threads) {
+  if (!f.profile_here) return Status::ok();  // an MPI follower: rank 0's spec replaces its own
+  CalibrationOptions co;
+  co.cache_dir = cache_dir();
+  co.threads = threads;
+  co.refresh = f.recalibrate;
+  co.quiet = f.quiet;
+  ASSIGN_OR_RETURN(CalibrationResult r, calibrate_device(d, co));
+  if (!r.from_cache && !f.quiet) {
+    char b[256];
+    std::snprintf(b, sizeof b, "calibration: %s at %d thread%s, %d nodes measured in %.1f s (median fit error %.0f%%)%s%s",
+                  device_kind_name(d->kind), threads, threads == 1 ? "" : "s", r.points, r.seconds, 100 * r.median_error,
+                  r.cache_path.empty() ? "" : ", cached in ", r.cache_path.c_str());
+    std::printf("%s\n", b);
+  }
+  return Status::ok();
+}
+
 Expected<DeviceSpec> spec_from_flag(const std::string& s) {
   std::error_code ec;
   if (fs::exists(s, ec) || s.find(".json") != std::string::npos) return load_device_spec(s);
@@ -43,8 +64,9 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       const int cores = std::max(1u, std::thread::hardware_concurrency());
       // Every device (stages x replicas) gets its share of the cores and of the memory.
       const int replicas = std::max(1, f.replicas);
-      DeviceSpec cpu = measure_cpu_spec(cache_dir(), f.cpu_threads > 0 ? f.cpu_threads : std::max(1, cores / (f.stages * replicas)));
-      if (f.agree_cpu_spec) RETURN_IF_ERROR(f.agree_cpu_spec(&cpu));
+      const int threads = f.cpu_threads > 0 ? f.cpu_threads : std::max(1, cores / (f.stages * replicas));
+      DeviceSpec cpu = measure_cpu_spec(cache_dir(), threads);
+      if (f.calibrate) RETURN_IF_ERROR(calibrate_spec(&cpu, f, threads));
       int per_node = f.stages;  // the stages of one node share its memory
       if (!f.node_of_stage.empty()) {
         std::map<int, int> count;
@@ -52,6 +74,10 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
         per_node = 1;
         for (auto& [n, c] : count) per_node = std::max(per_node, c);
       }
+      // More stage threads than cores: the stages share them (the simulator slows each by the
+      // ratio; the report says so).
+      cpu.share = std::max(1.0, static_cast<double>(per_node * replicas * threads) / cores);
+      if (f.agree_cpu_spec) RETURN_IF_ERROR(f.agree_cpu_spec(&cpu));
       cpu.memory_bytes /= per_node * replicas;
       o.devices.assign(f.stages, cpu);
     } else {
@@ -72,6 +98,8 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
         return invalid_input("--device cuda: " + gpu_name +
                              " has no built-in spec; describe it with --device-spec FILE.json (docs/partition-json.md)");
       ASSIGN_OR_RETURN(DeviceSpec gpu, builtin_device_spec(found));
+      // Under MPI each rank would measure its own: the plans must agree, so only single processes calibrate GPUs.
+      if (f.calibrate && !f.agree_cpu_spec) RETURN_IF_ERROR(calibrate_spec(&gpu, f, 1));
       // Stages sharing a GPU (--oversubscribe) share its memory.
       const int gpus = std::max(1, cuda_device_count());
       const int devices = f.stages * std::max(1, f.replicas);
@@ -97,6 +125,13 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
     if (!rl) return rl.status().with_context("--replica-link: ");
     o.replica_link = *rl;
   }
+  // A host link is a copy made by the stages' own threads: on shared cores it slows as they do.
+  const double share = o.devices[0].share;
+  for (LinkSpec* l : {&o.link, &o.replica_link})
+    if (share > 1 && o.devices[0].kind == DeviceKind::kCpu && l->name == "host") {
+      l->bandwidth /= share;
+      l->latency_s *= share;
+    }
   if (!f.node_of_stage.empty()) {
     if (static_cast<int>(f.node_of_stage.size()) != f.stages) return internal_error("node_of_stage needs one node per stage");
     o.node_of_stage = f.node_of_stage;

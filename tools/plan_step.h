@@ -45,6 +45,10 @@ struct PlanFlags {
   // Multi-node: the node of every stage (empty: one node); cuts between nodes use the network link.
   std::vector<int> node_of_stage;
   int cpu_threads = 0;                    // threads of one CPU stage; 0: the cores / stages
+  // The cost model calibrated on this machine's device (runtime/exec/calibrate.h): on by default,
+  // cached; `recalibrate` (--calibrate) measures again.
+  bool calibrate = true;
+  bool recalibrate = false;
   // Under MPI: replaces the measured CPU spec with rank 0's, so that every rank plans alike.
   std::function<Status(DeviceSpec*)> agree_cpu_spec;
   // Under MPI: whether this rank measures the profile (--profile: rank 0 alone), and the exchange

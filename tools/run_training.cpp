@@ -88,6 +88,10 @@ Status check_bounds(const TrainingSpec& o, const MpiJob& job) {
   if (o.replicas > 4096 || int64_t{o.gpus} * o.replicas > 4096)
     return invalid_input("--gpus " + std::to_string(o.gpus) + " x --replicas " + std::to_string(o.replicas) +
                          ": at most 4096 devices");
+  if (o.calibrate && !o.device_spec.empty())
+    return invalid_input("--calibrate: the devices are described by --device-spec, so there is no device here to measure");
+  if (o.calibrate && o.device == DeviceChoice::kCuda && !cuda_available())
+    return invalid_input("--calibrate --device cuda: no GPU to measure (" + cuda_unavailable_reason() + ")");
   return job.check_stages(o.gpus, o.replicas);
 }
 
@@ -288,6 +292,8 @@ PlanFlags plan_flags(const TrainingSpec& o, const Model& md, const Devices& dev,
   pf.split_at = o.split_at;
   pf.balance = o.balance;
   pf.profile = o.profile;
+  pf.calibrate = !o.no_calibrate;
+  pf.recalibrate = o.calibrate;
   pf.whatif = o.whatif;
   pf.out_dir = out_dir.string();
   pf.quiet = o.local.quiet;

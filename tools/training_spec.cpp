@@ -90,6 +90,8 @@ json to_json_value(const TrainingSpec& s) {
       {"whatif", s.whatif},
       {"profile", s.profile},
       {"trace", s.trace},
+      {"calibrate", s.calibrate},
+      {"no_calibrate", s.no_calibrate},
       {"device_spec", s.device_spec},
       {"link", s.link},
       {"replica_link", s.replica_link},

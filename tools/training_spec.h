@@ -123,6 +123,8 @@ struct TrainingSpec {
   bool whatif = false;
   bool profile = false;
   bool trace = false;
+  bool calibrate = false;     // --calibrate: measure the cost model's classes again
+  bool no_calibrate = false;  // --no-calibrate: the analytic roofline model
   std::vector<std::string> device_spec;
   std::string link;
   std::string replica_link;                     // --replica-link: between a stage's replicas ("" = --link)

@@ -79,8 +79,9 @@ class MemoryTest(unittest.TestCase):
         pm = plan["process_memory"]
         self.assertEqual(pm["planned_bytes"],
                          sum(s["memory_bytes"] for s in plan["stages"]) + pm["data_bytes"] + pm["baseline_bytes"])
-        # Synthetic data: max(16 batches of 32, 512) samples of 64 float32 pixels and an int64 label.
-        self.assertEqual(pm["data_bytes"], 512 * (64 * 4 + 8))
+        # Synthetic data: max(16 batches of 32, 512) samples of 64 float32 pixels and an int64 label,
+        # and the shuffled order (an int64 per sample) that the loop and the prefetcher each keep.
+        self.assertEqual(pm["data_bytes"], 512 * (64 * 4 + 8 + 2 * 8))
         self.assertGreater(pm["measured_peak_rss_bytes"], pm["baseline_bytes"])
         for s in plan["stages"]:
             meas = s["measured"]["memory_bytes"]

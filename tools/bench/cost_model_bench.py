@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The cost model against what runs: for ResNet-18, MobileNet-V2, the Transformer encoder and the
+GPT decoder of the peer set (tools/bench/peer_models.py), on 1, 2 and 4 CPU stages (synthetic data,
+1F1B), the plan's predicted stage times (forward + backward) and samples/s beside the measured ones,
+the automatic split's measured imbalance (max / mean measured stage time), and whether the stages
+share the cores. Without --profile: the calibrated model (runtime/exec/calibrate.h) alone.
+
+  /usr/bin/python3 tools/bench/cost_model_bench.py [--build build] [--models resnet18 ...] [--stages 1 2 4]
+                                                   [--steps 40] [--no-calibrate]
+
+Targets (issue #33): per-stage times and samples/s within 25 % of the measured steady state, the
+measured imbalance at most 1.15. Run it on an idle machine: other work on the cores is measured too.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+
+def export(name, path):
+    import torch
+    import peer_models
+    if os.path.exists(path):
+        return
+    m = peer_models.build(name)
+    x, _ = peer_models.make_batch(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, x[:2], path, opset_version=13, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def run(exe, model, stages, steps, batch, out, extra):
+    cmd = [exe, model, "--gpus", str(stages), "--device", "cpu", "--steps", str(steps), "--batch-size", str(batch),
+           "--out", out, "--overwrite", "--quiet"] + extra
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
+    with open(os.path.join(out, "partition.json")) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--models", nargs="*", default=["resnet18", "mobilenet_v2", "transformer", "gpt"])
+    ap.add_argument("--stages", type=int, nargs="*", default=[1, 2, 4])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--no-calibrate", action="store_true", help="the analytic roofline model, for comparison")
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "pipetrain-cost-bench"))
+    a = ap.parse_args()
+    import peer_models
+    exe = os.path.join(a.build, "tools/onnx-pipetrain")
+    os.makedirs(a.work, exist_ok=True)
+    extra = ["--no-calibrate"] if a.no_calibrate else []
+    print(f"{'model':13} {'stages':>6} {'share':>5} {'pred ms/stage':>28} {'meas ms/stage':>28} {'worst':>6} "
+          f"{'pred/s':>8} {'meas/s':>8} {'err':>6} {'imbal':>5}")
+    worst_all = 0
+    for name in a.models:
+        model = os.path.join(a.work, f"{name}.onnx")
+        export(name, model)
+        batch = peer_models.MODELS[name][1]
+        for n in a.stages:
+            j = run(exe, model, n, a.steps, batch, os.path.join(a.work, f"{name}_{n}"), extra)
+            pred = [s["fwd_ms"] + s["bwd_ms"] for s in j["stages"]]
+            meas = [s["measured"]["fwd_ms"] + s["measured"]["bwd_ms"] for s in j["stages"] if "measured" in s]
+            errs = [abs(p - m) / m for p, m in zip(pred, meas) if m > 0]
+            ps, ms = j["predicted_samples_per_s"], j.get("measured_samples_per_s", 0)
+            err = abs(ps - ms) / ms if ms else float("nan")
+            imbal = max(meas) / (sum(meas) / len(meas)) if meas else float("nan")
+            worst = max(errs) if errs else float("nan")
+            worst_all = max(worst_all, worst, err)
+            print(f"{name:13} {n:>6} {j.get('device_share', 1):>5.1f} {' '.join(f'{p:6.1f}' for p in pred):>28} "
+                  f"{' '.join(f'{m:6.1f}' for m in meas):>28} {100 * worst:>5.0f}% {ps:>8.0f} {ms:>8.0f} "
+                  f"{100 * err:>5.0f}% {imbal:>5.2f}", flush=True)
+    print(f"largest error: {100 * worst_all:.0f}% (target 25%)")
+
+
+if __name__ == "__main__":
+    main()
