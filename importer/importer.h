@@ -50,6 +50,11 @@ struct ImportedModel {
 // (confined to the model's folder), binds the batch dimension, infers shapes, folds shape
 // subgraphs and checks every op against the kernel registry. Errors name the file and node.
 Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions& opts);
+// What import_onnx does to an inferred graph's stateful ops, for graphs built in code (the cost
+// model's calibration): Dropout and training BatchNormalization read the step counter (masks are
+// a function of seed, step and element; evaluation passes use running statistics), and training
+// BatchNormalization's running statistics become state.
+void lower_stateful_ops(Graph& g, uint64_t seed);
 
 // kInference: training-mode BatchNormalization and Dropout become their inference form (running
 // statistics, no dropout, training-only outputs removed), so that any runtime computes the same

@@ -589,6 +589,15 @@ void mark_setting_initializers(Graph& g) {
 
 }  // namespace
 
+void lower_stateful_ops(Graph& g, uint64_t seed) {
+  lower_random_ops(g, seed);
+  // Training BatchNormalization updates its running statistics in place: state, not parameters.
+  for (auto& n : g.nodes())
+    if (n->op_type == "BatchNormalization" && n->attrs.get_int("_training", 0))
+      for (size_t i = 3; i < 5 && i < n->inputs.size(); ++i)
+        if (n->inputs[i] && n->inputs[i]->from_initializer) n->inputs[i]->kind = ValueKind::kState;
+}
+
 Expected<std::vector<std::string>> onnx_input_names(const std::string& path) {
   ASSIGN_OR_RETURN(onnx::ModelProto proto, parse_file(path));
   std::set<std::string> inits;
@@ -809,13 +818,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   mark_setting_initializers(*g);
 
   RETURN_IF_ERROR(infer_and_fold(*g, path, opts.device));
-  lower_random_ops(*g, opts.seed);
-  // BatchNormalization in training mode updates its running mean and variance in place: they are
-  // state (persistent, not trained by SGD, exported), not parameters.
-  for (auto& n : g->nodes())
-    if (n->op_type == "BatchNormalization" && n->attrs.get_int("_training", 0))
-      for (size_t i = 3; i < 5 && i < n->inputs.size(); ++i)
-        if (n->inputs[i] && n->inputs[i]->from_initializer) n->inputs[i]->kind = ValueKind::kState;
+  lower_stateful_ops(*g, opts.seed);
 
   // Aliases of weights: opset-13 PyTorch exports read a shared initializer through an Identity
   // node per extra reader. Readers read the weight itself instead, so that a reader in another

@@ -220,7 +220,7 @@ OpClass op_class(const Node& n) {
 double node_time_s(const Node& n, const DeviceSpec& d) {
   const double r = roofline_s(n, d);
   if (!d.calibrated) return (r + d.kernel_overhead_s) * d.share;
-  const ClassCost& c = d.classes[static_cast<int>(op_class(n))];
+  const ClassCost& c = d.classes[static_cast<int>(op_class(n))][is_forward_phase(n) ? 0 : 1];
   return (c.floor_s + c.scale * r) * d.share;
 }
 

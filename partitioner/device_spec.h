@@ -32,9 +32,10 @@ struct DeviceSpec {
   double mem_bandwidth = 0;    // bytes/s
   double memory_bytes = 0;     // usable device memory
   double kernel_overhead_s = 0;  // fixed cost per kernel launch
-  // A calibrated device's per-class costs (calibrated: every node's time comes from them).
+  // A calibrated device's per-class costs (calibrated: every node's time comes from them), for
+  // forward nodes ([k][0], the loss too) and backward and update nodes ([k][1]).
   bool calibrated = false;
-  ClassCost classes[kOpClasses];
+  ClassCost classes[kOpClasses][2];
   // Stages that share this device's cores (more stage threads than cores): each runs `share` times
   // slower than alone while the others compute. 1: the device is the stage's own.
   double share = 1;

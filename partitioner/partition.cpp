@@ -237,7 +237,9 @@ bool crosses_nodes(const PartitionOptions& o, int stage) {
 bool same_speed(const DeviceSpec& a, const DeviceSpec& b) {
   if (a.calibrated != b.calibrated || a.share != b.share) return false;
   for (int k = 0; k < kOpClasses && a.calibrated; ++k)
-    if (a.classes[k].floor_s != b.classes[k].floor_s || a.classes[k].scale != b.classes[k].scale) return false;
+    for (int ph = 0; ph < 2; ++ph)
+      if (a.classes[k][ph].floor_s != b.classes[k][ph].floor_s || a.classes[k][ph].scale != b.classes[k][ph].scale)
+        return false;
   return a.peak_flops == b.peak_flops && a.mem_bandwidth == b.mem_bandwidth && a.kernel_overhead_s == b.kernel_overhead_s &&
          a.kind == b.kind;
 }

@@ -249,7 +249,7 @@ std::string report_text(const ReportInputs& r) {
   }
   out += format("bottleneck %.3f ms (stage %d), imbalance %.2f (max/mean stage time)\n", sum.bottleneck_ms,
                 sum.bottleneck_stage, sum.imbalance);
-  if (p.device_share > 1.001)
+  if (p.device_share > 1.05)
     out += format("shared cores: the stages' threads outnumber the cores %.1f to 1, so each stage runs %.1fx slower "
                   "than alone (the times above include it)\n",
                   p.device_share, p.device_share);

@@ -1,6 +1,10 @@
 // Flags -> device specs, link, partition options; then partition, simulate, report.
 #include "tools/plan_step.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +32,26 @@ std::string cache_dir() {
   fs::create_directories(d, ec);
   return ec ? std::string() : d.string();
 }
+
+// Holds the cache folder's lock file (flock) for its lifetime: processes starting at once (ctest
+// -j, several runs) measure the CPU and calibrate one at a time, so that the later ones read what
+// the first measured and every one of them plans with the same numbers.
+class CacheLock {
+ public:
+  explicit CacheLock(const std::string& dir) {
+    if (dir.empty()) return;
+    fd_ = ::open((fs::path(dir) / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0) ::flock(fd_, LOCK_EX);  // best effort: without it each process measures its own
+  }
+  ~CacheLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // The device's classes fitted on this machine (cached); one line when it measured. Under MPI
 // rank 0's calibration reaches the other ranks with its spec (agree_cpu_spec).
@@ -65,6 +89,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       // Every device (stages x replicas) gets its share of the cores and of the memory.
       const int replicas = std::max(1, f.replicas);
       const int threads = f.cpu_threads > 0 ? f.cpu_threads : std::max(1, cores / (f.stages * replicas));
+      const CacheLock lock(cache_dir());
       DeviceSpec cpu = measure_cpu_spec(cache_dir(), threads);
       if (f.calibrate) RETURN_IF_ERROR(calibrate_spec(&cpu, f, threads));
       int per_node = f.stages;  // the stages of one node share its memory
@@ -74,9 +99,16 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
         per_node = 1;
         for (auto& [n, c] : count) per_node = std::max(per_node, c);
       }
-      // More stage threads than cores: the stages share them (the simulator slows each by the
-      // ratio; the report says so).
-      cpu.share = std::max(1.0, static_cast<double>(per_node * replicas * threads) / cores);
+      // More stage threads than cores: the stages of a node run at once and share its cores, each
+      // `share` times slower than alone. What they share is what the machine computes with every
+      // core, measured: share = stages x the FLOP/s of one stage's threads / the FLOP/s of all
+      // cores, at least 1.
+      const int stage_threads = per_node * replicas * threads;
+      if (stage_threads > cores) {
+        const DeviceSpec all = measure_cpu_spec(cache_dir(), cores);
+        const double one = cpu.peak_flops, whole = std::max(all.peak_flops, one);
+        cpu.share = std::max(1.0, static_cast<double>(per_node * replicas) * one / whole);
+      }
       if (f.agree_cpu_spec) RETURN_IF_ERROR(f.agree_cpu_spec(&cpu));
       cpu.memory_bytes /= per_node * replicas;
       o.devices.assign(f.stages, cpu);
@@ -99,7 +131,10 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
                              " has no built-in spec; describe it with --device-spec FILE.json (docs/partition-json.md)");
       ASSIGN_OR_RETURN(DeviceSpec gpu, builtin_device_spec(found));
       // Under MPI each rank would measure its own: the plans must agree, so only single processes calibrate GPUs.
-      if (f.calibrate && !f.agree_cpu_spec) RETURN_IF_ERROR(calibrate_spec(&gpu, f, 1));
+      if (f.calibrate && !f.agree_cpu_spec) {
+        const CacheLock lock(cache_dir());
+        RETURN_IF_ERROR(calibrate_spec(&gpu, f, 1));
+      }
       // Stages sharing a GPU (--oversubscribe) share its memory.
       const int gpus = std::max(1, cuda_device_count());
       const int devices = f.stages * std::max(1, f.replicas);

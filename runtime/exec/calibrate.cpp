@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -12,8 +13,10 @@
 #include <random>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "importer/importer.h"
 #include "importer/shape_infer.h"
 #include "importer/training.h"
 #include "partitioner/cost_model.h"
@@ -25,7 +28,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kCacheVersion = 1;
+constexpr int kCacheVersion = 2;
+constexpr const char* kPhases[2] = {"forward", "backward"};
 
 // A small graph under construction: float input x, parameters, nodes with inferred shapes.
 struct Builder {
@@ -49,10 +53,14 @@ struct Builder {
     v->from_initializer = true;
     return v;
   }
-  Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}, int since = 13) {
+  // A node with `outputs` outputs (inferred); its first.
+  Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}, int since = 13, int outputs = 1) {
     const std::string name = type + "_" + std::to_string(g.nodes().size());
-    Value* out = g.add_value(name + "/out", DType::kUndefined, {}, ValueKind::kActivation);
-    Node* n = g.add_node(type, name, std::move(ins), {out}, std::move(attrs));
+    std::vector<Value*> outs;
+    for (int k = 0; k < outputs; ++k)
+      outs.push_back(g.add_value(name + "/out" + std::to_string(k), DType::kUndefined, {}, ValueKind::kActivation));
+    Value* out = outs[0];
+    Node* n = g.add_node(type, name, std::move(ins), std::move(outs), std::move(attrs));
     n->since_version = since;
     if (st.is_ok()) st = infer_node(*n, "calibration");
     return out;
@@ -65,58 +73,101 @@ AttrMap attrs(std::initializer_list<std::pair<std::string, Attribute>> kv) {
   return a;
 }
 
-// The calibration cases: one graph each, the op of its class on x.
+// The calibration cases: blocks of the models people train, so that every op is timed in the
+// company it keeps there (its input just written by another op, its output read by the next, at
+// the sizes of ResNets, MobileNets and transformers), rather than alone in a warm cache, where it
+// runs faster than in a model.
 struct Case {
   Dims input;
   std::function<Value*(Builder&)> body;
 };
 
+AttrMap pads1() { return attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}}); }
+
+// Training BatchNormalization (batch statistics, running statistics out), as PyTorch's training
+// exports give it.
+Value* batch_norm(Builder& b, Value* x, int64_t ch) {
+  return b.op("BatchNormalization", {x, b.param({ch}), b.param({ch}), b.param({ch}), b.param({ch})}, {}, 13, 5);
+}
+
+// A ResNet basic block: conv, norm and element-wise in context.
+Value* residual_block(Builder& b, int64_t ch) {
+  Value* h = b.op("Relu", {batch_norm(b, b.op("Conv", {b.x, b.param({ch, ch, 3, 3})}, pads1()), ch)});
+  h = batch_norm(b, b.op("Conv", {h, b.param({ch, ch, 3, 3})}, pads1()), ch);
+  return b.op("Relu", {b.op("Add", {h, b.x})});
+}
+
+Value* max_pool(Builder& b, Value* x) {
+  return b.op("MaxPool", {x}, attrs({{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}}));
+}
+
+// A MobileNet-V2 inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, each with its norm.
+Value* inverted_block(Builder& b, int64_t ch, int64_t expand) {
+  const int64_t e = ch * expand;
+  Value* h = b.op("Relu", {batch_norm(b, b.op("Conv", {b.x, b.param({e, ch, 1, 1})}), e)});
+  h = b.op("Relu", {batch_norm(b, b.op("Conv", {h, b.param({e, 1, 3, 3})}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", e}})), e)});
+  h = batch_norm(b, b.op("Conv", {h, b.param({ch, e, 1, 1})}), ch);
+  return b.op("Add", {h, b.x});
+}
+
+// A transformer's MLP half: LayerNorm, two products around a ReLU, the residual.
+Value* mlp_block(Builder& b, int64_t d) {
+  Value* h = b.op("LayerNormalization", {b.x, b.param({d}), b.param({d})}, attrs({{"axis", int64_t{-1}}}), 17);
+  h = b.op("Relu", {b.op("Add", {b.op("MatMul", {h, b.param({d, 4 * d})}), b.param({4 * d})})});
+  h = b.op("Add", {b.op("MatMul", {h, b.param({4 * d, d})}), b.param({d})});
+  return b.op("Add", {h, b.x});
+}
+
+// Attention's core on [B, H, T, dh]: scores, a softmax over keys, the weighted sum; then heads to
+// features (a transpose).
+Value* attention_block(Builder& b, int64_t t, int64_t dh) {
+  Value* s = b.op("MatMul", {b.x, b.param({dh, t})});
+  Value* p = b.op("Softmax", {s}, attrs({{"axis", int64_t{-1}}}));
+  Value* o = b.op("MatMul", {p, b.param({t, dh})});
+  return b.op("Transpose", {o}, attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+}
+
+// `times` blocks in a row, each reading the last one's output (as x), so that a node's inputs and
+// weights have left the faster caches by the time the backward reads them again, as in a model.
+Value* repeat(Builder& b, int times, const std::function<Value*()>& block) {
+  Value* out = b.x;
+  for (int k = 0; k < times; ++k) {
+    out = block();
+    b.x = out;
+  }
+  return out;
+}
+
 std::vector<Case> cases(bool gpu) {
   const int64_t s = gpu ? 4 : 1;  // GPUs get larger work, where their rates are reached
   std::vector<Case> c;
   auto add = [&](Dims in, std::function<Value*(Builder&)> body) { c.push_back(Case{std::move(in), std::move(body)}); };
-  for (auto [m, k, n] : {std::tuple{8, 32, 32}, {32, 128, 128}, {64, 256, 256}, {128, 512, 512}, {256, 1024, 512}})
-    add({m * s, k}, [k = int64_t(k), n = int64_t(n)](Builder& b) { return b.op("MatMul", {b.x, b.param({k, n})}); });
-  for (auto [n, ch, hw] : {std::tuple{2, 8, 8}, {8, 16, 16}, {8, 32, 16}, {16, 64, 16}, {16, 32, 32}})
+  for (auto [n, ch, hw] : {std::tuple{4, 16, 8}, {16, 32, 16}, {32, 64, 8}, {32, 64, 16}, {32, 128, 8}, {32, 256, 4},
+                           {16, 64, 32}})
     add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) {
-      return b.op("Conv", {b.x, b.param({ch, ch, 3, 3})}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+      return max_pool(b, repeat(b, 3, [&] { return residual_block(b, ch); }));
     });
-  for (auto [n, ch, hw] : {std::tuple{4, 16, 16}, {16, 32, 32}, {16, 96, 16}})
-    add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) {
-      return b.op("Conv", {b.x, b.param({ch, 1, 3, 3})},
-                  attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", ch}}));
+  for (auto [n, ch, hw] : {std::tuple{8, 16, 16}, {32, 24, 16}, {32, 32, 8}, {32, 64, 4}, {32, 96, 4}})
+    add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) { return repeat(b, 3, [&] { return inverted_block(b, ch, 6); }); });
+  for (auto [n, t, d] : {std::tuple{8, 16, 32}, {32, 16, 64}, {32, 32, 128}, {16, 64, 256}, {8, 128, 512}})
+    add({n * s, t, d}, [d = int64_t(d)](Builder& b) { return repeat(b, 3, [&] { return mlp_block(b, d); }); });
+  for (auto [n, h, t, dh] : {std::tuple{8, 2, 16, 16}, {32, 4, 16, 16}, {32, 4, 32, 32}, {16, 8, 64, 32}})
+    add({n * s, h, t, dh}, [t = int64_t(t), dh = int64_t(dh)](Builder& b) { return attention_block(b, t, dh); });
+  for (auto [n, ch] : {std::tuple{32, 64}, {32, 512}})
+    add({n * s, ch, 4, 4}, [ch = int64_t(ch)](Builder& b) {
+      return b.op("MatMul", {b.op("Flatten", {b.op("GlobalAveragePool", {b.x})}), b.param({ch, 10})});
     });
-  for (auto [n, ch, hw] : {std::tuple{4, 8, 8}, {16, 32, 16}, {32, 64, 32}})
-    add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) {
-      return b.op("BatchNormalization", {b.x, b.param({ch}), b.param({ch}), b.param({ch}), b.param({ch})});
-    });
-  for (auto [n, t, d] : {std::tuple{8, 16, 32}, {32, 64, 256}})
-    add({n * s, t, d}, [d = int64_t(d)](Builder& b) {
-      return b.op("LayerNormalization", {b.x, b.param({d}), b.param({d})}, attrs({{"axis", int64_t{-1}}}), 17);
-    });
-  for (auto [n, h, t] : {std::tuple{2, 2, 16}, {8, 4, 64}, {16, 8, 64}})
-    add({n * s, h, t, t}, [](Builder& b) { return b.op("Softmax", {b.x}, attrs({{"axis", int64_t{-1}}})); });
-  for (auto [n, ch, hw] : {std::tuple{4, 8, 16}, {16, 32, 32}})
-    add({n * s, ch, hw, hw}, [](Builder& b) {
-      return b.op("MaxPool", {b.x}, attrs({{"kernel_shape", std::vector<int64_t>{2, 2}},
-                                             {"strides", std::vector<int64_t>{2, 2}}}));
-    });
-  add({16 * s, 64, 16, 16}, [](Builder& b) { return b.op("GlobalAveragePool", {b.x}); });
-  for (auto [n, ch, hw] : {std::tuple{4, 8, 16}, {16, 32, 32}})
-    add({n * s, ch, hw, hw}, [](Builder& b) {
-      return b.op("Transpose", {b.x}, attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
-    });
-  for (int64_t n : {int64_t{1} << 10, int64_t{1} << 16, int64_t{1} << 20})
+  for (int64_t n : {int64_t{1} << 12, int64_t{1} << 20, int64_t{1} << 22})
     add({n * s}, [n = n * s](Builder& b) { return b.op("Mul", {b.op("Relu", {b.x}), b.param({n})}); });
   return c;
 }
 
 struct Point {
-  int cls;
+  int cls, phase;  // phase 0: forward (and loss), 1: backward and update
   double count, roofline, t;  // nodes, their summed roofline time, their measured time
 };
 
-// Every node of the case's training graph timed on the device: the median of 5 runs after one
+// Every node of the case's training graph timed on the device: the median of 3 runs after one
 // warm-up.
 Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
   Builder b(c.input);
@@ -124,6 +175,7 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
   RETURN_IF_ERROR(b.st);
   Graph& g = b.g;
   g.outputs = {result};
+  lower_stateful_ops(g, 0);
   SgdOptions sgd;
   ASSIGN_OR_RETURN(TrainingGraph tg, build_training_graph(g, LossKind::kMse, sgd));
   (void)tg;
@@ -141,7 +193,7 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
     if (t.dtype() == DType::kInt64) t.as<int64_t>()[0] = 1;
     RETURN_IF_ERROR(ex->upload(v));
   }
-  constexpr int kWarmup = 1, kRepeats = 5;
+  constexpr int kWarmup = 1, kRepeats = 3;
   std::vector<std::vector<double>> runs;
   for (int r = 0; r < kWarmup + kRepeats; ++r) {
     std::vector<double> s(g.nodes().size(), 0.0);
@@ -153,17 +205,19 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
     for (const auto& r : runs) v.push_back(r[n->id]);
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     if (v[v.size() / 2] <= 0) continue;
-    out->push_back(Point{static_cast<int>(op_class(*n)), 1, roofline_s(*n, *spec), v[v.size() / 2]});
+    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1, roofline_s(*n, *spec),
+                         v[v.size() / 2]});
   }
   return Status::ok();
 }
 
-// floor + scale x roofline, least squares in relative error (each point weighs 1 / t^2), both
-// non-negative.
+// floor + scale x roofline, least squares with each point weighing 1 / t: between absolute
+// errors (which only the largest nodes would decide) and relative ones (which the many tiny
+// nodes would); both non-negative.
 ClassCost fit(const std::vector<Point>& pts) {
   double s00 = 0, s01 = 0, s11 = 0, b0 = 0, b1 = 0;
   for (const Point& p : pts) {
-    const double w = 1 / (p.t * p.t);
+    const double w = 1 / p.t;
     s00 += w * p.count * p.count;
     s01 += w * p.count * p.roofline;
     s11 += w * p.roofline * p.roofline;
@@ -182,7 +236,7 @@ ClassCost fit(const std::vector<Point>& pts) {
     const double scale = s11 > 0 ? b1 / s11 : 0, floor = s00 > 0 ? b0 / s00 : 0;
     auto err = [&](double f, double k) {
       double e = 0;
-      for (const Point& p : pts) e += std::pow((f * p.count + k * p.roofline - p.t) / p.t, 2);
+      for (const Point& p : pts) e += std::pow(f * p.count + k * p.roofline - p.t, 2) / p.t;
       return e;
     };
     if (scale > 0 && err(0, scale) <= err(floor, 0)) c = ClassCost{0, scale, c.points};
@@ -202,6 +256,14 @@ std::string cpu_model() {
   return "unknown cpu";
 }
 
+// This binary: its size and modification time (a rebuilt tool, whose kernels may run at other
+// speeds, calibrates again).
+std::string build_id() {
+  struct stat st {};
+  if (::stat("/proc/self/exe", &st) != 0) return "unknown";
+  return std::to_string(static_cast<long long>(st.st_size)) + "@" + std::to_string(static_cast<long long>(st.st_mtime));
+}
+
 // What a cached calibration must match: the device, the machine, the build, the rates it scales.
 nlohmann::json cache_key(const DeviceSpec& spec, int threads) {
   return {{"version", kCacheVersion},
@@ -209,7 +271,7 @@ nlohmann::json cache_key(const DeviceSpec& spec, int threads) {
           {"model", spec.kind == DeviceKind::kCpu ? cpu_model() : cuda_device_name(0)},
           {"cores", static_cast<int>(std::thread::hardware_concurrency())},
           {"threads", threads},
-          {"build", std::string(__DATE__) + " " + __TIME__},
+          {"build", build_id()},
           {"peak_flops", spec.peak_flops},
           {"mem_bandwidth", spec.mem_bandwidth}};
 }
@@ -219,13 +281,19 @@ bool read_cache(const std::string& path, const nlohmann::json& key, DeviceSpec* 
   if (!in) return false;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.at("key") != key) return false;  // another machine, build or rate: measured again
-    for (int k = 0; k < kOpClasses; ++k) {
-      const nlohmann::json& c = j.at("classes").at(op_class_name(static_cast<OpClass>(k)));
-      spec->classes[k] = ClassCost{c.at("floor_s").get<double>(), c.at("scale").get<double>(), c.at("points").get<int>()};
-      if (!(spec->classes[k].floor_s >= 0) || !(spec->classes[k].scale >= 0) || !std::isfinite(spec->classes[k].scale))
-        throw std::runtime_error("bad class");
+    if (j.at("key") != key) {
+      if (!quiet)
+        std::fprintf(stderr, "notice: %s: calibrated on another machine, build or CPU rate; measuring again\n", path.c_str());
+      return false;
     }
+    for (int k = 0; k < kOpClasses; ++k)
+      for (int ph = 0; ph < 2; ++ph) {
+        const nlohmann::json& c = j.at("classes").at(op_class_name(static_cast<OpClass>(k))).at(kPhases[ph]);
+        ClassCost& cc = spec->classes[k][ph];
+        cc = ClassCost{c.at("floor_s").get<double>(), c.at("scale").get<double>(), c.at("points").get<int>()};
+        if (!(cc.floor_s >= 0) || !(cc.scale >= 0) || !std::isfinite(cc.scale) || !std::isfinite(cc.floor_s))
+          throw std::runtime_error("bad class");
+      }
     return true;
   } catch (const std::exception&) {
     if (!quiet) std::fprintf(stderr, "notice: %s: not a calibration this build can read; measuring again\n", path.c_str());
@@ -237,8 +305,11 @@ void write_cache(const std::string& path, const nlohmann::json& key, const Devic
   nlohmann::json j;
   j["key"] = key;
   for (int k = 0; k < kOpClasses; ++k)
-    j["classes"][op_class_name(static_cast<OpClass>(k))] = {
-        {"floor_s", spec.classes[k].floor_s}, {"scale", spec.classes[k].scale}, {"points", spec.classes[k].points}};
+    for (int ph = 0; ph < 2; ++ph) {
+      const ClassCost& c = spec.classes[k][ph];
+      j["classes"][op_class_name(static_cast<OpClass>(k))][kPhases[ph]] = {
+          {"floor_s", c.floor_s}, {"scale", c.scale}, {"points", c.points}};
+    }
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream out(tmp);
@@ -256,9 +327,9 @@ Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const Calibration
   CalibrationResult r;
   const nlohmann::json key = cache_key(*spec, opts.threads);
   if (!opts.cache_dir.empty()) {
-    const std::string host = std::to_string(std::hash<std::string>{}(key.dump()) & 0xffffffffu);
+    // One file per device kind and thread count: a new build or machine overwrites it.
     r.cache_path = (fs::path(opts.cache_dir) / ("calibration_" + std::string(device_kind_name(spec->kind)) + "_" +
-                                                 std::to_string(opts.threads) + "t_" + host + ".json"))
+                                                 std::to_string(opts.threads) + "t.json"))
                        .string();
     if (!opts.refresh && read_cache(r.cache_path, key, spec, opts.quiet)) {
       spec->calibrated = true;
@@ -277,14 +348,22 @@ Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const Calibration
   }
   if (spec->kind == DeviceKind::kCpu) set_cpu_kernel_threads(saved_threads);
   RETURN_IF_ERROR(st.with_context("calibration: "));
-  std::vector<Point> by[kOpClasses];
-  for (const Point& p : pts) by[p.cls].push_back(p);
+  // Each class and phase its own fit; one with fewer than 2 points takes its class's, or all points'.
+  std::vector<Point> by[kOpClasses][2], cls[kOpClasses];
+  for (const Point& p : pts) {
+    by[p.cls][p.phase].push_back(p);
+    cls[p.cls].push_back(p);
+  }
   const ClassCost all = fit(pts);
-  for (int k = 0; k < kOpClasses; ++k) spec->classes[k] = by[k].size() >= 2 ? fit(by[k]) : ClassCost{all.floor_s, all.scale, 0};
+  for (int k = 0; k < kOpClasses; ++k)
+    for (int ph = 0; ph < 2; ++ph)
+      spec->classes[k][ph] = by[k][ph].size() >= 2 ? fit(by[k][ph])
+                             : cls[k].size() >= 2  ? fit(cls[k])
+                                                   : ClassCost{all.floor_s, all.scale, 0};
   spec->calibrated = true;
   std::vector<double> errs;
   for (const Point& p : pts) {
-    const ClassCost& c = spec->classes[p.cls];
+    const ClassCost& c = spec->classes[p.cls][p.phase];
     errs.push_back(std::abs(c.floor_s * p.count + c.scale * p.roofline - p.t) / p.t);
   }
   std::nth_element(errs.begin(), errs.begin() + errs.size() / 2, errs.end());

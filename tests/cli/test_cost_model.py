@@ -1,0 +1,118 @@
+"""The calibrated cost model through the command line: the first plan calibrates and caches, later
+ones read the cache; a corrupt or foreign cache is ignored with one notice and rebuilt; --calibrate
+measures again, --no-calibrate plans with the plain roofline; the refusals (--calibrate with
+--device-spec, --calibrate --device cuda without a GPU); stages that outnumber the cores are priced
+as sharing them. Run:
+PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_cost_model.py"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_cli import BIN, mlp_model  # noqa: E402
+
+
+class CostModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-cost-")
+        cls.dir = cls.tmp.name
+        cls.model = mlp_model(os.path.join(cls.dir, "mlp.onnx"))
+        cls.cache = os.path.join(cls.dir, "cache")  # XDG_CACHE_HOME: this test's own calibrations
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def plan(self, name, *args, model=None):
+        out = os.path.join(self.dir, name)
+        env = dict(os.environ, XDG_CACHE_HOME=self.cache)
+        p = subprocess.run([BIN, model or self.model, "--plan-only", "--out", out, "--overwrite", *map(str, args)],
+                           capture_output=True, text=True, env=env, timeout=300)
+        return p, out
+
+    def calibration_file(self):
+        folder = os.path.join(self.cache, "onnx-pipetrain")
+        files = [f for f in os.listdir(folder) if f.startswith("calibration_cpu_")]
+        self.assertEqual(len(files), 1, files)
+        return os.path.join(folder, files[0])
+
+    def test_calibrates_once_then_reads_the_cache(self):
+        p, out = self.plan("first")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"calibration: cpu at \d+ threads?, \d+ nodes measured in [0-9.]+ s")
+        with open(os.path.join(out, "partition.json")) as f:
+            self.assertEqual(json.load(f)["cost_model"], "calibrated")
+        path = self.calibration_file()
+        with open(path) as f:
+            cal = json.load(f)
+        for cls in ("gemm", "conv", "depthwise", "norm", "softmax", "pool", "movement", "elementwise"):
+            for phase in ("forward", "backward"):
+                c = cal["classes"][cls][phase]
+                self.assertGreaterEqual(c["floor_s"], 0)
+                self.assertGreaterEqual(c["scale"], 0)
+                self.assertGreater(c["floor_s"] + c["scale"], 0, f"{cls} {phase}: predicts nothing")
+        self.assertGreater(cal["classes"]["conv"]["forward"]["points"], 2)
+        # The second plan reads it: no measuring, the same plan.
+        p2, out2 = self.plan("second")
+        self.assertEqual(p2.returncode, 0, p2.stderr)
+        self.assertNotIn("calibration:", p2.stdout)
+        with open(os.path.join(out, "partition.json")) as a, open(os.path.join(out2, "partition.json")) as b:
+            self.assertEqual(json.load(a)["stages"][0]["fwd_ms"], json.load(b)["stages"][0]["fwd_ms"])
+        # --calibrate measures again.
+        p3, _ = self.plan("again", "--calibrate")
+        self.assertIn("calibration:", p3.stdout)
+
+    def test_corrupt_or_foreign_cache_is_rebuilt(self):
+        self.plan("warm")
+        path = self.calibration_file()
+        for bad in ("{not json", json.dumps({"key": {"version": 2, "device": "cpu", "model": "another"}, "classes": {}})):
+            with open(path, "w") as f:
+                f.write(bad)
+            p, _ = self.plan("rebuilt")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(len([ln for ln in p.stderr.splitlines() if ln.startswith("notice:")]), 1, p.stderr)
+            self.assertIn(path, p.stderr)
+            self.assertIn("calibration:", p.stdout)
+            with open(path) as f:
+                self.assertIn("gemm", json.load(f)["classes"])  # rewritten whole
+
+    def test_no_calibrate_is_the_roofline(self):
+        p, out = self.plan("roofline", "--no-calibrate")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("calibration:", p.stdout)
+        with open(os.path.join(out, "partition.json")) as f:
+            self.assertEqual(json.load(f)["cost_model"], "roofline")
+
+    def test_refusals(self):
+        cases = [(["--calibrate", "--device-spec", "H100"], "--calibrate: the devices are described by --device-spec")]
+        if subprocess.run(["sh", "-c", "nvidia-smi"], capture_output=True).returncode != 0:  # no GPU here
+            cases.append((["--calibrate", "--device", "cuda"], "--calibrate --device cuda: no GPU to measure"))
+        for args, needle in cases:
+            p, out = self.plan("refused", *args)
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertIn(needle, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+    def test_stages_sharing_the_cores_are_priced_so(self):
+        # LeNet-5 has 14 nodes to cut; twice as many stages as cores share them two to one.
+        lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "models/fashion_lenet5_bn.onnx")
+        stages = 2 * (os.cpu_count() or 1)
+        if stages > 8:
+            self.skipTest(f"{os.cpu_count()} cores: LeNet-5 cannot be cut into {stages} stages")
+        p, out = self.plan("shared", "--gpus", stages, model=lenet)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(out, "partition.json")) as f:
+            self.assertGreater(json.load(f)["device_share"], 1.0)
+        with open(os.path.join(out, "partition.txt")) as f:
+            self.assertIn("shared cores:", f.read())
+        p, out = self.plan("alone", "--gpus", 1, model=lenet)
+        with open(os.path.join(out, "partition.json")) as f:
+            self.assertEqual(json.load(f)["device_share"], 1.0)
+
+if __name__ == "__main__":
+    unittest.main()
