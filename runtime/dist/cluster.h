@@ -77,8 +77,13 @@ class Cluster {
 
   // Watches the other ranks (their processes on this node, heartbeats from every rank, the
   // launcher's SIGTERM) and calls `on_lost(rank, why)` from the watchdog thread when one is gone;
-  // `on_lost` is expected not to return. A rank is lost after `timeout_s` without a heartbeat.
+  // `on_lost` is expected not to return. A rank is lost after `timeout_s` without a heartbeat, or,
+  // on another machine, when it does not answer within 0.5 s after the launcher's SIGTERM during
+  // training (mpirun ends a job whose rank or node is gone, with SIGKILL 1 s later). `why` names
+  // the rank's pid and host, and the step this rank was at (note_step).
   virtual void start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) = 0;
+  // The 1-based training step this rank works on, for the watchdog's verdict (0: not training).
+  void note_step(int64_t step) { step_.store(step, std::memory_order_relaxed); }
   // Stop requests shared by every rank (TrainConfig::stop of the run under way; null: none). Once
   // `*flag` is true here, the watchdog tells every rank at once (in the heartbeat), and a request
   // heard from any rank sets `*flag` here, also one heard before `flag` was given. While a flag is
@@ -93,6 +98,7 @@ class Cluster {
 
  protected:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
+  std::atomic<int64_t> step_{0};
   std::vector<int> node_of_;
   std::vector<std::string> hosts_;
 };

@@ -188,15 +188,26 @@ class MpiCluster : public Cluster {
 
  private:
   static constexpr int kKinds = 16;  // message kinds < 16 (runtime/pipeline/stage.h, the NCCL link ids: 15)
-  void watch(double timeout_s);
+  void beat();
+  void judge(double timeout_s);
+  void stop_watchdog();
   void lose(int peer, const std::string& why);
+  std::string describe(int r) const;
 
   MPI_Comm coll_ = MPI_COMM_NULL, ctl_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, hb_ = MPI_COMM_NULL;
   MPI_Comm group_ = MPI_COMM_NULL;  // this rank's replica group (split_groups)
   int64_t tag_mod_ = 1;
   std::vector<int> pids_;
   std::atomic<bool> aborted_{false};
-  std::thread watchdog_;
+  // The watchdog is two threads: `beater` exchanges the heartbeats over MPI, `judge` decides
+  // from what it heard and calls no MPI function, so that it keeps time while MPI blocks a thread
+  // (OpenMPI's TCP transport can hold a lock while it waits for the launcher to print a failed
+  // connection to a rank that is gone).
+  std::thread beater_, judge_;
+  std::vector<char> local_;                                  // peers whose process this rank can see
+  std::unique_ptr<std::atomic<int64_t>[]> heard_ns_;         // when each peer was last heard (steady clock)
+  std::unique_ptr<std::atomic<bool>[]> ask_;                 // peers to ask for an answer at once
+  std::atomic<bool> stop_heard_{false};                      // a peer has a stop request
   std::atomic<bool> stop_{false}, in_final_barrier_{false}, finished_{false}, lost_reported_{false};
   std::function<void(int, const std::string&)> on_lost_;
   std::atomic<std::atomic<bool>*> stop_flag_{nullptr};
@@ -335,11 +346,12 @@ Status MpiCluster::start(int* argc, char*** argv, const LaunchEnv& env) {
   return Status::ok();
 }
 
-MpiCluster::~MpiCluster() {
-  if (watchdog_.joinable()) {
-    stop_ = true;
-    watchdog_.join();
-  }
+MpiCluster::~MpiCluster() { stop_watchdog(); }
+
+void MpiCluster::stop_watchdog() {
+  stop_ = true;
+  if (judge_.joinable()) judge_.join();
+  if (beater_.joinable()) beater_.join();
 }
 
 void MpiCluster::lose(int peer, const std::string& why) {
@@ -361,42 +373,42 @@ void MpiCluster::start_watchdog(double timeout_s, std::function<void(int, const 
   sa.sa_handler = on_sigterm;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
-  watchdog_ = std::thread([this, timeout_s] { watch(timeout_s); });
+  // Peers whose process this rank can see (same host, and visible in this pid namespace now).
+  local_.assign(size_, 0);
+  for (int r = 0; r < size_; ++r) local_[r] = r != rank_ && node_of_[r] == node_of_[rank_] && process_alive(pids_[r]);
+  heard_ns_.reset(new std::atomic<int64_t>[size_]);
+  ask_.reset(new std::atomic<bool>[size_]);
+  const int64_t now = Clock::now().time_since_epoch().count();
+  for (int r = 0; r < size_; ++r) {
+    heard_ns_[r] = now;
+    ask_[r] = false;
+  }
+  beater_ = std::thread([this] { beat(); });
+  judge_ = std::thread([this, timeout_s] { judge(timeout_s); });
 }
 
-void MpiCluster::watch(double timeout_s) {
-  // Peers whose process this rank can see (same host, and visible in this pid namespace now).
-  std::vector<char> local(size_, 0);
-  for (int r = 0; r < size_; ++r) local[r] = r != rank_ && node_of_[r] == node_of_[rank_] && process_alive(pids_[r]);
+std::string MpiCluster::describe(int r) const {
+  const int64_t step = step_.load(std::memory_order_relaxed);
+  return "rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) + " on " + hosts_[r] + ")" +
+         (step > 0 ? " at step " + std::to_string(step) : std::string());
+}
+
+// A heartbeat is one byte of flags: kBeat; kStop once this rank has a stop request (its own or
+// heard), which every rank gets at once rather than with the next beat; kAsk: answer at once.
+constexpr char kBeat = 1, kStop = 2, kAsk = 4;
+
+void MpiCluster::beat() {
   std::vector<MPI_Request> rreq(size_, MPI_REQUEST_NULL), sreq(size_, MPI_REQUEST_NULL);
-  // A heartbeat is one byte: kBeat, or kBeatStop once this rank has a stop request (its own or
-  // heard), which every rank gets at once rather than with the next beat.
-  constexpr char kBeat = 1, kBeatStop = 2;
-  std::vector<char> inbox(size_, 0), outbox(size_, kBeat), told_stop(size_, 0);
-  bool stop_heard = false, sigterm_taken = false;
-  std::vector<Clock::time_point> last_seen(size_, Clock::now());
+  std::vector<char> inbox(size_, 0), outbox(size_, kBeat), told_stop(size_, 0), answer(size_, 0);
   for (int r = 0; r < size_; ++r)
     if (r != rank_) MPI_Irecv(&inbox[r], 1, MPI_CHAR, r, 0, hb_, &rreq[r]);
   auto last_beat = Clock::now() - std::chrono::seconds(1);
-  auto describe = [&](int r) { return "rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) + " on " + hosts_[r] + ")"; };
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (stop_) break;
     const auto now = Clock::now();
-    for (int r = 0; r < size_; ++r)
-      if (local[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
     std::atomic<bool>* const flag = stop_flag_.load();
-    if (g_sigterm && !sigterm_taken) {
-      // The launcher stops the job, normally because a rank ended: name it when it is visible.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      for (int r = 0; r < size_; ++r)
-        if (local[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
-      // Every peer here is alive: during training this is mpirun passing on Ctrl-C (or the job
-      // being cancelled), which ends with a checkpoint like a stop request.
-      if (flag) sigterm_taken = true;
-      else lose(-1, "stopped by the launcher (SIGTERM): another rank ended or the job was cancelled");
-    }
-    if (flag && (sigterm_taken || stop_heard)) flag->store(true);
+    if (flag && stop_heard_) flag->store(true);
     const bool stopping = flag && flag->load();
     const bool beat_due = now - last_beat > std::chrono::milliseconds(500);
     if (beat_due) last_beat = now;
@@ -404,9 +416,12 @@ void MpiCluster::watch(double timeout_s) {
       if (r == rank_) continue;
       int done = 1;
       if (sreq[r] != MPI_REQUEST_NULL) MPI_Test(&sreq[r], &done, MPI_STATUS_IGNORE);
-      if (!done || !(beat_due || (stopping && !told_stop[r]))) continue;
-      outbox[r] = stopping ? kBeatStop : kBeat;
+      const bool ask = ask_[r].load();
+      if (!done || !(beat_due || (stopping && !told_stop[r]) || ask || answer[r])) continue;
+      outbox[r] = static_cast<char>(kBeat | (stopping ? kStop : 0) | (ask ? kAsk : 0));
       told_stop[r] |= stopping;
+      answer[r] = 0;
+      if (ask) ask_[r] = false;
       MPI_Isend(&outbox[r], 1, MPI_CHAR, r, 0, hb_, &sreq[r]);
     }
     for (int r = 0; r < size_; ++r) {
@@ -414,15 +429,10 @@ void MpiCluster::watch(double timeout_s) {
       for (;;) {
         int done = 0;
         if (MPI_Test(&rreq[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
-        last_seen[r] = now;
-        stop_heard |= inbox[r] == kBeatStop;
+        heard_ns_[r] = Clock::now().time_since_epoch().count();
+        if (inbox[r] & kStop) stop_heard_ = true;
+        answer[r] |= (inbox[r] & kAsk) != 0;
         MPI_Irecv(&inbox[r], 1, MPI_CHAR, r, 0, hb_, &rreq[r]);
-      }
-      const double silent = std::chrono::duration<double>(now - last_seen[r]).count();
-      if (silent > timeout_s) {
-        char b[96];
-        std::snprintf(b, sizeof b, ": no heartbeat for %.0f s (PIPETRAIN_MPI_TIMEOUT)", silent);
-        lose(r, describe(r) + b);
       }
     }
   }
@@ -435,15 +445,65 @@ void MpiCluster::watch(double timeout_s) {
   }
 }
 
+void MpiCluster::judge(double timeout_s) {
+  // After the launcher's SIGTERM, a rank on another machine has this long to answer (its beater
+  // polls every 50 ms); mpirun sends SIGKILL odls_base_sigkill_timeout (1 s) after its SIGTERM.
+  constexpr auto kAnswerWithin = std::chrono::milliseconds(500);
+  bool sigterm_taken = false;
+  Clock::time_point asked_at{};
+  auto heard = [&](int r) { return Clock::time_point(Clock::duration(heard_ns_[r].load())); };
+  while (!stop_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (stop_) break;
+    const auto now = Clock::now();
+    for (int r = 0; r < size_; ++r)
+      if (local_[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
+    std::atomic<bool>* const flag = stop_flag_.load();
+    if (g_sigterm && !sigterm_taken) {
+      // The launcher stops the job, normally because a rank ended: name it when it is visible.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (int r = 0; r < size_; ++r)
+        if (local_[r] && !process_alive(pids_[r])) lose(r, describe(r) + ": its process ended");
+      // Every peer here is alive: during training this is mpirun passing on Ctrl-C (or the job
+      // being cancelled), which ends with a checkpoint like a stop request, or mpirun ending the
+      // job because a rank on another machine is gone: those are asked to answer at once.
+      if (flag) {
+        sigterm_taken = true;
+        asked_at = now;
+        flag->store(true);
+        for (int r = 0; r < size_; ++r)
+          if (r != rank_ && !local_[r]) ask_[r] = true;
+      } else {
+        lose(-1, "stopped by the launcher (SIGTERM): another rank ended or the job was cancelled");
+      }
+    }
+    if (flag && sigterm_taken) flag->store(true);
+    // The peer silent longest: when MPI blocks this rank's beater too, every peer falls silent
+    // here, the one that was gone first before the others.
+    int quiet = -1;
+    double longest = timeout_s;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const double silent = std::chrono::duration<double>(now - heard(r)).count();
+      if (silent > longest) quiet = r, longest = silent;
+      if (sigterm_taken && !local_[r] && now - asked_at > kAnswerWithin && heard(r) < asked_at)
+        lose(r, describe(r) + ": no answer within 0.5 s after the launcher's SIGTERM (mpirun ends a job whose "
+                              "rank or node is gone)");
+    }
+    if (quiet >= 0) {
+      char b[96];
+      std::snprintf(b, sizeof b, ": no heartbeat for %.0f s (PIPETRAIN_MPI_TIMEOUT)", longest);
+      lose(quiet, describe(quiet) + b);
+    }
+  }
+}
+
 Status MpiCluster::finalize() {
   if (finalized_) return Status::ok();
   in_final_barrier_ = true;
   Status s = barrier();
   finished_ = true;
-  if (watchdog_.joinable()) {
-    stop_ = true;
-    watchdog_.join();
-  }
+  stop_watchdog();
   if (!s.is_ok()) return s;
   for (MPI_Comm* c : {&coll_, &ctl_, &data_, &hb_}) MPI_Comm_free(c);
   if (group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);

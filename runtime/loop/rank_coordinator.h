@@ -54,6 +54,8 @@ class RankCoordinator {
   virtual Status gather_snapshots(int64_t s0) = 0;
   // After training: the followers send their final weights, stats and trace; the leader keeps them.
   virtual Status gather_final() = 0;
+  // The loop waits for 1-based step `step` (under MPI the watchdog names it when a rank is lost).
+  virtual void at_step(int64_t step) {}
 
  protected:
   explicit RankCoordinator(bool leads) : leads_(leads) {}

@@ -51,6 +51,7 @@ Status drive_stages(StageSet& S, RankCoordinator& co, TrainingLoop& loop, const 
   };
   for (int64_t step = loop.start() + 1; step <= total && failure.is_ok(); ++step) {
     const int64_t s0 = step - 1;
+    co.at_step(step);
     std::vector<double> step_losses(M, 0.0);
     if (!lead) {
       // The leader decides where a stopped segment ends; this process's stage hears it when it

@@ -531,15 +531,19 @@ Expected<EvalResult> PipelineTrainer::evaluate(const Dataset& d) {
 std::string PipelineTrainer::Impl::describe() const {
   const int N = static_cast<int>(stages.size());
   const std::string reps = opts.replicas > 1 ? " x " + std::to_string(opts.replicas) + " replicas" : "";
-  char b[128];
+  // Under MPI on several machines (a resume on other machines says so).
+  const int nodes = opts.cluster ? opts.cluster->num_nodes() : 1;
+  const std::string on = nodes > 1 ? " on " + std::to_string(nodes) + " nodes" : "";
+  char b[160];
   if (opts.schedule == Schedule::kGPipe) {
-    std::snprintf(b, sizeof b, "%d stage%s%s, GPipe x%d", N, N == 1 ? "" : "s", reps.c_str(), opts.micro_batches);
+    std::snprintf(b, sizeof b, "%d stage%s%s, GPipe x%d%s", N, N == 1 ? "" : "s", reps.c_str(), opts.micro_batches,
+                  on.c_str());
   } else {
     const char* w = opts.weights == WeightMode::kStash ? "stash" : opts.weights == WeightMode::kStale ? "stale" : "spectrain";
-    std::snprintf(b, sizeof b, "%d stage%s%s, 1F1B %s%s%s%s", N, N == 1 ? "" : "s", reps.c_str(), w,
+    std::snprintf(b, sizeof b, "%d stage%s%s, 1F1B %s%s%s%s%s", N, N == 1 ? "" : "s", reps.c_str(), w,
                   opts.weights == WeightMode::kSpecTrain ? " (" : "",
                   opts.weights == WeightMode::kSpecTrain ? staleness_name(opts.staleness) : "",
-                  opts.weights == WeightMode::kSpecTrain ? ")" : "");
+                  opts.weights == WeightMode::kSpecTrain ? ")" : "", on.c_str());
   }
   return b;
 }

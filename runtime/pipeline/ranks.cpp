@@ -169,6 +169,7 @@ class MpiCoordinator final : public RankCoordinator {
   Status send_snapshot(int64_t s0, const Snapshot& snap) override;
   Status gather_snapshots(int64_t s0) override;
   Status gather_final() override;
+  void at_step(int64_t step) override { cluster_.note_step(step); }
 
  private:
   int num_stages() const { return static_cast<int>(impl_.stages.size()); }
