@@ -64,14 +64,20 @@ node_name() {
 host_if() { echo "$1"; }
 
 remove_set() {
-  # Everything a set with this prefix may have left, whether `up` finished or not.
-  local ns
+  # Everything a set with this prefix may have left, whether `up` finished or not; interfaces
+  # only when they are ours (a veth on our bridge or with its other end in a node, our bridge).
+  local ns link
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}[0-9]+$" || true); do
     kill_node_procs "$ns"
     ip netns del "$ns" 2>/dev/null || true
-    ip link del "$(host_if "$ns")" 2>/dev/null || true
   done
-  ip link del "$bridge" 2>/dev/null || true
+  for link in $(ip -o link show type veth 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 |
+                grep -E "^${prefix}[0-9]+n?$" || true); do
+    if ip -o link show dev "$link" 2>/dev/null | grep -qE "master $bridge |link-netns ${prefix}[0-9]+|@${prefix}[0-9]+n?:"; then
+      ip link del "$link" 2>/dev/null || true
+    fi
+  done
+  if ip -d -o link show dev "$bridge" 2>/dev/null | grep -q " bridge "; then ip link del "$bridge" || true; fi
   rm -rf "$state"
 }
 
@@ -168,17 +174,22 @@ cmd_run() {
   local mpirun=${PT_NETNS_MPIRUN:-mpirun}
   command -v "$mpirun" >/dev/null || die "mpirun not found (Debian: openmpi-bin)"
   [ "$(num_nodes)" -gt 0 ] || die "no nodes: run '$me up N' first"
-  local args=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
+  local args=() map=(--map-by slot)
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    case $1 in --map-by | -map-by | --npernode | -npernode | --ppr) map=() ;; esac
+    args+=("$1")
+    shift
+  done
   [ "${1:-}" = "--" ] || die "run MPIRUN-ARGS -- CMD...: no '--'"
   shift
   [ $# -ge 1 ] || die "run: no command after '--'"
-  # --map-by slot with SLOTS per node: ranks 0..SLOTS-1 on node 0, and so on. tcp,self: no shared
+  # --map-by slot with SLOTS per node (unless MPIRUN-ARGS map the ranks themselves, e.g.
+  # `--map-by node` for one rank per node): ranks 0..SLOTS-1 on node 0, and so on. tcp,self: no shared
   # memory, also between the ranks of one node (every message crosses the node's network stack).
   # OOB (the daemons' control channel) and BTL bound to the nodes' subnet. No tree spawn: the
   # daemons are started by mpirun itself. --bind-to none and oversubscription: more ranks than cores.
   exec "$mpirun" --allow-run-as-root --oversubscribe --bind-to none \
-    --hostfile "$state/hostfile" --map-by slot \
+    --hostfile "$state/hostfile" "${map[@]}" \
     --mca plm_rsh_agent "$state/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
     --mca rmaps_base_oversubscribe 1 \

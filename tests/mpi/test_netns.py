@@ -371,7 +371,7 @@ class NetnsTest(unittest.TestCase):
         # A cut shorter than the limit: the ranks wait, TCP retransmits, the run goes on and equals
         # one process that was never cut.
         out = self.out("shortcut")
-        total = 600
+        total = 4000  # a few seconds across the nodes: the cut falls inside the run
         env = dict(CLUSTER_ENV, PIPETRAIN_MPI_TIMEOUT=str(LONG_LIMIT))
         p = subprocess.Popen(run_cmd(4, [*self.LONG_RUN, "--steps", total, "--quiet", "--out", out]),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -383,6 +383,7 @@ class NetnsTest(unittest.TestCase):
             self.assertIsNone(p.poll(), "the run ended before the cut")
             cluster("cut", 1)
             time.sleep(SHORT_CUT)
+            self.assertIsNone(p.poll(), "the run ended during the cut")
             cluster("heal", 1)
             log, _ = p.communicate(timeout=120)
         finally:
