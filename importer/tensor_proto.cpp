@@ -110,11 +110,12 @@ Expected<std::string> read_external_data(const onnx::TensorProto& t, const std::
                                          const std::string& model_path) {
   std::string location;
   int64_t offset = 0, length = -1;
+  bool has_length = false;
   for (const auto& kv : t.external_data()) {
     try {
       if (kv.key() == "location") location = kv.value();
       else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      else if (kv.key() == "length") length = std::stoll(kv.value()), has_length = true;
     } catch (const std::exception&) {
       return invalid_input(model_path + ": tensor '" + t.name() + "': external data " + kv.key() +
                            " '" + kv.value() + "' is not a number");
@@ -135,12 +136,13 @@ Expected<std::string> read_external_data(const onnx::TensorProto& t, const std::
   if (rel.empty() || *rel.begin() == "..")
     return invalid_input(who + " resolves (through a symbolic link) to " + full.string() + ", outside the model's folder");
   if (offset < 0) return invalid_input(who + ": negative offset");
+  if (has_length && length < 0) return invalid_input(who + ": negative length " + std::to_string(length));
   uintmax_t fsize = fs::file_size(full, ec);
   if (ec) return invalid_input(who + " cannot be read: " + ec.message());
   if (static_cast<uintmax_t>(offset) > fsize)
     return invalid_input(who + ": offset " + std::to_string(offset) + " is beyond the file's end (" + std::to_string(fsize) + " bytes)");
   if (length < 0) length = static_cast<int64_t>(fsize) - offset;
-  if (static_cast<uintmax_t>(offset + length) > fsize)
+  if (static_cast<uintmax_t>(length) > fsize - static_cast<uintmax_t>(offset))
     return invalid_input(who + ": offset " + std::to_string(offset) + " + length " + std::to_string(length) +
                          " is beyond the file's end (" + std::to_string(fsize) + " bytes)");
   std::ifstream in(full, std::ios::binary);

@@ -417,6 +417,8 @@ class MalformedInputTest(unittest.TestCase):
         external("ext_offset_beyond.onnx", location="w.bin", offset=1 << 40)
         external("ext_length_beyond.onnx", location="w.bin", length=1 << 40)
         external("ext_offset_negative.onnx", location="w.bin", offset=-8)
+        # A negative length once read as "to the file's end": the 96 bytes fit [8, 3], and the model trained.
+        external("ext_length_negative.onnx", location="w.bin", length=-5)
         external("ext_offset_text.onnx", location="w.bin", offset="twelve")
         external("ext_short_file.onnx", location="w.bin", offset=90)
         external("ext_no_location.onnx", offset=0)
