@@ -89,9 +89,6 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       // Every device (stages x replicas) gets its share of the cores and of the memory.
       const int replicas = std::max(1, f.replicas);
       const int threads = f.cpu_threads > 0 ? f.cpu_threads : std::max(1, cores / (f.stages * replicas));
-      const CacheLock lock(cache_dir());
-      DeviceSpec cpu = measure_cpu_spec(cache_dir(), threads);
-      if (f.calibrate) RETURN_IF_ERROR(calibrate_spec(&cpu, f, threads));
       int per_node = f.stages;  // the stages of one node share its memory
       if (!f.node_of_stage.empty()) {
         std::map<int, int> count;
@@ -99,15 +96,23 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
         per_node = 1;
         for (auto& [n, c] : count) per_node = std::max(per_node, c);
       }
-      // More stage threads than cores: the stages of a node run at once and share its cores, each
-      // `share` times slower than alone. What they share is what the machine computes with every
-      // core, measured: share = stages x the FLOP/s of one stage's threads / the FLOP/s of all
-      // cores, at least 1.
-      const int stage_threads = per_node * replicas * threads;
-      if (stage_threads > cores) {
-        const DeviceSpec all = measure_cpu_spec(cache_dir(), cores);
-        const double one = cpu.peak_flops, whole = std::max(all.peak_flops, one);
-        cpu.share = std::max(1.0, static_cast<double>(per_node * replicas) * one / whole);
+      DeviceSpec cpu;
+      {
+        // Released before the ranks of a job agree on the spec: that is a collective, which a
+        // rank waiting here for the lock would never join.
+        const CacheLock lock(cache_dir());
+        cpu = measure_cpu_spec(cache_dir(), threads);
+        if (f.calibrate) RETURN_IF_ERROR(calibrate_spec(&cpu, f, threads));
+        // More stage threads than cores: the stages of a node run at once and share its cores, each
+        // `share` times slower than alone. What they share is what the machine computes with every
+        // core, measured: share = stages x the FLOP/s of one stage's threads / the FLOP/s of all
+        // cores, at least 1.
+        const int stage_threads = per_node * replicas * threads;
+        if (stage_threads > cores) {
+          const DeviceSpec all = measure_cpu_spec(cache_dir(), cores);
+          const double one = cpu.peak_flops, whole = std::max(all.peak_flops, one);
+          cpu.share = std::max(1.0, static_cast<double>(per_node * replicas) * one / whole);
+        }
       }
       if (f.agree_cpu_spec) RETURN_IF_ERROR(f.agree_cpu_spec(&cpu));
       cpu.memory_bytes /= per_node * replicas;
