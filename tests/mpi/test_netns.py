@@ -35,6 +35,9 @@ CLUSTER_ENV = dict(ENV, PT_NETNS_PREFIX=PREFIX, PT_NETNS_BRIDGE="ptt-br")
 # The watchdog's limit (PIPETRAIN_MPI_TIMEOUT, seconds) for the faults; the short cut's limit.
 LIMIT, LONG_LIMIT, SHORT_CUT = 4, 10, 1.5
 XS = ["-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS", "-x", "PIPETRAIN_MPI_TIMEOUT"]
+# The analytic cost model: what these tests check does not depend on the plan's numbers (the splits
+# are pinned or forced), and the calibration would be measured again whenever the hostname changes.
+PLAN = ["--no-calibrate"]
 
 
 def cluster(*args, check=True, timeout=60):
@@ -148,7 +151,7 @@ class NetnsTest(unittest.TestCase):
         # digits MLP has 4 forward nodes once its Relus are fused into the Gemms before them.)
         gpus = 4 // replicas
         common = [MODEL, "--data", TRAIN, "--gpus", gpus, "--replicas", replicas, "--steps", 20, "--seed", 7, "--quiet",
-                  "--balance", "1,1,1,1" if gpus == 4 else "2,2", *flags]
+                  "--balance", "1,1,1,1" if gpus == 4 else "2,2", *PLAN, *flags]
         single, multi = self.out(tag + "-single"), self.out(tag + "-nodes")
         rc, log, _ = tm.run([BIN, *common, "--out", single])
         self.assertEqual(rc, 0, log)
@@ -187,7 +190,7 @@ class NetnsTest(unittest.TestCase):
         p = cluster("shape", "10gbit", "50us")
         self.assertTrue(p.stderr == "" or "no netem" in p.stderr, p.stderr)
         self.assertRegex(cluster("status").stdout, r"(netem|tbf) rate 10Gbit")
-        common = [MODEL, "--data", TRAIN, "--gpus", 4, "--steps", 20, "--seed", 7, "--quiet"]
+        common = [MODEL, "--data", TRAIN, "--gpus", 4, "--steps", 20, "--seed", 7, "--quiet", *PLAN]
         single, multi = self.out("shaped-single"), self.out("shaped-nodes")
         rc, log, _ = tm.run([BIN, *common, "--out", single])
         self.assertEqual(rc, 0, log)
@@ -201,7 +204,8 @@ class NetnsTest(unittest.TestCase):
             txt = f.read()
         self.assertIn("cut 1|2 crosses nodes 0 -> 1: link network (12.5 GB/s, 20.0 us)", txt)
         plan = self.out("shaped-plan")
-        rc, log, _ = tm.run([BIN, MODEL, "--gpus", 4, "--plan-only", "--ranks-per-node", 2, "--quiet", "--out", plan])
+        rc, log, _ = tm.run([BIN, MODEL, "--gpus", 4, "--plan-only", "--ranks-per-node", 2, "--quiet", *PLAN, "--out",
+                             plan])
         self.assertEqual(rc, 0, log)
         with open(os.path.join(multi, "partition.json")) as f:
             got = json.load(f)["stages"]
@@ -228,7 +232,7 @@ class NetnsTest(unittest.TestCase):
             raise AssertionError("the run ended before the fault:\n" + p.communicate()[0])
         return p
 
-    TRAINING = [MODEL, "--data", TRAIN, "--seed", 7, "--lr", 0.1, "--checkpoint-every", 50]
+    TRAINING = [MODEL, "--data", TRAIN, "--seed", 7, "--lr", 0.1, "--checkpoint-every", 50, *PLAN]
     LONG_RUN = [*TRAINING, "--gpus", 4]
 
     def wait_for_ranks(self, p, pids, t0, limit, heal=None, grace=60):
@@ -400,7 +404,7 @@ class NetnsTest(unittest.TestCase):
         # the other node answers at once, so none is taken for lost: drained, checkpointed, exit 1.
         out = self.out("ctrlc")
         env = dict(CLUSTER_ENV, PIPETRAIN_MPI_TIMEOUT="30")
-        p = subprocess.Popen(run_cmd(4, [MODEL, "--data", TRAIN, "--gpus", 4, "--seed", 7, "--steps", 100000000,
+        p = subprocess.Popen(run_cmd(4, [MODEL, "--data", TRAIN, "--gpus", 4, "--seed", 7, "--steps", 100000000, *PLAN,
                                          "--quiet", "--out", out], ["--mca", "odls_base_sigkill_timeout", 3]),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         try:
