@@ -3,6 +3,8 @@
 // feed it without end. The check stats the path (following links) and never opens it.
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,24 +29,35 @@ inline Status check_regular_file(const std::string& path) {
   return Status::ok();
 }
 
-// Writes `text` to path through path.tmp and a rename, so that a reader (or a full disk) never
-// sees half a file; an error names the file.
-inline Status write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
+// Writes `bytes` to path + ".tmp", then renames it onto `path`, so that a reader never sees half
+// a file and a failure never costs the previous one. A failure (a full disk, permissions) is one
+// line naming the file and the reason, exit code 2 as for any input the user controls, and leaves
+// no temporary file behind. The one writer of whole files: models, stage files, reports.
+inline Status write_file_atomic(const std::filesystem::path& path, const std::string& bytes) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  auto failed = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    return invalid_input(path.string() + ": " + what + ": " + why);
+  };
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return invalid_input(path + ": cannot be written");
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!out) return failed("cannot be written");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      return invalid_input(path + ": write failed (disk full?)");
-    }
+    if (!out) return failed("write failed");
+    out.close();
+    if (!out) return failed("write failed");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return invalid_input(path + ": cannot be written: " + ec.message());
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return invalid_input(path.string() + ": cannot be written: " + ec.message());
+  }
   return Status::ok();
 }
 

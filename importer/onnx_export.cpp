@@ -6,28 +6,14 @@
 #include <fstream>
 #include <set>
 
+#include "core/file.h"
 #include "importer/importer.h"
 #include "importer/onnx_model.h"
+
 
 namespace pt {
 
 namespace fs = std::filesystem;
-
-Status write_atomically(const fs::path& path, const std::string& bytes) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return invalid_input(path.string() + ": cannot be written");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) return invalid_input(path.string() + ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return invalid_input(path.string() + ": cannot rename the temporary file: " + ec.message());
-  return Status::ok();
-}
 
 Expected<onnx::ModelProto> trained_proto(const ImportedModel& model, const std::map<std::string, HostTensor>& values,
                                          std::set<std::string>* was_external) {
@@ -222,10 +208,10 @@ Status export_onnx(const ImportedModel& model, const std::map<std::string, HostT
     add("offset", std::to_string(offset));
     add("length", std::to_string(length));
   }
-  if (!external.empty()) RETURN_IF_ERROR(write_atomically(out.parent_path() / data_name, external));
+  if (!external.empty()) RETURN_IF_ERROR(write_file_atomic(out.parent_path() / data_name, external));
   std::string bytes;
   if (!proto.SerializeToString(&bytes)) return internal_error("export: the model does not serialise (over 2 GB?)");
-  return write_atomically(out, bytes);
+  return write_file_atomic(out, bytes);
 }
 
 }  // namespace pt

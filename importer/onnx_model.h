@@ -45,8 +45,6 @@ Status to_inference(onnx::ModelProto* proto, const std::string& what);
 Expected<std::map<std::string, onnx::TensorProto>> reread_initializers(const ImportedModel& model,
                                                                        const std::set<std::string>& names);
 
-// Writes `bytes` to path + ".tmp", then renames it onto `path`.
-Status write_atomically(const std::filesystem::path& path, const std::string& bytes);
 
 // TensorProto -> HostTensor. External data must have been loaded into raw_data already.
 Expected<HostTensor> tensor_from_proto(const onnx::TensorProto& t, const std::string& what);

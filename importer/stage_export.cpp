@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "core/file.h"
 #include <set>
 #include <unordered_map>
 
@@ -390,7 +392,7 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return invalid_input("--export-stages: " + dir + ": cannot create the folder: " + ec.message());
-  for (int k = 0; k < num_stages; ++k) RETURN_IF_ERROR(write_atomically(fs::path(dir) / infos[k].file, files[k]));
+  for (int k = 0; k < num_stages; ++k) RETURN_IF_ERROR(write_file_atomic(fs::path(dir) / infos[k].file, files[k]));
   for (int k = num_stages;; ++k) {  // a previous run's extra stages
     const fs::path stale = fs::path(dir) / ("stage" + std::to_string(k) + ".onnx");
     if (!fs::exists(stale, ec)) break;
@@ -417,7 +419,7 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
     e["nodes"] = s.nodes;
     j["stages"].push_back(std::move(e));
   }
-  RETURN_IF_ERROR(write_atomically(fs::path(dir) / "stages.json", j.dump(2) + "\n"));
+  RETURN_IF_ERROR(write_file_atomic(fs::path(dir) / "stages.json", j.dump(2) + "\n"));
   return infos;
 }
 

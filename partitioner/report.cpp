@@ -2,6 +2,8 @@
 // format shares, and write_reports, which writes all of them atomically into the run folder.
 #include "partitioner/report.h"
 
+#include "core/file.h"
+
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
@@ -275,36 +277,6 @@ std::string report_text(const ReportInputs& r) {
   return out;
 }
 
-namespace {
-
-Status write_atomically(const std::filesystem::path& path, const std::string& text) {
-  // A failed write says which file and why (errno: a full disk, permissions) and leaves no
-  // temporary file behind.
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  auto failed = [&](const std::string& what) {
-    const std::string why = std::strerror(errno);
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    return internal_error(path.string() + ": " + what + ": " + why);
-  };
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return failed("cannot be written");
-    f << text;
-    f.flush();
-    if (!f) return failed("write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return internal_error(path.string() + ": cannot rename the temporary file into place: " + ec.message());
-  }
-  return Status::ok();
-}
-
-}  // namespace
-
 Status write_reports(const ReportInputs& r, const std::string& dir) {
   PT_CHECK(r.plan != nullptr) << "write_reports needs a plan";
   std::error_code ec;
@@ -323,7 +295,7 @@ Status write_reports(const ReportInputs& r, const std::string& dir) {
   };
   for (const auto& [name, text] : files) {
     if (!r.write_trace && std::string(name) == "trace.json") continue;
-    Status s = write_atomically(d / name, text);
+    Status s = write_file_atomic(d / name, text);
     if (!s.is_ok()) return s;
   }
   return Status::ok();

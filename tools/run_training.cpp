@@ -393,9 +393,11 @@ Expected<Data> open_data(const TrainingSpec& o, const Model& md, bool cuda, cons
     } catch (const std::bad_alloc&) {
       const double bytes = static_cast<double>(n) * static_cast<double>(numel(spec.sample_dims)) *
                            static_cast<double>(dtype_size(spec.input_dtype));
+      char gb[32];
+      std::snprintf(gb, sizeof gb, "%.1f", bytes / 1e9);
       return invalid_input("--data synthetic: " + std::to_string(n) + " samples of input '" + spec.input_name + "' " +
-                           dims_str(spec.sample_dims) + " " + dtype_name(spec.input_dtype) + " take " +
-                           std::to_string(bytes / 1e9) + " GB, which does not fit in memory");
+                           dims_str(spec.sample_dims) + " " + dtype_name(spec.input_dtype) + " take " + gb +
+                           " GB, which does not fit in memory");
     }
   } else {
     auto t = load_dataset(o.local.data, spec, lo);

@@ -151,6 +151,16 @@ class DataCliTest(unittest.TestCase):
             # --on-bad-sample skip counts, names and leaves the file out.
             out, so, _ = self.train(LENET, "skip_bad", "--data", corrupt, "--on-bad-sample", "skip", "--steps", 1)
             self.assertIn("skipped 1 unreadable file, first: " + bad, so)
+        # A graph input of 2^40 values a sample, synthesised: refused naming the input and the bytes.
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+        huge = os.path.join(self.dir, "huge.onnx")
+        w = numpy_helper.from_array(np.ones((1,), np.float32), "w")
+        g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1 << 40])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1 << 40])], [w])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), huge)
+        cases.append((huge, ["--data", "synthetic"], "input 'x' [1099511627776] float32 take 2251799.8 GB"))
         for k, (model, args, needle) in enumerate(cases):
             out = os.path.join(self.dir, f"bad{k}")
             rc, so, se = run(model, "--out", out, "--steps", 1, *map(str, args))

@@ -835,5 +835,42 @@ class MalformedInputTest(unittest.TestCase):
         self.assertGreaterEqual(self.run_cases(cases), 28)
 
 
+class FullDiskTest(unittest.TestCase):
+    """A full disk (a small tmpfs; needs root and mount, skipped otherwise) while the run writes its
+    reports, a checkpoint, or the trained model: exit 2 with one line naming the file and the
+    reason, no temporary file left, the newest checkpoint intact."""
+
+    def test_full_disk(self):
+        model = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "models/fashion_lenet5_bn.onnx")
+        with tempfile.TemporaryDirectory(prefix="pipetrain-disk-") as d:
+            mnt = os.path.join(d, "m")
+            os.makedirs(mnt)
+            for size, writing in (("20k", "partition."), ("200k", "fashion_lenet5_bn.trained.onnx"),
+                                  ("800k", "checkpoints/step-")):
+                if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt],
+                                  capture_output=True).returncode != 0:
+                    self.skipTest("cannot mount a tmpfs here (not root, or no mount permission)")
+                try:
+                    out = os.path.join(mnt, "run")
+                    extra = ["--checkpoint-every", "1", "--keep-checkpoints", "1"] if "checkpoints" in writing else []
+                    p = subprocess.run([BIN, model, "--steps", "3", "--out", out, *extra], capture_output=True,
+                                       text=True, timeout=120)
+                    self.assertEqual(p.returncode, 2, f"{size}: {p.stdout}\n{p.stderr}")
+                    lines = p.stderr.strip().splitlines()
+                    self.assertEqual(len(lines), 1, p.stderr)
+                    self.assertIn(os.path.join(out, writing), lines[0])
+                    self.assertIn("No space left on device", lines[0])
+                    left = [os.path.join(r, f) for r, _, fs in os.walk(mnt) for f in fs if ".tmp" in f]
+                    self.assertEqual(left, [], f"{size}: temporary files left")
+                    if extra:  # the checkpoint before the one that did not fit stands, whole
+                        self.assertEqual(sorted(os.listdir(os.path.join(out, "checkpoints"))), ["step-1.ckpt"])
+                        r = subprocess.run([BIN, model, "--steps", "1", "--out", out, "--resume", "--plan-only"],
+                                           capture_output=True, text=True, timeout=120)
+                        self.assertNotIn("checksum", r.stderr)
+                finally:
+                    subprocess.run(["umount", mnt], capture_output=True)
+
+
 if __name__ == "__main__":
     unittest.main()
