@@ -103,17 +103,11 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
         const CacheLock lock(cache_dir());
         cpu = measure_cpu_spec(cache_dir(), threads);
         if (f.calibrate) RETURN_IF_ERROR(calibrate_spec(&cpu, f, threads));
-        // More stage threads than cores: the stages of a node run at once and share its cores, each
-        // `share` times slower than alone. What they share is what the machine computes with every
-        // core, measured: share = stages x the FLOP/s of one stage's threads / the FLOP/s of all
-        // cores, at least 1.
-        const int stage_threads = per_node * replicas * threads;
-        if (stage_threads > cores) {
-          const DeviceSpec all = measure_cpu_spec(cache_dir(), cores);
-          const double one = cpu.peak_flops, whole = std::max(all.peak_flops, one);
-          cpu.share = std::max(1.0, static_cast<double>(per_node * replicas) * one / whole);
-        }
       }
+      // More stage threads than cores: the stages of a node run at once and share its cores, each
+      // `share` times slower than alone (threads / cores). Counted, not measured: a peak measured
+      // while other work ran would make the share (and every plan after it) depend on that work.
+      cpu.share = std::max(1.0, static_cast<double>(per_node * replicas * threads) / cores);
       if (f.agree_cpu_spec) RETURN_IF_ERROR(f.agree_cpu_spec(&cpu));
       cpu.memory_bytes /= per_node * replicas;
       o.devices.assign(f.stages, cpu);
