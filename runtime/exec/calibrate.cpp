@@ -327,8 +327,12 @@ Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const Calibration
   CalibrationResult r;
   const nlohmann::json key = cache_key(*spec, opts.threads);
   if (!opts.cache_dir.empty()) {
-    // One file per device kind and thread count: a new build or machine overwrites it.
-    r.cache_path = (fs::path(opts.cache_dir) / ("calibration_" + std::string(device_kind_name(spec->kind)) + "_" +
+    // One file per host, device kind and thread count (hosts sharing a home folder keep their
+    // own); a new build overwrites it.
+    char host[256] = "unknown";
+    ::gethostname(host, sizeof host - 1);
+    r.cache_path = (fs::path(opts.cache_dir) / ("calibration_" + std::string(host) + "_" +
+                                                 std::string(device_kind_name(spec->kind)) + "_" +
                                                  std::to_string(opts.threads) + "t.json"))
                        .string();
     if (!opts.refresh && read_cache(r.cache_path, key, spec, opts.quiet)) {

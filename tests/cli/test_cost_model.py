@@ -36,7 +36,7 @@ class CostModelTest(unittest.TestCase):
 
     def calibration_file(self):
         folder = os.path.join(self.cache, "onnx-pipetrain")
-        files = [f for f in os.listdir(folder) if f.startswith("calibration_cpu_")]
+        files = [f for f in os.listdir(folder) if f.startswith("calibration_") and "_cpu_" in f]
         self.assertEqual(len(files), 1, files)
         return os.path.join(folder, files[0])
 
