@@ -1,6 +1,8 @@
 // The SVG of the loss and accuracy curves: two panels (loss, accuracy) with axes, ticks, a legend.
 #include "runtime/report/curves.h"
 
+#include "core/file.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cerrno>
@@ -187,27 +189,9 @@ void Curves::add_validation(double step, double loss, double accuracy) {
 }
 
 Status write_curves_svg(const Curves& c, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  auto failed = [&](const std::string& what) {
-    const std::string why = std::strerror(errno);
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    return internal_error(path + ": " + what + ": " + why);
-  };
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return failed("cannot be written");
-    write_svg(out, c);
-    out.flush();
-    if (!out) return failed("write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return internal_error(path + ": rename failed: " + ec.message());
-  }
-  return Status::ok();
+  std::ostringstream out;
+  write_svg(out, c);
+  return write_file_atomic(path, out.str());
 }
 
 // The curves of the steps before a resume, from their metrics.csv rows

@@ -164,7 +164,8 @@ class PrecisionPipelineTest(unittest.TestCase):
         # The stage models are cut from the float32 source model: a cut that carries a bfloat16
         # copy exports its float32 source; the chain equals the trained model in ONNX Runtime.
         out = os.path.join(self.dir, "stages")
-        self.train("stages", "--gpus", 2, "--export-stages", "--precision", "bf16")
+        # The roofline (--no-calibrate) cuts this MLP the same on every machine: through a bf16 copy.
+        self.train("stages", "--gpus", 2, "--export-stages", "--precision", "bf16", "--no-calibrate")
         with open(os.path.join(out, "partition.json")) as f:
             recv = [name for st in json.load(f)["stages"] for name in st["recv"]]
         self.assertTrue(any(name.endswith("/bf16") for name in recv), recv)

@@ -7,31 +7,16 @@ next byte at every position: input `tokens` int64 [batch, T], output `logits` [b
   /usr/bin/python3 tools/data/byte_lm.py OUT.onnx [--seq 64] [--width 64] [--layers 2] [--heads 4]
 """
 import argparse
-import math
+import os
+import sys
+import warnings
 
 import torch
 from torch import nn
 
-
-class Block(nn.Module):
-    def __init__(self, d, heads, seq):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.register_buffer("future", torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        h = self.heads
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.reshape(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))
-        s = (q @ k.transpose(2, 3)) * (1.0 / math.sqrt(d // h))
-        s = s.masked_fill(self.future, -1e9)
-        a = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(a)
-        return x + self.out(nn.functional.gelu(self.fc(self.ln2(x))))
+# The decoder block of the zoo's GPT (tools/bench/peer_models.py): pre-LN, causal attention, GELU MLP.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from peer_models import Block  # noqa: E402
 
 
 class ByteLM(nn.Module):
@@ -59,8 +44,10 @@ def main():
     torch.manual_seed(0)
     m = ByteLM(a.seq, a.width, a.layers, a.heads, a.vocab).eval()
     x = torch.randint(0, a.vocab, (2, a.seq))
-    torch.onnx.export(m, (x,), a.out, input_names=["tokens"], output_names=["logits"], opset_version=17,
-                      dynamic_axes={"tokens": {0: "batch"}, "logits": {0: "batch"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on constant Python floats
+        torch.onnx.export(m, (x,), a.out, input_names=["tokens"], output_names=["logits"], opset_version=17,
+                          dynamic_axes={"tokens": {0: "batch"}, "logits": {0: "batch"}})
     print(f"{a.out}: byte-level GPT, {sum(p.numel() for p in m.parameters())} parameters, {a.seq} tokens")
 
 
