@@ -1,6 +1,8 @@
 // Device and link specs: the built-in GPU and link tables, JSON device specs (--device-spec), and
 // the CPU measured by a short GEMM + copy micro-benchmark, cached per machine and thread count.
 #include "partitioner/device_spec.h"
+
+#include <cmath>
 #include "core/file.h"
 
 #include <cblas.h>
@@ -295,6 +297,32 @@ std::vector<std::string> builtin_link_names() {
   std::vector<std::string> out;
   for (const auto& l : builtin_links()) out.push_back(l.name);
   return out;
+}
+
+Expected<LinkSpec> link_spec(const std::string& text) {
+  const size_t comma = text.find(',');
+  if (comma == std::string::npos) {
+    auto b = builtin_link_spec(text);
+    if (b) return b;
+  }
+  double gbs = 0, us = 0;
+  size_t a = 0, b = 0;
+  try {
+    if (comma != std::string::npos) {
+      gbs = std::stod(text.substr(0, comma), &a);
+      us = std::stod(text.substr(comma + 1), &b);
+    }
+  } catch (const std::exception&) {
+    a = b = 0;
+  }
+  if (comma == std::string::npos || a != comma || b != text.size() - comma - 1 || !(gbs > 0) || !(us >= 0) || !std::isfinite(gbs) || !std::isfinite(us))
+    return invalid_input("link '" + text + "': expected a built-in link (" + join(builtin_link_names()) +
+                         ") or BANDWIDTH,LATENCY in GB/s and microseconds, such as 1.25,50");
+  LinkSpec s;
+  s.name = text;
+  s.bandwidth = gbs * 1e9;
+  s.latency_s = us * 1e-6;
+  return s;
 }
 
 Expected<LinkSpec> builtin_link_spec(const std::string& name) {

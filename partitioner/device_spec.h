@@ -65,6 +65,9 @@ DeviceSpec measure_cpu_spec(const std::string& cache_dir, int threads);
 // Built-in links: pcie3, pcie4, pcie5 (x16), nvlink2, nvlink3, nvlink4, host (shared memory),
 // network (100 Gb/s).
 Expected<LinkSpec> builtin_link_spec(const std::string& name);
+// A built-in link, or one described as "BANDWIDTH,LATENCY": GB/s (10^9 bytes/s, one direction) and
+// microseconds, e.g. "1.25,50" for 10 Gb/s Ethernet with 50 us. Errors name the text.
+Expected<LinkSpec> link_spec(const std::string& text);
 std::vector<std::string> builtin_link_names();
 
 }  // namespace pt

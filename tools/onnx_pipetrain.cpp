@@ -291,7 +291,8 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
   app.add_option("--device-spec", o.device_spec, "device per stage: a built-in GPU (H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti) or a JSON file; one for all or one per stage")->delimiter(',');
   app.add_option("--replica-link", o.replica_link, "link between the replicas of a stage, for the all-reduce the plan charges (same names as --link; default: --link)");
-  app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network (default: host for CPU stages, pcie4 for GPUs)");
+  app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network, or GBPS,US (default: host for CPU stages, pcie4 for GPUs)");
+  app.add_option("--network-link", o.network_link, "link between nodes, for cuts across machines (under MPI, or with --ranks-per-node): a built-in link or GBPS,US, such as 1.25,50 for 10 Gb/s Ethernet (default: network, 12.5 GB/s, 20 us)");
   app.add_option("--ranks-per-node", o.ranks_per_node,
                  "with --plan-only: plan a multi-node job, R stages per node (cuts between nodes use the network "
                  "link); under mpirun/srun the nodes come from the job")->check(integer())
@@ -340,7 +341,7 @@ void assign_groups(CLI::App& app) {
        {"--gpus", "--replicas", "--schedule", "--weights", "--spectrain-staleness", "--micro-batches", "--recompute",
         "--plan-only", "--whatif", "--profile", "--calibrate", "--no-calibrate", "--split-at", "--balance",
         "--ranks-per-node"}},
-      {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link"}},
+      {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link", "--network-link"}},
       {"Data",
        {"--data", "--val-data", "--val-split", "--mean", "--std", "--raw-pixels", "--augment", "--on-bad-sample",
         "--tokenizer", "--token-dtype", "--stream-data", "--loader-threads", "--no-shuffle", "--seed", "--epochs",

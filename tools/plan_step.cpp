@@ -151,11 +151,11 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   }
   std::string link = f.link;
   if (link.empty()) link = o.devices[0].kind == DeviceKind::kCpu ? "host" : "pcie4";
-  auto l = builtin_link_spec(link);
+  auto l = link_spec(link);
   if (!l) return l.status().with_context("--link: ");
   o.link = *l;
   if (!f.replica_link.empty()) {
-    auto rl = builtin_link_spec(f.replica_link);
+    auto rl = link_spec(f.replica_link);
     if (!rl) return rl.status().with_context("--replica-link: ");
     o.replica_link = *rl;
   }
@@ -169,7 +169,9 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   if (!f.node_of_stage.empty()) {
     if (static_cast<int>(f.node_of_stage.size()) != f.stages) return internal_error("node_of_stage needs one node per stage");
     o.node_of_stage = f.node_of_stage;
-    ASSIGN_OR_RETURN(o.network_link, builtin_link_spec("network"));
+    auto nl = link_spec(f.network_link.empty() ? "network" : f.network_link);
+    if (!nl) return nl.status().with_context("--network-link: ");
+    o.network_link = *nl;
   }
   o.schedule = f.schedule;
   o.weights = f.weights;

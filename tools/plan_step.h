@@ -28,6 +28,7 @@ struct PlanFlags {
   std::vector<std::string> device_specs;  // builtin names or JSON files; one for all, or one per stage
   std::string link;                       // builtin link name; "" = default for the device
   std::string replica_link;               // between a stage's replicas; "" = link
+  std::string network_link;               // between nodes (cuts across machines); "" = the built-in network
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
   Recompute recompute = Recompute::kNone;

@@ -280,6 +280,7 @@ PlanFlags plan_flags(const TrainingSpec& o, const Model& md, const Devices& dev,
   pf.device_specs = o.device_spec;
   pf.link = o.link;
   pf.replica_link = o.replica_link;
+  pf.network_link = o.network_link;
   pf.schedule = o.schedule;
   pf.weights = o.weights;
   pf.recompute = o.recompute;

@@ -24,7 +24,7 @@ using json = nlohmann::ordered_json;
 // (GCC, libstdc++, x86-64/aarch64 LP64).
 static_assert(sizeof(BatchSpec) == 16, "BatchSpec changed: serialize the new field below");
 static_assert(sizeof(TestHooks) == 72, "TestHooks changed: serialize the new field below");
-static_assert(sizeof(TrainingSpec) == 560 + sizeof(TestHooks) + sizeof(RunLocal),
+static_assert(sizeof(TrainingSpec) == 592 + sizeof(TestHooks) + sizeof(RunLocal),
               "TrainingSpec changed: serialize the new field below (or move a rank-local one into RunLocal)");
 
 json to_json_value(const BatchSpec& b) {
@@ -95,6 +95,7 @@ json to_json_value(const TrainingSpec& s) {
       {"device_spec", s.device_spec},
       {"link", s.link},
       {"replica_link", s.replica_link},
+      {"network_link", s.network_link},
       {"split_at", s.split_at},
       {"balance", s.balance},
       {"ranks_per_node", s.ranks_per_node},

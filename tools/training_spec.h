@@ -128,6 +128,7 @@ struct TrainingSpec {
   std::vector<std::string> device_spec;
   std::string link;
   std::string replica_link;                     // --replica-link: between a stage's replicas ("" = --link)
+  std::string network_link;                     // --network-link: between nodes ("" = the built-in network)
   std::vector<std::string> split_at;
   std::vector<int> balance;
   int ranks_per_node = 0;

@@ -113,6 +113,27 @@ class CostModelTest(unittest.TestCase):
         p, out = self.plan("alone", "--gpus", 1, model=lenet)
         with open(os.path.join(out, "partition.json")) as f:
             self.assertEqual(json.load(f)["device_share"], 1.0)
+    def test_network_link_prices_the_cut_between_nodes(self):
+        # Two stages on two nodes (--ranks-per-node 1): the cut crosses machines and costs what
+        # --network-link says: bytes / bandwidth + transfers x latency, so a 10x slower link with
+        # 50 us instead of 20 us charges more, and the plan names it.
+        lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "models/fashion_lenet5_bn.onnx")
+        comm = {}
+        for link in ("12.5,20", "1.25,50"):
+            p, out = self.plan(f"net{link}", "--gpus", 2, "--ranks-per-node", 1, "--balance", "5,6",
+                               "--network-link", link, "--no-calibrate", model=lenet)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(out, "partition.json")) as f:
+                st = json.load(f)["stages"][1]
+            self.assertTrue(st["cut_crosses_nodes"])
+            self.assertEqual(st["link_in"], link)
+            comm[link] = st["comm_ms"]
+        self.assertGreater(comm["1.25,50"], 5 * comm["12.5,20"])
+        p, _ = self.plan("badlink", "--gpus", 2, "--ranks-per-node", 1, "--network-link", "fast", model=lenet)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--network-link: link 'fast': expected a built-in link", p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
