@@ -92,15 +92,17 @@ class NpyStream final : public SampleSource {
         continue;
       }
       const StreamedArray& a = x_[f == 0 ? 0 : f - 1];
+      const uint64_t at = a.header.offset + static_cast<uint64_t>(i) * a.sample_bytes;
+      if (a.header.dtype == fields_[f].dtype) {  // read straight into the batch
+        RETURN_IF_ERROR(a.file->read(at, dst[f], a.sample_bytes));
+        continue;
+      }
       Dims one = a.header.dims;
       one[0] = 1;
       HostTensor raw(a.header.dtype, one);
-      RETURN_IF_ERROR(a.file->read(a.header.offset + static_cast<uint64_t>(i) * a.sample_bytes, raw.data(), a.sample_bytes));
-      if (raw.dtype() == fields_[f].dtype) std::memcpy(dst[f], raw.data(), a.sample_bytes);
-      else {
-        const HostTensor c = convert_input(raw, scale_pixels_);
-        std::memcpy(dst[f], c.data(), c.bytes());
-      }
+      RETURN_IF_ERROR(a.file->read(at, raw.data(), a.sample_bytes));
+      const HostTensor c = convert_input(raw, scale_pixels_);
+      std::memcpy(dst[f], c.data(), c.bytes());
     }
     return Status::ok();
   }

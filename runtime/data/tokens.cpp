@@ -47,7 +47,8 @@ class TokenStream final : public SampleSource {
 
   Status read(int64_t i, const Draw&, void* const* dst) const override {
     const size_t w = dtype_size(ids_);
-    std::vector<char> raw(static_cast<size_t>(seq_ + 1) * w);
+    thread_local std::vector<char> raw;  // one per loader thread, not one per sample
+    raw.resize(static_cast<size_t>(seq_ + 1) * w);
     RETURN_IF_ERROR(file_->read(offset_ + static_cast<uint64_t>(i * seq_) * w, raw.data(), raw.size()));
     for (int f = 0; f < 2; ++f) {
       if (!dst[f]) continue;

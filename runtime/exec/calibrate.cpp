@@ -20,7 +20,7 @@
 #include "importer/shape_infer.h"
 #include "importer/training.h"
 #include "partitioner/cost_model.h"
-#include "runtime/exec/executor.h"
+#include "runtime/exec/profiler.h"
 
 namespace pt {
 
@@ -179,34 +179,11 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
   SgdOptions sgd;
   ASSIGN_OR_RETURN(TrainingGraph tg, build_training_graph(g, LossKind::kMse, sgd));
   (void)tg;
-  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, spec->kind));
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> normal;
-  for (Value* v : g.inputs) {
-    HostTensor& t = ex->host(v);
-    for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = normal(rng);
-    RETURN_IF_ERROR(ex->upload(v));
-  }
-  for (Value* v : g.values_of_kind(ValueKind::kHyper)) {
-    HostTensor& t = ex->host(v);
-    if (t.dtype() == DType::kFloat32) t.as<float>()[0] = 1e-6f;
-    if (t.dtype() == DType::kInt64) t.as<int64_t>()[0] = 1;
-    RETURN_IF_ERROR(ex->upload(v));
-  }
-  constexpr int kWarmup = 1, kRepeats = 3;
-  std::vector<std::vector<double>> runs;
-  for (int r = 0; r < kWarmup + kRepeats; ++r) {
-    std::vector<double> s(g.nodes().size(), 0.0);
-    RETURN_IF_ERROR(ex->run_timed(&s));
-    if (r >= kWarmup) runs.push_back(std::move(s));
-  }
+  ASSIGN_OR_RETURN(std::vector<double> median, median_node_seconds(g, spec->kind, 1, 3));
   for (const auto& n : g.nodes()) {
-    std::vector<double> v;
-    for (const auto& r : runs) v.push_back(r[n->id]);
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    if (v[v.size() / 2] <= 0) continue;
-    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1, roofline_s(*n, *spec),
-                         v[v.size() / 2]});
+    const double t = median[n->id];
+    if (t <= 0) continue;
+    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1, roofline_s(*n, *spec), t});
   }
   return Status::ok();
 }

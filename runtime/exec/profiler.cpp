@@ -52,11 +52,7 @@ void fill_random(HostTensor& t, std::mt19937_64& rng) {
 
 }  // namespace
 
-Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const ProfileOptions& opts) {
-  if (!opts.cache_path.empty()) {
-    auto cached = read_cache(opts);
-    if (cached) return cached;
-  }
+Expected<std::vector<double>> median_node_seconds(const Graph& g, DeviceKind device, int warmup, int repeats) {
   ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, device));
   std::mt19937_64 rng(1);
   for (Value* v : g.inputs) {
@@ -71,20 +67,30 @@ Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const Profile
   }
   // Labels stay zero: class 0 is valid for every classifier.
   std::vector<std::vector<double>> runs;
-  for (int r = 0; r < opts.warmup + opts.repeats; ++r) {
+  for (int r = 0; r < warmup + repeats; ++r) {
     std::vector<double> s(g.nodes().size(), 0.0);
     RETURN_IF_ERROR(ex->run_timed(&s));
-    if (r >= opts.warmup) runs.push_back(std::move(s));
+    if (r >= warmup) runs.push_back(std::move(s));
   }
-  auto median = [&](int id) {
+  std::vector<double> median(g.nodes().size(), 0.0);
+  for (size_t id = 0; id < median.size(); ++id) {
     std::vector<double> v;
     for (auto& r : runs) v.push_back(r[id]);
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
+    median[id] = v[v.size() / 2];
+  }
+  return median;
+}
+
+Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const ProfileOptions& opts) {
+  if (!opts.cache_path.empty()) {
+    auto cached = read_cache(opts);
+    if (cached) return cached;
+  }
+  ASSIGN_OR_RETURN(std::vector<double> median, median_node_seconds(g, device, opts.warmup, opts.repeats));
   Profile p;
   for (auto& n : g.nodes()) {
-    const double t = median(n->id);
+    const double t = median[n->id];
     if (n->phase == Phase::kForward || n->phase == Phase::kLoss) p.fwd_s[n->name] += t;
     else if (n->phase == Phase::kBackward && n->forward) p.bwd_s[n->forward->name] += t;
   }

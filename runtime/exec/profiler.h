@@ -18,6 +18,11 @@ struct ProfileOptions {
   std::string key;         // model hash + batch + device; a cache with another key is ignored
 };
 
+// Runs the whole training graph `warmup + repeats` times on random inputs and valid labels (the
+// parameters move: the updates run at a tiny rate) and gives every node's median time of the
+// repeats, by node id. The profile and the cost model's calibration both time with it.
+Expected<std::vector<double>> median_node_seconds(const Graph& g, DeviceKind device, int warmup, int repeats);
+
 // Runs the whole training graph (on random inputs and valid labels) and times every node.
 // The parameters move during profiling (the updates run); the caller's graph is not modified.
 Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const ProfileOptions& opts);
