@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_set>
 
 #include "importer/grad/grad_registry.h"
 #include "importer/shape_infer.h"
@@ -311,6 +312,24 @@ Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdO
   if (const std::string broken = g.broken_link(); !broken.empty())
     return internal_error("the training graph has a broken link: " + broken);
   return tg;
+}
+
+std::vector<const Node*> weight_gradient_nodes(const std::vector<const Node*>& nodes,
+                                               const std::vector<const Value*>& sent) {
+  std::unordered_set<const Value*> needed(sent.begin(), sent.end());
+  std::unordered_set<const Node*> input_part;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const Node* n = *it;
+    if (n->phase != Phase::kBackward) continue;
+    if (std::none_of(n->outputs.begin(), n->outputs.end(), [&](const Value* v) { return v && needed.count(v); })) continue;
+    input_part.insert(n);
+    for (const Value* v : n->inputs)
+      if (v) needed.insert(v);
+  }
+  std::vector<const Node*> w;
+  for (const Node* n : nodes)
+    if (n->phase == Phase::kBackward && !input_part.count(n)) w.push_back(n);
+  return w;
 }
 
 }  // namespace pt

@@ -76,4 +76,12 @@ struct TrainingGraph {
 Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd,
                                              int64_t ignore_index = -100);
 
+// The backward split of zero-bubble schedules (partitioner/schedule.h): of a stage's `nodes`, the
+// backward nodes that computing `sent` (the gradients the stage sends to earlier stages) does not
+// need, in the given order. They compute only weight gradients (W) and may run after the rest of
+// the backward (I) of later passes; every other backward node is an ancestor of `sent` within the
+// stage. A stage that sends nothing (the first) has all of its backward in W.
+std::vector<const Node*> weight_gradient_nodes(const std::vector<const Node*>& nodes,
+                                               const std::vector<const Value*>& sent);
+
 }  // namespace pt

@@ -14,31 +14,34 @@
 namespace pt {
 
 int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts) {
-  if (opts.schedule == Schedule::kGPipe) return std::max(1, opts.micro_batches);
-  return std::max(1, num_stages - stage);
+  if (opts.program && static_cast<int>(opts.program->stages.size()) == num_stages) return program_in_flight(*opts.program, stage);
+  return schedule_in_flight(opts.schedule, opts.weights, num_stages, stage, opts.micro_batches);
 }
 
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts) {
   // One 1F1B stage trains sequentially (the single-stage trainer): no version to predict or stash.
-  if (opts.schedule == Schedule::kGPipe || num_stages == 1) return 0;
+  if (synchronous(opts.schedule, opts.weights) || num_stages == 1) return 0;
   switch (opts.weights) {
     case WeightMode::kSpecTrain: return 1;
     case WeightMode::kStash: return std::max(0, num_stages - stage - 1);
-    case WeightMode::kStale: return 0;
+    case WeightMode::kStale:
+    case WeightMode::kSync: return 0;
   }
   return 0;
 }
 
 int stage_gradient_accumulators(const PartitionOptions& opts) {
-  return opts.schedule == Schedule::kGPipe && opts.micro_batches > 1 ? 1 : 0;
+  return synchronous(opts.schedule, opts.weights) && opts.micro_batches > 1 ? 1 : 0;
 }
 
 bool stage_update_in_backward(int stage, int num_stages, const PartitionOptions& opts) {
   if (!opts.update_in_backward || opts.replicas > 1 || opts.graph_replicas > 1) return false;
-  if (opts.schedule == Schedule::kGPipe) return opts.micro_batches <= 1;
+  if (opts.schedule == Schedule::kZBH1) return false;  // W runs apart from I: no update inside
+  if (synchronous(opts.schedule, opts.weights)) return opts.micro_batches <= 1;
   if (num_stages == 1) return true;  // the single-stage trainer: forward, backward, update in turn
   switch (opts.weights) {
-    case WeightMode::kStale: return true;
+    case WeightMode::kStale:
+    case WeightMode::kSync: return true;
     case WeightMode::kSpecTrain: return spectrain_staleness(stage, num_stages, true, opts.staleness) == 0;
     case WeightMode::kStash: return num_stages - stage == 1;
   }
@@ -82,13 +85,13 @@ double recompute_memory_of(double param_bytes, double inputs, double saved, doub
 }  // namespace
 
 int stage_saved_copies(int stage, int num_stages, const PartitionOptions& opts) {
-  const bool pipelined = num_stages > 1 || opts.schedule == Schedule::kGPipe;
+  const bool pipelined = num_stages > 1 || synchronous(opts.schedule, opts.weights);
   return stage_in_flight(stage, num_stages, opts) + (pipelined ? 1 : 0);
 }
 
 double stage_evaluator_param_bytes(int stage, int num_stages, const PartitionOptions& opts, double model_param_bytes) {
   // The pipelined trainer (several stages, GPipe, or replicas) keeps a separate evaluator on stage 0.
-  const bool pipelined = num_stages > 1 || opts.schedule == Schedule::kGPipe || opts.replicas > 1 || opts.graph_replicas > 1;
+  const bool pipelined = num_stages > 1 || synchronous(opts.schedule, opts.weights) || opts.replicas > 1 || opts.graph_replicas > 1;
   return pipelined && stage == 0 ? model_param_bytes : 0.0;
 }
 
@@ -111,12 +114,13 @@ bool stage_may_recompute(int stage, int num_stages, const PartitionOptions& opts
 }
 
 int stage_recompute_weight_copies(int stage, int num_stages, const PartitionOptions& opts) {
-  if (!stage_may_recompute(stage, num_stages, opts) || opts.schedule == Schedule::kGPipe) return 0;
+  if (!stage_may_recompute(stage, num_stages, opts) || synchronous(opts.schedule, opts.weights)) return 0;
   const int in_flight = stage_in_flight(stage, num_stages, opts);
   switch (opts.weights) {
     case WeightMode::kSpecTrain: return in_flight;
     case WeightMode::kStale: return in_flight + 1;
-    case WeightMode::kStash: return 0;
+    case WeightMode::kStash:
+    case WeightMode::kSync: return 0;
   }
   return 0;
 }
@@ -312,7 +316,7 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
     }
   // Shared weights: the updated parameters each position's nodes read (owner: first consumer).
   P.num_stages = static_cast<int>(opts.devices.size());
-  P.gpipe = opts.schedule == Schedule::kGPipe;
+  P.gpipe = synchronous(opts.schedule, opts.weights);
   P.micro = std::max(1, opts.micro_batches);
   {
     std::unordered_set<const Value*> updated;
@@ -557,7 +561,7 @@ StageMemory stage_memory(const StageSweep& sw, int k, int N, const PartitionOpti
   const double none =
       memory_of(sw.param_bytes(), sw.saved(), sw.workspace(), k, N, opts, act_scale, model_param_bytes, transient) +
       sw.shared_memory();
-  const bool can = stage_may_recompute(k, N, opts) && (opts.schedule == Schedule::kGPipe || sw.shared().empty());
+  const bool can = stage_may_recompute(k, N, opts) && (synchronous(opts.schedule, opts.weights) || sw.shared().empty());
   if (!can || (opts.recompute == Recompute::kAuto && none <= cap)) return {none, false};
   const double rec = recompute_memory_of(sw.param_bytes(), sw.recompute_inputs(), sw.saved(), sw.workspace(), k, N, opts,
                                          act_scale, model_param_bytes, transient) +
@@ -699,6 +703,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   plan.weights = opts.weights;
   plan.recompute = opts.recompute;
   plan.micro_batches = std::max(1, opts.micro_batches);
+  plan.program = opts.program;
   plan.batch_size = graph_batch(g);
   plan.link = opts.link;
   plan.replicas = P.replicas;
@@ -820,7 +825,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   plan.calibrated = !opts.devices.empty() && opts.devices[0].calibrated;
   whole_ms /= plan.device_share;
   upd_ms /= plan.device_share;
-  if (opts.schedule == Schedule::kGPipe) {
+  if (synchronous(opts.schedule, opts.weights)) {  // GPipe's bubble; zb-h1's is simulated (layout_plan)
     const double step_ms = (M + N - 1) * worst_no_update + worst_update;
     plan.predicted_samples_per_s = step_ms > 0 ? 1e3 * M * b / step_ms : 0;
     const double single_ms = M * (whole_ms - upd_ms) + upd_ms;
@@ -896,7 +901,7 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
                     " " + mb(fixed) + "; " +
                     (s.recompute ? "recomputed: inputs " + mb(static_cast<double>(s.recompute_input_bytes)) + " x "
                                  : "activations " + mb(static_cast<double>(s.saved_bytes)) + " x ") +
-                    (opts.schedule == Schedule::kGPipe ? plural(s.in_flight, "micro-batch", "micro-batches")
+                    (synchronous(opts.schedule, opts.weights) ? plural(s.in_flight, "micro-batch", "micro-batches")
                                                        : plural(s.in_flight, "mini-batch", "mini-batches")) +
                     " in flight" +
                     (s.recompute ? " and one set of activations " + mb(static_cast<double>(s.saved_bytes)) : "") +
@@ -1003,7 +1008,7 @@ Status check_recompute(const Plan& plan, const PartitionOptions& opts) {
   const int N = static_cast<int>(plan.stages.size());
   for (const StagePlan& s : plan.stages)
     if (stage_may_recompute(s.index, N, opts) && !s.recompute && !s.shared_params.empty() &&
-        opts.schedule != Schedule::kGPipe)
+        !synchronous(opts.schedule, opts.weights))
       return invalid_input("--recompute stage: stage " + std::to_string(s.index) + " reads weight '" +
                            (s.shared_params.empty() ? std::string("?") : s.shared_params.front()->name) +
                            "' shared with an earlier stage; under 1F1B the version its forward read is not kept, so "

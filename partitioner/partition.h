@@ -29,7 +29,8 @@ struct PartitionOptions {
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
   Recompute recompute = Recompute::kNone;  // --recompute (plan.h): which stages rerun their forward
-  int micro_batches = 1;               // GPipe
+  int micro_batches = 1;               // synchronous schedules
+  std::shared_ptr<const ScheduleIR> program;  // a schedule file's (null: the schedule's own)
   int optimizer_state_copies = 1;      // momentum: 1; Adam: 2
   const Profile* profile = nullptr;
   std::vector<std::string> split_at;   // manual: first node name of stages 1..N-1

@@ -15,17 +15,6 @@ int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode
   return backward ? stage / 2 : stage / 2 + gap;
 }
 
-const char* schedule_name(Schedule s) { return s == Schedule::kGPipe ? "gpipe" : "1f1b"; }
-
-const char* weight_mode_name(WeightMode w) {
-  switch (w) {
-    case WeightMode::kSpecTrain: return "spectrain";
-    case WeightMode::kStash: return "stash";
-    case WeightMode::kStale: return "stale";
-  }
-  return "?";
-}
-
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kNone: return "none";

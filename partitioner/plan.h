@@ -3,17 +3,17 @@
 // model's prediction; plus the pipeline-level prediction.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "importer/ir.h"
 #include "partitioner/device_spec.h"
+#include "partitioner/schedule.h"
 #include "partitioner/stage_layout.h"
 
 namespace pt {
 
-enum class Schedule { k1F1B, kGPipe };
-enum class WeightMode { kSpecTrain, kStash, kStale };
 // SpecTrain's version differences: kPaper s_fwd(k) = floor(k/2) + N-k-1, s_bwd(k) = floor(k/2)
 // (the official implementation); kExact the 1F1B gaps s_fwd(k) = N-k-1, s_bwd(k) = 0.
 enum class Staleness { kPaper, kExact };
@@ -26,8 +26,6 @@ int spectrain_staleness(int stage, int num_stages, bool backward, Staleness mode
 // (a single 1F1B stage, the last 1F1B stage, GPipe with one micro-batch) is never recomputed: its
 // backward follows its forward with the activations still in the executor, nothing to save.
 enum class Recompute { kNone, kStage, kAuto };
-const char* schedule_name(Schedule s);
-const char* weight_mode_name(WeightMode w);
 const char* recompute_name(Recompute r);
 
 struct StagePlan {
@@ -46,6 +44,10 @@ struct StagePlan {
   int64_t param_count = 0;
   int64_t param_bytes = 0;
   double fwd_ms = 0, bwd_ms = 0, update_ms = 0;
+  // The part of bwd_ms in the backward's weight-gradient part W (importer/training.h,
+  // weight_gradient_nodes), by the cost model's share of those nodes: what a zero-bubble schedule
+  // can defer (layout_plan sets it).
+  double wgrad_ms = 0;
   // Transfers are charged to the receiving stage: receiving its `recv` activations and sending
   // their gradients back, one message each, once per receiving stage (see partition.h).
   double comm_ms = 0;
@@ -119,6 +121,8 @@ struct Plan {
   WeightMode weights = WeightMode::kSpecTrain;
   Recompute recompute = Recompute::kNone;  // what was asked (StagePlan::recompute: what each stage does)
   int micro_batches = 1;
+  // A schedule file's program (--schedule-file); null: make_schedule(schedule, weights, ...).
+  std::shared_ptr<const ScheduleIR> program;
   int64_t batch_size = 0;                // the graph's batch (one replica's share when graph_replicas > 1)
   // Data-parallel copies of the pipeline (--replicas): each runs every stage on its share of the
   // mini-batch and each stage all-reduces its gradients over replica_link before its update.

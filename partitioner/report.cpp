@@ -139,6 +139,30 @@ std::string layouts_text(const std::vector<LayoutOption>& layouts) {
   return out;
 }
 
+std::string schedule_summary(const Plan& p, const SimResult& sim) {
+  const int n = static_cast<int>(p.stages.size());
+  if (n < 2 && !synchronous(p.schedule, p.weights)) return "";
+  const ScheduleIR ir = plan_schedule(p);
+  const double m = ir.micro_batches;
+  std::string out = format("schedule %s: predicted bubble %.1f%% of the stages' time", ir.name.c_str(), 100 * sim.bubble_fraction);
+  if (ir.synchronous && n > 1) {
+    // The textbook idle fractions with equal stages: (p-1)/(m+p-1) for GPipe and 1F1B; ZB-H1 cuts
+    // the bubble to a third ((p-1)/3 passes' worth) when F, I and W take equal time.
+    const double f = ir.splits_backward() ? (n - 1) / 3.0 / (m + (n - 1) / 3.0) : (n - 1) / (m + n - 1);
+    out += format(" (equal stages: %.1f%%)", 100 * f);
+  }
+  out += "; passes in flight per stage:";
+  for (int k = 0; k < n; ++k) out += format(" %d", program_in_flight(ir, k));
+  if (ir.splits_backward()) {
+    out += " (of which waiting for W:";
+    for (int k = 0; k < n; ++k) out += format(" %d", w_state_in_flight(ir, k));
+    out += ")";
+  }
+  if (p.device_share > 1.0 + 1e-9)
+    out += "; the stages share their cores, so idle time is not lost time and the bound is not reached";
+  return out + "\n";
+}
+
 std::string report_text(const ReportInputs& r) {
   PT_CHECK(r.plan != nullptr) << "report_text needs a plan";
   const Plan& p = *r.plan;
@@ -146,13 +170,17 @@ std::string report_text(const ReportInputs& r) {
   std::string out;
   out += format("Partition of %s: %d stage%s, %s schedule, %s weights", p.model.empty() ? "model" : p.model.c_str(),
                 sum.stages, sum.stages == 1 ? "" : "s", schedule_name(p.schedule), weight_mode_name(p.weights));
-  if (p.schedule == Schedule::kGPipe) out += format(", %d micro-batches", p.micro_batches);
+  if (synchronous(p.schedule, p.weights)) out += format(", %d micro-batches", p.micro_batches);
   if (p.batch_size > 0) out += format(", batch %lld", static_cast<long long>(p.batch_size * std::max(1, p.graph_replicas)));
   if (p.replicas > 1) out += format(", %d replicas (%d devices)", p.replicas, sum.stages * p.replicas);
   if (!p.link.name.empty() && sum.stages > 1)
     out += format(", link %s (%.1f GB/s, %.1f us)", p.link.name.c_str(), p.link.bandwidth / 1e9, p.link.latency_s * 1e6);
   if (p.num_nodes > 1) out += format(", %d nodes", p.num_nodes);
   out += p.manual ? " [manual]\n" : "\n";
+  {
+    SimResult storage;
+    out += schedule_summary(p, simulation_of(r, storage));
+  }
 
   size_t dev_w = 6, node_w = 10;
   for (const StagePlan& s : p.stages) {
@@ -264,7 +292,7 @@ std::string report_text(const ReportInputs& r) {
   out += "\n";
   if (r.sim && !r.sim->events.empty())
     out += format("simulated %s: %.1f samples/s steady state, bubble %.1f%%, makespan %.2f ms\n",
-                  schedule_name(p.schedule), r.sim->samples_per_s, 100 * r.sim->bubble_fraction, r.sim->makespan_ms);
+                  plan_schedule(p).name.c_str(), r.sim->samples_per_s, 100 * r.sim->bubble_fraction, r.sim->makespan_ms);
   out += layouts_text(p.layouts);
   if (r.automatic) {
     const Summary a = summarize(*r.automatic);

@@ -21,6 +21,9 @@ std::string report_text(const ReportInputs& r);
 // The layouts a plan was chosen from (Plan::layouts), one line each, the chosen one marked; ""
 // when there are fewer than two. Part of report_text.
 std::string layouts_text(const std::vector<LayoutOption>& layouts);
+// One line: the schedule's program, its simulated bubble (and the equal-stage formula's), the
+// passes each stage keeps in flight. Part of report_text.
+std::string schedule_summary(const Plan& p, const SimResult& sim);
 std::string report_json(const ReportInputs& r);
 std::string report_html(const ReportInputs& r);
 std::string report_dot(const ReportInputs& r);

@@ -193,7 +193,7 @@ std::string svg_memory(const Plan& p, const SimResult& sim) {
 
 std::string svg_timeline(const Plan& p, const SimResult& sim) {
   const int n = static_cast<int>(p.stages.size());
-  const bool gpipe = p.schedule == Schedule::kGPipe;
+  const bool gpipe = synchronous(p.schedule, p.weights);
   int mini = 0;
   for (const SimEvent& e : sim.events) mini = std::max(mini, e.mini_batch + 1);
   const int show = std::min(mini, gpipe ? 2 : n + 4);
@@ -205,8 +205,15 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
   const double bottom = top + n * pitch - link;
   const double scale = end > 0 ? (x1 - x0) / end : 0;
   std::string s = svg_open("svg-timeline", bottom + 26, "simulated pipeline timeline");
-  s += legend(x0, 14, {{kFwdColor, "forward"}, {kBwdColor, "backward"}, {kUpdateColor, "update"},
-                       {kCommColor, "transfer (activations / gradients)"}});
+  std::vector<std::pair<const char*, std::string>> keys = {{kFwdColor, "forward"}, {kBwdColor, "backward"}};
+  for (const SimEvent& e : sim.events)
+    if (e.kind == SimEvent::kWeightGrad) {
+      keys = {{kFwdColor, "forward"}, {kBwdColor, "backward I (input gradients)"}, {kWgradColor, "W (weight gradients)"}};
+      break;
+    }
+  keys.push_back({kUpdateColor, "update"});
+  keys.push_back({kCommColor, "transfer (activations / gradients)"});
+  s += legend(x0, 14, keys);
   s += format("<clipPath id=\"tl-clip\"><rect x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n", x0,
               x1 - x0, bottom + 4);
   s += axis(x0, x1, top - 4, bottom, end, scale, "ms");
@@ -220,10 +227,15 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
     const double ys = top + e.stage * pitch;
     switch (e.kind) {
       case SimEvent::kForward:
-      case SimEvent::kBackward: {
+      case SimEvent::kBackward:
+      case SimEvent::kInputGrad:
+      case SimEvent::kWeightGrad: {
         const bool f = e.kind == SimEvent::kForward;
-        s += rect(x, ys + 1, w, row - 2, f ? kFwdColor : kBwdColor,
-                  format("stage %d %s of mini-batch %d%s: %.3f-%.3f ms", e.stage, f ? "forward" : "backward",
+        const char* what = f ? "forward" : e.kind == SimEvent::kInputGrad ? "input-gradient part I"
+                                       : e.kind == SimEvent::kWeightGrad  ? "weight-gradient part W"
+                                                                          : "backward";
+        s += rect(x, ys + 1, w, row - 2, f ? kFwdColor : e.kind == SimEvent::kWeightGrad ? kWgradColor : kBwdColor,
+                  format("stage %d %s of mini-batch %d%s: %.3f-%.3f ms", e.stage, what,
                          e.mini_batch, gpipe ? format(", micro-batch %d", e.micro_batch).c_str() : "", e.start_ms,
                          e.end_ms),
                   " stroke=\"#fff\" stroke-width=\"1\"");

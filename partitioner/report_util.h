@@ -41,6 +41,7 @@ const char* stage_color(int k);
 // Colours of the pass kinds, shared by the bars and the timeline.
 inline constexpr const char* kFwdColor = "#4e79a7";
 inline constexpr const char* kBwdColor = "#f28e2b";
+inline constexpr const char* kWgradColor = "#b07aa1";  // the weight-gradient part W of a split backward
 inline constexpr const char* kUpdateColor = "#59a14f";
 inline constexpr const char* kCommColor = "#9c9c9c";
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "partitioner/schedule.h"
 
 namespace pt {
 namespace {
@@ -34,8 +35,9 @@ class Engine {
   const SimEvent& event(int op) const { return ops_[op].ev; }
   double duration(int op) const { return ops_[op].dur; }
 
-  // Runs every queue to the end; a cycle in the dependencies is a bug in a schedule builder.
-  void run() {
+  // Runs every queue as far as it goes; false when some queue cannot finish (a dependency cycle:
+  // the schedule deadlocks). blocked(r) is then the operation queue r waits at (-1: finished).
+  bool run() {
     std::vector<size_t> next(queue_.size(), 0);
     std::vector<double> free_at(queue_.size(), 0);
     size_t done = 0;
@@ -60,15 +62,30 @@ class Engine {
           progress = true;
         }
       }
-      PT_CHECK(progress) << "simulator: schedule deadlocks";
+      if (!progress) {
+        next_ = next;
+        return false;
+      }
     }
+    next_ = next;
+    return true;
+  }
+  int blocked(int resource) const {
+    return next_[resource] < queue_[resource].size() ? queue_[resource][next_[resource]] : -1;
+  }
+  const std::vector<int>& deps(int op) const { return ops_[op].deps; }
+  bool done(int op) const { return ops_[op].done; }
+  // The operations queue r ran, in order.
+  std::vector<int> ran(int resource) const {
+    return std::vector<int>(queue_[resource].begin(), queue_[resource].begin() + static_cast<long>(next_[resource]));
   }
 
   // The events worth drawing: every compute pass, and transfers that take time.
   std::vector<SimEvent> events() const {
     std::vector<SimEvent> out;
     for (const Op& op : ops_) {
-      const bool compute = op.ev.kind == SimEvent::kForward || op.ev.kind == SimEvent::kBackward;
+      const bool compute = op.ev.kind == SimEvent::kForward || op.ev.kind == SimEvent::kBackward ||
+                           op.ev.kind == SimEvent::kInputGrad || op.ev.kind == SimEvent::kWeightGrad;
       if (compute || op.dur > 0) out.push_back(op.ev);
     }
     std::sort(out.begin(), out.end(), [](const SimEvent& a, const SimEvent& b) {
@@ -87,6 +104,7 @@ class Engine {
   };
   std::vector<Op> ops_;
   std::vector<std::vector<int>> queue_;
+  std::vector<size_t> next_;
 };
 
 SimEvent make_event(int stage, int mb, int micro, SimEvent::Kind kind) {
@@ -99,7 +117,8 @@ SimEvent make_event(int stage, int mb, int micro, SimEvent::Kind kind) {
 }
 
 bool is_compute(SimEvent::Kind k) {
-  return k == SimEvent::kForward || k == SimEvent::kBackward || k == SimEvent::kUpdate;
+  return k == SimEvent::kForward || k == SimEvent::kBackward || k == SimEvent::kUpdate || k == SimEvent::kInputGrad ||
+         k == SimEvent::kWeightGrad;
 }
 
 // Makespan, steady-state throughput and bubble over mini-batches (i0, i1]: the window between the
@@ -140,8 +159,9 @@ void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vecto
     const StagePlan& s = plan.stages[k];
     int in_flight = 0, peak = 0;
     for (int op : order[k]) {
-      if (eng.event(op).kind == SimEvent::kForward) peak = std::max(peak, ++in_flight);
-      if (eng.event(op).kind == SimEvent::kBackward) --in_flight;
+      const SimEvent::Kind kind = eng.event(op).kind;
+      if (kind == SimEvent::kForward) peak = std::max(peak, ++in_flight);
+      if (kind == SimEvent::kBackward || kind == SimEvent::kWeightGrad) --in_flight;
     }
     // A recomputing stage keeps only its inputs per pass in flight (plan.h).
     const int64_t per_pass = s.recompute ? s.recompute_input_bytes : s.saved_bytes;
@@ -151,59 +171,106 @@ void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vecto
 
 }  // namespace
 
-SimResult simulate(const Plan& plan, int mini_batches) {
+ScheduleIR plan_schedule(const Plan& plan) {
+  if (plan.program) return *plan.program;
+  return make_schedule(plan.schedule, plan.weights, static_cast<int>(plan.stages.size()), plan.micro_batches);
+}
+
+namespace {
+
+SimEvent::Kind sim_kind(ActionKind k) {
+  switch (k) {
+    case ActionKind::kForward: return SimEvent::kForward;
+    case ActionKind::kBackward: return SimEvent::kBackward;
+    case ActionKind::kInputGrad: return SimEvent::kInputGrad;
+    case ActionKind::kWeightGrad: return SimEvent::kWeightGrad;
+    case ActionKind::kUpdate: return SimEvent::kUpdate;
+  }
+  return SimEvent::kForward;
+}
+
+std::string event_token(const SimEvent& e) {
+  static const char* kName[] = {"F", "B", "U", "send", "recv", "all-reduce", "I", "W"};
+  std::string t = kName[static_cast<int>(e.kind)];
+  if (e.kind != SimEvent::kUpdate) t += std::to_string(e.micro_batch);
+  return t + "(" + std::to_string(e.mini_batch) + ")";
+}
+
+// Why the schedule deadlocks: each stage's next action and what it waits for, then every stage's
+// actions up to there (the rank x step grid).
+Status deadlock_error(const Engine& eng, int n, const std::string& name) {
+  std::string waits, grid;
+  for (int k = 0; k < n; ++k) {
+    const int op = eng.blocked(k);
+    grid.append("\n  stage ").append(std::to_string(k)).append(":");
+    for (int x : eng.ran(k)) grid.append(" ").append(event_token(eng.event(x)));
+    if (op < 0) {
+      grid += " (done)";
+      continue;
+    }
+    grid.append(" [").append(event_token(eng.event(op))).append("]");
+    // What it waits on: the first unfinished dependency, through a transfer to its producer.
+    std::string on;
+    for (int d : eng.deps(op)) {
+      if (eng.done(d)) continue;
+      int src = d;
+      const SimEvent::Kind kd = eng.event(d).kind;
+      if (kd == SimEvent::kSend || kd == SimEvent::kRecv || kd == SimEvent::kAllReduce)
+        for (int dd : eng.deps(d))
+          if (!eng.done(dd)) src = dd;
+      on = "stage " + std::to_string(eng.event(src).stage) + "'s " + event_token(eng.event(src));
+      break;
+    }
+    if (!waits.empty()) waits += "; ";
+    waits += "stage " + std::to_string(k) + " waits at " + event_token(eng.event(op)) + (on.empty() ? "" : " for " + on);
+  }
+  return invalid_input("schedule " + name + " deadlocks: " + waits + " (mini-batch in parentheses; [x]: where it waits)" + grid);
+}
+
+}  // namespace
+
+Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_batches) {
   SimResult res;
   const int n = static_cast<int>(plan.stages.size());
   const int t = std::max(1, mini_batches);
   if (n == 0) return res;
-  const bool gpipe = plan.schedule == Schedule::kGPipe;
-  const int m = gpipe ? std::max(1, plan.micro_batches) : 1;
+  if (static_cast<int>(ir.stages.size()) != n)
+    return invalid_input(ir.name + ": a schedule of " + std::to_string(ir.stages.size()) + " stages for a plan of " +
+                         std::to_string(n));
+  const int m = std::max(1, ir.micro_batches);
   // Resources: stage k's device is k, the link k -> k+1 carries activations on n + k and
   // gradients on 2n + k; stage k's replicas all-reduce on 3n + k.
   Engine eng(4 * n);
-  // fwd[k][i*m + j], bwd likewise; the transfers that leave them.
+  // fwd[k][i*m + j]: its forward; bwd: the pass that sends its gradients up (B, or I).
   const int passes = t * m;
-  std::vector<std::vector<int>> fwd(n, std::vector<int>(passes)), bwd = fwd;
+  std::vector<std::vector<int>> fwd(n, std::vector<int>(passes, -1)), bwd = fwd;
   std::vector<std::vector<int>> order(n);
-  auto f_dur = [&](int k) { return plan.stages[k].fwd_ms / m; };
-  auto b_dur = [&](int k) { return plan.stages[k].bwd_ms / m; };
-  // Compute operations, stage by stage in the schedule's order.
   for (int k = 0; k < n; ++k) {
-    auto F = [&](int i, int j) {
-      const int op = eng.add(k, f_dur(k), make_event(k, i, j, SimEvent::kForward));
-      fwd[k][i * m + j] = op;
-      order[k].push_back(op);
-    };
-    auto B = [&](int i, int j) {
-      const int op = eng.add(k, b_dur(k), make_event(k, i, j, SimEvent::kBackward));
-      bwd[k][i * m + j] = op;
-      order[k].push_back(op);
-    };
-    auto U = [&](int i) {
-      const int op = eng.add(k, plan.stages[k].update_ms, make_event(k, i, 0, SimEvent::kUpdate));
-      eng.depend(op, order[k].back());
-      if (plan.stages[k].allreduce_ms > 0) {  // the update waits for the replicas' gradients
-        const int ar = eng.add(3 * n + k, plan.stages[k].allreduce_ms, make_event(k, i, 0, SimEvent::kAllReduce));
+    const StagePlan& s = plan.stages[k];
+    const double wgrad = std::clamp(s.wgrad_ms, 0.0, s.bwd_ms);
+    for (const Step& st : expand(ir.stages[k], t)) {
+      const Action& a = st.action;
+      const int i = static_cast<int>(st.mini_batch);
+      const SimEvent ev = make_event(k, i, a.micro, sim_kind(a.kind));
+      double ms = 0;
+      switch (a.kind) {
+        case ActionKind::kForward: ms = s.fwd_ms / m; break;
+        case ActionKind::kBackward: ms = s.bwd_ms / m; break;
+        case ActionKind::kInputGrad: ms = (s.bwd_ms - wgrad) / m; break;
+        case ActionKind::kWeightGrad: ms = wgrad / m; break;
+        case ActionKind::kUpdate: ms = s.update_ms; break;
+      }
+      const int op = eng.add(k, ms, ev);
+      const int p = i * m + a.micro;
+      if (a.kind == ActionKind::kForward) fwd[k][p] = op;
+      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kInputGrad) bwd[k][p] = op;
+      if (a.kind == ActionKind::kUpdate && s.allreduce_ms > 0 && !order[k].empty()) {
+        // The update waits for the replicas' gradients, all-reduced after the stage's last backward work.
+        const int ar = eng.add(3 * n + k, s.allreduce_ms, make_event(k, i, 0, SimEvent::kAllReduce));
         eng.depend(ar, order[k].back());
         eng.depend(op, ar);
       }
       order[k].push_back(op);
-    };
-    if (gpipe) {
-      for (int i = 0; i < t; ++i) {
-        for (int j = 0; j < m; ++j) F(i, j);
-        for (int j = m - 1; j >= 0; --j) B(i, j);
-        U(i);
-      }
-    } else {
-      const int warm = std::min(n - k, t);  // forwards before the first backward
-      int next_f = 0;
-      for (; next_f < warm; ++next_f) F(next_f, 0);
-      for (int i = 0; i < t; ++i) {
-        B(i, 0);
-        U(i);
-        if (next_f < t) F(next_f++, 0);
-      }
     }
   }
   // Transfers, queued on each link in the order their producing passes run.
@@ -213,17 +280,18 @@ SimResult simulate(const Plan& plan, int mini_batches) {
       const int p = e.mini_batch * m + e.micro_batch;
       if (e.kind == SimEvent::kForward) {
         if (k + 1 < n) {
+          if (fwd[k + 1][p] < 0) continue;
           const LinkSpec& link = plan.stages[k + 1].link_in.name.empty() ? plan.link : plan.stages[k + 1].link_in;
           const double ms = transfer_ms(static_cast<double>(plan.stages[k].send_bytes) / m, link);
           const int x = eng.add(n + k, ms, make_event(k, e.mini_batch, e.micro_batch, SimEvent::kSend));
           eng.depend(x, op);
           eng.depend(fwd[k + 1][p], x);
-        } else {
+        } else if (bwd[k][p] >= 0) {
           eng.depend(bwd[k][p], op);  // the loss turns around on the last stage
         }
-      } else if (e.kind == SimEvent::kBackward) {
-        eng.depend(op, fwd[k][p]);
-        if (k > 0) {
+      } else if (e.kind == SimEvent::kBackward || e.kind == SimEvent::kInputGrad) {
+        if (fwd[k][p] >= 0) eng.depend(op, fwd[k][p]);
+        if (k > 0 && bwd[k - 1][p] >= 0) {
           // The gradients of what stage k received (the size of what stage k-1 sent when unknown).
           const int64_t bytes = plan.stages[k].grad_send_bytes > 0 ? plan.stages[k].grad_send_bytes
                                                                    : plan.stages[k - 1].send_bytes;
@@ -236,14 +304,21 @@ SimResult simulate(const Plan& plan, int mini_batches) {
       }
     }
   }
-  eng.run();
+  if (!eng.run()) return deadlock_error(eng, n, ir.name);
   res.events = eng.events();
-  // Steady state: skip the n warm-up mini-batches and the n-1 whose stage-0 backward is in the drain.
-  const int i0 = gpipe ? 0 : n - 1;
-  const int i1 = gpipe ? t - 1 : t - n;
+  // Steady state: asynchronous 1F1B skips the n warm-up mini-batches and the n-1 whose stage-0
+  // backward is in the drain; a synchronous schedule repeats whole mini-batches (flushes).
+  const int i0 = ir.synchronous ? 0 : n - 1;
+  const int i1 = ir.synchronous ? t - 1 : t - n;
   measure(res, n, t, plan.batch_size * std::max(1, plan.graph_replicas), i0, i1);
   track_memory(res, plan, order, eng);
   return res;
+}
+
+SimResult simulate(const Plan& plan, int mini_batches) {
+  Expected<SimResult> r = dry_run(plan, plan_schedule(plan), mini_batches);
+  PT_CHECK(r.has_value()) << "simulator: " << r.status().message();
+  return std::move(r).value();
 }
 
 SimResult simulate_data_parallel(const Plan& single_stage_plan, int devices, const LinkSpec& link) {
@@ -313,7 +388,7 @@ std::string what_if_table(const std::vector<WhatIfRow>& rows) {
 std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan) {
   int n = static_cast<int>(plan.stages.size());
   for (const SimEvent& e : events) n = std::max(n, e.stage + 1);
-  const bool gpipe = plan.schedule == Schedule::kGPipe;
+  const bool gpipe = synchronous(plan.schedule, plan.weights);
   nlohmann::json list = nlohmann::json::array();
   auto meta = [&](int tid, const std::string& name) {
     list.push_back({{"ph", "M"}, {"pid", 0}, {"tid", tid}, {"name", "thread_name"}, {"args", {{"name", name}}}});
@@ -344,6 +419,8 @@ std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan) {
     switch (e.kind) {
       case SimEvent::kForward: name = "F" + id; cat = "forward"; break;
       case SimEvent::kBackward: name = "B" + id; cat = "backward"; break;
+      case SimEvent::kInputGrad: name = "I" + id; cat = "backward"; break;
+      case SimEvent::kWeightGrad: name = "W" + id; cat = "backward"; break;
       case SimEvent::kUpdate: name = "U" + std::to_string(e.mini_batch); cat = "update"; break;
       case SimEvent::kSend: name = "send F" + id; cat = "comm"; tid = n + e.stage; break;
       case SimEvent::kRecv: name = "grad B" + id; cat = "comm"; tid = 2 * n + e.stage; break;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "partitioner/plan.h"
+#include "partitioner/schedule.h"
 
 namespace pt {
 
@@ -19,7 +20,8 @@ struct SimEvent {
   int stage = 0;
   int mini_batch = 0;
   int micro_batch = 0;
-  enum Kind { kForward, kBackward, kUpdate, kSend, kRecv, kAllReduce } kind = kForward;
+  // kInputGrad, kWeightGrad: the two parts of a split backward (zero-bubble schedules).
+  enum Kind { kForward, kBackward, kUpdate, kSend, kRecv, kAllReduce, kInputGrad, kWeightGrad } kind = kForward;
   double start_ms = 0, end_ms = 0;
 };
 
@@ -43,7 +45,15 @@ struct SimResult {
 // (the stages' times are already one replica's) with each stage's all-reduce (allreduce_ms, on a
 // link of its own) between its last backward of a mini-batch and its update; samples_per_s counts
 // the whole mini-batch (batch_size x graph_replicas), bubble and memory are per device.
+// The schedule runs as the plan's program (plan_schedule): each stage's actions in its program's
+// order, I taking bwd_ms - wgrad_ms and W wgrad_ms (per mini-batch, divided among micro-batches).
 SimResult simulate(const Plan& plan, int mini_batches);
+// The program the plan's stages run: plan.program, or make_schedule of its schedule and weights.
+ScheduleIR plan_schedule(const Plan& plan);
+// The dry run before launch: simulate() of program `ir` over the plan's times, or an
+// invalid-input error when it deadlocks, naming each stage's blocked action and what it waits
+// for, with every stage's actions up to there.
+Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_batches);
 
 // Data parallelism: each of `devices` replicas runs the whole single-stage plan on batch/devices
 // samples (compute scales by 1/devices), then a ring all-reduce of the gradients taking

@@ -2,7 +2,9 @@
 // owners, the values kept between passes and every value crossing a cut.
 #include "partitioner/stage_layout.h"
 
+#include "importer/training.h"
 #include "kernels/registry.h"
+#include "partitioner/simulator.h"
 
 #include <algorithm>
 #include <map>
@@ -93,7 +95,7 @@ Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
     for (const Node* n : s.nodes)
       if (n->phase == Phase::kUpdate) owner[n->inputs.at(0)] = s.index;
 
-  const bool gpipe = plan.schedule == Schedule::kGPipe;
+  const bool gpipe = synchronous(plan.schedule, plan.weights);
   const Value* input = g.inputs.empty() ? nullptr : g.inputs[0];
   StageLayout L;
   std::map<std::pair<int, int>, ValueSet> fwd_flow, bwd_flow;
@@ -195,6 +197,25 @@ Status layout_plan(const Graph& g, Plan* plan) {
       s.memory_bytes += s.param_bytes - s.transient_gradient_bytes;
       s.transient_gradient_bytes = 0;
     }
+  // The weight-gradient part of each stage's backward: bwd_ms (less a recomputed forward, which
+  // runs before I) shared by the cost model's times of the nodes of each part.
+  for (StagePlan& s : plan->stages) {
+    std::vector<const Value*> sent;
+    for (const ValueFlow& f : plan->layout.gradients)
+      if (f.from == s.index) sent.insert(sent.end(), f.values.begin(), f.values.end());
+    double all = 0, w = 0;
+    for (const Node* n : weight_gradient_nodes(s.nodes, sent)) w += node_time_s(*n, s.device);
+    for (const Node* n : s.nodes)
+      if (n->phase == Phase::kBackward) all += node_time_s(*n, s.device);
+    s.wgrad_ms = all > 0 ? std::max(0.0, s.bwd_ms - s.recompute_ms) * w / all : 0;
+  }
+  // A zero-bubble schedule's throughput is its simulated program's (no closed form).
+  if (plan->schedule == Schedule::kZBH1 || plan->program) {
+    const int n = static_cast<int>(plan->stages.size());
+    Expected<SimResult> sim = dry_run(*plan, plan_schedule(*plan), std::max(4, 2 * n));
+    if (!sim) return sim.status();
+    plan->predicted_samples_per_s = sim->samples_per_s * plan->micro_batches;  // a mini-batch is M graph batches
+  }
   return Status::ok();
 }
 

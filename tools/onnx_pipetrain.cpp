@@ -164,6 +164,8 @@ struct FlagHandles {
   CLI::Option* data = nullptr;
   CLI::Option* micro_batches = nullptr;
   CLI::Option* resume = nullptr;
+  CLI::Option* weights = nullptr;
+  CLI::Option* schedule = nullptr;
 };
 
 // The flags, added in the order --help lists them within their groups (assign_groups).
@@ -266,8 +268,20 @@ void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
 
 // The schedule, the weights, the arithmetic and memory, the plan's devices, links and cuts.
 void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
-  add_choice(app, "--schedule", &o.schedule, {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}}, "1f1b | gpipe");
-  add_choice(app, "--weights", &o.weights, {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash}, {"stale", pt::WeightMode::kStale}}, "spectrain | stash | stale");
+  f.schedule = add_choice(app, "--schedule", &o.schedule,
+                          {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}, {"zb-h1", pt::Schedule::kZBH1}},
+                          "1f1b (one forward, one backward in turn; asynchronous unless --weights sync) | gpipe (all "
+                          "micro-batches' forwards, then their backwards) | zb-h1 (zero bubble: synchronous 1F1B with each "
+                          "backward split into its input-gradient part and its weight-gradient part, deferred into the bubbles)");
+  f.weights = add_choice(app, "--weights", &o.weights,
+                         {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash},
+                          {"stale", pt::WeightMode::kStale}, {"sync", pt::WeightMode::kSync}},
+                         "spectrain | stash | stale | sync (one version per mini-batch, updated after all its micro-batches: "
+                         "1F1B with a flush, PipeDream-Flush; the only weights of gpipe and zb-h1)");
+  app.add_option("--schedule-file", o.schedule_file,
+                 "run the synchronous schedule in this CSV file (stage,part,actions rows, as --schedule-out writes) "
+                 "instead of a built-in one; checked before any work");
+  app.add_option("--schedule-out", o.schedule_out, "write the schedule's per-stage program (CSV) to this file");
   add_choice(app, "--recompute", &o.recompute,
              {{"none", pt::Recompute::kNone}, {"stage", pt::Recompute::kStage}, {"auto", pt::Recompute::kAuto}},
              "none | stage (each stage with several passes in flight that would save memory so keeps only its "
@@ -285,7 +299,7 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
              {{"auto", pt::WeightCachePolicy::kAuto}, {"off", pt::WeightCachePolicy::kOff}, {"all", pt::WeightCachePolicy::kAll}},
              "auto | off | all: which executors keep convolution weights in oneDNN's layout while they are unchanged "
              "(auto: GPipe stages with micro-batches and the evaluators; all: every executor)");
-  f.micro_batches = app.add_option("--micro-batches", o.batch.micro_batches, "GPipe: micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
+  f.micro_batches = app.add_option("--micro-batches", o.batch.micro_batches, "synchronous schedules (gpipe, zb-h1, 1f1b --weights sync): micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
   add_choice(app, "--spectrain-staleness", &o.staleness, {{"paper", pt::Staleness::kPaper}, {"exact", pt::Staleness::kExact}},
              "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0");
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
@@ -338,7 +352,7 @@ void assign_groups(CLI::App& app) {
   // tests/cli/test_docs.py refuses, as it refuses --help and docs/cli.md drifting apart.
   const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
       {"Pipeline",
-       {"--gpus", "--replicas", "--schedule", "--weights", "--spectrain-staleness", "--micro-batches", "--recompute",
+       {"--gpus", "--replicas", "--schedule", "--weights", "--schedule-file", "--schedule-out", "--spectrain-staleness", "--micro-batches", "--recompute",
         "--plan-only", "--whatif", "--profile", "--calibrate", "--no-calibrate", "--split-at", "--balance",
         "--ranks-per-node"}},
       {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link", "--network-link"}},
@@ -407,6 +421,7 @@ int parse_into_spec(CLI::App& app, int argc, char** argv, const FlagHandles& f, 
 // The checks CLI11 cannot make, after the parse: -1 to go on, or the exit code.
 int check_parsed(const FlagHandles& f, pt::TrainingSpec& o, pt::MpiJob& job) {
   if (pt::Status st = parse_replicas(f.replicas_text, o.gpus, &o); !st.is_ok()) return job.fail(st);
+  if (pt::Status st = pt::resolve_schedule(f.schedule->count() > 0, f.weights->count() > 0, &o); !st.is_ok()) return job.fail(st);
   if (!job.leads_run()) o.local.quiet = true;  // rank 0 prints progress and reports
   if (pt::Status st = set_lose_rank(&o, job); !st.is_ok()) return job.fail(st);
   return -1;

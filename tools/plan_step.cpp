@@ -175,7 +175,8 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   }
   o.schedule = f.schedule;
   o.weights = f.weights;
-  o.micro_batches = o.schedule == Schedule::kGPipe ? f.micro_batches : 1;
+  o.micro_batches = synchronous(o.schedule, o.weights) ? f.micro_batches : 1;
+  o.program = f.program;
   o.recompute = f.recompute;
   o.profile = profile;
   o.split_at = f.split_at;
@@ -198,6 +199,8 @@ PlanFlags layout_flags(const PlanFlags& f, int stages, int replicas) {
   fd.balance.clear();
   if (fd.device_specs.size() > 1 && static_cast<int>(fd.device_specs.size()) != stages) fd.device_specs.resize(1);
   if (!fd.node_of_stage.empty() && static_cast<int>(fd.node_of_stage.size()) != stages) fd.node_of_stage.clear();
+  // A schedule file is of one stage count; other layouts run the built-in schedule it stands for.
+  if (fd.program && static_cast<int>(fd.program->stages.size()) != stages) fd.program = nullptr;
   return fd;
 }
 
@@ -284,7 +287,8 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
   } else if (f.whatif && devices > 1) {
     ASSIGN_OR_RETURN(out.plan.layouts, layouts_of(g, f, devices, out.options.profile));
   }
-  out.sim = simulate(out.plan, 2 * static_cast<int>(out.plan.stages.size()) + 2);
+  // The dry run before launch: the program over the plan's times; a deadlock is refused here.
+  ASSIGN_OR_RETURN(out.sim, dry_run(out.plan, plan_schedule(out.plan), 2 * static_cast<int>(out.plan.stages.size()) + 2));
   r.sim = &out.sim;
   if (!f.quiet) std::printf("%s", report_text(r).c_str());
   if (f.write_reports) RETURN_IF_ERROR(write_reports(r, f.out_dir));
@@ -299,6 +303,7 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
       for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe}) {
         PlanFlags fd = base;
         fd.schedule = sched;
+        if (sched != f.schedule) fd.program = nullptr;
         auto o = options_from(fd, out.options.profile);
         if (!o) return o.status();
         if (fd.schedule == f.schedule || d == 1) user_row = static_cast<int>(rows.size());

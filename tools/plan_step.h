@@ -31,6 +31,7 @@ struct PlanFlags {
   std::string network_link;               // between nodes (cuts across machines); "" = the built-in network
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
+  std::shared_ptr<const ScheduleIR> program;  // --schedule-file's (null: the schedule's own)
   Recompute recompute = Recompute::kNone;
   int optimizer_state_copies = 1;  // parameter-sized state tensors per parameter (momentum 1, Adam 2)
   int micro_batches = 4;

@@ -153,10 +153,11 @@ Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
 // ---- Phase 2: the model and its training graph --------------------------------------------------
 
 Expected<StepBatch> run_batch(const TrainingSpec& o) {
-  const bool gpipe = o.schedule == Schedule::kGPipe;
-  if (!gpipe && o.batch.micro_batches_given && o.batch.micro_batches != 1)
-    return invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) + ": micro-batches need --schedule gpipe");
-  StepBatch b{o.batch.mini_batch, gpipe ? o.batch.micro_batches : 1, o.replicas};  // the graph holds b.pass()
+  const bool sync = synchronous(o.schedule, o.weights);
+  if (!sync && o.batch.micro_batches_given && o.batch.micro_batches != 1)
+    return invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) +
+                         ": micro-batches need a synchronous schedule (--schedule gpipe or zb-h1, or --weights sync)");
+  StepBatch b{o.batch.mini_batch, sync ? o.batch.micro_batches : 1, o.replicas};  // the graph holds b.pass()
   // Each replica runs its share of the mini-batch (in micro-batches under GPipe).
   const int64_t passes = int64_t{b.micro} * b.replicas;
   if (b.mini % passes != 0)
@@ -488,7 +489,11 @@ struct Trained {
   std::vector<std::pair<size_t, size_t>> aliased;
 };
 
-bool runs_one_stage(const TrainingSpec& o) { return o.gpus == 1 && o.schedule != Schedule::kGPipe && o.replicas == 1; }
+// One stage, one pass per step: the single-stage trainer (1F1B of one stage, synchronous or not).
+bool runs_one_stage(const TrainingSpec& o) {
+  return o.gpus == 1 && o.replicas == 1 && o.schedule == Schedule::k1F1B && o.schedule_file.empty() &&
+         (!synchronous(o.schedule, o.weights) || o.batch.micro_batches <= 1);
+}
 
 Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Devices& dev, const Data& data,
                                   TrainConfig tc, Plan& plan, MpiJob& job) {
@@ -526,9 +531,13 @@ Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Device
 
 // "training: 1F1B, spectrain weights (paper staleness), 4 stages".
 std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
+  const std::string sync_name = !o.schedule_file.empty() ? "schedule " + o.schedule_file
+                                : o.schedule == Schedule::kGPipe ? "GPipe"
+                                : o.schedule == Schedule::kZBH1  ? "ZB-H1 (zero bubble)"
+                                                                 : "1F1B synchronous (a flush per mini-batch)";
   const std::string how =
-      o.schedule == Schedule::kGPipe
-          ? "GPipe, " + std::to_string(b.micro) + " micro-batches"
+      synchronous(o.schedule, o.weights)
+          ? sync_name + ", " + std::to_string(b.micro) + " micro-batch" + (b.micro == 1 ? "" : "es")
           : "1F1B, " + std::string(weight_mode_name(o.weights)) + " weights" +
                 (o.weights == WeightMode::kSpecTrain ? " (" + std::string(staleness_name(o.staleness)) + " staleness)" : "");
   return "training: " + how + ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : "") +
@@ -579,6 +588,7 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   po.staleness = o.staleness;
   po.after_update = o.test.after_update;
   po.micro_batches = md.batch.micro;
+  po.program = plan.program;
   po.replicas = o.replicas;
   po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);
   po.record_trace = o.trace;
@@ -716,6 +726,9 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (!out_dir) return job.fail(out_dir.status());
 
   PlanFlags pf = plan_flags(o, md, *dev, *out_dir, layouts, job);
+  auto program = schedule_file_program(o);
+  if (!program) return job.fail(program.status());
+  pf.program = *program;
   if (o.replicas_auto) {
     auto layout = choose_layout(md.g(), pf);
     if (!layout) return job.fail(layout.status());
@@ -726,6 +739,10 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (!planned) return job.fail(planned.status());
   Plan& plan = planned->plan;
   say(o, "reports: " + (*out_dir / "partition.{txt,json,html,dot}").string() + ", " + (*out_dir / "trace.json").string());
+  if (!o.schedule_out.empty() && job.leads_run()) {
+    if (Status ws = write_file_atomic(o.schedule_out, schedule_csv(plan_schedule(plan))); !ws.is_ok()) return job.fail(ws);
+    say(o, "schedule: " + o.schedule_out);
+  }
   if (o.plan_only) {
     if (int code = job.agree_start(o, md.m.hash, plan); code != 0) return code;
     if (!job.leads_run() || !o.local.export_stages) return 0;  // rank 0 writes the run folder

@@ -24,7 +24,7 @@ using json = nlohmann::ordered_json;
 // (GCC, libstdc++, x86-64/aarch64 LP64).
 static_assert(sizeof(BatchSpec) == 16, "BatchSpec changed: serialize the new field below");
 static_assert(sizeof(TestHooks) == 72, "TestHooks changed: serialize the new field below");
-static_assert(sizeof(TrainingSpec) == 592 + sizeof(TestHooks) + sizeof(RunLocal),
+static_assert(sizeof(TrainingSpec) == 656 + sizeof(TestHooks) + sizeof(RunLocal),
               "TrainingSpec changed: serialize the new field below (or move a rank-local one into RunLocal)");
 
 json to_json_value(const BatchSpec& b) {
@@ -50,6 +50,8 @@ json to_json_value(const TrainingSpec& s) {
       {"batch", to_json_value(s.batch)},
       {"schedule", schedule_name(s.schedule)},
       {"weights", weight_mode_name(s.weights)},
+      {"schedule_file", s.schedule_file},
+      {"schedule_out", s.schedule_out},
       {"staleness", staleness_name(s.staleness)},
       {"recompute", recompute_name(s.recompute)},
       {"precision", precision_name(s.precision)},
@@ -108,6 +110,38 @@ json to_json_value(const TrainingSpec& s) {
 }  // namespace
 
 std::string serialize_for_agreement(const TrainingSpec& spec) { return to_json_value(spec).dump(); }
+
+Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o) {
+  const bool file = !o->schedule_file.empty();
+  if (file && schedule_given)
+    return invalid_input("--schedule-file " + o->schedule_file + " replaces --schedule; give one of them");
+  if ((file || o->schedule != Schedule::k1F1B) && weights_given && o->weights != WeightMode::kSync)
+    return invalid_input(std::string("--weights ") + weight_mode_name(o->weights) + ": " +
+                         (file ? "a schedule file" : std::string("--schedule ") + schedule_name(o->schedule)) +
+                         " is synchronous (one weight version per mini-batch); it takes --weights sync or no --weights");
+  if (file || o->schedule != Schedule::k1F1B) o->weights = WeightMode::kSync;
+  if (!file) return Status::ok();
+  ASSIGN_OR_RETURN(std::shared_ptr<const ScheduleIR> ir, schedule_file_program(*o));
+  if (static_cast<int>(ir->stages.size()) != o->gpus)
+    return invalid_input(o->schedule_file + ": a schedule of " + std::to_string(ir->stages.size()) + " stages; --gpus is " +
+                         std::to_string(o->gpus));
+  if (o->batch.micro_batches_given && o->batch.micro_batches != ir->micro_batches)
+    return invalid_input(o->schedule_file + ": a schedule of " + std::to_string(ir->micro_batches) +
+                         " micro-batches per mini-batch; --micro-batches is " + std::to_string(o->batch.micro_batches));
+  o->batch.micro_batches = ir->micro_batches;
+  o->batch.micro_batches_given = true;
+  o->schedule = ir->splits_backward() ? Schedule::kZBH1 : Schedule::k1F1B;
+  return Status::ok();
+}
+
+Expected<std::shared_ptr<const ScheduleIR>> schedule_file_program(const TrainingSpec& o) {
+  if (o.schedule_file.empty()) return std::shared_ptr<const ScheduleIR>();
+  ASSIGN_OR_RETURN(ScheduleIR ir, read_schedule_file(o.schedule_file));
+  if (!ir.synchronous)
+    return invalid_input(o.schedule_file + ": warmup rows and +offsets make an asynchronous program; schedule files hold "
+                         "synchronous schedules (each steady row one mini-batch, ending in U)");
+  return std::make_shared<const ScheduleIR>(std::move(ir));
+}
 
 ExecSettings exec_settings(const TrainingSpec& spec) {
   ExecSettings e;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,9 @@ struct TrainingSpec {
   bool replicas_auto = false;
   BatchSpec batch;
   Schedule schedule = Schedule::k1F1B;
-  WeightMode weights = WeightMode::kSpecTrain;
+  WeightMode weights = WeightMode::kSpecTrain;  // kSync for gpipe and zb-h1 (resolve_schedule)
+  std::string schedule_file;                    // --schedule-file: a synchronous program (partitioner/schedule.h)
+  std::string schedule_out;                     // --schedule-out: where the program is written
   Staleness staleness = Staleness::kPaper;
   Recompute recompute = Recompute::kNone;       // --recompute (partitioner/plan.h)
   Precision precision = Precision::kFp32;       // --precision (importer/precision.h)
@@ -144,6 +147,16 @@ struct TrainingSpec {
 // agreement hashes it: ranks that differ in any of them are refused). Written with one serializer
 // per struct (tools/training_spec.cpp), which a static_assert on the struct sizes keeps complete.
 std::string serialize_for_agreement(const TrainingSpec& spec);
+
+// The schedule and weights the flags mean (after the parse; `schedule_given`, `weights_given`:
+// whether --schedule, --weights were on the command line). gpipe and zb-h1 are synchronous: their
+// weights are sync (another --weights is refused). --schedule-file is checked here, before any
+// work: its program must be synchronous and of --gpus stages; it runs as zb-h1 does when it splits
+// the backward (I and W), else as 1F1B sync, and gives the micro-batch count when --micro-batches
+// is not given (a different one is refused).
+Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o);
+// The program of --schedule-file (null without one).
+Expected<std::shared_ptr<const ScheduleIR>> schedule_file_program(const TrainingSpec& o);
 
 // What the spec asks of every executor of the run (runtime/exec/executor.h): made here, once,
 // and carried unchanged through PipelineOptions / Trainer::Options.

@@ -434,15 +434,20 @@ Status Executor::call_group(size_t first, size_t last) {
 }
 
 Status Executor::run(const std::function<bool(Phase)>& filter) {
+  if (!filter) return run_nodes(nullptr);
+  return run_nodes([&filter](const Node* n) { return filter(n->phase); });
+}
+
+Status Executor::run_nodes(const std::function<bool(const Node*)>& filter) {
   if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& s = steps_[i];
-    if (s.alias || (filter && !filter(s.node->phase))) continue;  // an alias: its bytes are its input's
+    if (s.alias || (filter && !filter(s.node))) continue;  // an alias: its bytes are its input's
     if (s.group) {
       // The run of steps with the same multi-tensor kernel (and op) that follow this one.
       size_t j = i + 1;
       while (j < steps_.size() && steps_[j].group == s.group && steps_[j].node->op_type == s.node->op_type &&
-             !steps_[j].alias && (!filter || filter(steps_[j].node->phase)))
+             !steps_[j].alias && (!filter || filter(steps_[j].node)))
         ++j;
       if (j - i > 1) {
         RETURN_IF_ERROR(call_group(i, j));

@@ -174,6 +174,8 @@ class Executor {
   // Runs the prepared nodes whose phase passes `filter` (all when null), in order. Aliases' nodes
   // (MemoryPlan::alias_of) never run: their output is their input's bytes.
   Status run(const std::function<bool(Phase)>& filter = nullptr);
+  // The same, for the nodes `filter` passes (a zero-bubble stage runs its backward in two parts).
+  Status run_nodes(const std::function<bool(const Node*)>& filter);
   // Runs every prepared node once (aliases' nodes not), adding each node's wall time (seconds) to
   // seconds[node->id].
   Status run_timed(std::vector<double>* seconds);

@@ -31,7 +31,7 @@ Expected<double> RunShared::sum_over_stages(int64_t step, int stage, int num_sta
 
 Status Stage::clip_gradients(RunShared& sh, int64_t step) {
   ASSIGN_OR_RETURN(double sq, grad_sum_squares(*ex, grads));
-  if (gpipe() && num_stages > 1) {
+  if (sync() && num_stages > 1) {
     if (sh.sum_across_ranks) {
       ASSIGN_OR_RETURN(sq, sh.sum_across_ranks(step, sq));
     } else {

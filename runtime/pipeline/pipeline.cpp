@@ -60,15 +60,25 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
                          dims_str(in->dims) + ")");
   if (plan.stages.empty()) return invalid_input("the plan has no stages");
   if (opts.micro_batches < 1) return invalid_input("--micro-batches must be at least 1");
-  if (opts.schedule != Schedule::kGPipe && opts.micro_batches != 1)
-    return invalid_input("--micro-batches applies to --schedule gpipe only");
+  if (!synchronous(opts.schedule, opts.weights) && opts.micro_batches != 1)
+    return invalid_input("--micro-batches applies to synchronous schedules only (gpipe, zb-h1, 1f1b with --weights sync)");
+  if (opts.program) {
+    if (opts.program->stages.size() != plan.stages.size())
+      return invalid_input(opts.program->name + ": a schedule of " + std::to_string(opts.program->stages.size()) +
+                           " stages; the plan has " + std::to_string(plan.stages.size()));
+    if (!opts.program->synchronous || !synchronous(opts.schedule, opts.weights))
+      return invalid_input(opts.program->name + ": schedule files hold synchronous schedules (no warmup rows, no +offsets), run with --weights sync");
+    if (opts.program->micro_batches != opts.micro_batches)
+      return invalid_input(opts.program->name + ": a schedule of " + std::to_string(opts.program->micro_batches) +
+                           " micro-batches; --micro-batches is " + std::to_string(opts.micro_batches));
+  }
   // The plan's stage layout (partitioner/stage_layout.h) says who owns, keeps and sends what; a
   // plan training cannot run has none, and the reason is the partitioner's (so --plan-only refuses
   // what training would).
   if (!plan.layout_status.is_ok()) return plan.layout_status;
   if (!plan.layout.describes(plan))
     return internal_error("the plan's stage layout is not of its stages' nodes (call layout_plan after editing a plan)");
-  if (!plan.layout.weights.empty() && plan.schedule != opts.schedule)
+  if (!plan.layout.weights.empty() && synchronous(plan.schedule, plan.weights) != synchronous(opts.schedule, opts.weights))
     return invalid_input(std::string("the plan shares weights across stages for --schedule ") + schedule_name(plan.schedule) +
                          "; training was asked for " + schedule_name(opts.schedule));
   const int N = static_cast<int>(plan.stages.size()), R = opts.replicas;
@@ -120,6 +130,8 @@ Status check_update_in_backward(const StageLayout& layout, int stage, int N, con
   return Status::ok();
 }
 
+Status split_backward(const StageLayout& layout, Stage& st);
+
 }  // namespace
 
 PipelineTrainer::PipelineTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -157,8 +169,51 @@ Expected<std::unique_ptr<Stage>> PipelineTrainer::Impl::describe_stage(const Pla
   for (const Node* n : ls.nodes)
     for (const Value* v : n->outputs)
       if (v && v == tg.loss.loss) st->loss = v;
+  st->program = &opts.program->stages.at(ls.index);
+  if (opts.program->splits_backward()) RETURN_IF_ERROR(split_backward(plan.layout, *st));
   return st;
 }
+
+namespace {
+
+// A zero-bubble stage's backward in two parts (importer/training.h, weight_gradient_nodes): the
+// executor runs the forward, then I, then W (a topological order: I needs nothing of W), so that
+// what W reads of the forward and of I is still whole when I ends and can be kept per pass.
+Status split_backward(const StageLayout& layout, Stage& st) {
+  if (st.update_in_backward) return internal_error("stage " + std::to_string(st.index) + ": a split backward cannot run the updates");
+  std::vector<const Value*> sent;
+  for (const ValueFlow& f : layout.gradients)
+    if (f.from == st.index) sent.insert(sent.end(), f.values.begin(), f.values.end());
+  const std::vector<const Node*> w = weight_gradient_nodes(st.nodes, sent);
+  st.w_nodes = std::unordered_set<const Node*>(w.begin(), w.end());
+  std::unordered_set<const Value*> by_w, state;
+  for (const Node* n : w)
+    for (const Value* v : n->outputs)
+      if (v) by_w.insert(v);
+  auto keeps = [](const Value* v) {
+    return v && v->kind != ValueKind::kParameter && v->kind != ValueKind::kConstant && v->kind != ValueKind::kState &&
+           v->kind != ValueKind::kHyper;
+  };
+  for (const Node* n : w)
+    for (const Value* v : n->inputs)
+      if (keeps(v) && !by_w.count(v)) state.insert(v);
+  for (const Value* g : st.grads)  // parameter gradients I computed (with an input gradient)
+    if (!by_w.count(g)) state.insert(g);
+  st.w_state.assign(state.begin(), state.end());
+  std::sort(st.w_state.begin(), st.w_state.end(), [](const Value* a, const Value* b) { return a->id < b->id; });
+  std::vector<const Node*> order, later, updates;
+  for (const Node* n : st.nodes) {
+    if (n->phase == Phase::kUpdate) updates.push_back(n);
+    else if (st.w_nodes.count(n)) later.push_back(n);
+    else order.push_back(n);
+  }
+  order.insert(order.end(), later.begin(), later.end());
+  order.insert(order.end(), updates.begin(), updates.end());
+  st.nodes = std::move(order);
+  return Status::ok();
+}
+
+}  // namespace
 
 // The executor of a stage this process runs, on its device: stage k of replica r on GPU r * N + k
 // (wrapping around when --oversubscribe puts several stages on one), or this rank's under MPI.
@@ -172,7 +227,7 @@ Status PipelineTrainer::Impl::open_stage_executor(Stage& st, int N) {
   if (st.loss) eo.keep.push_back(st.loss);
   if (opts.adopt_initial_values && opts.replicas == 1) eo.adopt.assign(st.params.begin(), st.params.end());
   // GPipe's micro-batches read one weight version each: converted weights are kept for them.
-  eo.weight_cache = opts.schedule == Schedule::kGPipe && opts.micro_batches > 1;
+  eo.weight_cache = synchronous(opts.schedule, opts.weights) && opts.micro_batches > 1;
   std::shared_ptr<Device> dev;
   if (opts.device == DeviceKind::kCpu) {
     ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
@@ -283,6 +338,9 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   RETURN_IF_ERROR(check_request(g, plan, opts));
   auto impl = std::make_unique<Impl>(g, tg);
   impl->opts = opts;
+  if (!impl->opts.program)
+    impl->opts.program = std::make_shared<const ScheduleIR>(
+        make_schedule(opts.schedule, opts.weights, static_cast<int>(plan.stages.size()), opts.micro_batches));
   impl->plan_lines = stage_summaries(plan);
   impl->graph_batch = g.inputs[0]->dims.at(0);
   const int N = static_cast<int>(plan.stages.size());
@@ -295,8 +353,9 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
     RETURN_IF_ERROR(impl->build_replica(plan, r, &impl->more_replicas.back()));
   }
   if (impl->loss_stage < 0) return internal_error("no stage of the plan computes the loss");
-  // Channels hold what is in flight between two stages at most: N - k mini-batches (1F1B) or M
-  // micro-batches (GPipe).
+  // Channels hold what is in flight between two stages at most: N - k mini-batches (asynchronous
+  // 1F1B) or M micro-batches (synchronous schedules: a stage sends nothing of the next mini-batch
+  // before its update, which waits for every backward of this one downstream).
   const int capacity = std::max(N, opts.micro_batches) + 1;
   if (impl->distributed()) {
     RETURN_IF_ERROR(impl->wire_ranks(layout, capacity));
@@ -326,7 +385,7 @@ HostTensor must(Expected<HostTensor> t, const std::string& name) {
 int PipelineTrainer::num_stages() const { return static_cast<int>(impl_->stages.size()); }
 
 int64_t PipelineTrainer::samples_per_step() const {
-  return impl_->graph_batch * (impl_->opts.schedule == Schedule::kGPipe ? impl_->opts.micro_batches : 1) *
+  return impl_->graph_batch * (synchronous(impl_->opts.schedule, impl_->opts.weights) ? impl_->opts.micro_batches : 1) *
          impl_->opts.replicas;
 }
 
@@ -455,10 +514,11 @@ Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
     for (const PassRecord& r : all) {
       if (r.stage != st->index) continue;
       char name[48];
-      if (impl_->opts.schedule == Schedule::kGPipe)
-        std::snprintf(name, sizeof name, "%c%lld.%d", r.backward ? 'B' : 'F', static_cast<long long>(r.mini_batch), r.micro_batch);
+      const char letter = r.part ? r.part : r.backward ? 'B' : 'F';
+      if (synchronous(impl_->opts.schedule, impl_->opts.weights))
+        std::snprintf(name, sizeof name, "%c%lld.%d", letter, static_cast<long long>(r.mini_batch), r.micro_batch);
       else
-        std::snprintf(name, sizeof name, "%c%lld", r.backward ? 'B' : 'F', static_cast<long long>(r.mini_batch));
+        std::snprintf(name, sizeof name, "%c%lld", letter, static_cast<long long>(r.mini_batch));
       events.push_back({{"name", name},
                         {"cat", r.backward ? "backward" : "forward"},
                         {"ph", "X"},
@@ -537,6 +597,11 @@ std::string PipelineTrainer::Impl::describe() const {
   char b[160];
   if (opts.schedule == Schedule::kGPipe) {
     std::snprintf(b, sizeof b, "%d stage%s%s, GPipe x%d%s", N, N == 1 ? "" : "s", reps.c_str(), opts.micro_batches,
+                  on.c_str());
+  } else if (synchronous(opts.schedule, opts.weights)) {
+    const bool file = opts.program && opts.program->name != "1f1b-sync" && opts.program->name != "zb-h1";
+    std::snprintf(b, sizeof b, "%d stage%s%s, %s x%d%s", N, N == 1 ? "" : "s", reps.c_str(),
+                  file ? "schedule file" : opts.schedule == Schedule::kZBH1 ? "ZB-H1" : "1F1B sync", opts.micro_batches,
                   on.c_str());
   } else {
     const char* w = opts.weights == WeightMode::kStash ? "stash" : opts.weights == WeightMode::kStale ? "stale" : "spectrain";
@@ -701,7 +766,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   int64_t n = train.size();
   bool validate = val && val->size() > 0;
   RETURN_IF_ERROR(co->agree_data(&n, &validate));
-  const int M = I.opts.schedule == Schedule::kGPipe ? I.opts.micro_batches : 1;
+  const int M = synchronous(I.opts.schedule, I.opts.weights) ? I.opts.micro_batches : 1;
   const StepBatch& given = cfg.batch;
   if (given.mini > 0 && (given.micro != M || given.replicas != I.opts.replicas || given.pass() != I.graph_batch ||
                          given.mini != given.pass() * M * I.opts.replicas))

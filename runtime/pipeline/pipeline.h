@@ -24,9 +24,13 @@ class Cluster;
 
 struct PipelineOptions {
   Schedule schedule = Schedule::k1F1B;
-  WeightMode weights = WeightMode::kSpecTrain;  // 1F1B only; GPipe is synchronous
+  WeightMode weights = WeightMode::kSpecTrain;  // kSync for GPipe and ZB-H1; 1F1B: any
   Staleness staleness = Staleness::kPaper;
-  int micro_batches = 1;  // GPipe: micro-batches per mini-batch; the graph is built for one micro-batch
+  // Synchronous schedules: micro-batches per mini-batch; the graph is built for one micro-batch.
+  int micro_batches = 1;
+  // The programs the stages run (partitioner/schedule.h): null makes schedule's with
+  // make_schedule; a schedule file's must be synchronous, with micro_batches micro-batches.
+  std::shared_ptr<const ScheduleIR> program;
   // Data-parallel copies of the whole pipeline, each on its share of every mini-batch (the graph
   // is built for one share, or one micro-batch of it); after each mini-batch's backward, every
   // stage's gradients are averaged over its replicas before the update, so the replicas' weights
@@ -63,7 +67,8 @@ struct PassRecord {
   int stage = 0;
   bool backward = false;
   int64_t mini_batch = 0;  // 0-based (step - 1)
-  int micro_batch = 0;     // GPipe; 0 for 1F1B
+  int micro_batch = 0;     // synchronous schedules; 0 for asynchronous 1F1B
+  char part = 0;           // a split backward (zero-bubble): 'I' or 'W'; 0 otherwise
   int64_t version = 0;     // updates applied to the weights the pass started from (stash: the stashed version)
   int staleness = 0;       // s SpecTrain predicted over (0 when nothing is predicted)
   double start_ms = 0, end_ms = 0;  // since the start of train()

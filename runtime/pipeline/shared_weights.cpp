@@ -29,7 +29,7 @@ void Stage::begin_shared_segment(int64_t first) {
 // schedule's count of updates when that pass runs, by the rule the reader's stage uses for its
 // own weights).
 int64_t Stage::shared_version_for(const WeightLink& w, int64_t step) const {
-  if (gpipe()) return step;
+  if (sync()) return step;
   const int64_t fwd = std::max(segment_first_, step - (num_stages - w.reader - 1));
   if (!w.backward || opts.weights == WeightMode::kStash) return fwd;
   return step;
@@ -73,7 +73,7 @@ Status Stage::serve_readers(RunShared& sh) {
 }
 
 Status Stage::recv_weights(int64_t key, bool backward) {
-  if (gpipe() && (backward || key % micro() != 0)) return Status::ok();  // one version per mini-batch
+  if (sync() && (backward || key % micro() != 0)) return Status::ok();  // one version per mini-batch
   const int64_t step = key / micro();
   for (Link* l : backward ? weights_bwd_in : weights_fwd_in)
     if (!l->recv(step, *ex)) return link_failed(l);

@@ -332,15 +332,50 @@ Expected<DeviceBuffer> Stage::buffer_like(const Value* v) const {
   return DeviceBuffer::allocate(ex->device(), v->dtype, v->dims, ex->stream());
 }
 
+void Stage::SlotPool::reset(int n) {
+  of.clear();
+  free.clear();
+  for (int i = n - 1; i >= 0; --i) free.push_back(i);
+}
+
+Expected<int> Stage::SlotPool::take(int64_t key, int stage) {
+  if (free.empty())
+    return internal_error("more passes in flight than the schedule's program keeps (stage " + std::to_string(stage) + ")");
+  const int s = free.back();
+  free.pop_back();
+  of[key] = s;
+  return s;
+}
+
+void Stage::SlotPool::give(int64_t key) {
+  auto it = of.find(key);
+  if (it == of.end()) return;
+  free.push_back(it->second);
+  of.erase(it);
+}
+
 Status Stage::prepare() {
-  const int N = num_stages;
-  num_slots_ = gpipe() ? std::max(1, opts.micro_batches) : N - index;
-  if (recompute && num_slots_ < 2)
+  PT_CHECK(program) << "stage " << index << " has no program";
+  // The program's passes in flight: from F to B, or to I when the backward is split (W keeps
+  // its own, smaller state).
+  ScheduleIR one;
+  one.micro_batches = opts.micro_batches;
+  one.stages = {*program};
+  const bool split = one.splits_backward();
+  num_slots_ = program_in_flight(one, 0, true);
+  num_w_slots_ = split ? w_state_in_flight(one, 0) : 0;
+  // With one pass in flight its activations stay in the executor from F to B; a split backward
+  // always copies them, since a W in between restores another pass's into the same buffers.
+  copy_saved_ = num_slots_ > 1 || split;
+  slots_.reset(num_slots_);
+  w_slots_.reset(num_w_slots_);
+  accumulated_ = 0;
+  if (recompute && !copy_saved_)
     return internal_error("stage " + std::to_string(index) + " recomputes with one pass in flight (the plan's schedule is not the run's)");
   // Recomputing under stale weights keeps the forward's version per pass, so the master gets a
   // copy of its own (as SpecTrain's) instead of living in the executor's buffers.
-  const bool keep_fwd_weights = recompute && !gpipe() && opts.weights != WeightMode::kStash;
-  separate_master_ = !gpipe() && (opts.weights != WeightMode::kStale || keep_fwd_weights);
+  const bool keep_fwd_weights = recompute && !sync() && opts.weights != WeightMode::kStash;
+  separate_master_ = !sync() && (opts.weights != WeightMode::kStale || keep_fwd_weights);
   buf_is_master_ = true;
   const Device& dev = *ex->device();
   master_.clear();
@@ -351,7 +386,7 @@ Status Stage::prepare() {
       master_.push_back(std::move(b));
     }
   saved_slots_.clear();
-  if (num_slots_ > 1) {
+  if (copy_saved_) {
     saved_slots_.resize(num_slots_);
     for (auto& slot : saved_slots_)
       for (const Value* v : saved) {
@@ -361,7 +396,7 @@ Status Stage::prepare() {
   }
   stash_.clear();
   stash_version_.assign(num_slots_, -1);
-  if (!gpipe() && opts.weights == WeightMode::kStash && num_slots_ > 1) {
+  if (!sync() && opts.weights == WeightMode::kStash && num_slots_ > 1) {
     stash_.resize(num_slots_);
     for (auto& slot : stash_)
       for (const Value* p : params) {
@@ -385,10 +420,17 @@ Status Stage::prepare() {
       state_copy_.push_back(std::move(b));
     }
   grad_acc_.clear();
-  if (gpipe() && opts.micro_batches > 1)
+  if (sync() && opts.micro_batches > 1)
     for (const Value* g : grads) {
       ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(g));
       grad_acc_.push_back(std::move(b));
+    }
+  w_saved_.clear();
+  w_saved_.resize(num_w_slots_);
+  for (auto& slot : w_saved_)
+    for (const Value* v : w_state) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
+      slot.push_back(std::move(b));
     }
   return ex->device()->synchronize(ex->stream());
 }
@@ -404,6 +446,8 @@ size_t Stage::held_bytes() const {
     for (const auto& t : slot) b += t.bytes();
   for (const auto& t : state_copy_) b += t.bytes();
   for (const auto& t : grad_acc_) b += t.bytes();
+  for (const auto& slot : w_saved_)
+    for (const auto& t : slot) b += t.bytes();
   return b;
 }
 
@@ -497,6 +541,17 @@ Status Stage::fence_sends() {
   return Status::ok();
 }
 
+PassRecord Stage::begin_record(int64_t key, bool backward, char part) const {
+  PassRecord r;
+  r.stage = index;
+  r.backward = backward;
+  r.part = part;
+  r.mini_batch = key / micro();
+  r.micro_batch = static_cast<int>(key % micro());
+  r.version = version_;
+  return r;
+}
+
 Status Stage::forward(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
   // Before anything writes into this stage's values: what was sent from them may still be in
@@ -508,13 +563,9 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   RETURN_IF_ERROR(recv_weights(key, false));
   const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
   RETURN_IF_ERROR(feed(sh, key));
-  PassRecord r;
-  r.stage = index;
-  r.mini_batch = key / micro();
-  r.micro_batch = static_cast<int>(key % micro());
-  r.version = version_;
+  PassRecord r = begin_record(key, false, 0);
   RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
-  if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
+  if (!sync() && opts.weights == WeightMode::kSpecTrain) {
     r.staleness = spectrain_staleness(index, num_stages, false, opts.staleness);
     RETURN_IF_ERROR(load_predicted(r.staleness));
   } else {
@@ -532,8 +583,8 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   }
   for (Link* c : fwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
-  const int slot = slot_of(key);
-  if (num_slots_ > 1) {
+  ASSIGN_OR_RETURN(const int slot, slots_.take(key, index));
+  if (copy_saved_) {
     const Device& dev = *ex->device();
     for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_out(saved[i], saved_slots_[slot][i].view(), dev));
     if (!stash_.empty()) {
@@ -555,49 +606,49 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   return serve_readers(sh);
 }
 
-Status Stage::backward(RunShared& sh, int64_t key) {
+Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   if (sh.abort) return aborted();
   RETURN_IF_ERROR(fence_sends());
   const auto t_start = std::chrono::steady_clock::now();
-  const int slot = slot_of(key);
+  const int slot = slots_.at(key);
   for (Link* c : bwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, true));
   const auto t_run = std::chrono::steady_clock::now();
   const Device& dev = *ex->device();
-  if (num_slots_ > 1)
+  if (copy_saved_)
     for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   if (recompute) RETURN_IF_ERROR(recompute_forward(slot));
-  PassRecord r;
-  r.stage = index;
-  r.backward = true;
-  r.mini_batch = key / micro();
-  r.micro_batch = static_cast<int>(key % micro());
-  r.version = version_;
+  PassRecord r = begin_record(key, true, input_part ? 'I' : 0);
   RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
-  if (!gpipe() && opts.weights == WeightMode::kSpecTrain) {
+  if (!sync() && opts.weights == WeightMode::kSpecTrain) {
     r.staleness = spectrain_staleness(index, num_stages, true, opts.staleness);
     RETURN_IF_ERROR(load_predicted(r.staleness));
-  } else if (!gpipe() && opts.weights == WeightMode::kStash && !stash_.empty() && stash_version_[slot] != version_) {
+  } else if (!sync() && opts.weights == WeightMode::kStash && !stash_.empty() && stash_version_[slot] != version_) {
     for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
     buf_is_master_ = false;
     r.version = stash_version_[slot];
   } else {
     RETURN_IF_ERROR(load_master());
   }
-  // With the update in the backward, the updates run too, each right behind its gradient.
-  const bool updates = update_in_backward;
-  RETURN_IF_ERROR(ex->run([updates](Phase p) { return p == Phase::kBackward || (updates && p == Phase::kUpdate); }));
+  if (input_part) {
+    const auto* w = &w_nodes;
+    RETURN_IF_ERROR(ex->run_nodes([w](const Node* n) { return n->phase == Phase::kBackward && !w->count(n); }));
+  } else {
+    // With the update in the backward, the updates run too, each right behind its gradient.
+    const bool updates = update_in_backward;
+    RETURN_IF_ERROR(ex->run([updates](Phase p) { return p == Phase::kBackward || (updates && p == Phase::kUpdate); }));
+  }
   for (Link* c : bwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
-  if (!grad_acc_.empty()) {
-    const bool first = key % micro() == 0;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (first) RETURN_IF_ERROR(ex->copy_out(grads[i], grad_acc_[i].view(), dev));
-      else RETURN_IF_ERROR(ex->device()->accumulate(grad_acc_[i].view(), ex->view(grads[i]), ex->stream()));
-    }
+  if (input_part) {  // what W needs of this pass, until its W runs
+    ASSIGN_OR_RETURN(const int ws, w_slots_.take(key, index));
+    for (size_t i = 0; i < w_state.size(); ++i) RETURN_IF_ERROR(ex->copy_out(w_state[i], w_saved_[ws][i].view(), dev));
+  } else {
+    RETURN_IF_ERROR(accumulate_grads());
   }
+  slots_.give(key);
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   bwd_s_ += busy;
@@ -605,6 +656,47 @@ Status Stage::backward(RunShared& sh, int64_t key) {
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
+  return Status::ok();
+}
+
+// The weight-gradient part of a split backward: its state back from the W slot (activations,
+// received and computed gradients, the parameter gradients I computed), then W's nodes. The
+// weights are the mini-batch's (synchronous schedules only split).
+Status Stage::weight_grad(RunShared& sh, int64_t key) {
+  if (sh.abort) return aborted();
+  RETURN_IF_ERROR(fence_sends());
+  const auto t_run = std::chrono::steady_clock::now();
+  const Device& dev = *ex->device();
+  const int ws = w_slots_.at(key);
+  for (size_t i = 0; i < w_state.size(); ++i) RETURN_IF_ERROR(ex->copy_in(w_state[i], w_saved_[ws][i].view(), dev));
+  w_slots_.give(key);
+  if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
+  PassRecord r = begin_record(key, true, 'W');
+  RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
+  RETURN_IF_ERROR(load_master());
+  const auto* w = &w_nodes;
+  RETURN_IF_ERROR(ex->run_nodes([w](const Node* n) { return w->count(n) > 0; }));
+  RETURN_IF_ERROR(accumulate_grads());
+  const double busy = seconds_since(t_run);
+  busy_s_ += busy;
+  bwd_s_ += busy;
+  r.start_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
+  r.end_ms = 1e3 * seconds_since(sh.t0);
+  if (opts.record_trace) trace.push_back(r);
+  return Status::ok();
+}
+
+// Synchronous schedules with several micro-batches: the first pass of a mini-batch to finish its
+// gradients copies them, the others add theirs, in the program's order (every built-in schedule
+// finishes them in micro-batch order, so their sums are GPipe's bit for bit).
+Status Stage::accumulate_grads() {
+  if (grad_acc_.empty()) return Status::ok();
+  const Device& dev = *ex->device();
+  const bool first = accumulated_++ == 0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (first) RETURN_IF_ERROR(ex->copy_out(grads[i], grad_acc_[i].view(), dev));
+    else RETURN_IF_ERROR(ex->device()->accumulate(grad_acc_[i].view(), ex->view(grads[i]), ex->stream()));
+  }
   return Status::ok();
 }
 
@@ -640,11 +732,16 @@ Status Stage::update(RunShared& sh, int64_t step) {
   const auto t_run = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
-  if (!grad_acc_.empty())  // GPipe: the mean of the micro-batch gradients (each loss is a mean)
+  if (!grad_acc_.empty()) {  // the mean of the micro-batch gradients (each loss is a mean)
+    if (accumulated_ != opts.micro_batches)
+      return internal_error("stage " + std::to_string(index) + ": update of mini-batch " + std::to_string(step) + " after " +
+                            std::to_string(accumulated_) + " of " + std::to_string(opts.micro_batches) + " micro-batches");
+    accumulated_ = 0;
     for (size_t i = 0; i < grads.size(); ++i) {
       RETURN_IF_ERROR(ex->copy_in(grads[i], grad_acc_[i].view(), dev));
       RETURN_IF_ERROR(ex->device()->divide(ex->view(grads[i]), opts.micro_batches, ex->stream()));
     }
+  }
   if (reducer) {  // data-parallel replicas: every replica's stage updates with the mean gradient
     std::vector<TensorView> views;
     for (const Value* g : grads) views.push_back(ex->view(g));
@@ -725,39 +822,37 @@ void Stage::run(RunShared& sh) {
         sh.data->stats.get());
   }
   Status st = Status::ok();
-  auto ok = [&](Status s) {
-    if (s.is_ok()) return true;
-    st = std::move(s);
-    return false;
-  };
-  if (gpipe()) {
-    const int M = micro();
-    for (int64_t step = first; sh.claim(step); ++step) {
-      bool good = true;
-      for (int j = 0; j < M && good; ++j) good = ok(forward(sh, step * M + j));
-      for (int j = 0; j < M && good; ++j) good = ok(backward(sh, step * M + j));
-      if (!good || !ok(update(sh, step))) break;
+  // The stage's program over the segment's mini-batches. The first action of a mini-batch here is
+  // its first forward: the stage claims it first, and a claim refused (a stop, a checkpoint
+  // boundary moved) ends the segment there: the program then skips that mini-batch and the later
+  // ones, so the passes already started drain (their backwards and updates still run).
+  slots_.reset(num_slots_);
+  w_slots_.reset(num_w_slots_);
+  accumulated_ = 0;
+  ProgramCursor cursor(*program, first, end);
+  int64_t claimed_end = first;  // mini-batches [first, claimed_end) are claimed
+  Step step;
+  while (st.is_ok() && cursor.next(&step)) {
+    const int64_t mb = step.mini_batch;
+    if (mb >= claimed_end) {
+      while (claimed_end <= mb && sh.claim(claimed_end)) ++claimed_end;
+      if (claimed_end <= mb) {
+        cursor.set_end(claimed_end);
+        continue;
+      }
     }
-  } else {
-    // N-k-1 warm-up forwards, then F, B (+ update), F, B ...: in steady state one backward, one
-    // forward, so the forward of mini-batch i sees the weights after i-(N-k-1) updates. A claim
-    // refused ends the forwards; the backwards of those started follow (the drain).
-    const int64_t warm = num_stages - index - 1;
-    int64_t f = first, b = first;
-    bool good = true;
-    while (good && f < first + warm && sh.claim(f)) good = ok(forward(sh, f++));
-    while (good && sh.claim(f)) {
-      good = ok(forward(sh, f++)) && ok(backward(sh, b)) && ok(update(sh, b));
-      ++b;
-    }
-    while (good && b < f) {
-      good = ok(backward(sh, b)) && ok(update(sh, b));
-      ++b;
+    const int64_t key = mb * micro() + step.action.micro;
+    switch (step.action.kind) {
+      case ActionKind::kForward: st = forward(sh, key); break;
+      case ActionKind::kBackward: st = backward(sh, key, false); break;
+      case ActionKind::kInputGrad: st = backward(sh, key, true); break;
+      case ActionKind::kWeightGrad: st = weight_grad(sh, key); break;
+      case ActionKind::kUpdate: st = update(sh, mb); break;
     }
   }
   prefetch_.reset();
   // The segment's work is done when the device is: a checkpoint or validation reads it next.
-  if (st.is_ok()) ok(ex->device()->synchronize(ex->stream()));
+  if (st.is_ok()) st = ex->device()->synchronize(ex->stream());
   if (!st.is_ok() && !sh.abort) sh.fail(st.with_context("stage " + std::to_string(index) + ": "));
   finish_stats();
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/exec/executor.h"
@@ -237,6 +238,13 @@ class Stage {
   const Value* lr = nullptr;
   const Value* rng_step = nullptr;
   std::vector<Link*> fwd_in, fwd_out, bwd_in, bwd_out;
+  // The actions this stage runs (its program in PipelineOptions::program).
+  const StageProgram* program = nullptr;
+  // A split backward (zero-bubble schedules, the program has I and W): the nodes of its
+  // weight-gradient part W (weight_gradient_nodes: what the gradients sent upstream do not need),
+  // and what W reads that the forward, I or other stages computed, kept per pass from I to W.
+  std::unordered_set<const Node*> w_nodes;
+  std::vector<const Value*> w_state;
   // One stage per rank: rank 0 alone reads the data and sends the input and labels of every pass
   // to the other stages that read them (data_out); such a stage receives them (data_in).
   std::vector<Link*> data_out;
@@ -283,7 +291,11 @@ class Stage {
 
  private:
   Status forward(RunShared& sh, int64_t key);
-  Status backward(RunShared& sh, int64_t key);
+  // B (input_part false) or, for a split backward, its part I.
+  Status backward(RunShared& sh, int64_t key, bool input_part);
+  Status weight_grad(RunShared& sh, int64_t key);  // W of a split backward
+  Status accumulate_grads();  // synchronous schedules: adds the pass's gradients to the mini-batch's
+  PassRecord begin_record(int64_t key, bool backward, char part) const;
   // Reruns the forward (and loss) nodes of the pass whose inputs are in the executor, with the
   // weights its forward used, leaving the model state (BatchNorm running statistics) as it was.
   Status recompute_forward(int slot);
@@ -302,11 +314,23 @@ class Stage {
   Status load_version_for(RunShared& sh, const WeightLink& w, int64_t step);
   Status clip_gradients(RunShared& sh, int64_t step);  // runtime/pipeline/clip.cpp
   Expected<DeviceBuffer> buffer_like(const Value* v) const;  // on the executor's device
-  int slot_of(int64_t key) const { return static_cast<int>(key % num_slots_); }
-  bool gpipe() const { return opts.schedule == Schedule::kGPipe; }
-  int micro() const { return gpipe() ? opts.micro_batches : 1; }
+  bool sync() const { return synchronous(opts.schedule, opts.weights); }
+  int micro() const { return sync() ? opts.micro_batches : 1; }
+  // Slots of the passes in flight, by pass key: taken by a forward, given back by its B or I;
+  // the W state's likewise, taken by I, given back by W.
+  struct SlotPool {
+    std::map<int64_t, int> of;
+    std::vector<int> free;
+    void reset(int n);
+    Expected<int> take(int64_t key, int stage);
+    int at(int64_t key) const { return of.at(key); }
+    void give(int64_t key);
+  };
 
-  int num_slots_ = 1;
+  int num_slots_ = 1, num_w_slots_ = 0;
+  bool copy_saved_ = false;  // saved activations go to a slot after the forward (else they stay)
+  SlotPool slots_, w_slots_;
+  int accumulated_ = 0;       // passes of this mini-batch in grad_acc_
   bool separate_master_ = false;
   bool buf_is_master_ = true;
   int64_t version_ = 0;  // updates applied to the master weights
@@ -320,7 +344,8 @@ class Stage {
   // (the master weights move on before its backward); the model state around a rerun forward.
   std::vector<std::vector<DeviceBuffer>> fwd_weights_;
   std::vector<DeviceBuffer> state_copy_;
-  std::vector<DeviceBuffer> grad_acc_;                  // GPipe: summed parameter gradients
+  std::vector<DeviceBuffer> grad_acc_;                  // synchronous schedules: summed parameter gradients
+  std::vector<std::vector<DeviceBuffer>> w_saved_;      // [W slot][w_state value]
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };

@@ -159,6 +159,13 @@ class MpiTest(unittest.TestCase):
     def test_gpipe_np4(self):
         self.check_same_as_single_process(4, ["--schedule", "gpipe", "--micro-batches", 4], "gpipe4")
 
+    def test_zb_h1_np4(self):
+        self.check_same_as_single_process(4, ["--schedule", "zb-h1", "--micro-batches", 4], "zbh1-4")
+
+    def test_1f1b_sync_np2(self):
+        self.check_same_as_single_process(2, ["--schedule", "1f1b", "--weights", "sync", "--micro-batches", 4,
+                                              "--clip-grad-norm", 0.5], "sync2")
+
     def test_recompute_bit_for_bit(self):
         # --recompute stage on ranks trains the single process's weights without recomputation, bit
         # for bit (same split; 1F1B SpecTrain keeps the forward's weights per pass, stash its stash).

@@ -1,0 +1,436 @@
+// Schedule generators, the program walker, the structural check and the file form.
+#include "partitioner/schedule.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <sstream>
+
+#include "core/file.h"
+
+namespace pt {
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kGPipe: return "gpipe";
+    case Schedule::kZBH1: return "zb-h1";
+  }
+  return "?";
+}
+
+const char* weight_mode_name(WeightMode w) {
+  switch (w) {
+    case WeightMode::kSpecTrain: return "spectrain";
+    case WeightMode::kStash: return "stash";
+    case WeightMode::kStale: return "stale";
+    case WeightMode::kSync: return "sync";
+  }
+  return "?";
+}
+
+std::string action_token(const Action& a) {
+  static const char kLetter[] = {'F', 'B', 'I', 'W', 'U'};
+  std::string t(1, kLetter[static_cast<int>(a.kind)]);
+  if (a.kind != ActionKind::kUpdate) t += std::to_string(a.micro);
+  if (a.offset != 0) t += (a.offset > 0 ? "+" : "") + std::to_string(a.offset);
+  return t;
+}
+
+bool ScheduleIR::splits_backward() const {
+  for (const StageProgram& p : stages)
+    for (const auto* part : {&p.warmup, &p.steady})
+      for (const Action& a : *part)
+        if (a.kind == ActionKind::kInputGrad || a.kind == ActionKind::kWeightGrad) return true;
+  return false;
+}
+
+namespace {
+
+Action act(ActionKind k, int micro, int offset = 0) { return Action{k, micro, offset}; }
+
+// Asynchronous 1F1B: N-k-1 forwards ahead, then one forward, one backward and its update.
+StageProgram one_f_one_b_async(int k, int N) {
+  StageProgram p;
+  const int warm = N - k - 1;
+  for (int i = 0; i < warm; ++i) p.warmup.push_back(act(ActionKind::kForward, 0, i));
+  p.steady = {act(ActionKind::kForward, 0, warm), act(ActionKind::kBackward, 0), act(ActionKind::kUpdate, 0)};
+  return p;
+}
+
+StageProgram gpipe(int M) {
+  StageProgram p;
+  for (int j = 0; j < M; ++j) p.steady.push_back(act(ActionKind::kForward, j));
+  for (int j = 0; j < M; ++j) p.steady.push_back(act(ActionKind::kBackward, j));
+  p.steady.push_back(act(ActionKind::kUpdate, 0));
+  return p;
+}
+
+// Synchronous 1F1B (PipeDream-Flush): min(N-k-1, M) forwards ahead, then forward and backward in
+// turn, the remaining backwards, one update.
+StageProgram one_f_one_b_sync(int k, int N, int M) {
+  StageProgram p;
+  const int warm = std::min(N - k - 1, M);
+  for (int j = 0; j < warm; ++j) p.steady.push_back(act(ActionKind::kForward, j));
+  for (int j = 0; j + warm < M; ++j) {
+    p.steady.push_back(act(ActionKind::kForward, j + warm));
+    p.steady.push_back(act(ActionKind::kBackward, j));
+  }
+  for (int j = std::max(0, M - warm); j < M; ++j) p.steady.push_back(act(ActionKind::kBackward, j));
+  p.steady.push_back(act(ActionKind::kUpdate, 0));
+  return p;
+}
+
+// ZB-H1 (Qi et al., 2024): the order a greedy list scheduler gives with every F, I and W taking
+// one time unit. A stage runs an I as soon as its gradient is there (the critical path up the
+// pipeline), else an F while fewer than N-k of its passes wait for their I (1F1B's activations in
+// flight), else a deferred W, which so fills the time 1F1B spends waiting; at most N passes wait
+// for their W (the reference implementation's cap on pending weight gradients). Unit times keep
+// the order independent of measurements, so every rank derives the same program.
+std::vector<StageProgram> zb_h1(int N, int M) {
+  std::vector<StageProgram> out(N);
+  std::vector<int> next_f(N, 0), next_i(N, 0), next_w(N, 0);
+  std::vector<std::vector<int>> f_done(N, std::vector<int>(M, INT_MAX)), i_done = f_done;
+  std::vector<int> busy_until(N, 0);
+  int remaining = 3 * N * M;
+  for (int t = 0; remaining > 0; ++t) {
+    PT_CHECK(t < 8 * N * M + 8) << "zb-h1 generator stalled";
+    for (int k = 0; k < N; ++k) {
+      if (busy_until[k] > t) continue;
+      const int j_i = next_i[k], j_f = next_f[k];
+      const bool i_ready = j_i < j_f && (k == N - 1 ? f_done[k][j_i] <= t : i_done[k + 1][j_i] <= t) && j_i - next_w[k] < N;
+      const bool f_ready = j_f < M && (k == 0 || f_done[k - 1][j_f] <= t) && j_f - j_i < N - k;
+      const bool w_ready = next_w[k] < j_i;
+      ActionKind kind;
+      if (i_ready) {
+        kind = ActionKind::kInputGrad;
+        i_done[k][next_i[k]++] = t + 1;
+      } else if (f_ready) {
+        kind = ActionKind::kForward;
+        f_done[k][next_f[k]++] = t + 1;
+      } else if (w_ready) {
+        kind = ActionKind::kWeightGrad;
+        ++next_w[k];
+      } else {
+        continue;
+      }
+      const int j = kind == ActionKind::kInputGrad ? next_i[k] - 1 : kind == ActionKind::kForward ? next_f[k] - 1 : next_w[k] - 1;
+      out[k].steady.push_back(act(kind, j));
+      busy_until[k] = t + 1;
+      --remaining;
+    }
+  }
+  for (StageProgram& p : out) p.steady.push_back(act(ActionKind::kUpdate, 0));
+  return out;
+}
+
+}  // namespace
+
+ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches) {
+  ScheduleIR ir;
+  const int N = std::max(1, stages);
+  const int M = std::max(1, micro_batches);
+  ir.synchronous = synchronous(s, w);
+  ir.micro_batches = ir.synchronous ? M : 1;
+  switch (s) {
+    case Schedule::kGPipe:
+      ir.name = "gpipe";
+      ir.stages.assign(N, gpipe(M));
+      break;
+    case Schedule::kZBH1:
+      ir.name = "zb-h1";
+      ir.stages = zb_h1(N, M);
+      break;
+    case Schedule::k1F1B:
+      ir.name = ir.synchronous ? "1f1b-sync" : "1f1b";
+      for (int k = 0; k < N; ++k)
+        ir.stages.push_back(ir.synchronous ? one_f_one_b_sync(k, N, M) : one_f_one_b_async(k, N));
+      break;
+  }
+  return ir;
+}
+
+ProgramCursor::ProgramCursor(const StageProgram& p, int64_t first, int64_t end) : p_(p), first_(first), end_(end) {
+  min_offset_ = INT_MAX;
+  for (const Action& a : p.steady) min_offset_ = std::min(min_offset_, a.offset);
+}
+
+bool ProgramCursor::next(Step* s) {
+  while (true) {
+    if (in_warmup_) {
+      if (pos_ >= p_.warmup.size()) {
+        in_warmup_ = false;
+        pos_ = 0;
+        continue;
+      }
+      const Action& a = p_.warmup[pos_++];
+      const int64_t mb = first_ + a.offset;
+      if (mb < end_) {
+        *s = Step{a, mb};
+        return true;
+      }
+      continue;
+    }
+    if (p_.steady.empty() || first_ + iteration_ + min_offset_ >= end_) return false;
+    const Action& a = p_.steady[pos_++];
+    const int64_t mb = first_ + iteration_ + a.offset;
+    if (pos_ >= p_.steady.size()) {
+      pos_ = 0;
+      ++iteration_;
+    }
+    if (mb < end_) {
+      *s = Step{a, mb};
+      return true;
+    }
+  }
+}
+
+std::vector<Step> expand(const StageProgram& p, int64_t mini_batches) {
+  std::vector<Step> out;
+  ProgramCursor c(p, 0, mini_batches);
+  Step s;
+  while (c.next(&s)) out.push_back(s);
+  return out;
+}
+
+Status check_schedule(const ScheduleIR& ir, const std::string& where) {
+  const int M = ir.micro_batches;
+  if (ir.stages.empty()) return invalid_input(where + "no stages");
+  for (size_t k = 0; k < ir.stages.size(); ++k) {
+    const StageProgram& p = ir.stages[k];
+    if (p.steady.empty()) return invalid_input(where + "stage " + std::to_string(k) + " has no steady part");
+    int lo = INT_MAX, hi = INT_MIN;
+    for (const Action& a : p.steady) {
+      lo = std::min(lo, a.offset);
+      hi = std::max(hi, a.offset);
+    }
+    // Enough mini-batches that every pass of the middle ones appears: the offsets' span and the
+    // warm-up's, twice.
+    const int64_t T = 2 * (hi - lo + static_cast<int64_t>(p.warmup.size()) + 2);
+    // [mini-batch][micro] -> seen F, B, I, W; [mini-batch] -> U seen; what every pass did last.
+    std::map<int64_t, std::vector<int>> f, b, i, w;
+    std::map<int64_t, int> u;
+    auto fail = [&](const Step& s, const std::string& why) {
+      return invalid_input(where + "stage " + std::to_string(k) + ", mini-batch " + std::to_string(s.mini_batch) +
+                           ", action " + action_token(s.action) + ": " + why);
+    };
+    for (const Step& s : expand(p, T)) {
+      const Action& a = s.action;
+      if (a.micro < 0 || a.micro >= M)
+        return fail(s, "micro-batch " + std::to_string(a.micro) + " of " + std::to_string(M));
+      for (auto* m : {&f, &b, &i, &w}) (*m)[s.mini_batch].resize(M, 0);
+      const int j = a.micro;
+      const int64_t mb = s.mini_batch;
+      switch (a.kind) {
+        case ActionKind::kForward:
+          if (f[mb][j]++) return fail(s, "repeated");
+          if (j > 0 && !f[mb][j - 1]) return fail(s, "before F" + std::to_string(j - 1) + " (forwards run in micro-batch order)");
+          if (u.count(mb)) return fail(s, "after the update of its mini-batch");
+          break;
+        case ActionKind::kBackward:
+        case ActionKind::kInputGrad: {
+          if (!f[mb][j]) return fail(s, "before its forward");
+          if (b[mb][j] || i[mb][j]) return fail(s, "repeated (the backward of this micro-batch ran already)");
+          (a.kind == ActionKind::kBackward ? b : i)[mb][j] = 1;
+          break;
+        }
+        case ActionKind::kWeightGrad:
+          if (!i[mb][j]) return fail(s, b[mb][j] ? "after a whole backward B" : "before its input-gradient part I");
+          if (w[mb][j]++) return fail(s, "repeated");
+          break;
+        case ActionKind::kUpdate:
+          if (u[mb]++) return fail(s, "repeated");
+          for (int jj = 0; jj < M; ++jj) {
+            const bool done = b[mb][jj] || (i[mb][jj] && w[mb][jj]);
+            if (!done) {
+              Action x{f[mb][jj] ? (i[mb][jj] ? ActionKind::kWeightGrad : ActionKind::kBackward) : ActionKind::kForward, jj, 0};
+              return fail(s, "before " + action_token(x) + " of its mini-batch");
+            }
+          }
+          break;
+      }
+    }
+    // Every mini-batch the program finished (its update ran) must have had every pass.
+    for (int64_t mb = 0; mb < T; ++mb)
+      if (!u.count(mb)) {
+        // Programs drain at the end: mini-batches near T may be cut short only when not complete
+        // by construction; the first half must be whole.
+        if (mb < T / 2)
+          return invalid_input(where + "stage " + std::to_string(k) + ", mini-batch " + std::to_string(mb) + ": no update U");
+      }
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// Passes of stage k between F and their end (B, I or W per `ends`) at the program's peak, over
+// enough mini-batches to reach its steady state.
+int peak_between(const ScheduleIR& ir, int stage, bool count_until_i, bool only_i_to_w) {
+  const StageProgram& p = ir.stages.at(stage);
+  const int64_t T = 4 + static_cast<int64_t>(p.warmup.size()) * 2;
+  int now = 0, peak = 0;
+  for (const Step& s : expand(p, T)) {
+    switch (s.action.kind) {
+      case ActionKind::kForward:
+        if (!only_i_to_w) ++now;
+        break;
+      case ActionKind::kBackward:
+        if (!only_i_to_w) --now;
+        break;
+      case ActionKind::kInputGrad:
+        if (only_i_to_w) ++now;
+        else if (count_until_i) --now;
+        break;
+      case ActionKind::kWeightGrad:
+        if (only_i_to_w || !count_until_i) --now;
+        break;
+      case ActionKind::kUpdate:
+        break;
+    }
+    peak = std::max(peak, now);
+  }
+  return std::max(1, peak);
+}
+
+}  // namespace
+
+int program_in_flight(const ScheduleIR& ir, int stage, bool after_input_grad) {
+  return peak_between(ir, stage, after_input_grad, false);
+}
+
+int w_state_in_flight(const ScheduleIR& ir, int stage) { return ir.splits_backward() ? peak_between(ir, stage, false, true) : 0; }
+
+int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int>, std::vector<int>> memo;
+  const int N = std::max(1, stages), M = synchronous(s, w) ? std::max(1, micro_batches) : 1;
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : 0, N, M}];
+  if (v.empty()) {
+    const ScheduleIR ir = make_schedule(s, w, N, M);
+    for (int k = 0; k < N; ++k) v.push_back(program_in_flight(ir, k));
+  }
+  return v.at(std::clamp(stage, 0, N - 1));
+}
+
+std::string schedule_csv(const ScheduleIR& ir) {
+  std::string out = "# onnx-pipetrain schedule " + ir.name + ": " + std::to_string(ir.stages.size()) + " stages, " +
+                    std::to_string(ir.micro_batches) + " micro-batches per mini-batch" +
+                    (ir.synchronous ? ", synchronous (one update per mini-batch)" : ", asynchronous") + "\n";
+  out += "# F forward, B backward, I its input-gradient part, W its weight-gradient part, U update; the digit is the\n";
+  out += "# micro-batch, +k a later mini-batch. warmup runs once, steady once per mini-batch.\n";
+  out += "stage,part,actions\n";
+  for (size_t k = 0; k < ir.stages.size(); ++k)
+    for (const auto& [part, acts] : {std::pair<const char*, const std::vector<Action>*>{"warmup", &ir.stages[k].warmup},
+                                     {"steady", &ir.stages[k].steady}}) {
+      if (acts->empty()) continue;
+      out += std::to_string(k) + "," + part + ",";
+      for (size_t i = 0; i < acts->size(); ++i) out += (i ? " " : "") + action_token((*acts)[i]);
+      out += "\n";
+    }
+  return out;
+}
+
+namespace {
+
+bool parse_int(const std::string& s, int* out) {
+  if (s.empty() || s.size() > 6) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  *out = std::stoi(s);
+  return true;
+}
+
+bool parse_action(const std::string& tok, Action* a) {
+  if (tok.empty()) return false;
+  switch (tok[0]) {
+    case 'F': a->kind = ActionKind::kForward; break;
+    case 'B': a->kind = ActionKind::kBackward; break;
+    case 'I': a->kind = ActionKind::kInputGrad; break;
+    case 'W': a->kind = ActionKind::kWeightGrad; break;
+    case 'U': a->kind = ActionKind::kUpdate; break;
+    default: return false;
+  }
+  std::string rest = tok.substr(1);
+  a->offset = 0;
+  if (const size_t plus = rest.find('+'); plus != std::string::npos) {
+    if (!parse_int(rest.substr(plus + 1), &a->offset)) return false;
+    rest = rest.substr(0, plus);
+  }
+  a->micro = 0;
+  if (a->kind == ActionKind::kUpdate) return rest.empty();
+  return parse_int(rest, &a->micro);
+}
+
+}  // namespace
+
+Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::string& path) {
+  ScheduleIR ir;
+  ir.name = path;
+  ir.synchronous = true;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  bool header = false;
+  std::map<int, StageProgram> stages;
+  std::map<std::pair<int, std::string>, bool> seen;
+  int max_micro = -1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::string at = path + ":" + std::to_string(line_no) + ": ";
+    if (line.empty() || line[0] == '#') continue;
+    if (!header) {
+      if (line != "stage,part,actions") return invalid_input(at + "expected the header 'stage,part,actions'");
+      header = true;
+      continue;
+    }
+    const size_t c1 = line.find(','), c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
+    if (c2 == std::string::npos) return invalid_input(at + "expected 'stage,part,actions'");
+    int stage = 0;
+    if (!parse_int(line.substr(0, c1), &stage) || stage > 4096) return invalid_input(at + "stage '" + line.substr(0, c1) + "' is not a stage number");
+    const std::string part = line.substr(c1 + 1, c2 - c1 - 1);
+    if (part != "warmup" && part != "steady") return invalid_input(at + "part '" + part + "': expected warmup or steady");
+    if (seen[{stage, part}]) return invalid_input(at + "stage " + std::to_string(stage) + " has two " + part + " rows");
+    seen[{stage, part}] = true;
+    std::vector<Action>& acts = part == "warmup" ? stages[stage].warmup : stages[stage].steady;
+    std::istringstream toks(line.substr(c2 + 1));
+    std::string tok;
+    while (toks >> tok) {
+      Action a;
+      if (!parse_action(tok, &a)) return invalid_input(at + "stage " + std::to_string(stage) + ": action '" + tok + "' is not F, B, I or W<micro-batch>[+offset] or U[+offset]");
+      if (a.offset != 0) ir.synchronous = false;
+      max_micro = std::max(max_micro, a.micro);
+      acts.push_back(a);
+      if (acts.size() > 1 << 20) return invalid_input(at + "too many actions");
+    }
+  }
+  if (!header) return invalid_input(path + ": no 'stage,part,actions' header");
+  if (stages.empty()) return invalid_input(path + ": no stage rows");
+  for (int k = 0; k < static_cast<int>(stages.size()); ++k)
+    if (!stages.count(k)) return invalid_input(path + ": stage " + std::to_string(k) + " has no row (stages are numbered from 0)");
+  for (auto& [k, p] : stages) {
+    if (!p.warmup.empty()) ir.synchronous = false;
+    ir.stages.push_back(std::move(p));
+  }
+  ir.micro_batches = std::max(1, max_micro + 1);
+  RETURN_IF_ERROR(check_schedule(ir, path + ": "));
+  return ir;
+}
+
+Expected<ScheduleIR> read_schedule_file(const std::string& path) {
+  RETURN_IF_ERROR(check_regular_file(path));
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return invalid_input(path + ": cannot be read");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (ss.str().size() > (64u << 20)) return invalid_input(path + ": larger than 64 MiB; not a schedule");
+  return parse_schedule_csv(ss.str(), path);
+}
+
+}  // namespace pt

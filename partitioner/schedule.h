@@ -1,0 +1,115 @@
+// Pipeline schedules as data: per stage, the ordered actions it runs (forward F, backward B, or
+// the backward split into its input-gradient part I and its weight-gradient part W, and the
+// update U), written by one generator per schedule or read from a file. The stage worker
+// (runtime/pipeline/stage.cpp) executes a stage's program, the simulator (simulator.h) times it,
+// the memory model counts its passes in flight; none of them has a schedule of its own.
+//
+// A program is a warm-up that runs once and a steady part that runs once per iteration i =
+// 0, 1, ...; every action names its micro-batch j and a mini-batch offset: warm-up actions work
+// on mini-batch `offset`, steady actions of iteration i on mini-batch i + offset. Running
+// mini-batches [first, end) skips every action of a mini-batch outside that range, so a segment
+// that ends early drains itself: the same program serves any number of steps.
+//
+// Asynchronous 1F1B, stage k of N: warm-up F0, F0+1, ..., F0+(N-k-2); steady F0+(N-k-1) B0 U.
+// Synchronous schedules (every micro-batch's backward before one update per mini-batch, a flush)
+// have no warm-up and offsets 0: their steady part is one mini-batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace pt {
+
+// Pass order: asynchronous or synchronous 1F1B (--weights), GPipe, or zero-bubble ZB-H1
+// (synchronous 1F1B with each backward split into I and W, W deferred to fill the bubbles).
+enum class Schedule { k1F1B, kGPipe, kZBH1 };
+// The weights a pass reads: SpecTrain's prediction, the forward's stashed version, the current
+// ones (stale), or one version per mini-batch (sync: GPipe, ZB-H1, 1F1B with a flush).
+enum class WeightMode { kSpecTrain, kStash, kStale, kSync };
+const char* schedule_name(Schedule s);
+const char* weight_mode_name(WeightMode w);
+// Every micro-batch of a mini-batch finishes its backward before one update of that mini-batch:
+// the gradients of GPipe, whatever the order of the passes.
+inline bool synchronous(Schedule s, WeightMode w) { return s != Schedule::k1F1B || w == WeightMode::kSync; }
+
+enum class ActionKind : uint8_t { kForward, kBackward, kInputGrad, kWeightGrad, kUpdate };
+
+struct Action {
+  ActionKind kind = ActionKind::kForward;
+  int micro = 0;   // micro-batch in its mini-batch (0 for U)
+  int offset = 0;  // mini-batch offset (see the top)
+  bool operator==(const Action& o) const { return kind == o.kind && micro == o.micro && offset == o.offset; }
+};
+// "F0", "B3", "I1", "W1", "U"; "+k" appended when the offset is not 0 ("F0+2").
+std::string action_token(const Action& a);
+
+struct StageProgram {
+  std::vector<Action> warmup, steady;
+};
+
+struct ScheduleIR {
+  std::string name;       // "1f1b", "1f1b-sync", "gpipe", "zb-h1", or the file it was read from
+  int micro_batches = 1;  // per mini-batch
+  bool synchronous = false;
+  std::vector<StageProgram> stages;
+  // True when some stage runs I and W instead of B (the executor then splits its backward).
+  bool splits_backward() const;
+};
+
+// The program of schedule `s` with weight mode `w` over `stages` stages and `micro_batches`
+// micro-batches per mini-batch (asynchronous 1F1B: 1).
+ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches);
+
+// One action of an expanded program, with its mini-batch.
+struct Step {
+  Action action;
+  int64_t mini_batch = 0;
+};
+
+// Walks stage program `p` over mini-batches [first, end); set_end() lowers the end while walking
+// (a segment stopped early): later actions of mini-batches at or past it are skipped.
+class ProgramCursor {
+ public:
+  ProgramCursor(const StageProgram& p, int64_t first, int64_t end);
+  bool next(Step* s);  // false when the program is done
+  void set_end(int64_t end) { end_ = std::min(end_, end); }
+
+ private:
+  const StageProgram& p_;
+  int64_t first_, end_;
+  size_t pos_ = 0;        // in warmup, then in steady
+  int64_t iteration_ = 0;  // of steady (relative to first)
+  bool in_warmup_ = true;
+  int min_offset_ = 0;    // of steady
+};
+
+// Every action of stage program `p` for mini-batches [0, mini_batches).
+std::vector<Step> expand(const StageProgram& p, int64_t mini_batches);
+
+// Refuses a program that misses or repeats a pass, or orders one against its own data: every
+// micro-batch of every mini-batch gets one F and either one B or one I then one W, after its F;
+// every mini-batch one U, after its backward work on that stage (synchronous: after all of it).
+// `where` starts the message ("schedule.csv: "); it names the stage, the mini-batch and the action.
+Status check_schedule(const ScheduleIR& ir, const std::string& where);
+
+// The most passes stage k keeps at once between their F and the end of their backward (B, or W
+// when split): the saved-activation slots it needs. `after_input_grad`: count a split pass only
+// until its I (what it keeps after I is the smaller W state, counted by w_state_in_flight).
+int program_in_flight(const ScheduleIR& ir, int stage, bool after_input_grad = false);
+// The most split passes stage k holds between their I and their W.
+int w_state_in_flight(const ScheduleIR& ir, int stage);
+// program_in_flight of make_schedule(s, w, stages, micro_batches) (memoised): what the memory
+// model charges stage k's saved activations for.
+int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches);
+
+// The file form (--schedule-file, --schedule-out): a CSV with the header "stage,part,actions",
+// one row per stage and part ("warmup" or "steady"), the actions space-separated tokens of
+// action_token; lines starting with '#' are comments. Files hold synchronous schedules.
+std::string schedule_csv(const ScheduleIR& ir);
+Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::string& path);
+Expected<ScheduleIR> read_schedule_file(const std::string& path);
+
+}  // namespace pt

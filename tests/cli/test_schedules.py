@@ -1,0 +1,208 @@
+"""Schedules as data, end to end (partitioner/schedule.h). Every synchronous schedule trains, with
+the same micro-batches, the weights GPipe trains, bit for bit (their gradient sums run in the same
+micro-batch order), and the same losses: synchronous 1F1B (--weights sync) and ZB-H1 (the backward
+split into I and W, W deferred), on the digits MLP, LeNet-5 with BatchNorm in training mode,
+the Transformer encoder with dropout 0.1, with data-parallel replicas, activation recomputation,
+gradient clipping and a weight shared across stages. --schedule-out writes the program a
+--schedule-file runs again (same weights); malformed, deadlocking and mismatched files and
+meaningless flag combinations are refused before any work (exit 2, one line naming the file or flag,
+the stage and the action). The report's predicted bubble of ZB-H1 is below synchronous 1F1B's.
+Run: PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_schedules.py"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, HERE)
+from test_cli import reuse_ok  # noqa: E402
+
+BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
+MLP = os.path.join(ROOT, "models", "digits_mlp.onnx")
+SYNC = {"1f1b-sync": ["--schedule", "1f1b", "--weights", "sync"], "zb-h1": ["--schedule", "zb-h1"]}
+
+
+def run(*args):
+    p = subprocess.run([BIN, *reuse_ok(args)], capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def weights(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def losses(out):
+    with open(os.path.join(out, "metrics.csv")) as f:
+        rows = f.read().strip().splitlines()[1:]
+    return [r.split(",")[2] for r in rows]   # as written: equal text is equal bits at this precision
+
+
+class SchedulesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pipetrain-schedules-")
+        cls.dir = cls.tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, model, tag, *flags, steps=8, batch=16):
+        out = os.path.join(self.dir, tag)
+        rc, so, se = run(model, "--steps", steps, "--batch-size", batch, "--seed", 3, "--out", out, "--quiet", *flags)
+        self.assertEqual(rc, 0, f"{tag}: exit {rc}: {se or so}")
+        trained = os.path.join(out, os.path.splitext(os.path.basename(model))[0] + ".trained.onnx")
+        return weights(trained), losses(out)
+
+    def assert_same_as_gpipe(self, model, tag, *flags, schedules=("1f1b-sync", "zb-h1"), **kw):
+        ref_w, ref_l = self.train(model, tag + "-gpipe", "--schedule", "gpipe", *flags, **kw)
+        start = weights(model)
+        self.assertTrue(any(not np.array_equal(ref_w[k], start[k]) for k in start if k in ref_w), "training changed nothing")
+        for name in schedules:
+            w, l = self.train(model, f"{tag}-{name}", *SYNC[name], *flags, **kw)
+            self.assertEqual(sorted(w), sorted(ref_w))
+            for k in ref_w:
+                self.assertTrue(np.array_equal(w[k], ref_w[k]),
+                                f"{tag} {name}: {k} differs from GPipe by {np.max(np.abs(w[k] - ref_w[k])):.3g}")
+            self.assertEqual(l, ref_l, f"{tag} {name}: losses differ from GPipe's")
+
+    def test_mlp_on_3_and_4_stages(self):
+        self.assert_same_as_gpipe(MLP, "mlp3", "--gpus", 3, "--micro-batches", 4)
+        self.assert_same_as_gpipe(MLP, "mlp4", "--gpus", 4, "--micro-batches", 8, batch=32)
+        # Fewer micro-batches than stages, and one.
+        self.assert_same_as_gpipe(MLP, "mlp4m2", "--gpus", 4, "--micro-batches", 2)
+        self.assert_same_as_gpipe(MLP, "mlp2m1", "--gpus", 2, "--micro-batches", 1, schedules=("zb-h1",))
+
+    def test_batchnorm_and_dropout(self):
+        import export_models as em
+        lenet = os.path.join(self.dir, "lenet_bn.onnx")
+        em.export_torch(em.build_module("lenet_bn"), "lenet_bn", 13, "train", lenet)
+        self.assert_same_as_gpipe(lenet, "lenet", "--gpus", 3, "--micro-batches", 4, steps=4)
+        tf = os.path.join(self.dir, "transformer.onnx")
+        em.export_torch(em.build_module("transformer", dropout=0.1), "transformer", 17, "train", tf)
+        data = os.path.join(self.dir, "tokens")
+        os.makedirs(data, exist_ok=True)
+        rng = np.random.default_rng(5)
+        np.save(os.path.join(data, "x.npy"), rng.integers(1, em.VOCAB, size=(64, em.SEQ)).astype(np.int64))
+        np.save(os.path.join(data, "y.npy"), rng.integers(0, em.NUM_CLASSES["transformer"], size=64))
+        self.assert_same_as_gpipe(tf, "transformer", "--gpus", 2, "--micro-batches", 4, "--data", data, steps=4)
+
+    def test_replicas_recompute_and_clipping(self):
+        self.assert_same_as_gpipe(MLP, "replicas", "--gpus", 2, "--replicas", 2, "--micro-batches", 2, schedules=("zb-h1",))
+        self.assert_same_as_gpipe(MLP, "recompute", "--gpus", 3, "--micro-batches", 4, "--recompute", "stage")
+        self.assert_same_as_gpipe(MLP, "clip", "--gpus", 3, "--micro-batches", 4, "--clip-grad-norm", 0.05,
+                                  "--optimizer", "adamw", "--lr", 0.01)
+
+    def test_weight_shared_across_stages(self):
+        rng = np.random.default_rng(5)
+        d, classes = 16, 10
+        inits = [numpy_helper.from_array(rng.normal(0, 0.35, shape).astype(np.float32), name)
+                 for name, shape in (("W0", (d, d)), ("Ws", (d, d)), ("W3", (d, classes)))]
+        nodes = [helper.make_node("Gemm", ["x", "W0"], ["h0"], name="fc0"), helper.make_node("Relu", ["h0"], ["r0"], name="relu0"),
+                 helper.make_node("Gemm", ["r0", "Ws"], ["h1"], name="fc1"), helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+                 helper.make_node("Gemm", ["r1", "Ws"], ["h2"], name="fc2"), helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
+                 helper.make_node("Gemm", ["r2", "W3"], ["logits"], name="fc3")]
+        g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", d])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])], inits)
+        path = os.path.join(self.dir, "tied.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+        self.assert_same_as_gpipe(path, "tied", "--gpus", 3, "--split-at", "relu0,relu1", "--micro-batches", 4, "--lr", 0.2)
+
+    def test_schedule_out_and_file(self):
+        csv = os.path.join(self.dir, "zb.csv")
+        rc, so, se = run(MLP, "--gpus", 3, "--schedule", "zb-h1", "--micro-batches", 4, "--plan-only", "--schedule-out", csv,
+                         "--out", os.path.join(self.dir, "zbplan"))
+        self.assertEqual(rc, 0, se)
+        with open(csv) as f:
+            text = f.read()
+        self.assertIn("stage,part,actions", text)
+        rows = [r for r in text.splitlines() if r and not r.startswith("#")][1:]
+        self.assertEqual([r.split(",")[:2] for r in rows], [["0", "steady"], ["1", "steady"], ["2", "steady"]])
+        for r in rows:  # every pass once: F, I and W of each micro-batch, one update
+            acts = r.split(",")[2].split()
+            self.assertEqual(sorted(acts), sorted([f"{x}{j}" for x in "FIW" for j in range(4)] + ["U"]), r)
+        ref, _ = self.train(MLP, "zb-builtin", "--gpus", 3, "--schedule", "zb-h1", "--micro-batches", 4)
+        got, _ = self.train(MLP, "zb-file", "--gpus", 3, "--schedule-file", csv)
+        for k in ref:
+            self.assertTrue(np.array_equal(ref[k], got[k]), k)
+        # A hand-written order: each stage's W deferred to the end of the mini-batch.
+        hand = os.path.join(self.dir, "hand.csv")
+        with open(hand, "w") as f:
+            f.write("stage,part,actions\n")
+            for k in range(3):
+                f.write(f"{k},steady,F0 F1 F2 F3 I0 I1 I2 I3 W0 W1 W2 W3 U\n")
+        got, _ = self.train(MLP, "hand-file", "--gpus", 3, "--schedule-file", hand)
+        gp, _ = self.train(MLP, "hand-gpipe", "--gpus", 3, "--schedule", "gpipe", "--micro-batches", 4)
+        for k in gp:
+            self.assertTrue(np.array_equal(gp[k], got[k]), k)
+
+    def test_refused_before_any_work(self):
+        def write(name, text):
+            p = os.path.join(self.dir, name)
+            with open(p, "w") as f:
+                f.write(text)
+            return p
+        missing_w = write("missing_w.csv", "stage,part,actions\n0,steady,F0 F1 I0 I1 W0 U\n1,steady,F0 I0 W0 F1 I1 W1 U\n")
+        dead = write("dead.csv", "stage,part,actions\n0,steady,F0 B0 F1 B1 U\n1,steady,F0 F1 B0 B1 U\n")
+        async_file = write("async.csv", "stage,part,actions\n0,warmup,F0\n0,steady,F0+1 B0 U\n1,steady,F0 B0 U\n")
+        good = write("good.csv", "stage,part,actions\n0,steady,F0 F1 B0 B1 U\n1,steady,F0 B0 F1 B1 U\n")
+        cases = [
+            (["--schedule", "zb-h2"], ["--schedule", "zb-h2"]),
+            (["--schedule", "gpipe", "--weights", "spectrain"], ["--weights spectrain", "--schedule gpipe", "sync"]),
+            (["--schedule", "zb-h1", "--weights", "stash"], ["--weights stash", "zb-h1"]),
+            (["--micro-batches", 2], ["--micro-batches 2", "synchronous"]),
+            (["--schedule-file", os.path.join(self.dir, "nope.csv")], ["nope.csv", "no such file"]),
+            (["--schedule-file", missing_w], ["missing_w.csv", "stage 0, mini-batch 0, action U: before W1"]),
+            (["--schedule-file", dead], ["dead.csv deadlocks", "stage 0 waits at B0(0) for stage 1's B0(0)",
+                                         "stage 1 waits at F1(0)"]),
+            (["--schedule-file", async_file], ["async.csv", "asynchronous"]),
+            (["--schedule-file", good, "--schedule", "gpipe"], ["--schedule-file", "replaces --schedule"]),
+            (["--schedule-file", good, "--micro-batches", 4], ["good.csv", "2 micro-batches", "--micro-batches is 4"]),
+            (["--schedule-file", good, "--weights", "spectrain"], ["--weights spectrain", "schedule file"]),
+        ]
+        for flags, needles in cases:
+            gpus = 2
+            out = os.path.join(self.dir, "refused")
+            rc, so, se = run(MLP, "--gpus", gpus, "--steps", 2, "--out", out, *flags)
+            self.assertEqual(rc, 2, f"{flags}: exit {rc}: {so}{se}")
+            err = [l for l in se.splitlines() if l.startswith("onnx-pipetrain: error")]
+            self.assertTrue(err, f"{flags}: {se}")
+            for n in needles:
+                self.assertIn(n, se, f"{flags}")
+            self.assertFalse(os.path.exists(os.path.join(out, "digits_mlp.trained.onnx")), flags)
+        rc, so, se = run(MLP, "--gpus", 3, "--steps", 2, "--schedule-file", good, "--out", os.path.join(self.dir, "refused3"))
+        self.assertEqual(rc, 2, se)
+        self.assertIn("a schedule of 2 stages; --gpus is 3", se)
+
+    def test_report_predicts_zb_h1_below_1f1b(self):
+        import export_models as em
+        lenet = os.path.join(self.dir, "lenet_plan.onnx")
+        em.export_torch(em.build_module("lenet_bn"), "lenet_bn", 13, "train", lenet)
+        bubble = {}
+        for name, flags in SYNC.items():
+            out = os.path.join(self.dir, "plan-" + name)
+            rc, so, se = run(lenet, "--gpus", 2, "--micro-batches", 4, "--batch-size", 32, "--plan-only", "--no-calibrate",
+                             "--device-spec", "H100", "--out", out, *flags)
+            self.assertEqual(rc, 0, se)
+            m = re.search(r"schedule (\S+): predicted bubble ([0-9.]+)%", so)
+            self.assertIsNotNone(m, so)
+            self.assertEqual(m.group(1), name)
+            bubble[name] = float(m.group(2))
+            with open(os.path.join(out, "trace.json")) as f:
+                names = {e["name"] for e in json.load(f)["traceEvents"] if e.get("ph") == "X"}
+            if name == "zb-h1":
+                self.assertTrue({"I0.0", "W0.0", "F0.3"} <= names, sorted(names)[:20])
+        self.assertLess(bubble["zb-h1"], bubble["1f1b-sync"])
+
+
+if __name__ == "__main__":
+    unittest.main()

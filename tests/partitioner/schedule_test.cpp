@@ -1,0 +1,197 @@
+// Schedules as data (partitioner/schedule.h): the generators' programs against the orders they
+// stand for, the structural check and the file form against malformed programs, the passes in
+// flight against the textbook counts, and the dry run against the bubble formulas and deadlocks.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+
+#include "partitioner/schedule.h"
+#include "partitioner/simulator.h"
+
+namespace pt {
+namespace {
+
+std::string tokens(const std::vector<Step>& steps) {
+  std::string s;
+  for (const Step& st : steps) s += (s.empty() ? "" : " ") + action_token(st.action) + "/" + std::to_string(st.mini_batch);
+  return s;
+}
+
+std::string steady(const ScheduleIR& ir, int k) {
+  std::string s;
+  for (const Action& a : ir.stages[k].steady) s += (s.empty() ? "" : " ") + action_token(a);
+  return s;
+}
+
+Plan equal_stages(int n, double f, double b, double w = 0) {
+  Plan p;
+  p.model = "equal";
+  p.batch_size = 8;
+  p.link = {"free", std::numeric_limits<double>::infinity(), 0};
+  for (int k = 0; k < n; ++k) {
+    StagePlan s;
+    s.index = k;
+    s.fwd_ms = f;
+    s.bwd_ms = b;
+    s.wgrad_ms = w;
+    p.stages.push_back(s);
+  }
+  return p;
+}
+
+TEST(Schedule, AsyncOneFOneBIsTheRuntimesOldOrder) {
+  // Stage 0 of 4: three forwards ahead, then F, B, U of successive mini-batches; the drain at the end.
+  const ScheduleIR ir = make_schedule(Schedule::k1F1B, WeightMode::kSpecTrain, 4, 1);
+  EXPECT_FALSE(ir.synchronous);
+  EXPECT_EQ(tokens(expand(ir.stages[0], 5)),
+            "F0/0 F0+1/1 F0+2/2 F0+3/3 B0/0 U/0 F0+3/4 B0/1 U/1 B0/2 U/2 B0/3 U/3 B0/4 U/4");
+  EXPECT_EQ(tokens(expand(ir.stages[3], 2)), "F0/0 B0/0 U/0 F0/1 B0/1 U/1");
+  // A segment [3, 5) and one that ends early (set_end while walking) drain what they started.
+  ProgramCursor c(ir.stages[1], 3, 100);
+  std::vector<Step> got;
+  Step s;
+  while (c.next(&s)) {
+    got.push_back(s);
+    if (got.size() == 4) c.set_end(5);
+  }
+  EXPECT_EQ(tokens(got), "F0/3 F0+1/4 F0+2/5 B0/3 U/3 B0/4 U/4");
+}
+
+TEST(Schedule, SynchronousPrograms) {
+  EXPECT_EQ(steady(make_schedule(Schedule::kGPipe, WeightMode::kSync, 3, 3), 1), "F0 F1 F2 B0 B1 B2 U");
+  const ScheduleIR f = make_schedule(Schedule::k1F1B, WeightMode::kSync, 3, 4);
+  EXPECT_TRUE(f.synchronous);
+  EXPECT_EQ(f.name, "1f1b-sync");
+  EXPECT_EQ(steady(f, 0), "F0 F1 F2 B0 F3 B1 B2 B3 U");
+  EXPECT_EQ(steady(f, 2), "F0 B0 F1 B1 F2 B2 F3 B3 U");
+  // Fewer micro-batches than stages: all of them ahead.
+  EXPECT_EQ(steady(make_schedule(Schedule::k1F1B, WeightMode::kSync, 4, 2), 0), "F0 F1 B0 B1 U");
+  const ScheduleIR z = make_schedule(Schedule::kZBH1, WeightMode::kSync, 2, 4);
+  EXPECT_TRUE(z.splits_backward());
+  // Two stages of unit passes: the last stage defers its W's while the first keeps forwarding;
+  // the first fills its waits for gradients with W's.
+  EXPECT_EQ(steady(z, 1), "F0 I0 F1 I1 F2 W0 I2 F3 W1 I3 W2 W3 U");
+  EXPECT_EQ(steady(z, 0), "F0 F1 I0 F2 I1 F3 W0 I2 W1 W2 I3 W3 U");
+}
+
+TEST(Schedule, EveryBuiltInProgramPassesTheCheckAndItsFileFormRoundTrips) {
+  for (Schedule s : {Schedule::k1F1B, Schedule::kGPipe, Schedule::kZBH1})
+    for (WeightMode w : {WeightMode::kSpecTrain, WeightMode::kSync})
+      for (int n = 1; n <= 6; ++n)
+        for (int m : {1, 2, 3, 4, 8}) {
+          const ScheduleIR ir = make_schedule(s, w, n, m);
+          const std::string what = ir.name + " N=" + std::to_string(n) + " M=" + std::to_string(m);
+          ASSERT_TRUE(check_schedule(ir, "").is_ok()) << what << ": " << check_schedule(ir, "").message();
+          Expected<ScheduleIR> back = parse_schedule_csv(schedule_csv(ir), "s.csv");
+          ASSERT_TRUE(back.has_value()) << what << ": " << back.status().message();
+          // (One stage of asynchronous 1F1B is one pass per mini-batch: the file reads it as synchronous.)
+          EXPECT_EQ(back->synchronous, ir.synchronous || n == 1) << what;
+          EXPECT_EQ(back->micro_batches, ir.micro_batches) << what;
+          ASSERT_EQ(back->stages.size(), ir.stages.size()) << what;
+          for (size_t k = 0; k < ir.stages.size(); ++k) {
+            EXPECT_EQ(back->stages[k].warmup, ir.stages[k].warmup) << what;
+            EXPECT_EQ(back->stages[k].steady, ir.stages[k].steady) << what;
+          }
+        }
+}
+
+TEST(Schedule, PassesInFlight) {
+  for (int n = 1; n <= 6; ++n)
+    for (int m : {1, 2, 4, 8})
+      for (int k = 0; k < n; ++k) {
+        EXPECT_EQ(program_in_flight(make_schedule(Schedule::kGPipe, WeightMode::kSync, n, m), k), m);
+        EXPECT_EQ(program_in_flight(make_schedule(Schedule::k1F1B, WeightMode::kSpecTrain, n, m), k), n - k);
+        EXPECT_EQ(program_in_flight(make_schedule(Schedule::k1F1B, WeightMode::kSync, n, m), k), std::min(n - k, m));
+        // ZB-H1 keeps no more passes before their I than 1F1B, and at most N waiting for their W.
+        const ScheduleIR z = make_schedule(Schedule::kZBH1, WeightMode::kSync, n, m);
+        EXPECT_LE(program_in_flight(z, k, true), std::min(n - k, m)) << n << " " << m << " " << k;
+        EXPECT_LE(w_state_in_flight(z, k), std::min(n, m)) << n << " " << m << " " << k;
+        EXPECT_EQ(schedule_in_flight(Schedule::kZBH1, WeightMode::kSync, n, k, m), program_in_flight(z, k));
+      }
+}
+
+TEST(Schedule, MalformedProgramsAreRefusedNamingStageAndAction) {
+  struct Case {
+    const char* text;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"stage,part,actions\n0,steady,F0 F1 B0 U\n", "stage 0, mini-batch 0, action U: before B1"},
+      {"stage,part,actions\n0,steady,F0 F0 B0 U\n", "action F0: repeated"},
+      {"stage,part,actions\n0,steady,B0 F0 U\n", "action B0: before its forward"},
+      {"stage,part,actions\n0,steady,F0 I0 U\n", "action U: before W0"},
+      {"stage,part,actions\n0,steady,F0 W0 I0 U\n", "action W0: before its input-gradient part I"},
+      {"stage,part,actions\n0,steady,F0 B0 W0 U\n", "action W0: after a whole backward B"},
+      {"stage,part,actions\n0,steady,F1 F0 B0 B1 U\n", "action F1: before F0"},
+      {"stage,part,actions\n0,steady,F0 B0\n", "no update U"},
+      {"stage,part,actions\n0,steady,F0 X0 U\n", "action 'X0'"},
+      {"stage,part,actions\n1,steady,F0 B0 U\n", "stage 0 has no row"},
+      {"stage,part,actions\n0,steady,F0 B0 U\n0,steady,F0 B0 U\n", "two steady rows"},
+      {"0,steady,F0 B0 U\n", "header"},
+      {"stage,part,actions\n0,middle,F0 B0 U\n", "part 'middle'"},
+  };
+  for (const Case& c : cases) {
+    Expected<ScheduleIR> ir = parse_schedule_csv(c.text, "s.csv");
+    ASSERT_FALSE(ir.has_value()) << c.text;
+    EXPECT_EQ(ir.status().code(), StatusCode::kInvalidInput);
+    EXPECT_NE(ir.status().message().find(c.needle), std::string::npos) << ir.status().message();
+    EXPECT_EQ(ir.status().message().rfind("s.csv", 0), 0u) << ir.status().message();
+  }
+}
+
+TEST(Schedule, DryRunBubblesMatchTheFormulas) {
+  // Equal stages, free links: GPipe and synchronous 1F1B idle (p-1)/(m+p-1) of the time.
+  for (int n : {2, 4})
+    for (int m : {4, 8}) {
+      Plan p = equal_stages(n, 1.0, 2.0, 1.0);
+      p.micro_batches = m;
+      for (Schedule s : {Schedule::kGPipe, Schedule::k1F1B}) {
+        p.schedule = s;
+        p.weights = WeightMode::kSync;
+        const SimResult r = simulate(p, 4);
+        EXPECT_NEAR(r.bubble_fraction, (n - 1.0) / (m + n - 1.0), 1e-9) << schedule_name(s) << " " << n << " " << m;
+      }
+      // ZB-H1 with F = I = W: at most a third of 1F1B's idle time plus the few steps its greedy
+      // order loses at the end; always less than 1F1B's.
+      p.schedule = Schedule::kZBH1;
+      const SimResult z = simulate(p, 4);
+      const double one_f_one_b = (n - 1.0) / (m + n - 1.0);
+      EXPECT_LT(z.bubble_fraction, 0.75 * one_f_one_b) << n << " " << m;
+      EXPECT_GE(z.bubble_fraction, (n - 1) / 3.0 / (m + (n - 1) / 3.0) - 1e-9) << n << " " << m;
+    }
+  // Two stages, four micro-batches of unit F, I and W: 1F1B's 25 % of the compute becomes 1/12.
+  Plan p = equal_stages(2, 1.0, 2.0, 1.0);
+  p.micro_batches = 4;
+  p.schedule = Schedule::kZBH1;
+  p.weights = WeightMode::kSync;
+  const SimResult z = simulate(p, 1);
+  EXPECT_NEAR(z.makespan_ms, 13 * 0.25, 1e-9);  // 12 passes of 0.25 ms each per stage, one of fill
+}
+
+TEST(Schedule, DeadlockIsRefusedWithTheGrid) {
+  // Stage 1 wants F1 before it sends B0's gradients; stage 0 sends F1 only after receiving them.
+  Expected<ScheduleIR> ir = parse_schedule_csv(
+      "stage,part,actions\n0,steady,F0 B0 F1 B1 U\n1,steady,F0 F1 B0 B1 U\n", "dead.csv");
+  ASSERT_TRUE(ir.has_value()) << ir.status().message();
+  Plan p = equal_stages(2, 1.0, 2.0);
+  p.micro_batches = 2;
+  p.schedule = Schedule::kGPipe;
+  p.weights = WeightMode::kSync;
+  Expected<SimResult> r = dry_run(p, *ir, 2);
+  ASSERT_FALSE(r.has_value());
+  const std::string m = r.status().message();
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(m.find("schedule dead.csv deadlocks"), std::string::npos) << m;
+  EXPECT_NE(m.find("stage 0 waits at B0(0) for stage 1's B0(0)"), std::string::npos) << m;
+  EXPECT_NE(m.find("stage 1 waits at F1(0) for stage 0's F1(0)"), std::string::npos) << m;
+  EXPECT_NE(m.find("stage 1: F0(0) [F1(0)]"), std::string::npos) << m;
+  // The same actions in a working order run.
+  Expected<ScheduleIR> ok = parse_schedule_csv(
+      "stage,part,actions\n0,steady,F0 F1 B0 B1 U\n1,steady,F0 B0 F1 B1 U\n", "ok.csv");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_TRUE(dry_run(p, *ok, 2).has_value());
+}
+
+}  // namespace
+}  // namespace pt
