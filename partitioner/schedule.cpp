@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -85,44 +87,63 @@ StageProgram one_f_one_b_sync(int k, int N, int M) {
   return p;
 }
 
-// ZB-H1 (Qi et al., 2024): the order a greedy list scheduler gives with every F, I and W taking
-// one time unit. A stage runs an I as soon as its gradient is there (the critical path up the
-// pipeline), else an F while fewer than N-k of its passes wait for their I (1F1B's activations in
-// flight), else a deferred W, which so fills the time 1F1B spends waiting; at most N passes wait
-// for their W (the reference implementation's cap on pending weight gradients). Unit times keep
-// the order independent of measurements, so every rank derives the same program.
-std::vector<StageProgram> zb_h1(int N, int M) {
+// ZB-H1 (Qi et al., 2024): the order a greedy list scheduler gives. A stage runs an I as soon as
+// its gradient is there (the critical path up the pipeline), else an F while fewer than N-k of its
+// passes wait for their I (1F1B's activations in flight), else a deferred W, which so fills the
+// time 1F1B spends waiting; at most N passes wait for their W (the reference implementation's cap
+// on pending weight gradients). Without `times` every F, I and W takes one unit; with them
+// (milliseconds of stage k's F, I and W), the order fits those times, as the reference's
+// automatic scheduler does with profiled ones. Either way the order is a function of its inputs
+// only, so every rank derives the same program from the same plan.
+std::vector<StageProgram> zb_h1(int N, int M, const std::vector<PassTimes>* times) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  auto dur = [&](int k, int what) {  // 0 F, 1 I, 2 W
+    if (!times || static_cast<int>(times->size()) != N) return 1.0;
+    const double d = (*times)[k][what];
+    return std::isfinite(d) && d > 0 ? d : 1e-9;
+  };
   std::vector<StageProgram> out(N);
   std::vector<int> next_f(N, 0), next_i(N, 0), next_w(N, 0);
-  std::vector<std::vector<int>> f_done(N, std::vector<int>(M, INT_MAX)), i_done = f_done;
-  std::vector<int> busy_until(N, 0);
-  int remaining = 3 * N * M;
-  for (int t = 0; remaining > 0; ++t) {
-    PT_CHECK(t < 8 * N * M + 8) << "zb-h1 generator stalled";
-    for (int k = 0; k < N; ++k) {
-      if (busy_until[k] > t) continue;
-      const int j_i = next_i[k], j_f = next_f[k];
-      const bool i_ready = j_i < j_f && (k == N - 1 ? f_done[k][j_i] <= t : i_done[k + 1][j_i] <= t) && j_i - next_w[k] < N;
-      const bool f_ready = j_f < M && (k == 0 || f_done[k - 1][j_f] <= t) && j_f - j_i < N - k;
-      const bool w_ready = next_w[k] < j_i;
-      ActionKind kind;
-      if (i_ready) {
-        kind = ActionKind::kInputGrad;
-        i_done[k][next_i[k]++] = t + 1;
-      } else if (f_ready) {
-        kind = ActionKind::kForward;
-        f_done[k][next_f[k]++] = t + 1;
-      } else if (w_ready) {
-        kind = ActionKind::kWeightGrad;
-        ++next_w[k];
-      } else {
-        continue;
-      }
-      const int j = kind == ActionKind::kInputGrad ? next_i[k] - 1 : kind == ActionKind::kForward ? next_f[k] - 1 : next_w[k] - 1;
-      out[k].steady.push_back(act(kind, j));
-      busy_until[k] = t + 1;
-      --remaining;
+  std::vector<std::vector<double>> f_done(N, std::vector<double>(M, kInf)), i_done = f_done;
+  std::vector<double> clock(N, 0);
+  std::vector<bool> stuck(N, false);
+  auto finished = [&](int k) { return next_w[k] == M && next_i[k] == M && next_f[k] == M; };
+  for (int steps = 0;; ++steps) {
+    PT_CHECK(steps < 16 * N * N * (M + 1) + 64) << "zb-h1 generator stalled";
+    // The stage whose clock is earliest: every completion up to its time is known.
+    // (A stage that found nothing to do at its time goes after the others at that time.)
+    int k = -1;
+    for (int q = 0; q < N; ++q)
+      if (!finished(q) && (k < 0 || clock[q] < clock[k] || (clock[q] == clock[k] && stuck[k] && !stuck[q]))) k = q;
+    if (k < 0) break;
+    const double t = clock[k];
+    const int j_i = next_i[k], j_f = next_f[k];
+    const double i_at = j_i < j_f ? (k == N - 1 ? f_done[k][j_i] : i_done[k + 1][j_i]) : kInf;
+    const double f_at = j_f < M && j_f - j_i < N - k ? (k == 0 ? 0.0 : f_done[k - 1][j_f]) : kInf;
+    const bool i_ok = i_at <= t && j_i - next_w[k] < N;
+    ActionKind kind;
+    int j;
+    if (i_ok) {
+      kind = ActionKind::kInputGrad, j = next_i[k]++;
+      i_done[k][j] = t + dur(k, 1);
+    } else if (f_at <= t) {
+      kind = ActionKind::kForward, j = next_f[k]++;
+      f_done[k][j] = t + dur(k, 0);
+    } else if (next_w[k] < j_i) {
+      kind = ActionKind::kWeightGrad, j = next_w[k]++;
+    } else {
+      // Nothing to do yet: on to the next time something may become ready here.
+      double next = std::min(i_at, f_at);
+      for (int q = 0; q < N; ++q)
+        if (q != k && !finished(q) && (clock[q] > t || (clock[q] == t && !stuck[q]))) next = std::min(next, clock[q]);
+      PT_CHECK(std::isfinite(next) && !(next == t && stuck[k])) << "zb-h1 generator: stage " << k << " waits for nothing";
+      stuck[k] = next == t;
+      clock[k] = next;
+      continue;
     }
+    std::fill(stuck.begin(), stuck.end(), false);
+    out[k].steady.push_back(act(kind, j));
+    clock[k] = t + dur(k, kind == ActionKind::kForward ? 0 : kind == ActionKind::kInputGrad ? 1 : 2);
   }
   for (StageProgram& p : out) p.steady.push_back(act(ActionKind::kUpdate, 0));
   return out;
@@ -130,7 +151,7 @@ std::vector<StageProgram> zb_h1(int N, int M) {
 
 }  // namespace
 
-ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches) {
+ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches, const std::vector<PassTimes>* times) {
   ScheduleIR ir;
   const int N = std::max(1, stages);
   const int M = std::max(1, micro_batches);
@@ -143,7 +164,7 @@ ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches
       break;
     case Schedule::kZBH1:
       ir.name = "zb-h1";
-      ir.stages = zb_h1(N, M);
+      ir.stages = zb_h1(N, M, times);
       break;
     case Schedule::k1F1B:
       ir.name = ir.synchronous ? "1f1b-sync" : "1f1b";
@@ -313,7 +334,8 @@ int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micr
   std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : 0, N, M}];
   if (v.empty()) {
     const ScheduleIR ir = make_schedule(s, w, N, M);
-    for (int k = 0; k < N; ++k) v.push_back(program_in_flight(ir, k));
+    for (int k = 0; k < N; ++k)  // ZB-H1's order depends on the stage times: its caps bound any
+      v.push_back(s == Schedule::kZBH1 ? std::min(M, 2 * N - k) : program_in_flight(ir, k));
   }
   return v.at(std::clamp(stage, 0, N - 1));
 }

@@ -15,6 +15,7 @@
 // have no warm-up and offsets 0: their steady part is one mini-batch.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,9 +60,13 @@ struct ScheduleIR {
   bool splits_backward() const;
 };
 
+// The times of one stage's F, I and W (any unit), for schedules whose order depends on them.
+using PassTimes = std::array<double, 3>;
 // The program of schedule `s` with weight mode `w` over `stages` stages and `micro_batches`
-// micro-batches per mini-batch (asynchronous 1F1B: 1).
-ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches);
+// micro-batches per mini-batch (asynchronous 1F1B: 1). `times` ([stage]): ZB-H1's order fits
+// them (null: every F, I and W takes one unit); the other schedules ignore them.
+ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches,
+                         const std::vector<PassTimes>* times = nullptr);
 
 // One action of an expanded program, with its mini-batch.
 struct Step {
@@ -102,7 +107,8 @@ int program_in_flight(const ScheduleIR& ir, int stage, bool after_input_grad = f
 // The most split passes stage k holds between their I and their W.
 int w_state_in_flight(const ScheduleIR& ir, int stage);
 // program_in_flight of make_schedule(s, w, stages, micro_batches) (memoised): what the memory
-// model charges stage k's saved activations for.
+// model charges stage k's saved activations for. ZB-H1: the bound its caps set on any order,
+// min(M, N-k before I + N waiting for W).
 int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches);
 
 // The file form (--schedule-file, --schedule-out): a CSV with the header "stage,part,actions",

@@ -315,6 +315,19 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   return res;
 }
 
+ScheduleIR fitted_schedule(const Plan& plan) {
+  const int n = static_cast<int>(plan.stages.size());
+  ScheduleIR unit = make_schedule(plan.schedule, plan.weights, n, plan.micro_batches);
+  if (plan.schedule != Schedule::kZBH1 || n == 0) return unit;
+  std::vector<PassTimes> times;
+  for (const StagePlan& s : plan.stages) times.push_back({s.fwd_ms, s.bwd_ms - s.wgrad_ms, s.wgrad_ms});
+  ScheduleIR timed = make_schedule(plan.schedule, plan.weights, n, plan.micro_batches, &times);
+  // The greedy order for these times is usually the faster; keep whichever simulates faster.
+  Expected<SimResult> a = dry_run(plan, unit, 3), b = dry_run(plan, timed, 3);
+  if (!b || (a && a->makespan_ms < b->makespan_ms)) return unit;
+  return timed;
+}
+
 SimResult simulate(const Plan& plan, int mini_batches) {
   Expected<SimResult> r = dry_run(plan, plan_schedule(plan), mini_batches);
   PT_CHECK(r.has_value()) << "simulator: " << r.status().message();

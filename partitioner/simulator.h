@@ -50,6 +50,10 @@ struct SimResult {
 SimResult simulate(const Plan& plan, int mini_batches);
 // The program the plan's stages run: plan.program, or make_schedule of its schedule and weights.
 ScheduleIR plan_schedule(const Plan& plan);
+// The built-in program for the plan's schedule, fitted to its stage times: ZB-H1's order for the
+// stages' F, I and W times or for unit times, whichever the dry run finds faster (other schedules
+// have one order). layout_plan stores it as the plan's program.
+ScheduleIR fitted_schedule(const Plan& plan);
 // The dry run before launch: simulate() of program `ir` over the plan's times, or an
 // invalid-input error when it deadlocks, naming each stage's blocked action and what it waits
 // for, with every stage's actions up to there.

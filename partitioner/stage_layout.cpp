@@ -209,12 +209,15 @@ Status layout_plan(const Graph& g, Plan* plan) {
       if (n->phase == Phase::kBackward) all += node_time_s(*n, s.device);
     s.wgrad_ms = all > 0 ? std::max(0.0, s.bwd_ms - s.recompute_ms) * w / all : 0;
   }
-  // A zero-bubble schedule's throughput is its simulated program's (no closed form).
+  // ZB-H1's order fits the stages' times (make_schedule); its throughput, like a schedule
+  // file's, is its simulated program's (no closed form).
+  if (plan->schedule == Schedule::kZBH1 && (!plan->program || plan->program->name == "zb-h1"))
+    plan->program = std::make_shared<const ScheduleIR>(fitted_schedule(*plan));
   if (plan->schedule == Schedule::kZBH1 || plan->program) {
     const int n = static_cast<int>(plan->stages.size());
     Expected<SimResult> sim = dry_run(*plan, plan_schedule(*plan), std::max(4, 2 * n));
     if (!sim) return sim.status();
-    plan->predicted_samples_per_s = sim->samples_per_s * plan->micro_batches;  // a mini-batch is M graph batches
+    plan->predicted_samples_per_s = sim->samples_per_s;
   }
   return Status::ok();
 }

@@ -545,6 +545,37 @@ std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
                          : "");
 }
 
+// The schedule's program run again in the simulator with the pass times this run measured (the
+// plan's prediction with the cost model's times is in the report): its bubble and throughput
+// beside what the stages did. Plan stage times are per graph pass (a micro-batch), as measured
+// per mini-batch / M.
+std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch& batch, const Plan& plan,
+                                   const TrainResult& r) {
+  Plan m = plan;
+  double busy = 0;
+  const std::vector<StageStats> stats = pipe.stage_stats();
+  for (const StageStats& st : stats) {
+    if (st.stage >= static_cast<int>(m.stages.size())) continue;
+    StagePlan& s = m.stages[st.stage];
+    const double share = s.bwd_ms > 0 ? s.wgrad_ms / s.bwd_ms : 0;
+    s.fwd_ms = st.fwd_ms / batch.micro;
+    s.bwd_ms = st.bwd_ms / batch.micro;
+    s.wgrad_ms = share * s.bwd_ms;
+    s.update_ms = st.update_ms;
+    busy += st.busy_fraction / static_cast<double>(stats.size());
+  }
+  const int n = static_cast<int>(m.stages.size());
+  Expected<SimResult> sim = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
+  if (!sim) return "";
+  char b[320];
+  std::snprintf(b, sizeof b,
+                "schedule %s with the measured pass times: bubble %.1f%%, %.0f samples/s predicted; measured: "
+                "stages idle %.1f%% of the run on average, %.0f samples/s",
+                plan_schedule(plan).name.c_str(), 100 * sim->bubble_fraction, sim->samples_per_s, 100 * (1 - busy),
+                r.samples_per_s);
+  return b;
+}
+
 // Per-stage busy fraction and pass times, and the pipeline's efficiency: the throughput reached
 // against the bound the slowest stage sets (its measured forward + backward + update time per
 // mini-batch), beside the cost model's prediction. The measured times go into the plan.
@@ -567,6 +598,7 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
       which = st.stage;
     }
   }
+  say(o, measured_schedule_line(pipe, batch, plan, r));
   if (slowest > 0 && r.samples_per_s > 0) {
     const double bound = static_cast<double>(batch.mini) / (slowest * 1e-3);
     char b[320];

@@ -362,7 +362,8 @@ Status Stage::prepare() {
   one.micro_batches = opts.micro_batches;
   one.stages = {*program};
   const bool split = one.splits_backward();
-  num_slots_ = program_in_flight(one, 0, true);
+  // A split backward holds its pass's saved slot until W, which reads some of it.
+  num_slots_ = program_in_flight(one, 0, !split);
   num_w_slots_ = split ? w_state_in_flight(one, 0) : 0;
   // With one pass in flight its activations stay in the executor from F to B; a split backward
   // always copies them, since a W in between restores another pass's into the same buffers.
@@ -616,8 +617,13 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   RETURN_IF_ERROR(recv_weights(key, true));
   const auto t_run = std::chrono::steady_clock::now();
   const Device& dev = *ex->device();
-  if (copy_saved_)
-    for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
+  if (copy_saved_) {
+    if (input_part && !recompute) {  // I reads only some of them (W takes its own from the slot)
+      for (size_t i : i_saved_values) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
+    } else {
+      for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
+    }
+  }
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   if (recompute) RETURN_IF_ERROR(recompute_forward(slot));
   PassRecord r = begin_record(key, true, input_part ? 'I' : 0);
@@ -648,7 +654,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   } else {
     RETURN_IF_ERROR(accumulate_grads());
   }
-  slots_.give(key);
+  if (!input_part) slots_.give(key);  // else W gives it back
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   bwd_s_ += busy;
@@ -670,6 +676,9 @@ Status Stage::weight_grad(RunShared& sh, int64_t key) {
   const int ws = w_slots_.at(key);
   for (size_t i = 0; i < w_state.size(); ++i) RETURN_IF_ERROR(ex->copy_in(w_state[i], w_saved_[ws][i].view(), dev));
   w_slots_.give(key);
+  const int slot = slots_.at(key);
+  for (size_t i : w_saved_values) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
+  slots_.give(key);
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   PassRecord r = begin_record(key, true, 'W');
   RETURN_IF_ERROR(set_lr(sh, r.mini_batch));

@@ -245,6 +245,8 @@ class Stage {
   // and what W reads that the forward, I or other stages computed, kept per pass from I to W.
   std::unordered_set<const Node*> w_nodes;
   std::vector<const Value*> w_state;
+  std::vector<size_t> w_saved_values;  // indices into `saved` that W reads (from the pass's saved slot)
+  std::vector<size_t> i_saved_values;  // and that I reads
   // One stage per rank: rank 0 alone reads the data and sends the input and labels of every pass
   // to the other stages that read them (data_out); such a stage receives them (data_in).
   std::vector<Link*> data_out;

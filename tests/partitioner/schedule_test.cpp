@@ -107,7 +107,7 @@ TEST(Schedule, PassesInFlight) {
         const ScheduleIR z = make_schedule(Schedule::kZBH1, WeightMode::kSync, n, m);
         EXPECT_LE(program_in_flight(z, k, true), std::min(n - k, m)) << n << " " << m << " " << k;
         EXPECT_LE(w_state_in_flight(z, k), std::min(n, m)) << n << " " << m << " " << k;
-        EXPECT_EQ(schedule_in_flight(Schedule::kZBH1, WeightMode::kSync, n, k, m), program_in_flight(z, k));
+        EXPECT_GE(schedule_in_flight(Schedule::kZBH1, WeightMode::kSync, n, k, m), program_in_flight(z, k));
       }
 }
 
@@ -167,6 +167,32 @@ TEST(Schedule, DryRunBubblesMatchTheFormulas) {
   p.weights = WeightMode::kSync;
   const SimResult z = simulate(p, 1);
   EXPECT_NEAR(z.makespan_ms, 13 * 0.25, 1e-9);  // 12 passes of 0.25 ms each per stage, one of fill
+}
+
+TEST(Schedule, ZbH1OrderFitsTheStageTimes) {
+  // A first stage that sends nothing has no I (all of its backward is W), the last a short W:
+  // the order fitted to these times is a valid program, never slower than the unit-time order on
+  // them, and faster than synchronous 1F1B.
+  for (int n : {2, 3, 4})
+    for (int m : {2, 4, 8}) {
+      Plan p = equal_stages(n, 1.0, 2.0, 1.0);
+      p.stages[0].wgrad_ms = 2.0;
+      p.stages[n - 1].wgrad_ms = 0.5;
+      p.micro_batches = m;
+      p.schedule = Schedule::kZBH1;
+      p.weights = WeightMode::kSync;
+      const ScheduleIR timed = fitted_schedule(p);
+      ASSERT_TRUE(check_schedule(timed, "").is_ok()) << n << " " << m;
+      const double t_timed = dry_run(p, timed, 3)->makespan_ms;
+      const double t_unit = dry_run(p, make_schedule(p.schedule, p.weights, n, m), 3)->makespan_ms;
+      EXPECT_LE(t_timed, t_unit + 1e-9) << n << " " << m;
+      p.schedule = Schedule::k1F1B;
+      EXPECT_LT(t_timed, simulate(p, 3).makespan_ms) << n << " " << m;
+      for (int k = 0; k < n; ++k) {
+        EXPECT_LE(program_in_flight(timed, k), schedule_in_flight(Schedule::kZBH1, WeightMode::kSync, n, k, m));
+        EXPECT_LE(program_in_flight(timed, k, true), std::min(n - k, m));
+      }
+    }
 }
 
 TEST(Schedule, DeadlockIsRefusedWithTheGrid) {
