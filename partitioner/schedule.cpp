@@ -21,6 +21,7 @@ const char* schedule_name(Schedule s) {
     case Schedule::k1F1B: return "1f1b";
     case Schedule::kGPipe: return "gpipe";
     case Schedule::kZBH1: return "zb-h1";
+    case Schedule::kAuto: return "auto";
   }
   return "?";
 }
@@ -165,6 +166,9 @@ ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches
     case Schedule::kZBH1:
       ir.name = "zb-h1";
       ir.stages = zb_h1(N, M, times);
+      break;
+    case Schedule::kAuto:
+      PT_CHECK(false) << "--schedule auto is resolved before a program is made";
       break;
     case Schedule::k1F1B:
       ir.name = ir.synchronous ? "1f1b-sync" : "1f1b";

@@ -26,7 +26,9 @@ namespace pt {
 
 // Pass order: asynchronous or synchronous 1F1B (--weights), GPipe, or zero-bubble ZB-H1
 // (synchronous 1F1B with each backward split into I and W, W deferred to fill the bubbles).
-enum class Schedule { k1F1B, kGPipe, kZBH1 };
+// kAuto (--schedule auto) stands for the synchronous schedule the planner picks (the best
+// predicted throughput that fits); it is resolved before partitioning and never runs.
+enum class Schedule { k1F1B, kGPipe, kZBH1, kAuto };
 // The weights a pass reads: SpecTrain's prediction, the forward's stashed version, the current
 // ones (stale), or one version per mini-batch (sync: GPipe, ZB-H1, 1F1B with a flush).
 enum class WeightMode { kSpecTrain, kStash, kStale, kSync };

@@ -269,10 +269,11 @@ void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
 // The schedule, the weights, the arithmetic and memory, the plan's devices, links and cuts.
 void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   f.schedule = add_choice(app, "--schedule", &o.schedule,
-                          {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}, {"zb-h1", pt::Schedule::kZBH1}},
+                          {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}, {"zb-h1", pt::Schedule::kZBH1}, {"auto", pt::Schedule::kAuto}},
                           "1f1b (one forward, one backward in turn; asynchronous unless --weights sync) | gpipe (all "
                           "micro-batches' forwards, then their backwards) | zb-h1 (zero bubble: synchronous 1F1B with each "
-                          "backward split into its input-gradient part and its weight-gradient part, deferred into the bubbles)");
+                          "backward split into its input-gradient part and its weight-gradient part, deferred into the bubbles) | "
+                          "auto (the synchronous schedule with the best predicted throughput that fits; all of them train the same weights)");
   f.weights = add_choice(app, "--weights", &o.weights,
                          {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash},
                           {"stale", pt::WeightMode::kStale}, {"sync", pt::WeightMode::kSync}},

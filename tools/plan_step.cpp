@@ -251,8 +251,54 @@ Expected<LayoutChoice> choose_layout(const Graph& g, const PlanFlags& f) {
   return out;
 }
 
-Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& f) {
+namespace {
+
+// --schedule auto: each synchronous schedule planned and its program dry-run; the fastest that fits
+// (ties: the one that keeps fewer passes in flight, listed first). They train the same weights, so
+// only speed and memory choose. Prints why unless quiet.
+Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Profile* profile) {
+  struct Option {
+    Schedule s;
+    double samples_per_s = -1;
+    std::string why_not;
+  };
+  std::vector<Option> opts = {{Schedule::k1F1B}, {Schedule::kZBH1}, {Schedule::kGPipe}};
+  for (Option& o : opts) {
+    PlanFlags fc = f;
+    fc.schedule = o.s;
+    fc.weights = WeightMode::kSync;
+    ASSIGN_OR_RETURN(PartitionOptions po, options_from(fc, profile));
+    Expected<Plan> p = partition(g, po);
+    if (!p) {
+      o.why_not = p.status().message();
+      continue;
+    }
+    Expected<SimResult> sim = dry_run(*p, plan_schedule(*p), 2 * static_cast<int>(p->stages.size()) + 2);
+    if (!sim) return sim.status();
+    o.samples_per_s = sim->samples_per_s;
+  }
+  const Option* best = nullptr;
+  for (const Option& o : opts)
+    if (o.samples_per_s > 0 && (!best || o.samples_per_s > best->samples_per_s * (1 + 1e-9))) best = &o;
+  auto label = [](Schedule s) { return s == Schedule::k1F1B ? std::string("1f1b-sync") : std::string(schedule_name(s)); };
+  if (!best) return invalid_input("--schedule auto: no synchronous schedule fits: " + label(opts[0].s) + ": " + opts[0].why_not);
+  if (!f.quiet) {
+    std::string others;
+    for (const Option& o : opts)
+      if (&o != best)
+        others += "; " + label(o.s) + (o.samples_per_s > 0 ? " " + std::to_string(static_cast<int64_t>(o.samples_per_s))
+                                                              : " does not fit");
+    std::printf("schedule auto: %s, the best predicted throughput that fits (%lld samples/s%s)\n", label(best->s).c_str(),
+                static_cast<long long>(best->samples_per_s), others.c_str());
+  }
+  return best->s;
+}
+
+}  // namespace
+
+Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, const PlanFlags& flags) {
   PlanOutcome out;
+  PlanFlags f = flags;  // --schedule auto: resolved below
   if (f.profile && f.profile_here) {
     ProfileOptions po;
     po.cache_path = (fs::path(f.out_dir) / "profile.json").string();
@@ -263,6 +309,9 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
     out.have_profile = true;
   }
   if (f.agree_profile) RETURN_IF_ERROR(f.agree_profile(&out.profile, &out.have_profile));
+  if (f.schedule == Schedule::kAuto) {
+    ASSIGN_OR_RETURN(f.schedule, choose_schedule(g, f, out.have_profile ? &out.profile : nullptr));
+  }
   ASSIGN_OR_RETURN(out.options, options_from(f, out.have_profile ? &out.profile : nullptr));
   out.options.profile = out.have_profile ? &out.profile : nullptr;
   ASSIGN_OR_RETURN(out.plan, partition(g, out.options));

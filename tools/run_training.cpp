@@ -615,8 +615,8 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   Graph& g = md.g();
   Trained out;
   PipelineOptions po;
-  po.schedule = o.schedule;
-  po.weights = o.weights;
+  po.schedule = plan.schedule;  // --schedule auto: the planner's choice
+  po.weights = plan.weights;
   po.staleness = o.staleness;
   po.after_update = o.test.after_update;
   po.micro_batches = md.batch.micro;
@@ -631,7 +631,9 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   auto pipe = PipelineTrainer::create(g, md.tg, plan, po);
   if (!pipe) return with_batch_hint(pipe.status(), plan, md.baseline_rss + data.bytes());
   if (!dev.cuda) release_initial_values(g, {md.tg.unused_params.begin(), md.tg.unused_params.end()});
-  say(o, pipeline_line(o, md.batch));
+  TrainingSpec shown = o;
+  shown.schedule = plan.schedule;
+  say(o, pipeline_line(shown, md.batch));
   {
     StopRequests stop(job);  // Ctrl-C: finish the mini-batches started, drain, checkpoint, exit 130
     tc.stop = stop.flag();

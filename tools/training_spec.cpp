@@ -120,6 +120,8 @@ Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o
                          (file ? "a schedule file" : std::string("--schedule ") + schedule_name(o->schedule)) +
                          " is synchronous (one weight version per mini-batch); it takes --weights sync or no --weights");
   if (file || o->schedule != Schedule::k1F1B) o->weights = WeightMode::kSync;
+  if (o->schedule == Schedule::kAuto && o->replicas_auto)
+    return invalid_input("--schedule auto with --replicas auto: choose one of them (the schedule is chosen for a layout)");
   if (!file) return Status::ok();
   ASSIGN_OR_RETURN(std::shared_ptr<const ScheduleIR> ir, schedule_file_program(*o));
   if (static_cast<int>(ir->stages.size()) != o->gpus)

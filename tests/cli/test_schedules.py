@@ -28,7 +28,8 @@ from test_cli import reuse_ok  # noqa: E402
 
 BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 MLP = os.path.join(ROOT, "models", "digits_mlp.onnx")
-SYNC = {"1f1b-sync": ["--schedule", "1f1b", "--weights", "sync"], "zb-h1": ["--schedule", "zb-h1"]}
+SYNC = {"1f1b-sync": ["--schedule", "1f1b", "--weights", "sync"], "zb-h1": ["--schedule", "zb-h1"],
+        "auto": ["--schedule", "auto"]}
 
 
 def run(*args):
@@ -76,7 +77,7 @@ class SchedulesTest(unittest.TestCase):
             self.assertEqual(l, ref_l, f"{tag} {name}: losses differ from GPipe's")
 
     def test_mlp_on_3_and_4_stages(self):
-        self.assert_same_as_gpipe(MLP, "mlp3", "--gpus", 3, "--micro-batches", 4)
+        self.assert_same_as_gpipe(MLP, "mlp3", "--gpus", 3, "--micro-batches", 4, schedules=("1f1b-sync", "zb-h1", "auto"))
         self.assert_same_as_gpipe(MLP, "mlp4", "--gpus", 4, "--micro-batches", 8, batch=32)
         # Fewer micro-batches than stages, and one.
         self.assert_same_as_gpipe(MLP, "mlp4m2", "--gpus", 4, "--micro-batches", 2)
@@ -160,6 +161,7 @@ class SchedulesTest(unittest.TestCase):
             (["--schedule", "gpipe", "--weights", "spectrain"], ["--weights spectrain", "--schedule gpipe", "sync"]),
             (["--schedule", "zb-h1", "--weights", "stash"], ["--weights stash", "zb-h1"]),
             (["--micro-batches", 2], ["--micro-batches 2", "synchronous"]),
+            (["--schedule", "auto", "--weights", "stash"], ["--weights stash", "--schedule auto", "sync"]),
             (["--schedule-file", os.path.join(self.dir, "nope.csv")], ["nope.csv", "no such file"]),
             (["--schedule-file", missing_w], ["missing_w.csv", "stage 0, mini-batch 0, action U: before W1"]),
             (["--schedule-file", dead], ["dead.csv deadlocks", "stage 0 waits at B0(0) for stage 1's B0(0)",
@@ -183,12 +185,26 @@ class SchedulesTest(unittest.TestCase):
         self.assertEqual(rc, 2, se)
         self.assertIn("a schedule of 2 stages; --gpus is 3", se)
 
+    def test_auto_says_what_it_chose(self):
+        rc, so, se = run(MLP, "--gpus", 3, "--micro-batches", 4, "--schedule", "auto", "--plan-only", "--no-calibrate",
+                         "--out", os.path.join(self.dir, "auto"))
+        self.assertEqual(rc, 0, se)
+        m = re.search(r"^schedule auto: (\S+), the best predicted throughput that fits \((\d+) samples/s; (\S+) (\d+|does not fit); "
+                      r"(\S+) (\d+|does not fit)\)$", so, re.M)
+        self.assertIsNotNone(m, so)
+        self.assertEqual(sorted([m.group(1), m.group(3), m.group(5)]), ["1f1b-sync", "gpipe", "zb-h1"])
+        for g in (4, 6):
+            if m.group(g) != "does not fit":
+                self.assertGreaterEqual(int(m.group(2)), int(m.group(g)))
+        self.assertIn(f"{m.group(1)} schedule, sync weights", so)
+
     def test_report_predicts_zb_h1_below_1f1b(self):
         import export_models as em
         lenet = os.path.join(self.dir, "lenet_plan.onnx")
         em.export_torch(em.build_module("lenet_bn"), "lenet_bn", 13, "train", lenet)
         bubble = {}
-        for name, flags in SYNC.items():
+        for name in ("1f1b-sync", "zb-h1"):
+            flags = SYNC[name]
             out = os.path.join(self.dir, "plan-" + name)
             rc, so, se = run(lenet, "--gpus", 2, "--micro-batches", 4, "--batch-size", 32, "--plan-only", "--no-calibrate",
                              "--device-spec", "H100", "--out", out, *flags)
