@@ -26,22 +26,25 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
     case WeightMode::kStash: return std::max(0, num_stages - stage - 1);
     case WeightMode::kStale:
     case WeightMode::kSync: return 0;
+    case WeightMode::k2BW: return 2;  // the master and the previous version
   }
   return 0;
 }
 
 int stage_gradient_accumulators(const PartitionOptions& opts) {
-  return synchronous(opts.schedule, opts.weights) && opts.micro_batches > 1 ? 1 : 0;
+  return micro_batched(opts.schedule, opts.weights) && opts.micro_batches > 1 ? 1 : 0;
 }
 
 bool stage_update_in_backward(int stage, int num_stages, const PartitionOptions& opts) {
   if (!opts.update_in_backward || opts.replicas > 1 || opts.graph_replicas > 1) return false;
-  if (opts.schedule == Schedule::kZBH1) return false;  // W runs apart from I: no update inside
+  // W runs apart from I; 2BW's passes read the version before the latest update: no update inside.
+  if (opts.schedule == Schedule::kZBH1 || opts.weights == WeightMode::k2BW) return false;
   if (synchronous(opts.schedule, opts.weights)) return opts.micro_batches <= 1;
   if (num_stages == 1) return true;  // the single-stage trainer: forward, backward, update in turn
   switch (opts.weights) {
     case WeightMode::kStale:
     case WeightMode::kSync: return true;
+    case WeightMode::k2BW: return false;
     case WeightMode::kSpecTrain: return spectrain_staleness(stage, num_stages, true, opts.staleness) == 0;
     case WeightMode::kStash: return num_stages - stage == 1;
   }
@@ -120,7 +123,8 @@ int stage_recompute_weight_copies(int stage, int num_stages, const PartitionOpti
     case WeightMode::kSpecTrain: return in_flight;
     case WeightMode::kStale: return in_flight + 1;
     case WeightMode::kStash:
-    case WeightMode::kSync: return 0;
+    case WeightMode::kSync:
+    case WeightMode::k2BW: return 0;  // its forward's version is still one of the two at the backward
   }
   return 0;
 }
@@ -901,7 +905,7 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
                     " " + mb(fixed) + "; " +
                     (s.recompute ? "recomputed: inputs " + mb(static_cast<double>(s.recompute_input_bytes)) + " x "
                                  : "activations " + mb(static_cast<double>(s.saved_bytes)) + " x ") +
-                    (synchronous(opts.schedule, opts.weights) ? plural(s.in_flight, "micro-batch", "micro-batches")
+                    (micro_batched(opts.schedule, opts.weights) ? plural(s.in_flight, "micro-batch", "micro-batches")
                                                        : plural(s.in_flight, "mini-batch", "mini-batches")) +
                     " in flight" +
                     (s.recompute ? " and one set of activations " + mb(static_cast<double>(s.saved_bytes)) : "") +

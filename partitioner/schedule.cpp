@@ -32,6 +32,7 @@ const char* weight_mode_name(WeightMode w) {
     case WeightMode::kStash: return "stash";
     case WeightMode::kStale: return "stale";
     case WeightMode::kSync: return "sync";
+    case WeightMode::k2BW: return "2bw";
   }
   return "?";
 }
@@ -62,6 +63,22 @@ StageProgram one_f_one_b_async(int k, int N) {
   const int warm = N - k - 1;
   for (int i = 0; i < warm; ++i) p.warmup.push_back(act(ActionKind::kForward, 0, i));
   p.steady = {act(ActionKind::kForward, 0, warm), act(ActionKind::kBackward, 0), act(ActionKind::kUpdate, 0)};
+  return p;
+}
+
+// PipeDream-2BW: asynchronous 1F1B over the stream of micro-batches (N-k-1 forwards ahead, across
+// mini-batch boundaries: an F of the next mini-batch carries offset +1), the update after each
+// mini-batch's last backward.
+StageProgram two_bw(int k, int N, int M) {
+  StageProgram p;
+  const int warm = N - k - 1;
+  for (int q = 0; q < warm; ++q) p.warmup.push_back(act(ActionKind::kForward, q % M, q / M));
+  for (int j = 0; j < M; ++j) {
+    const int q = j + warm;
+    p.steady.push_back(act(ActionKind::kForward, q % M, q / M));
+    p.steady.push_back(act(ActionKind::kBackward, j));
+  }
+  p.steady.push_back(act(ActionKind::kUpdate, 0));
   return p;
 }
 
@@ -157,7 +174,7 @@ ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches
   const int N = std::max(1, stages);
   const int M = std::max(1, micro_batches);
   ir.synchronous = synchronous(s, w);
-  ir.micro_batches = ir.synchronous ? M : 1;
+  ir.micro_batches = micro_batched(s, w) ? M : 1;
   switch (s) {
     case Schedule::kGPipe:
       ir.name = "gpipe";
@@ -171,6 +188,11 @@ ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches
       PT_CHECK(false) << "--schedule auto is resolved before a program is made";
       break;
     case Schedule::k1F1B:
+      if (w == WeightMode::k2BW) {
+        ir.name = "2bw";
+        for (int k = 0; k < N; ++k) ir.stages.push_back(two_bw(k, N, M));
+        break;
+      }
       ir.name = ir.synchronous ? "1f1b-sync" : "1f1b";
       for (int k = 0; k < N; ++k)
         ir.stages.push_back(ir.synchronous ? one_f_one_b_sync(k, N, M) : one_f_one_b_async(k, N));
@@ -333,9 +355,9 @@ int w_state_in_flight(const ScheduleIR& ir, int stage) { return ir.splits_backwa
 int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int, int>, std::vector<int>> memo;
-  const int N = std::max(1, stages), M = synchronous(s, w) ? std::max(1, micro_batches) : 1;
+  const int N = std::max(1, stages), M = micro_batched(s, w) ? std::max(1, micro_batches) : 1;
   std::lock_guard<std::mutex> lock(mu);
-  std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : 0, N, M}];
+  std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : w == WeightMode::k2BW ? 2 : 0, N, M}];
   if (v.empty()) {
     const ScheduleIR ir = make_schedule(s, w, N, M);
     for (int k = 0; k < N; ++k)  // ZB-H1's order depends on the stage times: its caps bound any

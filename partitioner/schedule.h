@@ -31,12 +31,18 @@ namespace pt {
 enum class Schedule { k1F1B, kGPipe, kZBH1, kAuto };
 // The weights a pass reads: SpecTrain's prediction, the forward's stashed version, the current
 // ones (stale), or one version per mini-batch (sync: GPipe, ZB-H1, 1F1B with a flush).
-enum class WeightMode { kSpecTrain, kStash, kStale, kSync };
+// k2BW: PipeDream-2BW (Narayanan et al., ICML 2021): asynchronous 1F1B over micro-batches, one
+// update per mini-batch of M >= N micro-batches, every pass of mini-batch i on the weights after
+// update i-1 (a constant delay of 1: W(i+1) = W(i) - lr grad(W(i-1))), so two versions suffice.
+enum class WeightMode { kSpecTrain, kStash, kStale, kSync, k2BW };
 const char* schedule_name(Schedule s);
 const char* weight_mode_name(WeightMode w);
 // Every micro-batch of a mini-batch finishes its backward before one update of that mini-batch:
 // the gradients of GPipe, whatever the order of the passes.
 inline bool synchronous(Schedule s, WeightMode w) { return s != Schedule::k1F1B || w == WeightMode::kSync; }
+// A mini-batch runs as M micro-batches (one graph pass each) with one update: the synchronous
+// schedules and 2BW.
+inline bool micro_batched(Schedule s, WeightMode w) { return synchronous(s, w) || w == WeightMode::k2BW; }
 
 enum class ActionKind : uint8_t { kForward, kBackward, kInputGrad, kWeightGrad, kUpdate };
 

@@ -175,7 +175,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   }
   o.schedule = f.schedule;
   o.weights = f.weights;
-  o.micro_batches = synchronous(o.schedule, o.weights) ? f.micro_batches : 1;
+  o.micro_batches = micro_batched(o.schedule, o.weights) ? f.micro_batches : 1;
   o.program = f.program;
   o.recompute = f.recompute;
   o.profile = profile;

@@ -153,10 +153,10 @@ Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
 // ---- Phase 2: the model and its training graph --------------------------------------------------
 
 Expected<StepBatch> run_batch(const TrainingSpec& o) {
-  const bool sync = synchronous(o.schedule, o.weights);
+  const bool sync = micro_batched(o.schedule, o.weights);
   if (!sync && o.batch.micro_batches_given && o.batch.micro_batches != 1)
     return invalid_input("--micro-batches " + std::to_string(o.batch.micro_batches) +
-                         ": micro-batches need a synchronous schedule (--schedule gpipe or zb-h1, or --weights sync)");
+                         ": micro-batches need a synchronous schedule (--schedule gpipe or zb-h1, or --weights sync) or --weights 2bw");
   StepBatch b{o.batch.mini_batch, sync ? o.batch.micro_batches : 1, o.replicas};  // the graph holds b.pass()
   // Each replica runs its share of the mini-batch (in micro-batches under GPipe).
   const int64_t passes = int64_t{b.micro} * b.replicas;
@@ -492,7 +492,7 @@ struct Trained {
 // One stage, one pass per step: the single-stage trainer (1F1B of one stage, synchronous or not).
 bool runs_one_stage(const TrainingSpec& o) {
   return o.gpus == 1 && o.replicas == 1 && o.schedule == Schedule::k1F1B && o.schedule_file.empty() &&
-         (!synchronous(o.schedule, o.weights) || o.batch.micro_batches <= 1);
+         (!micro_batched(o.schedule, o.weights) || o.batch.micro_batches <= 1);
 }
 
 Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Devices& dev, const Data& data,
@@ -539,6 +539,7 @@ std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
       synchronous(o.schedule, o.weights)
           ? sync_name + ", " + std::to_string(b.micro) + " micro-batch" + (b.micro == 1 ? "" : "es")
           : "1F1B, " + std::string(weight_mode_name(o.weights)) + " weights" +
+                (o.weights == WeightMode::k2BW ? " (PipeDream-2BW), " + std::to_string(b.micro) + " micro-batches" : "") +
                 (o.weights == WeightMode::kSpecTrain ? " (" + std::string(staleness_name(o.staleness)) + " staleness)" : "");
   return "training: " + how + ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : "") +
          (o.replicas > 1 ? " x " + std::to_string(o.replicas) + " replicas (gradients averaged over the replicas of each stage)"

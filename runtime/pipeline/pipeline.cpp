@@ -60,8 +60,17 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
                          dims_str(in->dims) + ")");
   if (plan.stages.empty()) return invalid_input("the plan has no stages");
   if (opts.micro_batches < 1) return invalid_input("--micro-batches must be at least 1");
-  if (!synchronous(opts.schedule, opts.weights) && opts.micro_batches != 1)
-    return invalid_input("--micro-batches applies to synchronous schedules only (gpipe, zb-h1, 1f1b with --weights sync)");
+  if (!micro_batched(opts.schedule, opts.weights) && opts.micro_batches != 1)
+    return invalid_input("--micro-batches applies to synchronous schedules (gpipe, zb-h1, 1f1b with --weights sync) and 2bw only");
+  if (opts.weights == WeightMode::k2BW) {
+    if (opts.schedule != Schedule::k1F1B) return invalid_input("--weights 2bw runs the 1f1b schedule");
+    if (opts.micro_batches < static_cast<int>(plan.stages.size()))
+      return invalid_input("--weights 2bw: --micro-batches " + std::to_string(opts.micro_batches) + " is fewer than the " +
+                           std::to_string(plan.stages.size()) + " stages; two weight versions need at least one micro-batch per stage");
+    if (!plan.layout.weights.empty())
+      return unsupported("--weights 2bw: weights shared across stages are not supported yet ('" +
+                         plan.layout.weights.front().values.front()->name + "'); use another --weights or --split-at");
+  }
   if (opts.program) {
     if (opts.program->stages.size() != plan.stages.size())
       return invalid_input(opts.program->name + ": a schedule of " + std::to_string(opts.program->stages.size()) +
@@ -240,7 +249,7 @@ Status PipelineTrainer::Impl::open_stage_executor(Stage& st, int N) {
   if (st.loss) eo.keep.push_back(st.loss);
   if (opts.adopt_initial_values && opts.replicas == 1) eo.adopt.assign(st.params.begin(), st.params.end());
   // GPipe's micro-batches read one weight version each: converted weights are kept for them.
-  eo.weight_cache = synchronous(opts.schedule, opts.weights) && opts.micro_batches > 1;
+  eo.weight_cache = micro_batched(opts.schedule, opts.weights) && opts.micro_batches > 1;
   std::shared_ptr<Device> dev;
   if (opts.device == DeviceKind::kCpu) {
     ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
@@ -398,7 +407,7 @@ HostTensor must(Expected<HostTensor> t, const std::string& name) {
 int PipelineTrainer::num_stages() const { return static_cast<int>(impl_->stages.size()); }
 
 int64_t PipelineTrainer::samples_per_step() const {
-  return impl_->graph_batch * (synchronous(impl_->opts.schedule, impl_->opts.weights) ? impl_->opts.micro_batches : 1) *
+  return impl_->graph_batch * (micro_batched(impl_->opts.schedule, impl_->opts.weights) ? impl_->opts.micro_batches : 1) *
          impl_->opts.replicas;
 }
 
@@ -528,7 +537,7 @@ Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
       if (r.stage != st->index) continue;
       char name[48];
       const char letter = r.part ? r.part : r.backward ? 'B' : 'F';
-      if (synchronous(impl_->opts.schedule, impl_->opts.weights))
+      if (micro_batched(impl_->opts.schedule, impl_->opts.weights))
         std::snprintf(name, sizeof name, "%c%lld.%d", letter, static_cast<long long>(r.mini_batch), r.micro_batch);
       else
         std::snprintf(name, sizeof name, "%c%lld", letter, static_cast<long long>(r.mini_batch));
@@ -617,7 +626,7 @@ std::string PipelineTrainer::Impl::describe() const {
                   file ? "schedule file" : opts.schedule == Schedule::kZBH1 ? "ZB-H1" : "1F1B sync", opts.micro_batches,
                   on.c_str());
   } else {
-    const char* w = opts.weights == WeightMode::kStash ? "stash" : opts.weights == WeightMode::kStale ? "stale" : "spectrain";
+    const char* w = weight_mode_name(opts.weights);
     std::snprintf(b, sizeof b, "%d stage%s%s, 1F1B %s%s%s%s%s", N, N == 1 ? "" : "s", reps.c_str(), w,
                   opts.weights == WeightMode::kSpecTrain ? " (" : "",
                   opts.weights == WeightMode::kSpecTrain ? staleness_name(opts.staleness) : "",
@@ -779,7 +788,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   int64_t n = train.size();
   bool validate = val && val->size() > 0;
   RETURN_IF_ERROR(co->agree_data(&n, &validate));
-  const int M = synchronous(I.opts.schedule, I.opts.weights) ? I.opts.micro_batches : 1;
+  const int M = micro_batched(I.opts.schedule, I.opts.weights) ? I.opts.micro_batches : 1;
   const StepBatch& given = cfg.batch;
   if (given.mini > 0 && (given.micro != M || given.replicas != I.opts.replicas || given.pass() != I.graph_batch ||
                          given.mini != given.pass() * M * I.opts.replicas))

@@ -363,7 +363,7 @@ void MpiCoordinator::relay_claims(RunShared& sh) {
         if (st->reads_labels) feed->y_stages.push_back(st->index);
       }
     }
-    const int M = synchronous(impl_.opts.schedule, impl_.opts.weights) ? impl_.opts.micro_batches : 1;
+    const int M = micro_batched(impl_.opts.schedule, impl_.opts.weights) ? impl_.opts.micro_batches : 1;
     PipelineTrainer::Impl* I = &impl_;
     // A failed send means the run is aborting: the stages stop on their own.
     sh.tell_claim = [C, size, R, M, I, feed, shp = &sh](int64_t step, bool granted) {

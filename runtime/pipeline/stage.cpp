@@ -375,7 +375,7 @@ Status Stage::prepare() {
     return internal_error("stage " + std::to_string(index) + " recomputes with one pass in flight (the plan's schedule is not the run's)");
   // Recomputing under stale weights keeps the forward's version per pass, so the master gets a
   // copy of its own (as SpecTrain's) instead of living in the executor's buffers.
-  const bool keep_fwd_weights = recompute && !sync() && opts.weights != WeightMode::kStash;
+  const bool keep_fwd_weights = recompute && !sync() && opts.weights != WeightMode::kStash && !two_bw();
   separate_master_ = !sync() && (opts.weights != WeightMode::kStale || keep_fwd_weights);
   buf_is_master_ = true;
   const Device& dev = *ex->device();
@@ -385,6 +385,13 @@ Status Stage::prepare() {
       ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
       RETURN_IF_ERROR(ex->copy_out(p, b.view(), dev));
       master_.push_back(std::move(b));
+    }
+  prev_.clear();
+  if (two_bw())
+    for (const Value* p : params) {
+      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
+      RETURN_IF_ERROR(ex->copy_out(p, b.view(), dev));
+      prev_.push_back(std::move(b));
     }
   saved_slots_.clear();
   if (copy_saved_) {
@@ -421,7 +428,7 @@ Status Stage::prepare() {
       state_copy_.push_back(std::move(b));
     }
   grad_acc_.clear();
-  if (sync() && opts.micro_batches > 1)
+  if (micro() > 1)
     for (const Value* g : grads) {
       ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(g));
       grad_acc_.push_back(std::move(b));
@@ -439,6 +446,7 @@ Status Stage::prepare() {
 size_t Stage::held_bytes() const {
   size_t b = 0;
   for (const auto& t : master_) b += t.bytes();
+  for (const auto& t : prev_) b += t.bytes();
   for (const auto& slot : saved_slots_)
     for (const auto& t : slot) b += t.bytes();
   for (const auto& slot : stash_)
@@ -569,6 +577,9 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   if (!sync() && opts.weights == WeightMode::kSpecTrain) {
     r.staleness = spectrain_staleness(index, num_stages, false, opts.staleness);
     RETURN_IF_ERROR(load_predicted(r.staleness));
+  } else if (two_bw()) {
+    RETURN_IF_ERROR(load_two_bw(r.mini_batch));
+    r.version = std::max<int64_t>(0, r.mini_batch - 1);
   } else {
     RETURN_IF_ERROR(load_master());
   }
@@ -625,7 +636,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
     }
   }
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
-  if (recompute) RETURN_IF_ERROR(recompute_forward(slot));
+  if (recompute) RETURN_IF_ERROR(recompute_forward(slot, key));
   PassRecord r = begin_record(key, true, input_part ? 'I' : 0);
   RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
   if (!sync() && opts.weights == WeightMode::kSpecTrain) {
@@ -635,6 +646,9 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
     for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
     buf_is_master_ = false;
     r.version = stash_version_[slot];
+  } else if (two_bw()) {
+    RETURN_IF_ERROR(load_two_bw(r.mini_batch));
+    r.version = std::max<int64_t>(0, r.mini_batch - 1);
   } else {
     RETURN_IF_ERROR(load_master());
   }
@@ -718,12 +732,14 @@ Status Stage::accumulate_grads() {
 // PipeDream-2BW and Megatron recompute with stashed weights. BatchNorm in training mode
 // normalises with the batch's statistics, so the rerun's outputs do not depend on the running
 // statistics; its running-statistics update is undone (state_copy_) so that it counts once.
-Status Stage::recompute_forward(int slot) {
+Status Stage::recompute_forward(int slot, int64_t key) {
   const Device& dev = *ex->device();
   if (!fwd_weights_.empty()) {
     for (size_t i = 0; i < params.size(); ++i)
       RETURN_IF_ERROR(ex->copy_in(params[i], fwd_weights_[slot][i].view(), dev));
     buf_is_master_ = false;
+  } else if (two_bw()) {
+    RETURN_IF_ERROR(load_two_bw(key / micro()));
   } else if (!stash_.empty() && stash_version_[slot] != version_) {
     for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
     buf_is_master_ = false;
@@ -737,10 +753,24 @@ Status Stage::recompute_forward(int slot) {
   return Status::ok();
 }
 
+Status Stage::load_two_bw(int64_t step) {
+  const int64_t need = std::max<int64_t>(0, step - 1);
+  if (version_ == need) return load_master();
+  if (version_ != need + 1)
+    return internal_error("stage " + std::to_string(index) + ": 2BW pass of mini-batch " + std::to_string(step) + " needs version " +
+                          std::to_string(need) + ", the stage has " + std::to_string(version_) + " and the one before");
+  const Device& dev = *ex->device();
+  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], prev_[i].view(), dev));
+  buf_is_master_ = false;
+  return Status::ok();
+}
+
 Status Stage::update(RunShared& sh, int64_t step) {
   const auto t_run = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
+  for (size_t i = 0; i < prev_.size(); ++i)  // 2BW: the version the next mini-batch's passes read
+    RETURN_IF_ERROR(ex->device()->copy(prev_[i].view().data, dev, master_[i].view().data, dev, prev_[i].bytes(), ex->stream()));
   if (!grad_acc_.empty()) {  // the mean of the micro-batch gradients (each loss is a mean)
     if (accumulated_ != opts.micro_batches)
       return internal_error("stage " + std::to_string(index) + ": update of mini-batch " + std::to_string(step) + " after " +

@@ -300,7 +300,7 @@ class Stage {
   PassRecord begin_record(int64_t key, bool backward, char part) const;
   // Reruns the forward (and loss) nodes of the pass whose inputs are in the executor, with the
   // weights its forward used, leaving the model state (BatchNorm running statistics) as it was.
-  Status recompute_forward(int slot);
+  Status recompute_forward(int slot, int64_t key);
   Status update(RunShared& sh, int64_t step);
   Status feed(RunShared& sh, int64_t key);
   Status fence_sends();  // this stage's stream waits until its sends have read their values
@@ -317,7 +317,11 @@ class Stage {
   Status clip_gradients(RunShared& sh, int64_t step);  // runtime/pipeline/clip.cpp
   Expected<DeviceBuffer> buffer_like(const Value* v) const;  // on the executor's device
   bool sync() const { return synchronous(opts.schedule, opts.weights); }
-  int micro() const { return sync() ? opts.micro_batches : 1; }
+  int micro() const { return micro_batched(opts.schedule, opts.weights) ? opts.micro_batches : 1; }
+  bool two_bw() const { return opts.weights == WeightMode::k2BW; }
+  // 2BW: the version the passes of mini-batch `step` read (the weights after update step - 1) into
+  // the executor: the master or prev_.
+  Status load_two_bw(int64_t step);
   // Slots of the passes in flight, by pass key: taken by a forward, given back by its B or I;
   // the W state's likewise, taken by I, given back by W.
   struct SlotPool {
@@ -339,6 +343,7 @@ class Stage {
   int64_t segment_first_ = 0, forwarded_end_ = 0;  // shared weights: this segment's first step, 1 + last forwarded
   // On the executor's device.
   std::vector<DeviceBuffer> master_;
+  std::vector<DeviceBuffer> prev_;  // 2BW: the master before the latest update
   std::vector<std::vector<DeviceBuffer>> saved_slots_;  // [slot][saved value]
   std::vector<std::vector<DeviceBuffer>> stash_;        // [slot][param]
   std::vector<int64_t> stash_version_;                  // [slot]

@@ -103,6 +103,20 @@ class SchedulesTest(unittest.TestCase):
         self.assert_same_as_gpipe(MLP, "clip", "--gpus", 3, "--micro-batches", 4, "--clip-grad-norm", 0.05,
                                   "--optimizer", "adamw", "--lr", 0.01)
 
+    def test_2bw(self):
+        # PipeDream-2BW against its explicit-version reference: tests/runtime/pipeline_test.cpp. Here:
+        # recomputation changes nothing, every pass reads version max(0, i - 1) (the trace), and
+        # the run says what it is.
+        w, _ = self.train(MLP, "2bw", "--gpus", 3, "--weights", "2bw", "--micro-batches", 4, "--trace")
+        r, _ = self.train(MLP, "2bw-rec", "--gpus", 3, "--weights", "2bw", "--micro-batches", 4, "--recompute", "stage")
+        for k in w:
+            self.assertTrue(np.array_equal(w[k], r[k]), k)
+        with open(os.path.join(self.dir, "2bw", "trace.json")) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        self.assertEqual(len(events), 3 * 8 * 4 * 2)  # stages x steps x micro-batches x (F, B)
+        for e in events:
+            self.assertEqual(e["args"]["version"], max(0, e["args"]["mini_batch"] - 1), e)
+
     def test_weight_shared_across_stages(self):
         rng = np.random.default_rng(5)
         d, classes = 16, 10
@@ -162,6 +176,8 @@ class SchedulesTest(unittest.TestCase):
             (["--schedule", "zb-h1", "--weights", "stash"], ["--weights stash", "zb-h1"]),
             (["--micro-batches", 2], ["--micro-batches 2", "synchronous"]),
             (["--schedule", "auto", "--weights", "stash"], ["--weights stash", "--schedule auto", "sync"]),
+            (["--schedule", "gpipe", "--weights", "2bw"], ["--weights 2bw", "gpipe"]),
+            (["--weights", "2bw", "--micro-batches", 1], ["--weights 2bw: --micro-batches 1 is fewer than --gpus 2"]),
             (["--schedule-file", os.path.join(self.dir, "nope.csv")], ["nope.csv", "no such file"]),
             (["--schedule-file", missing_w], ["missing_w.csv", "stage 0, mini-batch 0, action U: before W1"]),
             (["--schedule-file", dead], ["dead.csv deadlocks", "stage 0 waits at B0(0) for stage 1's B0(0)",

@@ -159,6 +159,9 @@ class MpiTest(unittest.TestCase):
     def test_gpipe_np4(self):
         self.check_same_as_single_process(4, ["--schedule", "gpipe", "--micro-batches", 4], "gpipe4")
 
+    def test_2bw_np3(self):
+        self.check_same_as_single_process(3, ["--weights", "2bw", "--micro-batches", 4], "2bw3")
+
     def test_zb_h1_np4(self):
         self.check_same_as_single_process(4, ["--schedule", "zb-h1", "--micro-batches", 4], "zbh1-4")
 

@@ -7,6 +7,8 @@
 #   backward of i at stage k:            stale W_i; stash W_t (the forward's version);
 #                                        spectrain W_i - s_bwd(k) * lr * v_i
 #   (activations always from the forward; the backward's weights only in dX = dY W)
+#   2bw (PipeDream-2BW): forward and backward of mini-batch i at every stage: W_max(0, i-1) (the
+#     mini-batch's gradient is the mean over its micro-batches, i.e. over all of it)
 #   update i: g = G + wd W_i; v_(i+1) = gamma v_i + (1-gamma) g; W_(i+1) = W_i - lr v_(i+1)
 # Shared weights (one initializer read by nodes of several stages): one history per weight, kept by
 # its owner (the first stage that reads it); a node reads the version its own stage k would use by
@@ -134,6 +136,8 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
     per_epoch = max(1, len(x_all) // batch)
 
     def weights(name, k, i, backward):
+        if mode == "2bw":
+            return W[name][max(0, i - 1)]
         w = n_stages - k - 1
         t_fwd = max(0, i - w)
         if mode == "spectrain":

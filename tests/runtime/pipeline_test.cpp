@@ -459,6 +459,32 @@ TEST(PipelineReference, MatchesExplicitVersionReference) {
       cases << name << " " << n << " " << bal << " " << m.name << " " << steps << " " << batch << " " << lr
             << " 0.9 0.0001\n";
     }
+  // PipeDream-2BW: micro-batches of batch / M, M >= N, one update per mini-batch of `batch`.
+  for (int n : {2, 3, 4})
+    for (int micro : {n, 2 * n}) {
+      PipelineOptions po = testing::test_pipeline_options();
+      po.weights = WeightMode::k2BW;
+      po.micro_batches = micro;
+      const int64_t mini = 4 * micro;
+      auto md = digits_model(mini / micro);
+      Plan plan = make_plan(*md, n, po.schedule, po.weights, micro);
+      auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+      ASSERT_TRUE(p) << p.status().message();
+      TrainConfig cfg = config(steps);
+      cfg.lr = lr;
+      auto r = (*p)->train(data, nullptr, cfg);
+      ASSERT_TRUE(r) << r.status().message();
+      // The trace: every pass of mini-batch i read version max(0, i - 1).
+      for (const PassRecord& rec : (*p)->trace())
+        ASSERT_EQ(rec.version, std::max<int64_t>(0, rec.mini_batch - 1)) << n << " stages, M " << micro;
+      const std::string name = std::to_string(n) + "_2bw_m" + std::to_string(micro);
+      fs::create_directories(dir / name);
+      for (auto& [pname, t] : (*p)->parameters())
+        ASSERT_TRUE(write_npy((dir / name / (pname + ".npy")).string(), t).is_ok());
+      std::string bal;
+      for (int c : balance_for(n)) bal += (bal.empty() ? "" : ",") + std::to_string(c);
+      cases << name << " " << n << " " << bal << " 2bw paper " << steps << " " << mini << " " << lr << " 0.9 0.0001\n";
+    }
   cases.close();
   const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
