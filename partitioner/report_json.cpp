@@ -169,6 +169,21 @@ std::string report_json(const ReportInputs& r) {
       {"device_count", sum.stages * std::max(1, p.replicas)},
       {"graph_replicas", p.graph_replicas},
   };
+  {  // The program every stage runs (partitioner/schedule.h; docs/schedules.md), as action tokens.
+    const ScheduleIR ir = plan_schedule(p);
+    json programs = json::array();
+    for (size_t k = 0; k < ir.stages.size(); ++k) {
+      json warm = json::array(), steady = json::array();
+      for (const Action& a : ir.stages[k].warmup) warm.push_back(action_token(a));
+      for (const Action& a : ir.stages[k].steady) steady.push_back(action_token(a));
+      programs.push_back({{"warmup", warm},
+                          {"steady", steady},
+                          {"in_flight", program_in_flight(ir, static_cast<int>(k))},
+                          {"waiting_for_w", w_state_in_flight(ir, static_cast<int>(k))}});
+    }
+    doc["program"] = {{"name", ir.name}, {"synchronous", ir.synchronous}, {"micro_batches", ir.micro_batches},
+                      {"stages", programs}};
+  }
   if (p.replicas > 1)
     doc["replica_link"] = {{"name", p.replica_link.name}, {"bandwidth", p.replica_link.bandwidth},
                            {"latency_s", p.replica_link.latency_s}};

@@ -145,6 +145,11 @@ class SchedulesTest(unittest.TestCase):
         for r in rows:  # every pass once: F, I and W of each micro-batch, one update
             acts = r.split(",")[2].split()
             self.assertEqual(sorted(acts), sorted([f"{x}{j}" for x in "FIW" for j in range(4)] + ["U"]), r)
+        with open(os.path.join(self.dir, "zbplan", "partition.json")) as f:  # the same program, in the report
+            program = json.load(f)["program"]
+        self.assertEqual((program["name"], program["synchronous"], program["micro_batches"]), ("zb-h1", True, 4))
+        self.assertEqual([" ".join(st["steady"]) for st in program["stages"]], [r.split(",")[2] for r in rows])
+        self.assertTrue(all(st["waiting_for_w"] >= 1 for st in program["stages"]), program)
         ref, _ = self.train(MLP, "zb-builtin", "--gpus", 3, "--schedule", "zb-h1", "--micro-batches", 4)
         got, _ = self.train(MLP, "zb-file", "--gpus", 3, "--schedule-file", csv)
         for k in ref:
