@@ -166,6 +166,7 @@ struct FlagHandles {
   CLI::Option* resume = nullptr;
   CLI::Option* weights = nullptr;
   CLI::Option* schedule = nullptr;
+  CLI::Option* staleness = nullptr;
 };
 
 // The flags, added in the order --help lists them within their groups (assign_groups).
@@ -303,7 +304,7 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
              "auto | off | all: which executors keep convolution weights in oneDNN's layout while they are unchanged "
              "(auto: GPipe stages with micro-batches and the evaluators; all: every executor)");
   f.micro_batches = app.add_option("--micro-batches", o.batch.micro_batches, "synchronous schedules (gpipe, zb-h1, 1f1b --weights sync): micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
-  add_choice(app, "--spectrain-staleness", &o.staleness, {{"paper", pt::Staleness::kPaper}, {"exact", pt::Staleness::kExact}},
+  f.staleness = add_choice(app, "--spectrain-staleness", &o.staleness, {{"paper", pt::Staleness::kPaper}, {"exact", pt::Staleness::kExact}},
              "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0");
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
   app.add_option("--device-spec", o.device_spec, "device per stage: a built-in GPU (H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti) or a JSON file; one for all or one per stage")->delimiter(',');
@@ -425,6 +426,9 @@ int parse_into_spec(CLI::App& app, int argc, char** argv, const FlagHandles& f, 
 int check_parsed(const FlagHandles& f, pt::TrainingSpec& o, pt::MpiJob& job) {
   if (pt::Status st = parse_replicas(f.replicas_text, o.gpus, &o); !st.is_ok()) return job.fail(st);
   if (pt::Status st = pt::resolve_schedule(f.schedule->count() > 0, f.weights->count() > 0, &o); !st.is_ok()) return job.fail(st);
+  if (f.staleness->count() > 0 && o.weights != pt::WeightMode::kSpecTrain)
+    return job.fail(pt::invalid_input(std::string("--spectrain-staleness: the run does not use SpecTrain's weights (--weights ") +
+                                      pt::weight_mode_name(o.weights) + ")"));
   if (!job.leads_run()) o.local.quiet = true;  // rank 0 prints progress and reports
   if (pt::Status st = set_lose_rank(&o, job); !st.is_ok()) return job.fail(st);
   return -1;

@@ -276,15 +276,75 @@ Executor::Allocated Executor::allocated_bytes() const {
     else
       a.activations += b;
     if (!direct_ && !mirror_[id].empty()) a.host_copies += mirror_[id].bytes();
+    if (id < parked_host_.size()) {  // pass slots (add_storages)
+      const size_t slots = direct_ ? parked_host_[id].size() : parked_dev_[id].size();
+      a.activations += slots * b;
+    }
   }
   if (weight_cache_) a.weight_cache = weight_cache_->bytes();
   return a;
+}
+
+Status Executor::add_storages(const Value* v, int n) {
+  PT_CHECK(!plan_.planned(v)) << "value '" << v->name << "' shares storage under the memory plan; keep it to give it storages";
+  const size_t id = static_cast<size_t>(v->id);
+  if (!allocated_.at(id)) {
+    RETURN_IF_ERROR(allocate_value(v));
+    allocated_[id] = 1;
+  }
+  if (uses_.empty()) {
+    uses_.resize(value_of_.size());
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Node* node = steps_[i].node;
+      for (size_t j = 0; j < node->inputs.size(); ++j)
+        if (node->inputs[j]) uses_[node->inputs[j]->id].push_back({i, j, false});
+      for (size_t j = 0; j < node->outputs.size(); ++j)
+        if (node->outputs[j]) uses_[node->outputs[j]->id].push_back({i, j, true});
+    }
+    parked_host_.resize(value_of_.size());
+    parked_dev_.resize(value_of_.size());
+    selected_.assign(value_of_.size(), -1);
+  }
+  for (int k = 0; k < n; ++k) {
+    if (direct_) {
+      try {
+        parked_host_[id].emplace_back(v->dtype, v->dims);
+      } catch (const std::bad_alloc&) {
+        return internal_error(out_of_memory_message("a pass slot of '" + v->name + "'", v->bytes()));
+      }
+    } else {
+      ASSIGN_OR_RETURN(void* p, device_->allocate(v->bytes(), stream_));
+      parked_dev_[id].push_back(p);
+    }
+  }
+  return Status::ok();
+}
+
+void Executor::swap_storage(size_t id, int k) {
+  if (direct_) std::swap(bufs_[id], parked_host_[id].at(static_cast<size_t>(k)));
+  else std::swap(dptr_[id], parked_dev_[id].at(static_cast<size_t>(k)));
+}
+
+Status Executor::select_storage(const Value* v, int k) {
+  const size_t id = static_cast<size_t>(v->id);
+  PT_CHECK(id < selected_.size()) << "value '" << v->name << "' has no storages (add_storages)";
+  const int n = static_cast<int>(direct_ ? parked_host_[id].size() : parked_dev_[id].size());
+  PT_CHECK(k >= -1 && k < n) << "value '" << v->name << "': storage " << k << " of " << n;
+  if (selected_[id] == k) return Status::ok();
+  if (selected_[id] >= 0) swap_storage(id, selected_[id]);  // its own back in place
+  if (k >= 0) swap_storage(id, k);
+  selected_[id] = k;
+  void* data = direct_ ? bufs_[id].data() : dptr_[id];
+  for (const Use& u : uses_[id]) (u.output ? steps_[u.step].outputs : steps_[u.step].inputs)[u.index].data = data;
+  return Status::ok();
 }
 
 Executor::~Executor() {
   if (!device_) return;
   (void)device_->synchronize(stream_);
   for (void* p : dptr_) device_->deallocate(p);
+  for (auto& ps : parked_dev_)
+    for (void* p : ps) device_->deallocate(p);
   if (direct_) std::free(arena_);
   else device_->deallocate(arena_);
   device_->destroy_stream(stream_);

@@ -171,6 +171,15 @@ class Executor {
   // The cache (nullptr until a run used it).
   const WeightCache* weight_cache() const { return weight_cache_.get(); }
 
+  // Storages of a value beside its own (a kept value, not planned): add_storages(v, n) allocates n
+  // more; select_storage(v, k) makes storage k (0 <= k < n; -1: its own) the one the kernels read
+  // and write and host, view, upload, copy_in and copy_out see, until the next selection. A
+  // pipeline stage selects the slot of the pass it runs for the activations it keeps between
+  // passes, so that they stay where the forward wrote them instead of being copied aside and back.
+  // Selecting is O(uses of v); the data of every storage stays as it was.
+  Status add_storages(const Value* v, int n);
+  Status select_storage(const Value* v, int k);
+
   // Runs the prepared nodes whose phase passes `filter` (all when null), in order. Aliases' nodes
   // (MemoryPlan::alias_of) never run: their output is their input's bytes.
   Status run(const std::function<bool(Phase)>& filter = nullptr);
@@ -225,6 +234,18 @@ class Executor {
   MemoryPlan plan_;
   std::vector<Step> steps_;
   std::vector<uint64_t> version_;        // [value id]: the weight's version, 0 for other values
+  // add_storages: [value id] the storages not selected now (storage k's place holds the value's
+  // own while k is selected), which is selected (-1: its own), and where the steps hold its views.
+  std::vector<std::vector<HostTensor>> parked_host_;  // direct
+  std::vector<std::vector<void*>> parked_dev_;        // otherwise
+  std::vector<int> selected_;
+  struct Use {
+    size_t step;
+    size_t index;
+    bool output;
+  };
+  std::vector<std::vector<Use>> uses_;  // built by the first add_storages
+  void swap_storage(size_t id, int k);
   bool weight_cache_wanted_ = false;
   ExecSettings settings_;
   std::unique_ptr<WeightCache> weight_cache_;

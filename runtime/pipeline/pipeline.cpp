@@ -203,22 +203,12 @@ Status split_backward(const StageLayout& layout, Stage& st) {
     return v && v->kind != ValueKind::kParameter && v->kind != ValueKind::kConstant && v->kind != ValueKind::kState &&
            v->kind != ValueKind::kHyper;
   };
-  // What W reads of the saved activations comes back from the pass's saved slot, which a split
-  // stage holds until W (w_saved_values); the rest is copied aside after I.
+  // What W reads of the saved activations it finds in the pass's slot of them, which a split stage
+  // holds until W; the rest of what it reads is copied aside after I.
   const std::unordered_set<const Value*> saved(st.saved.begin(), st.saved.end());
-  std::unordered_set<const Value*> from_saved;
   for (const Node* n : w)
     for (const Value* v : n->inputs)
-      if (keeps(v) && !by_w.count(v)) (saved.count(v) ? from_saved : state).insert(v);
-  for (size_t i = 0; i < st.saved.size(); ++i)
-    if (from_saved.count(st.saved[i])) st.w_saved_values.push_back(i);
-  // And what I reads of them (a first stage, which sends nothing, has an empty I).
-  std::unordered_set<const Value*> by_i;
-  for (const Node* n : st.nodes)
-    if (n->phase == Phase::kBackward && !st.w_nodes.count(n))
-      for (const Value* v : n->inputs) by_i.insert(v);
-  for (size_t i = 0; i < st.saved.size(); ++i)
-    if (by_i.count(st.saved[i])) st.i_saved_values.push_back(i);
+      if (keeps(v) && !by_w.count(v) && !saved.count(v)) state.insert(v);
   for (const Value* g : st.grads)  // parameter gradients I computed (with an input gradient)
     if (!by_w.count(g)) state.insert(g);
   st.w_state.assign(state.begin(), state.end());

@@ -393,15 +393,11 @@ Status Stage::prepare() {
       RETURN_IF_ERROR(ex->copy_out(p, b.view(), dev));
       prev_.push_back(std::move(b));
     }
-  saved_slots_.clear();
-  if (copy_saved_) {
-    saved_slots_.resize(num_slots_);
-    for (auto& slot : saved_slots_)
-      for (const Value* v : saved) {
-        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
-        slot.push_back(std::move(b));
-      }
-  }
+  // The saved activations of each pass in flight stay in a storage of their own in the executor
+  // (Executor::add_storages): a pass selects its slot's before its forward writes them and before
+  // its backward reads them, so nothing is copied aside and back.
+  if (copy_saved_)
+    for (const Value* v : saved) RETURN_IF_ERROR(ex->add_storages(v, num_slots_));
   stash_.clear();
   stash_version_.assign(num_slots_, -1);
   if (!sync() && opts.weights == WeightMode::kStash && num_slots_ > 1) {
@@ -447,8 +443,6 @@ size_t Stage::held_bytes() const {
   size_t b = 0;
   for (const auto& t : master_) b += t.bytes();
   for (const auto& t : prev_) b += t.bytes();
-  for (const auto& slot : saved_slots_)
-    for (const auto& t : slot) b += t.bytes();
   for (const auto& slot : stash_)
     for (const auto& t : slot) b += t.bytes();
   for (const auto& slot : fwd_weights_)
@@ -550,6 +544,12 @@ Status Stage::fence_sends() {
   return Status::ok();
 }
 
+Status Stage::select_saved(int slot) {
+  if (!copy_saved_) return Status::ok();
+  for (const Value* v : saved) RETURN_IF_ERROR(ex->select_storage(v, slot));
+  return Status::ok();
+}
+
 PassRecord Stage::begin_record(int64_t key, bool backward, char part) const {
   PassRecord r;
   r.stage = index;
@@ -567,6 +567,8 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   // flight on a link's stream (saved activations that were sent, the data rank's input).
   RETURN_IF_ERROR(fence_sends());
   const auto t_start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(const int slot, slots_.take(key, index));
+  RETURN_IF_ERROR(select_saved(slot));  // before anything (received, fed or computed) is written into them
   for (Link* c : fwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, false));
@@ -595,10 +597,8 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   }
   for (Link* c : fwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
-  ASSIGN_OR_RETURN(const int slot, slots_.take(key, index));
   if (copy_saved_) {
     const Device& dev = *ex->device();
-    for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_out(saved[i], saved_slots_[slot][i].view(), dev));
     if (!stash_.empty()) {
       for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], stash_[slot][i].view(), dev));
       stash_version_[slot] = version_;
@@ -628,13 +628,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   RETURN_IF_ERROR(recv_weights(key, true));
   const auto t_run = std::chrono::steady_clock::now();
   const Device& dev = *ex->device();
-  if (copy_saved_) {
-    if (input_part && !recompute) {  // I reads only some of them (W takes its own from the slot)
-      for (size_t i : i_saved_values) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
-    } else {
-      for (size_t i = 0; i < saved.size(); ++i) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
-    }
-  }
+  RETURN_IF_ERROR(select_saved(slot));
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   if (recompute) RETURN_IF_ERROR(recompute_forward(slot, key));
   PassRecord r = begin_record(key, true, input_part ? 'I' : 0);
@@ -690,8 +684,7 @@ Status Stage::weight_grad(RunShared& sh, int64_t key) {
   const int ws = w_slots_.at(key);
   for (size_t i = 0; i < w_state.size(); ++i) RETURN_IF_ERROR(ex->copy_in(w_state[i], w_saved_[ws][i].view(), dev));
   w_slots_.give(key);
-  const int slot = slots_.at(key);
-  for (size_t i : w_saved_values) RETURN_IF_ERROR(ex->copy_in(saved[i], saved_slots_[slot][i].view(), dev));
+  RETURN_IF_ERROR(select_saved(slots_.at(key)));
   slots_.give(key);
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   PassRecord r = begin_record(key, true, 'W');

@@ -245,8 +245,6 @@ class Stage {
   // and what W reads that the forward, I or other stages computed, kept per pass from I to W.
   std::unordered_set<const Node*> w_nodes;
   std::vector<const Value*> w_state;
-  std::vector<size_t> w_saved_values;  // indices into `saved` that W reads (from the pass's saved slot)
-  std::vector<size_t> i_saved_values;  // and that I reads
   // One stage per rank: rank 0 alone reads the data and sends the input and labels of every pass
   // to the other stages that read them (data_out); such a stage receives them (data_in).
   std::vector<Link*> data_out;
@@ -298,6 +296,7 @@ class Stage {
   Status weight_grad(RunShared& sh, int64_t key);  // W of a split backward
   Status accumulate_grads();  // synchronous schedules: adds the pass's gradients to the mini-batch's
   PassRecord begin_record(int64_t key, bool backward, char part) const;
+  Status select_saved(int slot);  // the saved activations' storage of pass slot `slot`
   // Reruns the forward (and loss) nodes of the pass whose inputs are in the executor, with the
   // weights its forward used, leaving the model state (BatchNorm running statistics) as it was.
   Status recompute_forward(int slot, int64_t key);
@@ -344,7 +343,6 @@ class Stage {
   // On the executor's device.
   std::vector<DeviceBuffer> master_;
   std::vector<DeviceBuffer> prev_;  // 2BW: the master before the latest update
-  std::vector<std::vector<DeviceBuffer>> saved_slots_;  // [slot][saved value]
   std::vector<std::vector<DeviceBuffer>> stash_;        // [slot][param]
   std::vector<int64_t> stash_version_;                  // [slot]
   // --recompute under 1F1B SpecTrain / stale: the weights each pass's forward read, [slot][param]

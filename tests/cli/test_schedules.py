@@ -182,6 +182,7 @@ class SchedulesTest(unittest.TestCase):
             (["--micro-batches", 2], ["--micro-batches 2", "synchronous"]),
             (["--schedule", "auto", "--weights", "stash"], ["--weights stash", "--schedule auto", "sync"]),
             (["--schedule", "gpipe", "--weights", "2bw"], ["--weights 2bw", "gpipe"]),
+            (["--schedule", "zb-h1", "--spectrain-staleness", "exact"], ["--spectrain-staleness", "--weights sync"]),
             (["--weights", "2bw", "--micro-batches", 1], ["--weights 2bw: --micro-batches 1 is fewer than --gpus 2"]),
             (["--schedule-file", os.path.join(self.dir, "nope.csv")], ["nope.csv", "no such file"]),
             (["--schedule-file", missing_w], ["missing_w.csv", "stage 0, mini-batch 0, action U: before W1"]),
