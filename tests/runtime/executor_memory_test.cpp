@@ -40,6 +40,48 @@ std::unique_ptr<Graph> relu_graph(int64_t rows) {
   return g;
 }
 
+// Storages of a value (the pass slots of a pipeline stage's saved activations): each keeps its
+// own bytes across selections, the kernels read and write the selected one, host() and view() see
+// it, and the executor counts them; with separate host copies too.
+TEST(ExecutorMemory, StoragesKeepTheirBytesAndTheKernelsUseTheSelectedOne) {
+  for (bool separate : {false, true}) {
+    auto g = relu_graph(2);
+    const Value* x = g->inputs[0];
+    const Value* y = g->outputs[0];
+    ExecutorOptions eo{true, {x, y}};
+    eo.settings.separate_host = separate;
+    auto ex = Executor::create(*g, DeviceKind::kCpu, {}, eo);
+    ASSERT_TRUE(ex) << ex.status().message();
+    const size_t before = (*ex)->allocated_bytes().activations;
+    ASSERT_TRUE((*ex)->add_storages(x, 2).is_ok());
+    EXPECT_EQ((*ex)->allocated_bytes().activations, before + 2 * 64);  // 16 floats, 64-byte rounded
+    auto fill = [&](float v) {
+      HostTensor& h = (*ex)->host(x);
+      for (int i = 0; i < 16; ++i) h.as<float>()[i] = (i % 2 ? v : -v);
+      ASSERT_TRUE((*ex)->upload(x).is_ok());
+    };
+    auto y0 = [&]() {
+      EXPECT_TRUE((*ex)->download(y).is_ok());
+      return (*ex)->host(y).as<float>()[1];
+    };
+    ASSERT_TRUE((*ex)->select_storage(x, 0).is_ok());
+    fill(1.0f);
+    ASSERT_TRUE((*ex)->select_storage(x, 1).is_ok());
+    fill(2.0f);
+    ASSERT_TRUE((*ex)->select_storage(x, -1).is_ok());
+    fill(3.0f);
+    for (int k : {0, 1, -1, 1, 0}) {
+      ASSERT_TRUE((*ex)->select_storage(x, k).is_ok());
+      ASSERT_TRUE((*ex)->run().is_ok());
+      const float want = k == 0 ? 1.0f : k == 1 ? 2.0f : 3.0f;
+      EXPECT_EQ(y0(), want) << "storage " << k << (separate ? " (separate host copies)" : "");
+      Expected<HostTensor> t = (*ex)->fetch(x);
+      ASSERT_TRUE(t);
+      EXPECT_EQ(t->as<float>()[1], want);
+    }
+  }
+}
+
 TEST(ExecutorMemory, AllocationFailureIsAnErrorNamingTheValueAndItsSize) {
   // 2^26 x 8 floats: 2147.5 MB, under an address-space limit 256 MB above what the process maps.
   auto g = relu_graph(int64_t{1} << 26);
