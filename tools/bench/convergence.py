@@ -391,7 +391,7 @@ def acc_of(info):
 def svg_seeds(data, grps, args, seeds, path):
     """data[(opt, rate)][key][seed] = (steps, loss, epochs). One row per (opt, rate): mean smoothed training
     loss over the seeds | validation accuracy per epoch, mean line with a min-max bar."""
-    W, rowh, top, left_m = 1250, 330, 70, 70
+    W, rowh, top, left_m = 1350, 330, 70, 70
     pw, ph = 440, 240
     H = top + rowh * len(grps) + 40
     o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
