@@ -237,6 +237,8 @@ Status PipelineTrainer::Impl::open_stage_executor(Stage& st, int N) {
   eo.settings = opts.exec;
   if (!st.update_in_backward) eo.keep.insert(eo.keep.end(), st.grads.begin(), st.grads.end());
   if (st.loss) eo.keep.push_back(st.loss);
+  // A split backward keeps W's state per pass in storages of its own (Stage::prepare): not planned.
+  eo.keep.insert(eo.keep.end(), st.w_state.begin(), st.w_state.end());
   if (opts.adopt_initial_values && opts.replicas == 1) eo.adopt.assign(st.params.begin(), st.params.end());
   // GPipe's micro-batches read one weight version each: converted weights are kept for them.
   eo.weight_cache = micro_batched(opts.schedule, opts.weights) && opts.micro_batches > 1;

@@ -429,13 +429,9 @@ Status Stage::prepare() {
       ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(g));
       grad_acc_.push_back(std::move(b));
     }
-  w_saved_.clear();
-  w_saved_.resize(num_w_slots_);
-  for (auto& slot : w_saved_)
-    for (const Value* v : w_state) {
-      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
-      slot.push_back(std::move(b));
-    }
+  // W's state likewise, one storage per pass between its I and its W.
+  if (num_w_slots_ > 0)
+    for (const Value* v : w_state) RETURN_IF_ERROR(ex->add_storages(v, num_w_slots_));
   return ex->device()->synchronize(ex->stream());
 }
 
@@ -449,8 +445,6 @@ size_t Stage::held_bytes() const {
     for (const auto& t : slot) b += t.bytes();
   for (const auto& t : state_copy_) b += t.bytes();
   for (const auto& t : grad_acc_) b += t.bytes();
-  for (const auto& slot : w_saved_)
-    for (const auto& t : slot) b += t.bytes();
   return b;
 }
 
@@ -569,6 +563,10 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   const auto t_start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const int slot, slots_.take(key, index));
   RETURN_IF_ERROR(select_saved(slot));  // before anything (received, fed or computed) is written into them
+  // W's state of the passes waiting for their W stays untouched (with --recompute it holds
+  // forward activations, which this forward computes again for its own pass).
+  if (num_w_slots_ > 0)
+    for (const Value* v : w_state) RETURN_IF_ERROR(ex->select_storage(v, -1));
   for (Link* c : fwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, false));
@@ -623,6 +621,12 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   RETURN_IF_ERROR(fence_sends());
   const auto t_start = std::chrono::steady_clock::now();
   const int slot = slots_.at(key);
+  if (input_part) {  // what W needs of this pass stays in the pass's storages until its W runs
+    ASSIGN_OR_RETURN(const int ws, w_slots_.take(key, index));
+    for (const Value* v : w_state) RETURN_IF_ERROR(ex->select_storage(v, ws));
+  } else if (num_w_slots_ > 0) {  // a whole B beside split passes (a schedule file): not their storages
+    for (const Value* v : w_state) RETURN_IF_ERROR(ex->select_storage(v, -1));
+  }
   for (Link* c : bwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, true));
@@ -656,12 +660,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   }
   for (Link* c : bwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
-  if (input_part) {  // what W needs of this pass, until its W runs
-    ASSIGN_OR_RETURN(const int ws, w_slots_.take(key, index));
-    for (size_t i = 0; i < w_state.size(); ++i) RETURN_IF_ERROR(ex->copy_out(w_state[i], w_saved_[ws][i].view(), dev));
-  } else {
-    RETURN_IF_ERROR(accumulate_grads());
-  }
+  if (!input_part) RETURN_IF_ERROR(accumulate_grads());
   if (!input_part) slots_.give(key);  // else W gives it back
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
@@ -673,16 +672,15 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   return Status::ok();
 }
 
-// The weight-gradient part of a split backward: its state back from the W slot (activations,
-// received and computed gradients, the parameter gradients I computed), then W's nodes. The
+// The weight-gradient part of a split backward: its pass's storages of what it reads (saved
+// activations, received and computed gradients, the parameter gradients I computed), then W's nodes. The
 // weights are the mini-batch's (synchronous schedules only split).
 Status Stage::weight_grad(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
   RETURN_IF_ERROR(fence_sends());
   const auto t_run = std::chrono::steady_clock::now();
-  const Device& dev = *ex->device();
   const int ws = w_slots_.at(key);
-  for (size_t i = 0; i < w_state.size(); ++i) RETURN_IF_ERROR(ex->copy_in(w_state[i], w_saved_[ws][i].view(), dev));
+  for (const Value* v : w_state) RETURN_IF_ERROR(ex->select_storage(v, ws));
   w_slots_.give(key);
   RETURN_IF_ERROR(select_saved(slots_.at(key)));
   slots_.give(key);

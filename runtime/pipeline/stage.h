@@ -350,7 +350,6 @@ class Stage {
   std::vector<std::vector<DeviceBuffer>> fwd_weights_;
   std::vector<DeviceBuffer> state_copy_;
   std::vector<DeviceBuffer> grad_acc_;                  // synchronous schedules: summed parameter gradients
-  std::vector<std::vector<DeviceBuffer>> w_saved_;      // [W slot][w_state value]
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };

@@ -164,6 +164,15 @@ class SchedulesTest(unittest.TestCase):
         gp, _ = self.train(MLP, "hand-gpipe", "--gpus", 3, "--schedule", "gpipe", "--micro-batches", 4)
         for k in gp:
             self.assertTrue(np.array_equal(gp[k], got[k]), k)
+        # Whole and split backwards mixed on one stage, a B between an I and its W (two micro-batches:
+        # their gradient sum is the same in either order).
+        mixed = os.path.join(self.dir, "mixed.csv")
+        with open(mixed, "w") as f:
+            f.write("stage,part,actions\n0,steady,F0 F1 I0 B1 W0 U\n1,steady,F0 I0 F1 B1 W0 U\n")
+        got, _ = self.train(MLP, "mixed-file", "--gpus", 2, "--schedule-file", mixed, "--recompute", "stage")
+        gp, _ = self.train(MLP, "mixed-gpipe", "--gpus", 2, "--schedule", "gpipe", "--micro-batches", 2)
+        for k in gp:
+            self.assertTrue(np.array_equal(gp[k], got[k]), k)
 
     def test_refused_before_any_work(self):
         def write(name, text):
