@@ -377,9 +377,9 @@ std::string schedule_csv(const ScheduleIR& ir) {
     for (const auto& [part, acts] : {std::pair<const char*, const std::vector<Action>*>{"warmup", &ir.stages[k].warmup},
                                      {"steady", &ir.stages[k].steady}}) {
       if (acts->empty()) continue;
-      out += std::to_string(k) + "," + part + ",";
-      for (size_t i = 0; i < acts->size(); ++i) out += (i ? " " : "") + action_token((*acts)[i]);
-      out += "\n";
+      out.append(std::to_string(k)).append(",").append(part).append(",");
+      for (size_t i = 0; i < acts->size(); ++i) out.append(i ? " " : "").append(action_token((*acts)[i]));
+      out.append("\n");
     }
   return out;
 }

@@ -262,7 +262,7 @@ Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Pro
     double samples_per_s = -1;
     std::string why_not;
   };
-  std::vector<Option> opts = {{Schedule::k1F1B}, {Schedule::kZBH1}, {Schedule::kGPipe}};
+  std::vector<Option> opts = {{Schedule::k1F1B, -1, ""}, {Schedule::kZBH1, -1, ""}, {Schedule::kGPipe, -1, ""}};
   for (Option& o : opts) {
     PlanFlags fc = f;
     fc.schedule = o.s;

@@ -14,13 +14,14 @@ namespace {
 
 std::string tokens(const std::vector<Step>& steps) {
   std::string s;
-  for (const Step& st : steps) s += (s.empty() ? "" : " ") + action_token(st.action) + "/" + std::to_string(st.mini_batch);
+  for (const Step& st : steps)
+    s.append(s.empty() ? "" : " ").append(action_token(st.action)).append("/").append(std::to_string(st.mini_batch));
   return s;
 }
 
 std::string steady(const ScheduleIR& ir, int k) {
   std::string s;
-  for (const Action& a : ir.stages[k].steady) s += (s.empty() ? "" : " ") + action_token(a);
+  for (const Action& a : ir.stages[k].steady) s.append(s.empty() ? "" : " ").append(action_token(a));
   return s;
 }
 
