@@ -27,6 +27,7 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
     case WeightMode::kStale:
     case WeightMode::kSync: return 0;
     case WeightMode::k2BW: return 2;  // the master and the previous version
+    case WeightMode::k2BWPredict: return 1;  // the predicted copy, as SpecTrain
   }
   return 0;
 }
@@ -38,13 +39,14 @@ int stage_gradient_accumulators(const PartitionOptions& opts) {
 bool stage_update_in_backward(int stage, int num_stages, const PartitionOptions& opts) {
   if (!opts.update_in_backward || opts.replicas > 1 || opts.graph_replicas > 1) return false;
   // W runs apart from I; 2BW's passes read the version before the latest update: no update inside.
-  if (opts.schedule == Schedule::kZBH1 || opts.weights == WeightMode::k2BW) return false;
+  if (opts.schedule == Schedule::kZBH1 || two_bw_family(opts.weights)) return false;
   if (synchronous(opts.schedule, opts.weights)) return opts.micro_batches <= 1;
   if (num_stages == 1) return true;  // the single-stage trainer: forward, backward, update in turn
   switch (opts.weights) {
     case WeightMode::kStale:
     case WeightMode::kSync: return true;
-    case WeightMode::k2BW: return false;
+    case WeightMode::k2BW:
+    case WeightMode::k2BWPredict: return false;
     case WeightMode::kSpecTrain: return spectrain_staleness(stage, num_stages, true, opts.staleness) == 0;
     case WeightMode::kStash: return num_stages - stage == 1;
   }
@@ -125,6 +127,7 @@ int stage_recompute_weight_copies(int stage, int num_stages, const PartitionOpti
     case WeightMode::kStash:
     case WeightMode::kSync:
     case WeightMode::k2BW: return 0;  // its forward's version is still one of the two at the backward
+    case WeightMode::k2BWPredict: return in_flight;  // a prediction cannot be redone: kept, as SpecTrain's
   }
   return 0;
 }

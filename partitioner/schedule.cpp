@@ -33,6 +33,7 @@ const char* weight_mode_name(WeightMode w) {
     case WeightMode::kStale: return "stale";
     case WeightMode::kSync: return "sync";
     case WeightMode::k2BW: return "2bw";
+    case WeightMode::k2BWPredict: return "2bw-predict";
   }
   return "?";
 }
@@ -188,8 +189,8 @@ ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches
       PT_CHECK(false) << "--schedule auto is resolved before a program is made";
       break;
     case Schedule::k1F1B:
-      if (w == WeightMode::k2BW) {
-        ir.name = "2bw";
+      if (two_bw_family(w)) {
+        ir.name = weight_mode_name(w);
         for (int k = 0; k < N; ++k) ir.stages.push_back(two_bw(k, N, M));
         break;
       }
@@ -357,7 +358,7 @@ int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micr
   static std::map<std::tuple<int, int, int, int>, std::vector<int>> memo;
   const int N = std::max(1, stages), M = micro_batched(s, w) ? std::max(1, micro_batches) : 1;
   std::lock_guard<std::mutex> lock(mu);
-  std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : w == WeightMode::k2BW ? 2 : 0, N, M}];
+  std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : two_bw_family(w) ? 2 : 0, N, M}];
   if (v.empty()) {
     const ScheduleIR ir = make_schedule(s, w, N, M);
     for (int k = 0; k < N; ++k)  // ZB-H1's order depends on the stage times: its caps bound any

@@ -34,7 +34,10 @@ enum class Schedule { k1F1B, kGPipe, kZBH1, kAuto };
 // k2BW: PipeDream-2BW (Narayanan et al., ICML 2021): asynchronous 1F1B over micro-batches, one
 // update per mini-batch of M >= N micro-batches, every pass of mini-batch i on the weights after
 // update i-1 (a constant delay of 1: W(i+1) = W(i) - lr grad(W(i-1))), so two versions suffice.
-enum class WeightMode { kSpecTrain, kStash, kStale, kSync, k2BW };
+// k2BWPredict: the same schedule, every pass of mini-batch i on the weights after update i (the
+// master once that update ran, else SpecTrain's prediction of it one step ahead), one version.
+enum class WeightMode { kSpecTrain, kStash, kStale, kSync, k2BW, k2BWPredict };
+inline bool two_bw_family(WeightMode w) { return w == WeightMode::k2BW || w == WeightMode::k2BWPredict; }
 const char* schedule_name(Schedule s);
 const char* weight_mode_name(WeightMode w);
 // Every micro-batch of a mini-batch finishes its backward before one update of that mini-batch:
@@ -42,7 +45,7 @@ const char* weight_mode_name(WeightMode w);
 inline bool synchronous(Schedule s, WeightMode w) { return s != Schedule::k1F1B || w == WeightMode::kSync; }
 // A mini-batch runs as M micro-batches (one graph pass each) with one update: the synchronous
 // schedules and 2BW.
-inline bool micro_batched(Schedule s, WeightMode w) { return synchronous(s, w) || w == WeightMode::k2BW; }
+inline bool micro_batched(Schedule s, WeightMode w) { return synchronous(s, w) || two_bw_family(w); }
 
 enum class ActionKind : uint8_t { kForward, kBackward, kInputGrad, kWeightGrad, kUpdate };
 

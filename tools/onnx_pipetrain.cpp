@@ -277,11 +277,12 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
                           "auto (the synchronous schedule with the best predicted throughput that fits; all of them train the same weights)");
   f.weights = add_choice(app, "--weights", &o.weights,
                          {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash},
-                          {"stale", pt::WeightMode::kStale}, {"sync", pt::WeightMode::kSync}, {"2bw", pt::WeightMode::k2BW}},
+                          {"stale", pt::WeightMode::kStale}, {"sync", pt::WeightMode::kSync}, {"2bw", pt::WeightMode::k2BW}, {"2bw-predict", pt::WeightMode::k2BWPredict}},
                          "spectrain | stash | stale | sync (one version per mini-batch, updated after all its micro-batches: "
                          "1F1B with a flush, PipeDream-Flush; the only weights of gpipe and zb-h1) | 2bw (PipeDream-2BW: asynchronous "
                          "1F1B over --micro-batches M >= --gpus, one update per mini-batch, each mini-batch on the weights "
-                         "before the previous update: two versions)");
+                         "before the previous update: two versions) | 2bw-predict (the same schedule, each mini-batch on the weights "
+                         "after its previous update: the master once it ran, else SpecTrain's prediction of it one step ahead)");
   app.add_option("--schedule-file", o.schedule_file,
                  "run the synchronous schedule in this CSV file (stage,part,actions rows, as --schedule-out writes) "
                  "instead of a built-in one; checked before any work");

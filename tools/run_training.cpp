@@ -539,7 +539,7 @@ std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
       synchronous(o.schedule, o.weights)
           ? sync_name + ", " + std::to_string(b.micro) + " micro-batch" + (b.micro == 1 ? "" : "es")
           : "1F1B, " + std::string(weight_mode_name(o.weights)) + " weights" +
-                (o.weights == WeightMode::k2BW ? " (PipeDream-2BW), " + std::to_string(b.micro) + " micro-batches" : "") +
+                (two_bw_family(o.weights) ? " (PipeDream-2BW), " + std::to_string(b.micro) + " micro-batches" : "") +
                 (o.weights == WeightMode::kSpecTrain ? " (" + std::string(staleness_name(o.staleness)) + " staleness)" : "");
   return "training: " + how + ", " + std::to_string(o.gpus) + " stage" + (o.gpus > 1 ? "s" : "") +
          (o.replicas > 1 ? " x " + std::to_string(o.replicas) + " replicas (gradients averaged over the replicas of each stage)"

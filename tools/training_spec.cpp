@@ -120,12 +120,13 @@ Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o
                          (file ? "a schedule file" : std::string("--schedule ") + schedule_name(o->schedule)) +
                          " is synchronous (one weight version per mini-batch); it takes --weights sync or no --weights");
   if (file || o->schedule != Schedule::k1F1B) o->weights = WeightMode::kSync;
-  if (o->weights == WeightMode::k2BW) {
+  if (two_bw_family(o->weights)) {
     if (file || o->schedule != Schedule::k1F1B)
-      return invalid_input(std::string("--weights 2bw runs the 1f1b schedule, not ") +
+      return invalid_input(std::string("--weights ") + weight_mode_name(o->weights) + " runs the 1f1b schedule, not " +
                            (file ? "a schedule file" : std::string("--schedule ") + schedule_name(o->schedule)));
     if (o->batch.micro_batches < o->gpus)
-      return invalid_input("--weights 2bw: --micro-batches " + std::to_string(o->batch.micro_batches) + " is fewer than --gpus " +
+      return invalid_input(std::string("--weights ") + weight_mode_name(o->weights) + ": --micro-batches " +
+                           std::to_string(o->batch.micro_batches) + " is fewer than --gpus " +
                            std::to_string(o->gpus) + "; its two weight versions need at least one micro-batch per stage");
   }
   if (o->schedule == Schedule::kAuto && o->replicas_auto)

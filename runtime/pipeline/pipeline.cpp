@@ -62,7 +62,7 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
   if (opts.micro_batches < 1) return invalid_input("--micro-batches must be at least 1");
   if (!micro_batched(opts.schedule, opts.weights) && opts.micro_batches != 1)
     return invalid_input("--micro-batches applies to synchronous schedules (gpipe, zb-h1, 1f1b with --weights sync) and 2bw only");
-  if (opts.weights == WeightMode::k2BW) {
+  if (two_bw_family(opts.weights)) {
     if (opts.schedule != Schedule::k1F1B) return invalid_input("--weights 2bw runs the 1f1b schedule");
     if (opts.micro_batches < static_cast<int>(plan.stages.size()))
       return invalid_input("--weights 2bw: --micro-batches " + std::to_string(opts.micro_batches) + " is fewer than the " +

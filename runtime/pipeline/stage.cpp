@@ -580,6 +580,8 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   } else if (two_bw()) {
     RETURN_IF_ERROR(load_two_bw(r.mini_batch));
     r.version = std::max<int64_t>(0, r.mini_batch - 1);
+  } else if (two_bw_predict()) {
+    ASSIGN_OR_RETURN(r.staleness, load_two_bw_predict(r.mini_batch));
   } else {
     RETURN_IF_ERROR(load_master());
   }
@@ -647,6 +649,8 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   } else if (two_bw()) {
     RETURN_IF_ERROR(load_two_bw(r.mini_batch));
     r.version = std::max<int64_t>(0, r.mini_batch - 1);
+  } else if (two_bw_predict()) {
+    ASSIGN_OR_RETURN(r.staleness, load_two_bw_predict(r.mini_batch));
   } else {
     RETURN_IF_ERROR(load_master());
   }
@@ -754,6 +758,18 @@ Status Stage::load_two_bw(int64_t step) {
   for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], prev_[i].view(), dev));
   buf_is_master_ = false;
   return Status::ok();
+}
+
+Expected<int> Stage::load_two_bw_predict(int64_t step) {
+  if (version_ == step) {
+    RETURN_IF_ERROR(load_master());
+    return 0;
+  }
+  if (version_ != step - 1)
+    return internal_error("stage " + std::to_string(index) + ": 2BW pass of mini-batch " + std::to_string(step) +
+                          " with " + std::to_string(version_) + " updates done");
+  RETURN_IF_ERROR(load_predicted(1));
+  return 1;
 }
 
 Status Stage::update(RunShared& sh, int64_t step) {

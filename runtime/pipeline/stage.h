@@ -318,6 +318,10 @@ class Stage {
   bool sync() const { return synchronous(opts.schedule, opts.weights); }
   int micro() const { return micro_batched(opts.schedule, opts.weights) ? opts.micro_batches : 1; }
   bool two_bw() const { return opts.weights == WeightMode::k2BW; }
+  bool two_bw_predict() const { return opts.weights == WeightMode::k2BWPredict; }
+  // 2BW with prediction: the weights after update `step` (the master once it ran, else predicted
+  // one step ahead); returns the prediction's distance (0 or 1).
+  Expected<int> load_two_bw_predict(int64_t step);
   // 2BW: the version the passes of mini-batch `step` read (the weights after update step - 1) into
   // the executor: the master or prev_.
   Status load_two_bw(int64_t step);

@@ -111,6 +111,12 @@ class SchedulesTest(unittest.TestCase):
         r, _ = self.train(MLP, "2bw-rec", "--gpus", 3, "--weights", "2bw", "--micro-batches", 4, "--recompute", "stage")
         for k in w:
             self.assertTrue(np.array_equal(w[k], r[k]), k)
+        # With prediction: the rerun forwards use the weights their forwards used (kept per pass).
+        p, _ = self.train(MLP, "2bwp", "--gpus", 3, "--weights", "2bw-predict", "--micro-batches", 4)
+        pr, _ = self.train(MLP, "2bwp-rec", "--gpus", 3, "--weights", "2bw-predict", "--micro-batches", 4, "--recompute", "stage")
+        for k in p:
+            self.assertTrue(np.array_equal(p[k], pr[k]), k)
+        self.assertFalse(all(np.array_equal(p[k], w[k]) for k in p), "2bw-predict trained 2bw's weights")
         with open(os.path.join(self.dir, "2bw", "trace.json")) as f:
             events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
         self.assertEqual(len(events), 3 * 8 * 4 * 2)  # stages x steps x micro-batches x (F, B)

@@ -9,6 +9,10 @@
 #   (activations always from the forward; the backward's weights only in dX = dY W)
 #   2bw (PipeDream-2BW): forward and backward of mini-batch i at every stage: W_max(0, i-1) (the
 #     mini-batch's gradient is the mean over its micro-batches, i.e. over all of it)
+#   2bw-predict: the same schedule (stage k runs N-k-1 micro-batch forwards ahead, so the forwards of
+#     micro-batches j < N-k-1 of mini-batch i >= 1 run before update i-1): those forwards on
+#     W_(i-1) - 1 * lr * dir_(i-1) (the prediction of W_i one step ahead), every other pass on W_i.
+#   For the 2bw modes the staleness field is "mM": M micro-batches of batch / M samples each.
 #   update i: g = G + wd W_i; v_(i+1) = gamma v_i + (1-gamma) g; W_(i+1) = W_i - lr v_(i+1)
 # Shared weights (one initializer read by nodes of several stages): one history per weight, kept by
 # its owner (the first stage that reads it); a node reads the version its own stage k would use by
@@ -135,9 +139,13 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
     S = {p: [init_state(init[p])] for p in W}
     per_epoch = max(1, len(x_all) // batch)
 
-    def weights(name, k, i, backward):
+    def weights(name, k, i, backward, j=0):
         if mode == "2bw":
             return W[name][max(0, i - 1)]
+        if mode == "2bw-predict":
+            if backward or i == 0 or j >= n_stages - k - 1:
+                return W[name][i]
+            return W[name][i - 1] - direction(W[name][i - 1], S[name][i - 1], i - 1)
         w = n_stages - k - 1
         t_fwd = max(0, i - w)
         if mode == "spectrain":
@@ -148,8 +156,13 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
             return W[name][t_fwd]
         return W[name][i] if backward else W[name][t_fwd]  # stale: the latest at that moment
 
-    for i in range(steps):
-        idx = (i % per_epoch) * batch + np.arange(batch)
+    micro = int(stal[1:]) if mode.startswith("2bw") and stal.startswith("m") else 1
+    size = batch // micro
+
+    def micro_pass(i, j, grads):
+        """Micro-batch j (samples [j, j+1) * size of mini-batch i): forward, loss, backward; adds its
+        gradients (of the mini-batch's mean loss) into grads."""
+        idx = (i % per_epoch) * batch + j * size + np.arange(size)
         h = x_all[idx] if layers[0][0] == "gather" else x_all[idx].astype(np.float64)
         labels = y_all[idx]
         saved = []
@@ -157,25 +170,24 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
             k = stage_of[li]
             saved.append(h)
             if layer[0] == "gemm":
-                wt = weights(layer[1], k, i, False)
+                wt = weights(layer[1], k, i, False, j)
                 h = h @ (wt.T if layer[3] else wt)
                 if layer[2]:
-                    h = h + weights(layer[2], k, i, False)
+                    h = h + weights(layer[2], k, i, False, j)
             elif layer[0] == "gather":
-                h = weights(layer[1], k, i, False)[h]
+                h = weights(layer[1], k, i, False, j)[h]
             elif layer[0] == "relu":
                 h = np.maximum(h, 0)
         logits = saved[-1]
         z = logits - logits.max(axis=1, keepdims=True)
         p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
         d = p.copy()
-        d[np.arange(batch), labels] -= 1
-        d /= batch
-        grads = {name: np.zeros_like(init[name]) for name in W}  # summed over every reader
+        d[np.arange(size), labels] -= 1
+        d /= batch  # each micro-batch's mean loss averaged over the micro-batches: the mini-batch's mean
         for li in range(len(layers) - 2, -1, -1):
             layer, k, xin = layers[li], stage_of[li], saved[li]
             if layer[0] == "gemm":
-                wt = weights(layer[1], k, i, True)
+                wt = weights(layer[1], k, i, True, j)
                 if layer[3]:  # Y = X W^T + b, W [out, in]
                     grads[layer[1]] += d.T @ xin
                     dx = d @ wt
@@ -189,6 +201,11 @@ def run_case(layers, init, x_all, y_all, n_stages, balance, mode, stal, steps, b
                 np.add.at(grads[layer[1]], xin, d)
             elif layer[0] == "relu":
                 d = d * (xin > 0)
+
+    for i in range(steps):
+        grads = {name: np.zeros_like(init[name]) for name in W}  # summed over every reader and micro-batch
+        for j in range(micro):
+            micro_pass(i, j, grads)
         for name in W:
             w_new, s_new = update(W[name][i], grads[name], S[name][i], i)
             W[name].append(w_new)

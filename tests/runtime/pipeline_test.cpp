@@ -459,11 +459,13 @@ TEST(PipelineReference, MatchesExplicitVersionReference) {
       cases << name << " " << n << " " << bal << " " << m.name << " " << steps << " " << batch << " " << lr
             << " 0.9 0.0001\n";
     }
-  // PipeDream-2BW: micro-batches of batch / M, M >= N, one update per mini-batch of `batch`.
+  // PipeDream-2BW, and with prediction: micro-batches of batch / M, M >= N, one update per
+  // mini-batch of `batch`.
+  for (WeightMode w2 : {WeightMode::k2BW, WeightMode::k2BWPredict})
   for (int n : {2, 3, 4})
     for (int micro : {n, 2 * n}) {
       PipelineOptions po = testing::test_pipeline_options();
-      po.weights = WeightMode::k2BW;
+      po.weights = w2;
       po.micro_batches = micro;
       const int64_t mini = 4 * micro;
       auto md = digits_model(mini / micro);
@@ -474,16 +476,25 @@ TEST(PipelineReference, MatchesExplicitVersionReference) {
       cfg.lr = lr;
       auto r = (*p)->train(data, nullptr, cfg);
       ASSERT_TRUE(r) << r.status().message();
-      // The trace: every pass of mini-batch i read version max(0, i - 1).
-      for (const PassRecord& rec : (*p)->trace())
-        ASSERT_EQ(rec.version, std::max<int64_t>(0, rec.mini_batch - 1)) << n << " stages, M " << micro;
-      const std::string name = std::to_string(n) + "_2bw_m" + std::to_string(micro);
+      // The trace: every pass of mini-batch i read version max(0, i - 1) (2bw), or i, predicted one
+      // step ahead exactly for the forwards of micro-batches j < N-k-1 of i >= 1 (2bw-predict).
+      for (const PassRecord& rec : (*p)->trace()) {
+        if (w2 == WeightMode::k2BW) {
+          ASSERT_EQ(rec.version, std::max<int64_t>(0, rec.mini_batch - 1)) << n << " stages, M " << micro;
+        } else {
+          const bool ahead = !rec.backward && rec.mini_batch > 0 && rec.micro_batch < n - rec.stage - 1;
+          ASSERT_EQ(rec.staleness, ahead ? 1 : 0) << n << " stages, M " << micro << ", stage " << rec.stage;
+          ASSERT_EQ(rec.version, rec.mini_batch - (ahead ? 1 : 0));
+        }
+      }
+      const std::string name = std::to_string(n) + "_" + weight_mode_name(w2) + "_m" + std::to_string(micro);
       fs::create_directories(dir / name);
       for (auto& [pname, t] : (*p)->parameters())
         ASSERT_TRUE(write_npy((dir / name / (pname + ".npy")).string(), t).is_ok());
       std::string bal;
       for (int c : balance_for(n)) bal += (bal.empty() ? "" : ",") + std::to_string(c);
-      cases << name << " " << n << " " << bal << " 2bw paper " << steps << " " << mini << " " << lr << " 0.9 0.0001\n";
+      cases << name << " " << n << " " << bal << " " << weight_mode_name(w2) << " m" << micro << " " << steps << " " << mini
+            << " " << lr << " 0.9 0.0001\n";
     }
   cases.close();
   const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();

@@ -100,7 +100,8 @@ bool expected_in_backward(const Mode& m, int k, int N) {
     case WeightMode::kStash: return k == N - 1;
     case WeightMode::kSpecTrain: return m.staleness == Staleness::kExact || k < 2;  // paper: s_bwd = k / 2
     case WeightMode::kSync: return m.micro == 1;  // synchronous 1F1B: GPipe's rule
-    case WeightMode::k2BW: return false;          // its passes read the version before the latest update
+    case WeightMode::k2BW:                        // its passes read the version before the latest update
+    case WeightMode::k2BWPredict: return false;   // or a prediction
   }
   return false;
 }
