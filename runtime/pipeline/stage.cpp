@@ -365,13 +365,13 @@ Status Stage::prepare() {
   // A split backward holds its pass's saved slot until W, which reads some of it.
   num_slots_ = program_in_flight(one, 0, !split);
   num_w_slots_ = split ? w_state_in_flight(one, 0) : 0;
-  // With one pass in flight its activations stay in the executor from F to B; a split backward
-  // always copies them, since a W in between restores another pass's into the same buffers.
-  copy_saved_ = num_slots_ > 1 || split;
+  // With one pass in flight its activations stay in the executor's own storage from F to B; a split
+  // backward always gives each pass a storage, since another pass's W may run between its F and I.
+  slot_saved_ = num_slots_ > 1 || split;
   slots_.reset(num_slots_);
   w_slots_.reset(num_w_slots_);
   accumulated_ = 0;
-  if (recompute && !copy_saved_)
+  if (recompute && !slot_saved_)
     return internal_error("stage " + std::to_string(index) + " recomputes with one pass in flight (the plan's schedule is not the run's)");
   // Recomputing under stale weights keeps the forward's version per pass, so the master gets a
   // copy of its own (as SpecTrain's) instead of living in the executor's buffers.
@@ -396,7 +396,7 @@ Status Stage::prepare() {
   // The saved activations of each pass in flight stay in a storage of their own in the executor
   // (Executor::add_storages): a pass selects its slot's before its forward writes them and before
   // its backward reads them, so nothing is copied aside and back.
-  if (copy_saved_)
+  if (slot_saved_)
     for (const Value* v : saved) RETURN_IF_ERROR(ex->add_storages(v, num_slots_));
   stash_.clear();
   stash_version_.assign(num_slots_, -1);
@@ -539,7 +539,7 @@ Status Stage::fence_sends() {
 }
 
 Status Stage::select_saved(int slot) {
-  if (!copy_saved_) return Status::ok();
+  if (!slot_saved_) return Status::ok();
   for (const Value* v : saved) RETURN_IF_ERROR(ex->select_storage(v, slot));
   return Status::ok();
 }
@@ -597,7 +597,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   }
   for (Link* c : fwd_out)
     if (!c->send(key, *ex)) return link_failed(c);
-  if (copy_saved_) {
+  if (slot_saved_) {
     const Device& dev = *ex->device();
     if (!stash_.empty()) {
       for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], stash_[slot][i].view(), dev));
@@ -719,7 +719,7 @@ Status Stage::accumulate_grads() {
 }
 
 // The rerun forward must compute exactly the activations the pass's forward computed: the same
-// inputs (its slot, copied in), the same dropout masks (rng_step is the pass key) and the same
+// inputs (its slot's storage), the same dropout masks (rng_step is the pass key) and the same
 // weights. GPipe's do not change within a mini-batch and stash keeps them; 1F1B SpecTrain
 // predicts the forward's weights from master weights and a smoothed gradient that have moved on
 // by the backward (the prediction for s_fwd cannot be redone), and stale reads master weights

@@ -337,7 +337,9 @@ class Stage {
   };
 
   int num_slots_ = 1, num_w_slots_ = 0;
-  bool copy_saved_ = false;  // saved activations go to a slot after the forward (else they stay)
+  // The saved activations have a storage per pass in flight (else, one pass in flight, they stay in
+  // the executor's own from F to B).
+  bool slot_saved_ = false;
   SlotPool slots_, w_slots_;
   int accumulated_ = 0;       // passes of this mini-batch in grad_acc_
   bool separate_master_ = false;
@@ -353,7 +355,7 @@ class Stage {
   // (the master weights move on before its backward); the model state around a rerun forward.
   std::vector<std::vector<DeviceBuffer>> fwd_weights_;
   std::vector<DeviceBuffer> state_copy_;
-  std::vector<DeviceBuffer> grad_acc_;                  // synchronous schedules: summed parameter gradients
+  std::vector<DeviceBuffer> grad_acc_;                  // micro-batches (synchronous, 2BW): summed gradients
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };
