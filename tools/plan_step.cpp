@@ -349,9 +349,10 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
     for (int d = 1; d <= devices; ++d) {
       const PlanFlags base = layout_flags(f, d, 1);
       int user_row = -1;  // the row of d x 1 with the plan's schedule
-      for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe}) {
+      for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe, Schedule::kZBH1}) {
         PlanFlags fd = base;
         fd.schedule = sched;
+        if (sched != Schedule::k1F1B) fd.weights = WeightMode::kSync;  // 1F1B: the run's weights
         if (sched != f.schedule) fd.program = nullptr;
         auto o = options_from(fd, out.options.profile);
         if (!o) return o.status();
@@ -362,7 +363,8 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
           continue;
         }
         SimResult s = simulate(*p, 4 * d + 4);
-        rows.push_back({sched == Schedule::kGPipe ? "gpipe (M=" + std::to_string(o->micro_batches) + ")" : schedule_name(sched), d,
+        const std::string name = plan_schedule(*p).name;
+        rows.push_back({micro_batched(fd.schedule, fd.weights) ? name + " (M=" + std::to_string(o->micro_batches) + ")" : name, d,
                         s.samples_per_s, s.bubble_fraction, peak_of(s)});
         if (d == 1) break;  // one device: both schedules are sequential training
       }

@@ -234,6 +234,13 @@ class SchedulesTest(unittest.TestCase):
             if m.group(g) != "does not fit":
                 self.assertGreaterEqual(int(m.group(2)), int(m.group(g)))
         self.assertIn(f"{m.group(1)} schedule, sync weights", so)
+        # --whatif simulates every schedule on 2..N devices.
+        rc, so, se = run(MLP, "--gpus", 3, "--micro-batches", 4, "--plan-only", "--whatif", "--no-calibrate",
+                         "--out", os.path.join(self.dir, "whatif"))
+        self.assertEqual(rc, 0, se)
+        for d in (2, 3):
+            for row in ("gpipe (M=4)", "zb-h1 (M=4)"):
+                self.assertRegex(so, rf"(?m)^{re.escape(row)} +{d} ", so)
 
     def test_report_predicts_zb_h1_below_1f1b(self):
         import export_models as em
