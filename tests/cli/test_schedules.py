@@ -235,7 +235,7 @@ class SchedulesTest(unittest.TestCase):
                 self.assertGreaterEqual(int(m.group(2)), int(m.group(g)))
         self.assertIn(f"{m.group(1)} schedule, sync weights", so)
         # --whatif simulates every schedule on 2..N devices.
-        rc, so, se = run(MLP, "--gpus", 3, "--micro-batches", 4, "--plan-only", "--whatif", "--no-calibrate",
+        rc, so, se = run(MLP, "--gpus", 3, "--schedule", "zb-h1", "--micro-batches", 4, "--plan-only", "--whatif", "--no-calibrate",
                          "--out", os.path.join(self.dir, "whatif"))
         self.assertEqual(rc, 0, se)
         for d in (2, 3):
