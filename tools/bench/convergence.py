@@ -29,6 +29,7 @@ Data: the Debian package dataset-fashion-mnist (/usr/share/datasets/fashion-mnis
 Needs /usr/bin/python3 with Debian's torch (model export) and numpy.
 """
 import argparse
+import functools
 import csv
 import gzip
 import html
@@ -178,6 +179,35 @@ def smooth(y, w):
 
 
 # --------------------------------------------------------------------------------------------- SVG
+# One panel's frame, grid, ticks and labels into the SVG lines `o` (panels pw x ph): its x and y
+# scales.
+def svg_axes(o, pw, ph, x0, y0, xmin, xmax, ymin, ymax, xlabel, ylabel, title, yticks, xticks, logy=False):
+    def X(v):
+        return x0 + (v - xmin) / (xmax - xmin) * pw
+
+    def Y(v):
+        if logy:
+            return y0 + ph - (np.log(v) - np.log(ymin)) / (np.log(ymax) - np.log(ymin)) * ph
+        return y0 + ph - (v - ymin) / (ymax - ymin) * ph
+    o.append('<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>' % (x0, y0 - 10, html.escape(title)))
+    o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#444"/>' % (x0, y0, pw, ph))
+    for t in yticks:
+        o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (x0, Y(t), x0 + pw, Y(t)))
+        o.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (x0 - 5, Y(t) + 4, ("%g" % t)))
+    for t in xticks:
+        o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (X(t), y0, X(t), y0 + ph))
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (X(t), y0 + ph + 15, ("%g" % t)))
+    o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (x0 + pw / 2, y0 + ph + 32, html.escape(xlabel)))
+    o.append('<text transform="translate(%d,%.1f) rotate(-90)" text-anchor="middle">%s</text>'
+             % (x0 - 45, y0 + ph / 2, html.escape(ylabel)))
+    return X, Y
+
+
+
+def clip(v, lo, hi):
+    return min(max(v, lo), hi)
+
+
 def svg_plot(results, lrs, args, path):
     """results[lr][key] = (steps, loss, epochs). One row per lr: smoothed training loss | val accuracy."""
     W, rowh, top, left_m = 1250, 330, 70, 70
@@ -196,29 +226,7 @@ def svg_plot(results, lrs, args, path):
         o.append('<text x="%d" y="50">%s</text>' % (lx + 32, html.escape(label)))
         lx += 40 + 8 * len(label)
 
-    def axes(x0, y0, xmin, xmax, ymin, ymax, xlabel, ylabel, title, yticks, xticks, logy=False):
-        def X(v):
-            return x0 + (v - xmin) / (xmax - xmin) * pw
-
-        def Y(v):
-            if logy:
-                return y0 + ph - (np.log(v) - np.log(ymin)) / (np.log(ymax) - np.log(ymin)) * ph
-            return y0 + ph - (v - ymin) / (ymax - ymin) * ph
-        o.append('<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>' % (x0, y0 - 10, html.escape(title)))
-        o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#444"/>' % (x0, y0, pw, ph))
-        for t in yticks:
-            o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (x0, Y(t), x0 + pw, Y(t)))
-            o.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (x0 - 5, Y(t) + 4, ("%g" % t)))
-        for t in xticks:
-            o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (X(t), y0, X(t), y0 + ph))
-            o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (X(t), y0 + ph + 15, ("%g" % t)))
-        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (x0 + pw / 2, y0 + ph + 32, html.escape(xlabel)))
-        o.append('<text transform="translate(%d,%.1f) rotate(-90)" text-anchor="middle">%s</text>'
-                 % (x0 - 45, y0 + ph / 2, html.escape(ylabel)))
-        return X, Y
-
-    def clip(v, lo, hi):
-        return min(max(v, lo), hi)
+    axes = functools.partial(svg_axes, o, pw, ph)
 
     for row, lr in enumerate(lrs):
         y0 = top + 30 + row * rowh
@@ -407,29 +415,7 @@ def svg_seeds(data, grps, args, seeds, path):
         o.append('<text x="%d" y="50">%s</text>' % (lx + 32, html.escape(label)))
         lx += 40 + 8 * len(label)
 
-    def axes(x0, y0, xmin, xmax, ymin, ymax, xlabel, ylabel, title, yticks, xticks, logy=False):
-        def X(v):
-            return x0 + (v - xmin) / (xmax - xmin) * pw
-
-        def Y(v):
-            if logy:
-                return y0 + ph - (np.log(v) - np.log(ymin)) / (np.log(ymax) - np.log(ymin)) * ph
-            return y0 + ph - (v - ymin) / (ymax - ymin) * ph
-        o.append('<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>' % (x0, y0 - 10, html.escape(title)))
-        o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#444"/>' % (x0, y0, pw, ph))
-        for t in yticks:
-            o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (x0, Y(t), x0 + pw, Y(t)))
-            o.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (x0 - 5, Y(t) + 4, ("%g" % t)))
-        for t in xticks:
-            o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (X(t), y0, X(t), y0 + ph))
-            o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (X(t), y0 + ph + 15, ("%g" % t)))
-        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (x0 + pw / 2, y0 + ph + 32, html.escape(xlabel)))
-        o.append('<text transform="translate(%d,%.1f) rotate(-90)" text-anchor="middle">%s</text>'
-                 % (x0 - 45, y0 + ph / 2, html.escape(ylabel)))
-        return X, Y
-
-    def clip(v, lo, hi):
-        return min(max(v, lo), hi)
+    axes = functools.partial(svg_axes, o, pw, ph)
 
     lmin, lmax = 0.2, 3.0
     for row, g in enumerate(grps):
