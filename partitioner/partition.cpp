@@ -14,8 +14,8 @@
 namespace pt {
 
 int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts) {
-  if (opts.program && static_cast<int>(opts.program->stages.size()) == num_stages) return program_in_flight(*opts.program, stage);
-  return schedule_in_flight(opts.schedule, opts.weights, num_stages, stage, opts.micro_batches);
+  if (opts.program && opts.program->virtual_stages() == num_stages) return program_in_flight(*opts.program, stage);
+  return schedule_in_flight(opts.schedule, opts.weights, num_stages, stage, opts.micro_batches, opts.virtual_stages);
 }
 
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts) {
@@ -710,6 +710,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
   plan.weights = opts.weights;
   plan.recompute = opts.recompute;
   plan.micro_batches = std::max(1, opts.micro_batches);
+  plan.virtual_stages = std::max(1, opts.virtual_stages);
   plan.program = opts.program;
   plan.batch_size = graph_batch(g);
   plan.link = opts.link;

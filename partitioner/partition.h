@@ -30,6 +30,10 @@ struct PartitionOptions {
   WeightMode weights = WeightMode::kSpecTrain;
   Recompute recompute = Recompute::kNone;  // --recompute (plan.h): which stages rerun their forward
   int micro_batches = 1;               // synchronous schedules
+  // Interleaved stages (Schedule::kInterleaved): V virtual stages per device. `devices` then lists
+  // every virtual stage's (devices.size() = D x V), virtual stage k on device k % D: the caller
+  // repeats the D devices' specs V times, each with 1/V of its device's memory.
+  int virtual_stages = 1;
   std::shared_ptr<const ScheduleIR> program;  // a schedule file's (null: the schedule's own)
   int optimizer_state_copies = 1;      // momentum: 1; Adam: 2
   const Profile* profile = nullptr;

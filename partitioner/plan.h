@@ -121,6 +121,9 @@ struct Plan {
   WeightMode weights = WeightMode::kSpecTrain;
   Recompute recompute = Recompute::kNone;  // what was asked (StagePlan::recompute: what each stage does)
   int micro_batches = 1;
+  // Interleaved stages (Schedule::kInterleaved): virtual stages per device; stages holds
+  // devices x virtual_stages of them, stage k on device k % devices (partition.h). 1 otherwise.
+  int virtual_stages = 1;
   // A schedule file's program (--schedule-file); null: make_schedule(schedule, weights, ...).
   std::shared_ptr<const ScheduleIR> program;
   int64_t batch_size = 0;                // the graph's batch (one replica's share when graph_replicas > 1)

@@ -21,6 +21,7 @@ const char* schedule_name(Schedule s) {
     case Schedule::k1F1B: return "1f1b";
     case Schedule::kGPipe: return "gpipe";
     case Schedule::kZBH1: return "zb-h1";
+    case Schedule::kInterleaved: return "interleaved";
     case Schedule::kAuto: return "auto";
   }
   return "?";
@@ -42,8 +43,21 @@ std::string action_token(const Action& a) {
   static const char kLetter[] = {'F', 'B', 'I', 'W', 'U'};
   std::string t(1, kLetter[static_cast<int>(a.kind)]);
   if (a.kind != ActionKind::kUpdate) t += std::to_string(a.micro);
-  if (a.offset != 0) t += (a.offset > 0 ? "+" : "") + std::to_string(a.offset);
+  if (a.offset != 0) t.append(a.offset > 0 ? "+" : "").append(std::to_string(a.offset));
+  if (a.chunk != 0) t.append("@").append(std::to_string(a.chunk));
   return t;
+}
+
+StageProgram ScheduleIR::chunk_program(int v) const {
+  const int d = device_of(v), c = chunk_of(v);
+  StageProgram out;
+  for (const auto& [from, to] : {std::pair{&stages.at(d).warmup, &out.warmup}, {&stages.at(d).steady, &out.steady}})
+    for (Action a : *from)
+      if (a.chunk == c) {
+        a.chunk = 0;
+        to->push_back(a);
+      }
+  return out;
 }
 
 bool ScheduleIR::splits_backward() const {
@@ -168,15 +182,60 @@ std::vector<StageProgram> zb_h1(int N, int M, const std::vector<PassTimes>* time
   return out;
 }
 
+// Interleaved 1F1B (Megatron-LM, Narayanan et al. SC 2021), device d of N with V chunks: the
+// device's k-th forward (over all of its chunks) is micro-batch (k / NV) N + k % N on chunk
+// (k % NV) / N, i.e. N micro-batches at a time through chunk 0, then through chunk 1, ...; its
+// k-th backward the same micro-batch on chunk V-1 - that. It runs 2 (N-d-1) + (V-1) N forwards
+// ahead (all of them when M = N), then one forward and one backward in turn, the remaining
+// backwards, and the updates of its chunks.
+StageProgram interleaved(int d, int N, int V, int M) {
+  const int total = M * V;
+  auto micro = [&](int k) { return (k / (N * V)) * N + k % N; };
+  auto chunk = [&](int k, bool forward) {
+    const int c = (k % (N * V)) / N;
+    return forward ? c : V - 1 - c;
+  };
+  const int warm = M == N ? total : std::min(2 * (N - d - 1) + (V - 1) * N, total);
+  StageProgram p;
+  auto f = [&](int k) { p.steady.push_back(Action{ActionKind::kForward, micro(k), 0, chunk(k, true)}); };
+  auto b = [&](int k) { p.steady.push_back(Action{ActionKind::kBackward, micro(k), 0, chunk(k, false)}); };
+  for (int k = 0; k < warm; ++k) f(k);
+  for (int k = 0; k + warm < total; ++k) {
+    f(k + warm);
+    b(k);
+  }
+  for (int k = total - warm; k < total; ++k) b(k);
+  for (int c = V - 1; c >= 0; --c) p.steady.push_back(Action{ActionKind::kUpdate, 0, 0, c});
+  return p;
+}
+
 }  // namespace
 
-ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches, const std::vector<PassTimes>* times) {
+std::string interleaved_error(int stages, int chunks, int micro_batches) {
+  if (stages < 2) return "--schedule interleaved needs at least 2 stages (--gpus); one device runs its chunks in a row";
+  if (chunks < 1) return "--virtual-stages " + std::to_string(chunks) + ": must be at least 1";
+  if (micro_batches % stages != 0)
+    return "--micro-batches " + std::to_string(micro_batches) + ": interleaved stages run micro-batches in groups of --gpus " +
+           std::to_string(stages) + " (Megatron-LM's order); use a multiple of " + std::to_string(stages);
+  return "";
+}
+
+ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches, const std::vector<PassTimes>* times,
+                         int chunks) {
   ScheduleIR ir;
   const int N = std::max(1, stages);
   const int M = std::max(1, micro_batches);
   ir.synchronous = synchronous(s, w);
   ir.micro_batches = micro_batched(s, w) ? M : 1;
   switch (s) {
+    case Schedule::kInterleaved: {
+      ir.name = "interleaved";
+      ir.chunks = std::max(1, chunks);
+      const std::string why = interleaved_error(N, ir.chunks, M);
+      PT_CHECK(why.empty()) << why;
+      for (int d = 0; d < N; ++d) ir.stages.push_back(interleaved(d, N, ir.chunks, M));
+      break;
+    }
     case Schedule::kGPipe:
       ir.name = "gpipe";
       ir.stages.assign(N, gpipe(M));
@@ -245,12 +304,30 @@ std::vector<Step> expand(const StageProgram& p, int64_t mini_batches) {
   return out;
 }
 
+namespace {
+
+// "stage 2", or for interleaved stages "virtual stage 5 (stage 1, chunk 2)".
+std::string stage_label(const ScheduleIR& ir, int v) {
+  if (ir.chunks <= 1) return "stage " + std::to_string(v);
+  return "virtual stage " + std::to_string(v) + " (stage " + std::to_string(ir.device_of(v)) + ", chunk " +
+         std::to_string(ir.chunk_of(v)) + ")";
+}
+
+}  // namespace
+
 Status check_schedule(const ScheduleIR& ir, const std::string& where) {
   const int M = ir.micro_batches;
   if (ir.stages.empty()) return invalid_input(where + "no stages");
-  for (size_t k = 0; k < ir.stages.size(); ++k) {
-    const StageProgram& p = ir.stages[k];
-    if (p.steady.empty()) return invalid_input(where + "stage " + std::to_string(k) + " has no steady part");
+  if (ir.chunks < 1) return invalid_input(where + "no chunks");
+  for (size_t d = 0; d < ir.stages.size(); ++d)
+    for (const auto* part : {&ir.stages[d].warmup, &ir.stages[d].steady})
+      for (const Action& a : *part)
+        if (a.chunk < 0 || a.chunk >= ir.chunks)
+          return invalid_input(where + "stage " + std::to_string(d) + ", action " + action_token(a) + ": chunk " +
+                               std::to_string(a.chunk) + " of " + std::to_string(ir.chunks));
+  for (int k = 0; k < ir.virtual_stages(); ++k) {
+    const StageProgram p = ir.chunk_program(k);
+    if (p.steady.empty()) return invalid_input(where + stage_label(ir, k) + " has no steady part");
     int lo = INT_MAX, hi = INT_MIN;
     for (const Action& a : p.steady) {
       lo = std::min(lo, a.offset);
@@ -263,8 +340,10 @@ Status check_schedule(const ScheduleIR& ir, const std::string& where) {
     std::map<int64_t, std::vector<int>> f, b, i, w;
     std::map<int64_t, int> u;
     auto fail = [&](const Step& s, const std::string& why) {
-      return invalid_input(where + "stage " + std::to_string(k) + ", mini-batch " + std::to_string(s.mini_batch) +
-                           ", action " + action_token(s.action) + ": " + why);
+      Action a = s.action;
+      a.chunk = ir.chunk_of(k);
+      return invalid_input(where + stage_label(ir, k) + ", mini-batch " + std::to_string(s.mini_batch) + ", action " +
+                           action_token(a) + ": " + why);
     };
     for (const Step& s : expand(p, T)) {
       const Action& a = s.action;
@@ -308,7 +387,7 @@ Status check_schedule(const ScheduleIR& ir, const std::string& where) {
         // Programs drain at the end: mini-batches near T may be cut short only when not complete
         // by construction; the first half must be whole.
         if (mb < T / 2)
-          return invalid_input(where + "stage " + std::to_string(k) + ", mini-batch " + std::to_string(mb) + ": no update U");
+          return invalid_input(where + stage_label(ir, k) + ", mini-batch " + std::to_string(mb) + ": no update U");
       }
   }
   return Status::ok();
@@ -319,7 +398,7 @@ namespace {
 // Passes of stage k between F and their end (B, I or W per `ends`) at the program's peak, over
 // enough mini-batches to reach its steady state.
 int peak_between(const ScheduleIR& ir, int stage, bool count_until_i, bool only_i_to_w) {
-  const StageProgram& p = ir.stages.at(stage);
+  const StageProgram p = ir.chunks > 1 ? ir.chunk_program(stage) : ir.stages.at(stage);
   const int64_t T = 4 + static_cast<int64_t>(p.warmup.size()) * 2;
   int now = 0, peak = 0;
   for (const Step& s : expand(p, T)) {
@@ -353,14 +432,19 @@ int program_in_flight(const ScheduleIR& ir, int stage, bool after_input_grad) {
 
 int w_state_in_flight(const ScheduleIR& ir, int stage) { return ir.splits_backward() ? peak_between(ir, stage, false, true) : 0; }
 
-int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches) {
+int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches, int chunks) {
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int>, std::vector<int>> memo;
+  static std::map<std::tuple<int, int, int, int, int>, std::vector<int>> memo;
   const int N = std::max(1, stages), M = micro_batched(s, w) ? std::max(1, micro_batches) : 1;
+  const int V = s == Schedule::kInterleaved ? std::max(1, chunks) : 1;
   std::lock_guard<std::mutex> lock(mu);
-  std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : two_bw_family(w) ? 2 : 0, N, M}];
+  std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : two_bw_family(w) ? 2 : 0, N, M, V}];
   if (v.empty()) {
-    const ScheduleIR ir = make_schedule(s, w, N, M);
+    if (s == Schedule::kInterleaved && (N % V != 0 || !interleaved_error(N / V, V, M).empty())) {
+      v.assign(N, M);  // no such order: every micro-batch in flight, as GPipe
+      return v.at(std::clamp(stage, 0, N - 1));
+    }
+    const ScheduleIR ir = make_schedule(s, w, N / V, M, nullptr, V);
     for (int k = 0; k < N; ++k)  // ZB-H1's order depends on the stage times: its caps bound any
       v.push_back(s == Schedule::kZBH1 ? std::min(M, 2 * N - k) : program_in_flight(ir, k));
   }
@@ -373,6 +457,9 @@ std::string schedule_csv(const ScheduleIR& ir) {
                     (ir.synchronous ? ", synchronous (one update per mini-batch)" : ", asynchronous") + "\n";
   out += "# F forward, B backward, I its input-gradient part, W its weight-gradient part, U update; the digit is the\n";
   out += "# micro-batch, +k a later mini-batch. warmup runs once, steady once per mini-batch.\n";
+  if (ir.chunks > 1)
+    out.append("# ").append(std::to_string(ir.chunks)).append(" virtual stages per stage: @c is chunk c of the row's stage k, virtual stage c x ")
+        .append(std::to_string(ir.stages.size())).append(" + k.\n");
   out += "stage,part,actions\n";
   for (size_t k = 0; k < ir.stages.size(); ++k)
     for (const auto& [part, acts] : {std::pair<const char*, const std::vector<Action>*>{"warmup", &ir.stages[k].warmup},
@@ -406,6 +493,11 @@ bool parse_action(const std::string& tok, Action* a) {
     default: return false;
   }
   std::string rest = tok.substr(1);
+  a->chunk = 0;
+  if (const size_t at = rest.find('@'); at != std::string::npos) {
+    if (!parse_int(rest.substr(at + 1), &a->chunk)) return false;
+    rest = rest.substr(0, at);
+  }
   a->offset = 0;
   if (const size_t plus = rest.find('+'); plus != std::string::npos) {
     if (!parse_int(rest.substr(plus + 1), &a->offset)) return false;
@@ -428,7 +520,7 @@ Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::stri
   bool header = false;
   std::map<int, StageProgram> stages;
   std::map<std::pair<int, std::string>, bool> seen;
-  int max_micro = -1;
+  int max_micro = -1, max_chunk = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -452,9 +544,11 @@ Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::stri
     std::string tok;
     while (toks >> tok) {
       Action a;
-      if (!parse_action(tok, &a)) return invalid_input(at + "stage " + std::to_string(stage) + ": action '" + tok + "' is not F, B, I or W<micro-batch>[+offset] or U[+offset]");
+      if (!parse_action(tok, &a)) return invalid_input(at + "stage " + std::to_string(stage) + ": action '" + tok + "' is not F, B, I or W<micro-batch>[+offset][@chunk] or U[+offset][@chunk]");
       if (a.offset != 0) ir.synchronous = false;
       max_micro = std::max(max_micro, a.micro);
+      if (a.chunk > 64) return invalid_input(at + "stage " + std::to_string(stage) + ": action '" + tok + "': more than 64 chunks");
+      max_chunk = std::max(max_chunk, a.chunk);
       acts.push_back(a);
       if (acts.size() > 1 << 20) return invalid_input(at + "too many actions");
     }
@@ -468,6 +562,7 @@ Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::stri
     ir.stages.push_back(std::move(p));
   }
   ir.micro_batches = std::max(1, max_micro + 1);
+  ir.chunks = max_chunk + 1;
   RETURN_IF_ERROR(check_schedule(ir, path + ": "));
   return ir;
 }

@@ -13,6 +13,11 @@
 // Asynchronous 1F1B, stage k of N: warm-up F0, F0+1, ..., F0+(N-k-2); steady F0+(N-k-1) B0 U.
 // Synchronous schedules (every micro-batch's backward before one update per mini-batch, a flush)
 // have no warm-up and offsets 0: their steady part is one mini-batch.
+//
+// Interleaved stages (Megatron-LM's interleaved 1F1B): the model is cut into N x V virtual stages
+// and device d of N runs virtual stages d, d + N, ..., d + (V-1) N (its chunks 0 .. V-1, round
+// robin). Its program is one list over all of its chunks, each action naming its chunk; the
+// program of one virtual stage alone is chunk_program().
 #pragma once
 
 #include <array>
@@ -28,7 +33,9 @@ namespace pt {
 // (synchronous 1F1B with each backward split into I and W, W deferred to fill the bubbles).
 // kAuto (--schedule auto) stands for the synchronous schedule the planner picks (the best
 // predicted throughput that fits); it is resolved before partitioning and never runs.
-enum class Schedule { k1F1B, kGPipe, kZBH1, kAuto };
+// kInterleaved: synchronous 1F1B over N x V virtual stages, V per device (Narayanan et al., SC 2021):
+// the bubble of 1F1B divided by V, for V times the activation transfers.
+enum class Schedule { k1F1B, kGPipe, kZBH1, kInterleaved, kAuto };
 // The weights a pass reads: SpecTrain's prediction, the forward's stashed version, the current
 // ones (stale), or one version per mini-batch (sync: GPipe, ZB-H1, 1F1B with a flush).
 // k2BW: PipeDream-2BW (Narayanan et al., ICML 2021): asynchronous 1F1B over micro-batches, one
@@ -53,9 +60,13 @@ struct Action {
   ActionKind kind = ActionKind::kForward;
   int micro = 0;   // micro-batch in its mini-batch (0 for U)
   int offset = 0;  // mini-batch offset (see the top)
-  bool operator==(const Action& o) const { return kind == o.kind && micro == o.micro && offset == o.offset; }
+  int chunk = 0;   // interleaved stages: which of the device's virtual stages runs it (0 .. V-1)
+  bool operator==(const Action& o) const {
+    return kind == o.kind && micro == o.micro && offset == o.offset && chunk == o.chunk;
+  }
 };
-// "F0", "B3", "I1", "W1", "U"; "+k" appended when the offset is not 0 ("F0+2").
+// "F0", "B3", "I1", "W1", "U"; "+k" appended when the offset is not 0 ("F0+2"), "@c" when the
+// chunk is not 0 ("F3@1": micro-batch 3's forward on the device's chunk 1).
 std::string action_token(const Action& a);
 
 struct StageProgram {
@@ -66,18 +77,32 @@ struct ScheduleIR {
   std::string name;       // "1f1b", "1f1b-sync", "gpipe", "zb-h1", or the file it was read from
   int micro_batches = 1;  // per mini-batch
   bool synchronous = false;
+  // Virtual stages per device (interleaved stages; 1 otherwise): stages[d] is device d's program
+  // over its chunks, chunk c of device d is virtual stage c * stages.size() + d.
+  int chunks = 1;
   std::vector<StageProgram> stages;
   // True when some stage runs I and W instead of B (the executor then splits its backward).
   bool splits_backward() const;
+  int virtual_stages() const { return static_cast<int>(stages.size()) * chunks; }
+  int device_of(int virtual_stage) const { return virtual_stage % static_cast<int>(stages.size()); }
+  int chunk_of(int virtual_stage) const { return virtual_stage / static_cast<int>(stages.size()); }
+  // The actions of virtual stage `v` alone, in its device's order, as a program of one chunk
+  // (chunk fields 0): what that stage keeps in flight and checks against its own data.
+  StageProgram chunk_program(int v) const;
 };
 
 // The times of one stage's F, I and W (any unit), for schedules whose order depends on them.
 using PassTimes = std::array<double, 3>;
 // The program of schedule `s` with weight mode `w` over `stages` stages and `micro_batches`
 // micro-batches per mini-batch (asynchronous 1F1B: 1). `times` ([stage]): ZB-H1's order fits
-// them (null: every F, I and W takes one unit); the other schedules ignore them.
+// them (null: every F, I and W takes one unit); the other schedules ignore them. kInterleaved:
+// `stages` devices with `chunks` virtual stages each (Megatron-LM's order, which needs
+// micro_batches a multiple of stages: interleaved_micro_batches_error says so first).
 ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches,
-                         const std::vector<PassTimes>* times = nullptr);
+                         const std::vector<PassTimes>* times = nullptr, int chunks = 1);
+// Why interleaved stages cannot run `micro_batches` on `stages` devices with `chunks` each
+// (empty when they can): the flag to change and what would work.
+std::string interleaved_error(int stages, int chunks, int micro_batches);
 
 // One action of an expanded program, with its mini-batch.
 struct Step {
@@ -109,22 +134,24 @@ std::vector<Step> expand(const StageProgram& p, int64_t mini_batches);
 // micro-batch of every mini-batch gets one F and either one B or one I then one W, after its F;
 // every mini-batch one U, after its backward work on that stage (synchronous: after all of it).
 // `where` starts the message ("schedule.csv: "); it names the stage, the mini-batch and the action.
+// Interleaved programs are checked per virtual stage (chunk_program) and for chunks in range.
 Status check_schedule(const ScheduleIR& ir, const std::string& where);
 
-// The most passes stage k keeps at once between their F and the end of their backward (B, or W
-// when split): the saved-activation slots it needs. `after_input_grad`: count a split pass only
+// The most passes stage k (a virtual stage of an interleaved schedule) keeps at once between
+// their F and the end of their backward (B, or W when split): the saved-activation slots it needs. `after_input_grad`: count a split pass only
 // until its I (what it keeps after I is the smaller W state, counted by w_state_in_flight).
 int program_in_flight(const ScheduleIR& ir, int stage, bool after_input_grad = false);
 // The most split passes stage k holds between their I and their W.
 int w_state_in_flight(const ScheduleIR& ir, int stage);
 // program_in_flight of make_schedule(s, w, stages, micro_batches) (memoised): what the memory
 // model charges stage k's saved activations for. ZB-H1: the bound its caps set on any order,
-// min(M, N-k before I + N waiting for W).
-int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches);
+// min(M, N-k before I + N waiting for W). Interleaved: `stages` virtual stages, `chunks` per device.
+int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches, int chunks = 1);
 
 // The file form (--schedule-file, --schedule-out): a CSV with the header "stage,part,actions",
 // one row per stage and part ("warmup" or "steady"), the actions space-separated tokens of
-// action_token; lines starting with '#' are comments. Files hold synchronous schedules.
+// action_token; lines starting with '#' are comments. Files hold synchronous schedules. A file
+// whose actions name chunks ("F0@1") is interleaved: its chunks are the highest named plus one.
 std::string schedule_csv(const ScheduleIR& ir);
 Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::string& path);
 Expected<ScheduleIR> read_schedule_file(const std::string& path);

@@ -171,9 +171,19 @@ void track_memory(SimResult& res, const Plan& plan, const std::vector<std::vecto
 
 }  // namespace
 
+namespace {
+
+// The schedule's own program for the plan's stages (one order; ZB-H1's for unit times).
+ScheduleIR builtin_schedule(const Plan& plan) {
+  const int v = std::max(1, plan.virtual_stages);
+  return make_schedule(plan.schedule, plan.weights, static_cast<int>(plan.stages.size()) / v, plan.micro_batches, nullptr, v);
+}
+
+}  // namespace
+
 ScheduleIR plan_schedule(const Plan& plan) {
   if (plan.program) return *plan.program;
-  return make_schedule(plan.schedule, plan.weights, static_cast<int>(plan.stages.size()), plan.micro_batches);
+  return builtin_schedule(plan);
 }
 
 namespace {
@@ -189,26 +199,28 @@ SimEvent::Kind sim_kind(ActionKind k) {
   return SimEvent::kForward;
 }
 
-std::string event_token(const SimEvent& e) {
+// `devices`: stage k is chunk k / devices of device k % devices (interleaved stages; "@c" then).
+std::string event_token(const SimEvent& e, int devices) {
   static const char* kName[] = {"F", "B", "U", "send", "recv", "all-reduce", "I", "W"};
   std::string t = kName[static_cast<int>(e.kind)];
   if (e.kind != SimEvent::kUpdate) t += std::to_string(e.micro_batch);
+  if (e.stage >= devices) t.append("@").append(std::to_string(e.stage / devices));
   return t + "(" + std::to_string(e.mini_batch) + ")";
 }
 
-// Why the schedule deadlocks: each stage's next action and what it waits for, then every stage's
-// actions up to there (the rank x step grid).
+// Why the schedule deadlocks: each stage's (device's) next action and what it waits for, then
+// every stage's actions up to there (the rank x step grid).
 Status deadlock_error(const Engine& eng, int n, const std::string& name) {
   std::string waits, grid;
   for (int k = 0; k < n; ++k) {
     const int op = eng.blocked(k);
     grid.append("\n  stage ").append(std::to_string(k)).append(":");
-    for (int x : eng.ran(k)) grid.append(" ").append(event_token(eng.event(x)));
+    for (int x : eng.ran(k)) grid.append(" ").append(event_token(eng.event(x), n));
     if (op < 0) {
       grid += " (done)";
       continue;
     }
-    grid.append(" [").append(event_token(eng.event(op))).append("]");
+    grid.append(" [").append(event_token(eng.event(op), n)).append("]");
     // What it waits on: the first unfinished dependency, through a transfer to its producer.
     std::string on;
     for (int d : eng.deps(op)) {
@@ -218,11 +230,11 @@ Status deadlock_error(const Engine& eng, int n, const std::string& name) {
       if (kd == SimEvent::kSend || kd == SimEvent::kRecv || kd == SimEvent::kAllReduce)
         for (int dd : eng.deps(d))
           if (!eng.done(dd)) src = dd;
-      on = "stage " + std::to_string(eng.event(src).stage) + "'s " + event_token(eng.event(src));
+      on = "stage " + std::to_string(eng.event(src).stage % n) + "'s " + event_token(eng.event(src), n);
       break;
     }
     if (!waits.empty()) waits += "; ";
-    waits += "stage " + std::to_string(k) + " waits at " + event_token(eng.event(op)) + (on.empty() ? "" : " for " + on);
+    waits += "stage " + std::to_string(k) + " waits at " + event_token(eng.event(op), n) + (on.empty() ? "" : " for " + on);
   }
   return invalid_input("schedule " + name + " deadlocks: " + waits + " (mini-batch in parentheses; [x]: where it waits)" + grid);
 }
@@ -234,22 +246,25 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   const int n = static_cast<int>(plan.stages.size());
   const int t = std::max(1, mini_batches);
   if (n == 0) return res;
-  if (static_cast<int>(ir.stages.size()) != n)
-    return invalid_input(ir.name + ": a schedule of " + std::to_string(ir.stages.size()) + " stages for a plan of " +
+  if (ir.virtual_stages() != n)
+    return invalid_input(ir.name + ": a schedule of " + std::to_string(ir.virtual_stages()) + " stages for a plan of " +
                          std::to_string(n));
   const int m = std::max(1, ir.micro_batches);
-  // Resources: stage k's device is k, the link k -> k+1 carries activations on n + k and
-  // gradients on 2n + k; stage k's replicas all-reduce on 3n + k.
+  const int devices = static_cast<int>(ir.stages.size());
+  // Resources: device d computes on d (stage k on device ir.device_of(k); one stage per device but
+  // for interleaved stages), the link k -> k+1 carries activations on n + k and gradients on
+  // 2n + k; stage k's replicas all-reduce on 3n + k.
   Engine eng(4 * n);
   // fwd[k][i*m + j]: its forward; bwd: the pass that sends its gradients up (B, or I).
   const int passes = t * m;
   std::vector<std::vector<int>> fwd(n, std::vector<int>(passes, -1)), bwd = fwd;
   std::vector<std::vector<int>> order(n);
-  for (int k = 0; k < n; ++k) {
-    const StagePlan& s = plan.stages[k];
-    const double wgrad = std::clamp(s.wgrad_ms, 0.0, s.bwd_ms);
-    for (const Step& st : expand(ir.stages[k], t)) {
+  for (int d = 0; d < devices; ++d) {
+    for (const Step& st : expand(ir.stages[d], t)) {
       const Action& a = st.action;
+      const int k = a.chunk * devices + d;
+      const StagePlan& s = plan.stages[k];
+      const double wgrad = std::clamp(s.wgrad_ms, 0.0, s.bwd_ms);
       const int i = static_cast<int>(st.mini_batch);
       const SimEvent ev = make_event(k, i, a.micro, sim_kind(a.kind));
       double ms = 0;
@@ -260,7 +275,7 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
         case ActionKind::kWeightGrad: ms = wgrad / m; break;
         case ActionKind::kUpdate: ms = s.update_ms; break;
       }
-      const int op = eng.add(k, ms, ev);
+      const int op = eng.add(d, ms, ev);
       const int p = i * m + a.micro;
       if (a.kind == ActionKind::kForward) fwd[k][p] = op;
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kInputGrad) bwd[k][p] = op;
@@ -304,20 +319,20 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
       }
     }
   }
-  if (!eng.run()) return deadlock_error(eng, n, ir.name);
+  if (!eng.run()) return deadlock_error(eng, devices, ir.name);
   res.events = eng.events();
   // Steady state: asynchronous 1F1B skips the n warm-up mini-batches and the n-1 whose stage-0
   // backward is in the drain; a synchronous schedule repeats whole mini-batches (flushes).
   const int i0 = ir.synchronous ? 0 : n - 1;
   const int i1 = ir.synchronous ? t - 1 : t - n;
-  measure(res, n, t, plan.batch_size * std::max(1, plan.graph_replicas), i0, i1);
+  measure(res, devices, t, plan.batch_size * std::max(1, plan.graph_replicas), i0, i1);
   track_memory(res, plan, order, eng);
   return res;
 }
 
 ScheduleIR fitted_schedule(const Plan& plan) {
   const int n = static_cast<int>(plan.stages.size());
-  ScheduleIR unit = make_schedule(plan.schedule, plan.weights, n, plan.micro_batches);
+  ScheduleIR unit = builtin_schedule(plan);
   if (plan.schedule != Schedule::kZBH1 || n == 0) return unit;
   std::vector<PassTimes> times;
   for (const StagePlan& s : plan.stages) times.push_back({s.fwd_ms, s.bwd_ms - s.wgrad_ms, s.wgrad_ms});

@@ -220,5 +220,86 @@ TEST(Schedule, DeadlockIsRefusedWithTheGrid) {
   EXPECT_TRUE(dry_run(p, *ok, 2).has_value());
 }
 
+TEST(Schedule, InterleavedIsMegatronsOrder) {
+  // 2 devices x 2 chunks, 4 micro-batches: device 0 runs 2 (N-d-1) + (V-1) N = 4 forwards ahead,
+  // two micro-batches at a time through chunk 0, then chunk 1; backwards from the last chunk down.
+  const ScheduleIR ir = make_schedule(Schedule::kInterleaved, WeightMode::kSync, 2, 4, nullptr, 2);
+  EXPECT_TRUE(ir.synchronous);
+  EXPECT_EQ(ir.chunks, 2);
+  EXPECT_EQ(ir.virtual_stages(), 4);
+  EXPECT_EQ(steady(ir, 0), "F0 F1 F0@1 F1@1 F2 B0@1 F3 B1@1 F2@1 B0 F3@1 B1 B2@1 B3@1 B2 B3 U@1 U");
+  EXPECT_EQ(steady(ir, 1), "F0 F1 F0@1 B0@1 F1@1 B1@1 F2 B0 F3 B1 F2@1 B2@1 F3@1 B3@1 B2 B3 U@1 U");
+  // Virtual stage 3 is device 1's chunk 1: its own actions, as a one-chunk program.
+  const StageProgram last = ir.chunk_program(3);
+  std::string got;
+  for (const Action& a : last.steady) got.append(got.empty() ? "" : " ").append(action_token(a));
+  EXPECT_EQ(got, "F0 B0 F1 B1 F2 B2 F3 B3 U");
+  EXPECT_EQ(ir.device_of(3), 1);
+  EXPECT_EQ(ir.chunk_of(3), 1);
+  // Micro-batches in groups of the stage count; one device runs nothing interleaved.
+  EXPECT_NE(interleaved_error(2, 2, 3).find("--micro-batches 3"), std::string::npos);
+  EXPECT_NE(interleaved_error(1, 2, 4).find("at least 2 stages"), std::string::npos);
+  EXPECT_EQ(interleaved_error(4, 3, 8), "");
+}
+
+TEST(Schedule, InterleavedProgramsCheckRoundTripAndKeepFewPassesInFlight) {
+  for (int n = 2; n <= 4; ++n)
+    for (int v = 1; v <= 3; ++v)
+      for (int m : {n, 2 * n, 4 * n}) {
+        const ScheduleIR ir = make_schedule(Schedule::kInterleaved, WeightMode::kSync, n, m, nullptr, v);
+        const std::string what = "N=" + std::to_string(n) + " V=" + std::to_string(v) + " M=" + std::to_string(m);
+        ASSERT_TRUE(check_schedule(ir, "").is_ok()) << what << ": " << check_schedule(ir, "").message();
+        Expected<ScheduleIR> back = parse_schedule_csv(schedule_csv(ir), "s.csv");
+        ASSERT_TRUE(back.has_value()) << what << ": " << back.status().message();
+        EXPECT_EQ(back->chunks, v) << what;
+        for (int d = 0; d < n; ++d) EXPECT_EQ(back->stages[d].steady, ir.stages[d].steady) << what;
+        // Every virtual stage keeps at most every micro-batch in flight; the first chunk of device 0
+        // no more than its warm-up's share (Megatron's bound: it starts 2 (N-1) + (V-1) N ahead).
+        for (int k = 0; k < n * v; ++k) {
+          EXPECT_LE(program_in_flight(ir, k), m) << what << " stage " << k;
+          EXPECT_EQ(schedule_in_flight(Schedule::kInterleaved, WeightMode::kSync, n * v, k, m, v), program_in_flight(ir, k));
+        }
+        // The plan of n x v equal virtual stages runs it without a deadlock, with less bubble
+        // than 1F1B on n stages of the same total work, and the bubble of the formula
+        // (N-1)/V / (M + (N-1)/V) when M > N (M = N runs every forward first).
+        Plan p = equal_stages(n * v, 1.0 / v, 2.0 / v);
+        p.micro_batches = m;
+        p.schedule = Schedule::kInterleaved;
+        p.weights = WeightMode::kSync;
+        p.virtual_stages = v;
+        Expected<SimResult> r = dry_run(p, ir, 3);
+        ASSERT_TRUE(r.has_value()) << what << ": " << r.status().message();
+        const double x = (n - 1.0) / v;
+        if (m > n) EXPECT_NEAR(r->bubble_fraction, x / (m + x), 1e-9) << what;
+        Plan q = equal_stages(n, 1.0, 2.0);
+        q.micro_batches = m;
+        q.schedule = Schedule::k1F1B;
+        q.weights = WeightMode::kSync;
+        if (v > 1) EXPECT_LT(r->bubble_fraction, simulate(q, 3).bubble_fraction - 1e-9) << what;
+        else EXPECT_NEAR(r->bubble_fraction, simulate(q, 3).bubble_fraction, 1e-9) << what;
+      }
+}
+
+TEST(Schedule, InterleavedFilesNameChunksAndDeadlocksSayWhichChunk) {
+  // A chunk beyond the file's own count cannot happen (the highest named sets it); a device whose
+  // chunk 1 forwards before its chunk 0 sent anything waits forever.
+  Expected<ScheduleIR> bad = parse_schedule_csv("stage,part,actions\n0,steady,F0 F0@1 B0@1 B0 U@1 U\n1,steady,F0@1 F0 B0@1 B0 U@1 U\n", "i.csv");
+  ASSERT_TRUE(bad.has_value()) << bad.status().message();
+  EXPECT_EQ(bad->chunks, 2);
+  Plan p = equal_stages(4, 1.0, 2.0);
+  p.schedule = Schedule::kInterleaved;
+  p.weights = WeightMode::kSync;
+  p.virtual_stages = 2;
+  Expected<SimResult> r = dry_run(p, *bad, 1);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("stage 1 waits at F0@1(0) for stage 0's F0@1(0)"), std::string::npos)
+      << r.status().message();
+  Expected<ScheduleIR> missing = parse_schedule_csv("stage,part,actions\n0,steady,F0 F0@1 B0@1 U@1 U\n", "m.csv");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.status().message().find("virtual stage 0 (stage 0, chunk 0), mini-batch 0, action U: before B0"),
+            std::string::npos)
+      << missing.status().message();
+}
+
 }  // namespace
 }  // namespace pt
