@@ -148,7 +148,11 @@ std::string schedule_summary(const Plan& p, const SimResult& sim) {
   if (ir.synchronous && n > 1) {
     // The textbook idle fractions with equal stages: (p-1)/(m+p-1) for GPipe and 1F1B; ZB-H1 cuts
     // the bubble to a third ((p-1)/3 passes' worth) when F, I and W take equal time.
-    const double f = ir.splits_backward() ? (n - 1) / 3.0 / (m + (n - 1) / 3.0) : (n - 1) / (m + n - 1);
+    // Interleaved stages: (p-1)/V passes' worth over p devices of V chunks each.
+    const double d = static_cast<double>(ir.stages.size());
+    const double f = ir.splits_backward() ? (n - 1) / 3.0 / (m + (n - 1) / 3.0)
+                     : ir.chunks > 1      ? (d - 1) / ir.chunks / (m + (d - 1) / ir.chunks)
+                                          : (n - 1) / (m + n - 1);
     out += format(" (equal stages: %.1f%%)", 100 * f);
   }
   out += "; passes in flight per stage:";
@@ -170,6 +174,9 @@ std::string report_text(const ReportInputs& r) {
   std::string out;
   out += format("Partition of %s: %d stage%s, %s schedule, %s weights", p.model.empty() ? "model" : p.model.c_str(),
                 sum.stages, sum.stages == 1 ? "" : "s", schedule_name(p.schedule), weight_mode_name(p.weights));
+  if (p.virtual_stages > 1)
+    out += format(" (%d devices, %d virtual stages each: stage k on device k %% %d)", sum.stages / p.virtual_stages,
+                  p.virtual_stages, sum.stages / p.virtual_stages);
   if (synchronous(p.schedule, p.weights)) out += format(", %d micro-batches", p.micro_batches);
   if (p.batch_size > 0) out += format(", batch %lld", static_cast<long long>(p.batch_size * std::max(1, p.graph_replicas)));
   if (p.replicas > 1) out += format(", %d replicas (%d devices)", p.replicas, sum.stages * p.replicas);

@@ -150,6 +150,7 @@ std::string report_json(const ReportInputs& r) {
       {"recompute", recompute_name(p.recompute)},
       {"precision", graph_precision(r.graph)},
       {"micro_batches", p.micro_batches},
+      {"virtual_stages", p.virtual_stages},
       {"batch_size", p.batch_size * std::max(1, p.graph_replicas)},  // the whole mini-batch
       {"link", {{"name", p.link.name}, {"bandwidth", p.link.bandwidth}, {"latency_s", p.link.latency_s}}},
       {"manual", p.manual},
@@ -176,13 +177,16 @@ std::string report_json(const ReportInputs& r) {
       json warm = json::array(), steady = json::array();
       for (const Action& a : ir.stages[k].warmup) warm.push_back(action_token(a));
       for (const Action& a : ir.stages[k].steady) steady.push_back(action_token(a));
-      programs.push_back({{"warmup", warm},
-                          {"steady", steady},
-                          {"in_flight", program_in_flight(ir, static_cast<int>(k))},
-                          {"waiting_for_w", w_state_in_flight(ir, static_cast<int>(k))}});
+      int in_flight = 0, waiting = 0;  // over the device's chunks (interleaved stages; else its one)
+      for (int c = 0; c < ir.chunks; ++c) {
+        const int v = c * static_cast<int>(ir.stages.size()) + static_cast<int>(k);
+        in_flight += program_in_flight(ir, v);
+        waiting += w_state_in_flight(ir, v);
+      }
+      programs.push_back({{"warmup", warm}, {"steady", steady}, {"in_flight", in_flight}, {"waiting_for_w", waiting}});
     }
     doc["program"] = {{"name", ir.name}, {"synchronous", ir.synchronous}, {"micro_batches", ir.micro_batches},
-                      {"stages", programs}};
+                      {"virtual_stages", ir.chunks}, {"stages", programs}};
   }
   if (p.replicas > 1)
     doc["replica_link"] = {{"name", p.replica_link.name}, {"bandwidth", p.replica_link.bandwidth},

@@ -270,10 +270,12 @@ void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
 // The schedule, the weights, the arithmetic and memory, the plan's devices, links and cuts.
 void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   f.schedule = add_choice(app, "--schedule", &o.schedule,
-                          {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}, {"zb-h1", pt::Schedule::kZBH1}, {"auto", pt::Schedule::kAuto}},
+                          {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}, {"zb-h1", pt::Schedule::kZBH1}, {"interleaved", pt::Schedule::kInterleaved}, {"auto", pt::Schedule::kAuto}},
                           "1f1b (one forward, one backward in turn; asynchronous unless --weights sync) | gpipe (all "
                           "micro-batches' forwards, then their backwards) | zb-h1 (zero bubble: synchronous 1F1B with each "
                           "backward split into its input-gradient part and its weight-gradient part, deferred into the bubbles) | "
+                          "interleaved (synchronous 1F1B over --gpus x --virtual-stages model chunks, each GPU running "
+                          "every --gpus-th one, Megatron-LM's order: the bubble divided by --virtual-stages) | "
                           "auto (the synchronous schedule with the best predicted throughput that fits; all of them train the same weights)");
   f.weights = add_choice(app, "--weights", &o.weights,
                          {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash},
@@ -287,6 +289,10 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
                  "run the synchronous schedule in this CSV file (stage,part,actions rows, as --schedule-out writes) "
                  "instead of a built-in one; checked before any work");
   app.add_option("--schedule-out", o.schedule_out, "write the schedule's per-stage program (CSV) to this file");
+  app.add_option("--virtual-stages", o.virtual_stages,
+                 "--schedule interleaved: model chunks per GPU (default 2); the model is cut into --gpus x V stages, "
+                 "stage k on GPU k % --gpus; --micro-batches must be a multiple of --gpus")
+      ->check(CLI::Range(1, 64));
   add_choice(app, "--recompute", &o.recompute,
              {{"none", pt::Recompute::kNone}, {"stage", pt::Recompute::kStage}, {"auto", pt::Recompute::kAuto}},
              "none | stage (each stage with several passes in flight that would save memory so keeps only its "
@@ -357,7 +363,7 @@ void assign_groups(CLI::App& app) {
   // tests/cli/test_docs.py refuses, as it refuses --help and docs/cli.md drifting apart.
   const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
       {"Pipeline",
-       {"--gpus", "--replicas", "--schedule", "--weights", "--schedule-file", "--schedule-out", "--spectrain-staleness", "--micro-batches", "--recompute",
+       {"--gpus", "--replicas", "--schedule", "--weights", "--schedule-file", "--schedule-out", "--virtual-stages", "--spectrain-staleness", "--micro-batches", "--recompute",
         "--plan-only", "--whatif", "--profile", "--calibrate", "--no-calibrate", "--split-at", "--balance",
         "--ranks-per-node"}},
       {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link", "--network-link"}},

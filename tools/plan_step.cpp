@@ -176,6 +176,16 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
   o.schedule = f.schedule;
   o.weights = f.weights;
   o.micro_batches = micro_batched(o.schedule, o.weights) ? f.micro_batches : 1;
+  if (f.virtual_stages > 1) {
+    // Interleaved stages: device d's virtual stages d, d + N, ... share its memory (an equal
+    // share each) and run on its thread one at a time (at its speed alone).
+    const int N = static_cast<int>(o.devices.size()), V = f.virtual_stages;
+    for (DeviceSpec& d : o.devices) d.memory_bytes /= V;
+    for (int k = N; k < N * V; ++k) o.devices.push_back(o.devices[static_cast<size_t>(k % N)]);
+    for (int k = static_cast<int>(o.node_of_stage.size()); !o.node_of_stage.empty() && k < N * V; ++k)
+      o.node_of_stage.push_back(o.node_of_stage[static_cast<size_t>(k % N)]);
+    o.virtual_stages = V;
+  }
   o.program = f.program;
   o.recompute = f.recompute;
   o.profile = profile;

@@ -35,6 +35,9 @@ struct PlanFlags {
   Recompute recompute = Recompute::kNone;
   int optimizer_state_copies = 1;  // parameter-sized state tensors per parameter (momentum 1, Adam 2)
   int micro_batches = 4;
+  // --schedule interleaved: virtual stages per device; the plan cuts stages x this many, stage k
+  // on device k % stages, each with 1/virtual_stages of its device's memory.
+  int virtual_stages = 1;
   Staleness staleness = Staleness::kPaper;  // SpecTrain's (--staleness)
   bool update_in_backward = false;          // PartitionOptions::update_in_backward
   std::vector<std::string> split_at;

@@ -288,6 +288,7 @@ PlanFlags plan_flags(const TrainingSpec& o, const Model& md, const Devices& dev,
   const bool two_states = o.optimizer == OptimizerKind::kAdam || o.optimizer == OptimizerKind::kAdamW || o.nesterov;
   pf.optimizer_state_copies = two_states ? 2 : 1;
   pf.micro_batches = o.batch.micro_batches;
+  pf.virtual_stages = o.schedule == Schedule::kInterleaved ? o.virtual_stages : 1;
   pf.staleness = o.staleness;
   // The update inside the backward (--no-fusion update turns it off); clipping needs every gradient.
   pf.update_in_backward = md.update_fusion && !(o.clip_grad_norm > 0);
@@ -534,6 +535,8 @@ std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
   const std::string sync_name = !o.schedule_file.empty() ? "schedule " + o.schedule_file
                                 : o.schedule == Schedule::kGPipe ? "GPipe"
                                 : o.schedule == Schedule::kZBH1  ? "ZB-H1 (zero bubble)"
+                                : o.schedule == Schedule::kInterleaved
+                                    ? "interleaved 1F1B (" + std::to_string(o.virtual_stages) + " virtual stages per stage)"
                                                                  : "1F1B synchronous (a flush per mini-batch)";
   const std::string how =
       synchronous(o.schedule, o.weights)
@@ -563,16 +566,18 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
     s.bwd_ms = st.bwd_ms / batch.micro;
     s.wgrad_ms = share * s.bwd_ms;
     s.update_ms = st.update_ms;
-    busy += st.busy_fraction / static_cast<double>(stats.size());
+    busy += st.busy_fraction;  // a device's chunks (interleaved stages) share its time
   }
+  busy /= static_cast<double>(std::max<size_t>(1, stats.size() / static_cast<size_t>(std::max(1, plan.virtual_stages))));
   const int n = static_cast<int>(m.stages.size());
   Expected<SimResult> sim = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
   if (!sim) return "";
   char b[320];
   std::snprintf(b, sizeof b,
                 "schedule %s with the measured pass times: bubble %.1f%%, %.0f samples/s predicted; measured: "
-                "stages idle %.1f%% of the run on average, %.0f samples/s",
-                plan_schedule(plan).name.c_str(), 100 * sim->bubble_fraction, sim->samples_per_s, 100 * (1 - busy),
+                "%s idle %.1f%% of the run on average, %.0f samples/s",
+                plan_schedule(plan).name.c_str(), 100 * sim->bubble_fraction, sim->samples_per_s,
+                plan.virtual_stages > 1 ? "devices" : "stages", 100 * (1 - busy),
                 r.samples_per_s);
   return b;
 }
@@ -621,6 +626,7 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   po.staleness = o.staleness;
   po.after_update = o.test.after_update;
   po.micro_batches = md.batch.micro;
+  po.virtual_stages = plan.virtual_stages;
   po.program = plan.program;
   po.replicas = o.replicas;
   po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);

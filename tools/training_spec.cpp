@@ -52,6 +52,7 @@ json to_json_value(const TrainingSpec& s) {
       {"weights", weight_mode_name(s.weights)},
       {"schedule_file", s.schedule_file},
       {"schedule_out", s.schedule_out},
+      {"virtual_stages", s.virtual_stages},
       {"staleness", staleness_name(s.staleness)},
       {"recompute", recompute_name(s.recompute)},
       {"precision", precision_name(s.precision)},
@@ -131,7 +132,19 @@ Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o
   }
   if (o->schedule == Schedule::kAuto && o->replicas_auto)
     return invalid_input("--schedule auto with --replicas auto: choose one of them (the schedule is chosen for a layout)");
-  if (!file) return Status::ok();
+  if (o->virtual_stages > 0 && (file || o->schedule != Schedule::kInterleaved))
+    return invalid_input("--virtual-stages applies to --schedule interleaved only" +
+                         std::string(file ? " (a schedule file's actions name their chunks: F0@1)" : ""));
+  if (o->schedule == Schedule::kInterleaved) {
+    if (o->virtual_stages == 0) o->virtual_stages = 2;
+    if (o->replicas_auto) return invalid_input("--schedule interleaved with --replicas auto: give --replicas R");
+    if (const std::string why = interleaved_error(o->gpus, o->virtual_stages, o->batch.micro_batches); !why.empty())
+      return invalid_input(why);
+  }
+  if (!file) {
+    if (o->virtual_stages == 0) o->virtual_stages = 1;
+    return Status::ok();
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<const ScheduleIR> ir, schedule_file_program(*o));
   if (static_cast<int>(ir->stages.size()) != o->gpus)
     return invalid_input(o->schedule_file + ": a schedule of " + std::to_string(ir->stages.size()) + " stages; --gpus is " +
@@ -141,7 +154,8 @@ Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o
                          " micro-batches per mini-batch; --micro-batches is " + std::to_string(o->batch.micro_batches));
   o->batch.micro_batches = ir->micro_batches;
   o->batch.micro_batches_given = true;
-  o->schedule = ir->splits_backward() ? Schedule::kZBH1 : Schedule::k1F1B;
+  o->schedule = ir->chunks > 1 ? Schedule::kInterleaved : ir->splits_backward() ? Schedule::kZBH1 : Schedule::k1F1B;
+  o->virtual_stages = ir->chunks;
   return Status::ok();
 }
 

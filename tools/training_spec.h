@@ -84,6 +84,9 @@ struct TrainingSpec {
   WeightMode weights = WeightMode::kSpecTrain;  // kSync for gpipe and zb-h1 (resolve_schedule)
   std::string schedule_file;                    // --schedule-file: a synchronous program (partitioner/schedule.h)
   std::string schedule_out;                     // --schedule-out: where the program is written
+  // --virtual-stages: --schedule interleaved's virtual stages per device (0: not given; resolve_schedule
+  // makes it 2 for interleaved, 1 otherwise).
+  int virtual_stages = 0;
   Staleness staleness = Staleness::kPaper;
   Recompute recompute = Recompute::kNone;       // --recompute (partitioner/plan.h)
   Precision precision = Precision::kFp32;       // --precision (importer/precision.h)

@@ -7,15 +7,22 @@
 
 namespace pt {
 
-Expected<double> RunShared::sum_over_stages(int64_t step, int stage, int num_stages, double local) {
+void RunShared::post_norm_part(int64_t step, int stage, int num_stages, double local) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& [parts, readers] = norm_parts[step];
+    if (parts.empty()) {
+      parts.assign(num_stages, -1.0);
+      readers = num_stages;
+    }
+    parts[stage] = local;
+  }
+  cv.notify_all();
+}
+
+Expected<double> RunShared::sum_over_stages(int64_t step) {
   std::unique_lock<std::mutex> lock(mu);
   auto& [parts, readers] = norm_parts[step];
-  if (parts.empty()) {
-    parts.assign(num_stages, -1.0);
-    readers = num_stages;
-  }
-  parts[stage] = local;
-  cv.notify_all();
   cv.wait(lock, [&, &parts = parts] {  // named: clang 14 cannot capture a structured binding
     if (abort) return true;
     for (double p : parts)
@@ -29,13 +36,20 @@ Expected<double> RunShared::sum_over_stages(int64_t step, int stage, int num_sta
   return total;
 }
 
+Status Stage::post_norm_part(RunShared& sh, int64_t step) {
+  ASSIGN_OR_RETURN(norm_sq_, grad_sum_squares(*ex, grads));
+  if (sync() && num_stages > 1 && !sh.sum_across_ranks)  // per replica
+    sh.post_norm_part(step * sh.local_replicas + replica % sh.local_replicas, index, num_stages, norm_sq_);
+  return Status::ok();
+}
+
 Status Stage::clip_gradients(RunShared& sh, int64_t step) {
-  ASSIGN_OR_RETURN(double sq, grad_sum_squares(*ex, grads));
+  double sq = norm_sq_;
   if (sync() && num_stages > 1) {
     if (sh.sum_across_ranks) {
       ASSIGN_OR_RETURN(sq, sh.sum_across_ranks(step, sq));
     } else {
-      ASSIGN_OR_RETURN(sq, sh.sum_over_stages(step * sh.local_replicas + replica % sh.local_replicas, index, num_stages, sq));  // per replica
+      ASSIGN_OR_RETURN(sq, sh.sum_over_stages(step * sh.local_replicas + replica % sh.local_replicas));
     }
   }
   return scale_grads(*ex, grads, clip_coefficient(sh.clip_grad_norm, sq));

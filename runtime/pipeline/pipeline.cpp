@@ -71,10 +71,26 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
       return unsupported("--weights 2bw: weights shared across stages are not supported yet ('" +
                          plan.layout.weights.front().values.front()->name + "'); use another --weights or --split-at");
   }
+  const int V = std::max(1, opts.virtual_stages);
+  if (V > 1 || opts.schedule == Schedule::kInterleaved) {
+    if (opts.schedule != Schedule::kInterleaved)
+      return invalid_input("--virtual-stages applies to --schedule interleaved only");
+    if (plan.virtual_stages != V || plan.stages.size() % V != 0)
+      return invalid_input("the plan has " + std::to_string(plan.stages.size()) + " stages in " +
+                           std::to_string(plan.virtual_stages) + " virtual stages per device; training was asked for " +
+                           std::to_string(V));
+    if (const std::string why = interleaved_error(static_cast<int>(plan.stages.size()) / V, V, opts.micro_batches); !why.empty())
+      return invalid_input(why);
+    if (opts.cluster)
+      return unsupported("--schedule interleaved under MPI (one rank per stage) is not supported yet: run the stages in one process");
+  }
   if (opts.program) {
-    if (opts.program->stages.size() != plan.stages.size())
-      return invalid_input(opts.program->name + ": a schedule of " + std::to_string(opts.program->stages.size()) +
+    if (opts.program->virtual_stages() != static_cast<int>(plan.stages.size()))
+      return invalid_input(opts.program->name + ": a schedule of " + std::to_string(opts.program->virtual_stages()) +
                            " stages; the plan has " + std::to_string(plan.stages.size()));
+    if (opts.program->chunks != V)
+      return invalid_input(opts.program->name + ": a schedule of " + std::to_string(opts.program->chunks) +
+                           " virtual stages per stage; --virtual-stages is " + std::to_string(V));
     if (!opts.program->synchronous || !synchronous(opts.schedule, opts.weights))
       return invalid_input(opts.program->name + ": schedule files hold synchronous schedules (no warmup rows, no +offsets), run with --weights sync");
     if (opts.program->micro_batches != opts.micro_batches)
@@ -178,7 +194,8 @@ Expected<std::unique_ptr<Stage>> PipelineTrainer::Impl::describe_stage(const Pla
   for (const Node* n : ls.nodes)
     for (const Value* v : n->outputs)
       if (v && v == tg.loss.loss) st->loss = v;
-  st->program = &opts.program->stages.at(ls.index);
+  st->own_program = opts.program->chunk_program(ls.index);
+  st->program = &st->own_program;
   if (opts.program->splits_backward()) RETURN_IF_ERROR(split_backward(plan.layout, *st));
   return st;
 }
@@ -352,9 +369,11 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   RETURN_IF_ERROR(check_request(g, plan, opts));
   auto impl = std::make_unique<Impl>(g, tg);
   impl->opts = opts;
-  if (!impl->opts.program)
+  if (!impl->opts.program) {
+    const int V = std::max(1, opts.virtual_stages);
     impl->opts.program = std::make_shared<const ScheduleIR>(
-        make_schedule(opts.schedule, opts.weights, static_cast<int>(plan.stages.size()), opts.micro_batches));
+        make_schedule(opts.schedule, opts.weights, static_cast<int>(plan.stages.size()) / V, opts.micro_batches, nullptr, V));
+  }
   impl->plan_lines = stage_summaries(plan);
   impl->graph_batch = g.inputs[0]->dims.at(0);
   const int N = static_cast<int>(plan.stages.size());
@@ -612,6 +631,9 @@ std::string PipelineTrainer::Impl::describe() const {
   if (opts.schedule == Schedule::kGPipe) {
     std::snprintf(b, sizeof b, "%d stage%s%s, GPipe x%d%s", N, N == 1 ? "" : "s", reps.c_str(), opts.micro_batches,
                   on.c_str());
+  } else if (opts.schedule == Schedule::kInterleaved) {
+    std::snprintf(b, sizeof b, "%d stages%s, interleaved 1F1B x%d (%d virtual stages per stage)%s", N / opts.program->chunks,
+                  reps.c_str(), opts.micro_batches, opts.program->chunks, on.c_str());
   } else if (synchronous(opts.schedule, opts.weights)) {
     const bool file = opts.program && opts.program->name != "1f1b-sync" && opts.program->name != "zb-h1";
     std::snprintf(b, sizeof b, "%d stage%s%s, %s x%d%s", N, N == 1 ? "" : "s", reps.c_str(),
@@ -679,7 +701,20 @@ class PipelineStageSet final : public StageSet {
   void launch(int64_t first, int64_t end) override {
     sh_.set_segment(first, end);
     std::vector<std::function<void()>> jobs;
-    for (Stage* st : impl_.local_stages()) jobs.push_back([&sh = sh_, st] { st->run(sh); });
+    const ScheduleIR& ir = *impl_.opts.program;
+    if (ir.chunks <= 1) {
+      for (Stage* st : impl_.local_stages()) jobs.push_back([&sh = sh_, st] { st->run(sh); });
+    } else {  // interleaved stages: one thread per device (of each replica) runs its chunks
+      std::vector<std::vector<Stage*>> devices;
+      for (Stage* st : impl_.local_stages()) {
+        const size_t r = static_cast<size_t>(st->replica) * ir.stages.size() + static_cast<size_t>(ir.device_of(st->index));
+        if (devices.size() <= r) devices.resize(r + 1);
+        devices[r].resize(static_cast<size_t>(ir.chunks));
+        devices[r][static_cast<size_t>(ir.chunk_of(st->index))] = st;
+      }
+      for (size_t r = 0; r < devices.size(); ++r)
+        jobs.push_back([&sh = sh_, chunks = devices[r], &p = ir.stages[r % ir.stages.size()]] { run_device(sh, chunks, p); });
+    }
     threads_.start(std::move(jobs));
   }
   void join() override { threads_.wait(); }

@@ -28,6 +28,9 @@ struct PipelineOptions {
   Staleness staleness = Staleness::kPaper;
   // Synchronous schedules: micro-batches per mini-batch; the graph is built for one micro-batch.
   int micro_batches = 1;
+  // --schedule interleaved: virtual stages per device (the plan's stages are devices x this many,
+  // stage k on device k % devices); one thread per device runs its chunks' merged program.
+  int virtual_stages = 1;
   // The programs the stages run (partitioner/schedule.h): null makes schedule's with
   // make_schedule; a schedule file's must be synchronous, with micro_batches micro-batches.
   std::shared_ptr<const ScheduleIR> program;

@@ -772,7 +772,8 @@ Expected<int> Stage::load_two_bw_predict(int64_t step) {
   return 1;
 }
 
-Status Stage::update(RunShared& sh, int64_t step) {
+Status Stage::finish_gradients(RunShared& sh, int64_t step) {
+  if (grads_ready_ == step) return Status::ok();
   const auto t_run = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
@@ -793,7 +794,19 @@ Status Stage::update(RunShared& sh, int64_t step) {
     for (const Value* g : grads) views.push_back(ex->view(g));
     RETURN_IF_ERROR(reducer->allreduce(sh, replica, views, *ex->device(), ex->stream()));
   }
+  if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(post_norm_part(sh, step));
+  grads_ready_ = step;
+  const double busy = seconds_since(t_run);
+  busy_s_ += busy;
+  upd_s_ += busy;
+  return Status::ok();
+}
+
+Status Stage::update(RunShared& sh, int64_t step) {
+  RETURN_IF_ERROR(finish_gradients(sh, step));
+  const auto t_run = std::chrono::steady_clock::now();
   if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
+  const Device& dev = *ex->device();
   if (!update_in_backward) {  // else the backward ran the updates, on the master weights
     RETURN_IF_ERROR(load_master());
     RETURN_IF_ERROR(set_lr(sh, step));
@@ -847,8 +860,7 @@ void Stage::finish_stats() {
   stats.update_ms = 1e3 * upd_s_ / mbs;
 }
 
-void Stage::run(RunShared& sh) {
-  if (opts.threads_per_stage > 0) set_cpu_kernel_threads(opts.threads_per_stage);  // OpenMP: this thread's regions
+void Stage::begin_segment(RunShared& sh) {
   const int64_t first = sh.first_step, end = sh.end_step();
   begin_shared_segment(first);
   const bool sends = !data_out.empty();
@@ -867,15 +879,50 @@ void Stage::run(RunShared& sh) {
         },
         sh.data->stats.get());
   }
-  Status st = Status::ok();
-  // The stage's program over the segment's mini-batches. The first action of a mini-batch here is
-  // its first forward: the stage claims it first, and a claim refused (a stop, a checkpoint
-  // boundary moved) ends the segment there: the program then skips that mini-batch and the later
-  // ones, so the passes already started drain (their backwards and updates still run).
   slots_.reset(num_slots_);
   w_slots_.reset(num_w_slots_);
   accumulated_ = 0;
-  ProgramCursor cursor(*program, first, end);
+  grads_ready_ = -1;
+}
+
+Status Stage::act(RunShared& sh, const Step& step) {
+  const int64_t mb = step.mini_batch;
+  const int64_t key = mb * micro() + step.action.micro;
+  switch (step.action.kind) {
+    case ActionKind::kForward: return forward(sh, key);
+    case ActionKind::kBackward: return backward(sh, key, false);
+    case ActionKind::kInputGrad: return backward(sh, key, true);
+    case ActionKind::kWeightGrad: return weight_grad(sh, key);
+    case ActionKind::kUpdate: return update(sh, mb);
+  }
+  return Status::ok();
+}
+
+void Stage::end_segment(RunShared& sh, Status st) {
+  prefetch_.reset();
+  // The segment's work is done when the device is: a checkpoint or validation reads it next.
+  if (st.is_ok()) st = ex->device()->synchronize(ex->stream());
+  if (!st.is_ok() && !sh.abort) sh.fail(st.with_context("stage " + std::to_string(index) + ": "));
+  finish_stats();
+}
+
+void Stage::run(RunShared& sh) { run_device(sh, {this}, *program); }
+
+void run_device(RunShared& sh, const std::vector<Stage*>& chunks, const StageProgram& program) {
+  if (chunks.front()->opts.threads_per_stage > 0)  // OpenMP: this thread's regions
+    set_cpu_kernel_threads(chunks.front()->opts.threads_per_stage);
+  const int64_t first = sh.first_step, end = sh.end_step();
+  for (Stage* st : chunks) st->begin_segment(sh);
+  // Clipping over interleaved stages: every chunk of the device posts its part of the norm before
+  // any of them waits for the whole (they would otherwise wait for each other on this thread).
+  const bool post_first = chunks.size() > 1 && sh.clip_grad_norm > 0;
+  int64_t posted = -1;  // mini-batches up to this one have their chunks' parts posted
+  Status st = Status::ok();
+  // The device's program over the segment's mini-batches. The first action of a mini-batch here
+  // is its first forward: the device claims it first, and a claim refused (a stop, a checkpoint
+  // boundary moved) ends the segment there: the program then skips that mini-batch and the later
+  // ones, so the passes already started drain (their backwards and updates still run).
+  ProgramCursor cursor(program, first, end);
   int64_t claimed_end = first;  // mini-batches [first, claimed_end) are claimed
   Step step;
   while (st.is_ok() && cursor.next(&step)) {
@@ -887,20 +934,18 @@ void Stage::run(RunShared& sh) {
         continue;
       }
     }
-    const int64_t key = mb * micro() + step.action.micro;
-    switch (step.action.kind) {
-      case ActionKind::kForward: st = forward(sh, key); break;
-      case ActionKind::kBackward: st = backward(sh, key, false); break;
-      case ActionKind::kInputGrad: st = backward(sh, key, true); break;
-      case ActionKind::kWeightGrad: st = weight_grad(sh, key); break;
-      case ActionKind::kUpdate: st = update(sh, mb); break;
+    if (post_first && step.action.kind == ActionKind::kUpdate && mb > posted) {
+      for (Stage* c : chunks)
+        if (st.is_ok()) st = c->finish_gradients(sh, mb);
+      posted = mb;
+      if (!st.is_ok()) break;
     }
+    st = chunks.at(step.action.chunk)->act(sh, step);
   }
-  prefetch_.reset();
-  // The segment's work is done when the device is: a checkpoint or validation reads it next.
-  if (st.is_ok()) st = ex->device()->synchronize(ex->stream());
-  if (!st.is_ok() && !sh.abort) sh.fail(st.with_context("stage " + std::to_string(index) + ": "));
-  finish_stats();
+  for (Stage* c : chunks) {
+    c->end_segment(sh, st);
+    st = Status::ok();  // one failure is reported once
+  }
 }
 
 }  // namespace pt

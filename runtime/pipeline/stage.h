@@ -174,7 +174,10 @@ struct RunShared {
   // MPI through sum_across_ranks (set by runtime/pipeline/ranks.cpp). 1F1B: each stage its own.
   double clip_grad_norm = 0;
   std::function<Expected<double>(int64_t step, double local)> sum_across_ranks;
-  Expected<double> sum_over_stages(int64_t step, int stage, int num_stages, double local);
+  // Stage `stage`'s part of mini-batch `step`'s sum (posted once its gradients are final), then
+  // the sum once every stage posted (waits; each of the num_stages stages reads it once).
+  void post_norm_part(int64_t step, int stage, int num_stages, double local);
+  Expected<double> sum_over_stages(int64_t step);
   std::map<int64_t, std::pair<std::vector<double>, int>> norm_parts;  // [step] -> (by stage, readers left)
   void fail(Status s);
 
@@ -238,8 +241,10 @@ class Stage {
   const Value* lr = nullptr;
   const Value* rng_step = nullptr;
   std::vector<Link*> fwd_in, fwd_out, bwd_in, bwd_out;
-  // The actions this stage runs (its program in PipelineOptions::program).
+  // The actions this stage runs (its program in PipelineOptions::program; interleaved stages:
+  // its chunk's actions alone, ScheduleIR::chunk_program, kept in own_program).
   const StageProgram* program = nullptr;
+  StageProgram own_program;
   // A split backward (zero-bubble schedules, the program has I and W): the nodes of its
   // weight-gradient part W (weight_gradient_nodes: what the gradients sent upstream do not need),
   // and what W reads that the forward, I or other stages computed, kept per pass from I to W.
@@ -271,8 +276,18 @@ class Stage {
   size_t held_bytes() const;
   // Clears the trace and the statistics (at the start of PipelineTrainer::train).
   void begin_train();
-  // Runs the stage's schedule for the current segment of the run (the body of its thread).
+  // Runs the stage's schedule for the current segment of the run (the body of its thread):
+  // run_device over this stage alone.
   void run(RunShared& shared);
+  // One segment in parts, for a thread that runs several stages (run_device): its start (the
+  // batch prefetch, the slots), one action of its program, its end (reports `st` once).
+  void begin_segment(RunShared& sh);
+  Status act(RunShared& sh, const Step& step);
+  void end_segment(RunShared& sh, Status st);
+  // The gradients of mini-batch `step` final for its update (micro-batches summed, replicas
+  // averaged) and, with --clip-grad-norm, this stage's part of the norm posted; update() calls it
+  // unless it ran already for `step`.
+  Status finish_gradients(RunShared& sh, int64_t step);
   // Master weight i, copied to the host (from the executor's buffer when the mode keeps no
   // separate copy).
   Expected<HostTensor> master(size_t i) const;
@@ -313,7 +328,8 @@ class Stage {
   Status recv_weights(int64_t key, bool backward);  // reader: before a pass runs
   int64_t shared_version_for(const WeightLink& w, int64_t step) const;
   Status load_version_for(RunShared& sh, const WeightLink& w, int64_t step);
-  Status clip_gradients(RunShared& sh, int64_t step);  // runtime/pipeline/clip.cpp
+  Status post_norm_part(RunShared& sh, int64_t step);  // runtime/pipeline/clip.cpp
+  Status clip_gradients(RunShared& sh, int64_t step);  // scales by the norm of every stage
   Expected<DeviceBuffer> buffer_like(const Value* v) const;  // on the executor's device
   bool sync() const { return synchronous(opts.schedule, opts.weights); }
   int micro() const { return micro_batched(opts.schedule, opts.weights) ? opts.micro_batches : 1; }
@@ -342,6 +358,8 @@ class Stage {
   bool slot_saved_ = false;
   SlotPool slots_, w_slots_;
   int accumulated_ = 0;       // passes of this mini-batch in grad_acc_
+  int64_t grads_ready_ = -1;  // the mini-batch finish_gradients ran for
+  double norm_sq_ = 0;        // its squared gradient norm here (--clip-grad-norm)
   bool separate_master_ = false;
   bool buf_is_master_ = true;
   int64_t version_ = 0;  // updates applied to the master weights
@@ -359,6 +377,11 @@ class Stage {
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
 };
+
+// The body of one device's thread: `program` (a program over its chunks, ScheduleIR::stages of
+// one device) run for the current segment, each action by chunks[action.chunk]; interleaved stages
+// give a device several chunks, every other schedule one.
+void run_device(RunShared& sh, const std::vector<Stage*>& chunks, const StageProgram& program);
 
 // The trainer's state (runtime/pipeline/pipeline.cpp); under MPI (opts.cluster) stages holds every stage's
 // description but only this rank's stage has an executor and runs (runtime/pipeline/ranks.cpp).

@@ -29,7 +29,7 @@ from test_cli import reuse_ok  # noqa: E402
 BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 MLP = os.path.join(ROOT, "models", "digits_mlp.onnx")
 SYNC = {"1f1b-sync": ["--schedule", "1f1b", "--weights", "sync"], "zb-h1": ["--schedule", "zb-h1"],
-        "auto": ["--schedule", "auto"]}
+        "auto": ["--schedule", "auto"], "interleaved": ["--schedule", "interleaved", "--virtual-stages", "2"]}
 
 
 def run(*args):
@@ -64,8 +64,9 @@ class SchedulesTest(unittest.TestCase):
         trained = os.path.join(out, os.path.splitext(os.path.basename(model))[0] + ".trained.onnx")
         return weights(trained), losses(out)
 
-    def assert_same_as_gpipe(self, model, tag, *flags, schedules=("1f1b-sync", "zb-h1"), **kw):
-        ref_w, ref_l = self.train(model, tag + "-gpipe", "--schedule", "gpipe", *flags, **kw)
+    def assert_same_as_gpipe(self, model, tag, *flags, schedules=("1f1b-sync", "zb-h1"), ref_flags=None, **kw):
+        # ref_flags: GPipe's own (interleaved stages cut --gpus x V stages: GPipe on as many).
+        ref_w, ref_l = self.train(model, tag + "-gpipe", "--schedule", "gpipe", *(flags if ref_flags is None else ref_flags), **kw)
         start = weights(model)
         self.assertTrue(any(not np.array_equal(ref_w[k], start[k]) for k in start if k in ref_w), "training changed nothing")
         for name in schedules:
@@ -82,6 +83,11 @@ class SchedulesTest(unittest.TestCase):
         # Fewer micro-batches than stages, and one.
         self.assert_same_as_gpipe(MLP, "mlp4m2", "--gpus", 4, "--micro-batches", 2)
         self.assert_same_as_gpipe(MLP, "mlp2m1", "--gpus", 2, "--micro-batches", 1, schedules=("zb-h1",))
+        # Interleaved stages: 2 devices x 2 chunks (4 stages, device 0 runs stages 0 and 2), against
+        # GPipe on 2 and on 4 stages; with M = N the order runs every forward first.
+        self.assert_same_as_gpipe(MLP, "mlp2i", "--gpus", 2, "--micro-batches", 4, schedules=("interleaved",))
+        self.assert_same_as_gpipe(MLP, "mlp2i4", "--gpus", 2, "--micro-batches", 2, schedules=("interleaved",),
+                                  ref_flags=["--gpus", 4, "--micro-batches", 2])
 
     def test_batchnorm_and_dropout(self):
         import export_models as em
@@ -95,13 +101,21 @@ class SchedulesTest(unittest.TestCase):
         rng = np.random.default_rng(5)
         np.save(os.path.join(data, "x.npy"), rng.integers(1, em.VOCAB, size=(64, em.SEQ)).astype(np.int64))
         np.save(os.path.join(data, "y.npy"), rng.integers(0, em.NUM_CLASSES["transformer"], size=64))
-        self.assert_same_as_gpipe(tf, "transformer", "--gpus", 2, "--micro-batches", 4, "--data", data, steps=4)
+        self.assert_same_as_gpipe(tf, "transformer", "--gpus", 2, "--micro-batches", 4, "--data", data, steps=4,
+                                  schedules=("1f1b-sync", "zb-h1", "interleaved"))
+        self.assert_same_as_gpipe(lenet, "lenet-i", "--gpus", 2, "--micro-batches", 4, steps=4, schedules=("interleaved",))
 
     def test_replicas_recompute_and_clipping(self):
         self.assert_same_as_gpipe(MLP, "replicas", "--gpus", 2, "--replicas", 2, "--micro-batches", 2, schedules=("zb-h1",))
         self.assert_same_as_gpipe(MLP, "recompute", "--gpus", 3, "--micro-batches", 4, "--recompute", "stage")
         self.assert_same_as_gpipe(MLP, "clip", "--gpus", 3, "--micro-batches", 4, "--clip-grad-norm", 0.05,
                                   "--optimizer", "adamw", "--lr", 0.01)
+        # Interleaved: a device's chunks post their parts of the norm before either waits for the sum.
+        self.assert_same_as_gpipe(MLP, "clip-i", "--gpus", 2, "--micro-batches", 4, "--clip-grad-norm", 0.05,
+                                  "--optimizer", "adamw", "--lr", 0.01, schedules=("interleaved",))
+        self.assert_same_as_gpipe(MLP, "replicas-i", "--gpus", 2, "--replicas", 2, "--micro-batches", 2, schedules=("interleaved",))
+        self.assert_same_as_gpipe(MLP, "recompute-i", "--gpus", 2, "--micro-batches", 4, "--recompute", "stage",
+                                  schedules=("interleaved",))
 
     def test_2bw(self):
         # PipeDream-2BW against its explicit-version reference: tests/runtime/pipeline_test.cpp. Here:
@@ -137,6 +151,9 @@ class SchedulesTest(unittest.TestCase):
         path = os.path.join(self.dir, "tied.onnx")
         onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
         self.assert_same_as_gpipe(path, "tied", "--gpus", 3, "--split-at", "relu0,relu1", "--micro-batches", 4, "--lr", 0.2)
+        # Interleaved: Ws on stages 1 and 2, i.e. on device 1 (chunk 0) and device 0 (chunk 1).
+        split = ["--split-at", "relu0,relu1,fc3", "--micro-batches", 4, "--lr", 0.2]
+        self.assert_same_as_gpipe(path, "tied-i", "--gpus", 2, *split, schedules=("interleaved",), ref_flags=["--gpus", 4, *split])
 
     def test_schedule_out_and_file(self):
         csv = os.path.join(self.dir, "zb.csv")
@@ -180,6 +197,26 @@ class SchedulesTest(unittest.TestCase):
         for k in gp:
             self.assertTrue(np.array_equal(gp[k], got[k]), k)
 
+    def test_interleaved_schedule_out_and_file(self):
+        csv = os.path.join(self.dir, "il.csv")
+        rc, so, se = run(MLP, "--gpus", 2, "--schedule", "interleaved", "--micro-batches", 4, "--plan-only", "--no-calibrate",
+                         "--schedule-out", csv, "--out", os.path.join(self.dir, "ilplan"))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("4 stages, interleaved schedule, sync weights", so)
+        self.assertIn("(2 devices, 2 virtual stages each: stage k on device k % 2)", so)
+        # The textbook bubble with equal stages: (p-1)/V / (M + (p-1)/V) = 0.5 / 4.5.
+        self.assertIn("(equal stages: 11.1%)", so)
+        with open(csv) as f:
+            rows = [r for r in f.read().splitlines() if r and not r.startswith("#")][1:]
+        self.assertEqual(rows[0], "0,steady,F0 F1 F0@1 F1@1 F2 B0@1 F3 B1@1 F2@1 B0 F3@1 B1 B2@1 B3@1 B2 B3 U@1 U")
+        with open(os.path.join(self.dir, "ilplan", "partition.json")) as f:
+            doc = json.load(f)
+        self.assertEqual((doc["virtual_stages"], doc["program"]["virtual_stages"], len(doc["stages"])), (2, 2, 4))
+        ref, _ = self.train(MLP, "il-builtin", "--gpus", 2, "--schedule", "interleaved", "--micro-batches", 4)
+        got, _ = self.train(MLP, "il-file", "--gpus", 2, "--schedule-file", csv)
+        for k in ref:
+            self.assertTrue(np.array_equal(ref[k], got[k]), k)
+
     def test_refused_before_any_work(self):
         def write(name, text):
             p = os.path.join(self.dir, name)
@@ -207,6 +244,12 @@ class SchedulesTest(unittest.TestCase):
             (["--schedule-file", good, "--schedule", "gpipe"], ["--schedule-file", "replaces --schedule"]),
             (["--schedule-file", good, "--micro-batches", 4], ["good.csv", "2 micro-batches", "--micro-batches is 4"]),
             (["--schedule-file", good, "--weights", "spectrain"], ["--weights spectrain", "schedule file"]),
+            (["--schedule", "interleaved", "--micro-batches", 3], ["--micro-batches 3", "a multiple of 2"]),
+            (["--virtual-stages", 2], ["--virtual-stages applies to --schedule interleaved"]),
+            (["--schedule", "interleaved", "--weights", "stash"], ["--weights stash", "--schedule interleaved"]),
+            (["--schedule", "interleaved", "--virtual-stages", 4, "--micro-batches", 4],
+             ["--gpus 2 x --virtual-stages 4: 8 stages need at least 8 forward nodes"]),
+            (["--schedule-file", good, "--virtual-stages", 2], ["--virtual-stages applies to --schedule interleaved"]),
         ]
         for flags, needles in cases:
             gpus = 2
