@@ -4,13 +4,15 @@
 For each model (the Transformer encoder of tools/export_models.py, batch 32 of 16 tokens; ResNet-18
 at 32x32, batch 32), each stage count (2 stages with one core each on a 2-core machine, 4 stages
 sharing the cores) and each schedule (asynchronous 1F1B SpecTrain; GPipe, synchronous 1F1B and
-ZB-H1 with m = 4, 8, 16 micro-batches) it trains a fixed number of steps and prints:
+ZB-H1 and interleaved 1F1B with 2 virtual stages per device, m = 4, 8, 16 micro-batches) it trains a fixed number of steps and prints:
 
   - the measured throughput (samples/s) and each stage's idle fraction (1 - busy: the time a stage
     thread spent neither running passes nor updating, waiting for its inputs included);
   - the bubble the schedule's program predicts with the cost model's stage times (the report) and
     with the pass times the run measured (the dry run again after training), and the textbook
-    formula with equal stages: (p-1)/(m+p-1) for GPipe and 1F1B, a third of that for ZB-H1;
+    formula with equal stages: (p-1)/(m+p-1) for GPipe and 1F1B, a third of that for ZB-H1,
+    (p-1)/V / (m + (p-1)/V) for interleaved stages (the idle per stage column then lists each
+    virtual stage's, the measured idle is per device);
   - each stage's measured peak memory (its buffers: executor, saved slots, W state, gradient sums).
 
 With --svg-dir it also writes each synchronous schedule's simulated timeline for the first model
@@ -34,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 SCHEDULES = [("gpipe", ["--schedule", "gpipe"]), ("1f1b-sync", ["--schedule", "1f1b", "--weights", "sync"]),
-             ("zb-h1", ["--schedule", "zb-h1"])]
+             ("zb-h1", ["--schedule", "zb-h1"]), ("interleaved", ["--schedule", "interleaved", "--virtual-stages", "2"])]
 
 
 def formula(name, p, m):
@@ -42,6 +44,8 @@ def formula(name, p, m):
         return 0.0
     if name == "zb-h1":
         return (p - 1) / 3 / (m + (p - 1) / 3)
+    if name == "interleaved":  # V = 2 chunks per device
+        return (p - 1) / 2 / (m + (p - 1) / 2)
     return (p - 1) / (m + p - 1)
 
 
@@ -74,7 +78,7 @@ def run(binary, model, extra, out, steps):
     m = re.search(r"^schedule \S+: predicted bubble ([0-9.]+)%", so, re.M)
     res["predicted_plan"] = float(m.group(1)) / 100 if m else None
     m = re.search(r"with the measured pass times: bubble ([0-9.]+)%, ([0-9.]+) samples/s predicted; "
-                  r"measured: stages idle ([0-9.]+)%", so)
+                  r"measured: (?:stages|devices) idle ([0-9.]+)%", so)
     if m:
         res["predicted_measured"] = float(m.group(1)) / 100
         res["predicted_samples_per_s"] = float(m.group(2))
