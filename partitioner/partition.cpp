@@ -39,7 +39,7 @@ int stage_gradient_accumulators(const PartitionOptions& opts) {
 bool stage_update_in_backward(int stage, int num_stages, const PartitionOptions& opts) {
   if (!opts.update_in_backward || opts.replicas > 1 || opts.graph_replicas > 1) return false;
   // W runs apart from I; 2BW's passes read the version before the latest update: no update inside.
-  if (opts.schedule == Schedule::kZBH1 || two_bw_family(opts.weights)) return false;
+  if (opts.schedule == Schedule::kZBH1 || opts.schedule == Schedule::kZBV || two_bw_family(opts.weights)) return false;
   if (synchronous(opts.schedule, opts.weights)) return opts.micro_batches <= 1;
   if (num_stages == 1) return true;  // the single-stage trainer: forward, backward, update in turn
   switch (opts.weights) {

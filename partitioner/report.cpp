@@ -145,7 +145,7 @@ std::string schedule_summary(const Plan& p, const SimResult& sim) {
   const ScheduleIR ir = plan_schedule(p);
   const double m = ir.micro_batches;
   std::string out = format("schedule %s: predicted bubble %.1f%% of the stages' time", ir.name.c_str(), 100 * sim.bubble_fraction);
-  if (ir.synchronous && n > 1) {
+  if (ir.synchronous && n > 1 && !ir.v_shape) {
     // The textbook idle fractions with equal stages: (p-1)/(m+p-1) for GPipe and 1F1B; ZB-H1 cuts
     // the bubble to a third ((p-1)/3 passes' worth) when F, I and W take equal time.
     // Interleaved stages: (p-1)/V passes' worth over p devices of V chunks each.
@@ -174,7 +174,9 @@ std::string report_text(const ReportInputs& r) {
   std::string out;
   out += format("Partition of %s: %d stage%s, %s schedule, %s weights", p.model.empty() ? "model" : p.model.c_str(),
                 sum.stages, sum.stages == 1 ? "" : "s", schedule_name(p.schedule), weight_mode_name(p.weights));
-  if (p.virtual_stages > 1)
+  if (p.virtual_stages > 1 && p.schedule == Schedule::kZBV)
+    out += format(" (%d devices in a V: stage k on device k, stage %d - k on device k)", sum.stages / 2, sum.stages - 1);
+  else if (p.virtual_stages > 1)
     out += format(" (%d devices, %d virtual stages each: stage k on device k %% %d)", sum.stages / p.virtual_stages,
                   p.virtual_stages, sum.stages / p.virtual_stages);
   if (synchronous(p.schedule, p.weights)) out += format(", %d micro-batches", p.micro_batches);

@@ -179,14 +179,14 @@ std::string report_json(const ReportInputs& r) {
       for (const Action& a : ir.stages[k].steady) steady.push_back(action_token(a));
       int in_flight = 0, waiting = 0;  // over the device's chunks (interleaved stages; else its one)
       for (int c = 0; c < ir.chunks; ++c) {
-        const int v = c * static_cast<int>(ir.stages.size()) + static_cast<int>(k);
+        const int v = ir.virtual_of(static_cast<int>(k), c);
         in_flight += program_in_flight(ir, v);
         waiting += w_state_in_flight(ir, v);
       }
       programs.push_back({{"warmup", warm}, {"steady", steady}, {"in_flight", in_flight}, {"waiting_for_w", waiting}});
     }
     doc["program"] = {{"name", ir.name}, {"synchronous", ir.synchronous}, {"micro_batches", ir.micro_batches},
-                      {"virtual_stages", ir.chunks}, {"stages", programs}};
+                      {"virtual_stages", ir.chunks}, {"placement", ir.v_shape ? "v" : "loop"}, {"stages", programs}};
   }
   if (p.replicas > 1)
     doc["replica_link"] = {{"name", p.replica_link.name}, {"bandwidth", p.replica_link.bandwidth},

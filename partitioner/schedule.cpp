@@ -22,6 +22,7 @@ const char* schedule_name(Schedule s) {
     case Schedule::kGPipe: return "gpipe";
     case Schedule::kZBH1: return "zb-h1";
     case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kZBV: return "zbv";
     case Schedule::kAuto: return "auto";
   }
   return "?";
@@ -120,65 +121,93 @@ StageProgram one_f_one_b_sync(int k, int N, int M) {
   return p;
 }
 
-// ZB-H1 (Qi et al., 2024): the order a greedy list scheduler gives. A stage runs an I as soon as
-// its gradient is there (the critical path up the pipeline), else an F while fewer than N-k of its
-// passes wait for their I (1F1B's activations in flight), else a deferred W, which so fills the
-// time 1F1B spends waiting; at most N passes wait for their W (the reference implementation's cap
-// on pending weight gradients). Without `times` every F, I and W takes one unit; with them
-// (milliseconds of stage k's F, I and W), the order fits those times, as the reference's
-// automatic scheduler does with profiled ones. Either way the order is a function of its inputs
-// only, so every rank derives the same program from the same plan.
-std::vector<StageProgram> zb_h1(int N, int M, const std::vector<PassTimes>* times) {
+// ZB-H1 and ZB-V (Qi et al., 2024): the order a greedy list scheduler gives, over D devices with V
+// chunks each (ZB-H1: V = 1; ZB-V: V = 2 in a V). A device runs an I as soon as one of its chunks
+// has its gradient (the critical path back up the pipeline; the earliest ready first), else an F
+// (the deepest chunk's first, which brings a micro-batch to the loss soonest) while its passes
+// waiting for their I stay under the cap, else a deferred W, which so fills the time 1F1B spends
+// waiting. Caps: ZB-H1's stage k keeps fewer than N-k passes before their I (1F1B's activations in
+// flight) and at most N waiting for their W (the reference implementation's cap on pending
+// weight gradients); a ZB-V device starts a new micro-batch on its first chunk while fewer than 2N
+// chunk passes (N stages' worth) wait for their I, and keeps at most 2N waiting for their W.
+// Without `times` every F, I and W takes one unit; with them (milliseconds of virtual stage v's
+// F, I and W), the order fits those times, as the reference's automatic scheduler does with
+// profiled ones. Either way the order is a function of its inputs only, so every rank derives the
+// same program from the same plan.
+std::vector<StageProgram> zero_bubble(int D, int V, bool v_shape, int M, const std::vector<PassTimes>* times) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  auto dur = [&](int k, int what) {  // 0 F, 1 I, 2 W
-    if (!times || static_cast<int>(times->size()) != N) return 1.0;
-    const double d = (*times)[k][what];
-    return std::isfinite(d) && d > 0 ? d : 1e-9;
+  const int S = D * V;
+  auto vs = [&](int d, int c) { return v_shape && c % 2 == 1 ? (c + 1) * D - 1 - d : c * D + d; };
+  auto dur = [&](int v, int what) {  // 0 F, 1 I, 2 W
+    if (!times || static_cast<int>(times->size()) != S) return 1.0;
+    const double x = (*times)[v][what];
+    return std::isfinite(x) && x > 0 ? x : 1e-9;
   };
-  std::vector<StageProgram> out(N);
-  std::vector<int> next_f(N, 0), next_i(N, 0), next_w(N, 0);
-  std::vector<std::vector<double>> f_done(N, std::vector<double>(M, kInf)), i_done = f_done;
-  std::vector<double> clock(N, 0);
-  std::vector<bool> stuck(N, false);
-  auto finished = [&](int k) { return next_w[k] == M && next_i[k] == M && next_f[k] == M; };
+  std::vector<StageProgram> out(D);
+  std::vector<int> next_f(S, 0), next_i(S, 0), next_w(S, 0);
+  std::vector<std::vector<double>> f_done(S, std::vector<double>(M, kInf)), i_done = f_done;
+  std::vector<double> clock(D, 0);
+  std::vector<bool> stuck(D, false);
+  auto sum = [&](int d, const std::vector<int>& a, const std::vector<int>& b) {
+    int n = 0;
+    for (int c = 0; c < V; ++c) n += a[vs(d, c)] - b[vs(d, c)];
+    return n;
+  };
+  auto finished = [&](int d) {
+    for (int c = 0; c < V; ++c)
+      if (next_w[vs(d, c)] < M) return false;
+    return true;
+  };
+  const int w_cap = V * D;
   for (int steps = 0;; ++steps) {
-    PT_CHECK(steps < 16 * N * N * (M + 1) + 64) << "zb-h1 generator stalled";
-    // The stage whose clock is earliest: every completion up to its time is known.
-    // (A stage that found nothing to do at its time goes after the others at that time.)
-    int k = -1;
-    for (int q = 0; q < N; ++q)
-      if (!finished(q) && (k < 0 || clock[q] < clock[k] || (clock[q] == clock[k] && stuck[k] && !stuck[q]))) k = q;
-    if (k < 0) break;
-    const double t = clock[k];
-    const int j_i = next_i[k], j_f = next_f[k];
-    const double i_at = j_i < j_f ? (k == N - 1 ? f_done[k][j_i] : i_done[k + 1][j_i]) : kInf;
-    const double f_at = j_f < M && j_f - j_i < N - k ? (k == 0 ? 0.0 : f_done[k - 1][j_f]) : kInf;
-    const bool i_ok = i_at <= t && j_i - next_w[k] < N;
+    PT_CHECK(steps < 16 * S * S * (M + 1) + 64) << "zero-bubble generator stalled";
+    // The device whose clock is earliest: every completion up to its time is known.
+    // (A device that found nothing to do at its time goes after the others at that time.)
+    int d = -1;
+    for (int q = 0; q < D; ++q)
+      if (!finished(q) && (d < 0 || clock[q] < clock[d] || (clock[q] == clock[d] && stuck[d] && !stuck[q]))) d = q;
+    if (d < 0) break;
+    const double t = clock[d];
+    const bool w_room = sum(d, next_i, next_w) < w_cap;
+    int best_i = -1, best_f = -1, best_w = -1;
+    double i_at = kInf, f_at = kInf, w_at = kInf, next = kInf;
+    for (int c = 0; c < V; ++c) {
+      const int v = vs(d, c);
+      const int j_i = next_i[v], j_f = next_f[v];
+      const double ia = j_i < j_f ? (v == S - 1 ? f_done[v][j_i] : i_done[v + 1][j_i]) : kInf;
+      const bool f_room = V == 1 ? j_f - j_i < D - d : c > 0 || sum(d, next_f, next_i) < V * D;
+      const double fa = j_f < M && f_room ? (v == 0 ? 0.0 : f_done[v - 1][j_f]) : kInf;
+      next = std::min({next, ia, fa});
+      if (ia <= t && w_room && (best_i < 0 || ia <= i_at)) best_i = c, i_at = ia;
+      if (fa <= t) best_f = c, f_at = fa;  // the deepest ready chunk
+      if (next_w[v] < j_i && (best_w < 0 || i_done[v][next_w[v]] < w_at)) best_w = c, w_at = i_done[v][next_w[v]];
+    }
     ActionKind kind;
-    int j;
-    if (i_ok) {
-      kind = ActionKind::kInputGrad, j = next_i[k]++;
-      i_done[k][j] = t + dur(k, 1);
-    } else if (f_at <= t) {
-      kind = ActionKind::kForward, j = next_f[k]++;
-      f_done[k][j] = t + dur(k, 0);
-    } else if (next_w[k] < j_i) {
-      kind = ActionKind::kWeightGrad, j = next_w[k]++;
+    int c, j;
+    if (best_i >= 0) {
+      c = best_i, kind = ActionKind::kInputGrad, j = next_i[vs(d, c)]++;
+      i_done[vs(d, c)][j] = t + dur(vs(d, c), 1);
+    } else if (best_f >= 0) {
+      c = best_f, kind = ActionKind::kForward, j = next_f[vs(d, c)]++;
+      f_done[vs(d, c)][j] = t + dur(vs(d, c), 0);
+    } else if (best_w >= 0) {
+      c = best_w, kind = ActionKind::kWeightGrad, j = next_w[vs(d, c)]++;
     } else {
       // Nothing to do yet: on to the next time something may become ready here.
-      double next = std::min(i_at, f_at);
-      for (int q = 0; q < N; ++q)
-        if (q != k && !finished(q) && (clock[q] > t || (clock[q] == t && !stuck[q]))) next = std::min(next, clock[q]);
-      PT_CHECK(std::isfinite(next) && !(next == t && stuck[k])) << "zb-h1 generator: stage " << k << " waits for nothing";
-      stuck[k] = next == t;
-      clock[k] = next;
+      for (int q = 0; q < D; ++q)
+        if (q != d && !finished(q) && (clock[q] > t || (clock[q] == t && !stuck[q]))) next = std::min(next, clock[q]);
+      PT_CHECK(std::isfinite(next) && !(next == t && stuck[d])) << "zero-bubble generator: device " << d << " waits for nothing";
+      stuck[d] = next == t;
+      clock[d] = next;
       continue;
     }
+    (void)f_at;
     std::fill(stuck.begin(), stuck.end(), false);
-    out[k].steady.push_back(act(kind, j));
-    clock[k] = t + dur(k, kind == ActionKind::kForward ? 0 : kind == ActionKind::kInputGrad ? 1 : 2);
+    out[d].steady.push_back(Action{kind, j, 0, c});
+    clock[d] = t + dur(vs(d, c), kind == ActionKind::kForward ? 0 : kind == ActionKind::kInputGrad ? 1 : 2);
   }
-  for (StageProgram& p : out) p.steady.push_back(act(ActionKind::kUpdate, 0));
+  for (StageProgram& p : out)
+    for (int c = V - 1; c >= 0; --c) p.steady.push_back(Action{ActionKind::kUpdate, 0, 0, c});
   return out;
 }
 
@@ -228,6 +257,13 @@ ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches
   ir.synchronous = synchronous(s, w);
   ir.micro_batches = micro_batched(s, w) ? M : 1;
   switch (s) {
+    case Schedule::kZBV:
+      ir.name = "zbv";
+      ir.chunks = 2;
+      ir.v_shape = true;
+      PT_CHECK(N >= 2) << "zbv needs at least 2 stages";
+      ir.stages = zero_bubble(N, 2, true, M, times);
+      break;
     case Schedule::kInterleaved: {
       ir.name = "interleaved";
       ir.chunks = std::max(1, chunks);
@@ -242,7 +278,7 @@ ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches
       break;
     case Schedule::kZBH1:
       ir.name = "zb-h1";
-      ir.stages = zb_h1(N, M, times);
+      ir.stages = zero_bubble(N, 1, false, M, times);
       break;
     case Schedule::kAuto:
       PT_CHECK(false) << "--schedule auto is resolved before a program is made";
@@ -436,11 +472,12 @@ int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micr
   static std::mutex mu;
   static std::map<std::tuple<int, int, int, int, int>, std::vector<int>> memo;
   const int N = std::max(1, stages), M = micro_batched(s, w) ? std::max(1, micro_batches) : 1;
-  const int V = s == Schedule::kInterleaved ? std::max(1, chunks) : 1;
+  const int V = s == Schedule::kInterleaved ? std::max(1, chunks) : s == Schedule::kZBV ? 2 : 1;
   std::lock_guard<std::mutex> lock(mu);
   std::vector<int>& v = memo[{static_cast<int>(s), synchronous(s, w) ? 1 : two_bw_family(w) ? 2 : 0, N, M, V}];
   if (v.empty()) {
-    if (s == Schedule::kInterleaved && (N % V != 0 || !interleaved_error(N / V, V, M).empty())) {
+    if ((s == Schedule::kInterleaved && (N % V != 0 || !interleaved_error(N / V, V, M).empty())) ||
+        (s == Schedule::kZBV && (N % 2 != 0 || N < 4))) {
       v.assign(N, M);  // no such order: every micro-batch in flight, as GPipe
       return v.at(std::clamp(stage, 0, N - 1));
     }
@@ -457,10 +494,14 @@ std::string schedule_csv(const ScheduleIR& ir) {
                     (ir.synchronous ? ", synchronous (one update per mini-batch)" : ", asynchronous") + "\n";
   out += "# F forward, B backward, I its input-gradient part, W its weight-gradient part, U update; the digit is the\n";
   out += "# micro-batch, +k a later mini-batch. warmup runs once, steady once per mini-batch.\n";
-  if (ir.chunks > 1)
+  if (ir.chunks > 1 && !ir.v_shape)
     out.append("# ").append(std::to_string(ir.chunks)).append(" virtual stages per stage: @c is chunk c of the row's stage k, virtual stage c x ")
         .append(std::to_string(ir.stages.size())).append(" + k.\n");
+  if (ir.v_shape)
+    out.append("# virtual stages in a V: @1 is the row's stage k's chunk 1, virtual stage ")
+        .append(std::to_string(2 * ir.stages.size() - 1)).append(" - k.\n");
   out += "stage,part,actions\n";
+  if (ir.v_shape) out += "placement,v,\n";
   for (size_t k = 0; k < ir.stages.size(); ++k)
     for (const auto& [part, acts] : {std::pair<const char*, const std::vector<Action>*>{"warmup", &ir.stages[k].warmup},
                                      {"steady", &ir.stages[k].steady}}) {
@@ -533,6 +574,12 @@ Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::stri
     }
     const size_t c1 = line.find(','), c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
     if (c2 == std::string::npos) return invalid_input(at + "expected 'stage,part,actions'");
+    if (line.substr(0, c1) == "placement") {  // "placement,v," (ZB-V's) or "placement,loop,"
+      const std::string how = line.substr(c1 + 1, c2 - c1 - 1);
+      if (how != "v" && how != "loop") return invalid_input(at + "placement '" + how + "': expected v or loop");
+      ir.v_shape = how == "v";
+      continue;
+    }
     int stage = 0;
     if (!parse_int(line.substr(0, c1), &stage) || stage > 4096) return invalid_input(at + "stage '" + line.substr(0, c1) + "' is not a stage number");
     const std::string part = line.substr(c1 + 1, c2 - c1 - 1);
@@ -563,6 +610,8 @@ Expected<ScheduleIR> parse_schedule_csv(const std::string& text, const std::stri
   }
   ir.micro_batches = std::max(1, max_micro + 1);
   ir.chunks = max_chunk + 1;
+  if (ir.v_shape && ir.chunks != 2)
+    return invalid_input(path + ": placement v needs two chunks per stage (actions @1); it has " + std::to_string(ir.chunks));
   RETURN_IF_ERROR(check_schedule(ir, path + ": "));
   return ir;
 }

@@ -17,7 +17,9 @@
 // Interleaved stages (Megatron-LM's interleaved 1F1B): the model is cut into N x V virtual stages
 // and device d of N runs virtual stages d, d + N, ..., d + (V-1) N (its chunks 0 .. V-1, round
 // robin). Its program is one list over all of its chunks, each action naming its chunk; the
-// program of one virtual stage alone is chunk_program().
+// program of one virtual stage alone is chunk_program(). ZB-V places its 2 N virtual stages in a
+// V instead (v_shape): device d runs virtual stages d and 2N-1-d, so the forward runs down the
+// devices and back up, and the loss is on device 0.
 #pragma once
 
 #include <array>
@@ -35,7 +37,9 @@ namespace pt {
 // predicted throughput that fits); it is resolved before partitioning and never runs.
 // kInterleaved: synchronous 1F1B over N x V virtual stages, V per device (Narayanan et al., SC 2021):
 // the bubble of 1F1B divided by V, for V times the activation transfers.
-enum class Schedule { k1F1B, kGPipe, kZBH1, kInterleaved, kAuto };
+// kZBV: ZB-V (Qi et al., ICLR 2024): 2 N virtual stages in a V over N devices, each backward split
+// into I and W as ZB-H1's, ordered by the same greedy scheduler over the devices' chunks.
+enum class Schedule { k1F1B, kGPipe, kZBH1, kInterleaved, kZBV, kAuto };
 // The weights a pass reads: SpecTrain's prediction, the forward's stashed version, the current
 // ones (stale), or one version per mini-batch (sync: GPipe, ZB-H1, 1F1B with a flush).
 // k2BW: PipeDream-2BW (Narayanan et al., ICML 2021): asynchronous 1F1B over micro-batches, one
@@ -73,6 +77,13 @@ struct StageProgram {
   std::vector<Action> warmup, steady;
 };
 
+// The device of virtual stage v of `devices` x chunks: v % devices (round robin), or in a V
+// (ZB-V: chunk 1 runs back up the devices).
+inline int virtual_device(int v, int devices, bool v_shape) {
+  const int c = v / devices, d = v % devices;
+  return v_shape && c % 2 == 1 ? devices - 1 - d : d;
+}
+
 struct ScheduleIR {
   std::string name;       // "1f1b", "1f1b-sync", "gpipe", "zb-h1", or the file it was read from
   int micro_batches = 1;  // per mini-batch
@@ -80,12 +91,17 @@ struct ScheduleIR {
   // Virtual stages per device (interleaved stages; 1 otherwise): stages[d] is device d's program
   // over its chunks, chunk c of device d is virtual stage c * stages.size() + d.
   int chunks = 1;
+  bool v_shape = false;  // ZB-V's placement (2 chunks): chunk 1 of device d is virtual stage 2N-1-d
   std::vector<StageProgram> stages;
   // True when some stage runs I and W instead of B (the executor then splits its backward).
   bool splits_backward() const;
   int virtual_stages() const { return static_cast<int>(stages.size()) * chunks; }
-  int device_of(int virtual_stage) const { return virtual_stage % static_cast<int>(stages.size()); }
+  int device_of(int virtual_stage) const { return virtual_device(virtual_stage, static_cast<int>(stages.size()), v_shape); }
   int chunk_of(int virtual_stage) const { return virtual_stage / static_cast<int>(stages.size()); }
+  int virtual_of(int device, int chunk) const {
+    const int n = static_cast<int>(stages.size());
+    return v_shape && chunk % 2 == 1 ? (chunk + 1) * n - 1 - device : chunk * n + device;
+  }
   // The actions of virtual stage `v` alone, in its device's order, as a program of one chunk
   // (chunk fields 0): what that stage keeps in flight and checks against its own data.
   StageProgram chunk_program(int v) const;
@@ -97,7 +113,8 @@ using PassTimes = std::array<double, 3>;
 // micro-batches per mini-batch (asynchronous 1F1B: 1). `times` ([stage]): ZB-H1's order fits
 // them (null: every F, I and W takes one unit); the other schedules ignore them. kInterleaved:
 // `stages` devices with `chunks` virtual stages each (Megatron-LM's order, which needs
-// micro_batches a multiple of stages: interleaved_micro_batches_error says so first).
+// micro_batches a multiple of stages: interleaved_error says so first). kZBV: `stages` devices,
+// 2 chunks each in a V (chunks is ignored).
 ScheduleIR make_schedule(Schedule s, WeightMode w, int stages, int micro_batches,
                          const std::vector<PassTimes>* times = nullptr, int chunks = 1);
 // Why interleaved stages cannot run `micro_batches` on `stages` devices with `chunks` each
@@ -145,7 +162,8 @@ int program_in_flight(const ScheduleIR& ir, int stage, bool after_input_grad = f
 int w_state_in_flight(const ScheduleIR& ir, int stage);
 // program_in_flight of make_schedule(s, w, stages, micro_batches) (memoised): what the memory
 // model charges stage k's saved activations for. ZB-H1: the bound its caps set on any order,
-// min(M, N-k before I + N waiting for W). Interleaved: `stages` virtual stages, `chunks` per device.
+// min(M, N-k before I + N waiting for W). Interleaved and ZB-V: `stages` virtual stages, `chunks` per
+// device (ZB-V: 2, its unit-time order, the one it runs).
 int schedule_in_flight(Schedule s, WeightMode w, int stages, int stage, int micro_batches, int chunks = 1);
 
 // The file form (--schedule-file, --schedule-out): a CSV with the header "stage,part,actions",

@@ -210,7 +210,9 @@ std::string event_token(const SimEvent& e, int devices) {
 
 // Why the schedule deadlocks: each stage's (device's) next action and what it waits for, then
 // every stage's actions up to there (the rank x step grid).
-Status deadlock_error(const Engine& eng, int n, const std::string& name) {
+Status deadlock_error(const Engine& eng, const ScheduleIR& ir) {
+  const int n = static_cast<int>(ir.stages.size());
+  const std::string& name = ir.name;
   std::string waits, grid;
   for (int k = 0; k < n; ++k) {
     const int op = eng.blocked(k);
@@ -230,7 +232,7 @@ Status deadlock_error(const Engine& eng, int n, const std::string& name) {
       if (kd == SimEvent::kSend || kd == SimEvent::kRecv || kd == SimEvent::kAllReduce)
         for (int dd : eng.deps(d))
           if (!eng.done(dd)) src = dd;
-      on = "stage " + std::to_string(eng.event(src).stage % n) + "'s " + event_token(eng.event(src), n);
+      on = "stage " + std::to_string(ir.device_of(eng.event(src).stage)) + "'s " + event_token(eng.event(src), n);
       break;
     }
     if (!waits.empty()) waits += "; ";
@@ -262,7 +264,7 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   for (int d = 0; d < devices; ++d) {
     for (const Step& st : expand(ir.stages[d], t)) {
       const Action& a = st.action;
-      const int k = a.chunk * devices + d;
+      const int k = ir.virtual_of(d, a.chunk);
       const StagePlan& s = plan.stages[k];
       const double wgrad = std::clamp(s.wgrad_ms, 0.0, s.bwd_ms);
       const int i = static_cast<int>(st.mini_batch);
@@ -319,7 +321,7 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
       }
     }
   }
-  if (!eng.run()) return deadlock_error(eng, devices, ir.name);
+  if (!eng.run()) return deadlock_error(eng, ir);
   res.events = eng.events();
   // Steady state: asynchronous 1F1B skips the n warm-up mini-batches and the n-1 whose stage-0
   // backward is in the drain; a synchronous schedule repeats whole mini-batches (flushes).

@@ -213,7 +213,8 @@ Status layout_plan(const Graph& g, Plan* plan) {
   // stages' and a schedule file's, is its simulated program's (no closed form).
   if (plan->schedule == Schedule::kZBH1 && (!plan->program || plan->program->name == "zb-h1"))
     plan->program = std::make_shared<const ScheduleIR>(fitted_schedule(*plan));
-  if (plan->schedule == Schedule::kZBH1 || plan->schedule == Schedule::kInterleaved || plan->program) {
+  if (plan->schedule == Schedule::kZBH1 || plan->schedule == Schedule::kInterleaved || plan->schedule == Schedule::kZBV ||
+      plan->program) {
     const int n = static_cast<int>(plan->stages.size());
     Expected<SimResult> sim = dry_run(*plan, plan_schedule(*plan), std::max(4, 2 * n));
     if (!sim) return sim.status();

@@ -270,12 +270,14 @@ void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
 // The schedule, the weights, the arithmetic and memory, the plan's devices, links and cuts.
 void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   f.schedule = add_choice(app, "--schedule", &o.schedule,
-                          {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}, {"zb-h1", pt::Schedule::kZBH1}, {"interleaved", pt::Schedule::kInterleaved}, {"auto", pt::Schedule::kAuto}},
+                          {{"1f1b", pt::Schedule::k1F1B}, {"gpipe", pt::Schedule::kGPipe}, {"zb-h1", pt::Schedule::kZBH1}, {"interleaved", pt::Schedule::kInterleaved}, {"zbv", pt::Schedule::kZBV}, {"auto", pt::Schedule::kAuto}},
                           "1f1b (one forward, one backward in turn; asynchronous unless --weights sync) | gpipe (all "
                           "micro-batches' forwards, then their backwards) | zb-h1 (zero bubble: synchronous 1F1B with each "
                           "backward split into its input-gradient part and its weight-gradient part, deferred into the bubbles) | "
                           "interleaved (synchronous 1F1B over --gpus x --virtual-stages model chunks, each GPU running "
-                          "every --gpus-th one, Megatron-LM's order: the bubble divided by --virtual-stages) | "
+                          "every --gpus-th one, Megatron-LM's order: the bubble divided by --virtual-stages) | zbv (ZB-V: --gpus x 2 "
+                          "stages in a V, GPU d running stages d and 2 x --gpus - 1 - d, backwards split as zb-h1's: "
+                          "close to no bubble from --micro-batches 2 x --gpus on) | "
                           "auto (the synchronous schedule with the best predicted throughput that fits; all of them train the same weights)");
   f.weights = add_choice(app, "--weights", &o.weights,
                          {{"spectrain", pt::WeightMode::kSpecTrain}, {"stash", pt::WeightMode::kStash},

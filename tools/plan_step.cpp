@@ -181,9 +181,10 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
     // share each) and run on its thread one at a time (at its speed alone).
     const int N = static_cast<int>(o.devices.size()), V = f.virtual_stages;
     for (DeviceSpec& d : o.devices) d.memory_bytes /= V;
-    for (int k = N; k < N * V; ++k) o.devices.push_back(o.devices[static_cast<size_t>(k % N)]);
+    const bool v_shape = f.schedule == Schedule::kZBV;  // its stages run down the devices and back up
+    for (int k = N; k < N * V; ++k) o.devices.push_back(o.devices[static_cast<size_t>(virtual_device(k, N, v_shape))]);
     for (int k = static_cast<int>(o.node_of_stage.size()); !o.node_of_stage.empty() && k < N * V; ++k)
-      o.node_of_stage.push_back(o.node_of_stage[static_cast<size_t>(k % N)]);
+      o.node_of_stage.push_back(o.node_of_stage[static_cast<size_t>(virtual_device(k, N, v_shape))]);
     o.virtual_stages = V;
   }
   o.program = f.program;

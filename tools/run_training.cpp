@@ -288,7 +288,7 @@ PlanFlags plan_flags(const TrainingSpec& o, const Model& md, const Devices& dev,
   const bool two_states = o.optimizer == OptimizerKind::kAdam || o.optimizer == OptimizerKind::kAdamW || o.nesterov;
   pf.optimizer_state_copies = two_states ? 2 : 1;
   pf.micro_batches = o.batch.micro_batches;
-  pf.virtual_stages = o.schedule == Schedule::kInterleaved ? o.virtual_stages : 1;
+  pf.virtual_stages = o.schedule == Schedule::kInterleaved || o.schedule == Schedule::kZBV ? o.virtual_stages : 1;
   pf.staleness = o.staleness;
   // The update inside the backward (--no-fusion update turns it off); clipping needs every gradient.
   pf.update_in_backward = md.update_fusion && !(o.clip_grad_norm > 0);
@@ -535,6 +535,7 @@ std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
   const std::string sync_name = !o.schedule_file.empty() ? "schedule " + o.schedule_file
                                 : o.schedule == Schedule::kGPipe ? "GPipe"
                                 : o.schedule == Schedule::kZBH1  ? "ZB-H1 (zero bubble)"
+                                : o.schedule == Schedule::kZBV   ? "ZB-V (zero bubble, 2 virtual stages per stage in a V)"
                                 : o.schedule == Schedule::kInterleaved
                                     ? "interleaved 1F1B (" + std::to_string(o.virtual_stages) + " virtual stages per stage)"
                                                                  : "1F1B synchronous (a flush per mini-batch)";

@@ -134,7 +134,13 @@ Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o
     return invalid_input("--schedule auto with --replicas auto: choose one of them (the schedule is chosen for a layout)");
   if (o->virtual_stages > 0 && (file || o->schedule != Schedule::kInterleaved))
     return invalid_input("--virtual-stages applies to --schedule interleaved only" +
-                         std::string(file ? " (a schedule file's actions name their chunks: F0@1)" : ""));
+                         std::string(file ? " (a schedule file's actions name their chunks: F0@1)"
+                                     : o->schedule == Schedule::kZBV ? " (zbv runs 2 per stage)" : ""));
+  if (o->schedule == Schedule::kZBV) {
+    if (o->gpus < 2) return invalid_input("--schedule zbv needs at least 2 stages (--gpus)");
+    if (o->replicas_auto) return invalid_input("--schedule zbv with --replicas auto: give --replicas R");
+    o->virtual_stages = 2;
+  }
   if (o->schedule == Schedule::kInterleaved) {
     if (o->virtual_stages == 0) o->virtual_stages = 2;
     if (o->replicas_auto) return invalid_input("--schedule interleaved with --replicas auto: give --replicas R");
@@ -154,7 +160,10 @@ Status resolve_schedule(bool schedule_given, bool weights_given, TrainingSpec* o
                          " micro-batches per mini-batch; --micro-batches is " + std::to_string(o->batch.micro_batches));
   o->batch.micro_batches = ir->micro_batches;
   o->batch.micro_batches_given = true;
-  o->schedule = ir->chunks > 1 ? Schedule::kInterleaved : ir->splits_backward() ? Schedule::kZBH1 : Schedule::k1F1B;
+  o->schedule = ir->v_shape        ? Schedule::kZBV
+                : ir->chunks > 1     ? Schedule::kInterleaved
+                : ir->splits_backward() ? Schedule::kZBH1
+                                        : Schedule::k1F1B;
   o->virtual_stages = ir->chunks;
   return Status::ok();
 }

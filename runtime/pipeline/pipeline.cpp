@@ -72,17 +72,22 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
                          plan.layout.weights.front().values.front()->name + "'); use another --weights or --split-at");
   }
   const int V = std::max(1, opts.virtual_stages);
-  if (V > 1 || opts.schedule == Schedule::kInterleaved) {
-    if (opts.schedule != Schedule::kInterleaved)
-      return invalid_input("--virtual-stages applies to --schedule interleaved only");
+  const bool chunked = opts.schedule == Schedule::kInterleaved || opts.schedule == Schedule::kZBV;
+  if (V > 1 || chunked) {
+    if (!chunked) return invalid_input("--virtual-stages applies to --schedule interleaved only");
+    if (opts.schedule == Schedule::kZBV && (V != 2 || plan.stages.size() < 4))
+      return invalid_input("--schedule zbv runs 2 virtual stages on each of at least 2 stages; the plan has " +
+                           std::to_string(plan.stages.size()) + " in " + std::to_string(V) + " per stage");
     if (plan.virtual_stages != V || plan.stages.size() % V != 0)
       return invalid_input("the plan has " + std::to_string(plan.stages.size()) + " stages in " +
                            std::to_string(plan.virtual_stages) + " virtual stages per device; training was asked for " +
                            std::to_string(V));
-    if (const std::string why = interleaved_error(static_cast<int>(plan.stages.size()) / V, V, opts.micro_batches); !why.empty())
+    if (const std::string why = interleaved_error(static_cast<int>(plan.stages.size()) / V, V, opts.micro_batches);
+        opts.schedule == Schedule::kInterleaved && !why.empty())
       return invalid_input(why);
     if (opts.cluster)
-      return unsupported("--schedule interleaved under MPI (one rank per stage) is not supported yet: run the stages in one process");
+      return unsupported(std::string("--schedule ") + schedule_name(opts.schedule) +
+                         " under MPI (one rank per stage) is not supported yet: run the stages in one process");
   }
   if (opts.program) {
     if (opts.program->virtual_stages() != static_cast<int>(plan.stages.size()))
@@ -264,7 +269,9 @@ Status PipelineTrainer::Impl::open_stage_executor(Stage& st, int N) {
     ASSIGN_OR_RETURN(dev, open_device(DeviceKind::kCpu));
   } else {
     const int gpus = std::max(1, cuda_device_count());
-    const int slot = distributed() ? rank() : st.replica * N + st.index;
+    // Virtual stages (interleaved, ZB-V) run on their device's GPU: slot replica x devices + device.
+    const ScheduleIR& ir = *opts.program;
+    const int slot = distributed() ? rank() : st.replica * static_cast<int>(ir.stages.size()) + ir.device_of(st.index);
     const int ordinal = opts.gpu_of_stage.empty() ? slot % gpus : opts.gpu_of_stage[slot % opts.gpu_of_stage.size()];
     ASSIGN_OR_RETURN(dev, open_device(opts.device, ordinal));
   }
@@ -631,6 +638,9 @@ std::string PipelineTrainer::Impl::describe() const {
   if (opts.schedule == Schedule::kGPipe) {
     std::snprintf(b, sizeof b, "%d stage%s%s, GPipe x%d%s", N, N == 1 ? "" : "s", reps.c_str(), opts.micro_batches,
                   on.c_str());
+  } else if (opts.schedule == Schedule::kZBV) {
+    std::snprintf(b, sizeof b, "%d stages%s, ZB-V x%d (2 virtual stages per stage in a V)%s", N / 2, reps.c_str(),
+                  opts.micro_batches, on.c_str());
   } else if (opts.schedule == Schedule::kInterleaved) {
     std::snprintf(b, sizeof b, "%d stages%s, interleaved 1F1B x%d (%d virtual stages per stage)%s", N / opts.program->chunks,
                   reps.c_str(), opts.micro_batches, opts.program->chunks, on.c_str());

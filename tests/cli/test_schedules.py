@@ -1,7 +1,8 @@
 """Schedules as data, end to end (partitioner/schedule.h). Every synchronous schedule trains, with
 the same micro-batches, the weights GPipe trains, bit for bit (their gradient sums run in the same
-micro-batch order), and the same losses: synchronous 1F1B (--weights sync) and ZB-H1 (the backward
-split into I and W, W deferred), on the digits MLP, LeNet-5 with BatchNorm in training mode,
+micro-batch order), and the same losses: synchronous 1F1B (--weights sync), ZB-H1 (the backward
+split into I and W, W deferred), interleaved stages (2 virtual stages per device, one thread per
+device) and ZB-V (2 virtual stages per device in a V, split backwards), on the digits MLP, LeNet-5 with BatchNorm in training mode,
 the Transformer encoder with dropout 0.1, with data-parallel replicas, activation recomputation,
 gradient clipping and a weight shared across stages. --schedule-out writes the program a
 --schedule-file runs again (same weights); malformed, deadlocking and mismatched files and
@@ -29,7 +30,8 @@ from test_cli import reuse_ok  # noqa: E402
 BIN = os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "tools", "onnx-pipetrain"))
 MLP = os.path.join(ROOT, "models", "digits_mlp.onnx")
 SYNC = {"1f1b-sync": ["--schedule", "1f1b", "--weights", "sync"], "zb-h1": ["--schedule", "zb-h1"],
-        "auto": ["--schedule", "auto"], "interleaved": ["--schedule", "interleaved", "--virtual-stages", "2"]}
+        "auto": ["--schedule", "auto"], "interleaved": ["--schedule", "interleaved", "--virtual-stages", "2"],
+        "zbv": ["--schedule", "zbv"]}
 
 
 def run(*args):
@@ -85,8 +87,8 @@ class SchedulesTest(unittest.TestCase):
         self.assert_same_as_gpipe(MLP, "mlp2m1", "--gpus", 2, "--micro-batches", 1, schedules=("zb-h1",))
         # Interleaved stages: 2 devices x 2 chunks (4 stages, device 0 runs stages 0 and 2), against
         # GPipe on 2 and on 4 stages; with M = N the order runs every forward first.
-        self.assert_same_as_gpipe(MLP, "mlp2i", "--gpus", 2, "--micro-batches", 4, schedules=("interleaved",))
-        self.assert_same_as_gpipe(MLP, "mlp2i4", "--gpus", 2, "--micro-batches", 2, schedules=("interleaved",),
+        self.assert_same_as_gpipe(MLP, "mlp2i", "--gpus", 2, "--micro-batches", 4, schedules=("interleaved", "zbv"))
+        self.assert_same_as_gpipe(MLP, "mlp2i4", "--gpus", 2, "--micro-batches", 2, schedules=("interleaved", "zbv"),
                                   ref_flags=["--gpus", 4, "--micro-batches", 2])
 
     def test_batchnorm_and_dropout(self):
@@ -102,8 +104,8 @@ class SchedulesTest(unittest.TestCase):
         np.save(os.path.join(data, "x.npy"), rng.integers(1, em.VOCAB, size=(64, em.SEQ)).astype(np.int64))
         np.save(os.path.join(data, "y.npy"), rng.integers(0, em.NUM_CLASSES["transformer"], size=64))
         self.assert_same_as_gpipe(tf, "transformer", "--gpus", 2, "--micro-batches", 4, "--data", data, steps=4,
-                                  schedules=("1f1b-sync", "zb-h1", "interleaved"))
-        self.assert_same_as_gpipe(lenet, "lenet-i", "--gpus", 2, "--micro-batches", 4, steps=4, schedules=("interleaved",))
+                                  schedules=("1f1b-sync", "zb-h1", "interleaved", "zbv"))
+        self.assert_same_as_gpipe(lenet, "lenet-i", "--gpus", 2, "--micro-batches", 4, steps=4, schedules=("interleaved", "zbv"))
 
     def test_replicas_recompute_and_clipping(self):
         self.assert_same_as_gpipe(MLP, "replicas", "--gpus", 2, "--replicas", 2, "--micro-batches", 2, schedules=("zb-h1",))
@@ -112,10 +114,11 @@ class SchedulesTest(unittest.TestCase):
                                   "--optimizer", "adamw", "--lr", 0.01)
         # Interleaved: a device's chunks post their parts of the norm before either waits for the sum.
         self.assert_same_as_gpipe(MLP, "clip-i", "--gpus", 2, "--micro-batches", 4, "--clip-grad-norm", 0.05,
-                                  "--optimizer", "adamw", "--lr", 0.01, schedules=("interleaved",))
-        self.assert_same_as_gpipe(MLP, "replicas-i", "--gpus", 2, "--replicas", 2, "--micro-batches", 2, schedules=("interleaved",))
+                                  "--optimizer", "adamw", "--lr", 0.01, schedules=("interleaved", "zbv"))
+        self.assert_same_as_gpipe(MLP, "replicas-i", "--gpus", 2, "--replicas", 2, "--micro-batches", 2,
+                                  schedules=("interleaved", "zbv"))
         self.assert_same_as_gpipe(MLP, "recompute-i", "--gpus", 2, "--micro-batches", 4, "--recompute", "stage",
-                                  schedules=("interleaved",))
+                                  schedules=("interleaved", "zbv"))
 
     def test_2bw(self):
         # PipeDream-2BW against its explicit-version reference: tests/runtime/pipeline_test.cpp. Here:
@@ -154,6 +157,8 @@ class SchedulesTest(unittest.TestCase):
         # Interleaved: Ws on stages 1 and 2, i.e. on device 1 (chunk 0) and device 0 (chunk 1).
         split = ["--split-at", "relu0,relu1,fc3", "--micro-batches", 4, "--lr", 0.2]
         self.assert_same_as_gpipe(path, "tied-i", "--gpus", 2, *split, schedules=("interleaved",), ref_flags=["--gpus", 4, *split])
+        # ZB-V: Ws on stages 1 and 2, both on device 1 (its chunks 0 and 1), the loss on device 0.
+        self.assert_same_as_gpipe(path, "tied-v", "--gpus", 2, *split, schedules=("zbv",), ref_flags=["--gpus", 4, *split])
 
     def test_schedule_out_and_file(self):
         csv = os.path.join(self.dir, "zb.csv")
@@ -216,6 +221,19 @@ class SchedulesTest(unittest.TestCase):
         got, _ = self.train(MLP, "il-file", "--gpus", 2, "--schedule-file", csv)
         for k in ref:
             self.assertTrue(np.array_equal(ref[k], got[k]), k)
+        # ZB-V: the file names its placement; run again from it, the same weights.
+        zcsv = os.path.join(self.dir, "zbv.csv")
+        rc, so, se = run(MLP, "--gpus", 2, "--schedule", "zbv", "--micro-batches", 4, "--plan-only", "--no-calibrate",
+                         "--schedule-out", zcsv, "--out", os.path.join(self.dir, "zbvplan"))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("(2 devices in a V: stage k on device k, stage 3 - k on device k)", so)
+        with open(zcsv) as f:
+            text = f.read()
+        self.assertIn("placement,v,", text)
+        ref, _ = self.train(MLP, "zbv-builtin", "--gpus", 2, "--schedule", "zbv", "--micro-batches", 4)
+        got, _ = self.train(MLP, "zbv-file", "--gpus", 2, "--schedule-file", zcsv)
+        for k in ref:
+            self.assertTrue(np.array_equal(ref[k], got[k]), k)
 
     def test_refused_before_any_work(self):
         def write(name, text):
@@ -250,6 +268,8 @@ class SchedulesTest(unittest.TestCase):
             (["--schedule", "interleaved", "--virtual-stages", 4, "--micro-batches", 4],
              ["--gpus 2 x --virtual-stages 4: 8 stages need at least 8 forward nodes"]),
             (["--schedule-file", good, "--virtual-stages", 2], ["--virtual-stages applies to --schedule interleaved"]),
+            (["--schedule", "zbv", "--virtual-stages", 3], ["--virtual-stages applies to --schedule interleaved", "zbv runs 2"]),
+            (["--schedule", "zbv", "--weights", "2bw"], ["--weights 2bw", "--schedule zbv"]),
         ]
         for flags, needles in cases:
             gpus = 2

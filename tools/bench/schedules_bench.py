@@ -36,7 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 SCHEDULES = [("gpipe", ["--schedule", "gpipe"]), ("1f1b-sync", ["--schedule", "1f1b", "--weights", "sync"]),
-             ("zb-h1", ["--schedule", "zb-h1"]), ("interleaved", ["--schedule", "interleaved", "--virtual-stages", "2"])]
+             ("zb-h1", ["--schedule", "zb-h1"]), ("interleaved", ["--schedule", "interleaved", "--virtual-stages", "2"]),
+             ("zbv", ["--schedule", "zbv"])]
 
 
 def formula(name, p, m):
@@ -44,6 +45,8 @@ def formula(name, p, m):
         return 0.0
     if name == "zb-h1":
         return (p - 1) / 3 / (m + (p - 1) / 3)
+    if name == "zbv":  # zero bubble once m >= 2p with F = I = W; the ends remain
+        return 0.0
     if name == "interleaved":  # V = 2 chunks per device
         return (p - 1) / 2 / (m + (p - 1) / 2)
     return (p - 1) / (m + p - 1)
