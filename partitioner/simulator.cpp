@@ -335,13 +335,20 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
 ScheduleIR fitted_schedule(const Plan& plan) {
   const int n = static_cast<int>(plan.stages.size());
   ScheduleIR unit = builtin_schedule(plan);
-  if (plan.schedule != Schedule::kZBH1 || n == 0) return unit;
+  if ((plan.schedule != Schedule::kZBH1 && plan.schedule != Schedule::kZBV) || n == 0) return unit;
   std::vector<PassTimes> times;
   for (const StagePlan& s : plan.stages) times.push_back({s.fwd_ms, s.bwd_ms - s.wgrad_ms, s.wgrad_ms});
-  ScheduleIR timed = make_schedule(plan.schedule, plan.weights, n, plan.micro_batches, &times);
+  const int devices = static_cast<int>(unit.stages.size());
+  ScheduleIR timed = make_schedule(plan.schedule, plan.weights, devices, plan.micro_batches, &times);
   // The greedy order for these times is usually the faster; keep whichever simulates faster.
   Expected<SimResult> a = dry_run(plan, unit, 3), b = dry_run(plan, timed, 3);
   if (!b || (a && a->makespan_ms < b->makespan_ms)) return unit;
+  // ZB-V's memory is charged for its unit-time order (schedule_in_flight): a fitted order that
+  // keeps more passes anywhere is not taken.
+  if (plan.schedule == Schedule::kZBV)
+    for (int k = 0; k < n; ++k)
+      if (program_in_flight(timed, k) > program_in_flight(unit, k) || w_state_in_flight(timed, k) > w_state_in_flight(unit, k))
+        return unit;
   return timed;
 }
 

@@ -209,9 +209,10 @@ Status layout_plan(const Graph& g, Plan* plan) {
       if (n->phase == Phase::kBackward) all += node_time_s(*n, s.device);
     s.wgrad_ms = all > 0 ? std::max(0.0, s.bwd_ms - s.recompute_ms) * w / all : 0;
   }
-  // ZB-H1's order fits the stages' times (make_schedule); its throughput, like interleaved
+  // ZB-H1's and ZB-V's orders fit the stages' times (make_schedule); their throughput, like interleaved
   // stages' and a schedule file's, is its simulated program's (no closed form).
-  if (plan->schedule == Schedule::kZBH1 && (!plan->program || plan->program->name == "zb-h1"))
+  if ((plan->schedule == Schedule::kZBH1 || plan->schedule == Schedule::kZBV) &&
+      (!plan->program || plan->program->name == schedule_name(plan->schedule)))
     plan->program = std::make_shared<const ScheduleIR>(fitted_schedule(*plan));
   if (plan->schedule == Schedule::kZBH1 || plan->schedule == Schedule::kInterleaved || plan->schedule == Schedule::kZBV ||
       plan->program) {
