@@ -113,7 +113,9 @@ TEST_P(RecomputeExact, SameWeightsAsKeepingActivations) {
   EXPECT_EQ(recomputing > 0, stages > 1 || mode.schedule == Schedule::kGPipe);
   for (int k = 0; k < stages; ++k) {
     const bool several = mode.schedule == Schedule::kGPipe ? mode.micro > 1 : stages - k > 1;
-    if (!several) EXPECT_FALSE(rec.plan.stages[k].recompute) << "stage " << k;
+    if (!several) {
+      EXPECT_FALSE(rec.plan.stages[k].recompute) << "stage " << k;
+    }
     EXPECT_FALSE(keep.plan.stages[k].recompute);
     // One rerun forward per backward on the stages that recompute, none elsewhere.
     EXPECT_EQ(rec.stats[k].recomputes, rec.plan.stages[k].recompute ? rec.stats[k].backwards : 0) << "stage " << k;
