@@ -26,6 +26,9 @@ namespace pt {
 // Busy-wait iterations (x86 `pause`) before an idle OpenMP thread sleeps: well under a
 // millisecond, longer than the gap between two kernels of a step.
 inline constexpr int kIdleSpinCount = 10000;
+// Microseconds a pipeline stage thread spins waiting for another stage's message before it sleeps
+// (PipelineOptions::handoff_spin_us): a few of a Transformer's passes on a CPU core.
+inline constexpr int kHandoffSpinUs = 200;
 
 // "spin" when no other process kept a CPU busy (`busy_cpus`, measured), else
 // "passive": the run's threads take every CPU (threads per stage x stages = CPUs), so any other
@@ -98,6 +101,13 @@ inline void configure_omp_wait(char** argv) {
   }
   setenv("PIPETRAIN_OMP_WAIT", choice, 1);
   execv("/proc/self/exe", argv);  // returns only on failure: then run on with libgomp's default
+}
+
+// Whether idle threads may spin: not when OMP_WAIT_POLICY is passive (set by the user, or above
+// because the machine was busy at the start).
+inline bool spinning_allowed() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return !(policy && strcasecmp(policy, "passive") == 0);
 }
 
 // What idle OpenMP threads do, for the log: "spin (GOMP_SPINCOUNT=10000; the machine was idle at

@@ -631,6 +631,10 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   po.program = plan.program;
   po.replicas = o.replicas;
   po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);
+  // A stage waiting for another's message spins a while first where every stage thread has a core
+  // of its own and the machine was idle at the start (as idle OpenMP threads do, tools/omp_env.h).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.gpus * o.replicas * po.threads_per_stage <= cores && spinning_allowed()) po.handoff_spin_us = kHandoffSpinUs;
   po.record_trace = o.trace;
   po.device = dev.kind;
   po.adopt_initial_values = !dev.cuda;  // released below anyway: held once, not twice, while it starts

@@ -327,6 +327,7 @@ Status PipelineTrainer::Impl::wire_replica(const StageLayout& layout, std::vecto
       Stage& from = *of[f.from];
       Stage& to = *of[f.to];
       ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, capacity, to.ex->device()));
+      ch->set_spin(std::chrono::microseconds(opts.handoff_spin_us));
       channels.push_back(std::move(ch));
       Link* c = channels.back().get();
       (forward ? from.fwd_out : from.bwd_out).push_back(c);

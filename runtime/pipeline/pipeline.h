@@ -42,6 +42,10 @@ struct PipelineOptions {
   // OpenMP threads of each stage's kernels (its share of the cores); 0 leaves the default.
   // OpenBLAS keeps its own, process-wide thread count.
   int threads_per_stage = 0;
+  // How long a stage thread waiting for a message of another stage of this process spins before it
+  // sleeps (Channel::set_spin): a wake-up costs tens of microseconds, more in a VM. Worth it only
+  // where every stage thread has cores of its own (the CLI decides); 0: sleep at once.
+  int handoff_spin_us = 0;
   bool record_trace = true;  // keep every pass for trace() (--trace); false: no memory per step
   // Where the stages run: the CPU, or CUDA with stage k on GPU gpu_of_stage[k % size] (empty:
   // GPU k % the number of GPUs, so that several stages share a GPU when there are fewer).

@@ -26,6 +26,19 @@ Status aborted() { return Status(StatusCode::kInternal, "pipeline aborted"); }
 
 }  // namespace
 
+namespace {
+
+// One iteration of a busy wait: tells the core (and a hyperthread sibling) that this thread spins.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
 // ---- Channel ----
 
 Expected<std::unique_ptr<Channel>> Channel::create(std::vector<const Value*> values, int capacity,
@@ -83,11 +96,31 @@ Status Channel::copy_into_slot(int slot, const Executor& from) {
 
 Status Channel::fence(const Executor& from) { return copied_ ? copied_->block(from.stream()) : Status::ok(); }
 
+void Channel::changed() { changes_.fetch_add(1, std::memory_order_release); }
+
+template <class Ready>
+void Channel::wait(std::unique_lock<std::mutex>& lock, Ready ready) {
+  if (ready()) return;
+  if (spin_.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    while (!ready()) {
+      const uint64_t seen = changes_.load(std::memory_order_acquire);
+      lock.unlock();
+      bool late = false;
+      while (changes_.load(std::memory_order_acquire) == seen && !(late = std::chrono::steady_clock::now() >= until))
+        cpu_relax();
+      lock.lock();
+      if (late) break;
+    }
+  }
+  cv_.wait(lock, ready);
+}
+
 bool Channel::send(int64_t key, const Executor& from) {
   int slot = -1;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] {
+    wait(lock, [&] {
       if (aborted_) return true;
       for (Slot& s : slots_)
         if (s.key == kFree) return true;
@@ -108,6 +141,7 @@ bool Channel::send(int64_t key, const Executor& from) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     slots_[slot].key = key;
+    changed();
   }
   cv_.notify_all();
   return true;
@@ -117,7 +151,7 @@ bool Channel::recv(int64_t key, Executor& to) {
   Slot* slot = nullptr;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] {
+    wait(lock, [&] {
       if (aborted_) return true;
       for (Slot& s : slots_)
         if (s.key == key) return true;
@@ -141,6 +175,7 @@ bool Channel::recv(int64_t key, Executor& to) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     slot->key = kFree;
+    changed();
   }
   cv_.notify_all();
   return true;
@@ -150,6 +185,7 @@ void Channel::abort() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = true;
+    changed();
   }
   cv_.notify_all();
 }

@@ -45,9 +45,17 @@ class Channel : public Link {
   bool recv(int64_t key, Executor& to) override;
   void abort() override;
   Status fence(const Executor& from) override;
+  // A thread that waits here first spins for up to `spin` (PipelineOptions::handoff_spin_us) before
+  // it sleeps: a message that arrives meanwhile is taken without a wake-up.
+  void set_spin(std::chrono::nanoseconds spin) { spin_ = spin; }
 
  private:
   explicit Channel(std::vector<const Value*> values) : Link(std::move(values)) {}
+  // Waits (holding `lock`) until ready(): spinning first, then on cv_. Every change of the slots
+  // bumps changes_ under mu_ and notifies cv_.
+  template <class Ready>
+  void wait(std::unique_lock<std::mutex>& lock, Ready ready);
+  void changed();  // caller holds mu_
   Status copy_into_slot(int slot, const Executor& from);
   static constexpr int64_t kFree = -1, kBusy = -2;
   struct Slot {
@@ -65,6 +73,8 @@ class Channel : public Link {
   std::mutex mu_;
   std::condition_variable cv_;
   bool aborted_ = false;
+  std::chrono::nanoseconds spin_{0};
+  std::atomic<uint64_t> changes_{0};
 };
 
 // The sample order of every epoch, drawn on demand exactly as the single-stage trainer draws it
