@@ -1035,6 +1035,16 @@ bool fits(const Plan& p) {
 Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
   const int N = static_cast<int>(opts.devices.size());
   if (N == 0) return invalid_input("partition: no devices given");
+  if (chunked_schedule(opts.schedule)) {  // a program must exist for the stages and micro-batches
+    const int V = std::max(1, opts.virtual_stages);
+    if (N % V != 0 || (opts.schedule == Schedule::kZBV && V != 2))
+      return invalid_input(std::string("--schedule ") + schedule_name(opts.schedule) + ": " + std::to_string(N) +
+                           " stages are not devices x " + std::to_string(V) + " virtual stages");
+    if (opts.schedule == Schedule::kZBV && N < 4) return invalid_input("--schedule zbv needs at least 2 stages (--gpus)");
+    if (const std::string why = interleaved_error(N / V, V, opts.micro_batches);
+        opts.schedule == Schedule::kInterleaved && !why.empty())
+      return invalid_input(why);
+  }
   const bool manual = !opts.split_at.empty() || !opts.balance.empty();
   std::vector<NodeOrder> orders;
   if (opts.order != NodeOrder::kAuto) orders = {opts.order};

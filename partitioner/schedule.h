@@ -57,6 +57,8 @@ inline bool synchronous(Schedule s, WeightMode w) { return s != Schedule::k1F1B 
 // A mini-batch runs as M micro-batches (one graph pass each) with one update: the synchronous
 // schedules and 2BW.
 inline bool micro_batched(Schedule s, WeightMode w) { return synchronous(s, w) || two_bw_family(w); }
+// Several virtual stages per device (interleaved stages, ZB-V).
+inline bool chunked_schedule(Schedule s) { return s == Schedule::kInterleaved || s == Schedule::kZBV; }
 
 enum class ActionKind : uint8_t { kForward, kBackward, kInputGrad, kWeightGrad, kUpdate };
 

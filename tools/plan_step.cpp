@@ -272,12 +272,26 @@ Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Pro
     Schedule s;
     double samples_per_s = -1;
     std::string why_not;
+    bool applies = true;  // false: the schedule cannot run these stages and micro-batches at all
   };
-  std::vector<Option> opts = {{Schedule::k1F1B, -1, ""}, {Schedule::kZBH1, -1, ""}, {Schedule::kGPipe, -1, ""}};
+  std::vector<Option> opts = {{Schedule::k1F1B, -1, ""},
+                              {Schedule::kZBH1, -1, ""},
+                              {Schedule::kGPipe, -1, ""},
+                              {Schedule::kInterleaved, -1, ""},
+                              {Schedule::kZBV, -1, ""}};
   for (Option& o : opts) {
     PlanFlags fc = f;
     fc.schedule = o.s;
     fc.weights = WeightMode::kSync;
+    // Interleaved stages and ZB-V with 2 virtual stages per device, where they can run.
+    fc.virtual_stages = chunked_schedule(o.s) ? 2 : 1;
+    if (o.s == Schedule::kInterleaved) o.why_not = interleaved_error(f.stages, 2, f.micro_batches);
+    if (o.s == Schedule::kZBV && f.stages < 2) o.why_not = "one stage";
+    if (chunked_schedule(o.s) && f.one_stage_per_rank) o.why_not = "not under MPI yet";
+    if (!o.why_not.empty()) {
+      o.applies = false;
+      continue;
+    }
     ASSIGN_OR_RETURN(PartitionOptions po, options_from(fc, profile));
     Expected<Plan> p = partition(g, po);
     if (!p) {
@@ -298,11 +312,67 @@ Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Pro
     for (const Option& o : opts)
       if (&o != best)
         others += "; " + label(o.s) + (o.samples_per_s > 0 ? " " + std::to_string(static_cast<int64_t>(o.samples_per_s))
-                                                              : " does not fit");
+                                       : o.applies                ? " does not fit"
+                                                                  : " not applicable");
     std::printf("schedule auto: %s, the best predicted throughput that fits (%lld samples/s%s)\n", label(best->s).c_str(),
                 static_cast<long long>(best->samples_per_s), others.c_str());
   }
   return best->s;
+}
+
+}  // namespace
+
+namespace {
+
+// --whatif: for 1..D devices (D = stages x replicas) the pipeline with each schedule (interleaved
+// stages and ZB-V with 2 virtual stages per device, where they can run), then every hybrid and
+// data-parallel layout of d devices (with the plan's schedule); at D the chosen layout is marked.
+Expected<std::vector<WhatIfRow>> what_if_rows(const Graph& g, const PlanFlags& f, int devices, const PlanOutcome& out) {
+  std::vector<WhatIfRow> rows;
+  for (int d = 1; d <= devices; ++d) {
+    const PlanFlags base = layout_flags(f, d, 1);
+    int user_row = -1;  // the row of d x 1 with the plan's schedule
+    for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe, Schedule::kZBH1, Schedule::kInterleaved, Schedule::kZBV}) {
+      if (chunked_schedule(sched) && (d < 2 || (sched == Schedule::kInterleaved && !interleaved_error(d, 2, f.micro_batches).empty())))
+        continue;
+      PlanFlags fd = base;
+      fd.schedule = sched;
+      fd.virtual_stages = chunked_schedule(sched) ? 2 : 1;
+      if (sched != Schedule::k1F1B) fd.weights = WeightMode::kSync;  // 1F1B: the run's weights
+      if (sched != f.schedule) fd.program = nullptr;
+      auto o = options_from(fd, out.options.profile);
+      if (!o) return o.status();
+      if (fd.schedule == f.schedule || d == 1) user_row = static_cast<int>(rows.size());
+      auto p = partition(g, *o);
+      if (!p) {
+        rows.push_back({std::string(schedule_name(sched)) + " (does not fit)", d, 0, 0, 0});
+        continue;
+      }
+      SimResult s = simulate(*p, 4 * d + 4);
+      const std::string name = plan_schedule(*p).name;
+      rows.push_back({micro_batched(fd.schedule, fd.weights) ? name + " (M=" + std::to_string(o->micro_batches) + ")" : name, d,
+                      s.samples_per_s, s.bubble_fraction, peak_of(s)});
+      if (d == 1) break;  // one device: both schedules are sequential training
+    }
+    if (d == 1) continue;
+    std::vector<LayoutOption> layouts;
+    if (d == devices && !out.plan.layouts.empty()) {
+      layouts = out.plan.layouts;
+    } else {
+      ASSIGN_OR_RETURN(layouts, layouts_of(g, f, d, out.options.profile));
+    }
+    for (const LayoutOption& L : layouts) {
+      if (L.replicas == 1) {
+        if (d == devices && L.chosen && user_row >= 0) rows[user_row].chosen = true;
+        continue;
+      }
+      WhatIfRow row{layout_name(L.stages, L.replicas) + (L.fits ? "" : " (does not fit)"), d, L.samples_per_s,
+                    L.bubble_fraction, L.peak_memory_bytes};
+      row.chosen = d == devices && L.chosen;
+      rows.push_back(row);
+    }
+  }
+  return rows;
 }
 
 }  // namespace
@@ -322,6 +392,7 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
   if (f.agree_profile) RETURN_IF_ERROR(f.agree_profile(&out.profile, &out.have_profile));
   if (f.schedule == Schedule::kAuto) {
     ASSIGN_OR_RETURN(f.schedule, choose_schedule(g, f, out.have_profile ? &out.profile : nullptr));
+    f.virtual_stages = chunked_schedule(f.schedule) ? 2 : 1;
   }
   ASSIGN_OR_RETURN(out.options, options_from(f, out.have_profile ? &out.profile : nullptr));
   out.options.profile = out.have_profile ? &out.profile : nullptr;
@@ -353,50 +424,7 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
   if (!f.quiet) std::printf("%s", report_text(r).c_str());
   if (f.write_reports) RETURN_IF_ERROR(write_reports(r, f.out_dir));
   if (f.whatif) {
-    // For 1..D devices (D = stages x replicas): the pipeline with each schedule, then every
-    // hybrid and data-parallel layout of d devices (with the plan's schedule); at D the chosen
-    // layout is marked.
-    std::vector<WhatIfRow> rows;
-    for (int d = 1; d <= devices; ++d) {
-      const PlanFlags base = layout_flags(f, d, 1);
-      int user_row = -1;  // the row of d x 1 with the plan's schedule
-      for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe, Schedule::kZBH1}) {
-        PlanFlags fd = base;
-        fd.schedule = sched;
-        if (sched != Schedule::k1F1B) fd.weights = WeightMode::kSync;  // 1F1B: the run's weights
-        if (sched != f.schedule) fd.program = nullptr;
-        auto o = options_from(fd, out.options.profile);
-        if (!o) return o.status();
-        if (fd.schedule == f.schedule || d == 1) user_row = static_cast<int>(rows.size());
-        auto p = partition(g, *o);
-        if (!p) {
-          rows.push_back({std::string(schedule_name(sched)) + " (does not fit)", d, 0, 0, 0});
-          continue;
-        }
-        SimResult s = simulate(*p, 4 * d + 4);
-        const std::string name = plan_schedule(*p).name;
-        rows.push_back({micro_batched(fd.schedule, fd.weights) ? name + " (M=" + std::to_string(o->micro_batches) + ")" : name, d,
-                        s.samples_per_s, s.bubble_fraction, peak_of(s)});
-        if (d == 1) break;  // one device: both schedules are sequential training
-      }
-      if (d == 1) continue;
-      std::vector<LayoutOption> layouts;
-      if (d == devices && !out.plan.layouts.empty()) {
-        layouts = out.plan.layouts;
-      } else {
-        ASSIGN_OR_RETURN(layouts, layouts_of(g, f, d, out.options.profile));
-      }
-      for (const LayoutOption& L : layouts) {
-        if (L.replicas == 1) {
-          if (d == devices && L.chosen && user_row >= 0) rows[user_row].chosen = true;
-          continue;
-        }
-        WhatIfRow row{layout_name(L.stages, L.replicas) + (L.fits ? "" : " (does not fit)"), d, L.samples_per_s,
-                      L.bubble_fraction, L.peak_memory_bytes};
-        row.chosen = d == devices && L.chosen;
-        rows.push_back(row);
-      }
-    }
+    ASSIGN_OR_RETURN(std::vector<WhatIfRow> rows, what_if_rows(g, f, devices, out));
     if (!f.quiet) std::printf("%s", what_if_table(rows).c_str());
   }
   return out;

@@ -47,6 +47,9 @@ struct PlanFlags {
   std::string out_dir;
   bool quiet = false;
   bool write_reports = true;              // under MPI: rank 0 only
+  // Under MPI: one rank runs one stage, so schedules with several stages per device (interleaved,
+  // ZB-V) cannot run yet; --schedule auto leaves them out.
+  bool one_stage_per_rank = false;
   // Multi-node: the node of every stage (empty: one node); cuts between nodes use the network link.
   std::vector<int> node_of_stage;
   int cpu_threads = 0;                    // threads of one CPU stage; 0: the cores / stages

@@ -289,13 +289,16 @@ class SchedulesTest(unittest.TestCase):
         rc, so, se = run(MLP, "--gpus", 3, "--micro-batches", 4, "--schedule", "auto", "--plan-only", "--no-calibrate",
                          "--out", os.path.join(self.dir, "auto"))
         self.assertEqual(rc, 0, se)
-        m = re.search(r"^schedule auto: (\S+), the best predicted throughput that fits \((\d+) samples/s; (\S+) (\d+|does not fit); "
-                      r"(\S+) (\d+|does not fit)\)$", so, re.M)
+        m = re.search(r"^schedule auto: (\S+), the best predicted throughput that fits \((\d+) samples/s((?:; \S+ (?:\d+|does not fit|not applicable))+)\)$",
+                      so, re.M)
         self.assertIsNotNone(m, so)
-        self.assertEqual(sorted([m.group(1), m.group(3), m.group(5)]), ["1f1b-sync", "gpipe", "zb-h1"])
-        for g in (4, 6):
-            if m.group(g) != "does not fit":
-                self.assertGreaterEqual(int(m.group(2)), int(m.group(g)))
+        others = dict(x.split(" ", 1) for x in m.group(3).split("; ")[1:])
+        self.assertEqual(sorted([m.group(1), *others]), ["1f1b-sync", "gpipe", "interleaved", "zb-h1", "zbv"])
+        # 3 stages: interleaved stages need a multiple of 3 micro-batches; ZB-V 6 stages of 4 nodes.
+        self.assertEqual((others["interleaved"], others["zbv"]), ("not applicable", "does not fit"))
+        for v in others.values():
+            if v.isdigit():
+                self.assertGreaterEqual(int(m.group(2)), int(v))
         self.assertIn(f"{m.group(1)} schedule, sync weights", so)
         # --whatif simulates every schedule on 2..N devices.
         rc, so, se = run(MLP, "--gpus", 3, "--schedule", "zb-h1", "--micro-batches", 4, "--plan-only", "--whatif", "--no-calibrate",
@@ -304,6 +307,10 @@ class SchedulesTest(unittest.TestCase):
         for d in (2, 3):
             for row in ("gpipe (M=4)", "zb-h1 (M=4)"):
                 self.assertRegex(so, rf"(?m)^{re.escape(row)} +{d} ", so)
+        # Interleaved stages and ZB-V where they can run: 2 devices (4 stages of the MLP's 4 nodes).
+        for row in ("interleaved (M=4)", "zbv (M=4)"):
+            self.assertRegex(so, rf"(?m)^{re.escape(row)} +2 ", so)
+            self.assertNotRegex(so, rf"(?m)^{re.escape(row)} +3 ", so)
 
     def test_report_predicts_zb_h1_below_1f1b(self):
         import export_models as em
