@@ -193,6 +193,10 @@ std::string svg_memory(const Plan& p, const SimResult& sim) {
 
 std::string svg_timeline(const Plan& p, const SimResult& sim) {
   const int n = static_cast<int>(p.stages.size());
+  // Interleaved stages and ZB-V: one row per device, its chunks' passes in it (chunk 1 and up paler).
+  const int V = std::max(1, p.virtual_stages), rows = V > 1 && n % V == 0 ? n / V : n;
+  auto row_of = [&](int stage) { return rows == n ? stage : virtual_device(stage, rows, p.schedule == Schedule::kZBV); };
+  auto opacity = [&](int stage) { return rows != n && stage >= rows ? std::string(" fill-opacity=\"0.6\"") : std::string(); };
   const bool gpipe = synchronous(p.schedule, p.weights);
   int mini = 0;
   for (const SimEvent& e : sim.events) mini = std::max(mini, e.mini_batch + 1);
@@ -202,7 +206,7 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
     if (e.mini_batch < show) end = std::max(end, e.end_ms);
   const double row = 30, link = 10, top = 34, x0 = kLabelW + 10, x1 = kWidth - 10;
   const double pitch = row + link;
-  const double bottom = top + n * pitch - link;
+  const double bottom = top + rows * pitch - link;
   const double scale = end > 0 ? (x1 - x0) / end : 0;
   std::string s = svg_open("svg-timeline", bottom + 26, "simulated pipeline timeline");
   std::vector<std::pair<const char*, std::string>> keys = {{kFwdColor, "forward"}, {kBwdColor, "backward"}};
@@ -217,14 +221,26 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
   s += format("<clipPath id=\"tl-clip\"><rect x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n", x0,
               x1 - x0, bottom + 4);
   s += axis(x0, x1, top - 4, bottom, end, scale, "ms");
-  for (int k = 0; k < n; ++k) s += stage_label(top + k * pitch + row / 2, k, p.stages[k]);
+  for (int k = 0; k < rows; ++k) {
+    if (rows == n) {
+      s += stage_label(top + k * pitch + row / 2, k, p.stages[k]);
+      continue;
+    }
+    std::string which;  // the device's stages
+    for (int v = 0; v < n; ++v)
+      if (row_of(v) == k) which.append(which.empty() ? "stages " : ", ").append(std::to_string(v));
+    const double y = top + k * pitch + row / 2;
+    s += rect(0, y - 11, 10, 22, stage_color(k), "", " rx=\"2\"");
+    s += text(16, y - 1, format("device %d", k), " font-weight=\"600\" fill=\"#222\"");
+    s += text(16, y + 12, which, " fill=\"#777\" font-size=\"10.5\"");
+  }
   s += "<g clip-path=\"url(#tl-clip)\">\n";
   for (const SimEvent& e : sim.events) {
     if (e.start_ms >= end || e.stage >= n) continue;
     const double x = x0 + e.start_ms * scale, w = (e.end_ms - e.start_ms) * scale;
     std::string id = std::to_string(e.mini_batch);
     if (gpipe) id += format(".%d", e.micro_batch);
-    const double ys = top + e.stage * pitch;
+    const double ys = top + row_of(e.stage) * pitch;
     switch (e.kind) {
       case SimEvent::kForward:
       case SimEvent::kBackward:
@@ -238,7 +254,7 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
                   format("stage %d %s of mini-batch %d%s: %.3f-%.3f ms", e.stage, what,
                          e.mini_batch, gpipe ? format(", micro-batch %d", e.micro_batch).c_str() : "", e.start_ms,
                          e.end_ms),
-                  " stroke=\"#fff\" stroke-width=\"1\"");
+                  (" stroke=\"#fff\" stroke-width=\"1\"" + opacity(e.stage)).c_str());
         // The full label when it fits, else the mini-batch number alone.
         const std::string mb = std::to_string(e.mini_batch);
         const std::string label = w >= 7.0 * static_cast<double>(id.size()) + 4 ? id
@@ -254,7 +270,7 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
       case SimEvent::kSend:
       case SimEvent::kRecv: {
         const bool act = e.kind == SimEvent::kSend;
-        const double yl = top + e.stage * pitch + row + (act ? 1 : 5);
+        const double yl = top + row_of(e.stage) * pitch + row + (act ? 1 : 5);
         s += rect(x, yl, std::max(w, 1.0), 4, act ? "#8a8a8a" : "#c4c4c4",
                   format("%s %d -> %d, mini-batch %d: %.3f ms", act ? "activations" : "gradients",
                          act ? e.stage : e.stage + 1, act ? e.stage + 1 : e.stage, e.mini_batch, e.end_ms - e.start_ms));
