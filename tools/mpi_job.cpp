@@ -198,6 +198,23 @@ int MpiJob::fail(const Status& s) {
   return exit_code_for(s);
 }
 
+Status MpiJob::check_ranks_per_node(int ranks_per_node, int64_t devices) const {
+  if (ranks_per_node <= 0) return Status::ok();
+  const std::string flag = "--ranks-per-node " + std::to_string(ranks_per_node);
+  if (devices % ranks_per_node != 0)
+    return invalid_input(flag + " does not divide the " + std::to_string(devices) +
+                         " ranks (--gpus x --replicas): every node runs as many stages");
+  if (!cluster_) return Status::ok();
+  const int nodes = cluster_->num_nodes();
+  if (int64_t{ranks_per_node} * nodes != cluster_->size())
+    return invalid_input(flag + ": this job has " + std::to_string(cluster_->size()) + " ranks on " +
+                         std::to_string(nodes) + " node" + (nodes == 1 ? "" : "s") +
+                         " (rank " + std::to_string(cluster_->rank()) + " on node " +
+                         std::to_string(cluster_->node_of(cluster_->rank())) +
+                         "); under mpirun the nodes come from the job: leave --ranks-per-node out or make them agree");
+  return Status::ok();
+}
+
 Status MpiJob::check_stages(int gpus, int replicas) const {
   if (!cluster_ || int64_t{gpus} * replicas == cluster_->size()) return Status::ok();
   if (replicas > 1)

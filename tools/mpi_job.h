@@ -53,6 +53,9 @@ class MpiJob {
 
   // --gpus (x --replicas) against the job: one rank runs one stage of one replica, so they must be equal.
   Status check_stages(int gpus, int replicas = 1) const;
+  // --ranks-per-node R (0: not given) against the `devices` ranks (--gpus x --replicas): R divides
+  // them and, under MPI, is what the job has (ranks / nodes); the same answer on every rank.
+  Status check_ranks_per_node(int ranks_per_node, int64_t devices) const;
   // What planning needs in a job: reports from rank 0 alone, the node of every stage, each rank's
   // share of its node's cores, and rank 0's measured CPU spec and profile for every rank, so that
   // every rank computes the same plan. Leaves `pf` alone for a single process.

@@ -92,7 +92,8 @@ Status check_bounds(const TrainingSpec& o, const MpiJob& job) {
     return invalid_input("--calibrate: the devices are described by --device-spec, so there is no device here to measure");
   if (o.calibrate && o.device == DeviceChoice::kCuda && !cuda_available())
     return invalid_input("--calibrate --device cuda: no GPU to measure (" + cuda_unavailable_reason() + ")");
-  return job.check_stages(o.gpus, o.replicas);
+  RETURN_IF_ERROR(job.check_stages(o.gpus, o.replicas));
+  return job.check_ranks_per_node(o.ranks_per_node, int64_t{o.gpus} * o.replicas);
 }
 
 // Where the stages run.

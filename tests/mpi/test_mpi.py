@@ -483,6 +483,25 @@ class MpiTest(unittest.TestCase):
         self.assertIn("lost rank 1", log)
         self.assertLess(secs, 60, log)
 
+    def test_ranks_per_node_must_match_the_job(self):
+        # One host: 2 ranks on 1 node, so --ranks-per-node 1 says 2 nodes: every rank refuses, exit 2.
+        rc, log, secs = mpirun(2, MODEL, "--gpus", 2, "--ranks-per-node", 1, "--steps", 1, "--out", self.out("rpn"))
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--ranks-per-node 1: this job has 2 ranks on 1 node", log)
+        self.assertLess(secs, 60)
+        # Without MPI: it must divide the ranks.
+        rc, log, _ = run([BIN, MODEL, "--gpus", 4, "--plan-only", "--ranks-per-node", 3, "--out", self.out("rpn3")])
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--ranks-per-node 3 does not divide the 4 ranks", log)
+
+    def test_interleaved_refused_under_mpi(self):
+        # One rank runs one stage today: the schedules with two stages per device are refused.
+        for flags in (["--schedule", "interleaved"], ["--schedule", "zbv"]):
+            rc, log, secs = mpirun(2, MODEL, "--gpus", 2, "--micro-batches", 2, "--steps", 1, *flags, "--out", self.out("il"))
+            self.assertEqual(rc, 2, log)
+            self.assertIn("under MPI (one rank per stage) is not supported yet", log)
+            self.assertLess(secs, 60)
+
     def test_replicas_need_n_times_r_ranks(self):
         rc, log, secs = mpirun(2, MODEL, "--gpus", 2, "--replicas", 2, "--steps", 1, "--out", self.out("repnp"))
         self.assertEqual(rc, 2, log)
