@@ -106,19 +106,17 @@ template <typename T>
   }
 }
 
-#define PT_BN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-PT_BN_CLONES void plane_sums_f32(const float* x, const float* dy, int64_t s, int64_t p0, int64_t p1, int k, double* part) {
+PT_CPU_CLONES void plane_sums_f32(const float* x, const float* dy, int64_t s, int64_t p0, int64_t p1, int k, double* part) {
   plane_sums(x, dy, s, p0, p1, k, part);
 }
-PT_BN_CLONES void plane_affine_f32(const float* x, const float* a, const float* b, float* y, int64_t c_count, int64_t s,
+PT_CPU_CLONES void plane_affine_f32(const float* x, const float* a, const float* b, float* y, int64_t c_count, int64_t s,
                                    int64_t p0, int64_t p1, bool relu) {
   plane_affine(x, a, b, y, c_count, s, p0, p1, relu);
 }
-PT_BN_CLONES void plane_dx_f32(const float* dy, const float* x, const float* coef, float* dx, int64_t c_count, int64_t s,
+PT_CPU_CLONES void plane_dx_f32(const float* dy, const float* x, const float* coef, float* dx, int64_t c_count, int64_t s,
                                int64_t p0, int64_t p1, bool training) {
   plane_dx(dy, x, coef, dx, c_count, s, p0, p1, training);
 }
-#undef PT_BN_CLONES
 
 // Runs fn(p0, p1) over the planes, split across the threads when the work is large enough.
 template <typename F>

@@ -15,6 +15,22 @@
 #include "kernels/unary_args.h"
 #include "kernels/registry.h"
 
+// A function built once per ISA (AVX-512, AVX2, baseline), the copy picked at load time by an
+// ifunc resolver. Not under ThreadSanitizer: clang instruments the resolvers, which the dynamic
+// loader runs before TSan is initialised, so the process would crash before main.
+#if defined(__SANITIZE_THREAD__)
+#define PT_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PT_TSAN_BUILD 1
+#endif
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(PT_TSAN_BUILD)
+#define PT_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PT_CPU_CLONES
+#endif
+
 namespace pt::cpu {
 
 // Below this many elements a loop runs on one thread: forking costs more than it saves.

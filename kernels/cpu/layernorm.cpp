@@ -96,13 +96,11 @@ template <typename T>
   }
 }
 
-#define PT_LN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-PT_LN_CLONES void ln_forward_rows_f32(const float* px, const float* pg, const float* pb, float* py, float* pm, float* pi,
+PT_CPU_CLONES void ln_forward_rows_f32(const float* px, const float* pg, const float* pb, float* py, float* pm, float* pi,
                                       int64_t r0, int64_t r1, int64_t cols, double eps) {
   ln_forward_rows(px, pg, pb, py, pm, pi, r0, r1, cols, eps);
 }
-PT_LN_CLONES void ln_backward_rows_f32(const float* pdy, const float* px, const float* pg, float* pdx, double* lds,
+PT_CPU_CLONES void ln_backward_rows_f32(const float* pdy, const float* px, const float* pg, float* pdx, double* lds,
                                        double* ldb, double* xhr, int64_t r0, int64_t r1, int64_t cols, double eps,
                                        bool want_ds, bool want_db) {
   ln_backward_rows(pdy, px, pg, pdx, lds, ldb, xhr, r0, r1, cols, eps, want_ds, want_db);

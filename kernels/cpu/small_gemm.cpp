@@ -7,11 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define PT_SGEMM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PT_SGEMM_CLONES
-#endif
+#include "kernels/cpu/cpu_util.h"  // PT_CPU_CLONES
 
 // V travels between always-inlined helpers only, never through a call boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -71,7 +67,7 @@ template <bool TA>
       }
 }
 
-PT_SGEMM_CLONES void gemm_clones(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+PT_CPU_CLONES void gemm_clones(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                                  const float* b, int64_t ldb, float* c, int64_t ldc) {
   if (ta) gemm_plain_b<true>(m, n, k, alpha, a, lda, b, ldb, c, ldc);
   else gemm_plain_b<false>(m, n, k, alpha, a, lda, b, ldb, c, ldc);

@@ -6,11 +6,6 @@
 
 #include "kernels/cpu/cpu_util.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define PT_VMATH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PT_VMATH_CLONES
-#endif
 
 namespace pt::cpu {
 namespace {
@@ -20,7 +15,7 @@ constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 constexpr int kLanes = 16;  // partial sums of every reduction, whatever the vector width
 
-PT_VMATH_CLONES void vmap_range(VFn f, const float* a, const float* b, float* y, int64_t n) {
+PT_CPU_CLONES void vmap_range(VFn f, const float* a, const float* b, float* y, int64_t n) {
   switch (f) {
     case VFn::kExp:
 #pragma omp simd
@@ -56,7 +51,7 @@ PT_VMATH_CLONES void vmap_range(VFn f, const float* a, const float* b, float* y,
   }
 }
 
-PT_VMATH_CLONES float exp_shifted_sum_range(const float* x, float shift, float* y, int64_t n) {
+PT_CPU_CLONES float exp_shifted_sum_range(const float* x, float shift, float* y, int64_t n) {
   float part[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -78,7 +73,7 @@ PT_VMATH_CLONES float exp_shifted_sum_range(const float* x, float shift, float* 
   return s;
 }
 
-PT_VMATH_CLONES void exp_shifted_scaled_range(const float* x, float shift, float scale, float* y, int64_t n) {
+PT_CPU_CLONES void exp_shifted_scaled_range(const float* x, float shift, float scale, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = vexp(x[i] - shift) * scale;
 }

@@ -270,13 +270,18 @@ TEST(Schedule, InterleavedProgramsCheckRoundTripAndKeepFewPassesInFlight) {
         Expected<SimResult> r = dry_run(p, ir, 3);
         ASSERT_TRUE(r.has_value()) << what << ": " << r.status().message();
         const double x = (n - 1.0) / v;
-        if (m > n) EXPECT_NEAR(r->bubble_fraction, x / (m + x), 1e-9) << what;
+        if (m > n) {
+          EXPECT_NEAR(r->bubble_fraction, x / (m + x), 1e-9) << what;
+        }
         Plan q = equal_stages(n, 1.0, 2.0);
         q.micro_batches = m;
         q.schedule = Schedule::k1F1B;
         q.weights = WeightMode::kSync;
-        if (v > 1) EXPECT_LT(r->bubble_fraction, simulate(q, 3).bubble_fraction - 1e-9) << what;
-        else EXPECT_NEAR(r->bubble_fraction, simulate(q, 3).bubble_fraction, 1e-9) << what;
+        if (v > 1) {
+          EXPECT_LT(r->bubble_fraction, simulate(q, 3).bubble_fraction - 1e-9) << what;
+        } else {
+          EXPECT_NEAR(r->bubble_fraction, simulate(q, 3).bubble_fraction, 1e-9) << what;
+        }
       }
 }
 
@@ -334,7 +339,9 @@ TEST(Schedule, ZbvRunsDownAndBackUpTheDevices) {
       q.weights = WeightMode::kSync;
       const double zbh1 = simulate(q, 3).bubble_fraction;
       EXPECT_LT(r->bubble_fraction, zbh1) << what;
-      if (m >= 2 * n) EXPECT_LT(r->bubble_fraction, 0.02) << what;  // zero bubble, but for the ends
+      if (m >= 2 * n) {
+        EXPECT_LT(r->bubble_fraction, 0.02) << what;  // zero bubble, but for the ends
+      }
       for (int d = 0; d < n; ++d) {
         const int held = program_in_flight(z, z.virtual_of(d, 0), true) + program_in_flight(z, z.virtual_of(d, 1), true);
         EXPECT_LE(held, 2 * n + 1) << what << " device " << d;
