@@ -593,8 +593,11 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
   int which = 0;
   for (const StageStats& st : pipe.stage_stats()) {
     char b[256];
-    std::snprintf(b, sizeof b, "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch", st.stage,
-                  100 * st.busy_fraction, st.fwd_ms, st.bwd_ms);
+    std::snprintf(b, sizeof b,
+                  "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch; waiting for inputs %.0f%%, "
+                  "between passes %.0f%%",
+                  st.stage, 100 * st.busy_fraction, st.fwd_ms, st.bwd_ms, 100 * st.wait_fraction,
+                  100 * std::max(0.0, 1 - st.busy_fraction - st.wait_fraction));
     say(o, b);
     if (st.stage < static_cast<int>(plan.stages.size())) {
       plan.stages[st.stage].measured_fwd_ms = st.fwd_ms;

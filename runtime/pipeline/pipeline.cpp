@@ -794,6 +794,7 @@ class PipelineStageSet final : public StageSet {
         const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
                               static_cast<double>(std::max<int64_t>(1, st->stats.updates));
         st->stats.busy_fraction = busy_s / r->seconds;
+        st->stats.wait_fraction = 1e-3 * st->stats.wait_ms * static_cast<double>(std::max<int64_t>(1, st->stats.updates)) / r->seconds;
       }
   }
   Status add_scalars(TrainingLoop& loop, int64_t step) override {

@@ -84,6 +84,10 @@ struct PassRecord {
 struct StageStats {
   int stage = 0;
   double busy_fraction = 0;     // time in passes and updates / wall time of train()
+  // Time in its passes waiting for (and receiving) their inputs from other stages / wall time; the
+  // rest, 1 - busy - wait, is spent between passes (the schedule's own order, claims, the loop).
+  double wait_fraction = 0;
+  double wait_ms = 0;           // per mini-batch
   double fwd_ms = 0, bwd_ms = 0;  // measured per mini-batch (GPipe: summed over micro-batches)
   double update_ms = 0;         // per update
   int64_t forwards = 0, backwards = 0, updates = 0;

@@ -607,6 +607,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, false));
   const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
+  wait_s_ += std::chrono::duration<double>(t_run - t_start).count();
   RETURN_IF_ERROR(feed(sh, key));
   PassRecord r = begin_record(key, false, 0);
   RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
@@ -669,6 +670,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, true));
   const auto t_run = std::chrono::steady_clock::now();
+  wait_s_ += std::chrono::duration<double>(t_run - t_start).count();
   const Device& dev = *ex->device();
   RETURN_IF_ERROR(select_saved(slot));
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
@@ -886,7 +888,7 @@ void Stage::begin_train() {
   trace.clear();
   stats = StageStats{};
   stats.stage = index;
-  busy_s_ = fwd_s_ = bwd_s_ = upd_s_ = 0;
+  busy_s_ = fwd_s_ = bwd_s_ = upd_s_ = wait_s_ = 0;
 }
 
 void Stage::finish_stats() {
@@ -894,6 +896,7 @@ void Stage::finish_stats() {
   stats.fwd_ms = 1e3 * fwd_s_ / mbs;
   stats.bwd_ms = 1e3 * bwd_s_ / mbs;
   stats.update_ms = 1e3 * upd_s_ / mbs;
+  stats.wait_ms = 1e3 * wait_s_ / mbs;
 }
 
 void Stage::begin_segment(RunShared& sh) {

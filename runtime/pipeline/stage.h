@@ -386,6 +386,7 @@ class Stage {
   std::vector<DeviceBuffer> grad_acc_;                  // micro-batches (synchronous, 2BW): summed gradients
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
+  double wait_s_ = 0;  // in passes, waiting for their inputs (StageStats::wait_fraction)
 };
 
 // The body of one device's thread: `program` (a program over its chunks, ScheduleIR::stages of
