@@ -4,8 +4,8 @@
 #   asan: AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), every ctest suite, MPI included;
 #         any UB report is fatal (-fno-sanitize-recover), leaks are reported at exit.
 #   tsan: ThreadSanitizer (build-tsan/), the runtime and pipeline suites (runtime_tests, the
-#         pipelined CLI tests of training_tools_tests, replicas_tests): stage workers, channels, the
-#         prefetcher, the replicas' gradient averaging.
+#         pipelined CLI tests of training_tools_tests, replicas_tests, schedule_tests): stage and
+#         device workers, channels, the prefetcher, the replicas' gradient averaging.
 # Suppressions (tools/sanitizers/*.supp) cover third-party code only, each with its reason.
 # Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]
 # Environment: JOBS (build jobs, default nproc); TARGETS (asan: build only these targets, e.g.
@@ -55,6 +55,6 @@ if [ "$what" = tsan ] || [ "$what" = all ]; then
   ( cd build-tsan &&
     PIPETRAIN_SANITIZER=tsan TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp" \
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests|replicas_tests)$' "$@" ) || status=1
+    ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests|replicas_tests|schedule_tests)$' "$@" ) || status=1
 fi
 exit $status
