@@ -609,6 +609,26 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
       which = st.stage;
     }
   }
+  // Interleaved stages and ZB-V: a device's stages share its thread, so its time is their sum.
+  const int V = std::max(1, plan.virtual_stages), n = static_cast<int>(plan.stages.size());
+  if (V > 1 && n % V == 0) {
+    const int D = n / V;
+    std::vector<double> busy(D, 0), wait(D, 0);
+    std::vector<std::string> which(D);
+    for (const StageStats& st : pipe.stage_stats()) {
+      if (st.stage >= n) continue;
+      const int d = virtual_device(st.stage, D, plan.schedule == Schedule::kZBV);
+      busy[d] += st.busy_fraction;
+      wait[d] += st.wait_fraction;
+      which[d].append(which[d].empty() ? "" : ", ").append(std::to_string(st.stage));
+    }
+    for (int d = 0; d < D; ++d) {
+      char b[256];
+      std::snprintf(b, sizeof b, "device %d (stages %s): busy %.0f%%, waiting for inputs %.0f%%, between passes %.0f%%", d,
+                    which[d].c_str(), 100 * busy[d], 100 * wait[d], 100 * std::max(0.0, 1 - busy[d] - wait[d]));
+      say(o, b);
+    }
+  }
   say(o, measured_schedule_line(pipe, batch, plan, r));
   if (slowest > 0 && r.samples_per_s > 0) {
     const double bound = static_cast<double>(batch.mini) / (slowest * 1e-3);
