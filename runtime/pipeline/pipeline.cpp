@@ -68,7 +68,7 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
       return invalid_input("--weights 2bw: --micro-batches " + std::to_string(opts.micro_batches) + " is fewer than the " +
                            std::to_string(plan.stages.size()) + " stages; two weight versions need at least one micro-batch per stage");
     if (!plan.layout.weights.empty())
-      return unsupported("--weights 2bw: weights shared across stages are not supported yet ('" +
+      return unsupported(std::string("--weights ") + weight_mode_name(opts.weights) + ": weights shared across stages are not supported yet ('" +
                          plan.layout.weights.front().values.front()->name + "'); use another --weights or --split-at");
   }
   const int V = std::max(1, opts.virtual_stages);
