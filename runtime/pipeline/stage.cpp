@@ -957,6 +957,7 @@ void run_device(RunShared& sh, const std::vector<Stage*>& chunks, const StagePro
   const bool post_first = chunks.size() > 1 && sh.clip_grad_norm > 0;
   int64_t posted = -1;  // mini-batches up to this one have their chunks' parts posted
   Status st = Status::ok();
+  Stage* failed = nullptr;  // the chunk whose action failed: its end reports it
   // The device's program over the segment's mini-batches. The first action of a mini-batch here
   // is its first forward: the device claims it first, and a claim refused (a stop, a checkpoint
   // boundary moved) ends the segment there: the program then skips that mini-batch and the later
@@ -975,16 +976,14 @@ void run_device(RunShared& sh, const std::vector<Stage*>& chunks, const StagePro
     }
     if (post_first && step.action.kind == ActionKind::kUpdate && mb > posted) {
       for (Stage* c : chunks)
-        if (st.is_ok()) st = c->finish_gradients(sh, mb);
+        if (st.is_ok() && !(st = c->finish_gradients(sh, mb)).is_ok()) failed = c;
       posted = mb;
       if (!st.is_ok()) break;
     }
-    st = chunks.at(step.action.chunk)->act(sh, step);
+    Stage* c = chunks.at(step.action.chunk);
+    if (!(st = c->act(sh, step)).is_ok()) failed = c;
   }
-  for (Stage* c : chunks) {
-    c->end_segment(sh, st);
-    st = Status::ok();  // one failure is reported once
-  }
+  for (Stage* c : chunks) c->end_segment(sh, c == failed ? st : Status::ok());
 }
 
 }  // namespace pt
