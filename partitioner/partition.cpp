@@ -227,6 +227,8 @@ struct Problem {
   std::vector<LinkSpec> link_into;       // [stage]: the link its received values cross
   int num_stages = 1;
   bool gpipe = false;
+  bool two_bw = false;              // PipeDream-2BW: one shared-weight version per mini-batch, two kept
+  bool one_weight_version = false;  // gpipe || two_bw
   int micro = 1;
   const LinkSpec& link_of(int stage) const {
     return stage >= 0 && stage < static_cast<int>(link_into.size()) ? link_into[stage] : link;
@@ -324,6 +326,8 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
   // Shared weights: the updated parameters each position's nodes read (owner: first consumer).
   P.num_stages = static_cast<int>(opts.devices.size());
   P.gpipe = synchronous(opts.schedule, opts.weights);
+  P.two_bw = opts.weights == WeightMode::k2BW && !P.gpipe;
+  P.one_weight_version = P.gpipe || P.two_bw;
   P.micro = std::max(1, opts.micro_batches);
   {
     std::unordered_set<const Value*> updated;
@@ -478,7 +482,7 @@ class StageSweep {
     for (const auto& [id, bwd] : p.param_reads) {
       const Val& x = P_.vals[id];
       if (x.owner_pos < 0 || x.owner_pos >= i_) continue;
-      const int bit = bwd && !P_.gpipe ? 2 : 1;
+      const int bit = bwd && !P_.one_weight_version ? 2 : 1;
       auto& [mark_epoch, bits] = shared_mark_[id];
       if (mark_epoch != epoch_) mark_epoch = epoch_, bits = 0;
       if (bits & bit) continue;
@@ -488,6 +492,7 @@ class StageSweep {
         shared_grad_bytes_ += x.bytes;
         ++grad_count_;
         shared_memory_ += x.bytes;  // the stage's own buffer
+        if (P_.two_bw) shared_memory_ += 2 * x.bytes;  // 2BW: the versions of two mini-batches kept
       }
       bits |= bit;
       weight_bytes_ += x.bytes;
@@ -498,7 +503,7 @@ class StageSweep {
   }
   double comm_s() const {
     const LinkSpec& l = *link_;
-    const double per_pass = P_.gpipe ? 1.0 / P_.micro : 1.0;  // weight versions per micro-batch
+    const double per_pass = P_.one_weight_version ? 1.0 / P_.micro : 1.0;  // weight versions per micro-batch
     const double count = recv_count_ + grad_count_ + per_pass * weight_count_;
     if (!(l.bandwidth > 0)) return count * l.latency_s;
     if (P_.replicated()) {  // activations and their gradients at one replica's share; weights whole

@@ -96,6 +96,9 @@ Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
       if (n->phase == Phase::kUpdate) owner[n->inputs.at(0)] = s.index;
 
   const bool gpipe = synchronous(plan.schedule, plan.weights);
+  // One version of a shared weight per mini-batch for both passes: the synchronous schedules, and
+  // 2BW (every pass of mini-batch i reads version i-1; the reader keeps the two in use).
+  const bool one_version = gpipe || plan.weights == WeightMode::k2BW;
   const Value* input = g.inputs.empty() ? nullptr : g.inputs[0];
   StageLayout L;
   std::map<std::pair<int, int>, ValueSet> fwd_flow, bwd_flow;
@@ -126,7 +129,7 @@ Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
         if (v->kind == ValueKind::kParameter)
           if (auto it = owner.find(v); it != owner.end() && it->second != sp.index) {
             // An earlier owner (check_flows refused a later one) serves every pass that reads it.
-            const bool bwd_read = n->phase == Phase::kBackward && !gpipe;
+            const bool bwd_read = n->phase == Phase::kBackward && !one_version;
             weight_flow[{it->second, sp.index, bwd_read}].insert(v);
             shared.insert(v);
           }

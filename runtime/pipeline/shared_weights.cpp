@@ -30,6 +30,7 @@ void Stage::begin_shared_segment(int64_t first) {
 // own weights).
 int64_t Stage::shared_version_for(const WeightLink& w, int64_t step) const {
   if (sync()) return step;
+  if (two_bw()) return std::max<int64_t>(0, step - 1);  // every pass of mini-batch i: version i-1
   const int64_t fwd = std::max(segment_first_, step - (num_stages - w.reader - 1));
   if (!w.backward || opts.weights == WeightMode::kStash) return fwd;
   return step;
@@ -39,6 +40,12 @@ int64_t Stage::shared_version_for(const WeightLink& w, int64_t step) const {
 // those parameters (the master itself when the mode keeps no separate copy: stale and GPipe send
 // the current weights).
 Status Stage::load_version_for(RunShared& sh, const WeightLink& w, int64_t step) {
+  if (two_bw()) {  // the master, or the version before the latest update (serve_readers checked which)
+    const std::vector<DeviceBuffer>& from = shared_version_for(w, step) == version_ ? master_ : prev_;
+    for (size_t j : w.params) RETURN_IF_ERROR(ex->copy_in(params[j], from[j].view(), *ex->device()));
+    buf_is_master_ = false;
+    return Status::ok();
+  }
   if (!separate_master_) return Status::ok();
   const int s = opts.weights == WeightMode::kSpecTrain ? spectrain_staleness(w.reader, num_stages, w.backward, opts.staleness) : 0;
   Device& dev = *ex->device();
@@ -60,7 +67,7 @@ Status Stage::serve_readers(RunShared& sh) {
     while (w.next < forwarded_end_) {
       const int64_t need = shared_version_for(w, w.next);
       if (need > version_) break;
-      PT_CHECK(need == version_) << "stage " << index << ": version " << need << " of a shared weight for stage "
+      PT_CHECK(need == version_ || (two_bw() && need == version_ - 1)) << "stage " << index << ": version " << need << " of a shared weight for stage "
                                  << w.reader << " mini-batch " << w.next << " is gone (now " << version_ << ")";
       RETURN_IF_ERROR(load_version_for(sh, w, w.next));
       if (!w.link->send(w.next, *ex)) return link_failed(w.link);
@@ -73,10 +80,20 @@ Status Stage::serve_readers(RunShared& sh) {
 }
 
 Status Stage::recv_weights(int64_t key, bool backward) {
-  if (sync() && (backward || key % micro() != 0)) return Status::ok();  // one version per mini-batch
   const int64_t step = key / micro();
+  if ((sync() || two_bw()) && (backward || key % micro() != 0)) {  // one version per mini-batch
+    if (shared_versions_.empty()) return Status::ok();
+    // 2BW: the passes of mini-batches i and i+1 overlap; each loads its own mini-batch's version.
+    const std::vector<DeviceBuffer>& set = shared_versions_[static_cast<size_t>(step % 2)];
+    for (size_t i = 0; i < shared_in_.size(); ++i) RETURN_IF_ERROR(ex->copy_in(shared_in_[i], set[i].view(), *ex->device()));
+    return Status::ok();
+  }
   for (Link* l : backward ? weights_bwd_in : weights_fwd_in)
     if (!l->recv(step, *ex)) return link_failed(l);
+  if (!shared_versions_.empty()) {  // 2BW: kept for the mini-batch's other passes
+    std::vector<DeviceBuffer>& set = shared_versions_[static_cast<size_t>(step % 2)];
+    for (size_t i = 0; i < shared_in_.size(); ++i) RETURN_IF_ERROR(ex->copy_out(shared_in_[i], set[i].view(), *ex->device()));
+  }
   return Status::ok();
 }
 

@@ -465,6 +465,19 @@ Status Stage::prepare() {
       ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(g));
       grad_acc_.push_back(std::move(b));
     }
+  // 2BW reading weights shared with an earlier stage: the versions of two mini-batches in use.
+  shared_in_.clear();
+  shared_versions_.clear();
+  if (two_bw())
+    for (Link* l : weights_fwd_in) shared_in_.insert(shared_in_.end(), l->values().begin(), l->values().end());
+  if (!shared_in_.empty()) {
+    shared_versions_.resize(2);
+    for (auto& set : shared_versions_)
+      for (const Value* v : shared_in_) {
+        ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(v));
+        set.push_back(std::move(b));
+      }
+  }
   // W's state likewise, one storage per pass between its I and its W.
   if (num_w_slots_ > 0)
     for (const Value* v : w_state) RETURN_IF_ERROR(ex->add_storages(v, num_w_slots_));
@@ -481,6 +494,8 @@ size_t Stage::held_bytes() const {
     for (const auto& t : slot) b += t.bytes();
   for (const auto& t : state_copy_) b += t.bytes();
   for (const auto& t : grad_acc_) b += t.bytes();
+  for (const auto& set : shared_versions_)
+    for (const auto& t : set) b += t.bytes();
   return b;
 }
 

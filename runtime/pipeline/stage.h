@@ -384,6 +384,10 @@ class Stage {
   std::vector<std::vector<DeviceBuffer>> fwd_weights_;
   std::vector<DeviceBuffer> state_copy_;
   std::vector<DeviceBuffer> grad_acc_;                  // micro-batches (synchronous, 2BW): summed gradients
+  // 2BW, a reader of weights shared with an earlier stage: what it receives (shared_in_) and the
+  // versions of mini-batches i and i+1 ([i % 2][value]), since the passes of two overlap.
+  std::vector<const Value*> shared_in_;
+  std::vector<std::vector<DeviceBuffer>> shared_versions_;
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
   double wait_s_ = 0;  // in passes, waiting for their inputs (StageStats::wait_fraction)

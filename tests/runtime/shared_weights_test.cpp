@@ -313,6 +313,32 @@ TEST(SharedWeights, OneFOneBMatchesExplicitVersionReference) {
         for (int c : balance_for(model, n)) bal += (bal.empty() ? "" : ",") + std::to_string(c);
         cases << name << " " << n << " " << bal << " " << m.name << " " << steps << " " << batch << " " << lr << " 0.9 0.0001\n";
       }
+    // PipeDream-2BW: M = 4 micro-batches of 2 (M >= N), every pass of mini-batch i on version i-1
+    // of every weight, a shared one included (the reader keeps two mini-batches' versions).
+    for (int n : {2, 3, 4}) {
+      constexpr int kMicro = 4;
+      PipelineOptions po = testing::test_pipeline_options();
+      po.weights = WeightMode::k2BW;
+      po.micro_batches = kMicro;
+      auto md = load(model, batch / kMicro);
+      ASSERT_TRUE(md);
+      Plan plan = make_plan(*md, model, n, po.schedule, po.weights, kMicro);
+      ASSERT_FALSE(shared_reads(plan).empty()) << model << " " << n;
+      auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+      ASSERT_TRUE(p) << p.status().message();
+      TrainConfig cfg = config(steps);
+      cfg.lr = lr;
+      auto r = (*p)->train(data, nullptr, cfg);
+      ASSERT_TRUE(r) << r.status().message();
+      for (const PassRecord& rec : (*p)->trace()) ASSERT_EQ(rec.version, std::max<int64_t>(0, rec.mini_batch - 1));
+      const std::string name = std::to_string(n) + "_2bw_m" + std::to_string(kMicro);
+      fs::create_directories(dir / name);
+      for (auto& [pname, t] : (*p)->parameters())
+        ASSERT_TRUE(write_npy((dir / name / (pname + ".npy")).string(), t).is_ok());
+      std::string bal;
+      for (int c : balance_for(model, n)) bal += (bal.empty() ? "" : ",") + std::to_string(c);
+      cases << name << " " << n << " " << bal << " 2bw m" << kMicro << " " << steps << " " << batch << " " << lr << " 0.9 0.0001\n";
+    }
     cases.close();
     const std::string cmd = testing::python() + " " PIPETRAIN_SOURCE_DIR "/tests/python/pipeline_reference.py " + dir.string();
     EXPECT_EQ(std::system(cmd.c_str()), 0) << model << ": " << cmd;
