@@ -170,7 +170,7 @@ std::vector<StageProgram> zero_bubble(int D, int V, bool v_shape, int M, const s
     const double t = clock[d];
     const bool w_room = sum(d, next_i, next_w) < w_cap;
     int best_i = -1, best_f = -1, best_w = -1;
-    double i_at = kInf, f_at = kInf, w_at = kInf, next = kInf;
+    double i_at = kInf, w_at = kInf, next = kInf;
     for (int c = 0; c < V; ++c) {
       const int v = vs(d, c);
       const int j_i = next_i[v], j_f = next_f[v];
@@ -179,7 +179,7 @@ std::vector<StageProgram> zero_bubble(int D, int V, bool v_shape, int M, const s
       const double fa = j_f < M && f_room ? (v == 0 ? 0.0 : f_done[v - 1][j_f]) : kInf;
       next = std::min({next, ia, fa});
       if (ia <= t && w_room && (best_i < 0 || ia <= i_at)) best_i = c, i_at = ia;
-      if (fa <= t) best_f = c, f_at = fa;  // the deepest ready chunk
+      if (fa <= t) best_f = c;  // the deepest ready chunk
       if (next_w[v] < j_i && (best_w < 0 || i_done[v][next_w[v]] < w_at)) best_w = c, w_at = i_done[v][next_w[v]];
     }
     ActionKind kind;
@@ -201,7 +201,6 @@ std::vector<StageProgram> zero_bubble(int D, int V, bool v_shape, int M, const s
       clock[d] = next;
       continue;
     }
-    (void)f_at;
     std::fill(stuck.begin(), stuck.end(), false);
     out[d].steady.push_back(Action{kind, j, 0, c});
     clock[d] = t + dur(vs(d, c), kind == ActionKind::kForward ? 0 : kind == ActionKind::kInputGrad ? 1 : 2);

@@ -82,8 +82,10 @@ Status Stage::serve_readers(RunShared& sh) {
 Status Stage::recv_weights(int64_t key, bool backward) {
   const int64_t step = key / micro();
   if ((sync() || two_bw()) && (backward || key % micro() != 0)) {  // one version per mini-batch
-    if (shared_versions_.empty()) return Status::ok();
-    // 2BW: the passes of mini-batches i and i+1 overlap; each loads its own mini-batch's version.
+    if (shared_versions_.empty() || shared_loaded_ == step) return Status::ok();
+    // 2BW: the passes of mini-batches i and i+1 overlap; each loads its own mini-batch's version
+    // (when the executor holds the other one).
+    shared_loaded_ = step;
     const std::vector<DeviceBuffer>& set = shared_versions_[static_cast<size_t>(step % 2)];
     for (size_t i = 0; i < shared_in_.size(); ++i) RETURN_IF_ERROR(ex->copy_in(shared_in_[i], set[i].view(), *ex->device()));
     return Status::ok();
@@ -91,6 +93,7 @@ Status Stage::recv_weights(int64_t key, bool backward) {
   for (Link* l : backward ? weights_bwd_in : weights_fwd_in)
     if (!l->recv(step, *ex)) return link_failed(l);
   if (!shared_versions_.empty()) {  // 2BW: kept for the mini-batch's other passes
+    shared_loaded_ = step;
     std::vector<DeviceBuffer>& set = shared_versions_[static_cast<size_t>(step % 2)];
     for (size_t i = 0; i < shared_in_.size(); ++i) RETURN_IF_ERROR(ex->copy_out(shared_in_[i], set[i].view(), *ex->device()));
   }

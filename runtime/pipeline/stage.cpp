@@ -468,6 +468,7 @@ Status Stage::prepare() {
   // 2BW reading weights shared with an earlier stage: the versions of two mini-batches in use.
   shared_in_.clear();
   shared_versions_.clear();
+  shared_loaded_ = -1;
   if (two_bw())
     for (Link* l : weights_fwd_in) shared_in_.insert(shared_in_.end(), l->values().begin(), l->values().end());
   if (!shared_in_.empty()) {

@@ -388,6 +388,7 @@ class Stage {
   // versions of mini-batches i and i+1 ([i % 2][value]), since the passes of two overlap.
   std::vector<const Value*> shared_in_;
   std::vector<std::vector<DeviceBuffer>> shared_versions_;
+  int64_t shared_loaded_ = -1;  // the mini-batch whose version the executor holds
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
   double wait_s_ = 0;  // in passes, waiting for their inputs (StageStats::wait_fraction)
