@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,6 +31,14 @@ class Event {
   virtual Status record(void* stream) = 0;
   virtual Status block(void* stream) = 0;
   virtual Status wait() = 0;
+};
+
+// A captured sequence of kernels (a CUDA graph), replayed on a stream of the device it was
+// captured on with the pointers and launch parameters of the capture.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual Status launch(void* stream) = 0;
 };
 
 // The hyper-parameters Device::predict_adam needs (the Adam node's attributes).
@@ -87,6 +96,23 @@ class Device {
                               void* stream) = 0;
   virtual Status accumulate(const TensorView& acc, const TensorView& x, void* stream) = 0;
   virtual Status divide(const TensorView& x, double by, void* stream) = 0;
+
+  // Graph capture (CUDA graphs; the CPU has none: capture_graphs() false, the rest refuse).
+  // Between begin_capture and end_capture, work queued on `stream` by the calling thread is
+  // recorded, not run; end_capture returns it as a graph, or the reason it cannot be one (a
+  // synchronisation or a host fallback inside: the capture is then abandoned and nothing of it
+  // ran). During the capture the stream's allocations come from private pool `pool` of
+  // create_graph_pool() (see kernels/cuda/allocator.h), so the graph's scratch addresses stay its
+  // own; release_graph_pool() after the pool's graphs are destroyed and the stream has finished.
+  virtual bool capture_graphs() const { return false; }
+  virtual uint64_t create_graph_pool() { return 0; }
+  virtual void release_graph_pool(uint64_t /*pool*/) {}
+  virtual Status begin_capture(void* /*stream*/, uint64_t /*pool*/) {
+    return unsupported(name() + ": no graph capture on this device");
+  }
+  virtual Expected<std::unique_ptr<DeviceGraph>> end_capture(void* /*stream*/) {
+    return unsupported(name() + ": no graph capture on this device");
+  }
 
   // One line on this device's memory (CUDA: the caching allocator's peak, in use, cached,
   // fragmentation); "" on the CPU.

@@ -257,6 +257,9 @@ void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
   app.add_option("--log-every", o.local.log_every, "print the loss every N steps (default: 10 lines per run)")->check(integer());
   app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
   app.add_flag("--oversubscribe", o.oversubscribe, "--device cuda: allow more stages than GPUs (several stages share a GPU)");
+  app.add_flag_callback("--no-cuda-graphs", [&o] { o.cuda_graphs = false; },
+                        "CUDA stages: run every pass kernel by kernel instead of replaying it as a CUDA graph "
+                        "(captured on its second run; the results are bit for bit the same)");
   app.add_flag("--plan-only", o.plan_only, "partition and write the reports, no training");
   app.add_flag("--export-stages", o.local.export_stages,
                "also write RUN/stages/stage<k>.onnx, one ONNX model per pipeline stage (boundary tensors as inputs "
@@ -368,7 +371,7 @@ void assign_groups(CLI::App& app) {
        {"--gpus", "--replicas", "--schedule", "--weights", "--schedule-file", "--schedule-out", "--virtual-stages", "--spectrain-staleness", "--micro-batches", "--recompute",
         "--plan-only", "--whatif", "--profile", "--calibrate", "--no-calibrate", "--split-at", "--balance",
         "--ranks-per-node"}},
-      {"Devices", {"--device", "--oversubscribe", "--device-spec", "--link", "--replica-link", "--network-link"}},
+      {"Devices", {"--device", "--oversubscribe", "--no-cuda-graphs", "--device-spec", "--link", "--replica-link", "--network-link"}},
       {"Data",
        {"--data", "--val-data", "--val-split", "--mean", "--std", "--raw-pixels", "--augment", "--on-bad-sample",
         "--tokenizer", "--token-dtype", "--stream-data", "--loader-threads", "--no-shuffle", "--seed", "--epochs",

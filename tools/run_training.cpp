@@ -140,6 +140,10 @@ Expected<Devices> choose_devices(const TrainingSpec& o, const MpiJob& job) {
   if (o.precision == Precision::kTf32 && !d.cuda && !o.plan_only)
     return invalid_input("--precision tf32: the stages run on the CPU (" + cpu_model_name() +
                          "), which has no TF32 tensor cores; use --device cuda on a GPU, or --precision fp32");
+  // --no-cuda-graphs turns off what only CUDA stages do.
+  if (!o.cuda_graphs && !d.cuda && !o.plan_only)
+    return invalid_input("--no-cuda-graphs: the stages run on the CPU (" + cpu_model_name() +
+                         "), which has no CUDA graphs to turn off; drop the flag, or use --device cuda on a GPU");
   if (o.device == DeviceChoice::kAuto && !o.plan_only)
     say(o, "notice: " + std::to_string(o.gpus) + (d.cuda ? " CUDA" : " CPU") + " stage" + (o.gpus > 1 ? "s" : "") +
                (d.cuda ? "" : " (" + (here > 0 ? plural(here, "CUDA device") + " for " + std::to_string(d.gpus_needed) +
@@ -524,6 +528,7 @@ Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Device
     s0.measured_bwd_ms = out.result.bwd_ms + (s0.update_in_backward ? out.result.update_ms : 0);
   }
   s0.measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
+  if ((*trainer)->executor().graphs_on()) say(o, "CUDA graphs: " + (*trainer)->executor().graph_stats().summary());
   const MemoryPlan& mp = (*trainer)->executor().plan();
   out.aliased = {{mp.aliased_values, mp.aliased_bytes}};
   // Last: taking the weights moves them out of the trainer (no second copy for the export).
@@ -629,6 +634,8 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
       say(o, b);
     }
   }
+  const std::vector<GraphStats> graphs = pipe.stage_graph_stats();
+  for (size_t k = 0; k < graphs.size(); ++k) say(o, "stage " + std::to_string(k) + ": CUDA graphs: " + graphs[k].summary());
   say(o, measured_schedule_line(pipe, batch, plan, r));
   if (slowest > 0 && r.samples_per_s > 0) {
     const double bound = static_cast<double>(batch.mini) / (slowest * 1e-3);

@@ -57,6 +57,7 @@ json to_json_value(const TrainingSpec& s) {
       {"recompute", recompute_name(s.recompute)},
       {"precision", precision_name(s.precision)},
       {"reshape_alias", s.reshape_alias},
+      {"cuda_graphs", s.cuda_graphs},
       {"weight_cache", weight_cache_policy_name(s.weight_cache)},
       {"epochs", s.epochs},
       {"steps", s.steps},
@@ -181,6 +182,7 @@ ExecSettings exec_settings(const TrainingSpec& spec) {
   ExecSettings e;
   e.reshape_alias = spec.reshape_alias;
   e.tf32 = spec.precision == Precision::kTf32;
+  e.cuda_graphs = spec.cuda_graphs;
   e.weight_cache = spec.weight_cache;
   e.weight_cache_checks.verify = spec.test.weight_cache_verify;
   e.weight_cache_checks.ignore_versions = spec.test.weight_cache_ignore_versions;

@@ -93,6 +93,8 @@ struct TrainingSpec {
   // Memory: copy-free Reshape/Flatten/Squeeze/Unsqueeze/Identity (--reshape-alias) and which
   // executors keep weights converted to the kernels' layouts (--weight-cache).
   bool reshape_alias = true;
+  // CUDA stages replay their passes as CUDA graphs (--no-cuda-graphs: false; refused on CPU stages).
+  bool cuda_graphs = true;
   WeightCachePolicy weight_cache = WeightCachePolicy::kAuto;
   int64_t epochs = 1;
   int64_t steps = 0;                            // instead of epochs when > 0

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdio>
+#include <iterator>
 
 namespace pt::cuda {
 
@@ -17,7 +18,12 @@ std::string AllocatorStats::summary() const {
                 100.0 * fragmentation(), static_cast<long long>(allocs),
                 allocs ? 100.0 * static_cast<double>(cache_hits) / static_cast<double>(allocs) : 0.0,
                 static_cast<long long>(backend_allocs), static_cast<long long>(backend_frees));
-  return buf;
+  std::string line = buf;
+  if (pool_bytes) {
+    std::snprintf(buf, sizeof buf, ", %.1f MiB kept for CUDA graphs", mib(pool_bytes));
+    line += buf;
+  }
+  return line;
 }
 
 size_t CachingAllocator::size_class(size_t bytes) {
@@ -35,11 +41,23 @@ Status CachingAllocator::allocate(size_t bytes, void* stream, void** p) {
   if (bytes == 0) return Status::ok();
   const size_t size = size_class(bytes);
   std::lock_guard<std::mutex> lock(mu_);
+  uint64_t pool = 0;
+  if (auto r = routes_.find(stream); r != routes_.end()) pool = r->second;
   void* got = nullptr;
-  auto it = free_.find({stream, size});
-  if (it != free_.end() && !it->second.empty()) {
-    got = it->second.back();
-    it->second.pop_back();
+  if (pool) {
+    auto it = pool_free_.find({pool, size});
+    if (it != pool_free_.end() && !it->second.empty()) {
+      got = it->second.back().first;
+      it->second.pop_back();
+    }
+  } else {
+    auto it = free_.find({stream, size});
+    if (it != free_.end() && !it->second.empty()) {
+      got = it->second.back();
+      it->second.pop_back();
+    }
+  }
+  if (got) {
     st_.cached_bytes -= size;
     ++st_.cache_hits;
   } else {
@@ -55,8 +73,12 @@ Status CachingAllocator::allocate(size_t bytes, void* stream, void** p) {
     }
     ++st_.backend_allocs;
     st_.reserved_bytes += size;
+    if (pool) {
+      pools_[pool] += size;
+      st_.pool_bytes += size;
+    }
   }
-  live_[got] = Block{size, bytes, stream};
+  live_[got] = Block{size, bytes, stream, pool};
   ++st_.allocs;
   st_.in_use_bytes += size;
   st_.requested_bytes += bytes;
@@ -77,7 +99,43 @@ void CachingAllocator::deallocate(void* p) {
   st_.in_use_bytes -= b.size;
   st_.requested_bytes -= b.requested;
   st_.cached_bytes += b.size;
-  free_[{b.stream, b.size}].push_back(p);
+  if (b.pool && pools_.count(b.pool)) pool_free_[{b.pool, b.size}].emplace_back(p, b.stream);
+  else free_[{b.stream, b.size}].push_back(p);
+}
+
+uint64_t CachingAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t pool = next_pool_++;
+  pools_[pool] = 0;
+  return pool;
+}
+
+void CachingAllocator::route_stream(void* stream, uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool == 0) {
+    routes_.erase(stream);
+    return;
+  }
+  PT_CHECK(pools_.count(pool)) << "caching allocator (" << backend_->name() << "): pool " << pool << " does not exist";
+  routes_[stream] = pool;
+}
+
+void CachingAllocator::release_pool(uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto p = pools_.find(pool);
+  if (p == pools_.end()) return;
+  st_.pool_bytes -= p->second;
+  pools_.erase(p);
+  for (auto it = routes_.begin(); it != routes_.end();)
+    it = it->second == pool ? routes_.erase(it) : std::next(it);
+  for (auto it = pool_free_.lower_bound({pool, 0}); it != pool_free_.end() && it->first.first == pool;) {
+    for (const auto& [block, stream] : it->second) free_[{stream, it->first.second}].push_back(block);
+    it = pool_free_.erase(it);
+  }
+  // Blocks of the pool still handed out join the shared lists when freed (deallocate); they no
+  // longer count as the pool's.
+  for (auto& [ptr, b] : live_)
+    if (b.pool == pool) b.pool = 0;
 }
 
 Status CachingAllocator::release_cached() {

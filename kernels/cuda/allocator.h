@@ -34,6 +34,7 @@ struct AllocatorStats {
   int64_t backend_allocs = 0;   // raw allocations (cudaMalloc)
   int64_t backend_frees = 0;    // raw frees (cudaFree): only release_cached() and OOM retries
   int64_t oom_retries = 0;      // raw allocations that failed, were retried after a release
+  size_t pool_bytes = 0;        // bytes of the blocks of private pools (CUDA graphs), in use or free
   // Internal fragmentation: the share of handed-out bytes the callers did not ask for.
   double fragmentation() const {
     return in_use_bytes ? 1.0 - static_cast<double>(requested_bytes) / static_cast<double>(in_use_bytes) : 0.0;
@@ -68,17 +69,33 @@ class CachingAllocator {
   // Returns a block from allocate() to its stream's free list (never to the backend).
   // nullptr is ignored; a pointer this allocator did not hand out aborts (PT_CHECK).
   void deallocate(void* p);
-  // Gives every free block back to the backend (outside a training step: teardown, OOM).
+  // Gives every free block back to the backend (outside a training step: teardown, OOM). Blocks
+  // of private pools stay.
   Status release_cached();
+
+  // Private pools, for CUDA graphs. A graph captured on a stream replays with the addresses its
+  // kernels were captured with, so the scratch blocks they took (workspaces freed right after the
+  // call) must never go to anyone else. While `stream` is routed to a pool (route_stream), its
+  // allocations come from the pool's free lists (the backend on a miss) and every block it hands
+  // out goes back to the pool when freed, whenever that is. Blocks of one pool are reused among
+  // the captures routed to it, which is safe when their graphs replay one after the other on one
+  // stream (one executor's). release_pool() gives the pool's free blocks to the shared free lists
+  // of the streams they were made for (after its graphs are gone and their stream has finished);
+  // blocks of it still handed out go there when freed.
+  uint64_t create_pool();
+  void route_stream(void* stream, uint64_t pool);  // pool 0: back to the shared free lists
+  void release_pool(uint64_t pool);
 
   AllocatorStats stats() const;
   void reset_peaks();
+
 
  private:
   struct Block {
     size_t size = 0;       // size class
     size_t requested = 0;  // what the caller asked for
     void* stream = nullptr;
+    uint64_t pool = 0;     // the private pool it belongs to, 0 for none
   };
   Status release_cached_locked();
 
@@ -86,6 +103,11 @@ class CachingAllocator {
   mutable std::mutex mu_;
   std::unordered_map<void*, Block> live_;                           // handed out
   std::map<std::pair<void*, size_t>, std::vector<void*>> free_;     // (stream, size) -> blocks
+  // Private pools: (pool, size) -> (block, its stream); the streams routed to a pool; live pools.
+  std::map<std::pair<uint64_t, size_t>, std::vector<std::pair<void*, void*>>> pool_free_;
+  std::unordered_map<void*, uint64_t> routes_;
+  std::unordered_map<uint64_t, size_t> pools_;  // [pool]: bytes of its blocks (handed out or free)
+  uint64_t next_pool_ = 1;
   AllocatorStats st_;
 };
 

@@ -22,6 +22,7 @@
 #include "kernels/conv_algo.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/allocator.h"
+#include "kernels/cuda/capture.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/fallback.h"
 #include "kernels/cuda/launch.h"
@@ -377,6 +378,13 @@ Status run_conv(const KernelCall& call, const ConvAlgoPolicy& policy_in, const c
     }
   }
   if (!cached) {
+    // A search runs kernels and blocks the host: never inside a graph capture (capture.h). The
+    // executor captures a run only after running it once kernel by kernel, so this is reached only
+    // when that run did not have this shape; the capture is then abandoned.
+    if (stream_capturing(stream))
+      return internal_error(std::string(op) + ": no convolution algorithm chosen yet for " +
+                            describe_setup(pass, cs, call.tf32, "") + " (chosen outside a CUDA graph capture)");
+    std::shared_lock<std::shared_mutex> gate(capture_gate());
     RETURN_IF_ERROR(choose_for<T>(h, stream, pass, d, policy, x, w, dy, out, &choice));
     choice.shape = describe_setup(pass, cs, call.tf32, std::is_same_v<T, float> ? (call.tf32 && policy.direct ? "bf16-widened" : "f32") : "f64");
     std::lock_guard<std::mutex> lock(g_algo_mu);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/allocator.h"
+#include "kernels/cuda/capture.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/deferred_error.h"
@@ -55,6 +56,24 @@ class CudaEvent : public Event {
   int device_;
   cudaEvent_t e_;
   bool recorded_ = false;
+};
+
+// A captured run: the executable graph, launched on a stream of its device.
+class CudaGraph : public DeviceGraph {
+ public:
+  CudaGraph(int device, cudaGraphExec_t exec) : device_(device), exec_(exec) {}
+  ~CudaGraph() override {
+    if (cudaSetDevice(device_) == cudaSuccess) (void)cudaGraphExecDestroy(exec_);
+  }
+  Status launch(void* stream) override {
+    PT_CUDA_CHECK(cudaSetDevice(device_));
+    PT_CUDA_CHECK(cudaGraphLaunch(exec_, as_stream(stream)));
+    return Status::ok();
+  }
+
+ private:
+  int device_;
+  cudaGraphExec_t exec_;
 };
 
 Status check_float(const char* what, const TensorView& a, const TensorView& b) {
@@ -258,6 +277,49 @@ class CudaDevice : public Device {
       PT_CUDA_CHECK(launch_gather_copy<float>(flat<1>(n), static_cast<float*>(x.data), static_cast<const float*>(x.data),
                                               n, 1.0 / by, as_stream(stream)));
     return Status::ok();
+  }
+  bool capture_graphs() const override { return true; }
+  uint64_t create_graph_pool() override {
+    PT_CUDA_CHECK_ABORT(cudaSetDevice(ordinal_));
+    return device_allocator().create_pool();
+  }
+  void release_graph_pool(uint64_t pool) override {
+    if (pool && cudaSetDevice(ordinal_) == cudaSuccess) device_allocator().release_pool(pool);
+  }
+  // Relaxed mode: the capturing thread may still allocate (its private pool's first blocks come
+  // from cudaMalloc, which stream capture does not record: the pool keeps them for the graph).
+  Status begin_capture(void* stream, uint64_t pool) override {
+    RETURN_IF_ERROR(activate());
+    capture_gate().lock();
+    device_allocator().route_stream(stream, pool);
+    const cudaError_t e = cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      device_allocator().route_stream(stream, 0);
+      capture_gate().unlock();
+      return cuda_error_status(e, "cudaStreamBeginCapture", __FILE__, __LINE__);
+    }
+    return Status::ok();
+  }
+  Expected<std::unique_ptr<DeviceGraph>> end_capture(void* stream) override {
+    (void)cudaSetDevice(ordinal_);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(as_stream(stream), &graph);
+    device_allocator().route_stream(stream, 0);
+    capture_gate().unlock();
+    if (e != cudaSuccess || !graph) {
+      (void)cudaGetLastError();  // an invalidated capture is not a sticky error
+      if (graph) (void)cudaGraphDestroy(graph);
+      return cuda_error_status(e, "cudaStreamEndCapture", __FILE__, __LINE__);
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    if (ie != cudaSuccess) {
+      (void)cudaGetLastError();
+      return cuda_error_status(ie, "cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    return std::unique_ptr<DeviceGraph>(new CudaGraph(ordinal_, exec));
   }
   std::string memory_summary() const override {
     if (activate().is_ok()) return label_ + ": " + device_allocator().stats().summary();

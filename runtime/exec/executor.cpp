@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "core/hash.h"
 #include "runtime/exec/memory.h"
 
 namespace pt {
@@ -213,6 +214,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
     Step s{n, fn, {}, {}, std::vector<uint64_t>(n->inputs.size(), 0)};
     // Updates with a multi-tensor kernel run as one launch where several follow each other.
     if (n->phase == Phase::kUpdate) s.group = find_group_kernel(n->op_type, dev.kind(), dt);
+    s.on_host = runs_on_host(n->op_type, dev.kind(), dt);
     for (Value* v : n->inputs) s.inputs.push_back(v ? ex->view(v) : TensorView{});
     for (Value* v : n->outputs) s.outputs.push_back(v ? ex->view(v) : TensorView{});
     while (!s.outputs.empty() && !s.outputs.back().data) s.outputs.pop_back();  // unused optional outputs
@@ -223,6 +225,10 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
       s.alias = true;
     }
     ex->steps_.push_back(std::move(s));
+  }
+  if (opts.settings.cuda_graphs && dev.capture_graphs()) {
+    ex->graphs_ = std::make_unique<GraphCache>();
+    ex->graph_pool_ = dev.create_graph_pool();
   }
   return ex;
 }
@@ -342,6 +348,8 @@ Status Executor::select_storage(const Value* v, int k) {
 Executor::~Executor() {
   if (!device_) return;
   (void)device_->synchronize(stream_);
+  graphs_.reset();  // the graphs first, then the scratch they were captured with
+  if (graph_pool_) device_->release_graph_pool(graph_pool_);
   for (void* p : dptr_) device_->deallocate(p);
   for (auto& ps : parked_dev_)
     for (void* p : ps) device_->deallocate(p);
@@ -500,15 +508,25 @@ Status Executor::run(const std::function<bool(Phase)>& filter) {
 
 Status Executor::run_nodes(const std::function<bool(const Node*)>& filter) {
   if (!device_->host_memory()) RETURN_IF_ERROR(device_->activate());
+  run_.assign(steps_.size(), 0);
+  bool any = false;
+  for (size_t i = 0; i < steps_.size(); ++i)
+    if (!steps_[i].alias && (!filter || filter(steps_[i].node))) {  // an alias: its bytes are its input's
+      run_[i] = 1;
+      any = true;
+    }
+  if (graphs_ && any) return run_graph(run_key());
+  return run_marked();
+}
+
+Status Executor::run_marked() {
   for (size_t i = 0; i < steps_.size(); ++i) {
+    if (!run_[i]) continue;
     Step& s = steps_[i];
-    if (s.alias || (filter && !filter(s.node))) continue;  // an alias: its bytes are its input's
     if (s.group) {
       // The run of steps with the same multi-tensor kernel (and op) that follow this one.
       size_t j = i + 1;
-      while (j < steps_.size() && steps_[j].group == s.group && steps_[j].node->op_type == s.node->op_type &&
-             !steps_[j].alias && (!filter || filter(steps_[j].node)))
-        ++j;
+      while (j < steps_.size() && run_[j] && steps_[j].group == s.group && steps_[j].node->op_type == s.node->op_type) ++j;
       if (j - i > 1) {
         RETURN_IF_ERROR(call_group(i, j));
         i = j - 1;
@@ -519,6 +537,55 @@ Status Executor::run_nodes(const std::function<bool(const Node*)>& filter) {
     if (!st.is_ok()) return st.with_context(s.node->describe() + ": ");
   }
   return Status::ok();
+}
+
+uint64_t Executor::run_key() const {
+  uint64_t h = kFnv1a64Offset;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    if (!run_[i]) continue;
+    h = fnv1a64(&i, sizeof i, h);
+    for (const TensorView& t : steps_[i].inputs) h = fnv1a64(&t.data, sizeof t.data, h);
+    for (const TensorView& t : steps_[i].outputs) h = fnv1a64(&t.data, sizeof t.data, h);
+  }
+  return h;
+}
+
+void Executor::bump_updates() {
+  for (size_t i = 0; i < steps_.size(); ++i)
+    if (run_[i] && steps_[i].node->phase == Phase::kUpdate)
+      for (const Value* v : steps_[i].node->inputs)
+        if (v) bump(v);
+}
+
+Status Executor::run_graph(uint64_t key) {
+  switch (graphs_->next(key)) {
+    case GraphCache::Action::kEager: return run_marked();
+    case GraphCache::Action::kReplay: {
+      RETURN_IF_ERROR(graphs_->graph(key)->launch(stream_));
+      bump_updates();  // what the kernels' calls would have done
+      return Status::ok();
+    }
+    case GraphCache::Action::kCapture: break;
+  }
+  for (size_t i = 0; i < steps_.size(); ++i)
+    if (run_[i] && steps_[i].on_host) {
+      graphs_->refuse(key, steps_[i].node->describe() + " runs on the host fallback");
+      return run_marked();
+    }
+  // Nothing queued during the capture runs: a failed capture leaves the run to be done kernel by
+  // kernel, as the following runs of this key will be.
+  if (Status st = device_->begin_capture(stream_, graph_pool_); !st.is_ok()) {
+    graphs_->refuse(key, st.message());
+    return run_marked();
+  }
+  Status ran = run_marked();
+  Expected<std::unique_ptr<DeviceGraph>> g = device_->end_capture(stream_);
+  if (!ran.is_ok() || !g) {
+    graphs_->refuse(key, !ran.is_ok() ? ran.message() : g.status().message());
+    return run_marked();
+  }
+  graphs_->add(key, std::move(*g));
+  return graphs_->graph(key)->launch(stream_);
 }
 
 Status Executor::run_timed(std::vector<double>* seconds) {

@@ -28,6 +28,7 @@
 #include "kernels/device.h"
 #include "kernels/registry.h"
 #include "kernels/weight_cache.h"
+#include "runtime/exec/graph_cache.h"
 
 namespace pt {
 
@@ -100,6 +101,9 @@ struct ExecSettings {
   WeightCache::Checks weight_cache_checks;
   // Host copies separate from the kernels' buffers even on the CPU (tests of the transfers).
   bool separate_host = false;
+  // On a device that captures graphs (CUDA), runs are captured once and replayed as CUDA graphs
+  // (runtime/exec/graph_cache.h; --no-cuda-graphs turns it off). Bit for bit the same kernels.
+  bool cuda_graphs = true;
 };
 
 struct ExecutorOptions {
@@ -181,7 +185,10 @@ class Executor {
   Status select_storage(const Value* v, int k);
 
   // Runs the prepared nodes whose phase passes `filter` (all when null), in order. Aliases' nodes
-  // (MemoryPlan::alias_of) never run: their output is their input's bytes.
+  // (MemoryPlan::alias_of) never run: their output is their input's bytes. With graphs on
+  // (ExecSettings::cuda_graphs, on a device that captures them), a run whose nodes and pointers
+  // were seen before is captured as a graph once and replayed from then on (graph_cache.h): the
+  // same kernels on the same bytes, so the results are those of a run kernel by kernel.
   Status run(const std::function<bool(Phase)>& filter = nullptr);
   // The same, for the nodes `filter` passes (a zero-bubble stage runs its backward in two parts).
   Status run_nodes(const std::function<bool(const Node*)>& filter);
@@ -189,6 +196,9 @@ class Executor {
   // seconds[node->id].
   Status run_timed(std::vector<double>* seconds);
   size_t node_count() const { return steps_.size(); }
+  // What the graphs did so far (all zero when graphs are off or the device has none).
+  GraphStats graph_stats() const { return graphs_ ? graphs_->stats() : GraphStats{}; }
+  bool graphs_on() const { return graphs_ != nullptr; }
   // The memory plan (all values kOwn when created without one).
   const MemoryPlan& plan() const { return plan_; }
   // Bytes this executor holds now: its own buffers (host copies included) and the arena.
@@ -211,12 +221,18 @@ class Executor {
     std::vector<uint64_t> versions;  // of the inputs, filled before each call with the cache on
     bool alias = false;              // the output aliases the input under the plan: not run
     KernelGroupFn group = nullptr;   // the op's multi-tensor kernel on this device, where it has one
+    bool on_host = false;            // the kernel is the host fallback (synchronises: never in a graph)
   };
   Executor() = default;
   Status allocate_value(const Value* v);  // the value's own storage (not planned)
   Status call(Step& s);                  // one kernel call, with versions and the bumps of an update
   // steps_[first, last): consecutive runs of one op with a multi-tensor kernel, in one call of it.
   Status call_group(size_t first, size_t last);
+  // Runs the steps marked in run_ (kernel by kernel), and the graph paths around it.
+  Status run_marked();
+  uint64_t run_key() const;           // the key of the marked run (graph_cache.h)
+  Status run_graph(uint64_t key);     // capture (first time) or replay the marked run
+  void bump_updates();                // the version bumps of the marked run's updates
   void bump(const Value* v) {
     if (version_[v->id]) version_[v->id] = new_weight_version();
   }
@@ -249,6 +265,9 @@ class Executor {
   bool weight_cache_wanted_ = false;
   ExecSettings settings_;
   std::unique_ptr<WeightCache> weight_cache_;
+  std::vector<char> run_;                 // [step]: part of the current run
+  std::unique_ptr<GraphCache> graphs_;    // with graphs on
+  uint64_t graph_pool_ = 0;               // the device's private pool of this executor's graphs
 };
 
 }  // namespace pt

@@ -541,6 +541,16 @@ std::vector<int64_t> PipelineTrainer::stage_allocated_bytes() const {
   return out;
 }
 
+std::vector<GraphStats> PipelineTrainer::stage_graph_stats() const {
+  std::vector<GraphStats> out;
+  for (auto& st : impl_->stages) {
+    if (!impl_->local(st->index) || !st->ex->graphs_on()) continue;
+    if (out.size() <= static_cast<size_t>(st->index)) out.resize(st->index + 1);
+    out[st->index] += st->ex->graph_stats();
+  }
+  return out;
+}
+
 std::vector<const MemoryPlan*> PipelineTrainer::stage_memory_plans() const {
   std::vector<const MemoryPlan*> out(impl_->stages.size(), nullptr);
   for (auto& st : impl_->stages)

@@ -131,6 +131,9 @@ class PipelineTrainer {
   // executor's buffers and arena, its master, saved-activation and stashed copies; stage 0 also
   // holds the evaluator.
   std::vector<int64_t> stage_allocated_bytes() const;
+  // What the CUDA graphs of each stage of this process did ([stage]: summed over its replicas;
+  // empty when no stage of this process captures graphs).
+  std::vector<GraphStats> stage_graph_stats() const;
   // Each stage's memory plan ([stage]; nullptr for a stage of another rank).
   std::vector<const MemoryPlan*> stage_memory_plans() const;
   // The links this process wired between its stages, as the stages hold them: kind "activations"

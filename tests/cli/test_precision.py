@@ -226,6 +226,16 @@ class PrecisionPipelineTest(unittest.TestCase):
         for needle in ("--precision tf32", "CPU (", "no TF32 tensor cores"):
             self.assertIn(needle, lines[0])
         self.assertFalse(os.path.exists(tf32_out))
+        # --no-cuda-graphs turns off what only CUDA stages do: CPU stages refuse it the same way.
+        graphs_out = os.path.join(self.dir, "refused-graphs")
+        rc, so, se = run(self.model, "--data", self.data, "--steps", 1, "--out", graphs_out, "--device", "cpu",
+                         "--no-cuda-graphs")
+        self.assertEqual(rc, 2, se or so)
+        lines = [l for l in se.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, se)
+        for needle in ("--no-cuda-graphs", "CPU (", "no CUDA graphs"):
+            self.assertIn(needle, lines[0])
+        self.assertFalse(os.path.exists(graphs_out))
         # The same ISA limit with fp32 trains.
         rc, so, se = run(self.model, "--data", self.data, "--steps", 1, "--out", out, "--device", "cpu",
                          env={"ONEDNN_MAX_CPU_ISA": "AVX2"})

@@ -74,6 +74,7 @@ struct PipeRun {
   std::map<std::string, HostTensor> weights;
   std::vector<PassRecord> trace;
   TrainResult result;
+  std::vector<GraphStats> graphs;  // CUDA stages: what their graphs did
 };
 
 PipeRun pipeline_weights(int64_t graph_batch, int stages, const PipelineOptions& po, const Dataset& data,
@@ -90,6 +91,7 @@ PipeRun pipeline_weights(int64_t graph_batch, int stages, const PipelineOptions&
   PipeRun out;
   out.weights = (*p)->parameters();
   out.trace = (*p)->trace();
+  out.graphs = (*p)->stage_graph_stats();
   if (r) out.result = *r;
   return out;
 }
@@ -816,6 +818,59 @@ TEST(CudaRuntime, PipelineMatchesCpuStages) {
     EXPECT_LT(max_relative_diff(on_gpu.weights, on_cpu.weights), 1e-4) << c.stages << " stages";
     EXPECT_NEAR(on_gpu.result.last_loss, on_cpu.result.last_loss, 1e-4 * std::abs(on_cpu.result.last_loss) + 1e-5);
   }
+}
+
+// CUDA graphs (Executor, runtime/exec/graph_cache.h) replay the kernels they captured on the same
+// bytes: training with them is bit for bit training without them, on every kind of pass (SpecTrain
+// 1F1B with per-pass activation slots, GPipe's micro-batches, ZB-H1's split backward, the
+// single-stage trainer), and the graphs are really used (captured, then replayed).
+TEST(CudaRuntime, GraphsTrainBitForBitAsKernelByKernel) {
+  if (!cuda_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto md = digits_model(16);
+  ASSERT_TRUE(md);
+  const Dataset data = digits_data(*md, 160, 4);
+  struct Case {
+    int stages;
+    Schedule schedule;
+    WeightMode weights;
+    int micro;
+  };
+  for (const Case& c : {Case{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1}, Case{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2},
+                        Case{2, Schedule::kZBH1, WeightMode::kSync, 2}}) {
+    PipelineOptions po = testing::test_pipeline_options();
+    po.schedule = c.schedule;
+    po.weights = c.weights;
+    po.micro_batches = c.micro;
+    po.device = DeviceKind::kCuda;
+    const int64_t batch = c.micro > 1 ? 8 : 16;
+    po.exec.cuda_graphs = false;
+    const PipeRun eager = pipeline_weights(batch, c.stages, po, data, 25);
+    EXPECT_TRUE(eager.graphs.empty());
+    po.exec.cuda_graphs = true;
+    const PipeRun graphs = pipeline_weights(batch, c.stages, po, data, 25);
+    EXPECT_EQ(max_relative_diff(graphs.weights, eager.weights), 0.0) << c.stages << " stages, " << schedule_name(c.schedule);
+    EXPECT_EQ(graphs.result.last_loss, eager.result.last_loss);
+    ASSERT_EQ(graphs.graphs.size(), static_cast<size_t>(c.stages));
+    for (const GraphStats& g : graphs.graphs) {
+      EXPECT_GT(g.captures, 0) << g.summary();
+      EXPECT_GT(g.replays, 10 * g.captures) << g.summary();
+      EXPECT_EQ(g.refused, 0) << g.summary();
+    }
+  }
+  ExecSettings off;
+  off.cuda_graphs = false;
+  Trainer::Options to;
+  to.exec = off;
+  auto gpu = open_device(DeviceKind::kCuda);
+  ASSERT_TRUE(gpu) << gpu.status().message();
+  auto t_off = Trainer::create(md->g(), md->tg, *gpu, to);
+  auto t_on = Trainer::create(md->g(), md->tg, DeviceKind::kCuda);
+  ASSERT_TRUE(t_off && t_on);
+  ASSERT_TRUE((*t_off)->train(data, nullptr, config(30)));
+  ASSERT_TRUE((*t_on)->train(data, nullptr, config(30)));
+  EXPECT_EQ(max_relative_diff((*t_on)->parameters(), (*t_off)->parameters()), 0.0);
+  EXPECT_GT((*t_on)->executor().graph_stats().replays, 0) << (*t_on)->executor().graph_stats().summary();
+  EXPECT_FALSE((*t_off)->executor().graphs_on());
 }
 
 }  // namespace
