@@ -14,6 +14,8 @@
 #                   200 steps of Fashion-MNIST: the loss must fall (mean of steps 1-10 against
 #                   191-200); wall time, samples/s, validation accuracy
 #   replicas        2 stages x 2 replicas (--replicas) on the one GPU against CPU stages (weights)
+#   cuda_graphs     the digits MLP on 2 stages with and without --no-cuda-graphs: weights bit for
+#                   bit equal, graphs replayed, samples/s of both
 #   step_vs_torch   one stage (--device cuda --gpus 1) against PyTorch eager on the same GPU:
 #                   mean ms per training step and the ratio (tools/bench/step_vs_torch.py)
 #   memcheck        the CUDA tests under compute-sanitizer where it works
@@ -361,6 +363,43 @@ print(("PASS" if worst <= 1e-4 else "FAIL") + f" worst relative difference GPU v
 PY
 )
     row replicas "${verdict%% *}" "${verdict#* }"
+  fi
+fi
+
+# 6c. CUDA graphs: the digits MLP (small kernels: launch-bound) on 2 stages oversubscribed on the GPU,
+# SpecTrain, 60 steps with and without --no-cuda-graphs: trained weights equal to the last bit, the
+# graphs really replayed, and both runs' samples/s.
+if [ -z "$pipetrain" ] || [ "$train_dev" = cpu ]; then
+  row cuda_graphs SKIP "no onnx-pipetrain, or no GPU (graphs are CUDA's)"
+elif [ "$(cap 60)" -lt 20 ]; then
+  row cuda_graphs SKIP "under 20 s of the budget left"
+else
+  c=$(cap 60)
+  g_flags=(models/digits_mlp.onnx --data models/digits/train --gpus 2 --steps 60 --seed 3 --overwrite --device cuda --oversubscribe)
+  timeout "$c" "$pipetrain" "${g_flags[@]}" --out "$log_dir/graphs_on" >"$log_dir/graphs_on.log" 2>&1
+  rc=$?
+  timeout "$c" "$pipetrain" "${g_flags[@]}" --no-cuda-graphs --out "$log_dir/graphs_off" >"$log_dir/graphs_off.log" 2>&1
+  rc_off=$?
+  grep -h 'CUDA graphs' "$log_dir/graphs_on.log" | sed 's/^/    /'
+  if [ "$rc" != 0 ] || [ "$rc_off" != 0 ]; then
+    row cuda_graphs FAIL "exit $rc (graphs) / $rc_off (--no-cuda-graphs): $(tool_message "$log_dir/graphs_on.log")"
+  else
+    rate() { grep -m1 '^done:' "$1" | grep -o '[0-9.]* samples/s' | head -1; }
+    verdict=$(python3 - "$log_dir/graphs_on/digits_mlp.trained.onnx" "$log_dir/graphs_off/digits_mlp.trained.onnx" <<'PY' 2>&1
+import sys
+try:
+    import onnx, numpy as np
+    from onnx import numpy_helper as nh
+except ImportError as e:
+    print(f"SKIP no onnx/numpy here ({e})"); sys.exit()
+a, b = ({i.name: nh.to_array(i) for i in onnx.load(p).graph.initializer} for p in sys.argv[1:3])
+same = all(np.array_equal(a[k], b[k]) for k in b)
+print(("PASS" if same else "FAIL") + (" weights bit for bit equal" if same else " weights differ"))
+PY
+)
+    replays=$(grep -ho '[0-9]* replays' "$log_dir/graphs_on.log" | awk '{s += $1} END {print s + 0}')
+    [ "$replays" -gt 0 ] || verdict="FAIL no graph replayed"
+    row cuda_graphs "${verdict%% *}" "${verdict#* }; $replays replays; graphs $(rate "$log_dir/graphs_on.log"), without $(rate "$log_dir/graphs_off.log")"
   fi
 fi
 
