@@ -133,6 +133,52 @@ class RotaryBlock(nn.Module):
         return self.head(x.mean(dim=1))
 
 
+class TinyBERT(nn.Module):
+    """BERT-style encoder: token + learned position + segment embeddings (segment 0 for the first
+    half of the sequence, 1 for the second: BERT's sentence pair), LayerNorm, 2 post-norm encoder
+    layers (GELU FFN) with BERT's padding mask (token 0; the "tokens-lm" inputs have none, the mask
+    is computed all the same), and the MLM head: dense + GELU + LayerNorm, then the decoder tied to
+    the token embedding with its own bias (as BERT's). Logits [N, T, vocab], token labels."""
+
+    def __init__(self, vocab=VOCAB, d=64, heads=4, layers=2, seq=SEQ):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.seg = nn.Embedding(2, d)
+        self.register_buffer("positions", torch.arange(seq))
+        self.register_buffer("segments", (torch.arange(seq) >= seq // 2).long())
+        self.norm = nn.LayerNorm(d, eps=1e-12)
+        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=0.0,
+                                           batch_first=True, norm_first=False, activation="gelu")
+        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.dense = nn.Linear(d, d)
+        self.head_norm = nn.LayerNorm(d, eps=1e-12)
+        self.bias = nn.Parameter(torch.zeros(vocab))
+
+    def forward(self, tokens):
+        h = self.norm(self.tok(tokens) + self.pos(self.positions) + self.seg(self.segments))
+        h = self.body(h, src_key_padding_mask=tokens == 0)
+        h = self.head_norm(F.gelu(self.dense(h)))
+        return h @ self.tok.weight.t() + self.bias
+
+
+class TinyRNN(nn.Module):
+    """Embedding, a 2-layer nn.LSTM or nn.GRU (batch_first, zero initial state: ONNX LSTM / GRU,
+    which the importer unrolls over the 16 steps), then either an LM head on every step (logits
+    [N, T, vocab], token labels) or a classifier on the last step's output (logits [N, classes])."""
+
+    def __init__(self, cell, lm, vocab=VOCAB, d=32, hidden=64, layers=2, num_classes=5):
+        super().__init__()
+        self.lm = lm
+        self.tok = nn.Embedding(vocab, d)
+        self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](d, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, vocab if lm else num_classes)
+
+    def forward(self, tokens):
+        h, _ = self.rnn(self.tok(tokens))
+        return self.head(h if self.lm else h[:, -1])
+
+
 def unet():
     torch.manual_seed(0)
     return SmallUNet()
@@ -161,6 +207,21 @@ def em_model(name):
 def gpt():
     torch.manual_seed(0)
     return TinyGPT()
+
+
+def bert():
+    torch.manual_seed(0)
+    return TinyBERT()
+
+
+def lstm():
+    torch.manual_seed(0)
+    return TinyRNN("lstm", lm=True)
+
+
+def gru():
+    torch.manual_seed(0)
+    return TinyRNN("gru", lm=False)
 
 
 # name: (builder, input shape without batch, input kind, note)
@@ -193,6 +254,13 @@ MODELS = {
                "rotary position embeddings (Range, Sin, Cos, strided Slice), attention, GELU MLP"),
     "gpt": (gpt, (SEQ,), "tokens-lm",
             "2 pre-norm causal layers, Gelu, output tied to the embedding; token labels [N,16]"),
+    "bert": (bert, (SEQ,), "tokens-lm",
+             "token + position + segment embeddings, 2 post-norm layers with a padding mask, MLM "
+             "head (dense, GELU, LayerNorm, decoder tied to the embedding + bias); token labels [N,16]"),
+    "lstm": (lstm, (SEQ,), "tokens-lm",
+             "Embedding, 2-layer nn.LSTM (ONNX LSTM, unrolled by the importer), LM head; token labels [N,16]"),
+    "gru": (gru, (SEQ,), "tokens-nopad",
+            "Embedding, 2-layer nn.GRU (ONNX GRU, unrolled by the importer), classifier on the last step"),
 }
 BIG = {
     "alexnet": (tv("alexnet", num_classes=10), (3, 224, 224), "image", "224x224"),
