@@ -1,81 +1,30 @@
 // Resize (opsets 10 to 21; nearest and linear, the modes PyTorch exports) and its backward op on
 // the CPU. The shape function leaves per-dim `_scales` (the scale each coordinate transform
-// divides by), `_coord` (coordinate_transformation_mode) and `_nearest` (nearest_mode). Both
-// passes use one table per dim of (source index, weight) pairs: linear interpolation is separable,
+// divides by), `_coord` (coordinate_transformation_mode) and `_nearest` (nearest_mode), checked and
+// mapped by kernels/checks/resize.h and resize_map.h (shared with CUDA). Both passes use one table
+// per dim of (source index, weight) pairs: linear interpolation is separable,
 // so an output element is the weighted sum over the product of its dims' pairs, and the backward
 // op adds dY into dX with the same weights.
-#include <cmath>
-#include <string>
 #include <vector>
 
+#include "kernels/checks/resize.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace pt::cpu {
 namespace {
 
-struct Tap {
-  int64_t i0 = 0, i1 = 0;
-  double w0 = 1, w1 = 0;
-};
+using resize_map::Tap;
 
-// x_original for output coordinate x along a dim of `in` -> `out` elements at scale `s`.
-double source_coord(const std::string& mode, double x, int64_t in, int64_t out, double s) {
-  if (mode == "half_pixel") return (x + 0.5) / s - 0.5;
-  if (mode == "pytorch_half_pixel") return out > 1 ? (x + 0.5) / s - 0.5 : 0.0;
-  if (mode == "align_corners") {  // over the resized length in * s, which scales make fractional
-    const double len = static_cast<double>(in) * s;
-    return out == 1 || len == 1.0 ? 0.0 : x * static_cast<double>(in - 1) / (len - 1);
-  }
-  if (mode == "tf_half_pixel_for_nn") return (x + 0.5) / s;
-  if (mode == "half_pixel_symmetric") {
-    const double width = s * static_cast<double>(in);
-    const double adjustment = static_cast<double>(out) / width;
-    const double center = static_cast<double>(in) / 2;
-    return center * (1 - adjustment) + (x + 0.5) / s - 0.5;
-  }
-  return x / s;  // asymmetric
-}
-
-int64_t nearest_index(const std::string& mode, double x) {
-  if (mode == "floor") return static_cast<int64_t>(std::floor(x));
-  if (mode == "ceil") return static_cast<int64_t>(std::ceil(x));
-  const double f = std::floor(x);
-  if (x - f == 0.5) return static_cast<int64_t>(mode == "round_prefer_ceil" ? f + 1 : f);
-  return static_cast<int64_t>(std::round(x));
-}
-
-Status taps(const KernelCall& call, const Dims& in, const Dims& out, std::vector<std::vector<Tap>>* t) {
-  const std::vector<float> scales = call.attrs.get_floats("_scales");
-  if (in.size() != out.size() || scales.size() != in.size())
-    return invalid_input("Resize: input " + dims_str(in) + ", output " + dims_str(out) + " and scales disagree");
-  const std::string mode = call.attrs.get_string("mode", "nearest");
-  const std::string coord = call.attrs.get_string("_coord", "half_pixel");
-  const std::string nearest = call.attrs.get_string("_nearest", "round_prefer_floor");
-  if (mode != "nearest" && mode != "linear") return unsupported("Resize: mode '" + mode + "'");
-  t->assign(in.size(), {});
+// One table per dim of the taps of its output coordinates (kernels/checks/resize_map.h).
+std::vector<std::vector<Tap>> taps(const kernels::ResizeArgs& a, const Dims& in, const Dims& out) {
+  std::vector<std::vector<Tap>> t(in.size());
   for (size_t d = 0; d < in.size(); ++d) {
-    auto& v = (*t)[d];
-    v.resize(static_cast<size_t>(out[d]));
-    for (int64_t o = 0; o < out[d]; ++o) {
-      Tap& tp = v[o];
-      if (in[d] == out[d] && scales[d] == 1.0f) {
-        tp.i0 = tp.i1 = o;
-        continue;
-      }
-      const double x = source_coord(coord, static_cast<double>(o), in[d], out[d], scales[d]);
-      if (mode == "nearest") {
-        tp.i0 = tp.i1 = std::clamp<int64_t>(nearest_index(nearest, x), 0, in[d] - 1);
-      } else {
-        const double xc = std::clamp(x, 0.0, static_cast<double>(in[d] - 1));
-        tp.i0 = static_cast<int64_t>(std::floor(xc));
-        tp.i1 = std::min<int64_t>(tp.i0 + 1, in[d] - 1);
-        tp.w1 = xc - static_cast<double>(tp.i0);
-        tp.w0 = 1 - tp.w1;
-      }
-    }
+    t[d].resize(static_cast<size_t>(out[d]));
+    for (int64_t o = 0; o < out[d]; ++o)
+      t[d][o] = resize_map::tap(a.linear, a.coord, a.nearest, o, in[d], out[d], a.scales[d]);
   }
-  return Status::ok();
+  return t;
 }
 
 // Calls fn(out_index, in_index, weight) for every (output element, source element) pair.
@@ -107,11 +56,11 @@ void for_each_pair(const Dims& in, const Dims& out, const std::vector<std::vecto
 // (X, roi, scales, sizes) -> Y; only X is read (the shape function consumed the rest).
 template <typename T>
 Status resize(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "Resize", 1, 1));
+  kernels::ResizeArgs a;
+  RETURN_IF_ERROR(kernels::check_resize(call, &a));
   const TensorView& x = call.inputs[0];
   const TensorView& y = call.outputs[0];
-  std::vector<std::vector<Tap>> t;
-  RETURN_IF_ERROR(taps(call, x.dims, y.dims, &t));
+  const std::vector<std::vector<Tap>> t = taps(a, x.dims, y.dims);
   const T* px = x.as<T>();
   T* py = y.as<T>();
   std::vector<double> acc(static_cast<size_t>(y.size()), 0.0);
@@ -123,11 +72,11 @@ Status resize(const KernelCall& call) {
 // (dY) -> dX (the output's dims are X's): dY spread back with the forward's weights.
 template <typename T>
 Status resize_grad(const KernelCall& call) {
-  RETURN_IF_ERROR(check_arity(call, "ResizeGrad", 1, 1));
+  kernels::ResizeArgs a;
+  RETURN_IF_ERROR(kernels::check_resize_grad(call, &a));
   const TensorView& dy = call.inputs[0];
   const TensorView& dx = call.outputs[0];
-  std::vector<std::vector<Tap>> t;
-  RETURN_IF_ERROR(taps(call, dx.dims, dy.dims, &t));
+  const std::vector<std::vector<Tap>> t = taps(a, dx.dims, dy.dims);
   const T* pdy = dy.as<T>();
   T* pdx = dx.as<T>();
   std::vector<double> acc(static_cast<size_t>(dx.size()), 0.0);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/checks/resize_map.h"
 #include "kernels/unary_ops.h"
 
 namespace pt::cuda {
@@ -157,6 +158,26 @@ template <typename T>
 cudaError_t launch_pad_grad_constant(const PadGeom& g, T* dx, const T* dy, int64_t n_dx, int64_t n_dy,
                                      cudaStream_t stream);
 
+// ---- Resize (resize.cu), kernels/checks/resize_map.h's map ------------------------------------
+// A resize of `in` to `out` (rank <= kMaxRank; neighbouring dims the map leaves alone merged).
+struct ResizeGeom {
+  int rank = 0;
+  bool linear = false;
+  resize_map::Coord coord = resize_map::Coord::kHalfPixel;
+  resize_map::Nearest nearest = resize_map::Nearest::kRoundPreferFloor;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, in_stride[kMaxRank] = {}, out_stride[kMaxRank] = {};
+  float scale[kMaxRank] = {};
+};
+// y (out, n_y elements) = x (in) resized: each output element sums its sources in the CPU's order,
+// in double.
+template <typename T>
+cudaError_t launch_resize(const ResizeGeom& g, T* y, const T* x, int64_t n_y, cudaStream_t stream);
+// ResizeGrad: dx (in, n_dx elements) = the sum, in output order, of each dy (out) element that read
+// it times its weight: one thread per dX element walking the outputs that read it, found by binary
+// search, so the map must be monotone in each dim (the caller checks; resize_ops.cpp).
+template <typename T>
+cudaError_t launch_resize_grad(const ResizeGeom& g, T* dx, const T* dy, int64_t n_dx, cudaStream_t stream);
+
 // ---- reductions (reduce.cu) -----------------------------------------------------------------
 enum class ReduceOp : int { kSum, kMean, kMax };
 // out[o] = reduce over r of x[kept_offset(o) + reduced_offset(r)], accumulated in double (max in
@@ -218,16 +239,52 @@ struct SgdGroup {
 template <typename T>
 cudaError_t launch_sgd_spectrain(const SgdGroup<T>& group, const T* lr_dev, double lr_host, double gamma,
                                  double wd, double s_pred, cudaStream_t stream);
-// torch.optim.SGD on one tensor (kernels/cpu/optimizer.cpp's sgd): step is the device int64 count
-// of updates done (0: buf = d_p), incremented after the step; d (nesterov's direction) may be null.
+// The tensors of a multi-tensor launch of torch's SGD or Adam, walked in chunks of kGroupChunk
+// elements that never span two tensors (a block takes chunk b, b + gridDim.x, ...), so the values
+// one tensor's elements share (its step count, Adam's bias corrections) are read once per chunk.
+// add() appends a tensor of n elements: begin holds the prefix sums of the sizes, chunk those of the
+// chunk counts.
+constexpr int64_t kGroupChunk = 2048;
+struct GroupLayout {
+  int count = 0;
+  int64_t begin[kMaxGroupTensors + 1] = {};
+  int64_t chunk[kMaxGroupTensors + 1] = {};
+  void add(int64_t n) {
+    begin[count + 1] = begin[count] + n;
+    chunk[count + 1] = chunk[count] + (n + kGroupChunk - 1) / kGroupChunk;
+    ++count;
+  }
+};
+// torch.optim.SGD (kernels/cpu/optimizer.cpp's sgd) over a group: W, G, the buffer B, D (nesterov's
+// direction; null without nesterov) and step, the device int64 count of the tensor's updates done
+// (0: B = d_p), incremented after the step. Each tensor has its own step (no two alike).
 template <typename T>
-cudaError_t launch_sgd_torch(T* w, const T* g, T* buf, T* d, int64_t* step, const T* lr_dev, int64_t n, double momentum,
-                             double dampening, double wd, cudaStream_t stream);
-// torch.optim.Adam / AdamW on one tensor (kernels/cpu/optimizer.cpp's adam); the bias corrections
-// are computed on the device from step (incremented after the step) and lr.
+struct SgdTorchGroup {
+  GroupLayout layout;
+  T* w[kMaxGroupTensors] = {};
+  const T* g[kMaxGroupTensors] = {};
+  T* buf[kMaxGroupTensors] = {};
+  T* d[kMaxGroupTensors] = {};
+  int64_t* step[kMaxGroupTensors] = {};
+};
 template <typename T>
-cudaError_t launch_adam(T* w, const T* g, T* m, T* v, int64_t* step, const T* lr_dev, int64_t n, double beta1,
-                        double beta2, double eps, double wd, bool decoupled, cudaStream_t stream);
+cudaError_t launch_sgd_torch(const SgdTorchGroup<T>& group, const T* lr_dev, double momentum, double dampening,
+                             double wd, cudaStream_t stream);
+// torch.optim.Adam / AdamW (kernels/cpu/optimizer.cpp's adam) over a group: W, G, the moments M, V
+// and step as SgdTorchGroup's; the bias corrections are computed on the device from each tensor's
+// step and lr, in double, once per chunk.
+template <typename T>
+struct AdamGroup {
+  GroupLayout layout;
+  T* w[kMaxGroupTensors] = {};
+  const T* g[kMaxGroupTensors] = {};
+  T* m[kMaxGroupTensors] = {};
+  T* v[kMaxGroupTensors] = {};
+  int64_t* step[kMaxGroupTensors] = {};
+};
+template <typename T>
+cudaError_t launch_adam(const AdamGroup<T>& group, const T* lr_dev, double beta1, double beta2, double eps, double wd,
+                        bool decoupled, cudaStream_t stream);
 // Device::predict_adam: out = w - s*(step_size(t)*m/(sqrt(v)/bc2_sqrt(t) + eps) + lr*decoupled_wd*w).
 template <typename T>
 cudaError_t launch_adam_predict(T* out, const T* w, const T* m, const T* v, const int64_t* step, const T* lr_dev,

@@ -5,7 +5,10 @@
 // (deferred_error.h), which the host reads at its next synchronisation (the step's loss read).
 #include <cuda_runtime_api.h>
 
+#include <initializer_list>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/checks/batchnorm.h"
@@ -279,87 +282,174 @@ Status mse_loss_grad(const KernelCall& call) {
 
 // ---- optimizer ----------------------------------------------------------------------------------
 
+namespace {
+
+// Runs consecutive calls in groups of up to kMaxGroupTensors tensors. A call joins the group of
+// `first` when it passes its check, has first's stream and joins(first, call, group) says it shares
+// the group's learning rate and attributes; add(&group, call) puts its tensors in, launch(group,
+// first) runs the group.
+// A call that fails its check ends the group: the group before it runs first, and the next round
+// reports the failure, as one call per tensor in order would. G: a launch.h group.
+template <typename G, typename Check, typename Joins, typename Add, typename Launch>
+Status for_each_group(std::span<const KernelCall> calls, Check check, Joins joins, Add add, Launch launch) {
+  size_t i = 0;
+  while (i < calls.size()) {
+    RETURN_IF_ERROR(check(calls[i]));
+    const KernelCall& first = calls[i];
+    G group;
+    for (int count = 0; i < calls.size() && count < kMaxGroupTensors; ++i, ++count) {
+      const KernelCall& c = calls[i];
+      if (count > 0 && (!check(c).is_ok() || c.stream != first.stream || !joins(first, c, group))) break;
+      add(&group, c);
+    }
+    RETURN_IF_ERROR(launch(group, first));
+  }
+  return Status::ok();
+}
+
+// Whether the float attributes `names` of a and b are equal (with the defaults the kernels use).
+bool same_floats(const KernelCall& a, const KernelCall& b, std::initializer_list<std::pair<const char*, float>> names) {
+  for (const auto& [name, dflt] : names)
+    if (a.attrs.get_float(name, dflt) != b.attrs.get_float(name, dflt)) return false;
+  return true;
+}
+
+// Whether `step` is already one of the group's first `count` step counts: each call increments its
+// own, so a second call on the same count would see it incremented (it starts a group of its own).
+bool has_step(int64_t* const* steps, int count, const void* step) {
+  for (int t = 0; t < count; ++t)
+    if (steps[t] == step) return true;
+  return false;
+}
+
+template <typename T>
+void add_sgd_momentum(SgdGroup<T>* g, const KernelCall& c) {
+  const int k = g->count++;
+  g->w[k] = c.inputs[0].as<T>();
+  g->g[k] = c.inputs[1].as<T>();
+  g->v[k] = c.inputs[2].as<T>();
+  g->begin[k + 1] = g->begin[k] + c.inputs[0].size();
+}
+
+// The SGDMomentum group of `first` onwards: its attributes, rounded to float first, as the CPU's
+// static_cast<T>(get_float(...)).
+template <typename T>
+Status launch_sgd_momentum(const SgdGroup<T>& group, const KernelCall& first) {
+  const double gamma = static_cast<T>(first.attrs.get_float("momentum", 0.9f));
+  const double wd = static_cast<T>(first.attrs.get_float("weight_decay", 0.0f));
+  PT_CUDA_CHECK(launch_sgd_spectrain<T>(group, first.inputs[3].as<T>(), 0.0, gamma, wd, 0.0, stream_of(first)));
+  return Status::ok();
+}
+
+Status check_sgd_torch(const KernelCall& c) {
+  bool nesterov;
+  return kernels::check_sgd(c, &nesterov);
+}
+
+template <typename T>
+void add_sgd_torch(SgdTorchGroup<T>* g, const KernelCall& c) {
+  const int k = g->layout.count;
+  g->w[k] = c.inputs[0].as<T>();
+  g->g[k] = c.inputs[1].as<T>();
+  g->buf[k] = c.inputs[2].as<T>();
+  g->step[k] = c.inputs[4].as<int64_t>();
+  g->d[k] = c.attrs.get_int("nesterov", 0) != 0 ? c.inputs[5].as<T>() : nullptr;
+  g->layout.add(c.inputs[0].size());
+}
+
+template <typename T>
+Status launch_sgd_torch_group(const SgdTorchGroup<T>& group, const KernelCall& first) {
+  const double mom = static_cast<T>(first.attrs.get_float("momentum", 0.0f));
+  const double damp = first.attrs.get_float("dampening", 0.0f);
+  const double wd = static_cast<T>(first.attrs.get_float("weight_decay", 0.0f));
+  PT_CUDA_CHECK(launch_sgd_torch<T>(group, first.inputs[3].as<T>(), mom, damp, wd, stream_of(first)));
+  return Status::ok();
+}
+
+template <typename T>
+void add_adam(AdamGroup<T>* g, const KernelCall& c) {
+  const int k = g->layout.count;
+  g->w[k] = c.inputs[0].as<T>();
+  g->g[k] = c.inputs[1].as<T>();
+  g->m[k] = c.inputs[2].as<T>();
+  g->v[k] = c.inputs[3].as<T>();
+  g->step[k] = c.inputs[5].as<int64_t>();
+  g->layout.add(c.inputs[0].size());
+}
+
+template <typename T>
+Status launch_adam_group(const AdamGroup<T>& group, const KernelCall& first) {
+  const AttrMap& a = first.attrs;
+  PT_CUDA_CHECK(launch_adam<T>(group, first.inputs[4].as<T>(), a.get_float("beta1", 0.9f), a.get_float("beta2", 0.999f),
+                               a.get_float("epsilon", 1e-8f), a.get_float("weight_decay", 0.0f),
+                               a.get_int("decoupled", 0) != 0, stream_of(first)));
+  return Status::ok();
+}
+
+}  // namespace
+
 template <typename T>
 Status sgd_momentum(const KernelCall& call) {
   RETURN_IF_ERROR(kernels::check_sgd_momentum(call));
-  const TensorView& w = call.inputs[0];
-  const TensorView& g = call.inputs[1];
-  const TensorView& v = call.inputs[2];
-  const TensorView& lr = call.inputs[3];
   SgdGroup<T> group;
-  group.count = 1;
-  group.w[0] = w.as<T>();
-  group.g[0] = g.as<T>();
-  group.v[0] = v.as<T>();
-  group.begin[1] = w.size();
-  // Attributes are floats: rounded to float first, as the CPU's static_cast<T>(get_float(...)).
-  const double gamma = static_cast<T>(call.attrs.get_float("momentum", 0.9f));
-  const double wd = static_cast<T>(call.attrs.get_float("weight_decay", 0.0f));
-  PT_CUDA_CHECK(launch_sgd_spectrain<T>(group, lr.as<T>(), 0.0, gamma, wd, 0.0, stream_of(call)));
-  return Status::ok();
+  add_sgd_momentum<T>(&group, call);
+  return launch_sgd_momentum<T>(group, call);
 }
 
 template <typename T>
 Status sgd_momentum_group(std::span<const KernelCall> calls) {
-  size_t i = 0;
-  while (i < calls.size()) {
-    RETURN_IF_ERROR(kernels::check_sgd_momentum(calls[i]));
-    const KernelCall& first = calls[i];
-    const float gamma_f = first.attrs.get_float("momentum", 0.9f), wd_f = first.attrs.get_float("weight_decay", 0.0f);
-    const void* lr = first.inputs[3].data;
-    SgdGroup<T> group;
-    int64_t total = 0;
-    // Consecutive calls with the first one's learning rate and attributes, up to a group's size.
-    for (; i < calls.size() && group.count < kMaxGroupTensors; ++i) {
-      const KernelCall& c = calls[i];
-      if (group.count > 0) {
-        // A call that fails its check ends the group: the group before it runs first, and the
-        // outer loop then reports the failure, as one call per tensor in order would.
-        if (!kernels::check_sgd_momentum(c).is_ok()) break;
-        if (c.inputs[3].data != lr || c.attrs.get_float("momentum", 0.9f) != gamma_f ||
-            c.attrs.get_float("weight_decay", 0.0f) != wd_f || c.stream != first.stream)
-          break;
-      }
-      group.w[group.count] = c.inputs[0].as<T>();
-      group.g[group.count] = c.inputs[1].as<T>();
-      group.v[group.count] = c.inputs[2].as<T>();
-      total += c.inputs[0].size();
-      group.begin[++group.count] = total;
-    }
-    // Attributes are floats: rounded to float first, as the CPU's static_cast<T>(get_float(...)).
-    const double gamma = static_cast<T>(gamma_f), wd = static_cast<T>(wd_f);
-    PT_CUDA_CHECK(launch_sgd_spectrain<T>(group, static_cast<const T*>(lr), 0.0, gamma, wd, 0.0, stream_of(first)));
-  }
-  return Status::ok();
+  auto joins = [](const KernelCall& first, const KernelCall& c, const SgdGroup<T>&) {
+    return c.inputs[3].data == first.inputs[3].data &&
+           same_floats(first, c, {{"momentum", 0.9f}, {"weight_decay", 0.0f}});
+  };
+  return for_each_group<SgdGroup<T>>(calls, &kernels::check_sgd_momentum, joins, &add_sgd_momentum<T>,
+                                     &launch_sgd_momentum<T>);
 }
-template Status sgd_momentum_group<float>(std::span<const KernelCall>);
-template Status sgd_momentum_group<double>(std::span<const KernelCall>);
 
 template <typename T>
 Status sgd(const KernelCall& call) {
-  bool nesterov;
-  RETURN_IF_ERROR(kernels::check_sgd(call, &nesterov));
-  const TensorView& w = call.inputs[0];
-  const double mom = static_cast<T>(call.attrs.get_float("momentum", 0.0f));
-  const double damp = call.attrs.get_float("dampening", 0.0f);
-  const double wd = static_cast<T>(call.attrs.get_float("weight_decay", 0.0f));
-  PT_CUDA_CHECK(launch_sgd_torch<T>(w.as<T>(), call.inputs[1].as<T>(), call.inputs[2].as<T>(),
-                                    nesterov ? call.inputs[5].as<T>() : nullptr, call.inputs[4].as<int64_t>(),
-                                    call.inputs[3].as<T>(), w.size(), mom, damp, wd, stream_of(call)));
-  return Status::ok();
+  RETURN_IF_ERROR(check_sgd_torch(call));
+  SgdTorchGroup<T> group;
+  add_sgd_torch<T>(&group, call);
+  return launch_sgd_torch_group<T>(group, call);
+}
+
+template <typename T>
+Status sgd_group(std::span<const KernelCall> calls) {
+  auto joins = [](const KernelCall& first, const KernelCall& c, const SgdTorchGroup<T>& g) {
+    return c.inputs[3].data == first.inputs[3].data &&
+           same_floats(first, c, {{"momentum", 0.0f}, {"dampening", 0.0f}, {"weight_decay", 0.0f}}) &&
+           c.attrs.get_int("nesterov", 0) == first.attrs.get_int("nesterov", 0) &&
+           !has_step(g.step, g.layout.count, c.inputs[4].data);
+  };
+  return for_each_group<SgdTorchGroup<T>>(calls, &check_sgd_torch, joins, &add_sgd_torch<T>,
+                                          &launch_sgd_torch_group<T>);
 }
 
 template <typename T>
 Status adam(const KernelCall& call) {
   RETURN_IF_ERROR(kernels::check_adam(call));
-  const TensorView& w = call.inputs[0];
-  PT_CUDA_CHECK(launch_adam<T>(w.as<T>(), call.inputs[1].as<T>(), call.inputs[2].as<T>(), call.inputs[3].as<T>(),
-                               call.inputs[5].as<int64_t>(), call.inputs[4].as<T>(), w.size(),
-                               call.attrs.get_float("beta1", 0.9f), call.attrs.get_float("beta2", 0.999f),
-                               call.attrs.get_float("epsilon", 1e-8f), call.attrs.get_float("weight_decay", 0.0f),
-                               call.attrs.get_int("decoupled", 0) != 0, stream_of(call)));
-  return Status::ok();
+  AdamGroup<T> group;
+  add_adam<T>(&group, call);
+  return launch_adam_group<T>(group, call);
 }
+
+template <typename T>
+Status adam_group(std::span<const KernelCall> calls) {
+  auto joins = [](const KernelCall& first, const KernelCall& c, const AdamGroup<T>& g) {
+    return c.inputs[4].data == first.inputs[4].data &&
+           same_floats(first, c, {{"beta1", 0.9f}, {"beta2", 0.999f}, {"epsilon", 1e-8f}, {"weight_decay", 0.0f}}) &&
+           c.attrs.get_int("decoupled", 0) == first.attrs.get_int("decoupled", 0) &&
+           !has_step(g.step, g.layout.count, c.inputs[5].data);
+  };
+  return for_each_group<AdamGroup<T>>(calls, &kernels::check_adam, joins, &add_adam<T>, &launch_adam_group<T>);
+}
+
+#define PT_GROUP(name)                                             \
+  template Status name<float>(std::span<const KernelCall>);        \
+  template Status name<double>(std::span<const KernelCall>);
+PT_GROUP(sgd_momentum_group) PT_GROUP(sgd_group) PT_GROUP(adam_group)
+#undef PT_GROUP
 
 template <typename T>
 Status adam_predict(void* out, const void* w, const void* m, const void* v, const void* step, int64_t n,

@@ -17,6 +17,12 @@
 
 namespace pt::cuda {
 
+// Resize and ResizeGrad (resize_ops.cpp, resize.cu).
+template <typename T>
+Status resize(const KernelCall& call);
+template <typename T>
+Status resize_grad(const KernelCall& call);
+
 namespace {
 
 #define PT_CUDA_F(op, fn) {op, DeviceKind::kCuda, DType::kFloat32, &cuda::fn<float>}, \
@@ -57,6 +63,8 @@ const KernelEntry kNative[] = {
 #undef PT_CUDA_MOVE
     PT_CUDA_F("Pad", pad), PT_CUDA_T("Pad", pad, int64_t, DType::kInt64), PT_CUDA_T("Pad", pad, int32_t, DType::kInt32),
     PT_CUDA_F("PadGrad", pad_grad),
+    PT_CUDA_F("Resize", resize),
+    PT_CUDA_F("ResizeGrad", resize_grad),
     PT_CUDA_F("GroupNormalization", group_norm),
     PT_CUDA_F("InstanceNormalization", group_norm),
     PT_CUDA_F("GroupNormalizationGrad", group_norm_grad),
@@ -181,9 +189,20 @@ bool is_host_fallback(std::string_view op, DType dtype) {
   return false;
 }
 
+// torch's SGD and Adam / AdamW over several parameters (nn_ops.cpp, as sgd_momentum_group):
+// launches of up to kMaxGroupTensors tensors, one call per tensor's arithmetic and results.
+template <typename T>
+Status sgd_group(std::span<const KernelCall> calls);
+template <typename T>
+Status adam_group(std::span<const KernelCall> calls);
+
+// Every optimizer op of kNative has one (CudaKernelTable.EveryOptimizerHasAGroupKernel).
 KernelGroupFn group_kernel(std::string_view op, DType dtype) {
-  if (op == "SGDMomentum" && dtype == DType::kFloat32) return &sgd_momentum_group<float>;
-  if (op == "SGDMomentum" && dtype == DType::kFloat64) return &sgd_momentum_group<double>;
+  const bool f32 = dtype == DType::kFloat32;
+  if (!f32 && dtype != DType::kFloat64) return nullptr;
+  if (op == "SGDMomentum") return f32 ? &sgd_momentum_group<float> : &sgd_momentum_group<double>;
+  if (op == "SGD") return f32 ? &sgd_group<float> : &sgd_group<double>;
+  if (op == "Adam") return f32 ? &adam_group<float> : &adam_group<double>;
   return nullptr;
 }
 

@@ -84,6 +84,7 @@ AttrMap attrs(std::initializer_list<std::pair<const char*, Attribute>> kv) {
   return m;
 }
 using Ints = std::vector<int64_t>;
+using Floats = std::vector<float>;
 
 std::vector<Case> make_cases() {
   std::vector<Case> c;
@@ -161,6 +162,46 @@ std::vector<Case> make_cases() {
   add("PadGrad_constant", "PadGrad", {u({2, 6, 7})}, {{{2, 3, 4}}}, pc);
   add("PadGrad_reflect_fallback", "PadGrad", {u({2, 5, 7})}, {{{2, 3, 4}}},
       attrs({{"_pads", Ints{0, 1, 2, 0, 1, 1}}, {"mode", std::string("reflect")}}));
+  // Resize and ResizeGrad (resize.cu): the U-Net's nearest 2x upsampling, linear modes up and down,
+  // ties of nearest modes, 1-D, 5-D, and the host fallback past kMaxRank dims (the shape function's
+  // attributes: per-dim _scales, _coord, _nearest).
+  auto rz = [](const char* mode, const char* coord, const char* nearest, Floats scales) {
+    return attrs({{"mode", std::string(mode)}, {"_coord", std::string(coord)}, {"_nearest", std::string(nearest)},
+                  {"_scales", std::move(scales)}});
+  };
+  const AttrMap up2 = rz("nearest", "asymmetric", "floor", {1, 1, 2, 2});
+  const AttrMap lin_hp = rz("linear", "half_pixel", "round_prefer_floor", {1, 1, 2, 1.5f});
+  const AttrMap lin_ac = rz("linear", "align_corners", "round_prefer_floor", {1, 1, 1.75f, 0.6f});
+  const AttrMap lin_down = rz("linear", "pytorch_half_pixel", "round_prefer_floor", {1, 1, 0.75f, 0.5f});
+  const AttrMap lin_sym = rz("linear", "half_pixel_symmetric", "round_prefer_floor", {1, 1, 1.7f, 0.6f});
+  const AttrMap near_ceil = rz("nearest", "half_pixel", "round_prefer_ceil", {1, 1, 1.5f, 1});
+  const AttrMap near_down = rz("nearest", "tf_half_pixel_for_nn", "ceil", {1, 0.5f, 0.4f});
+  const AttrMap lin_5d = rz("linear", "half_pixel", "round_prefer_floor", {1, 1, 2, 1.5f, 1});
+  const AttrMap lin_x5 = rz("linear", "asymmetric", "round_prefer_floor", {1, 5, 1});
+  add("Resize_nearest_up2", "Resize", {u({2, 3, 5, 6})}, {{{2, 3, 10, 12}}}, up2);
+  add("Resize_linear_half_pixel", "Resize", {u({2, 3, 5, 6})}, {{{2, 3, 10, 9}}}, lin_hp);
+  add("Resize_linear_align_corners", "Resize", {u({1, 2, 4, 5})}, {{{1, 2, 7, 3}}}, lin_ac);
+  add("Resize_linear_down", "Resize", {u({2, 2, 8, 8})}, {{{2, 2, 6, 4}}}, lin_down);
+  add("Resize_linear_half_pixel_symmetric", "Resize", {u({1, 2, 4, 5})}, {{{1, 2, 6, 3}}}, lin_sym);
+  add("Resize_nearest_ties_ceil", "Resize", {u({1, 2, 6, 7})}, {{{1, 2, 9, 7}}}, near_ceil);
+  add("Resize_nearest_down_3d", "Resize", {u({3, 8, 10})}, {{{3, 4, 4}}}, near_down);
+  add("Resize_linear_5d", "Resize", {u({1, 2, 3, 4, 5})}, {{{1, 2, 6, 6, 5}}}, lin_5d);
+  add("Resize_linear_1d", "Resize", {u({7})}, {{{16}}}, rz("linear", "align_corners", "floor", {16.0f / 7}));
+  add("Resize_unet_size", "Resize", {u({2, 16, 32, 32})}, {{{2, 16, 64, 64}}}, up2);
+  add("Resize_rank9_fallback", "Resize", {u({2, 2, 2, 2, 2, 2, 2, 2, 2})}, {{{3, 3, 3, 3, 3, 3, 3, 3, 3}}},
+      rz("linear", "half_pixel", "round_prefer_floor", Floats(9, 1.5f)));
+  add("ResizeGrad_nearest_up2", "ResizeGrad", {u({2, 3, 10, 12})}, {{{2, 3, 5, 6}}}, up2);
+  add("ResizeGrad_linear_half_pixel", "ResizeGrad", {u({2, 3, 10, 9})}, {{{2, 3, 5, 6}}}, lin_hp);
+  add("ResizeGrad_linear_align_corners", "ResizeGrad", {u({1, 2, 7, 3})}, {{{1, 2, 4, 5}}}, lin_ac);
+  add("ResizeGrad_linear_down", "ResizeGrad", {u({2, 2, 6, 4})}, {{{2, 2, 8, 8}}}, lin_down);
+  add("ResizeGrad_linear_half_pixel_symmetric", "ResizeGrad", {u({1, 2, 6, 3})}, {{{1, 2, 4, 5}}}, lin_sym);
+  add("ResizeGrad_nearest_ties_ceil", "ResizeGrad", {u({1, 2, 9, 7})}, {{{1, 2, 6, 7}}}, near_ceil);
+  add("ResizeGrad_nearest_down_3d", "ResizeGrad", {u({3, 4, 4})}, {{{3, 8, 10}}}, near_down);
+  add("ResizeGrad_linear_5d", "ResizeGrad", {u({1, 2, 6, 6, 5})}, {{{1, 2, 3, 4, 5}}}, lin_5d);
+  add("ResizeGrad_linear_x5", "ResizeGrad", {u({3, 35, 4})}, {{{3, 7, 4}}}, lin_x5);
+  add("ResizeGrad_unet_size", "ResizeGrad", {u({2, 16, 64, 64})}, {{{2, 16, 32, 32}}}, up2);
+  add("ResizeGrad_rank9_fallback", "ResizeGrad", {u({3, 3, 3, 3, 3, 3, 3, 3, 3})}, {{{2, 2, 2, 2, 2, 2, 2, 2, 2}}},
+      rz("linear", "half_pixel", "round_prefer_floor", Floats(9, 1.5f)));
   // Comparisons and Cast (select.cu): bool and integer outputs compared exactly.
   add("Equal_bcast", "Equal", {u({4, 1, 6}), u({3, 1})}, {{{4, 3, 6}, DType::kBool}}, {});
   add("Equal_same_dims", "Equal", {u({5, 7}), u({5, 7})}, {{{5, 7}, DType::kBool}}, {});
@@ -824,6 +865,167 @@ TEST_F(CudaDevice, GroupedSgdMomentumEqualsOneCallPerTensor) {
     EXPECT_EQ(std::memcmp(results[0][i].data(), results[1][i].data(), results[0][i].bytes()), 0) << "tensor " << i;
 }
 
+// ---- multi-tensor torch SGD and Adam against one call per tensor ----------------------------------
+
+// The inputs of an update call in order: T tensors of the call's size (uniform, or positive for
+// Adam's V), the learning rate (a T scalar), the int64 step count.
+enum class Slot { kUniform, kPositive, kLr, kStep };
+struct OptCall {
+  AttrMap attrs;
+  std::vector<Slot> slots;
+  int64_t n = 0;
+  int64_t step0 = 0;      // the step count's value before the first update
+  int shares_step = -1;   // >= 0: the step count of that earlier call, not one of its own
+  bool other_lr = false;  // a learning-rate tensor of its own (another value)
+  bool bad = false;       // G gets other dims than W: the kernel's check refuses the call
+};
+
+// The calls' device tensors (every slot but the learning rates and shared step counts, in call and
+// slot order) with their initial values, and the calls' views.
+template <typename T>
+struct OptInputs {
+  std::vector<std::unique_ptr<DeviceTensor>> tensors;
+  std::vector<HostTensor> initial;
+  DeviceTensor lr, lr2;
+  std::vector<std::vector<TensorView>> views;
+};
+
+template <typename T>
+void make_opt_inputs(const std::vector<OptCall>& calls, OptInputs<T>* in) {
+  std::mt19937 rng(kSeed);
+  std::uniform_real_distribution<double> uni(-1, 1), pos(0.5, 2);
+  ASSERT_TRUE(in->lr.upload(HostTensor::from<T>({}, std::vector<T>{T(0.05)})).is_ok());
+  ASSERT_TRUE(in->lr2.upload(HostTensor::from<T>({}, std::vector<T>{T(0.02)})).is_ok());
+  std::vector<void*> step_of(calls.size(), nullptr);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const OptCall& oc = calls[c];
+    std::vector<TensorView> v;
+    for (size_t k = 0; k < oc.slots.size(); ++k) {
+      const Slot s = oc.slots[k];
+      if (s == Slot::kLr) {
+        v.push_back(TensorView{oc.other_lr ? in->lr2.get() : in->lr.get(), dtype_of<T>(), {}});
+        continue;
+      }
+      if (s == Slot::kStep && oc.shares_step >= 0) {
+        v.push_back(TensorView{step_of[static_cast<size_t>(oc.shares_step)], DType::kInt64, {}});
+        continue;
+      }
+      HostTensor h = s == Slot::kStep ? HostTensor::from<int64_t>({}, std::vector<int64_t>{oc.step0})
+                                      : HostTensor(dtype_of<T>(), {oc.n});
+      if (s != Slot::kStep)
+        for (int64_t i = 0; i < oc.n; ++i) h.as<T>()[i] = static_cast<T>(s == Slot::kPositive ? pos(rng) : uni(rng));
+      in->tensors.push_back(std::make_unique<DeviceTensor>());
+      ASSERT_TRUE(in->tensors.back()->upload(h).is_ok());
+      in->initial.push_back(std::move(h));
+      if (s == Slot::kStep) step_of[c] = in->tensors.back()->get();
+      const Dims dims = s == Slot::kStep ? Dims{} : Dims{oc.bad && k == 1 ? oc.n + 1 : oc.n};
+      v.push_back(TensorView{in->tensors.back()->get(), s == Slot::kStep ? DType::kInt64 : dtype_of<T>(), dims});
+    }
+    in->views.push_back(std::move(v));
+  }
+}
+
+// `steps` updates of `calls` through the op's group kernel and through one call per tensor, from the
+// same values: the same status, and every tensor (weights, state, step counts) bit for bit.
+template <typename T>
+void expect_grouped_equals_per_call(const char* op, const std::vector<OptCall>& calls, int steps) {
+  const KernelGroupFn group = find_group_kernel(op, DeviceKind::kCuda, dtype_of<T>());
+  const KernelFn single = find_kernel(op, DeviceKind::kCuda, dtype_of<T>());
+  ASSERT_TRUE(group && single) << op;
+  std::vector<std::vector<unsigned char>> bytes[2];
+  Status status[2];
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    OptInputs<T> in;
+    make_opt_inputs<T>(calls, &in);
+    if (::testing::Test::HasFatalFailure()) return;
+    std::vector<KernelCall> kc;
+    for (size_t c = 0; c < calls.size(); ++c) kc.push_back(KernelCall{in.views[c], {}, calls[c].attrs, nullptr});
+    for (int s = 0; s < steps && status[grouped].is_ok(); ++s) {
+      if (grouped) {
+        status[grouped] = group(kc);
+      } else {
+        for (const KernelCall& c : kc)
+          if (status[grouped] = single(c); !status[grouped].is_ok()) break;
+      }
+    }
+    ASSERT_TRUE(cuda::device_synchronize().is_ok());
+    for (size_t i = 0; i < in.tensors.size(); ++i) {
+      HostTensor h = in.initial[i];
+      bool ok = false;
+      ASSERT_TRUE(in.tensors[i]->download(&h, &ok).is_ok());
+      EXPECT_TRUE(ok) << "wrote past a tensor's end";
+      const auto* p = static_cast<const unsigned char*>(h.data());
+      bytes[grouped].emplace_back(p, p + h.bytes());
+    }
+  }
+  EXPECT_EQ(status[0].code(), status[1].code()) << status[0].message() << " | " << status[1].message();
+  EXPECT_EQ(status[0].message(), status[1].message());
+  ASSERT_EQ(bytes[0].size(), bytes[1].size());
+  for (size_t i = 0; i < bytes[0].size(); ++i) EXPECT_TRUE(bytes[0][i] == bytes[1][i]) << op << ": tensor " << i;
+}
+
+// 70 calls (more than kMaxGroupTensors), of sizes from 0 to several chunks, with their own step
+// counts (some at 0: torch's first step), and in the middle calls that end a group: other
+// attributes, another learning rate, a step count shared with the call before.
+std::vector<OptCall> optimizer_calls(const AttrMap& a, std::vector<Slot> slots) {
+  const int64_t sizes[] = {1000, 7, 5000, 1, 0, 2049, 300};
+  std::vector<OptCall> calls;
+  for (int t = 0; t < 70; ++t) {
+    OptCall c{a, slots, sizes[t % 7], t % 3 == 0 ? 0 : t % 5 + 1};
+    if (t == 47) c.other_lr = true;
+    if (t == 50) c.shares_step = 49;
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
+template <typename T>
+void check_grouped_sgd() {
+  const std::vector<Slot> plain = {Slot::kUniform, Slot::kUniform, Slot::kUniform, Slot::kLr, Slot::kStep};
+  std::vector<Slot> nest = plain;
+  nest.push_back(Slot::kUniform);
+  for (int nesterov = 0; nesterov < 2; ++nesterov) {
+    SCOPED_TRACE(nesterov ? "nesterov" : "plain");
+    auto sgd_attrs = [](float mom, float wd, int64_t nest) {
+      return attrs({{"momentum", mom}, {"dampening", 0.1f}, {"weight_decay", wd}, {"nesterov", nest}});
+    };
+    std::vector<OptCall> calls = optimizer_calls(sgd_attrs(0.9f, 1e-3f, nesterov), nesterov ? nest : plain);
+    calls[20].attrs = sgd_attrs(0.9f, 0.0f, nesterov);  // other weight decay
+    calls[30].attrs = sgd_attrs(0.0f, 1e-3f, nesterov);  // no momentum: B holds the direction
+    calls[40].attrs = sgd_attrs(0.9f, 1e-3f, 1 - nesterov);
+    calls[40].slots = nesterov ? plain : nest;
+    expect_grouped_equals_per_call<T>("SGD", calls, 2);
+    calls[35].bad = true;  // refused: the groups before it run, the rest does not
+    expect_grouped_equals_per_call<T>("SGD", calls, 1);
+  }
+}
+
+template <typename T>
+void check_grouped_adam() {
+  const std::vector<Slot> slots = {Slot::kUniform, Slot::kUniform, Slot::kUniform, Slot::kPositive, Slot::kLr,
+                                   Slot::kStep};
+  const AttrMap adam = attrs({{"beta1", 0.85f}, {"beta2", 0.99f}, {"epsilon", 1e-6f}, {"weight_decay", 1e-3f}});
+  const AttrMap adamw = attrs({{"weight_decay", 0.1f}, {"decoupled", int64_t{1}}});
+  for (int decoupled = 0; decoupled < 2; ++decoupled) {
+    SCOPED_TRACE(decoupled ? "AdamW" : "Adam");
+    std::vector<OptCall> calls = optimizer_calls(decoupled ? adamw : adam, slots);
+    for (int t : {25, 26, 27}) calls[t].attrs = decoupled ? adam : adamw;  // the other form in the middle
+    expect_grouped_equals_per_call<T>("Adam", calls, 2);
+    calls[66].bad = true;
+    expect_grouped_equals_per_call<T>("Adam", calls, 1);
+  }
+}
+
+TEST_F(CudaDevice, GroupedSgdEqualsOneCallPerTensor) {
+  check_grouped_sgd<float>();
+  check_grouped_sgd<double>();
+}
+
+TEST_F(CudaDevice, GroupedAdamEqualsOneCallPerTensor) {
+  check_grouped_adam<float>();
+  check_grouped_adam<double>();
+}
+
 // ---- what runs without a GPU ---------------------------------------------------------------------
 
 // The libraries this process loaded (printed for the GPU check's log); works without a GPU.
@@ -868,11 +1070,12 @@ TEST(CudaKernelTable, InPlaceAndHotOpsAreNative) {
 }
 
 // What a transformer's embedding, attention heads and LayerNorms run, natively: a GPT or BERT
-// stage makes no host round trip for them.
+// stage makes no host round trip for them; nor does a U-Net for its ConvTranspose, normalisations
+// and Resize.
 TEST(CudaKernelTable, TransformerOpsAreNative) {
   for (const char* op : {"Gather", "GatherGrad", "Slice", "SliceGrad", "Concat", "Split", "Expand", "LayerNormalization",
                          "LayerNormalizationGrad", "Pad", "PadGrad", "Equal", "Less", "Greater", "Cast", "ConvTranspose", "GroupNormalization",
-                         "InstanceNormalization", "GroupNormalizationGrad"})
+                         "InstanceNormalization", "GroupNormalizationGrad", "Resize", "ResizeGrad"})
     for (DType t : {DType::kFloat32, DType::kFloat64}) {
       EXPECT_TRUE(has_kernel(op, DeviceKind::kCuda, t)) << op;
       EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op << " should be native";
@@ -880,6 +1083,19 @@ TEST(CudaKernelTable, TransformerOpsAreNative) {
   for (const char* op : {"Gather", "Slice", "Concat", "Split", "Expand"})
     for (DType t : {DType::kInt64, DType::kInt32, DType::kBool}) EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op;
   for (const char* op : {"Where", "Not"}) EXPECT_FALSE(cuda::is_host_fallback(op, DType::kBool)) << op;
+}
+
+// Every optimizer op runs natively, with a multi-tensor kernel for float and double (one launch for a
+// stage's updates), and nothing else has one.
+TEST(CudaKernelTable, EveryOptimizerHasAGroupKernel) {
+  for (const char* op : {"SGDMomentum", "SGD", "Adam"})
+    for (DType t : {DType::kFloat32, DType::kFloat64}) {
+      EXPECT_FALSE(cuda::is_host_fallback(op, t)) << op;
+      EXPECT_NE(find_group_kernel(op, DeviceKind::kCuda, t), nullptr) << op << "/" << dtype_name(t);
+    }
+  for (const char* op : {"Relu", "Conv", "Resize"})
+    EXPECT_EQ(find_group_kernel(op, DeviceKind::kCuda, DType::kFloat32), nullptr) << op;
+  EXPECT_EQ(find_group_kernel("SGD", DeviceKind::kCuda, DType::kInt64), nullptr);
 }
 
 // The deferred error word's message names the op, the index, its position and the dimension, as
@@ -951,6 +1167,10 @@ TEST(CudaKernelTable, RefusesWhatTheCpuRefuses) {
       {"ReduceSumToShape", {{4, 5}}, {{3}}, {}},
       {"Transpose", {{2, 3}}, {{3, 2}}, attrs({{"perm", Ints{0, 0}}})},
       {"SGDMomentum", {{4}, {5}, {4}, {1}}, {}, {}},
+      {"Resize", {{1, 2, 4, 4}}, {{1, 2, 8, 8}}, attrs({{"_scales", Floats{2, 2}}})},         // scales per dim
+      {"Resize", {{1, 2, 4, 4}}, {{1, 2, 8, 8}}, attrs({{"_scales", Floats{1, 1, 2, 2}}, {"mode", std::string("cubic")}})},
+      {"ResizeGrad", {{1, 2, 8, 8}}, {{1, 2, 4}}, attrs({{"_scales", Floats{1, 1, 2}}})},  // ranks differ
+      {"ResizeGrad", {}, {{4}}, attrs({{"_scales", Floats{1}}})},                          // no dY
   };
   for (const Bad& b : bad) {
     for (DType t : {DType::kFloat32, DType::kFloat64}) {
