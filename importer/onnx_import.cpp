@@ -845,10 +845,9 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   RETURN_IF_ERROR(choose_trainable(*g, trainable_names, opts, path));
   if (opts.for_training) {
     FuseOptions fuse = opts.fuse;
-    // The fused products have CPU kernels only: CUDA stages keep the separate nodes (cuBLAS / cuDNN
-    // run each; a fused op would take the slow host fallback of kernels/cuda/fallback.h).
-    // Likewise the attention fusion's dropout: the CUDA FusedAttention kernel has none.
-    if (opts.device == DeviceKind::kCuda) fuse.epilogue = fuse.attention_dropout = false;
+    // The attention fusion's dropout: the CUDA FusedAttention kernel has none. (The epilogues fuse
+    // on both devices: kernels/cuda/epilogue_ops.h and batchnorm.cu run them on CUDA.)
+    if (opts.device == DeviceKind::kCuda) fuse.attention_dropout = false;
     out.fused = apply_fusions(*g, fuse);
   }
 

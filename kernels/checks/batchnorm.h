@@ -63,4 +63,13 @@ inline Status check_batch_norm_grad(const KernelCall& call, BatchNormGeometry* g
   return Status::ok();
 }
 
+// _activation "Relu": the epilogue pass (importer/fuse_epilogue.cpp) fused the Relu that read Y;
+// the kernel applies it as it writes Y (*relu).
+inline Status check_batch_norm_activation(const KernelCall& call, bool* relu) {
+  const std::string act = call.attrs.get_string("_activation", "none");
+  if (act != "none" && act != "Relu") return invalid_input("BatchNormalization: _activation '" + act + "' (none or Relu)");
+  *relu = act == "Relu";
+  return Status::ok();
+}
+
 }  // namespace pt::kernels

@@ -186,11 +186,8 @@ Status batch_normalization(const KernelCall& call) {
   const bool training = call.attrs.get_int("_training", 0) != 0 && !eval_pass;
   const double eps = call.attrs.get_float("epsilon", 1e-5f);
   const double momentum = call.attrs.get_float("momentum", 0.9f);
-  // _activation "Relu": the epilogue pass (importer/fuse_epilogue.cpp) fused the Relu that read Y.
-  const std::string act = call.attrs.get_string("_activation", "none");
-  if (act != "none" && act != "Relu")
-    return invalid_input("BatchNormalization: _activation '" + act + "' (none or Relu)");
-  const bool relu = act == "Relu";
+  bool relu = false;
+  RETURN_IF_ERROR(kernels::check_batch_norm_activation(call, &relu));
   const T* x = call.inputs[0].as<T>();          // (N, C, S)
   const T* scale = call.inputs[1].as<T>();      // (C)
   const T* bias = call.inputs[2].as<T>();       // (C)

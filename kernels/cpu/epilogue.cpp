@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks/epilogue.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/vmath.h"
@@ -19,15 +20,7 @@
 namespace pt::cpu {
 namespace {
 
-enum class Act { kNone, kRelu, kGelu };
-
-Expected<Act> activation(const KernelCall& call, const char* op) {
-  const std::string a = call.attrs.get_string("activation", "none");
-  if (a == "none") return Act::kNone;
-  if (a == "Relu") return Act::kRelu;
-  if (a == "Gelu") return Act::kGelu;
-  return invalid_input(std::string(op) + ": activation '" + a + "' (none, Relu or Gelu)");
-}
+using Act = kernels::EpilogueAct;
 
 // y[0, n) = act(z[0, n) + bias[i % cols]) over whole rows of `cols` (bias may be null; y may be z).
 template <typename T>
@@ -90,36 +83,23 @@ void run_epilogue(Act act, T* z, const T* bias, int64_t cols, int64_t total, T* 
 }
 
 Status fused_product(const KernelCall& call, const char* op, const char* product, bool bias_input) {
-  RETURN_IF_ERROR(check_arity(call, op, 2, 1));
-  ASSIGN_OR_RETURN(const Act act, activation(call, op));
-  const size_t product_inputs = bias_input ? 2 : call.inputs.size();
-  const TensorView* bias = bias_input && call.inputs.size() > 2 && call.inputs[2].present() ? &call.inputs[2] : nullptr;
+  kernels::FusedProduct f;
+  RETURN_IF_ERROR(kernels::check_fused_product(call, op, bias_input, &f));
   const TensorView& y = call.outputs[0];
-  const bool keeps_z = call.outputs.size() > 1 && call.outputs[1].present();
-  if (act == Act::kGelu && !keeps_z)
-    return invalid_input(std::string(op) + ": a Gelu epilogue needs the pre-activation output Z (GeluGrad reads it)");
-  const TensorView& z = keeps_z ? call.outputs[1] : y;
-  if (keeps_z) RETURN_IF_ERROR(check_same_dims(op, "Z", z.dims, y.dims));
-  if (y.dtype != DType::kFloat32 && y.dtype != DType::kFloat64)
-    return unsupported(std::string(op) + ": output dtype " + dtype_name(y.dtype) + " (float32 or float64)");
-  const int64_t cols = y.dims.empty() ? 1 : y.dims.back();
-  if (bias) {
-    if (bias->dtype != y.dtype) return invalid_input(std::string(op) + ": bias dtype differs from the output's");
-    if (bias->size() != cols || bias->rank() > std::max<int>(y.rank(), 1))
-      return invalid_input(std::string(op) + ": bias " + dims_str(bias->dims) + " does not run along the last axis of " +
-                           dims_str(y.dims));
-  }
+  const TensorView& z = *f.z;
+  const TensorView* bias = f.bias;
   const KernelFn fn = find_kernel(product, DeviceKind::kCpu, call.inputs[0].dtype);
   if (!fn)
     return unsupported(std::string(op) + ": no " + product + " kernel for " + dtype_name(call.inputs[0].dtype) + " operands");
+  const size_t product_inputs = f.product_inputs;
   const TensorView out[1] = {z};
   KernelCall inner{call.inputs.subspan(0, product_inputs), out, call.attrs, call.stream, call.weight_cache,
                    call.versions.size() > product_inputs ? call.versions.subspan(0, product_inputs) : call.versions};
   RETURN_IF_ERROR(fn(inner));
   if (y.dtype == DType::kFloat32)
-    run_epilogue<float>(act, z.as<float>(), bias ? bias->as<float>() : nullptr, cols, y.size(), y.as<float>());
+    run_epilogue<float>(f.act, z.as<float>(), bias ? bias->as<float>() : nullptr, f.cols, y.size(), y.as<float>());
   else
-    run_epilogue<double>(act, z.as<double>(), bias ? bias->as<double>() : nullptr, cols, y.size(), y.as<double>());
+    run_epilogue<double>(f.act, z.as<double>(), bias ? bias->as<double>() : nullptr, f.cols, y.size(), y.as<double>());
   return Status::ok();
 }
 

@@ -42,7 +42,8 @@ Status CachingAllocator::allocate(size_t bytes, void* stream, void** p) {
   const size_t size = size_class(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t pool = 0;
-  if (auto r = routes_.find(stream); r != routes_.end()) pool = r->second;
+  if (auto r = routes_.find(stream); r != routes_.end() && r->second.second == std::this_thread::get_id())
+    pool = r->second.first;
   void* got = nullptr;
   if (pool) {
     auto it = pool_free_.find({pool, size});
@@ -117,7 +118,7 @@ void CachingAllocator::route_stream(void* stream, uint64_t pool) {
     return;
   }
   PT_CHECK(pools_.count(pool)) << "caching allocator (" << backend_->name() << "): pool " << pool << " does not exist";
-  routes_[stream] = pool;
+  routes_[stream] = {pool, std::this_thread::get_id()};
 }
 
 void CachingAllocator::release_pool(uint64_t pool) {
@@ -127,7 +128,7 @@ void CachingAllocator::release_pool(uint64_t pool) {
   st_.pool_bytes -= p->second;
   pools_.erase(p);
   for (auto it = routes_.begin(); it != routes_.end();)
-    it = it->second == pool ? routes_.erase(it) : std::next(it);
+    it = it->second.first == pool ? routes_.erase(it) : std::next(it);
   for (auto it = pool_free_.lower_bound({pool, 0}); it != pool_free_.end() && it->first.first == pool;) {
     for (const auto& [block, stream] : it->second) free_[{stream, it->first.second}].push_back(block);
     it = pool_free_.erase(it);

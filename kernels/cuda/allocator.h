@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -82,6 +83,8 @@ class CachingAllocator {
   // stream (one executor's). release_pool() gives the pool's free blocks to the shared free lists
   // of the streams they were made for (after its graphs are gone and their stream has finished);
   // blocks of it still handed out go there when freed.
+  // Only the calling thread's allocations on `stream` are routed (the capturing thread's: another
+  // thread's buffer must never take a block a graph was captured with).
   uint64_t create_pool();
   void route_stream(void* stream, uint64_t pool);  // pool 0: back to the shared free lists
   void release_pool(uint64_t pool);
@@ -105,7 +108,7 @@ class CachingAllocator {
   std::map<std::pair<void*, size_t>, std::vector<void*>> free_;     // (stream, size) -> blocks
   // Private pools: (pool, size) -> (block, its stream); the streams routed to a pool; live pools.
   std::map<std::pair<uint64_t, size_t>, std::vector<std::pair<void*, void*>>> pool_free_;
-  std::unordered_map<void*, uint64_t> routes_;
+  std::unordered_map<void*, std::pair<uint64_t, std::thread::id>> routes_;  // [stream]: pool, routing thread
   std::unordered_map<uint64_t, size_t> pools_;  // [pool]: bytes of its blocks (handed out or free)
   uint64_t next_pool_ = 1;
   AllocatorStats st_;

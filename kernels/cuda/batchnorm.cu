@@ -108,11 +108,13 @@ __global__ void bn_finish_kernel(BnGeom g, const double* part, int64_t parts, co
 }
 
 template <typename T>
-__global__ void bn_apply_kernel(BnGeom g, T* y, const T* x, const T* coef) {
+__global__ void bn_apply_kernel(BnGeom g, T* y, const T* x, const T* coef, bool relu) {
   const int64_t total = g.n * g.c * g.s;
   for (int64_t e = global_index(); e < total; e += global_stride()) {
     const int64_t c = (e / g.s) % g.c;
-    y[e] = x[e] * coef[c] + coef[g.c + c];
+    const T v = x[e] * coef[c] + coef[g.c + c];
+    // The epilogue pass's BatchNormalization + Relu: Relu's x > 0 ? x : 0 of the stored y.
+    y[e] = relu ? (v > T(0) ? v : T(0)) : v;
   }
 }
 
@@ -176,8 +178,8 @@ size_t bn_scratch_doubles(const BnGeom& g) {
 template <typename T>
 cudaError_t launch_batch_norm(const BnGeom& g, T* y, const T* x, const T* scale, const T* bias, T* run_mean,
                               T* run_var, T* out_mean, T* out_var, T* saved_mean, T* saved_var, const int64_t* step,
-                              bool training, double eps, double momentum, bool unbiased, T* coef, double* scratch,
-                              cudaStream_t stream) {
+                              bool training, double eps, double momentum, bool unbiased, bool relu, T* coef,
+                              double* scratch, cudaStream_t stream) {
   if (g.c <= 0 || g.c > 65535) return g.c <= 0 ? cudaSuccess : cudaErrorInvalidConfiguration;
   const int64_t parts = bn_partitions(g);
   double* part = scratch;                   // (C, P)
@@ -199,7 +201,7 @@ cudaError_t launch_batch_norm(const BnGeom& g, T* y, const T* x, const T* scale,
   cudaError_t err = cudaGetLastError();
   const int64_t total = g.n * g.c * g.s;
   if (err != cudaSuccess || total <= 0) return err;
-  bn_apply_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(g, y, x, coef);
+  bn_apply_kernel<T><<<grid_for(total), kBlock, 0, stream>>>(g, y, x, coef, relu);
   return cudaGetLastError();
 }
 
@@ -236,7 +238,7 @@ cudaError_t launch_batch_norm_grad(const BnGeom& g, T* dx, T* dscale, T* dbias, 
 
 #define PT_BN(T)                                                                                                 \
   template cudaError_t launch_batch_norm<T>(const BnGeom&, T*, const T*, const T*, const T*, T*, T*, T*, T*, T*, \
-                                            T*, const int64_t*, bool, double, double, bool, T*, double*,         \
+                                            T*, const int64_t*, bool, double, double, bool, bool, T*, double*,   \
                                             cudaStream_t);                                                       \
   template cudaError_t launch_batch_norm_grad<T>(const BnGeom&, T*, T*, T*, const T*, const T*, const T*,        \
                                                  const T*, const T*, bool, double, T*, double*, cudaStream_t);

@@ -331,7 +331,7 @@ template <typename T>
 cudaError_t launch_batch_norm(const BnGeom& g, T* y, const T* x, const T* scale, const T* bias, T* run_mean,
                               T* run_var, T* out_mean, T* out_var, T* saved_mean, T* saved_var,
                               const int64_t* step, bool training, double eps, double momentum, bool unbiased,
-                              T* coef, double* scratch, cudaStream_t stream);
+                              bool relu, T* coef, double* scratch, cudaStream_t stream);
 // dx, dscale, dbias each may be null. run_mean/run_var: running statistics (inference mode only).
 // coef: scratch of 4*C T values, scratch of bn_scratch_doubles(g) doubles.
 template <typename T>

@@ -116,10 +116,8 @@ T* optional_out(const KernelCall& call, size_t i) {
 template <typename T>
 Status batch_normalization(const KernelCall& call) {
   RETURN_IF_ERROR(check_arity(call, "BatchNormalization", 5, 1));
-  // The epilogue pass's fused Relu has no CUDA kernel; CUDA imports do not run that pass.
-  if (call.attrs.get_string("_activation", "none") != "none")
-    return unsupported("BatchNormalization: a fused activation (_activation) has no CUDA kernel; import for the CUDA "
-                       "device leaves the Relu a node of its own");
+  bool relu = false;
+  RETURN_IF_ERROR(kernels::check_batch_norm_activation(call, &relu));
   kernels::BatchNormGeometry bg;
   RETURN_IF_ERROR(kernels::check_batch_norm(call, &bg));
   RETURN_IF_ERROR(kernels::check_batch_norm_stats(call, bg));
@@ -141,7 +139,7 @@ Status batch_normalization(const KernelCall& call) {
   PT_CUDA_CHECK(launch_batch_norm<T>(g, call.outputs[0].as<T>(), call.inputs[0].as<T>(), call.inputs[1].as<T>(),
                                      call.inputs[2].as<T>(), call.inputs[3].as<T>(), call.inputs[4].as<T>(),
                                      optional_out<T>(call, 1), optional_out<T>(call, 2), optional_out<T>(call, 3),
-                                     optional_out<T>(call, 4), step, training, eps, momentum, unbiased,
+                                     optional_out<T>(call, 4), step, training, eps, momentum, unbiased, relu,
                                      coef.as<T>(), scratch.as<double>(), stream_of(call)));
   return Status::ok();
 }

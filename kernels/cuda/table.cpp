@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_table.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/epilogue_ops.h"
 #include "kernels/cuda/fallback.h"
 #include "kernels/unary_ops.h"
 
@@ -28,6 +29,9 @@ namespace {
 #define PT_CUDA_F(op, fn) {op, DeviceKind::kCuda, DType::kFloat32, &cuda::fn<float>}, \
                           {op, DeviceKind::kCuda, DType::kFloat64, &cuda::fn<double>}
 #define PT_CUDA_T(op, fn, T, D) {op, DeviceKind::kCuda, D, &cuda::fn<T>}
+#define PT_CUDA_FUSED(op, fn) {op, DeviceKind::kCuda, DType::kFloat32, &cuda::fn}, \
+                              {op, DeviceKind::kCuda, DType::kFloat64, &cuda::fn}, \
+                              {op, DeviceKind::kCuda, DType::kBFloat16, &cuda::fn}
 
 // float32 and float64 for every op, like the CPU table (tests compare in double).
 const KernelEntry kNative[] = {
@@ -133,10 +137,16 @@ const KernelEntry kNative[] = {
     PT_CUDA_F("SGDMomentum", sgd_momentum),
     PT_CUDA_F("SGD", sgd),
     PT_CUDA_F("Adam", adam),
+    // epilogue_ops.cpp (epilogue.cu): the fused products, for the CPU's dtypes (bfloat16 operands
+    // under --precision bf16, float32 out)
+    PT_CUDA_FUSED("FusedMatMul", fused_matmul),
+    PT_CUDA_FUSED("FusedGemm", fused_gemm),
+    PT_CUDA_FUSED("FusedConv", fused_conv),
 };
 
 #undef PT_CUDA_F
 #undef PT_CUDA_T
+#undef PT_CUDA_FUSED
 
 // Host fallbacks, derived from the CPU table: row I runs the CPU kernel of cpu::kCpuTable[I] on
 // staged copies. Rows with a native kernel for the same (op, dtype) are left out of the table.

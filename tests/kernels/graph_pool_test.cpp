@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <thread>
 
 #include "kernels/cuda/allocator.h"
 
@@ -61,6 +62,13 @@ TEST(AllocatorPools, ARoutedStreamTakesAndReturnsThePoolsBlocksOnly) {
   a.deallocate(z);
   a.deallocate(w);
   EXPECT_EQ(a.stats().pool_bytes, cuda::CachingAllocator::size_class(1000));
+  // Another thread allocating on a routed stream gets a shared block, never the pool's.
+  a.route_stream(kS1, pool);
+  void* other = nullptr;
+  std::thread([&] { ASSERT_TRUE(a.allocate(1000, kS1, &other).is_ok()); }).join();
+  EXPECT_NE(other, x);
+  a.deallocate(other);
+  a.route_stream(kS1, 0);
   EXPECT_NE(a.stats().summary().find("kept for CUDA graphs"), std::string::npos) << a.stats().summary();
 }
 
