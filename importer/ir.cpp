@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "kernels/registry.h"
+
 namespace pt {
 
 const char* phase_name(Phase p) {
@@ -29,6 +31,13 @@ const char* value_kind_name(ValueKind k) {
   return "?";
 }
 
+bool Node::runs_on_host(DeviceKind device) const {
+  std::vector<Dims> in, out;
+  for (const Value* v : inputs) in.push_back(v ? v->dims : Dims{});
+  for (const Value* v : outputs) out.push_back(v ? v->dims : Dims{});
+  return pt::runs_on_host(op_type, device, kernel_dtype(), attrs, in, out);
+}
+
 std::string Node::describe() const {
   return "node '" + name + "' (" + op_type + ")";
 }
@@ -44,7 +53,7 @@ std::string Graph::unique_name(const std::string& base) const {
 Value* Graph::add_value(const std::string& name, DType dtype, Dims dims, ValueKind kind) {
   auto v = std::make_unique<Value>();
   v->id = static_cast<int>(values_.size());
-  v->name = unique_name(name.empty() ? "v" + std::to_string(v->id) : name);
+  v->name = unique_name(name.empty() ? std::string("v").append(std::to_string(v->id)) : name);
   v->dtype = dtype;
   v->dims = std::move(dims);
   v->kind = kind;

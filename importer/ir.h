@@ -29,6 +29,7 @@ enum class ValueKind {
 const char* value_kind_name(ValueKind k);
 
 struct Node;
+enum class DeviceKind;  // kernels/registry.h
 
 struct Value {
   int id = -1;
@@ -63,6 +64,9 @@ struct Node {
   // The dtype its kernel is looked up with (KernelEntry::dtype): its first input's, float32 for a
   // node without inputs.
   DType kernel_dtype() const { return inputs.empty() || !inputs[0] ? DType::kFloat32 : inputs[0]->dtype; }
+  // True when this node's kernel on `device` runs the CPU kernel on host copies (the CUDA host
+  // fallback, for its op and dtype or for its attributes: kernels/registry.h's runs_on_host).
+  bool runs_on_host(DeviceKind device) const;
 };
 
 class Graph {

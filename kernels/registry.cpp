@@ -69,6 +69,15 @@ bool runs_on_host(std::string_view op, DeviceKind device, DType dtype) {
   return false;
 }
 
+bool runs_on_host(std::string_view op, DeviceKind device, DType dtype, const AttrMap& attrs,
+                  std::span<const Dims> inputs, std::span<const Dims> outputs) {
+#ifdef PIPETRAIN_HAVE_CUDA
+  if (device == DeviceKind::kCuda) return cuda::call_takes_host(op, dtype, attrs, inputs, outputs);
+#endif
+  (void)op, (void)device, (void)dtype, (void)attrs, (void)inputs, (void)outputs;
+  return false;
+}
+
 std::vector<std::string> supported_ops(DeviceKind device) {
   std::set<std::string> s;
   for (const KernelEntry& e : table())

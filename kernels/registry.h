@@ -62,6 +62,11 @@ bool has_kernel(std::string_view op, DeviceKind device, DType dtype);
 // fallback (kernels/cuda/fallback.h: its inputs copied to the host and its outputs back, with a
 // synchronisation, at every call). False for native kernels and on the CPU.
 bool runs_on_host(std::string_view op, DeviceKind device, DType dtype);
+// The same for one call, given its attributes and the dims of its inputs and outputs: also true
+// where the native kernel itself runs the CPU kernel for these attributes (CUDA: convolutions with
+// asymmetric pads, which cuDNN's descriptor cannot express; PadGrad in reflect or edge mode).
+bool runs_on_host(std::string_view op, DeviceKind device, DType dtype, const AttrMap& attrs,
+                  std::span<const Dims> inputs, std::span<const Dims> outputs);
 // Every op with a kernel on `device` for some dtype, sorted (for "known ops" hints).
 std::vector<std::string> supported_ops(DeviceKind device);
 // All entries (CPU table, then CUDA table when built with CUDA).

@@ -187,7 +187,7 @@ Status layout_plan(const Graph& g, Plan* plan) {
     s.shared_params = ls.shared;
     s.host_fallback.clear();
     for (const Node* n : s.nodes)
-      if (runs_on_host(n->op_type, s.device.kind, n->kernel_dtype())) s.host_fallback.push_back(n);
+      if (n->runs_on_host(s.device.kind)) s.host_fallback.push_back(n);
   }
   // A weight shared across stages: its owner serves versions of it from its buffers and sums the
   // readers' gradients into its own, so neither side runs its updates inside the backward; their

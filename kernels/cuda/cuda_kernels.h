@@ -23,6 +23,14 @@ std::span<const KernelEntry> kernel_table();
 KernelGroupFn group_kernel(std::string_view op, DType dtype);
 // True when (op, dtype) on CUDA runs the CPU kernel through the host fallback.
 bool is_host_fallback(std::string_view op, DType dtype);
+// is_host_fallback, or a native kernel that runs the CPU kernel for this call's attributes and
+// dims (registry.h's runs_on_host with attributes): Conv, FusedConv, ConvGradInput and
+// ConvGradWeight with asymmetric pads; PadGrad in reflect or edge mode.
+bool call_takes_host(std::string_view op, DType dtype, const AttrMap& attrs, std::span<const Dims> inputs,
+                     std::span<const Dims> outputs);
+// The convolution part of it (dnn_ops.cpp): false for other ops and for calls whose dims do not fit.
+bool conv_takes_host(std::string_view op, const AttrMap& attrs, std::span<const Dims> inputs,
+                     std::span<const Dims> outputs);
 // Ops that run on CUDA only through the host fallback (sorted).
 std::vector<std::string> fallback_ops();
 

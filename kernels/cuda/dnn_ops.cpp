@@ -657,4 +657,22 @@ template Status softmax_rows<float>(cudaStream_t, const char*, bool, int64_t, in
 template Status softmax_rows<double>(cudaStream_t, const char*, bool, int64_t, int64_t, int64_t, const double*,
                                      double*);
 
+bool conv_takes_host(std::string_view op, const AttrMap& attrs, std::span<const Dims> inputs,
+                     std::span<const Dims> outputs) {
+  if (inputs.size() < 2 || outputs.empty()) return false;
+  const Dims *x = nullptr, *w = nullptr, *y = nullptr;
+  if (op == "Conv" || op == "FusedConv") {  // (X, W[, B]) -> Y
+    x = &inputs[0], w = &inputs[1], y = &outputs[0];
+  } else if (op == "ConvGradInput") {  // (dY, W) -> dX
+    x = &outputs[0], w = &inputs[1], y = &inputs[0];
+  } else if (op == "ConvGradWeight") {  // (dY, X) -> dW
+    x = &inputs[1], w = &outputs[0], y = &inputs[0];
+  } else {
+    return false;
+  }
+  ConvSetup cs;
+  const std::string name(op);
+  return conv_setup(name.c_str(), attrs, *x, *w, *y, &cs).is_ok() && !cs.symmetric;
+}
+
 }  // namespace pt::cuda

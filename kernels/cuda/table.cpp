@@ -216,6 +216,13 @@ KernelGroupFn group_kernel(std::string_view op, DType dtype) {
   return nullptr;
 }
 
+bool call_takes_host(std::string_view op, DType dtype, const AttrMap& attrs, std::span<const Dims> inputs,
+                     std::span<const Dims> outputs) {
+  if (is_host_fallback(op, dtype)) return true;
+  if (op == "PadGrad") return attrs.get_string("mode", "constant") != "constant";  // pad_ops.cpp
+  return conv_takes_host(op, attrs, inputs, outputs);
+}
+
 std::vector<std::string> fallback_ops() {
   std::set<std::string> s, native;
   for (const KernelEntry& e : kNative) native.insert(e.op);

@@ -274,7 +274,7 @@ TEST(GradCheckOpset18, Einsum) {
     SCOPED_TRACE(seed_trace(seed, std::string("Einsum ") + ec.eq));
     GradCheck c(seed++);
     std::vector<Value*> ins;
-    for (size_t k = 0; k < ec.dims.size(); ++k) ins.push_back(c.value("x" + std::to_string(k), ec.dims[k]));
+    for (size_t k = 0; k < ec.dims.size(); ++k) ins.push_back(c.value(std::string("x").append(std::to_string(k)), ec.dims[k]));
     AttrMap a;
     a.set("equation", std::string(ec.eq));
     c.check({c.op1("Einsum", ins, a, 12)}, ins);

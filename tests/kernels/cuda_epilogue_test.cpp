@@ -133,6 +133,30 @@ TEST(CudaEpilogue, NativeEntriesAndSharedRefusals) {
   EXPECT_EQ(gpu.message(), cpu.message()) << "refused before touching the (host) pointers";
 }
 
+// Native kernels that run the CPU kernel for some attributes are named as host fallbacks for those
+// calls (the plan's list and the CUDA graphs' refusal read it): convolutions with asymmetric pads in
+// every direction of the pass, PadGrad in reflect or edge mode. No GPU needed.
+TEST(CudaKernelTable, AttributesThatTakeTheHostAreNamed) {
+  AttrMap asym, sym, reflect, constant;
+  asym.set("pads", std::vector<int64_t>{0, 0, 1, 1});
+  sym.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  reflect.set("mode", std::string("reflect"));
+  const Dims x{1, 2, 5, 5}, w{3, 2, 3, 3}, y_asym{1, 3, 4, 4}, y_sym{1, 3, 5, 5};
+  auto host = [](const char* op, const AttrMap& a, std::vector<Dims> in, std::vector<Dims> out,
+                 DeviceKind d = DeviceKind::kCuda) { return runs_on_host(op, d, DType::kFloat32, a, in, out); };
+  EXPECT_TRUE(host("Conv", asym, {x, w}, {y_asym}));
+  EXPECT_TRUE(host("FusedConv", asym, {x, w, {3}}, {y_asym}));
+  EXPECT_TRUE(host("ConvGradInput", asym, {y_asym, w}, {x}));
+  EXPECT_TRUE(host("ConvGradWeight", asym, {y_asym, x}, {w}));
+  EXPECT_FALSE(host("Conv", sym, {x, w}, {y_sym}));
+  EXPECT_FALSE(host("ConvGradWeight", sym, {y_sym, x}, {w}));
+  EXPECT_FALSE(host("Conv", asym, {x, w}, {y_asym}, DeviceKind::kCpu));
+  EXPECT_FALSE(host("Conv", asym, {x, w}, {Dims{1, 3, 9, 9}})) << "dims that do not fit: the kernel refuses, no host";
+  EXPECT_TRUE(host("PadGrad", reflect, {Dims{1, 4}}, {Dims{1, 2}}));
+  EXPECT_FALSE(host("PadGrad", constant, {Dims{1, 4}}, {Dims{1, 2}}));
+  EXPECT_TRUE(host("LRN", constant, {x}, {x})) << "an op without a native kernel";
+}
+
 }  // namespace
 }  // namespace pt
 
