@@ -230,7 +230,6 @@ Status MpiJob::check_stages(int gpus, int replicas) const {
 void MpiJob::set_plan_flags(PlanFlags* pf) {
   if (!cluster_) return;
   pf->write_reports = cluster_->rank() == 0;
-  pf->one_stage_per_rank = true;
   pf->node_of_stage.clear();
   // Stage k of replica 0 runs on rank k * R (rank_of in runtime/pipeline/stage.h).
   const int R = std::max(1, cluster_->size() / std::max(1, pf->stages));

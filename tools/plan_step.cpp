@@ -287,7 +287,6 @@ Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Pro
     fc.virtual_stages = chunked_schedule(o.s) ? 2 : 1;
     if (o.s == Schedule::kInterleaved) o.why_not = interleaved_error(f.stages, 2, f.micro_batches);
     if (o.s == Schedule::kZBV && f.stages < 2) o.why_not = "one stage";
-    if (chunked_schedule(o.s) && f.one_stage_per_rank) o.why_not = "not under MPI yet";
     if (!o.why_not.empty()) {
       o.applies = false;
       continue;

@@ -47,10 +47,8 @@ struct PlanFlags {
   std::string out_dir;
   bool quiet = false;
   bool write_reports = true;              // under MPI: rank 0 only
-  // Under MPI: one rank runs one stage, so schedules with several stages per device (interleaved,
-  // ZB-V) cannot run yet; --schedule auto leaves them out.
-  bool one_stage_per_rank = false;
-  // Multi-node: the node of every stage (empty: one node); cuts between nodes use the network link.
+  // Multi-node: the node of every device (a rank; empty: one node); cuts between nodes use the
+  // network link. Interleaved stages and ZB-V repeat it for each virtual stage of a device.
   std::vector<int> node_of_stage;
   int cpu_threads = 0;                    // threads of one CPU stage; 0: the cores / stages
   // The cost model calibrated on this machine's device (runtime/exec/calibrate.h): on by default,

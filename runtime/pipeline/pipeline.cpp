@@ -38,6 +38,13 @@ namespace pt {
 
 int PipelineTrainer::Impl::rank() const { return opts.cluster ? opts.cluster->rank() : 0; }
 
+std::vector<int> PipelineTrainer::Impl::stages_of_device(int d) const {
+  std::vector<int> out;
+  for (int k = 0; k < static_cast<int>(stages.size()); ++k)
+    if (device_of(k) == d) out.push_back(k);
+  return out;
+}
+
 std::vector<Stage*> PipelineTrainer::Impl::local_stages() const {
   std::vector<Stage*> out;
   for (auto& st : stages)
@@ -87,9 +94,6 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
     if (const std::string why = interleaved_error(static_cast<int>(plan.stages.size()) / V, V, opts.micro_batches);
         opts.schedule == Schedule::kInterleaved && !why.empty())
       return invalid_input(why);
-    if (opts.cluster)
-      return unsupported(std::string("--schedule ") + schedule_name(opts.schedule) +
-                         " under MPI (one rank per stage) is not supported yet: run the stages in one process");
   }
   if (opts.program) {
     if (opts.program->virtual_stages() != static_cast<int>(plan.stages.size()))
@@ -115,9 +119,11 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
                          "; training was asked for " + schedule_name(opts.schedule));
   const int N = static_cast<int>(plan.stages.size()), R = opts.replicas;
   if (R < 1) return invalid_input("--replicas " + std::to_string(R) + ": must be at least 1");
-  if (opts.cluster && opts.cluster->size() != N * R)
-    return invalid_input("--gpus " + std::to_string(N) + (R > 1 ? " x --replicas " + std::to_string(R) : "") + ": the job has " +
-                         std::to_string(opts.cluster->size()) + " ranks; one rank runs one stage" +
+  // A rank runs a device: one stage, or a device's virtual stages (interleaved, ZB-V).
+  const int devices = N / std::max(1, opts.virtual_stages);
+  if (opts.cluster && opts.cluster->size() != devices * R)
+    return invalid_input("--gpus " + std::to_string(devices) + (R > 1 ? " x --replicas " + std::to_string(R) : "") +
+                         ": the job has " + std::to_string(opts.cluster->size()) + " ranks; one rank runs one device" +
                          (R > 1 ? " of one replica" : "") + ", so --gpus" + (R > 1 ? " x --replicas" : "") +
                          " must equal the number of ranks");
   if (opts.cluster && R > 1 && g.inputs.size() > 1)
@@ -347,9 +353,11 @@ Status PipelineTrainer::Impl::attach_reducers(int N) {
   const int R = opts.replicas;
   if (R <= 1) return Status::ok();
   if (distributed()) {
-    RETURN_IF_ERROR(opts.cluster->split_groups(my_stage()));
+    // One group per device (its replicas' ranks); the device's stages all-reduce through it in
+    // their program's order, which every replica runs alike.
+    RETURN_IF_ERROR(opts.cluster->split_groups(my_device()));
     reducers.push_back(make_rank_reducer(*opts.cluster, R));
-    stages[my_stage()]->reducer = reducers.back().get();
+    for (Stage* st : local_stages()) st->reducer = reducers.back().get();
     return Status::ok();
   }
   for (int k = 0; k < N; ++k) {
@@ -389,8 +397,11 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const Graph& 
   const int N = static_cast<int>(plan.stages.size());
   const StageLayout& layout = plan.layout;
 
+  if (impl->opts.program->chunks > 1)
+    for (int k = 0; k < N; ++k) impl->device_of_stage.push_back(impl->opts.program->device_of(k));
   RETURN_IF_ERROR(impl->build_replica(plan, 0, &impl->stages));
-  if (impl->distributed()) impl->stages.at(impl->my_stage())->replica = impl->my_replica();  // its replica's stage
+  if (impl->distributed())  // this rank's stages are its replica's
+    for (Stage* st : impl->local_stages()) st->replica = impl->my_replica();
   for (int r = 1; r < opts.replicas && !impl->distributed(); ++r) {
     impl->more_replicas.emplace_back();
     RETURN_IF_ERROR(impl->build_replica(plan, r, &impl->more_replicas.back()));
@@ -736,7 +747,8 @@ class PipelineStageSet final : public StageSet {
         devices[r][static_cast<size_t>(ir.chunk_of(st->index))] = st;
       }
       for (size_t r = 0; r < devices.size(); ++r)
-        jobs.push_back([&sh = sh_, chunks = devices[r], &p = ir.stages[r % ir.stages.size()]] { run_device(sh, chunks, p); });
+        if (!devices[r].empty())  // under MPI: this rank's device only
+          jobs.push_back([&sh = sh_, chunks = devices[r], &p = ir.stages[r % ir.stages.size()]] { run_device(sh, chunks, p); });
     }
     threads_.start(std::move(jobs));
   }
@@ -790,8 +802,10 @@ class PipelineStageSet final : public StageSet {
       sh_.snapshots.erase(s0);
       sh_.snapshot_count.erase(s0);
     }
-    if (mine) {
-      *mine = std::move(snap[impl_.my_stage()]);
+    if (mine) {  // this rank's stages, in stage order
+      mine->clear();
+      for (int k : impl_.stages_of_device(impl_.my_device()))
+        for (auto& entry : snap[static_cast<size_t>(k)]) mine->push_back(std::move(entry));
       return true;
     }
     for (auto& per_stage : snap)

@@ -2,6 +2,7 @@
 // rank's stage and its neighbours, the data links from rank 0, and the coordinator messages that
 // bring losses, validation weights, checkpoints and the final weights, stats and trace to rank 0
 // (the MPI RankCoordinator).
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -25,20 +26,26 @@ Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity
   Cluster& C = *opts.cluster;
   const int me = C.rank();
   const int my_r = my_replica();
-  Stage& mine = *stages.at(my_stage());
   // The stages of this rank's replica: links join ranks of one replica (rank_of(stage, replica)).
+  // Two stages of one rank (a device's virtual stages: ZB-V's turn) meet through a channel here.
   auto R_ = [&](int stage) { return rank_of(stage, my_r); };
   auto add = [&](std::unique_ptr<Link> link) {
     channels.push_back(std::move(link));
     return channels.back().get();
   };
+  const std::shared_ptr<Device> my_device = local_stages().at(0)->ex->device();
   // Links between CUDA stages on GPUs of their own go through NCCL; otherwise through MPI (host
   // staged). Every rank walks the same list of links, so a link's number names it on both ends.
   const bool nccl = opts.nccl_links && opts.device == DeviceKind::kCuda;
   int link_no = 0;
-  auto make = [&](const std::vector<const Value*>& values, int from, int to, int kind) -> Expected<std::unique_ptr<Link>> {
-    if (nccl) return make_nccl_link(values, C, from, to, link_no, mine.ex->device());
-    return C.make_link(values, from, to, kind, capacity);
+  auto make = [&](const std::vector<const Value*>& values, int from, int to, int kind, int slots) -> Expected<std::unique_ptr<Link>> {
+    if (from == to) {  // within this rank
+      ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(values, slots, my_device));
+      ch->set_spin(std::chrono::microseconds(opts.handoff_spin_us));
+      return std::unique_ptr<Link>(std::move(ch));
+    }
+    if (nccl) return make_nccl_link(values, C, from, to, link_no, my_device);
+    return C.make_link(values, from, to, kind, slots);
   };
   for (const auto* flows : {&layout.activations, &layout.gradients}) {
     const bool forward = flows == &layout.activations;
@@ -46,10 +53,10 @@ Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity
       const int from = R_(f.from), to = R_(f.to);
       ++link_no;
       if (from != me && to != me) continue;
-      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(f.values, from, to, forward ? kLinkForward : kLinkBackward));
+      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(f.values, from, to, forward ? kLinkForward : kLinkBackward, capacity));
       Link* l = add(std::move(link));
-      if (from == me) (forward ? mine.fwd_out : mine.bwd_out).push_back(l);
-      else (forward ? mine.fwd_in : mine.bwd_in).push_back(l);
+      if (from == me) (forward ? stages[f.from]->fwd_out : stages[f.from]->bwd_out).push_back(l);
+      if (to == me) (forward ? stages[f.to]->fwd_in : stages[f.to]->bwd_in).push_back(l);
     }
   }
   // Shared weights, owner to reader (the trainer attaches them to the stages).
@@ -59,26 +66,23 @@ Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity
     const int owner = R_(f.owner), reader = R_(f.reader);
     ++link_no;
     if (owner != me && reader != me) continue;
-    if (nccl) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make_nccl_link(f.values, C, owner, reader, link_no, mine.ex->device()));
-      shared_links[i] = add(std::move(link));
-    } else {
-      ASSIGN_OR_RETURN(std::unique_ptr<Link> link, C.make_link(f.values, owner, reader,
-                                                               f.backward ? kLinkWeightsBackward : kLinkWeightsForward, f.slots));
-      shared_links[i] = add(std::move(link));
-    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Link> link,
+                     make(f.values, owner, reader, f.backward ? kLinkWeightsBackward : kLinkWeightsForward, f.slots));
+    shared_links[i] = add(std::move(link));
   }
   // Data links from rank 0 to the stages of replica 0 that read data (the other replicas' stages
-  // receive their batches as messages: relay_claims).
+  // receive their batches as messages: relay_claims). A stage on rank 0 itself reads the data as in
+  // one process.
   for (auto& st : stages) {
     if (st->index == 0 || (!st->reads_input && !st->reads_labels && st->more_inputs.empty())) continue;
     ++link_no;
-    if (me != 0 && me != rank_of(st->index, 0)) continue;
+    const int q = rank_of(st->index, 0);
+    if (q == 0 || (me != 0 && me != q)) continue;
     std::vector<const Value*> values;
     if (st->reads_input) values.push_back(st->input);
     if (st->reads_labels) values.push_back(st->labels);
     for (const auto& [k, v] : st->more_inputs) values.push_back(v);  // several inputs: those it reads
-    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, 0, rank_of(st->index, 0), kLinkData));
+    ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(values, 0, q, kLinkData, capacity));
     Link* l = add(std::move(link));
     if (me == 0) stages[0]->data_out.push_back(l);
     else st->data_in = l;
@@ -159,7 +163,7 @@ class MpiCoordinator final : public RankCoordinator {
   explicit MpiCoordinator(PipelineTrainer::Impl& impl)
       : RankCoordinator(impl.opts.cluster->rank() == 0), impl_(impl), cluster_(*impl.opts.cluster) {}
   bool distributed() const override { return true; }
-  int local_stages() const override { return 1; }
+  int local_stages() const override { return static_cast<int>(mine().size()); }
   Status agree_data(int64_t* n, bool* validate) override;
   Status share_resume(const Status& resumed, int64_t* start, const Tensors& tensors) override;
   void relay_claims(RunShared& sh) override;
@@ -173,6 +177,18 @@ class MpiCoordinator final : public RankCoordinator {
 
  private:
   int num_stages() const { return static_cast<int>(impl_.stages.size()); }
+  // This rank's stages (its device's), in stage order; those of rank q.
+  std::vector<int> mine() const { return impl_.stages_of_device(impl_.my_device()); }
+  std::vector<int> of_rank(int q) const { return impl_.stages_of_device(q / replicas()); }
+  // The checkpoint values of stages `ks`, in stage order.
+  std::vector<const Value*> checkpoint_values(const std::vector<int>& ks) const {
+    std::vector<const Value*> vs;
+    for (int k : ks) {
+      const std::vector<const Value*> part = impl_.checkpoint_values_of(k);
+      vs.insert(vs.end(), part.begin(), part.end());
+    }
+    return vs;
+  }
   int replicas() const { return impl_.opts.replicas; }
   // Stage k's rank in replica 0: the replica whose weights, state, stats and trace are the run's.
   int rank0_of(int k) const { return impl_.rank_of(k, 0); }
@@ -203,17 +219,16 @@ Status MpiCoordinator::share_resume(const Status& resumed, int64_t* start, const
   if (!rs[0]) return leads() ? resumed : Status(StatusCode::kInvalidInput, "rank 0 could not resume (its message says why)");
   *start = rs[1];
   std::vector<char> buf;
-  for (int q = 1; q < cluster_.size(); ++q) {  // every rank: its stage's part (each replica alike)
-    const int k = q / replicas();
+  for (int q = 1; q < cluster_.size(); ++q) {  // every rank: its stages' part (each replica alike)
     if (leads()) {
-      impl_.pack_values(impl_.checkpoint_values_of(k), tensors, &buf);
+      impl_.pack_values(checkpoint_values(of_rank(q)), tensors, &buf);
       if (!cluster_.send(q, kMsgCheckpoint, 0, buf.data(), buf.size()))
         return internal_error("aborted while sending rank " + std::to_string(q) + " its checkpoint");
     } else if (q == cluster_.rank()) {
-      const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
+      const std::vector<const Value*> vs = checkpoint_values(mine());
       buf.resize(bytes_of(vs));
       if (!cluster_.recv(0, kMsgCheckpoint, 0, buf.data(), buf.size()))
-        return internal_error("aborted while receiving this stage's checkpoint from rank 0");
+        return internal_error("aborted while receiving this rank's checkpoint from rank 0");
       Tensors t;
       impl_.unpack_values(vs, buf, &t);
       RETURN_IF_ERROR(impl_.restore_tensors(t, *start));
@@ -228,15 +243,15 @@ Status MpiCoordinator::gather_checkpoint(int64_t step, Tensors* t) {
   if (!leads()) {
     if (impl_.my_replica() != 0) return Status::ok();  // replica 0's stages hold the run's weights
     std::vector<char> buf;
-    impl_.pack_values(impl_.checkpoint_values_of(impl_.my_stage()), *t, &buf);
+    impl_.pack_values(checkpoint_values(mine()), *t, &buf);
     if (!cluster_.send(0, kMsgCheckpoint, step, buf.data(), buf.size()))
       return internal_error("aborted while sending the checkpoint of step " + std::to_string(step) + " to rank 0");
     return Status::ok();
   }
-  for (int k = 1; k < num_stages(); ++k) {
-    const std::vector<const Value*> vs = impl_.checkpoint_values_of(k);
+  for (int q = replicas(); q < cluster_.size(); q += replicas()) {  // replica 0's ranks
+    const std::vector<const Value*> vs = checkpoint_values(of_rank(q));
     std::vector<char> buf(bytes_of(vs));
-    if (!cluster_.recv(rank0_of(k), kMsgCheckpoint, step, buf.data(), buf.size()))
+    if (!cluster_.recv(q, kMsgCheckpoint, step, buf.data(), buf.size()))
       return internal_error("aborted while gathering the checkpoint of step " + std::to_string(step));
     impl_.unpack_values(vs, buf, t);
   }
@@ -250,10 +265,10 @@ Status MpiCoordinator::pass_losses(int64_t s0, std::vector<double>* losses) {
   auto lost = [&] { return internal_error("aborted while passing the loss of step " + std::to_string(s0 + 1) + " to rank 0"); };
   const int L = impl_.loss_stage;
   if (!leads()) {
-    if (impl_.my_stage() == L && !cluster_.send(0, kMsgLoss, s0, losses->data(), bytes)) return lost();
+    if (impl_.local(L) && !cluster_.send(0, kMsgLoss, s0, losses->data(), bytes)) return lost();
     return Status::ok();
   }
-  if (L != 0 && !cluster_.recv(rank0_of(L), kMsgLoss, s0, losses->data(), bytes)) return lost();
+  if (rank0_of(L) != 0 && !cluster_.recv(rank0_of(L), kMsgLoss, s0, losses->data(), bytes)) return lost();
   if (replicas() == 1) return Status::ok();
   std::vector<double> part(losses->size());
   for (int r = 1; r < replicas(); ++r) {
@@ -272,70 +287,89 @@ Status MpiCoordinator::send_snapshot(int64_t s0, const Snapshot& snap) {
 }
 
 Status MpiCoordinator::gather_snapshots(int64_t s0) {
-  for (int k = 1; k < num_stages(); ++k) {
-    snap_buf_.resize(impl_.snapshot_bytes(k));
-    if (!cluster_.recv(rank0_of(k), kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
+  for (int q = replicas(); q < cluster_.size(); q += replicas()) {  // one message per rank of replica 0
+    const std::vector<int> ks = of_rank(q);
+    size_t bytes = 0;
+    for (int k : ks) bytes += impl_.snapshot_bytes(k);
+    snap_buf_.resize(bytes);
+    if (!cluster_.recv(q, kMsgSnapshot, s0, snap_buf_.data(), snap_buf_.size()))
       return internal_error("aborted while gathering the weights of step " + std::to_string(s0 + 1));
-    impl_.unpack_into_eval(k, snap_buf_);
+    size_t at = 0;
+    for (int k : ks) {
+      const size_t n = impl_.snapshot_bytes(k);
+      impl_.unpack_into_eval(k, std::vector<char>(snap_buf_.begin() + static_cast<std::ptrdiff_t>(at),
+                                                  snap_buf_.begin() + static_cast<std::ptrdiff_t>(at + n)));
+      at += n;
+    }
   }
   return Status::ok();
 }
 
 Status MpiCoordinator::gather_final() {
   const int me = cluster_.rank();
-  const int N = num_stages();
   auto lost = [](int k, const char* what) {
     return internal_error(std::string("aborted while gathering ") + what + " of stage " + std::to_string(k) + " to rank 0");
   };
   if (me != 0) {
     if (impl_.my_replica() != 0) return Status::ok();  // replica 0's weights, stats and trace are the run's
-    const Stage& st = *impl_.stages.at(impl_.my_stage());
+    // One message of this rank's stages' weights and state (in stage order), then per stage its
+    // stats and trace.
     std::vector<std::pair<const Value*, HostTensor>> snap;
-    for (size_t i = 0; i < st.params.size(); ++i) {
-      ASSIGN_OR_RETURN(HostTensor t, st.master(i));
-      snap.emplace_back(st.params[i], std::move(t));
-    }
-    for (const Value* v : st.state) {
-      ASSIGN_OR_RETURN(HostTensor t, st.ex->fetch(v));
-      snap.emplace_back(v, std::move(t));
+    for (int k : mine()) {
+      const Stage& st = *impl_.stages.at(k);
+      for (size_t i = 0; i < st.params.size(); ++i) {
+        ASSIGN_OR_RETURN(HostTensor t, st.master(i));
+        snap.emplace_back(st.params[i], std::move(t));
+      }
+      for (const Value* v : st.state) {
+        ASSIGN_OR_RETURN(HostTensor t, st.ex->fetch(v));
+        snap.emplace_back(v, std::move(t));
+      }
     }
     std::vector<char> buf;
     impl_.pack_snapshot(snap, &buf);
-    const int k = st.index;
-    if (!cluster_.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
-    const StageStats stats = st.stats;
-    if (!cluster_.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
-    const int64_t count = static_cast<int64_t>(st.trace.size());
-    if (!cluster_.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
-    if (count > 0 && !cluster_.send(0, kMsgTrace, 0, st.trace.data(), st.trace.size() * sizeof(PassRecord)))
-      return lost(k, "the trace");
+    if (!cluster_.send(0, kMsgFinal, 0, buf.data(), buf.size())) return lost(mine().front(), "the weights");
+    for (int k : mine()) {
+      const Stage& st = *impl_.stages.at(k);
+      const StageStats stats = st.stats;
+      if (!cluster_.send(0, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
+      const int64_t count = static_cast<int64_t>(st.trace.size());
+      if (!cluster_.send(0, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
+      if (count > 0 && !cluster_.send(0, kMsgTrace, 0, st.trace.data(), st.trace.size() * sizeof(PassRecord)))
+        return lost(k, "the trace");
+    }
     return Status::ok();
   }
   impl_.remote_values.clear();
   impl_.remote_stats.clear();
   impl_.remote_trace.clear();
   std::vector<char> buf;
-  for (int k = 1; k < N; ++k) {
-    const int q = rank0_of(k);
-    buf.resize(impl_.snapshot_bytes(k));
-    if (!cluster_.recv(q, kMsgFinal, 0, buf.data(), buf.size())) return lost(k, "the weights");
+  for (int q = replicas(); q < cluster_.size(); q += replicas()) {  // replica 0's other ranks
+    const std::vector<int> ks = of_rank(q);
+    size_t bytes = 0;
+    for (int k : ks) bytes += impl_.snapshot_bytes(k);
+    buf.resize(bytes);
+    if (!cluster_.recv(q, kMsgFinal, 0, buf.data(), buf.size())) return lost(ks.front(), "the weights");
     const char* p = buf.data();
-    for (const auto* list : {&impl_.stages[k]->params, &impl_.stages[k]->state})
-      for (const Value* v : *list) {
-        HostTensor t(v->dtype, v->dims);
-        std::memcpy(t.data(), p, t.bytes());
-        p += t.bytes();
-        impl_.remote_values[v->name] = std::move(t);
+    for (int k : ks)
+      for (const auto* list : {&impl_.stages[k]->params, &impl_.stages[k]->state})
+        for (const Value* v : *list) {
+          HostTensor t(v->dtype, v->dims);
+          std::memcpy(t.data(), p, t.bytes());
+          p += t.bytes();
+          impl_.remote_values[v->name] = std::move(t);
+        }
+    for (int k : ks) {
+      StageStats stats;
+      if (!cluster_.recv(q, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
+      impl_.remote_stats.push_back(stats);
+      int64_t count = 0;
+      if (!cluster_.recv(q, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
+      if (count > 0) {
+        std::vector<PassRecord> recs(static_cast<size_t>(count));
+        if (!cluster_.recv(q, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
+        impl_.remote_trace.insert(impl_.remote_trace.end(), recs.begin(), recs.end());
       }
-    StageStats stats;
-    if (!cluster_.recv(q, kMsgStats, 0, &stats, sizeof stats)) return lost(k, "the stats");
-    impl_.remote_stats.push_back(stats);
-    int64_t count = 0;
-    if (!cluster_.recv(q, kMsgTraceCount, 0, &count, sizeof count)) return lost(k, "the trace");
-    if (count > 0) {
-      std::vector<PassRecord> recs(static_cast<size_t>(count));
-      if (!cluster_.recv(q, kMsgTrace, 0, recs.data(), recs.size() * sizeof(PassRecord))) return lost(k, "the trace");
-      impl_.remote_trace.insert(impl_.remote_trace.end(), recs.begin(), recs.end());
     }
   }
   return Status::ok();
@@ -380,8 +414,19 @@ void MpiCoordinator::relay_claims(RunShared& sh) {
             shp->fail(std::move(st));
             return;
           }
-          for (int k : feed->x_stages) C->send(I->rank_of(k, r), kMsgBatchX, key, feed->x.data(), feed->x.bytes());
-          for (int k : feed->y_stages) C->send(I->rank_of(k, r), kMsgBatchY, key, feed->y.data(), feed->y.bytes());
+          // Once per rank (a device's stages that read the input share its message).
+          std::vector<int> sent;
+          for (int k : feed->x_stages)
+            if (const int q = I->rank_of(k, r); std::find(sent.begin(), sent.end(), q) == sent.end()) {
+              sent.push_back(q);
+              C->send(q, kMsgBatchX, key, feed->x.data(), feed->x.bytes());
+            }
+          sent.clear();
+          for (int k : feed->y_stages)
+            if (const int q = I->rank_of(k, r); std::find(sent.begin(), sent.end(), q) == sent.end()) {
+              sent.push_back(q);
+              C->send(q, kMsgBatchY, key, feed->y.data(), feed->y.bytes());
+            }
         }
     };
   } else {
@@ -395,23 +440,40 @@ void MpiCoordinator::relay_claims(RunShared& sh) {
                (!y || C->recv(0, kMsgBatchY, key, y->data(), y->bytes()));
       };
   }
-  // --clip-grad-norm under GPipe: the ranks of each replica add their sums of squares at the
-  // replica's stage 0, in stage order (the replicas' gradients, hence sums, are equal).
-  const int root = impl_.rank_of(0, impl_.my_replica());
-  std::vector<int> members;
-  for (int k = 1; k < N; ++k) members.push_back(impl_.rank_of(k, impl_.my_replica()));
-  sh.sum_across_ranks = [C, root, members](int64_t step, double local) -> Expected<double> {
-    double total = local;
+  // --clip-grad-norm under the synchronous schedules: the ranks of each replica send their stages'
+  // sums of squares to device 0's rank, which adds them in stage order (the arithmetic of one
+  // process) and sends the total back (the replicas' gradients, hence sums, are equal).
+  const int r = impl_.my_replica();
+  const int root = impl_.rank_of(0, r);
+  std::vector<int> members;  // the replica's other ranks
+  for (int q = r; q < size; q += R)
+    if (q != root) members.push_back(q);
+  std::vector<std::vector<int>> stages_of(static_cast<size_t>(size));  // [rank] its stages, in stage order
+  for (int q = r; q < size; q += R) stages_of[static_cast<size_t>(q)] = of_rank(q);
+  sh.rank_stages = static_cast<int>(mine().size());
+  sh.rank_position.assign(static_cast<size_t>(N), -1);
+  for (size_t i = 0; i < mine().size(); ++i) sh.rank_position[static_cast<size_t>(mine()[i])] = static_cast<int>(i);
+  sh.sum_across_ranks = [C, root, members, stages_of, N](int64_t step, const std::vector<double>& local) -> Expected<double> {
+    const Status aborted(StatusCode::kInternal, "pipeline aborted");
+    double total = 0;
     if (C->rank() == root) {
+      std::vector<double> part(static_cast<size_t>(N), 0.0);
+      auto place = [&](int q, const std::vector<double>& parts) {
+        const std::vector<int>& ks = stages_of[static_cast<size_t>(q)];
+        for (size_t i = 0; i < ks.size() && i < parts.size(); ++i) part[static_cast<size_t>(ks[i])] = parts[i];
+      };
+      place(root, local);
       for (int q : members) {
-        double part = 0;
-        if (!C->recv(q, kMsgNorm, step, &part, sizeof part)) return Status(StatusCode::kInternal, "pipeline aborted");
-        total += part;
+        std::vector<double> parts(stages_of[static_cast<size_t>(q)].size());
+        if (!C->recv(q, kMsgNorm, step, parts.data(), parts.size() * sizeof(double))) return aborted;
+        place(q, parts);
       }
+      for (double p : part) total += p;
       for (int q : members)
-        if (!C->send(q, kMsgNorm, step, &total, sizeof total)) return Status(StatusCode::kInternal, "pipeline aborted");
-    } else if (!C->send(root, kMsgNorm, step, &local, sizeof local) || !C->recv(root, kMsgNorm, step, &total, sizeof total)) {
-      return Status(StatusCode::kInternal, "pipeline aborted");
+        if (!C->send(q, kMsgNorm, step, &total, sizeof total)) return aborted;
+    } else if (!C->send(root, kMsgNorm, step, local.data(), local.size() * sizeof(double)) ||
+               !C->recv(root, kMsgNorm, step, &total, sizeof total)) {
+      return aborted;
     }
     return total;
   };

@@ -183,12 +183,22 @@ struct RunShared {
   // are added (in stage order, so the result does not depend on timing) by sum_over_stages; under
   // MPI through sum_across_ranks (set by runtime/pipeline/ranks.cpp). 1F1B: each stage its own.
   double clip_grad_norm = 0;
-  std::function<Expected<double>(int64_t step, double local)> sum_across_ranks;
+  // Under MPI: the parts of this rank's stages (in stage order) in, the sum over every stage of
+  // the replica (added in stage order at device 0's rank) out.
+  std::function<Expected<double>(int64_t step, const std::vector<double>& parts)> sum_across_ranks;
   // Stage `stage`'s part of mini-batch `step`'s sum (posted once its gradients are final), then
   // the sum once every stage posted (waits; each of the num_stages stages reads it once).
   void post_norm_part(int64_t step, int stage, int num_stages, double local);
   Expected<double> sum_over_stages(int64_t step);
+  Expected<std::vector<double>> wait_norm_parts(int64_t step);  // the parts themselves (one read)
   std::map<int64_t, std::pair<std::vector<double>, int>> norm_parts;  // [step] -> (by stage, readers left)
+  // Under MPI with several stages per rank (a device's chunks): [stage] its position among this
+  // rank's stages (-1: another rank's) and their count; their parts meet in norm_parts first, and
+  // the first of them to clip asks the other ranks once (rank_totals keeps the answer for the rest).
+  std::vector<int> rank_position;
+  int rank_stages = 1;
+  std::map<int64_t, std::pair<double, int>> rank_totals;  // [step] -> (sum, readers left)
+  Expected<double> rank_norm_total(int64_t step, double local);
   void fail(Status s);
 
   // A stage about to start the forward of mini-batch `step` (GPipe: its micro-batches) asks
@@ -429,13 +439,18 @@ struct PipelineTrainer::Impl {
   std::vector<Stage*> local_stages() const;
   int rank() const;
   bool coordinator() const { return rank() == 0; }  // prints, validates, writes the run folder
-  bool local(int stage) const { return !distributed() || stage == my_stage(); }
-  // Ranks under MPI: stage k of replica r is rank k * R + r (a stage's replicas side by side, so
-  // that the all-reduce, the heaviest traffic, stays between neighbouring ranks: on one node when
-  // ranks are placed by node).
-  int my_stage() const { return rank() / opts.replicas; }
+  bool local(int stage) const { return !distributed() || device_of(stage) == my_device(); }
+  // Ranks under MPI are devices: device d of replica r is rank d * R + r (a device's replicas side
+  // by side, so that the all-reduce, the heaviest traffic, stays between neighbouring ranks: on one
+  // node when ranks are placed by node). Without chunks (interleaved stages, ZB-V) device d runs
+  // stage d; with them, the program's virtual stages of device d (ScheduleIR::device_of).
+  int device_of(int stage) const { return device_of_stage.empty() ? stage : device_of_stage.at(stage); }
+  int my_device() const { return rank() / opts.replicas; }
   int my_replica() const { return distributed() ? rank() % opts.replicas : 0; }
-  int rank_of(int stage, int replica) const { return stage * opts.replicas + replica; }
+  int rank_of(int stage, int replica) const { return device_of(stage) * opts.replicas + replica; }
+  // The stages device `d` runs, in stage order.
+  std::vector<int> stages_of_device(int d) const;
+  std::vector<int> device_of_stage;  // [stage] (empty: stage k on device k)
   Status load_eval_weights();  // into the evaluator's host copies (run_eval uploads them)
   Expected<EvalResult> run_eval(const Dataset& d);
   std::string describe() const;  // "4 stages, 1F1B spectrain (paper)" (checkpoints record it)

@@ -494,13 +494,70 @@ class MpiTest(unittest.TestCase):
         self.assertEqual(rc, 2, log)
         self.assertIn("--ranks-per-node 3 does not divide the 4 ranks", log)
 
-    def test_interleaved_refused_under_mpi(self):
-        # One rank runs one stage today: the schedules with two stages per device are refused.
-        for flags in (["--schedule", "interleaved"], ["--schedule", "zbv"]):
-            rc, log, secs = mpirun(2, MODEL, "--gpus", 2, "--micro-batches", 2, "--steps", 1, *flags, "--out", self.out("il"))
-            self.assertEqual(rc, 2, log)
-            self.assertIn("under MPI (one rank per stage) is not supported yet", log)
-            self.assertLess(secs, 60)
+    def check_chunked_bit_for_bit(self, gpus, replicas, flags, tag):
+        # A rank runs a device: its virtual stages (interleaved: k, k + N, ...; ZB-V: d and 2N-1-d,
+        # the turn between them a channel inside the rank). The same run in one process gives the
+        # same bits: weights, every loss and validation.
+        common = [MODEL, "--data", TRAIN, "--val-data", VAL, "--gpus", gpus, "--replicas", replicas, "--steps", 30,
+                  "--seed", 7, "--quiet", "--eval-every", 10, *flags]
+        rc, log, _ = run([BIN, *common, "--out", self.out(tag + "-single")])
+        self.assertEqual(rc, 0, log)
+        rc, log, secs = mpirun(gpus * replicas, *common, "--trace", "--out", self.out(tag + "-mpi"))
+        self.assertEqual(rc, 0, log)
+        print(f"{tag}: mpirun -np {gpus * replicas} took {secs:.1f} s", file=sys.stderr)
+        a = weights(os.path.join(self.out(tag + "-single"), "digits_mlp.trained.onnx"))
+        b = weights(os.path.join(self.out(tag + "-mpi"), "digits_mlp.trained.onnx"))
+        self.assertEqual(sorted(a), sorted(b))
+        for k in a:
+            np.testing.assert_array_equal(b[k], a[k], err_msg=f"{tag}: {k}")
+        orig = weights(MODEL)
+        self.assertTrue(any(not np.array_equal(a[k], orig[k]) for k in a if k in orig), "training changed nothing")
+        self.assertEqual(losses(os.path.join(self.out(tag + "-mpi"), "metrics.csv")),
+                         losses(os.path.join(self.out(tag + "-single"), "metrics.csv")))
+        with open(os.path.join(self.out(tag + "-mpi"), "metrics.csv")) as f:
+            rows = f.read().splitlines()[1:]
+        with open(os.path.join(self.out(tag + "-single"), "metrics.csv")) as f:
+            ref_rows = f.read().splitlines()[1:]
+        self.assertEqual([r.split(",")[5:7] for r in rows], [r.split(",")[5:7] for r in ref_rows])  # validations
+        self.assertEqual(sum(1 for r in rows if r.split(",")[5]), 3)
+        # Rank 0 gathered every virtual stage's passes into the trace.
+        with open(os.path.join(self.out(tag + "-mpi"), "trace.json")) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        self.assertEqual(len({e["tid"] for e in events}), gpus * 2)
+
+    def test_interleaved_np2(self):
+        self.check_chunked_bit_for_bit(2, 1, ["--schedule", "interleaved", "--micro-batches", 4], "il2")
+
+    def test_zbv_np2(self):
+        self.check_chunked_bit_for_bit(2, 1, ["--schedule", "zbv", "--micro-batches", 4], "zbv2")
+
+    def test_interleaved_clip_adamw_np2(self):
+        # --clip-grad-norm: each rank sends its stages' sums of squares; device 0's rank adds them in
+        # stage order, as one process does.
+        self.check_chunked_bit_for_bit(2, 1, ["--schedule", "interleaved", "--micro-batches", 4, "--optimizer", "adamw",
+                                              "--lr", 0.002, "--clip-grad-norm", 0.05], "ilclip2")
+
+    def test_chunked_replicas_np4(self):
+        self.check_chunked_bit_for_bit(2, 2, ["--schedule", "interleaved", "--micro-batches", 4, "--clip-grad-norm", 0.5],
+                                       "ilrep4")
+        self.check_chunked_bit_for_bit(2, 2, ["--schedule", "zbv", "--micro-batches", 2], "zbvrep4")
+
+    def test_chunked_checkpoint_resumes(self):
+        # Rank 0's checkpoint holds every virtual stage; resuming under MPI equals the one-process run.
+        common = [MODEL, "--data", TRAIN, "--seed", 7, "--checkpoint-every", 10, "--gpus", 2, "--schedule", "zbv",
+                  "--micro-batches", 4, "--optimizer", "adam", "--lr", 0.002]
+        ref, part = self.out("ckzbv_ref"), self.out("ckzbv_mpi")
+        rc, log, _ = run([BIN, *common, "--steps", 30, "--quiet", "--out", ref])
+        self.assertEqual(rc, 0, log)
+        rc, log, _ = mpirun(2, *common, "--steps", 20, "--quiet", "--out", part)
+        self.assertEqual(rc, 0, log)
+        rc, log, _ = mpirun(2, *common, "--steps", 30, "--out", part, "--resume")
+        self.assertEqual(rc, 0, log)
+        self.assertIn("(step 20 of 30", log)
+        a, b = weights(os.path.join(ref, "digits_mlp.trained.onnx")), weights(os.path.join(part, "digits_mlp.trained.onnx"))
+        for k in a:
+            np.testing.assert_array_equal(b[k], a[k], err_msg=f"{k} differs after the resume")
+        self.assertEqual(losses(os.path.join(ref, "metrics.csv")), losses(os.path.join(part, "metrics.csv")))
 
     def test_replicas_need_n_times_r_ranks(self):
         rc, log, secs = mpirun(2, MODEL, "--gpus", 2, "--replicas", 2, "--steps", 1, "--out", self.out("repnp"))
