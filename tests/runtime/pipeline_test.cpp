@@ -792,6 +792,21 @@ TEST(CudaRuntime, TrainerMatchesCpu) {
   EXPECT_LT(max_relative_diff((*t)->parameters(), sequential_weights(16, data, 30)), 1e-4);
 }
 
+// A pipeline the CUDA tests run: its stages, schedule, weights and micro-batches, as PipelineOptions.
+struct CudaCase {
+  int stages;
+  Schedule schedule;
+  WeightMode weights;
+  int micro;
+  PipelineOptions options() const {
+    PipelineOptions po = testing::test_pipeline_options();
+    po.schedule = schedule;
+    po.weights = weights;
+    po.micro_batches = micro;
+    return po;
+  }
+};
+
 // Pipelines of CUDA stages (several stages per GPU on a one-GPU machine) follow the same
 // pipeline on CPU stages, for SpecTrain 1F1B, stash and GPipe.
 TEST(CudaRuntime, PipelineMatchesCpuStages) {
@@ -799,18 +814,10 @@ TEST(CudaRuntime, PipelineMatchesCpuStages) {
   auto md = digits_model(16);
   ASSERT_TRUE(md);
   const Dataset data = digits_data(*md, 160, 4);
-  struct Case {
-    int stages;
-    Schedule schedule;
-    WeightMode weights;
-    int micro;
-  };
-  for (const Case& c : {Case{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1}, Case{4, Schedule::k1F1B, WeightMode::kStash, 1},
-                        Case{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2}}) {
-    PipelineOptions po = testing::test_pipeline_options();
-    po.schedule = c.schedule;
-    po.weights = c.weights;
-    po.micro_batches = c.micro;
+  for (const CudaCase& c : {CudaCase{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1},
+                            CudaCase{4, Schedule::k1F1B, WeightMode::kStash, 1},
+                            CudaCase{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2}}) {
+    PipelineOptions po = c.options();
     const int64_t batch = c.schedule == Schedule::kGPipe ? 8 : 16;
     const PipeRun on_cpu = pipeline_weights(batch, c.stages, po, data, 25);
     po.device = DeviceKind::kCuda;
@@ -829,18 +836,10 @@ TEST(CudaRuntime, GraphsTrainBitForBitAsKernelByKernel) {
   auto md = digits_model(16);
   ASSERT_TRUE(md);
   const Dataset data = digits_data(*md, 160, 4);
-  struct Case {
-    int stages;
-    Schedule schedule;
-    WeightMode weights;
-    int micro;
-  };
-  for (const Case& c : {Case{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1}, Case{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2},
-                        Case{2, Schedule::kZBH1, WeightMode::kSync, 2}}) {
-    PipelineOptions po = testing::test_pipeline_options();
-    po.schedule = c.schedule;
-    po.weights = c.weights;
-    po.micro_batches = c.micro;
+  for (const CudaCase& c : {CudaCase{3, Schedule::k1F1B, WeightMode::kSpecTrain, 1},
+                            CudaCase{2, Schedule::kGPipe, WeightMode::kSpecTrain, 2},
+                            CudaCase{2, Schedule::kZBH1, WeightMode::kSync, 2}}) {
+    PipelineOptions po = c.options();
     po.device = DeviceKind::kCuda;
     const int64_t batch = c.micro > 1 ? 8 : 16;
     po.exec.cuda_graphs = false;
