@@ -97,8 +97,10 @@ Expected<StageLayout> build_stage_layout(const Graph& g, const Plan& plan) {
 
   const bool gpipe = synchronous(plan.schedule, plan.weights);
   // One version of a shared weight per mini-batch for both passes: the synchronous schedules, and
-  // 2BW (every pass of mini-batch i reads version i-1; the reader keeps the two in use).
-  const bool one_version = gpipe || plan.weights == WeightMode::k2BW;
+  // 2BW (every pass of mini-batch i reads version i-1; the reader keeps the two in use), and
+  // 2BW-predict (the owner sends each mini-batch's prediction and version over one flow; the
+  // reader keeps the two in use).
+  const bool one_version = gpipe || plan.weights == WeightMode::k2BW || plan.weights == WeightMode::k2BWPredict;
   const Value* input = g.inputs.empty() ? nullptr : g.inputs[0];
   StageLayout L;
   std::map<std::pair<int, int>, ValueSet> fwd_flow, bwd_flow;

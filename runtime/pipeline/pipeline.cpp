@@ -74,11 +74,6 @@ Status check_request(const Graph& g, const Plan& plan, const PipelineOptions& op
     if (opts.micro_batches < static_cast<int>(plan.stages.size()))
       return invalid_input("--weights 2bw: --micro-batches " + std::to_string(opts.micro_batches) + " is fewer than the " +
                            std::to_string(plan.stages.size()) + " stages; two weight versions need at least one micro-batch per stage");
-    // 2BW-predict's forwards of one mini-batch read either the master or a prediction of it, so a
-    // reader would need a version per pass; 2BW's read one version per mini-batch.
-    if (!plan.layout.weights.empty() && opts.weights == WeightMode::k2BWPredict)
-      return unsupported(std::string("--weights ") + weight_mode_name(opts.weights) + ": weights shared across stages are not supported yet ('" +
-                         plan.layout.weights.front().values.front()->name + "'); use another --weights or --split-at");
   }
   const int V = std::max(1, opts.virtual_stages);
   const bool chunked = opts.schedule == Schedule::kInterleaved || opts.schedule == Schedule::kZBV;

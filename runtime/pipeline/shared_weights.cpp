@@ -22,7 +22,7 @@ Status link_failed(const Link* l) {
 void Stage::begin_shared_segment(int64_t first) {
   segment_first_ = first;
   forwarded_end_ = first;
-  for (WeightLink& w : weights_out) w.next = first;
+  for (WeightLink& w : weights_out) w.next = two_bw_predict() ? shared_message(first, false) : first;
 }
 
 // The owner's version that reader w.reader uses in its pass of mini-batch `step` (the sequential
@@ -61,8 +61,44 @@ Status Stage::load_version_for(RunShared& sh, const WeightLink& w, int64_t step)
   return Status::ok();
 }
 
+// 2BW-predict, owner side: the messages of w in order, each once the mini-batch is forwarded here
+// and this stage holds the version it is made of (version i-1 for the prediction of version i).
+// A reader on the last stage never predicts (its forwards all follow its update): no predictions.
+Status Stage::serve_two_bw_predict(RunShared& sh, WeightLink& w) {
+  const bool reader_predicts = num_stages - w.reader - 1 > 0;
+  while (w.next / 2 < forwarded_end_) {
+    const int64_t step = w.next / 2;
+    const bool predicted = w.next % 2 == 0;
+    if (predicted && !reader_predicts) {
+      ++w.next;
+      continue;
+    }
+    const int64_t need = predicted ? step - 1 : step;
+    if (need > version_) break;
+    PT_CHECK(need == version_) << "stage " << index << ": version " << need << " of a shared weight for stage " << w.reader
+                               << " mini-batch " << step << " is gone (now " << version_ << ")";
+    Device& dev = *ex->device();
+    if (predicted) {  // one step along the direction of update step-1, at the rate of the reader's step
+      RETURN_IF_ERROR(set_lr(sh, step));
+      for (size_t j : w.params)
+        RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_[j].view(), lr, 1));
+      buf_is_master_ = false;
+    } else if (!buf_is_master_) {
+      for (size_t j : w.params) RETURN_IF_ERROR(ex->copy_in(params[j], master_[j].view(), dev));
+    }
+    if (!w.link->send(w.next, *ex)) return link_failed(w.link);
+    RETURN_IF_ERROR(w.link->fence(*ex));  // what was sent may still be copied from these buffers
+    ++w.next;
+  }
+  return Status::ok();
+}
+
 Status Stage::serve_readers(RunShared& sh) {
   for (WeightLink& w : weights_out) {
+    if (two_bw_predict()) {
+      RETURN_IF_ERROR(serve_two_bw_predict(sh, w));
+      continue;
+    }
     // Only mini-batches this stage has forwarded (so every stage runs them in this segment).
     while (w.next < forwarded_end_) {
       const int64_t need = shared_version_for(w, w.next);
@@ -79,7 +115,34 @@ Status Stage::serve_readers(RunShared& sh) {
   return Status::ok();
 }
 
+// 2BW-predict, reader side: the message the pass of `key` reads (by this stage's own updates, as
+// load_two_bw_predict chooses for its own weights), received by the first pass that needs it and
+// kept for the mini-batch's other passes (a prediction and a version are in use at once).
+Status Stage::recv_two_bw_predict(int64_t key) {
+  if (shared_versions_.empty()) return Status::ok();
+  const int64_t step = key / micro();
+  if (version_ != step && version_ != step - 1)
+    return internal_error("stage " + std::to_string(index) + ": 2BW pass of mini-batch " + std::to_string(step) + " with " +
+                          std::to_string(version_) + " updates done");
+  const int64_t m = shared_message(step, version_ != step);
+  if (shared_loaded_ == m) return Status::ok();
+  const size_t b = static_cast<size_t>(m % 2);
+  std::vector<DeviceBuffer>& set = shared_versions_[b];
+  const Device& dev = *ex->device();
+  if (shared_held_[b] == m) {
+    for (size_t i = 0; i < shared_in_.size(); ++i) RETURN_IF_ERROR(ex->copy_in(shared_in_[i], set[i].view(), dev));
+  } else {
+    for (Link* l : weights_fwd_in)
+      if (!l->recv(m, *ex)) return link_failed(l);
+    for (size_t i = 0; i < shared_in_.size(); ++i) RETURN_IF_ERROR(ex->copy_out(shared_in_[i], set[i].view(), dev));
+    shared_held_[b] = m;
+  }
+  shared_loaded_ = m;
+  return Status::ok();
+}
+
 Status Stage::recv_weights(int64_t key, bool backward) {
+  if (two_bw_predict()) return recv_two_bw_predict(key);
   const int64_t step = key / micro();
   if ((sync() || two_bw()) && (backward || key % micro() != 0)) {  // one version per mini-batch
     if (shared_versions_.empty() || shared_loaded_ == step) return Status::ok();

@@ -469,7 +469,8 @@ Status Stage::prepare() {
   shared_in_.clear();
   shared_versions_.clear();
   shared_loaded_ = -1;
-  if (two_bw())
+  shared_held_ = {-1, -1};
+  if (two_bw() || two_bw_predict())
     for (Link* l : weights_fwd_in) shared_in_.insert(shared_in_.end(), l->values().begin(), l->values().end());
   if (!shared_in_.empty()) {
     shared_versions_.resize(2);

@@ -3,6 +3,7 @@
 // the fixed sequence of passes its schedule prescribes). Not a public header.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -283,7 +284,7 @@ class Stage {
     int reader = 0;
     bool backward = false;       // serves the reader's backward passes (1F1B); else its forwards
     std::vector<size_t> params;  // indices into params, in the link's value order
-    int64_t next = 0;            // the next mini-batch to serve in this segment
+    int64_t next = 0;            // the next mini-batch to serve in this segment (2BW-predict: message)
   };
   std::vector<WeightLink> weights_out;                   // owner side
   std::vector<Link*> weights_fwd_in, weights_bwd_in;     // reader side
@@ -398,7 +399,15 @@ class Stage {
   // versions of mini-batches i and i+1 ([i % 2][value]), since the passes of two overlap.
   std::vector<const Value*> shared_in_;
   std::vector<std::vector<DeviceBuffer>> shared_versions_;
-  int64_t shared_loaded_ = -1;  // the mini-batch whose version the executor holds
+  int64_t shared_loaded_ = -1;  // the mini-batch whose version the executor holds (2BW-predict: the message)
+  // 2BW-predict: the message (shared_message) each of shared_versions_ holds, -1 for none.
+  std::array<int64_t, 2> shared_held_ = {-1, -1};
+  // 2BW-predict's messages of a shared weight, owner to reader, one flow: 2i + 1 is version i (what
+  // the reader's passes of mini-batch i read once its own update i-1 is done), 2i the prediction
+  // of version i from version i-1 (what its forwards of mini-batch i read before that update).
+  static int64_t shared_message(int64_t step, bool predicted) { return 2 * step + (predicted ? 0 : 1); }
+  Status serve_two_bw_predict(RunShared& sh, WeightLink& w);
+  Status recv_two_bw_predict(int64_t key);
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
   double wait_s_ = 0;  // in passes, waiting for their inputs (StageStats::wait_fraction)

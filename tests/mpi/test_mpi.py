@@ -193,7 +193,7 @@ class MpiTest(unittest.TestCase):
     def test_shared_weights_bit_for_bit(self):
         # A copied layer (Ws) and a merged bias (bz) read by stages 0 and 1 (or 0, 1, 2): the owner
         # sends each reader its versions over MPI weight links; the weights equal the single
-        # process's bit for bit (1F1B SpecTrain and stash, GPipe).
+        # process's bit for bit (1F1B SpecTrain and stash, GPipe, 2BW, 2BW-predict).
         d = self.out("shared")
         subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "python", "make_shared_weight_models.py"), d],
                        check=True)
@@ -204,7 +204,10 @@ class MpiTest(unittest.TestCase):
         np.save(os.path.join(data, "y.npy"), rng.integers(0, 10, 160).astype(np.int64))
         model = os.path.join(d, "shared_mlp.onnx")
         cases = ((2, ["--balance", "4,4"]), (3, ["--balance", "3,3,2", "--weights", "stash"]),
-                 (4, ["--balance", "2,2,2,2"]), (2, ["--balance", "4,4", "--schedule", "gpipe", "--micro-batches", 2]))
+                 (4, ["--balance", "2,2,2,2"]), (2, ["--balance", "4,4", "--schedule", "gpipe", "--micro-batches", 2]),
+                 # 2BW and 2BW-predict: the owner's versions (and predictions) per mini-batch over MPI
+                 (3, ["--balance", "3,3,2", "--weights", "2bw", "--micro-batches", 4]),
+                 (3, ["--balance", "3,3,2", "--weights", "2bw-predict", "--micro-batches", 4]))
         for i, (n, flags) in enumerate(cases):
             # Without the epilogue fusion: the cuts between each Gemm and its Relu are the cases.
             common = [model, "--data", data, "--gpus", n, "--steps", 25, "--batch-size", 8, "--seed", 7, "--lr", 0.1,

@@ -280,12 +280,15 @@ TEST(SharedWeights, OneFOneBMatchesExplicitVersionReference) {
     int micro = 1;
   };
   // PipeDream-2BW: M = 4 micro-batches of 2 (M >= N), every pass of mini-batch i on version i-1 of
-  // every weight, a shared one included (the reader keeps two mini-batches' versions).
+  // every weight, a shared one included (the reader keeps two mini-batches' versions). 2BW-predict:
+  // a stage's forwards of mini-batch i before its update i-1 on the prediction of version i, every
+  // other pass on version i; a reader of a shared weight gets both from the owner.
   const Mode modes[] = {{WeightMode::kSpecTrain, Staleness::kPaper, "spectrain paper"},
                         {WeightMode::kSpecTrain, Staleness::kExact, "spectrain exact"},
                         {WeightMode::kStash, Staleness::kPaper, "stash paper"},
                         {WeightMode::kStale, Staleness::kPaper, "stale paper"},
-                        {WeightMode::k2BW, Staleness::kPaper, "2bw m4", 4}};
+                        {WeightMode::k2BW, Staleness::kPaper, "2bw m4", 4},
+                        {WeightMode::k2BWPredict, Staleness::kPaper, "2bw-predict m4", 4}};
   for (const char* model : kModels) {
     const fs::path dir = fs::temp_directory_path() / ("pipetrain-shared-ref-" + std::string(model) + "-" + std::to_string(::getpid()));
     fs::create_directories(dir);
