@@ -12,10 +12,10 @@ loss over the last 10 % of steps, wall seconds).
 Two model files:
   blm.onnx         exactly as tools/data/byte_lm.py exports it. torch's ONNX export deduplicates
                    initializers with equal values, so the 5 LayerNorms (all ones / all zeros at
-                   initialisation) read ONE weight and ONE bias tensor, shared across pipeline stages;
-                   --weights 2bw and 2bw-predict refuse such a model (exit 2).
+                   initialisation) read ONE weight and ONE bias tensor, shared across pipeline stages
+                   (every weight mode runs it since 2026-12-07; 2bw and 2bw-predict refused it before).
   blm_untied.onnx  the same graph and the same initial values, with every LayerNorm given its own copy
-                   of the weight and bias (what the PyTorch module has), so 2bw can run.
+                   of the weight and bias (what the PyTorch module has).
 --models tied,untied (default both) picks which to run.
 
   /usr/bin/python3 tools/bench/convergence_text.py --bin /tmp/gpt-bin/onnx-pipetrain --work /tmp/kjvconv
