@@ -145,13 +145,13 @@ class NetnsTest(unittest.TestCase):
 
     # ---- training across the nodes equals one process
 
-    def check_across_nodes(self, flags, tag, replicas=1):
+    def check_across_nodes(self, flags, tag, replicas=1, balance=None):
         # The split pinned (--balance): the plan of a job on 2 nodes charges the cut between them to
         # the network link, the single process's to the host link, and may cut elsewhere. (The
         # digits MLP has 4 forward nodes once its Relus are fused into the Gemms before them.)
         gpus = 4 // replicas
         common = [MODEL, "--data", TRAIN, "--gpus", gpus, "--replicas", replicas, "--steps", 20, "--seed", 7, "--quiet",
-                  "--balance", "1,1,1,1" if gpus == 4 else "2,2", *PLAN, *flags]
+                  "--balance", balance or ("1,1,1,1" if gpus == 4 else "2,2"), *PLAN, *flags]
         single, multi = self.out(tag + "-single"), self.out(tag + "-nodes")
         rc, log, _ = tm.run([BIN, *common, "--out", single])
         self.assertEqual(rc, 0, log)
@@ -184,6 +184,14 @@ class NetnsTest(unittest.TestCase):
 
     def test_2_stages_2_replicas_gpipe(self):
         self.check_across_nodes(["--schedule", "gpipe", "--micro-batches", 2], "hybridgpipe", replicas=2)
+
+    def test_interleaved_2_devices_2_replicas(self):
+        # A rank runs a device's two virtual stages (interleaved: device d runs stages d and d + 2);
+        # each device's replicas share a node, so every pipeline link crosses between the nodes.
+        doc = self.check_across_nodes(["--schedule", "interleaved", "--micro-batches", 4], "interleaved", replicas=2,
+                                      balance="1,1,1,1")
+        self.assertEqual(doc["virtual_stages"], 2)
+        self.assertEqual([s["node"] for s in doc["stages"]], [0, 1, 0, 1])
 
     def test_shaped_link_and_the_plan(self):
         # `shape 10gbit 50us`: netem where the kernel has it; else the rate alone (tbf), said on stderr.
