@@ -6,16 +6,25 @@
 #   tsan: ThreadSanitizer (build-tsan/), the runtime and pipeline suites (runtime_tests, the
 #         pipelined CLI tests of training_tools_tests, replicas_tests, schedule_tests): stage and
 #         device workers, channels, the prefetcher, the replicas' gradient averaging.
+#   tsan-all: ThreadSanitizer (the same build-tsan/) over every suite that starts threads: the tsan
+#         suites, the other test binaries that do (kernel_tests, partitioner_tests, data_tests,
+#         run_training_tests) and every suite that runs the tool (pipelines, prefetcher, image
+#         decoding workers, the device-spec measurement pool, MPI's heartbeat threads), MPI and netns
+#         included. Left out (tsan_skip below): suites that start no thread of the project's.
 # Suppressions (tools/sanitizers/*.supp) cover third-party code only, each with its reason.
-# Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]
+# Usage: tools/sanitize.sh [asan|tsan|tsan-all|all] [extra ctest args]   (all: asan, then tsan)
 # Environment: JOBS (build jobs, default nproc); TARGETS (asan: build only these targets, e.g.
 # "runtime_tests onnx-pipetrain" with -R '^runtime_tests$' for the runtime and pipeline suite);
 # LAUNCHER (compiler launcher: default ccache when installed, "none" for none).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-tools/setup.sh --clang
 what=${1:-all}
 shift || true
+case $what in
+  asan | tsan | tsan-all | all) ;;
+  *) echo "sanitize.sh: unknown mode '$what' (asan, tsan, tsan-all or all)" >&2; exit 2 ;;
+esac
+tools/setup.sh --clang
 supp="$PWD/tools/sanitizers"
 jobs=${JOBS:-$(nproc)}
 launcher=${LAUNCHER:-$(command -v ccache || echo none)}
@@ -48,13 +57,24 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
     ctest --output-on-failure -j "$jobs" "$@" ) || status=1
 fi
+tsan_suites='runtime_tests|training_tools_tests|separate_host_tests|replicas_tests|schedule_tests'
+# tsan-all leaves out: importer_tests and the fuzz_*_replay binaries (parsing and import on the
+# calling thread only), docs_tests (`--help` only), and the suites that run no binary of the
+# project's (oracle_selftest, code_shape_tests, nightly_cron_tests).
+tsan_skip='importer_tests|fuzz_replay_.*|docs_tests|oracle_selftest|code_shape_tests|nightly_cron_tests'
+# libomp is not built with TSan: OpenMP regions run on one thread, so every report is about the
+# project's own threads (stage workers, channels, prefetcher, progress).
+tsan_env() {
+  PIPETRAIN_SANITIZER=tsan TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp" \
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$@"
+}
+if [ "$what" = tsan-all ]; then
+  build_tree build-tsan "-fsanitize=thread" onnx-pipetrain runtime_tests kernel_tests partitioner_tests \
+    data_tests run_training_tests
+  ( cd build-tsan && tsan_env ctest --output-on-failure -j "$jobs" -E "^($tsan_skip)\$" "$@" ) || status=1
+fi
 if [ "$what" = tsan ] || [ "$what" = all ]; then
   build_tree build-tsan "-fsanitize=thread" onnx-pipetrain runtime_tests
-  # libomp is not built with TSan: OpenMP regions run on one thread, so every report is about the
-  # project's own threads (stage workers, channels, prefetcher, progress).
-  ( cd build-tsan &&
-    PIPETRAIN_SANITIZER=tsan TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp" \
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    ctest --output-on-failure -R '^(runtime_tests|training_tools_tests|separate_host_tests|replicas_tests|schedule_tests)$' "$@" ) || status=1
+  ( cd build-tsan && tsan_env ctest --output-on-failure -R "^($tsan_suites)\$" "$@" ) || status=1
 fi
 exit $status

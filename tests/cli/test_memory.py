@@ -28,12 +28,13 @@ def run(args, limit_as=None):
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
     env = None
-    if limit_as and SANITIZER == "asan":
-        # ASan reserves terabytes of shadow memory at start, so it cannot start under an address
-        # space limit: its allocator refuses (returns null for) any one allocation above the limit
-        # instead, which reaches the same failure path.
-        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") +
-                   f":allocator_may_return_null=1:max_allocation_size_mb={limit_as >> 20}")
+    if limit_as and SANITIZER in ("asan", "tsan"):
+        # ASan and TSan reserve terabytes of shadow memory at start, so they cannot start under an
+        # address space limit: their allocator refuses (returns null for) any one allocation above
+        # the limit instead, which reaches the same failure path.
+        opts = f":allocator_may_return_null=1:max_allocation_size_mb={limit_as >> 20}"
+        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + opts,
+                   TSAN_OPTIONS=os.environ.get("TSAN_OPTIONS", "") + opts)
     p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300,
                        preexec_fn=cap if limit_as and not env else None, env=env)
     return p.returncode, p.stdout, p.stderr
@@ -162,8 +163,8 @@ class MemoryTest(unittest.TestCase):
         rc, so, se = run([model, "--device", "cpu", "--batch-size", "256", "--steps", "1", "--quiet",
                           "--out", os.path.join(self.dir, "wide")], limit_as=1536 << 20)
         self.assertEqual(rc, 1, se)
-        if SANITIZER == "asan":  # ASan's own warning about the refused allocation
-            se = re.sub(r"^==\d+==WARNING: AddressSanitizer failed to allocate 0x[0-9a-f]+ bytes\n", "", se, flags=re.M)
+        if SANITIZER:  # the sanitizer's own warning about the refused allocation (ASan's)
+            se = re.sub(r"^==\d+==WARNING: \w+Sanitizer failed to allocate 0x[0-9a-f]+ bytes\n", "", se, flags=re.M)
         lines = [l for l in se.splitlines() if l.strip()]
         self.assertEqual(len(lines), 1, se)
         self.assertNotIn("check failed", se)
@@ -173,7 +174,7 @@ class MemoryTest(unittest.TestCase):
         # The arena named by its largest value: the Relu's output, the fused product's (MatMul and Relu
         # are one node, importer/fuse_epilogue.cpp: 'h' has no buffer of its own).
         self.assertIn("'hr' [256, 1048576] float32", line)
-        if SANITIZER == "asan":
+        if SANITIZER in ("asan", "tsan"):
             # No address space limit: the plan finds the stage within the machine's memory, so the
             # hint blames the process's other memory instead of naming a batch size.
             self.assertRegex(line, r"within available memory \(\d+ MB\) at this batch size")

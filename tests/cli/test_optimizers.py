@@ -109,6 +109,12 @@ class TorchOptimizerOracleTest(unittest.TestCase):
         self.check("lenet_bn")
 
     def test_transformer(self):
+        if os.environ.get("PIPETRAIN_SANITIZER") == "tsan":
+            # tools/sanitize.sh tsan-all: a TSan build runs the CPU kernels' baseline code (no
+            # target_clones, kernels/cpu/cpu_util.h), whose rounding is further from PyTorch's
+            # vectorised kernels than this bound allows (docs/reliability.md, 2026-12-07); the
+            # transformer still trains under TSan in reshape_alias_tests and model_tests.
+            self.skipTest("TSan build: baseline kernels, not PyTorch's rounding")
         self.check("transformer")
 
     def test_clip_grad_norm_one_stage(self):
