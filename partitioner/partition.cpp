@@ -237,7 +237,7 @@ struct Problem {
   // [position]: no stage may start here. A backward node charged to position p that reads a value
   // of the forward node at q > p (--precision bf16's ReluGrad reads the bfloat16 copy of Y that a
   // Cast after Y's producer makes) needs both in one stage: no cut in (p, q].
-  std::vector<char> no_cut;
+  std::vector<char> no_cut;  // [position]: 1 a backward node before it reads it, 2 an update before it needs it
   bool can_start(int j) const { return j <= 0 || j >= n() || !no_cut[j]; }
 };
 
@@ -379,6 +379,15 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
         for (size_t c = 0; c < nc; ++c) P.bwd[c][p] += node_time_s(*node, P.classes[c]);
     } else if (node->phase == Phase::kUpdate) {
       for (size_t c = 0; c < nc; ++c) P.upd[c][p] += node_time_s(*node, P.classes[c]);
+      // An update runs with its parameter's first reader, and no link brings a gradient back to
+      // it: no cut between it and its gradient's producer (under --precision bf16 the first reader
+      // is the weight's bfloat16 Cast, the producer the backward of the product that reads the copy).
+      for (const Value* v : node->inputs) {
+        if (!v || !v->producer || is_forward_phase(*v->producer)) continue;
+        const int from = owner_position(P, *v->producer, param_owner);  // a backward node's position
+        for (int q = p + 1; q <= from && q < P.n(); ++q)
+          if (!P.no_cut[q]) P.no_cut[q] = 2;  // 2: for an update (the reason a manual cut is told)
+      }
     }
   }
   // A value has a gradient when it depends on a parameter and reaches the loss (what
@@ -963,9 +972,12 @@ Status memory_error(const Graph& g, const Problem& P, const Plan& shown, const P
 // A manual start where no stage may start (Problem::no_cut): refused, naming the node.
 Status check_manual_start(const Problem& P, int start, const char* flag) {
   if (P.can_start(start)) return Status::ok();
-  return invalid_input(std::string(flag) + ": a stage cannot start at '" + P.pos[start].node->name + "' (" +
-                       P.pos[start].node->op_type + "): the backward of a node before it reads what it computes, so both "
-                       "must be on one stage; move the cut");
+  const std::string at = std::string(flag) + ": a stage cannot start at '" + P.pos[start].node->name + "' (" +
+                         P.pos[start].node->op_type + "): ";
+  if (P.no_cut[start] == 2)
+    return invalid_input(at + "the update of a parameter read first before it (with --precision bf16, by its bfloat16 "
+                              "Cast) needs the weight gradient computed from here on, so both must be on one stage; move the cut");
+  return invalid_input(at + "the backward of a node before it reads what it computes, so both must be on one stage; move the cut");
 }
 
 Expected<std::vector<int>> manual_starts(const Problem& P, const PartitionOptions& opts) {
@@ -1101,7 +1113,14 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
     std::unordered_map<const Value*, int> param_owner;
     const Problem P = build_problem(g, forward_order(g, orders.front()), opts, &param_owner);
     const Solution closest = solve(P, identity_devices(N), opts, 1.0, Objective::kOverflow);
-    PT_CHECK(closest.starts.size() == static_cast<size_t>(N)) << "overflow DP found no split";
+    if (closest.starts.size() != static_cast<size_t>(N)) {  // fewer places to cut than stages
+      int starts = 1;
+      for (int j = 1; j < P.n(); ++j) starts += P.can_start(j) ? 1 : 0;
+      return invalid_input(plural(N, "stage", "stages") + ": this model can be cut into at most " + std::to_string(starts) +
+                           " (of its " + plural(P.n(), "forward node", "forward nodes") +
+                           ", some must share a stage: a node and the backward or update that reads what it computes, "
+                           "such as a weight's bfloat16 Cast and its product under --precision bf16); use fewer stages");
+    }
     const Plan shown = build_plan(g, P, closest.starts, opts, param_owner);
     return memory_error(g, P, shown, opts,
                         "no split of the " + plural(P.n(), "forward node", "forward nodes") + " into " +

@@ -38,7 +38,21 @@ Status check_flows(const Plan& plan) {
     }
   for (const StagePlan& s : plan.stages)
     for (const Node* n : s.nodes) {
-      if (n->phase == Phase::kUpdate) continue;
+      if (n->phase == Phase::kUpdate) {
+        // No link brings a gradient to an update: it must be computed in the update's stage (the
+        // stage of the parameter's first reader; under --precision bf16 its bfloat16 Cast).
+        for (const Value* v : n->inputs) {
+          if (!v || !v->producer || n->inputs.empty() || !n->inputs[0]) continue;
+          auto it = stage_of.find(v->producer);
+          if (it == stage_of.end() || it->second == s.index) continue;
+          return unsupported("the update of parameter '" + n->inputs[0]->name + "' runs in stage " + std::to_string(s.index) +
+                             " (with its first reader) but its gradient '" + v->name + "' is computed by " +
+                             v->producer->describe() + " in stage " + std::to_string(it->second) +
+                             "; keep the parameter's first reader and that node in one stage (under --precision bf16 "
+                             "the first reader is the weight's bfloat16 Cast): move the cut");
+        }
+        continue;
+      }
       for (const Value* v : n->inputs) {
         if (!v) continue;
         if (v->kind == ValueKind::kParameter)

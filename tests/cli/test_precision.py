@@ -140,6 +140,29 @@ class PrecisionPipelineTest(unittest.TestCase):
         _, so = self.train("say", "--precision", "bf16")
         self.assertIn("precision: bf16, 5 GEMM/convolution nodes read bfloat16 copies made by 7 Cast nodes (and 1 ReluGrad)", so)
 
+    def test_every_weight_trains_on_every_split(self):
+        # A weight's update runs with its first reader, its bfloat16 Cast; a split between the Cast
+        # and the Gemm reading the copy once left the weight at its initial value, silently (found
+        # under TSan, 2026-12-07). Every legal split now trains every weight as one stage does, and a
+        # cut there is refused, naming the node (stage_layout's check_flows refuses any plan whose
+        # update reads a gradient of another stage: the net under this).
+        start = initializers(self.model)
+        one, _ = self.train("split1", "--gpus", 1, "--precision", "bf16", "--schedule", "gpipe", "--micro-batches", 2)
+        for balance in ("1,6", "4,3", "6,1", None):
+            extra = ["--balance", balance] if balance else []
+            two, _ = self.train("split" + (balance or "auto").replace(",", "_"), "--gpus", 2, "--precision", "bf16",
+                                "--schedule", "gpipe", "--micro-batches", 2, *extra)
+            for k in one:
+                self.assertFalse(np.array_equal(two[k], start[k]), f"{balance}: {k} did not train")
+                np.testing.assert_array_equal(two[k], one[k], f"{balance}: {k}")
+        for balance in ("5,2", "2,5"):
+            rc, so, se = run(self.model, "--data", self.data, "--steps", 1, "--gpus", 2, "--precision", "bf16",
+                             "--balance", balance, "--device", "cpu", "--out", os.path.join(self.dir, "refused-split"))
+            self.assertEqual(rc, 2, se or so)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn("--balance: a stage cannot start at", se)
+            self.assertIn("the update of a parameter read first before it (with --precision bf16, by its bfloat16 Cast)", se)
+
     def test_gpipe_two_stages_equals_one(self):
         gp = ["--schedule", "gpipe", "--micro-batches", 2, "--precision", "bf16"]
         one, _ = self.train("gp1", "--gpus", 1, *gp)
@@ -270,7 +293,12 @@ class PrecisionPipelineTest(unittest.TestCase):
         # by a Cast after it: a stage starting at that Cast would have the backward read the forward
         # of a later stage. Every automatic plan keeps them together; a manual cut there is refused.
         model = os.path.join(ROOT, "models", "digits_mlp.onnx")
-        for gpus in range(2, 7):
+        # A weight's bfloat16 Cast stays with its product too (the update runs with the Cast, and no
+        # link brings the product's weight gradient back to it): 5 stages at most, 6 refused.
+        rc, so, se = run(model, "--plan-only", "--precision", "bf16", "--gpus", 6, "--out", os.path.join(self.dir, "nocut6"))
+        self.assertEqual(rc, 2, se or so)
+        self.assertIn("6 stages: this model can be cut into at most 5", se)
+        for gpus in range(2, 6):
             out = os.path.join(self.dir, f"nocut{gpus}")
             rc, so, se = run(model, "--plan-only", "--precision", "bf16", "--gpus", gpus, "--out", out)
             self.assertEqual(rc, 0, se or so)
