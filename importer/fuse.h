@@ -31,7 +31,7 @@ struct FuseOptions {
   bool dropout = true;
   // MatMul + Add of a bias along the last axis, then optionally Relu or Gelu; Gemm or Conv, then Relu
   // or Gelu -> FusedMatMul, FusedGemm, FusedConv (importer/fuse_epilogue.cpp). Runs last, so a Gelu
-  // the GELU pass made is fused too. On both devices (kernels/cpu/epilogue.cpp, kernels/cuda/epilogue_ops.h).
+  // the GELU pass made is fused too. On both devices (kernels/cpu/epilogue.cpp, kernels/cuda/epilogue_ops.cpp).
   bool epilogue = true;
   // Not a graph rewrite: each optimizer update runs inside the backward, right behind its gradient's
   // producer, where the run allows it (partition.h, stage_update_in_backward; runtime/exec/optimizer.h,

@@ -846,7 +846,7 @@ Expected<ImportedModel> import_onnx(const std::string& path, const ImportOptions
   if (opts.for_training) {
     FuseOptions fuse = opts.fuse;
     // The attention fusion's dropout: the CUDA FusedAttention kernel has none. (The epilogues fuse
-    // on both devices: kernels/cuda/epilogue_ops.h and batchnorm.cu run them on CUDA.)
+    // on both devices: kernels/cuda/epilogue_ops.cpp and batchnorm.cu run them on CUDA.)
     if (opts.device == DeviceKind::kCuda) fuse.attention_dropout = false;
     out.fused = apply_fusions(*g, fuse);
   }

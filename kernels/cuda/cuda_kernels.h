@@ -132,8 +132,26 @@ template <typename T>
 Status sgd_momentum_group(std::span<const KernelCall> calls);
 PT_DECLARE_CUDA_KERNEL(sgd);   // torch.optim.SGD (W, G, B, lr, step[, D])
 PT_DECLARE_CUDA_KERNEL(adam);  // torch.optim.Adam / AdamW (W, G, M, V, lr, step)
+// torch's SGD and Adam / AdamW over several parameters, as sgd_momentum_group: launches of up to
+// kMaxGroupTensors tensors, one call per tensor's arithmetic and results.
+template <typename T>
+Status sgd_group(std::span<const KernelCall> calls);
+template <typename T>
+Status adam_group(std::span<const KernelCall> calls);
+// resize_ops.cpp (resize.cu): Resize and ResizeGrad, the CPU's coordinate map (kernels/checks/resize_map.h).
+PT_DECLARE_CUDA_KERNEL(resize);
+PT_DECLARE_CUDA_KERNEL(resize_grad);
 
 #undef PT_DECLARE_CUDA_KERNEL
+
+// epilogue_ops.cpp (epilogue.cu): the fused products of importer/fuse_epilogue.cpp, FusedMatMul
+// (A, B[, bias]), FusedGemm (A, B[, C]), FusedConv (X, W[, B]) -> Y[, Z], for float, double and
+// bfloat16 operands (float32 out): the product is the op's own CUDA kernel for the operands' dtype,
+// written to Z when the node keeps it and to Y otherwise, then one pass adds the bias and applies
+// the activation (launch_bias_activation). Checks: kernels/checks/epilogue.h, the CPU's.
+Status fused_matmul(const KernelCall& call);
+Status fused_gemm(const KernelCall& call);
+Status fused_conv(const KernelCall& call);
 
 // The fused optimizer step for a parameter group, for the runtime (no registry op: the CPU
 // runtime does SpecTrain's prediction in host code). For every tensor: g = G + wd*W;

@@ -1,7 +1,6 @@
-// The fused products' epilogue (epilogue_launch.h): one grid-stride pass adding the bias along the
+// The fused products' epilogue (launch.h's launch_bias_activation): one grid-stride pass adding the bias along the
 // last axis and applying Relu or exact Gelu, in place of the separate Add and activation kernels.
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/epilogue_launch.h"
 #include "kernels/unary_ops.h"
 
 namespace pt::cuda {

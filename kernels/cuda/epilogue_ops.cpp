@@ -1,10 +1,9 @@
-// FusedMatMul, FusedGemm and FusedConv on CUDA (epilogue_ops.h).
-#include "kernels/cuda/epilogue_ops.h"
+// FusedMatMul, FusedGemm and FusedConv on CUDA (declared in cuda_kernels.h).
+#include "kernels/cuda/cuda_kernels.h"
 
 #include <string>
 
 #include "kernels/checks/epilogue.h"
-#include "kernels/cuda/epilogue_launch.h"
 #include "kernels/cuda/ops_util.h"
 
 namespace pt::cuda {

@@ -363,4 +363,12 @@ template <typename T>
 cudaError_t launch_attention_dscores(T* ds, const T* p, const AttnMask& m, int64_t heads, int64_t t, int64_t s,
                                      double scale, cudaStream_t stream);
 
+// ---- the fused products' epilogue (epilogue.cu) -------------------------------------------
+
+// act: 0 none, 1 Relu, 2 Gelu (exact). Over n elements of the product's output z, rows of `cols`:
+// s = z + bias[i % cols] (bias may be null); with Gelu and a bias, z = s (kept for GeluGrad);
+// y = act(s). y may be z. The arithmetic of the separate Add, Relu and Gelu kernels.
+template <typename T>
+cudaError_t launch_bias_activation(T* y, T* z, const T* bias, int64_t cols, int64_t n, int act, cudaStream_t stream);
+
 }  // namespace pt::cuda

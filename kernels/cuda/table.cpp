@@ -12,17 +12,10 @@
 
 #include "kernels/cpu/cpu_table.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/epilogue_ops.h"
 #include "kernels/cuda/fallback.h"
 #include "kernels/unary_ops.h"
 
 namespace pt::cuda {
-
-// Resize and ResizeGrad (resize_ops.cpp, resize.cu).
-template <typename T>
-Status resize(const KernelCall& call);
-template <typename T>
-Status resize_grad(const KernelCall& call);
 
 namespace {
 
@@ -198,13 +191,6 @@ bool is_host_fallback(std::string_view op, DType dtype) {
     if (e.dtype == dtype && op == e.op) return true;
   return false;
 }
-
-// torch's SGD and Adam / AdamW over several parameters (nn_ops.cpp, as sgd_momentum_group):
-// launches of up to kMaxGroupTensors tensors, one call per tensor's arithmetic and results.
-template <typename T>
-Status sgd_group(std::span<const KernelCall> calls);
-template <typename T>
-Status adam_group(std::span<const KernelCall> calls);
 
 // Every optimizer op of kNative has one (CudaKernelTable.EveryOptimizerHasAGroupKernel).
 KernelGroupFn group_kernel(std::string_view op, DType dtype) {

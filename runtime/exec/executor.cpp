@@ -214,7 +214,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Graph& g, std::shared
     Step s{n, fn, {}, {}, std::vector<uint64_t>(n->inputs.size(), 0)};
     // Updates with a multi-tensor kernel run as one launch where several follow each other.
     if (n->phase == Phase::kUpdate) s.group = find_group_kernel(n->op_type, dev.kind(), dt);
-    s.on_host = n->runs_on_host(dev.kind());
+    s.on_host = dev.capture_graphs() && n->runs_on_host(dev.kind());  // read by graph captures only
     for (Value* v : n->inputs) s.inputs.push_back(v ? ex->view(v) : TensorView{});
     for (Value* v : n->outputs) s.outputs.push_back(v ? ex->view(v) : TensorView{});
     while (!s.outputs.empty() && !s.outputs.back().data) s.outputs.pop_back();  // unused optional outputs

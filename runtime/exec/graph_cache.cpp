@@ -68,9 +68,4 @@ DeviceGraph* GraphCache::graph(uint64_t key) const {
   return it == entries_.end() ? nullptr : it->second.graph.get();
 }
 
-void GraphCache::clear() {
-  entries_.clear();
-  graphs_ = 0;
-}
-
 }  // namespace pt

@@ -48,8 +48,6 @@ class GraphCache {
   DeviceGraph* graph(uint64_t key) const;
   size_t graphs() const { return graphs_; }
   const GraphStats& stats() const { return stats_; }
-  // Drops every graph (the caller releases their pool afterwards).
-  void clear();
 
  private:
   struct Entry {

@@ -450,9 +450,10 @@ void MpiCoordinator::relay_claims(RunShared& sh) {
     if (q != root) members.push_back(q);
   std::vector<std::vector<int>> stages_of(static_cast<size_t>(size));  // [rank] its stages, in stage order
   for (int q = r; q < size; q += R) stages_of[static_cast<size_t>(q)] = of_rank(q);
-  sh.rank_stages = static_cast<int>(mine().size());
+  const std::vector<int> own = mine();
+  sh.rank_stages = static_cast<int>(own.size());
   sh.rank_position.assign(static_cast<size_t>(N), -1);
-  for (size_t i = 0; i < mine().size(); ++i) sh.rank_position[static_cast<size_t>(mine()[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < own.size(); ++i) sh.rank_position[static_cast<size_t>(own[i])] = static_cast<int>(i);
   sh.sum_across_ranks = [C, root, members, stages_of, N](int64_t step, const std::vector<double>& local) -> Expected<double> {
     const Status aborted(StatusCode::kInternal, "pipeline aborted");
     double total = 0;

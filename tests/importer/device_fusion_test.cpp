@@ -1,6 +1,6 @@
 // Fusion passes per device (importer/onnx_import.cpp): a CUDA import fuses the bias and activation
 // epilogues as a CPU import does (FusedGemm / FusedConv and BatchNormalization + Relu have CUDA
-// kernels: kernels/cuda/epilogue_ops.h, batchnorm.cu), so both train the same graph.
+// kernels: kernels/cuda/epilogue_ops.cpp, batchnorm.cu), so both train the same graph.
 #include <gtest/gtest.h>
 
 #include <map>

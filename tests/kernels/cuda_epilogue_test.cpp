@@ -1,4 +1,4 @@
-// The fused products on CUDA (kernels/cuda/epilogue_ops.h) against their CPU kernels
+// The fused products on CUDA (kernels/cuda/epilogue_ops.cpp) against their CPU kernels
 // (kernels/cpu/epilogue.cpp) on the same operands: FusedMatMul with a bias and Relu / Gelu (Z
 // kept), FusedGemm with C and Relu, FusedConv with a bias and Relu, BatchNormalization + Relu, in
 // float and double; and the
