@@ -118,6 +118,67 @@ PT_CPU_CLONES void plane_dx_f32(const float* dy, const float* x, const float* co
   plane_dx(dy, x, coef, dx, c_count, s, p0, p1, training);
 }
 
+// Channels [c0, c1) of maps with few elements per plane (s < kSmallPlane: the late layers of
+// ResNets and MobileNets, [32, 512, 1, 1]): the sums of x and x^2 (and of dy and dy * x) straight
+// into the channels' accumulators, a row of channels per image, so that the loop runs along the
+// channels instead of paying a reduction per one-element plane (10x faster there). Each plane's
+// elements are summed in order, then the planes in image order: for s = 1 the same sums as the
+// plane-wise path.
+constexpr int64_t kSmallPlane = 16;
+template <typename T>
+[[gnu::always_inline]] inline void channel_sums(const T* x, const T* dy, int64_t n_count, int64_t c_count, int64_t s,
+                                                int64_t c0, int64_t c1, double* s1, double* s2, double* sd,
+                                                double* sdx) {
+  for (int64_t n = 0; n < n_count; ++n) {
+    const T* xr = x + n * c_count * s;
+    const T* dyr = dy ? dy + n * c_count * s : nullptr;
+    if (s == 1) {
+      if (dyr) {
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) {
+          const double xi = xr[c], di = dyr[c];
+          s1[c] += xi;
+          s2[c] += xi * xi;
+          sd[c] += di;
+          sdx[c] += di * xi;
+        }
+      } else {
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) {
+          const double xi = xr[c];
+          s1[c] += xi;
+          s2[c] += xi * xi;
+        }
+      }
+      continue;
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      double a = 0, b = 0, d = 0, dx = 0;
+      for (int64_t i = 0; i < s; ++i) {
+        const double xi = xr[c * s + i];
+        a += xi;
+        b += xi * xi;
+        if (dyr) {
+          const double di = dyr[c * s + i];
+          d += di;
+          dx += di * xi;
+        }
+      }
+      s1[c] += a;
+      s2[c] += b;
+      if (dyr) {
+        sd[c] += d;
+        sdx[c] += dx;
+      }
+    }
+  }
+}
+
+PT_CPU_CLONES void channel_sums_f32(const float* x, const float* dy, int64_t n_count, int64_t c_count, int64_t s,
+                                    int64_t c0, int64_t c1, double* s1, double* s2, double* sd, double* sdx) {
+  channel_sums(x, dy, n_count, c_count, s, c0, c1, s1, s2, sd, sdx);
+}
+
 // Runs fn(p0, p1) over the planes, split across the threads when the work is large enough.
 template <typename F>
 void over_planes(const BnGeometry& g, F fn) {
@@ -135,37 +196,61 @@ void over_planes(const BnGeometry& g, F fn) {
 // resolution for activations). With dy, also the sums of dy and dy * x that the backward needs
 // (`sdy`, `sdyx` per channel; dy * (x - mean) sums to sdyx - mean * sdy).
 template <typename T>
-void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std::vector<double>* var,
-                 const T* dy = nullptr, std::vector<double>* sdy = nullptr, std::vector<double>* sdyx = nullptr) {
+void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std::vector<double>* var, const T* dy = nullptr,
+                 std::vector<double>* sdy = nullptr, std::vector<double>* sdyx = nullptr) {
   const int64_t planes = g.n * g.c;
   const int k = dy ? 4 : 2;
-  // Every entry is written below: grown once, never cleared (no allocation per call once warm).
-  // The calling thread's buffer: the parallel loop writes it through `part` (a pointer; the name
-  // of a thread_local would be each worker's own).
-  thread_local std::vector<double> buf;
-  if (buf.size() < static_cast<size_t>(planes * k)) buf.resize(static_cast<size_t>(planes * k));
-  double* part = buf.data();
-  over_planes(g, [&](int64_t p0, int64_t p1) {
-    if constexpr (std::is_same_v<T, float>) plane_sums_f32(x, dy, g.s, p0, p1, k, part);
-    else plane_sums(x, dy, g.s, p0, p1, k, part);
-  });
-  mean->assign(static_cast<size_t>(g.c), 0.0);
-  var->assign(static_cast<size_t>(g.c), 0.0);
-  if (dy) {
-    sdy->assign(static_cast<size_t>(g.c), 0.0);
-    sdyx->assign(static_cast<size_t>(g.c), 0.0);
-  }
-  // Plane p = n * C + c, in the order of p (so the same sums as a loop over p with c = p % C,
-  // without a division per plane: [32, 960, 1, 1] maps have one element per plane).
-  for (int64_t n = 0, p = 0; n < g.n; ++n)
-    for (int64_t c = 0; c < g.c; ++c, ++p) {
-      (*mean)[c] += part[p * k];
-      (*var)[c] += part[p * k + 1];
-      if (dy) {
-        (*sdy)[c] += part[p * k + 2];
-        (*sdyx)[c] += part[p * k + 3];
-      }
+  if (g.s < kSmallPlane) {
+    mean->assign(static_cast<size_t>(g.c), 0.0);
+    var->assign(static_cast<size_t>(g.c), 0.0);
+    double *sd = nullptr, *sdx = nullptr;
+    if (dy) {
+      sdy->assign(static_cast<size_t>(g.c), 0.0);
+      sdyx->assign(static_cast<size_t>(g.c), 0.0);
+      sd = sdy->data();
+      sdx = sdyx->data();
     }
+    double *s1 = mean->data(), *s2 = var->data();
+#pragma omp parallel if (par(g))
+    {
+      int64_t c0, c1;
+      thread_share(g.c, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+      if constexpr (std::is_same_v<T, float>)
+        channel_sums_f32(x, dy, g.n, g.c, g.s, c0, c1, s1, s2, sd, sdx);
+      else
+        channel_sums(x, dy, g.n, g.c, g.s, c0, c1, s1, s2, sd, sdx);
+    }
+  } else {
+    // Every entry is written below: grown once, never cleared (no allocation per call once warm).
+    // The calling thread's buffer: the parallel loop writes it through `part` (a pointer; the name
+    // of a thread_local would be each worker's own).
+    thread_local std::vector<double> buf;
+    if (buf.size() < static_cast<size_t>(planes * k)) buf.resize(static_cast<size_t>(planes * k));
+    double* part = buf.data();
+    over_planes(g, [&](int64_t p0, int64_t p1) {
+      if constexpr (std::is_same_v<T, float>)
+        plane_sums_f32(x, dy, g.s, p0, p1, k, part);
+      else
+        plane_sums(x, dy, g.s, p0, p1, k, part);
+    });
+    mean->assign(static_cast<size_t>(g.c), 0.0);
+    var->assign(static_cast<size_t>(g.c), 0.0);
+    if (dy) {
+      sdy->assign(static_cast<size_t>(g.c), 0.0);
+      sdyx->assign(static_cast<size_t>(g.c), 0.0);
+    }
+    // Plane p = n * C + c, in the order of p (so the same sums as a loop over p with c = p % C,
+    // without a division per plane: [32, 960, 1, 1] maps have one element per plane).
+    for (int64_t n = 0, p = 0; n < g.n; ++n)
+      for (int64_t c = 0; c < g.c; ++c, ++p) {
+        (*mean)[c] += part[p * k];
+        (*var)[c] += part[p * k + 1];
+        if (dy) {
+          (*sdy)[c] += part[p * k + 2];
+          (*sdyx)[c] += part[p * k + 3];
+        }
+      }
+  }
   const double inv_m = 1.0 / static_cast<double>(std::max<int64_t>(g.m(), 1));
   for (int64_t c = 0; c < g.c; ++c) {
     (*mean)[c] *= inv_m;

@@ -67,7 +67,7 @@ TYPED_TEST(BatchNormTest, ForwardAndGradBothModes) {
   using T = TypeParam;
   uint32_t seed = 4500;
   for (const Dims& xd : {Dims{4, 3}, Dims{2, 3, 5}, Dims{2, 4, 3, 5}, Dims{3, 2, 2, 3, 2}, Dims{16, 32, 16, 16},
-                         Dims{64, 640, 1, 1}})
+                         Dims{64, 640, 1, 1}, Dims{32, 96, 2, 2}, Dims{5, 70, 3, 5}, Dims{48, 512, 1}})
     for (int training : {0, 1})
       for (int unbiased : {0, 1}) {
         if (!training && unbiased) continue;

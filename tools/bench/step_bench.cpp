@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -27,6 +28,8 @@
 #include "importer/precision.h"
 #include "importer/training.h"
 #include "partitioner/cost_model.h"
+#include "partitioner/device_spec.h"
+#include "runtime/exec/calibrate.h"
 #include "runtime/data/data.h"
 #include "runtime/exec/executor.h"
 #include "runtime/single/trainer.h"
@@ -48,6 +51,7 @@ struct Options {
   std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
   bool gemm_peak = false;  // measure the machine's float GEMM rate and set the convolutions against it
   Precision precision = Precision::kFp32;  // --precision (importer/precision.h)
+  std::string cost_csv;  // --cost-csv: every node's measured time beside the calibrated cost model's
 };
 
 constexpr float kLr = 0.01f;
@@ -104,7 +108,8 @@ int usage(const std::string& why) {
                "step_bench: error: %s\n"
                "usage: step_bench MODEL.onnx --batch-size B [--steps N] [--warmup W] [--threads T]\n"
                "                  [--vocab V] [--per-node] [--top N] [--json] [--no-memory-plan]\n"
-               "                  [--no-fusion PASS]... [--gemm-peak] [--precision fp32|bf16]\n",
+               "                  [--no-fusion PASS]... [--gemm-peak] [--precision fp32|bf16]\n"
+               "                  [--cost-csv FILE]\n",
                why.c_str());
   return 2;
 }
@@ -148,6 +153,10 @@ int parse(int argc, char** argv, Options* o) {
       o->memory_plan = false;
     } else if (a == "--gemm-peak") {
       o->gemm_peak = true;
+      o->per_node = true;
+    } else if (a == "--cost-csv") {
+      if (i + 1 >= argc) return usage("--cost-csv needs a file");
+      o->cost_csv = argv[++i];
       o->per_node = true;
     } else if (a == "--no-fusion") {
       if (i + 1 >= argc) return usage("--no-fusion needs a pass name");
@@ -252,6 +261,7 @@ struct Measured {
   double node_total = 0;
   std::map<std::string, double> op_flops;
   double conv_s = 0, conv_flops = 0;
+  std::vector<double> node_s;  // every node's mean seconds (by node id)
   long rss = 0;          // peak resident KiB
   size_t own_bytes = 0;  // every value's own (unplanned) buffer
 };
@@ -336,8 +346,10 @@ int time_nodes(const Options& o, const Graph& g, const StepFn& step, const Batch
       }
     }
     std::map<std::string, double> ops;
+    m->node_s.assign(g.nodes().size(), 0.0);
     for (const auto& n : g.nodes()) {
       const double s = static_cast<size_t>(n->id) < sec.size() ? sec[n->id] / reps : 0.0;
+      m->node_s[static_cast<size_t>(n->id)] = s;
       node_total += s;
       top.push_back({n.get(), s});
       const std::string key = n->op_type + " (" + phase_name(n->phase) + ")";
@@ -455,6 +467,52 @@ void print_text(const Options& o, const Graph& g, const Value* in, int64_t batch
   }
 }
 
+// --cost-csv: every node's measured time beside the calibrated cost model's (the CLI's cached
+// calibration for this thread count, measured first when there is none), one CSV row per node, and
+// a summary by op class and phase.
+int write_cost_csv(const Options& o, const Graph& g, const Measured& m) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string dir = xdg && *xdg ? std::string(xdg) + "/onnx-pipetrain"
+                          : home && *home ? std::string(home) + "/.cache/onnx-pipetrain"
+                                          : std::string();
+  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  DeviceSpec spec = measure_cpu_spec(dir, threads);
+  CalibrationOptions co;
+  co.cache_dir = dir;
+  co.threads = threads;
+  auto cal = calibrate_device(&spec, co);
+  if (!cal) {
+    std::fprintf(stderr, "FAIL: calibration: %s\n", cal.status().message().c_str());
+    return 1;
+  }
+  std::ofstream out(o.cost_csv);
+  out << "node,op,class,phase,flops,bytes,roofline_s,predicted_s,measured_s\n";
+  std::map<std::string, std::array<double, 3>> by;  // class/phase: nodes, predicted, measured
+  for (const auto& n : g.nodes()) {
+    const double t = m.node_s.at(static_cast<size_t>(n->id));
+    const double p = node_time_s(*n, spec);
+    const char* phase = is_forward_phase(*n) ? "forward" : n->phase == Phase::kUpdate ? "update" : "backward";
+    out << '"' << n->name << "\"," << n->op_type << ',' << op_class_name(op_class(*n)) << ',' << phase << ','
+        << node_flops(*n) << ',' << node_bytes(*n) << ',' << roofline_s(*n, spec) << ',' << p << ',' << t << '\n';
+    auto& b = by[std::string(op_class_name(op_class(*n))) + " " + phase];
+    b[0] += 1, b[1] += p, b[2] += t;
+  }
+  if (!out) {
+    std::fprintf(stderr, "FAIL: %s: cannot write\n", o.cost_csv.c_str());
+    return 1;
+  }
+  std::printf("\ncost model (calibrated at %d threads) against the nodes measured here, by class and phase:\n", threads);
+  std::printf("%-22s %6s %12s %12s %8s\n", "class phase", "nodes", "predicted ms", "measured ms", "ratio");
+  double tp = 0, tm = 0;
+  for (const auto& [k, b] : by) {
+    std::printf("%-22s %6.0f %12.3f %12.3f %8.2f\n", k.c_str(), b[0], 1e3 * b[1], 1e3 * b[2], b[2] > 0 ? b[1] / b[2] : 0.0);
+    tp += b[1], tm += b[2];
+  }
+  std::printf("%-22s %6zu %12.3f %12.3f %8.2f\n", "all", g.nodes().size(), 1e3 * tp, 1e3 * tm, tm > 0 ? tp / tm : 0.0);
+  return 0;
+}
+
 int run(const Options& o) {
   if (o.threads > 0) {
     omp_set_num_threads(o.threads);
@@ -518,6 +576,8 @@ int run(const Options& o) {
   if (int rc = validate(step_fn, &m)) return rc;
   if (int rc = time_steps(o, step_fn, batch_in, &m)) return rc;
   if (int rc = time_nodes(o, g, step_fn, batch_in, &m)) return rc;
+  if (!o.cost_csv.empty())
+    if (int rc = write_cost_csv(o, g, m)) return rc;
   m.rss = peak_rss_kib();
   // Bytes of every value's own buffer (unplanned), of the planned values without sharing, and of
   // the arena they share (the planned peak).
