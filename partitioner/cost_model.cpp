@@ -96,6 +96,18 @@ double heavy_grad_flops(const Node& n, double core, const Node& fwd) {
   return f;
 }
 
+// FLOPs per element of the element-wise ops that evaluate a transcendental function (a polynomial
+// or rational approximation each: GELU's erf, its gradient's erf and exp), so that they cost more
+// than an Add of the same size; 1 for every other element-wise op.
+double elementwise_flops_per_element(const std::string& op) {
+  if (op == "GeluGrad") return 30;
+  if (op == "Gelu") return 20;
+  if (op == "Erf" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Sigmoid" || op == "Softplus" ||
+      op == "Pow" || op == "Sin" || op == "Cos" || op == "Elu" || op == "Selu" || op == "Mish")
+    return 10;
+  return 1;
+}
+
 // The product of a fused node of importer/fuse_epilogue.cpp ("FusedConv" -> "Conv"), else op.
 std::string product_op(const std::string& op) {
   if (op == "FusedMatMul" || op == "FusedGemm" || op == "FusedConv") return op.substr(5);
@@ -115,7 +127,8 @@ double node_flops(const Node& n) {
     p.outputs.resize(1);
     const bool bias = op == "FusedMatMul" && input(n, 2);
     if (op == "FusedMatMul") p.inputs.resize(std::min<size_t>(p.inputs.size(), 2));
-    const double act = n.attrs.get_string("activation", "none") == "none" ? 0 : elems(output(n, 0));
+    const std::string activation = n.attrs.get_string("activation", "none");
+    const double act = activation == "none" ? 0 : elementwise_flops_per_element(activation) * elems(output(n, 0));
     return node_flops(p) + (bias ? elems(output(n, 0)) : 0) + act;
   }
   if (op == "Gemm") {
@@ -172,7 +185,7 @@ double node_flops(const Node& n) {
     if (f.op_type == "BatchNormalization") return 8.0 * elems(input(f, 0));
     if (fwd_op != "Gemm" && fwd_op != "MatMul") return std::max(node_flops(f), out);
   }
-  return out;  // elementwise: one FLOP per output element
+  return elementwise_flops_per_element(op) * out;  // element-wise
 }
 
 double node_bytes(const Node& n) {
@@ -195,8 +208,16 @@ double roofline_s(const Node& n, const DeviceSpec& d) {
 }
 
 OpClass op_class(const Node& n) {
-  if (n.forward && n.phase == Phase::kBackward) return op_class(*n.forward);
-  const std::string op = product_op(n.op_type);
+  std::string op = product_op(n.op_type);
+  if (n.phase == Phase::kBackward) {
+    // A backward node runs at the speed of what it computes: a convolution's gradients at their
+    // convolution's (dense or depthwise, as the forward), a ReluGrad or a fused product's GeluGrad
+    // at element-wise speed, a bias gradient's ReduceSumToShape at reduction speed, the products
+    // of a MatMul's backward at GEMM speed.
+    const size_t grad = op.find("Grad");
+    if (grad != std::string::npos && grad > 0) op = op.substr(0, grad);
+    if (n.forward && (op == "Conv" || op == "ConvTranspose")) return op_class(*n.forward);
+  }
   if (op == "MatMul" || op == "Gemm") return OpClass::kGemm;
   if (op == "FusedAttention" || op == "Softmax" || op == "LogSoftmax" || op == "SoftmaxCrossEntropyLoss")
     return OpClass::kSoftmax;
@@ -218,10 +239,15 @@ OpClass op_class(const Node& n) {
 }
 
 double node_time_s(const Node& n, const DeviceSpec& d) {
-  const double r = roofline_s(n, d);
-  if (!d.calibrated) return (r + d.kernel_overhead_s) * d.share;
+  if (!d.calibrated) return (roofline_s(n, d) + d.kernel_overhead_s) * d.share;
+  // Views: the executor aliases a Reshape's output to its input (no kernel runs), and a calibration
+  // never sees them run, so they are free rather than priced at the class's floor.
+  static const std::set<std::string> views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+  if (views.count(n.op_type)) return 0;
   const ClassCost& c = d.classes[static_cast<int>(op_class(n))][is_forward_phase(n) ? 0 : 1];
-  return (c.floor_s + c.scale * r) * d.share;
+  const double f = d.peak_flops > 0 ? node_flops(n) / d.peak_flops : 0;
+  const double b = d.mem_bandwidth > 0 ? node_bytes(n) / d.mem_bandwidth : 0;
+  return (c.floor_s + c.scale * f + c.byte_scale * b) * d.share;
 }
 
 static int64_t conv_workspace_bytes(const Node& n) {

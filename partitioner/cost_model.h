@@ -34,13 +34,14 @@ double node_flops(const Node& n);
 // state they write back).
 double node_bytes(const Node& n);
 // Roofline time of one node on `d`: max(flops / peak, bytes / bandwidth) + kernel overhead; on a
-// calibrated device, its class's floor + scale x the roofline time. Times `d.share` when stages
-// share the device.
+// calibrated device, its class's floor + scale x flops / peak + byte_scale x bytes / bandwidth.
+// Times `d.share` when stages share the device.
 double node_time_s(const Node& n, const DeviceSpec& d);
 // The roofline alone: max(flops / peak, bytes / bandwidth).
 double roofline_s(const Node& n, const DeviceSpec& d);
-// The class a node's speed is calibrated by: a backward node takes its forward node's (a
-// ConvGradWeight runs at convolution speed, a ReluGrad at element-wise speed).
+// The class a node's speed is calibrated by: a backward node the class of what it computes (a
+// ConvGradWeight its convolution's, dense or depthwise; a ReluGrad or GeluGrad element-wise, also
+// behind a fused product; a bias gradient's ReduceSumToShape a reduction's).
 OpClass op_class(const Node& n);
 // Bytes of a value as the cost model counts them (unknown dims count as 1, unknown dtype as 4 B).
 double cost_value_bytes(const Value* v);

@@ -16,12 +16,16 @@ inline constexpr int kOpClasses = 8;
 const char* op_class_name(OpClass c);
 
 // What a device achieves on one op class, fitted by a calibration (runtime/exec/calibrate.h): a
-// node takes floor_s + scale x its roofline time (the larger of flops / peak_flops and bytes /
-// mem_bandwidth). scale > 1 where the kernels run below peak; floor_s is the launch, dispatch and
-// OpenMP cost that small nodes cannot hide.
+// node takes floor_s + scale x flops / peak_flops + byte_scale x bytes / mem_bandwidth. scale > 1
+// where the kernels compute below peak, byte_scale > 1 where they move data below the measured
+// bandwidth; the two add up because a kernel rarely hides one behind the other entirely (a
+// product whose weights stream from memory at a small batch is slower than its FLOPs say, one with
+// the same FLOPs on cached weights is not). floor_s is the launch, dispatch and OpenMP cost that
+// small nodes cannot hide.
 struct ClassCost {
   double floor_s = 0;
   double scale = 1;
+  double byte_scale = 0;
   int points = 0;  // calibration measurements it was fitted to (0: not fitted)
 };
 

@@ -251,7 +251,8 @@ bool same_speed(const DeviceSpec& a, const DeviceSpec& b) {
   if (a.calibrated != b.calibrated || a.share != b.share) return false;
   for (int k = 0; k < kOpClasses && a.calibrated; ++k)
     for (int ph = 0; ph < 2; ++ph)
-      if (a.classes[k][ph].floor_s != b.classes[k][ph].floor_s || a.classes[k][ph].scale != b.classes[k][ph].scale)
+      if (a.classes[k][ph].floor_s != b.classes[k][ph].floor_s || a.classes[k][ph].scale != b.classes[k][ph].scale ||
+          a.classes[k][ph].byte_scale != b.classes[k][ph].byte_scale)
         return false;
   return a.peak_flops == b.peak_flops && a.mem_bandwidth == b.mem_bandwidth && a.kernel_overhead_s == b.kernel_overhead_s &&
          a.kind == b.kind;

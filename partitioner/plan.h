@@ -156,6 +156,7 @@ struct Plan {
   double device_share = 1;
   bool calibrated = false;               // stage times from a calibrated cost model
   double measured_samples_per_s = 0;     // after training: the run's throughput (0: not trained)
+  double measured_steady_samples_per_s = 0;  // ... in its steady state (TrainResult::steady_samples_per_s)
   // Memory of the process beside the stages (set by the CLI): its resident set before import
   // (binary, libraries) and the data sets it holds; after training, its peak resident set.
   int64_t baseline_bytes = 0, data_bytes = 0;

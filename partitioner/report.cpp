@@ -37,6 +37,7 @@ Summary summarize(const Plan& p) {
                                                   : 0;
   s.single_device_samples_per_s = p.single_device_samples_per_s;
   s.measured_samples_per_s = p.measured_samples_per_s;
+  s.measured_steady_samples_per_s = p.measured_steady_samples_per_s;
   s.speedup = s.single_device_samples_per_s > 0 ? s.samples_per_s / s.single_device_samples_per_s : 0;
   return s;
 }
@@ -296,6 +297,9 @@ std::string report_text(const ReportInputs& r) {
   if (sum.measured_samples_per_s > 0)
     out += format(", measured %.1f samples/s (%.2fx the prediction)", sum.measured_samples_per_s,
                   sum.samples_per_s > 0 ? sum.measured_samples_per_s / sum.samples_per_s : 0.0);
+  if (sum.measured_steady_samples_per_s > 0)
+    out += format(", %.1f in the steady state (%.2fx)", sum.measured_steady_samples_per_s,
+                  sum.samples_per_s > 0 ? sum.measured_steady_samples_per_s / sum.samples_per_s : 0.0);
   if (sum.speedup > 0)
     out += format(", %.2fx over one device (%.1f samples/s)", sum.speedup, sum.single_device_samples_per_s);
   out += "\n";

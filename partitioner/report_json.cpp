@@ -211,6 +211,7 @@ std::string report_json(const ReportInputs& r) {
   }
   if (p.layout.describes(p) && !p.layout.stages.empty()) doc["layout"] = layout_json(p.layout);
   if (sum.measured_samples_per_s > 0) doc["measured_samples_per_s"] = sum.measured_samples_per_s;
+  if (sum.measured_steady_samples_per_s > 0) doc["measured_steady_samples_per_s"] = sum.measured_steady_samples_per_s;
   {
     // The process: the stages' predicted memory plus what it holds beside them.
     int64_t planned = p.baseline_bytes + p.data_bytes;

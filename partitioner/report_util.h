@@ -20,6 +20,7 @@ struct Summary {
   double speedup = 0;  // 0 when the one-device figure is unknown
   bool measured = false;  // some stage has measured times
   double measured_samples_per_s = 0;  // the trained run's throughput; 0 before training
+  double measured_steady_samples_per_s = 0;  // ... after its warm-up, without validations; 0: unknown
 };
 Summary summarize(const Plan& p);
 

@@ -759,6 +759,7 @@ Status export_and_report(const TrainingSpec& o, Model& md, const Trained& t, con
   if (o.local.export_stages)
     RETURN_IF_ERROR(export_plan_stages(md.m, t.values, planned.plan, (out_dir / "stages").string(), o.local.quiet));
   planned.plan.measured_samples_per_s = r.samples_per_s;
+  planned.plan.measured_steady_samples_per_s = r.steady_samples_per_s;
   RETURN_IF_ERROR(rewrite_reports(planned, md.g(), out_dir.string(), !real_trace));
 
   char line[512];

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "importer/fuse.h"
 #include "importer/importer.h"
 #include "importer/shape_infer.h"
 #include "importer/training.h"
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kCacheVersion = 2;
+constexpr int kCacheVersion = 3;
 constexpr const char* kPhases[2] = {"forward", "backward"};
 
 // A small graph under construction: float input x, parameters, nodes with inferred shapes.
@@ -110,20 +111,25 @@ Value* inverted_block(Builder& b, int64_t ch, int64_t expand) {
   return b.op("Add", {h, b.x});
 }
 
-// A transformer's MLP half: LayerNorm, two products around a ReLU, the residual.
-Value* mlp_block(Builder& b, int64_t d) {
+// A transformer's MLP half: LayerNorm, two products around a ReLU (or a GELU), the residual.
+Value* mlp_block(Builder& b, int64_t d, bool gelu) {
   Value* h = b.op("LayerNormalization", {b.x, b.param({d}), b.param({d})}, attrs({{"axis", int64_t{-1}}}), 17);
-  h = b.op("Relu", {b.op("Add", {b.op("MatMul", {h, b.param({d, 4 * d})}), b.param({4 * d})})});
+  h = b.op(gelu ? "Gelu" : "Relu", {b.op("Add", {b.op("MatMul", {h, b.param({d, 4 * d})}), b.param({4 * d})})}, {},
+           gelu ? 20 : 13);
   h = b.op("Add", {b.op("MatMul", {h, b.param({4 * d, d})}), b.param({d})});
   return b.op("Add", {h, b.x});
 }
 
-// Attention's core on [B, H, T, dh]: scores, a softmax over keys, the weighted sum; then heads to
-// features (a transpose).
-Value* attention_block(Builder& b, int64_t t, int64_t dh) {
-  Value* s = b.op("MatMul", {b.x, b.param({dh, t})});
+// Attention's core on [B, H, T, dh]: queries, keys and values from x (each x times a parameter, so
+// that all three have gradients), scores, a softmax over keys, the weighted sum (fused into one
+// FusedAttention by the import's pass, as in the models); then heads to features (a transpose).
+Value* attention_block(Builder& b, int64_t dh) {
+  Value* q = b.op("Mul", {b.x, b.param({dh})});
+  Value* kt = b.op("Transpose", {b.op("Mul", {b.x, b.param({dh})})}, attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+  Value* v = b.op("Mul", {b.x, b.param({dh})});
+  Value* s = b.op("MatMul", {q, kt});
   Value* p = b.op("Softmax", {s}, attrs({{"axis", int64_t{-1}}}));
-  Value* o = b.op("MatMul", {p, b.param({t, dh})});
+  Value* o = b.op("MatMul", {p, v});
   return b.op("Transpose", {o}, attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
 }
 
@@ -149,10 +155,13 @@ std::vector<Case> cases(bool gpu) {
     });
   for (auto [n, ch, hw] : {std::tuple{8, 16, 16}, {32, 24, 16}, {32, 32, 8}, {32, 64, 4}, {32, 96, 4}})
     add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) { return repeat(b, 3, [&] { return inverted_block(b, ch, 6); }); });
-  for (auto [n, t, d] : {std::tuple{8, 16, 32}, {32, 16, 64}, {32, 32, 128}, {16, 64, 256}, {8, 128, 512}})
-    add({n * s, t, d}, [d = int64_t(d)](Builder& b) { return repeat(b, 3, [&] { return mlp_block(b, d); }); });
-  for (auto [n, h, t, dh] : {std::tuple{8, 2, 16, 16}, {32, 4, 16, 16}, {32, 4, 32, 32}, {16, 8, 64, 32}})
-    add({n * s, h, t, dh}, [t = int64_t(t), dh = int64_t(dh)](Builder& b) { return attention_block(b, t, dh); });
+  bool gelu = false;
+  for (auto [n, t, d] : {std::tuple{8, 16, 32}, {32, 16, 64}, {32, 32, 64}, {32, 32, 128}, {16, 64, 256}, {8, 128, 512}}) {
+    add({n * s, t, d}, [d = int64_t(d), gelu](Builder& b) { return repeat(b, 3, [&] { return mlp_block(b, d, gelu); }); });
+    gelu = !gelu;
+  }
+  for (auto [n, h, t, dh] : {std::tuple{8, 2, 16, 16}, {32, 4, 16, 16}, {32, 4, 32, 16}, {32, 4, 32, 32}, {16, 8, 64, 32}})
+    add({n * s, h, t, dh}, [dh = int64_t(dh)](Builder& b) { return attention_block(b, dh); });
   for (auto [n, ch] : {std::tuple{32, 64}, {32, 512}})
     add({n * s, ch, 4, 4}, [ch = int64_t(ch)](Builder& b) {
       return b.op("MatMul", {b.op("Flatten", {b.op("GlobalAveragePool", {b.x})}), b.param({ch, 10})});
@@ -162,10 +171,7 @@ std::vector<Case> cases(bool gpu) {
   return c;
 }
 
-struct Point {
-  int cls, phase;  // phase 0: forward (and loss), 1: backward and update
-  double count, roofline, t;  // nodes, their summed roofline time, their measured time
-};
+using Point = CalibrationPoint;
 
 // Every node of the case's training graph timed on the device: the median of 3 runs after one
 // warm-up.
@@ -176,6 +182,11 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
   Graph& g = b.g;
   g.outputs = {result};
   lower_stateful_ops(g, 0);
+  // The import's fusions, as a model gets them (FusedAttention, FusedMatMul with its bias and
+  // activation, BatchNormalization + Relu): the classes are timed on the ops that really run.
+  FuseOptions fuse;
+  fuse.attention_dropout = spec->kind == DeviceKind::kCpu;
+  apply_fusions(g, fuse);
   SgdOptions sgd;
   ASSIGN_OR_RETURN(TrainingGraph tg, build_training_graph(g, LossKind::kMse, sgd));
   (void)tg;
@@ -183,44 +194,79 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
   for (const auto& n : g.nodes()) {
     const double t = median[n->id];
     if (t <= 0) continue;
-    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1, roofline_s(*n, *spec), t});
+    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1,
+                         spec->peak_flops > 0 ? node_flops(*n) / spec->peak_flops : 0,
+                         spec->mem_bandwidth > 0 ? node_bytes(*n) / spec->mem_bandwidth : 0, t});
   }
   return Status::ok();
 }
 
-// floor + scale x roofline, least squares with each point weighing 1 / t: between absolute
-// errors (which only the largest nodes would decide) and relative ones (which the many tiny
-// nodes would); both non-negative.
-ClassCost fit(const std::vector<Point>& pts) {
-  double s00 = 0, s01 = 0, s11 = 0, b0 = 0, b1 = 0;
+}  // namespace
+
+// Three unknowns: every subset of them is solved by its normal equations and the best fit whose
+// coefficients are all non-negative wins (the exact answer of non-negative least squares, at this
+// size cheaper than an iterative solver).
+ClassCost fit_class_cost(const std::vector<CalibrationPoint>& pts) {
+  auto feature = [](const Point& p, int j) { return j == 0 ? p.count : j == 1 ? p.flops_s : p.bytes_s; };
+  double ata[3][3] = {}, atb[3] = {};
   for (const Point& p : pts) {
     const double w = 1 / p.t;
-    s00 += w * p.count * p.count;
-    s01 += w * p.count * p.roofline;
-    s11 += w * p.roofline * p.roofline;
-    b0 += w * p.count * p.t;
-    b1 += w * p.roofline * p.t;
+    for (int i = 0; i < 3; ++i) {
+      atb[i] += w * feature(p, i) * p.t;
+      for (int j = 0; j < 3; ++j) ata[i][j] += w * feature(p, i) * feature(p, j);
+    }
   }
-  ClassCost c;
-  c.points = static_cast<int>(pts.size());
-  const double det = s00 * s11 - s01 * s01;
-  if (det > 1e-12 * s00 * s11) {
-    c.floor_s = (b0 * s11 - b1 * s01) / det;
-    c.scale = (s00 * b1 - s01 * b0) / det;
+  auto error = [&](const double x[3]) {
+    double e = 0;
+    for (const Point& p : pts) {
+      const double r = x[0] * p.count + x[1] * p.flops_s + x[2] * p.bytes_s - p.t;
+      e += r * r / p.t;
+    }
+    return e;
+  };
+  double best[3] = {0, 0, 0}, best_err = error(best);
+  for (int mask = 1; mask < 8; ++mask) {
+    int idx[3], k = 0;
+    for (int j = 0; j < 3; ++j)
+      if (mask >> j & 1) idx[k++] = j;
+    // Gaussian elimination with partial pivoting on the k x k normal equations.
+    double m[3][4];
+    for (int r = 0; r < k; ++r) {
+      for (int c = 0; c < k; ++c) m[r][c] = ata[idx[r]][idx[c]];
+      m[r][k] = atb[idx[r]];
+    }
+    bool singular = false;
+    for (int c = 0; c < k && !singular; ++c) {
+      int piv = c;
+      for (int r = c + 1; r < k; ++r)
+        if (std::abs(m[r][c]) > std::abs(m[piv][c])) piv = r;
+      if (!(std::abs(m[piv][c]) > 1e-12 * std::max(1e-300, std::abs(ata[idx[c]][idx[c]])))) singular = true;
+      if (singular) break;
+      std::swap(m[c], m[piv]);
+      for (int r = 0; r < k; ++r)
+        if (r != c) {
+          const double f = m[r][c] / m[c][c];
+          for (int cc = c; cc <= k; ++cc) m[r][cc] -= f * m[c][cc];
+        }
+    }
+    if (singular) continue;
+    double x[3] = {0, 0, 0};
+    bool ok = true;
+    for (int r = 0; r < k; ++r) {
+      x[idx[r]] = m[r][k] / m[r][r];
+      if (!(x[idx[r]] >= 0) || !std::isfinite(x[idx[r]])) ok = false;
+    }
+    if (!ok) continue;
+    const double e = error(x);
+    if (e < best_err) {
+      best_err = e;
+      std::copy(x, x + 3, best);
+    }
   }
-  if (!(det > 1e-12 * s00 * s11) || c.floor_s < 0 || c.scale <= 0) {
-    // One-parameter fits: the better of a pure scale and a pure floor.
-    const double scale = s11 > 0 ? b1 / s11 : 0, floor = s00 > 0 ? b0 / s00 : 0;
-    auto err = [&](double f, double k) {
-      double e = 0;
-      for (const Point& p : pts) e += std::pow(f * p.count + k * p.roofline - p.t, 2) / p.t;
-      return e;
-    };
-    if (scale > 0 && err(0, scale) <= err(floor, 0)) c = ClassCost{0, scale, c.points};
-    else c = ClassCost{floor, 0, c.points};
-  }
-  return c;
+  return ClassCost{best[0], best[1], best[2], static_cast<int>(pts.size())};
 }
+
+namespace {
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -267,8 +313,10 @@ bool read_cache(const std::string& path, const nlohmann::json& key, DeviceSpec* 
       for (int ph = 0; ph < 2; ++ph) {
         const nlohmann::json& c = j.at("classes").at(op_class_name(static_cast<OpClass>(k))).at(kPhases[ph]);
         ClassCost& cc = spec->classes[k][ph];
-        cc = ClassCost{c.at("floor_s").get<double>(), c.at("scale").get<double>(), c.at("points").get<int>()};
-        if (!(cc.floor_s >= 0) || !(cc.scale >= 0) || !std::isfinite(cc.scale) || !std::isfinite(cc.floor_s))
+        cc = ClassCost{c.at("floor_s").get<double>(), c.at("scale").get<double>(), c.at("byte_scale").get<double>(),
+                       c.at("points").get<int>()};
+        if (!(cc.floor_s >= 0) || !(cc.scale >= 0) || !(cc.byte_scale >= 0) || !std::isfinite(cc.scale) ||
+            !std::isfinite(cc.floor_s) || !std::isfinite(cc.byte_scale))
           throw std::runtime_error("bad class");
       }
     return true;
@@ -285,7 +333,7 @@ void write_cache(const std::string& path, const nlohmann::json& key, const Devic
     for (int ph = 0; ph < 2; ++ph) {
       const ClassCost& c = spec.classes[k][ph];
       j["classes"][op_class_name(static_cast<OpClass>(k))][kPhases[ph]] = {
-          {"floor_s", c.floor_s}, {"scale", c.scale}, {"points", c.points}};
+          {"floor_s", c.floor_s}, {"scale", c.scale}, {"byte_scale", c.byte_scale}, {"points", c.points}};
     }
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   {
@@ -335,17 +383,17 @@ Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const Calibration
     by[p.cls][p.phase].push_back(p);
     cls[p.cls].push_back(p);
   }
-  const ClassCost all = fit(pts);
+  const ClassCost all = fit_class_cost(pts);
   for (int k = 0; k < kOpClasses; ++k)
     for (int ph = 0; ph < 2; ++ph)
-      spec->classes[k][ph] = by[k][ph].size() >= 2 ? fit(by[k][ph])
-                             : cls[k].size() >= 2  ? fit(cls[k])
-                                                   : ClassCost{all.floor_s, all.scale, 0};
+      spec->classes[k][ph] = by[k][ph].size() >= 2 ? fit_class_cost(by[k][ph])
+                             : cls[k].size() >= 2  ? fit_class_cost(cls[k])
+                                                   : ClassCost{all.floor_s, all.scale, all.byte_scale, 0};
   spec->calibrated = true;
   std::vector<double> errs;
   for (const Point& p : pts) {
     const ClassCost& c = spec->classes[p.cls][p.phase];
-    errs.push_back(std::abs(c.floor_s * p.count + c.scale * p.roofline - p.t) / p.t);
+    errs.push_back(std::abs(c.floor_s * p.count + c.scale * p.flops_s + c.byte_scale * p.bytes_s - p.t) / p.t);
   }
   std::nth_element(errs.begin(), errs.begin() + errs.size() / 2, errs.end());
   r.points = static_cast<int>(pts.size());

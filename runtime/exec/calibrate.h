@@ -1,7 +1,7 @@
 // The cost model calibrated on this machine: small training graphs of each op class (GEMM,
 // convolution, depthwise convolution, normalisation, softmax, pooling and reductions, data
 // movement, element-wise), at a few sizes each, run forward, backward and update on the real
-// device with its real kernels; every node's measured time against its roofline time fits its
+// device with its real kernels; every node's measured time against its FLOPs and bytes fits its
 // class's floor and scale (partitioner/device_spec.h, ClassCost). Cached per machine and build in
 // the user's cache folder; a corrupt or foreign cache is ignored with a notice and rebuilt.
 #pragma once
@@ -27,6 +27,18 @@ struct CalibrationResult {
   double median_error = 0;    // of the fit over those nodes, relative
   std::string cache_path;
 };
+
+// One measured node of a calibration: its class and phase (0: forward and loss, 1: backward and
+// update), the node count (1), flops / peak_flops, bytes / mem_bandwidth and the measured seconds.
+struct CalibrationPoint {
+  int cls = 0, phase = 0;
+  double count = 1, flops_s = 0, bytes_s = 0, t = 0;
+};
+
+// floor + scale x flops_s + byte_scale x bytes_s fitted to `pts` by non-negative least squares, each
+// point weighing 1 / t (between absolute errors, which only the largest nodes would decide, and
+// relative ones, which the many tiny nodes would). No points: all zero.
+ClassCost fit_class_cost(const std::vector<CalibrationPoint>& pts);
 
 // Fills spec->classes (and sets spec->calibrated) from a calibration of `spec->kind` at the spec's
 // peak rates (the roofline the classes scale). Takes a few seconds on first use, nothing later.

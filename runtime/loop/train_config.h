@@ -78,6 +78,10 @@ struct TrainResult {
   int64_t steps = 0;
   double first_loss = 0, last_loss = 0;
   double seconds = 0, samples_per_s = 0;
+  // The steady state: samples/s between the ends of the steps after the first fifth of the run
+  // (the warm-up: first kernel calls, the pipeline filling), leaving out the steps that ended with
+  // a validation. What the cost model's prediction is set against. 0 with fewer than 4 steps.
+  double steady_samples_per_s = 0;
   EvalResult val;  // samples == 0 when there is no validation set
   int64_t resumed_from = 0;     // the step of the checkpoint the run continued from; 0: fresh
   bool interrupted = false;     // stopped by TrainConfig::stop before the last step

@@ -100,6 +100,9 @@ class TrainingLoop {
   std::string loader_note(int64_t step, double elapsed);
   bool warned_slow_loader_ = false;
   clock::time_point t0_;
+  // Each step's end (seconds since begin()), and whether a validation ran in it: the steady
+  // state's throughput (TrainResult::steady_samples_per_s).
+  std::vector<std::pair<double, bool>> step_ends_;
 };
 
 }  // namespace pt

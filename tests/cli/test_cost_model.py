@@ -54,7 +54,8 @@ class CostModelTest(unittest.TestCase):
                 c = cal["classes"][cls][phase]
                 self.assertGreaterEqual(c["floor_s"], 0)
                 self.assertGreaterEqual(c["scale"], 0)
-                self.assertGreater(c["floor_s"] + c["scale"], 0, f"{cls} {phase}: predicts nothing")
+                self.assertGreaterEqual(c["byte_scale"], 0)
+                self.assertGreater(c["floor_s"] + c["scale"] + c["byte_scale"], 0, f"{cls} {phase}: predicts nothing")
         self.assertGreater(cal["classes"]["conv"]["forward"]["points"], 2)
         # The second plan reads it: no measuring, the same plan.
         p2, out2 = self.plan("second")

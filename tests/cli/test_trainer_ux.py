@@ -520,6 +520,20 @@ class RunsTest(unittest.TestCase):
             self.assertIsNotNone(m, txt)
             self.assertAlmostEqual(float(m.group(2)), j["measured_samples_per_s"], delta=0.05)
             self.assertAlmostEqual(float(m.group(1)), j["predicted_samples_per_s"], delta=0.05)
+            # The steady state: samples/s between the ends of steps 5..20 (after the first fifth),
+            # leaving out steps that ended with a validation; rebuilt here from metrics.csv, whose
+            # samples_per_s column is each step's cumulative rate (step x batch / elapsed).
+            steady = re.search(r", ([\d.]+) in the steady state \(([\d.]+)x\)", txt)
+            self.assertIsNotNone(steady, txt)
+            self.assertAlmostEqual(float(steady.group(1)), j["measured_steady_samples_per_s"], delta=0.05)
+            with open(os.path.join(out, "metrics.csv")) as f:
+                rows = list(csv.DictReader(f))
+            batch = j["batch_size"]
+            ends = [int(r["step"]) * batch / float(r["samples_per_s"]) for r in rows]
+            first = max(1, len(rows) // 5)
+            keep = [k for k in range(first, len(rows)) if not rows[k]["val_loss"]]
+            want = len(keep) * batch / sum(ends[k] - ends[k - 1] for k in keep)
+            self.assertAlmostEqual(j["measured_steady_samples_per_s"], want, delta=0.03 * want)
             with open(os.path.join(out, "partition.html")) as f:
                 self.assertIn("samples/s in training", f.read())
         rc, so, se = run(MLP, "--plan-only", "--out", os.path.join(self.dir, "planonly"))

@@ -73,7 +73,8 @@ def main():
             pred = [s["fwd_ms"] + s["bwd_ms"] for s in j["stages"]]
             meas = [s["measured"]["fwd_ms"] + s["measured"]["bwd_ms"] for s in j["stages"] if "measured" in s]
             errs = [abs(p - m) / m for p, m in zip(pred, meas) if m > 0]
-            ps, ms = j["predicted_samples_per_s"], j.get("measured_samples_per_s", 0)
+            ps = j["predicted_samples_per_s"]
+            ms = j.get("measured_steady_samples_per_s", j.get("measured_samples_per_s", 0))
             err = abs(ps - ms) / ms if ms else float("nan")
             imbal = max(meas) / (sum(meas) / len(meas)) if meas else float("nan")
             worst = max(errs) if errs else float("nan")

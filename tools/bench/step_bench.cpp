@@ -473,9 +473,9 @@ void print_text(const Options& o, const Graph& g, const Value* in, int64_t batch
 int write_cost_csv(const Options& o, const Graph& g, const Measured& m) {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  const std::string dir = xdg && *xdg ? std::string(xdg) + "/onnx-pipetrain"
-                          : home && *home ? std::string(home) + "/.cache/onnx-pipetrain"
-                                          : std::string();
+  std::string dir;
+  if (xdg && *xdg) dir = std::string(xdg).append("/onnx-pipetrain");
+  else if (home && *home) dir = std::string(home).append("/.cache/onnx-pipetrain");
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   DeviceSpec spec = measure_cpu_spec(dir, threads);
   CalibrationOptions co;
