@@ -97,6 +97,9 @@ struct StagePlan {
   // Measured after training (ms per mini-batch); < 0 when not measured. With update_in_backward the
   // backward includes the updates (they run inside it).
   double measured_fwd_ms = -1, measured_bwd_ms = -1;
+  // Measured updates per mini-batch where they run after the backward (0 where the stage updates
+  // in its backward: measured_bwd_ms holds them then).
+  double measured_update_ms = 0;
   // Measured after training: the bytes the stage's buffers took (executor buffers and arena,
   // master / saved / stashed copies); < 0 when not measured.
   int64_t measured_memory_bytes = -1;

@@ -46,9 +46,10 @@ bool is_measured(const StagePlan& s) { return s.measured_fwd_ms >= 0 && s.measur
 
 double measured_error(const StagePlan& s) {
   if (!is_measured(s)) return 0;
-  const double meas = s.measured_fwd_ms + s.measured_bwd_ms;
-  // A stage that updates in its backward measures the updates with it.
-  const double pred = s.fwd_ms + s.bwd_ms + (s.update_in_backward ? s.update_ms : 0);
+  // The whole stage, updates included: a stage that updates in its backward measures them with it
+  // (measured_update_ms 0), one that updates after it apart.
+  const double meas = s.measured_fwd_ms + s.measured_bwd_ms + s.measured_update_ms;
+  const double pred = s.fwd_ms + s.bwd_ms + s.update_ms;
   return meas > 0 ? (pred - meas) / meas : 0;
 }
 

@@ -85,7 +85,10 @@ json stage_json(const StagePlan& s) {
       {"host_fallback", node_names_of(s.host_fallback)},
   };
   if (is_measured(s))
-    j["measured"] = {{"fwd_ms", s.measured_fwd_ms}, {"bwd_ms", s.measured_bwd_ms}, {"error", measured_error(s)}};
+    j["measured"] = {{"fwd_ms", s.measured_fwd_ms},
+                     {"bwd_ms", s.measured_bwd_ms},
+                     {"update_ms", s.measured_update_ms},
+                     {"error", measured_error(s)}};
   if (s.measured_memory_bytes >= 0) j["measured"]["memory_bytes"] = s.measured_memory_bytes;
   return j;
 }

@@ -526,6 +526,7 @@ Expected<Trained> train_one_stage(const TrainingSpec& o, Model& md, const Device
     s0.measured_fwd_ms = out.result.fwd_ms;
     // Updating in the backward, the stage measures its updates with it (as pipeline stages do).
     s0.measured_bwd_ms = out.result.bwd_ms + (s0.update_in_backward ? out.result.update_ms : 0);
+    s0.measured_update_ms = s0.update_in_backward ? 0 : out.result.update_ms;
   }
   s0.measured_memory_bytes = static_cast<int64_t>((*trainer)->executor().allocated_bytes().total());
   if ((*trainer)->executor().graphs_on()) say(o, "CUDA graphs: " + (*trainer)->executor().graph_stats().summary());
@@ -607,6 +608,7 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
     if (st.stage < static_cast<int>(plan.stages.size())) {
       plan.stages[st.stage].measured_fwd_ms = st.fwd_ms;
       plan.stages[st.stage].measured_bwd_ms = st.bwd_ms;
+      plan.stages[st.stage].measured_update_ms = st.update_ms;
     }
     const double t = st.fwd_ms + st.bwd_ms + st.update_ms;
     if (t > slowest) {

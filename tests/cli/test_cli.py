@@ -705,6 +705,22 @@ class CliTest(unittest.TestCase):
         st = json.load(open(os.path.join(out, "partition.json")))["stages"][0]
         self.assertIn("measured", st)
         self.assertGreater(st["measured"]["fwd_ms"], 0)
+        # Whole stages on both sides of the error: a stage that updates after its backward (weight
+        # stashing, stage 0 of 2) measures its updates apart, one that updates in it inside bwd_ms.
+        out = os.path.join(self.dir, "measured2")
+        rc, so, se = run(self.model, "--data", self.data, "--steps", 6, "--gpus", 2, "--weights", "stash",
+                         "--out", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        stages = json.load(open(os.path.join(out, "partition.json")))["stages"]
+        self.assertFalse(stages[0]["update_in_backward"])
+        self.assertGreater(stages[0]["measured"]["update_ms"], 0)
+        for st in stages:
+            m = st["measured"]
+            if st["update_in_backward"]:
+                self.assertEqual(m["update_ms"], 0)
+            meas = m["fwd_ms"] + m["bwd_ms"] + m["update_ms"]
+            pred = st["fwd_ms"] + st["bwd_ms"] + st["update_ms"]
+            self.assertAlmostEqual(m["error"], (pred - meas) / meas, places=9)
 
     def test_manual_plans(self):
         out = os.path.join(self.dir, "manual")

@@ -70,8 +70,10 @@ def main():
         batch = peer_models.MODELS[name][1]
         for n in a.stages:
             j = run(exe, model, n, a.steps, batch, os.path.join(a.work, f"{name}_{n}"), extra)
-            pred = [s["fwd_ms"] + s["bwd_ms"] for s in j["stages"]]
-            meas = [s["measured"]["fwd_ms"] + s["measured"]["bwd_ms"] for s in j["stages"] if "measured" in s]
+            # Whole stages, updates included (a stage updating in its backward measures them there).
+            pred = [s["fwd_ms"] + s["bwd_ms"] + s["update_ms"] for s in j["stages"]]
+            meas = [s["measured"]["fwd_ms"] + s["measured"]["bwd_ms"] + s["measured"]["update_ms"]
+                    for s in j["stages"] if "measured" in s]
             errs = [abs(p - m) / m for p, m in zip(pred, meas) if m > 0]
             ps = j["predicted_samples_per_s"]
             ms = j.get("measured_steady_samples_per_s", j.get("measured_samples_per_s", 0))
