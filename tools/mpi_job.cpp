@@ -2,6 +2,7 @@
 #include "tools/mpi_job.h"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -199,6 +200,62 @@ int MpiJob::fail(const Status& s) {
   return exit_code_for(s);
 }
 
+namespace {
+constexpr int kMsgLinkProbe = 13;  // after runtime/pipeline/stage.h's MessageKind, before the NCCL ids (15)
+}  // namespace
+
+// Rank 0 and the first rank on another node send each other messages of 4 KiB and 1 MiB through the
+// cluster's own point-to-point path (what the coordinators' messages take; the stage links wait
+// the same way): after a warm-up, the fastest of 5 round trips of each size, halved, gives
+// t(s) = latency + s / bandwidth through the two points. Every rank gets rank 0's answer.
+Expected<LinkSpec> MpiJob::measure_network_link(bool quiet) {
+  if (network_link_) return *network_link_;
+  if (sync_before_start() != 0) return internal_error("another rank failed");
+  const int me = cluster_->rank();
+  int peer = -1;
+  for (int r = 1; r < cluster_->size() && peer < 0; ++r)
+    if (cluster_->node_of(r) != cluster_->node_of(0)) peer = r;
+  constexpr size_t kSmall = 4096, kLarge = 1 << 20;
+  constexpr int kRounds = 5;
+  struct Wire {
+    double small_s = 0, large_s = 0;
+    int32_t ok = 0;
+  } w;
+  if (peer > 0 && (me == 0 || me == peer)) {
+    std::vector<char> buf(kLarge, 1);
+    int64_t seq = 0;
+    auto one_way = [&](size_t bytes, double* best) {
+      for (int k = 0; k <= kRounds; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const bool ok = me == 0 ? cluster_->send(peer, kMsgLinkProbe, seq, buf.data(), bytes) &&
+                                      cluster_->recv(peer, kMsgLinkProbe, seq + 1, buf.data(), bytes)
+                                : cluster_->recv(0, kMsgLinkProbe, seq, buf.data(), bytes) &&
+                                      cluster_->send(0, kMsgLinkProbe, seq + 1, buf.data(), bytes);
+        seq += 2;
+        if (!ok) return false;
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2;
+        if (k > 0 && (*best == 0 || s < *best)) *best = s;  // k = 0: the warm-up
+      }
+      return true;
+    };
+    w.ok = one_way(kSmall, &w.small_s) && one_way(kLarge, &w.large_s) ? 1 : 0;
+  }
+  RETURN_IF_ERROR(cluster_->broadcast(&w, sizeof w, 0));
+  if (!w.ok) return internal_error("measuring the link between nodes failed (rank 0 and rank " + std::to_string(peer) + ")");
+  LinkSpec l;
+  l.name = "measured";
+  const double ds = static_cast<double>(kLarge - kSmall), dt = w.large_s - w.small_s;
+  l.bandwidth = dt > 0 ? ds / dt : 0;  // 0: too fast to tell, infinite for the plan
+  l.latency_s = std::max(0.0, w.small_s - (l.bandwidth > 0 ? kSmall / l.bandwidth : 0));
+  if (me == 0 && !quiet)
+    std::printf("network: measured between %s and %s (ranks 0 and %d): 4 KiB in %.1f us, 1 MiB in %.1f us one way: "
+                "%.2f GB/s, %.1f us\n",
+                cluster_->host_of(0).c_str(), cluster_->host_of(peer).c_str(), peer, 1e6 * w.small_s, 1e6 * w.large_s,
+                l.bandwidth / 1e9, 1e6 * l.latency_s);
+  network_link_ = l;
+  return l;
+}
+
 Status MpiJob::check_ranks_per_node(int ranks_per_node, int64_t devices) const {
   if (ranks_per_node <= 0) return Status::ok();
   const std::string flag = "--ranks-per-node " + std::to_string(ranks_per_node);
@@ -237,6 +294,10 @@ void MpiJob::set_plan_flags(PlanFlags* pf) {
   for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(cluster_->node_of(std::min(k * R, cluster_->size() - 1)));
   pf->cpu_threads = threads_per_stage(pf->stages);
   pf->agree_cpu_spec = [this](DeviceSpec* d) { return share_cpu_spec(d); };
+  if (cluster_->num_nodes() > 1) {
+    const bool quiet = pf->quiet;
+    pf->measure_network_link = [this, quiet] { return measure_network_link(quiet); };
+  }
   pf->profile_here = cluster_->rank() == 0;
   pf->agree_profile = [this](Profile* p, bool* have) { return share_profile(p, have); };
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "partitioner/plan.h"
@@ -84,10 +85,12 @@ class MpiJob {
   int sync_before_start();
   Status share_cpu_spec(DeviceSpec* d);
   Status share_profile(Profile* p, bool* have);
+  Expected<LinkSpec> measure_network_link(bool quiet);
 
   std::unique_ptr<Cluster> cluster_;
   bool started_ = false;  // every rank agreed (after that, a failure ends the job)
   int peer_failed_ = 0;   // the exit code of a rank that failed before the start (it printed why)
+  std::optional<LinkSpec> network_link_;  // measured once (measure_network_link)
 };
 
 // Stop requests, while alive (TrainConfig::stop of the run under way): Ctrl-C (SIGINT) and SIGTERM

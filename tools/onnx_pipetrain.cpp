@@ -322,7 +322,7 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   app.add_option("--device-spec", o.device_spec, "device per stage: a built-in GPU (H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti) or a JSON file; one for all or one per stage")->delimiter(',');
   app.add_option("--replica-link", o.replica_link, "link between the replicas of a stage, for the all-reduce the plan charges (same names as --link; default: --link)");
   app.add_option("--link", o.link, "link between stages: pcie3|pcie4|pcie5|nvlink2|nvlink3|nvlink4|host|network, or GBPS,US (default: host for CPU stages, pcie4 for GPUs)");
-  app.add_option("--network-link", o.network_link, "link between nodes, for cuts across machines (under MPI, or with --ranks-per-node): a built-in link or GBPS,US, such as 1.25,50 for 10 Gb/s Ethernet (default: network, 12.5 GB/s, 20 us)");
+  app.add_option("--network-link", o.network_link, "link between nodes, for cuts across machines (under MPI, or with --ranks-per-node): a built-in link, GBPS,US such as 1.25,50 for 10 Gb/s Ethernet, or measure (timed between two ranks on different nodes before planning; the default under MPI across nodes, else network: 12.5 GB/s, 20 us)");
   app.add_option("--ranks-per-node", o.ranks_per_node,
                  "with --plan-only: plan a multi-node job, R stages per node (cuts between nodes use the network "
                  "link); under mpirun/srun the nodes come from the job")->check(integer())

@@ -28,7 +28,9 @@ struct PlanFlags {
   std::vector<std::string> device_specs;  // builtin names or JSON files; one for all, or one per stage
   std::string link;                       // builtin link name; "" = default for the device
   std::string replica_link;               // between a stage's replicas; "" = link
-  std::string network_link;               // between nodes (cuts across machines); "" = the built-in network
+  // Between nodes (cuts across machines): a built-in link or GBPS,US; "measure" (the default under
+  // MPI across nodes, "") measures it with measure_network_link; "" elsewhere: the built-in network.
+  std::string network_link;
   Schedule schedule = Schedule::k1F1B;
   WeightMode weights = WeightMode::kSpecTrain;
   std::shared_ptr<const ScheduleIR> program;  // --schedule-file's (null: the schedule's own)
@@ -57,6 +59,9 @@ struct PlanFlags {
   bool recalibrate = false;
   // Under MPI: replaces the measured CPU spec with rank 0's, so that every rank plans alike.
   std::function<Status(DeviceSpec*)> agree_cpu_spec;
+  // Under MPI with ranks on more than one node: the link between the nodes measured (a collective,
+  // once; later calls return the first answer), the same on every rank.
+  std::function<Expected<LinkSpec>()> measure_network_link;
   // Under MPI: whether this rank measures the profile (--profile: rank 0 alone), and the exchange
   // that gives every rank rank 0's profile (or none), so that every rank plans with the same costs.
   bool profile_here = true;

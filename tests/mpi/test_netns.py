@@ -12,6 +12,7 @@ mpirun, or with a binary built without MPI."""
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -167,10 +168,10 @@ class NetnsTest(unittest.TestCase):
     def test_4_stages_spectrain(self):
         doc = self.check_across_nodes(["--schedule", "1f1b", "--weights", "spectrain"], "spectrain4")
         # The plan knows the nodes from the job: stages 0, 1 on node 0, stages 2, 3 on node 1, and
-        # the cut between them pays the network link.
+        # the cut between them pays the link between the nodes, measured at the start.
         self.assertEqual([s["node"] for s in doc["stages"]], [0, 0, 1, 1])
         self.assertEqual([s["cut_crosses_nodes"] for s in doc["stages"]], [False, False, True, False])
-        self.assertEqual(doc["stages"][2]["link_in"], "network")
+        self.assertEqual(doc["stages"][2]["link_in"], "measured")
 
     def test_4_stages_gpipe(self):
         self.check_across_nodes(["--schedule", "gpipe", "--micro-batches", 4], "gpipe4")
@@ -205,15 +206,16 @@ class NetnsTest(unittest.TestCase):
         rc, log, _ = netrun(4, *common, "--out", multi)
         self.assertEqual(rc, 0, log)
         self.assert_same_weights(single, multi, "shaped")
-        # What the plan charges for the cut between the nodes: the built-in `network` link, not the
-        # shaped one (nothing tells the plan the link's rate or delay); the same plan in one
-        # process with --ranks-per-node 2 says the same.
+        # What the plan charges for the cut between the nodes: the link measured at the start (rank
+        # 0 and rank 2 on the other node, through the shaped veth pair), the same in the report; the
+        # same plan in one process with --ranks-per-node 2 and that link cuts at the same stages.
         with open(os.path.join(multi, "partition.txt")) as f:
             txt = f.read()
-        self.assertIn("cut 1|2 crosses nodes 0 -> 1: link network (12.5 GB/s, 20.0 us)", txt)
+        m = re.search(r"cut 1\|2 crosses nodes 0 -> 1: link measured \(([\d.]+) GB/s, ([\d.]+) us\)", txt)
+        self.assertIsNotNone(m, txt)
         plan = self.out("shaped-plan")
-        rc, log, _ = tm.run([BIN, MODEL, "--gpus", 4, "--plan-only", "--ranks-per-node", 2, "--quiet", *PLAN, "--out",
-                             plan])
+        rc, log, _ = tm.run([BIN, MODEL, "--gpus", 4, "--plan-only", "--ranks-per-node", 2, "--quiet", *PLAN,
+                             "--network-link", f"{m.group(1)},{m.group(2)}", "--out", plan])
         self.assertEqual(rc, 0, log)
         with open(os.path.join(multi, "partition.json")) as f:
             got = json.load(f)["stages"]
@@ -222,7 +224,36 @@ class NetnsTest(unittest.TestCase):
         self.assertEqual([s["cut_crosses_nodes"] for s in got], [s["cut_crosses_nodes"] for s in ref])
         cut = got[2]
         print(f"shaped: the cut 1|2 moves {cut['recv_bytes']} B in, the plan charges {1e3 * cut['comm_ms']:.1f} us "
-              "per mini-batch on the network link", file=sys.stderr)
+              f"per mini-batch on the measured link ({m.group(1)} GB/s, {m.group(2)} us)", file=sys.stderr)
+
+    def test_network_link_measured_at_the_start(self):
+        # The link between the nodes is measured before planning (4 KiB and 1 MiB ping-pongs between
+        # rank 0 and the first rank of the other node): at 1 Gbit/s (125 MB/s) the plan sees that
+        # rate, not the veth pair's GB/s; every rank plans with rank 0's measurement (they agree on
+        # the plan, or the job would stop); --network-link names one instead.
+        cluster("shape", "1gbit", "50us")
+        out = self.out("measured-link")
+        rc, log, _ = netrun(4, MODEL, "--gpus", 4, "--plan-only", *PLAN, "--out", out)
+        self.assertEqual(rc, 0, log)
+        m = re.search(r"^network: measured between \S+ and \S+ \(ranks 0 and 2\): 4 KiB in ([\d.]+) us, "
+                      r"1 MiB in ([\d.]+) us one way: ([\d.]+) GB/s, ([\d.]+) us$", log, re.M)
+        self.assertIsNotNone(m, log)
+        gbs = float(m.group(3))
+        self.assertGreater(gbs, 0.05, log)
+        self.assertLess(gbs, 0.16, log)  # 1 Gbit/s = 0.125 GB/s, through tbf (or netem)
+        self.assertGreater(float(m.group(2)), 1e6 * (1 << 20) / 0.16e9)  # 1 MiB takes at least 6.5 ms
+        with open(os.path.join(out, "partition.json")) as f:
+            j = json.load(f)
+        crossing = [s for s in j["stages"] if s["cut_crosses_nodes"]]
+        self.assertEqual(len(crossing), 1, j["stages"])
+        with open(os.path.join(out, "partition.txt")) as f:
+            self.assertIn(f"crosses nodes 0 -> 1: link measured ({gbs:.1f} GB/s", f.read())
+        # Named instead: no measurement.
+        rc, log, _ = netrun(4, MODEL, "--gpus", 4, "--plan-only", *PLAN, "--network-link", "1.25,50", "--out", out)
+        self.assertEqual(rc, 0, log)
+        self.assertNotIn("network: measured", log)
+        with open(os.path.join(out, "partition.txt")) as f:
+            self.assertIn("crosses nodes 0 -> 1: link 1.25,50 (1.2 GB/s, 50.0 us)", f.read())
 
     # ---- faults
 
