@@ -419,6 +419,20 @@ std::string what_if_table(const std::vector<WhatIfRow>& rows) {
                   static_cast<double>(r.peak_memory_bytes) / 1e6, r.chosen ? "  <- chosen" : "");
     out += line;
   }
+  // Where fewer devices (or another scheme) are predicted faster than the chosen row, say so: on
+  // a CPU whose cores the stages share, more stages can be slower.
+  const WhatIfRow* chosen = nullptr;
+  const WhatIfRow* best = nullptr;
+  for (const WhatIfRow& r : rows) {
+    if (r.chosen) chosen = &r;
+    if (!best || r.samples_per_s > best->samples_per_s) best = &r;
+  }
+  if (chosen && best && best != chosen && best->samples_per_s > chosen->samples_per_s * 1.02) {
+    std::snprintf(line, sizeof line, "fastest predicted: %s on %d device%s (%.1f samples/s, %.2fx the chosen %s on %d)\n",
+                  best->scheme.c_str(), best->devices, best->devices == 1 ? "" : "s", best->samples_per_s,
+                  best->samples_per_s / chosen->samples_per_s, chosen->scheme.c_str(), chosen->devices);
+    out += line;
+  }
   return out;
 }
 

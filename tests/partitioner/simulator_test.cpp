@@ -181,6 +181,23 @@ TEST(Simulator, WhatIfTableShowsEveryRowWithItsSpeedup) {
   EXPECT_NE(t.find("3.50x"), std::string::npos) << t;
   EXPECT_NE(t.find("2.00x"), std::string::npos) << t;
   EXPECT_NE(t.find("20.0%"), std::string::npos) << t;
+  EXPECT_EQ(t.find("fastest predicted"), std::string::npos) << t;  // nothing chosen
+}
+
+TEST(Simulator, WhatIfTableSaysWhenFewerDevicesArePredictedFaster) {
+  // Stages sharing a CPU's cores: 2 stages predicted faster than the 4 asked for.
+  std::vector<WhatIfRow> rows = {{"1f1b", 1, 1000, 0, 1'000'000},
+                                 {"1f1b", 2, 1500, 0.01, 600'000},
+                                 {"1f1b", 4, 1200, 0.05, 400'000}};
+  rows[2].chosen = true;
+  std::string t = what_if_table(rows);
+  EXPECT_NE(t.find("fastest predicted: 1f1b on 2 devices (1500.0 samples/s, 1.25x the chosen 1f1b on 4)"),
+            std::string::npos)
+      << t;
+  // The chosen row the fastest (or within 2 %): no such line.
+  rows[2].samples_per_s = 1490;
+  t = what_if_table(rows);
+  EXPECT_EQ(t.find("fastest predicted"), std::string::npos) << t;
 }
 
 }  // namespace
