@@ -166,18 +166,20 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       l->bandwidth /= share;
       l->latency_s *= share;
     }
+  // --network-link is checked whether or not the stages span nodes.
+  const bool measure = f.network_link == "measure" || (f.network_link.empty() && f.measure_network_link);
+  if (measure && !f.measure_network_link)
+    return invalid_input("--network-link measure: the link between nodes is measured in a job whose ranks run on "
+                         "more than one node (mpirun across machines); name it here instead (GBPS,US or a built-in link)");
+  Expected<LinkSpec> named = link_spec(f.network_link.empty() || measure ? "network" : f.network_link);
+  if (!named) return named.status().with_context("--network-link: ");
   if (!f.node_of_stage.empty()) {
     if (static_cast<int>(f.node_of_stage.size()) != f.stages) return internal_error("node_of_stage needs one node per stage");
     o.node_of_stage = f.node_of_stage;
-    if (f.network_link == "measure" || (f.network_link.empty() && f.measure_network_link)) {
-      if (!f.measure_network_link)
-        return invalid_input("--network-link measure: the link between nodes is measured in a job whose ranks run on "
-                             "more than one node (mpirun across machines); name it here instead (GBPS,US or a built-in link)");
+    if (measure) {
       ASSIGN_OR_RETURN(o.network_link, f.measure_network_link());
     } else {
-      auto nl = link_spec(f.network_link.empty() ? "network" : f.network_link);
-      if (!nl) return nl.status().with_context("--network-link: ");
-      o.network_link = *nl;
+      o.network_link = *named;
     }
   }
   o.schedule = f.schedule;

@@ -696,6 +696,12 @@ class CliTest(unittest.TestCase):
         self.assertGreater(ms["network"], 2 * ms["nvlink4"])
         self.refuse([self.model, "--gpus", 2, "--replicas", 2, "--plan-only", "--replica-link", "warp9",
                      "--out", os.path.join(self.dir, "bad_link")], "--replica-link", "warp9")
+        # --network-link is checked in one process too (it prices nothing there, but a typo is a typo),
+        # and `measure` needs a job across nodes.
+        self.refuse([self.model, "--plan-only", "--network-link", "warp9", "--out", os.path.join(self.dir, "bad_link")],
+                    "--network-link", "warp9")
+        self.refuse([self.model, "--gpus", 2, "--ranks-per-node", 1, "--plan-only", "--network-link", "measure",
+                     "--out", os.path.join(self.dir, "bad_link")], "--network-link measure", "more than one node")
 
     def test_training_writes_measured_times(self):
         import json
