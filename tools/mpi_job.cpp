@@ -241,7 +241,8 @@ Expected<LinkSpec> MpiJob::measure_network_link(bool quiet) {
     w.ok = one_way(kSmall, &w.small_s) && one_way(kLarge, &w.large_s) ? 1 : 0;
   }
   RETURN_IF_ERROR(cluster_->broadcast(&w, sizeof w, 0));
-  if (!w.ok) return internal_error("measuring the link between nodes failed (rank 0 and rank " + std::to_string(peer) + ")");
+  if (!w.ok)
+    return internal_error(std::string("measuring the link between nodes failed (rank 0 and rank ").append(std::to_string(peer)).append(")"));
   LinkSpec l;
   l.name = "measured";
   const double ds = static_cast<double>(kLarge - kSmall), dt = w.large_s - w.small_s;

@@ -186,6 +186,7 @@ TEST_F(ReportTest, JsonHasEveryRequiredField) {
 TEST_F(ReportTest, JsonCarriesMeasuredTimesAndTheAutomaticPlan) {
   plan_.stages[0].measured_fwd_ms = 0.5;
   plan_.stages[0].measured_bwd_ms = 1.0;
+  plan_.stages[0].measured_update_ms = 0.25;  // updates after the backward, timed apart
   Plan automatic = make_plan(order_, {5, 6, 6});
   plan_.manual = true;
   in_.automatic = &automatic;
@@ -193,8 +194,12 @@ TEST_F(ReportTest, JsonCarriesMeasuredTimesAndTheAutomaticPlan) {
   const json& m = j["stages"][0].at("measured");
   EXPECT_DOUBLE_EQ(m.at("fwd_ms").get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(m.at("bwd_ms").get<double>(), 1.0);
-  const double pred = plan_.stages[0].fwd_ms + plan_.stages[0].bwd_ms;
-  EXPECT_NEAR(m.at("error").get<double>(), (pred - 1.5) / 1.5, 1e-12);
+  EXPECT_DOUBLE_EQ(m.at("update_ms").get<double>(), 0.25);
+  // The whole stage on both sides: forward, backward and updates.
+  const StagePlan& s0 = plan_.stages[0];
+  ASSERT_GT(s0.update_ms, 0);
+  const double pred = s0.fwd_ms + s0.bwd_ms + s0.update_ms;
+  EXPECT_NEAR(m.at("error").get<double>(), (pred - 1.75) / 1.75, 1e-12);
   EXPECT_FALSE(j["stages"][1].contains("measured"));
   EXPECT_EQ(j.at("manual"), true);
   EXPECT_NEAR(j.at("automatic").at("bottleneck_ms").get<double>(), automatic.bottleneck_ms, 1e-12);
