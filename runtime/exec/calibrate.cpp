@@ -46,7 +46,8 @@ struct Builder {
     x = op("Mul", {in, param({1})});
   }
   Value* param(Dims d) {
-    Value* v = g.add_value("w" + std::to_string(g.values().size()), DType::kFloat32, d, ValueKind::kParameter);
+    Value* v = g.add_value(std::string("w").append(std::to_string(g.values().size())), DType::kFloat32, d,
+                           ValueKind::kParameter);
     HostTensor t(DType::kFloat32, d);
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = u(rng);
@@ -356,9 +357,13 @@ Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const Calibration
     // own); a new build overwrites it.
     char host[256] = "unknown";
     ::gethostname(host, sizeof host - 1);
-    r.cache_path = (fs::path(opts.cache_dir) / ("calibration_" + std::string(host) + "_" +
-                                                 std::string(device_kind_name(spec->kind)) + "_" +
-                                                 std::to_string(opts.threads) + "t.json"))
+    r.cache_path = (fs::path(opts.cache_dir) / std::string("calibration_")
+                                                   .append(host)
+                                                   .append("_")
+                                                   .append(device_kind_name(spec->kind))
+                                                   .append("_")
+                                                   .append(std::to_string(opts.threads))
+                                                   .append("t.json"))
                        .string();
     if (!opts.refresh && read_cache(r.cache_path, key, spec, opts.quiet)) {
       spec->calibrated = true;

@@ -68,7 +68,9 @@ TEST(CalibratedCostModel, BackwardNodesArePricedByWhatTheyCompute) {
     EXPECT_TRUE(infer_node(*n, "test").is_ok());
     return out;
   };
-  auto param = [&](Dims d) { return g.add_value("w" + std::to_string(g.values().size()), DType::kFloat32, d, ValueKind::kParameter); };
+  auto param = [&](Dims d) {
+    return g.add_value(std::string("w").append(std::to_string(g.values().size())), DType::kFloat32, d, ValueKind::kParameter);
+  };
   Value* h = node("Gelu", {node("Add", {node("MatMul", {x, param({16, 16})}), param({16})})}, {}, 20);
   AttrMap shape;
   Value* s = g.add_value("shape", DType::kInt64, {4}, ValueKind::kConstant);
