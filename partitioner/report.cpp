@@ -240,10 +240,15 @@ std::string report_text(const ReportInputs& r) {
                   names.c_str());
   }
   for (const StagePlan& s : p.stages)
-    if (s.cut_crosses_nodes)
-      out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per mini-batch\n",
+    if (s.cut_crosses_nodes) {
+      // What the plan charges one way per mini-batch: the activations' bytes over the link.
+      const double bytes = static_cast<double>(s.recv_bytes);
+      const double us = 1e6 * ((s.link_in.bandwidth > 0 ? bytes / s.link_in.bandwidth : 0) + s.link_in.latency_s);
+      out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per mini-batch, "
+                    "%.1f us each way predicted\n",
                     s.index - 1, s.index, p.stages[s.index - 1].node, s.node, s.link_in.name.c_str(),
-                    s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, static_cast<double>(s.recv_bytes) / 1e6);
+                    s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, bytes / 1e6, us);
+    }
   if (p.recompute != Recompute::kNone) {
     std::string which;
     for (const StagePlan& s : p.stages)

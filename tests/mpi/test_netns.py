@@ -252,8 +252,13 @@ class NetnsTest(unittest.TestCase):
         rc, log, _ = netrun(4, MODEL, "--gpus", 4, "--plan-only", *PLAN, "--network-link", "1.25,50", "--out", out)
         self.assertEqual(rc, 0, log)
         self.assertNotIn("network: measured", log)
+        with open(os.path.join(out, "partition.json")) as f:
+            cut = [s for s in json.load(f)["stages"] if s["cut_crosses_nodes"]][0]
+        each_way = cut["recv_bytes"] / 1.25e9 * 1e6 + 50  # us: the activations over the named link
         with open(os.path.join(out, "partition.txt")) as f:
-            self.assertIn("crosses nodes 0 -> 1: link 1.25,50 (1.2 GB/s, 50.0 us)", f.read())
+            txt = f.read()
+        self.assertIn("crosses nodes 0 -> 1: link 1.25,50 (1.2 GB/s, 50.0 us)", txt)
+        self.assertIn(f"{each_way:.1f} us each way predicted", txt)
 
     # ---- faults
 
