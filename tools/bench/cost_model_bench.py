@@ -6,7 +6,7 @@ the automatic split's measured imbalance (max / mean measured stage time), and w
 share the cores. Without --profile: the calibrated model (runtime/exec/calibrate.h) alone.
 
   /usr/bin/python3 tools/bench/cost_model_bench.py [--build build] [--models resnet18 ...] [--stages 1 2 4]
-                                                   [--steps 40] [--no-calibrate]
+                                                   [--steps 40] [--no-calibrate] [--repeat N]
 
 Targets (issue #33): per-stage times and samples/s within 25 % of the measured steady state, the
 measured imbalance at most 1.15. Run it on an idle machine: other work on the cores is measured too.
@@ -14,6 +14,7 @@ measured imbalance at most 1.15. Run it on an idle machine: other work on the co
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,9 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--no-calibrate", action="store_true", help="the analytic roofline model, for comparison")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "pipetrain-cost-bench"))
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="train each configuration this many times and take each measured figure's median "
+                         "(this VM's speed varies 10-25 %% from run to run); the plan is the same every time")
     a = ap.parse_args()
     import peer_models
     exe = os.path.join(a.build, "tools/onnx-pipetrain")
@@ -69,14 +73,18 @@ def main():
         export(name, model)
         batch = peer_models.MODELS[name][1]
         for n in a.stages:
-            j = run(exe, model, n, a.steps, batch, os.path.join(a.work, f"{name}_{n}"), extra)
+            runs = [run(exe, model, n, a.steps, batch, os.path.join(a.work, f"{name}_{n}"), extra)
+                    for _ in range(max(1, a.repeat))]
+            j = runs[0]
             # Whole stages, updates included (a stage updating in its backward measures them there).
             pred = [s["fwd_ms"] + s["bwd_ms"] + s["update_ms"] for s in j["stages"]]
-            meas = [s["measured"]["fwd_ms"] + s["measured"]["bwd_ms"] + s["measured"]["update_ms"]
-                    for s in j["stages"] if "measured" in s]
+            # Each stage's and the throughput's median over the repeats.
+            meas = [statistics.median(r["stages"][k]["measured"]["fwd_ms"] + r["stages"][k]["measured"]["bwd_ms"] +
+                                      r["stages"][k]["measured"]["update_ms"] for r in runs)
+                    for k in range(len(j["stages"])) if "measured" in j["stages"][k]]
             errs = [abs(p - m) / m for p, m in zip(pred, meas) if m > 0]
             ps = j["predicted_samples_per_s"]
-            ms = j.get("measured_steady_samples_per_s", j.get("measured_samples_per_s", 0))
+            ms = statistics.median(r.get("measured_steady_samples_per_s", r.get("measured_samples_per_s", 0)) for r in runs)
             err = abs(ps - ms) / ms if ms else float("nan")
             imbal = max(meas) / (sum(meas) / len(meas)) if meas else float("nan")
             worst = max(errs) if errs else float("nan")
