@@ -8,6 +8,11 @@
 
 namespace pt {
 
+bool is_copy_op(const std::string& op_type) {
+  return op_type == "Identity" || op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" ||
+         op_type == "Unsqueeze";
+}
+
 const char* phase_name(Phase p) {
   switch (p) {
     case Phase::kForward: return "forward";

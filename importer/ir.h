@@ -16,6 +16,9 @@ namespace pt {
 
 enum class Phase { kForward, kLoss, kBackward, kUpdate };
 const char* phase_name(Phase p);
+// True for the ops whose kernel is a byte copy of input 0 into output 0: the executor's alias
+// candidates (runtime/exec/executor.h, plan_memory), free in the calibrated cost model.
+bool is_copy_op(const std::string& op_type);
 
 enum class ValueKind {
   kActivation,  // computed by a node

@@ -201,10 +201,13 @@ double node_bytes(const Node& n) {
   return b;
 }
 
+RooflineTerms roofline_terms(const Node& n, const DeviceSpec& d) {
+  return {d.peak_flops > 0 ? node_flops(n) / d.peak_flops : 0, d.mem_bandwidth > 0 ? node_bytes(n) / d.mem_bandwidth : 0};
+}
+
 double roofline_s(const Node& n, const DeviceSpec& d) {
-  const double f = d.peak_flops > 0 ? node_flops(n) / d.peak_flops : 0;
-  const double m = d.mem_bandwidth > 0 ? node_bytes(n) / d.mem_bandwidth : 0;
-  return std::max(f, m);
+  const RooflineTerms r = roofline_terms(n, d);
+  return std::max(r.flops_s, r.bytes_s);
 }
 
 OpClass op_class(const Node& n) {
@@ -240,14 +243,12 @@ OpClass op_class(const Node& n) {
 
 double node_time_s(const Node& n, const DeviceSpec& d) {
   if (!d.calibrated) return (roofline_s(n, d) + d.kernel_overhead_s) * d.share;
-  // Views: the executor aliases a Reshape's output to its input (no kernel runs), and a calibration
+  // Copies: the executor aliases a Reshape's output to its input (no kernel runs), and a calibration
   // never sees them run, so they are free rather than priced at the class's floor.
-  static const std::set<std::string> views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-  if (views.count(n.op_type)) return 0;
+  if (is_copy_op(n.op_type)) return 0;
   const ClassCost& c = d.classes[static_cast<int>(op_class(n))][is_forward_phase(n) ? 0 : 1];
-  const double f = d.peak_flops > 0 ? node_flops(n) / d.peak_flops : 0;
-  const double b = d.mem_bandwidth > 0 ? node_bytes(n) / d.mem_bandwidth : 0;
-  return (c.floor_s + c.scale * f + c.byte_scale * b) * d.share;
+  const RooflineTerms r = roofline_terms(n, d);
+  return (c.floor_s + c.scale * r.flops_s + c.byte_scale * r.bytes_s) * d.share;
 }
 
 static int64_t conv_workspace_bytes(const Node& n) {

@@ -37,7 +37,12 @@ double node_bytes(const Node& n);
 // calibrated device, its class's floor + scale x flops / peak + byte_scale x bytes / bandwidth.
 // Times `d.share` when stages share the device.
 double node_time_s(const Node& n, const DeviceSpec& d);
-// The roofline alone: max(flops / peak, bytes / bandwidth).
+// The roofline's two terms on `d` (0 where the device's rate is unknown), and the roofline alone:
+// max(flops / peak, bytes / bandwidth).
+struct RooflineTerms {
+  double flops_s = 0, bytes_s = 0;
+};
+RooflineTerms roofline_terms(const Node& n, const DeviceSpec& d);
 double roofline_s(const Node& n, const DeviceSpec& d);
 // The class a node's speed is calibrated by: a backward node the class of what it computes (a
 // ConvGradWeight its convolution's, dense or depthwise; a ReluGrad or GeluGrad element-wise, also

@@ -23,16 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string cache_dir() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path d = xdg && *xdg ? fs::path(xdg) : home && *home ? fs::path(home) / ".cache" : fs::temp_directory_path();
-  d /= "onnx-pipetrain";
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  return ec ? std::string() : d.string();
-}
-
 // Holds the cache folder's lock file (flock) for its lifetime: processes starting at once (ctest
 // -j, several runs) measure the CPU and calibrate one at a time, so that the later ones read what
 // the first measured and every one of them plans with the same numbers.
@@ -58,7 +48,7 @@ class CacheLock {
 Status calibrate_spec(DeviceSpec* d, const PlanFlags& f, int threads) {
   if (!f.profile_here) return Status::ok();  // an MPI follower: rank 0's spec replaces its own
   CalibrationOptions co;
-  co.cache_dir = cache_dir();
+  co.cache_dir = user_cache_dir();
   co.threads = threads;
   co.refresh = f.recalibrate;
   co.quiet = f.quiet;
@@ -100,8 +90,8 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       {
         // Released before the ranks of a job agree on the spec: that is a collective, which a
         // rank waiting here for the lock would never join.
-        const CacheLock lock(cache_dir());
-        cpu = measure_cpu_spec(cache_dir(), threads);
+        const CacheLock lock(user_cache_dir());
+        cpu = measure_cpu_spec(user_cache_dir(), threads);
         if (f.calibrate) RETURN_IF_ERROR(calibrate_spec(&cpu, f, threads));
       }
       // More stage threads than cores: the stages of a node run at once and share its cores, each
@@ -131,7 +121,7 @@ Expected<PartitionOptions> options_from(const PlanFlags& f, const Profile* profi
       ASSIGN_OR_RETURN(DeviceSpec gpu, builtin_device_spec(found));
       // Under MPI each rank would measure its own: the plans must agree, so only single processes calibrate GPUs.
       if (f.calibrate && !f.agree_cpu_spec) {
-        const CacheLock lock(cache_dir());
+        const CacheLock lock(user_cache_dir());
         RETURN_IF_ERROR(calibrate_spec(&gpu, f, 1));
       }
       // Stages sharing a GPU (--oversubscribe) share its memory.

@@ -200,17 +200,15 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
                  std::vector<double>* sdy = nullptr, std::vector<double>* sdyx = nullptr) {
   const int64_t planes = g.n * g.c;
   const int k = dy ? 4 : 2;
+  mean->assign(static_cast<size_t>(g.c), 0.0);
+  var->assign(static_cast<size_t>(g.c), 0.0);
+  if (dy) {
+    sdy->assign(static_cast<size_t>(g.c), 0.0);
+    sdyx->assign(static_cast<size_t>(g.c), 0.0);
+  }
   if (g.s < kSmallPlane) {
-    mean->assign(static_cast<size_t>(g.c), 0.0);
-    var->assign(static_cast<size_t>(g.c), 0.0);
-    double *sd = nullptr, *sdx = nullptr;
-    if (dy) {
-      sdy->assign(static_cast<size_t>(g.c), 0.0);
-      sdyx->assign(static_cast<size_t>(g.c), 0.0);
-      sd = sdy->data();
-      sdx = sdyx->data();
-    }
     double *s1 = mean->data(), *s2 = var->data();
+    double *sd = dy ? sdy->data() : nullptr, *sdx = dy ? sdyx->data() : nullptr;
 #pragma omp parallel if (par(g))
     {
       int64_t c0, c1;
@@ -233,12 +231,6 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
       else
         plane_sums(x, dy, g.s, p0, p1, k, part);
     });
-    mean->assign(static_cast<size_t>(g.c), 0.0);
-    var->assign(static_cast<size_t>(g.c), 0.0);
-    if (dy) {
-      sdy->assign(static_cast<size_t>(g.c), 0.0);
-      sdyx->assign(static_cast<size_t>(g.c), 0.0);
-    }
     // Plane p = n * C + c, in the order of p (so the same sums as a loop over p with c = p % C,
     // without a division per plane: [32, 960, 1, 1] maps have one element per plane).
     for (int64_t n = 0, p = 0; n < g.n; ++n)

@@ -195,9 +195,8 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
   for (const auto& n : g.nodes()) {
     const double t = median[n->id];
     if (t <= 0) continue;
-    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1,
-                         spec->peak_flops > 0 ? node_flops(*n) / spec->peak_flops : 0,
-                         spec->mem_bandwidth > 0 ? node_bytes(*n) / spec->mem_bandwidth : 0, t});
+    const RooflineTerms r = roofline_terms(*n, *spec);
+    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1, r.flops_s, r.bytes_s, t});
   }
   return Status::ok();
 }
@@ -241,7 +240,7 @@ ClassCost fit_class_cost(const std::vector<CalibrationPoint>& pts) {
       int piv = c;
       for (int r = c + 1; r < k; ++r)
         if (std::abs(m[r][c]) > std::abs(m[piv][c])) piv = r;
-      if (!(std::abs(m[piv][c]) > 1e-12 * std::max(1e-300, std::abs(ata[idx[c]][idx[c]])))) singular = true;
+      singular = !(std::abs(m[piv][c]) > 1e-12 * std::max(1e-300, std::abs(ata[idx[c]][idx[c]])));
       if (singular) break;
       std::swap(m[c], m[piv]);
       for (int r = 0; r < k; ++r)
@@ -348,6 +347,16 @@ void write_cache(const std::string& path, const nlohmann::json& key, const Devic
 }
 
 }  // namespace
+
+std::string user_cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  fs::path d = xdg && *xdg ? fs::path(xdg) : home && *home ? fs::path(home) / ".cache" : fs::temp_directory_path();
+  d /= "onnx-pipetrain";
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  return ec ? std::string() : d.string();
+}
 
 Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const CalibrationOptions& opts) {
   CalibrationResult r;

@@ -28,6 +28,11 @@ struct CalibrationResult {
   std::string cache_path;
 };
 
+// The user's cache folder for the CPU spec and the calibrations: $XDG_CACHE_HOME/onnx-pipetrain, else
+// ~/.cache/onnx-pipetrain, else one in the temporary folder; created. Empty when it cannot be made
+// (no cache then).
+std::string user_cache_dir();
+
 // One measured node of a calibration: its class and phase (0: forward and loss, 1: backward and
 // update), the node count (1), flops / peak_flops, bytes / mem_bandwidth and the measured seconds.
 struct CalibrationPoint {

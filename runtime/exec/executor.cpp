@@ -15,11 +15,6 @@
 
 namespace pt {
 
-bool is_copy_op(const std::string& op_type) {
-  return op_type == "Identity" || op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" ||
-         op_type == "Unsqueeze";
-}
-
 MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep,
                        bool outside_reads, bool alias) {
   MemoryPlan p;

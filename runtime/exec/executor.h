@@ -83,9 +83,6 @@ constexpr size_t kPlanAlignment = 64;
 // `alias`: make aliases of copies (see MemoryPlan).
 MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& nodes, const std::vector<const Value*>& keep,
                        bool outside_reads = true, bool alias = true);
-// True for the ops whose kernel is a byte copy of input 0 into output 0 (the alias candidates).
-bool is_copy_op(const std::string& op_type);
-
 // What a run chooses for every executor it makes: one value, carried unchanged from the training
 // spec (tools/training_spec.h) through PipelineOptions / Trainer::Options into ExecutorOptions.
 struct ExecSettings {

@@ -111,7 +111,14 @@ Status TrainingLoop::end_step(int64_t step, double l, const EvalResult& ev) {
   const int64_t in_epoch = (step - 1) % per_epoch_;
   const bool scheduled_eval = cfg_.eval_every > 0 && step % cfg_.eval_every == 0;
   const double elapsed = std::chrono::duration<double>(clock::now() - t0_).count();
-  step_ends_.emplace_back(elapsed, ev.samples > 0);
+  // The steady state: the steps after the first fifth of this run's (the first never), those that
+  // ended without a validation.
+  const int64_t k = step - start_ - 1, first = std::max<int64_t>(1, (total_ - start_) / 5);
+  if (k >= first && ev.samples == 0) {
+    steady_s_ += elapsed - last_end_;
+    ++steady_steps_;
+  }
+  last_end_ = elapsed;
   const double sps = elapsed > 0 ? static_cast<double>((step - start_) * batch_) / elapsed : 0;
   const double lr_now = sched_.at(step);
   const EvalResult* shown = ev.samples ? &ev : nullptr;
@@ -153,17 +160,7 @@ void TrainingLoop::stop_clock() { r_.seconds = std::chrono::duration<double>(clo
 
 Status TrainingLoop::finish() {
   r_.samples_per_s = r_.seconds > 0 ? static_cast<double>((r_.steps - start_) * batch_) / r_.seconds : 0;
-  const size_t n = step_ends_.size();
-  if (n >= 4) {
-    double s = 0;
-    int64_t steps = 0;
-    for (size_t k = std::max<size_t>(1, n / 5); k < n; ++k)
-      if (!step_ends_[k].second) {
-        s += step_ends_[k].first - step_ends_[k - 1].first;
-        ++steps;
-      }
-    r_.steady_samples_per_s = s > 0 ? static_cast<double>(steps * batch_) / s : 0;
-  }
+  if (r_.steps - start_ >= 4 && steady_s_ > 0) r_.steady_samples_per_s = static_cast<double>(steady_steps_ * batch_) / steady_s_;
   if (!cfg_.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves_, cfg_.curves_path));
   return Status::ok();
 }

@@ -100,9 +100,11 @@ class TrainingLoop {
   std::string loader_note(int64_t step, double elapsed);
   bool warned_slow_loader_ = false;
   clock::time_point t0_;
-  // Each step's end (seconds since begin()), and whether a validation ran in it: the steady
-  // state's throughput (TrainResult::steady_samples_per_s).
-  std::vector<std::pair<double, bool>> step_ends_;
+  // The steady state's throughput (TrainResult::steady_samples_per_s), summed as the steps end (no
+  // per-step record: memory does not grow with --steps): the last step's end (seconds since
+  // begin()), the seconds and steps counted.
+  double last_end_ = 0, steady_s_ = 0;
+  int64_t steady_steps_ = 0;
 };
 
 }  // namespace pt

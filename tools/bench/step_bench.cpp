@@ -471,11 +471,7 @@ void print_text(const Options& o, const Graph& g, const Value* in, int64_t batch
 // calibration for this thread count, measured first when there is none), one CSV row per node, and
 // a summary by op class and phase.
 int write_cost_csv(const Options& o, const Graph& g, const Measured& m) {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  std::string dir;
-  if (xdg && *xdg) dir = std::string(xdg).append("/onnx-pipetrain");
-  else if (home && *home) dir = std::string(home).append("/.cache/onnx-pipetrain");
+  const std::string dir = user_cache_dir();
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   DeviceSpec spec = measure_cpu_spec(dir, threads);
   CalibrationOptions co;
