@@ -257,7 +257,9 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   // for interleaved stages), the link k -> k+1 carries activations on n + k and gradients on
   // 2n + k; stage k's replicas all-reduce on 3n + k.
   Engine eng(4 * n);
-  // fwd[k][i*m + j]: its forward; bwd: the pass that sends its gradients up (B, or I).
+  // fwd[k][i*m + j]: its forward; bwd: the pass that sends its gradients up (B, or I). The plan's
+  // times and bytes are per pass (one run of the graph, a micro-batch of plan.batch_size samples),
+  // its update per mini-batch: a mini-batch is m passes and one update.
   const int passes = t * m;
   std::vector<std::vector<int>> fwd(n, std::vector<int>(passes, -1)), bwd = fwd;
   std::vector<std::vector<int>> order(n);
@@ -271,10 +273,10 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
       const SimEvent ev = make_event(k, i, a.micro, sim_kind(a.kind));
       double ms = 0;
       switch (a.kind) {
-        case ActionKind::kForward: ms = s.fwd_ms / m; break;
-        case ActionKind::kBackward: ms = s.bwd_ms / m; break;
-        case ActionKind::kInputGrad: ms = (s.bwd_ms - wgrad) / m; break;
-        case ActionKind::kWeightGrad: ms = wgrad / m; break;
+        case ActionKind::kForward: ms = s.fwd_ms; break;
+        case ActionKind::kBackward: ms = s.bwd_ms; break;
+        case ActionKind::kInputGrad: ms = s.bwd_ms - wgrad; break;
+        case ActionKind::kWeightGrad: ms = wgrad; break;
         case ActionKind::kUpdate: ms = s.update_ms; break;
       }
       const int op = eng.add(d, ms, ev);
@@ -299,7 +301,7 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
         if (k + 1 < n) {
           if (fwd[k + 1][p] < 0) continue;
           const LinkSpec& link = plan.stages[k + 1].link_in.name.empty() ? plan.link : plan.stages[k + 1].link_in;
-          const double ms = transfer_ms(static_cast<double>(plan.stages[k].send_bytes) / m, link);
+          const double ms = transfer_ms(static_cast<double>(plan.stages[k].send_bytes), link);
           const int x = eng.add(n + k, ms, make_event(k, e.mini_batch, e.micro_batch, SimEvent::kSend));
           eng.depend(x, op);
           eng.depend(fwd[k + 1][p], x);
@@ -313,7 +315,7 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
           const int64_t bytes = plan.stages[k].grad_send_bytes > 0 ? plan.stages[k].grad_send_bytes
                                                                    : plan.stages[k - 1].send_bytes;
           const LinkSpec& link = plan.stages[k].link_in.name.empty() ? plan.link : plan.stages[k].link_in;
-          const double ms = transfer_ms(static_cast<double>(bytes) / m, link);
+          const double ms = transfer_ms(static_cast<double>(bytes), link);
           const int x = eng.add(2 * n + k - 1, ms, make_event(k - 1, e.mini_batch, e.micro_batch, SimEvent::kRecv));
           eng.depend(x, op);
           eng.depend(bwd[k - 1][p], x);
@@ -327,7 +329,7 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   // backward is in the drain; a synchronous schedule repeats whole mini-batches (flushes).
   const int i0 = ir.synchronous ? 0 : n - 1;
   const int i1 = ir.synchronous ? t - 1 : t - n;
-  measure(res, devices, t, plan.batch_size * std::max(1, plan.graph_replicas), i0, i1);
+  measure(res, devices, t, static_cast<int64_t>(m) * plan.batch_size * std::max(1, plan.graph_replicas), i0, i1);
   track_memory(res, plan, order, eng);
   return res;
 }

@@ -569,7 +569,10 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   for (const StageStats& st : stats) {
     if (st.stage >= static_cast<int>(m.stages.size())) continue;
     StagePlan& s = m.stages[st.stage];
-    const double share = s.bwd_ms > 0 ? s.wgrad_ms / s.bwd_ms : 0;
+    // A split backward's W passes were timed apart; else the plan's share of W.
+    const double share = st.wgrad_ms > 0 && st.bwd_ms > 0 ? st.wgrad_ms / st.bwd_ms
+                         : s.bwd_ms > 0                 ? s.wgrad_ms / s.bwd_ms
+                                                        : 0;
     s.fwd_ms = st.fwd_ms / batch.micro;
     s.bwd_ms = st.bwd_ms / batch.micro;
     s.wgrad_ms = share * s.bwd_ms;
@@ -580,13 +583,14 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   const int n = static_cast<int>(m.stages.size());
   Expected<SimResult> sim = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
   if (!sim) return "";
+  const bool steady = !stats.empty() && stats.front().window_s > 0 && r.steady_samples_per_s > 0;
   char b[320];
   std::snprintf(b, sizeof b,
                 "schedule %s with the measured pass times: bubble %.1f%%, %.0f samples/s predicted; measured: "
-                "%s idle %.1f%% of the run on average, %.0f samples/s",
+                "%s idle %.1f%% %s on average, %.0f samples/s",
                 plan_schedule(plan).name.c_str(), 100 * sim->bubble_fraction, sim->samples_per_s,
                 plan.virtual_stages > 1 ? "devices" : "stages", 100 * (1 - busy),
-                r.samples_per_s);
+                steady ? "in the steady state" : "of the run", steady ? r.steady_samples_per_s : r.samples_per_s);
   return b;
 }
 
@@ -639,13 +643,17 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
   const std::vector<GraphStats> graphs = pipe.stage_graph_stats();
   for (size_t k = 0; k < graphs.size(); ++k) say(o, "stage " + std::to_string(k) + ": CUDA graphs: " + graphs[k].summary());
   say(o, measured_schedule_line(pipe, batch, plan, r));
-  if (slowest > 0 && r.samples_per_s > 0) {
+  // The stage times cover the steady state where the run had one: so does the rate compared.
+  const std::vector<StageStats> all = pipe.stage_stats();
+  const double rate = !all.empty() && all.front().window_s > 0 && r.steady_samples_per_s > 0 ? r.steady_samples_per_s
+                                                                                            : r.samples_per_s;
+  if (slowest > 0 && rate > 0) {
     const double bound = static_cast<double>(batch.mini) / (slowest * 1e-3);
     char b[320];
     std::snprintf(b, sizeof b,
                   "pipeline efficiency: %.0f%% of the slowest stage's bound (stage %d, %.3f ms per mini-batch: "
                   "%.0f samples/s); the cost model predicted %.0f samples/s",
-                  100 * r.samples_per_s / bound, which, slowest, bound, plan.predicted_samples_per_s);
+                  100 * rate / bound, which, slowest, bound, plan.predicted_samples_per_s);
     say(o, b);
   }
 }

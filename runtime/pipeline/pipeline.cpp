@@ -810,8 +810,8 @@ class PipelineStageSet final : public StageSet {
   Expected<EvalResult> evaluate_snapshot(const Dataset& val) override { return impl_.run_eval(val); }
   Expected<Tensors> checkpoint_tensors() override { return impl_.checkpoint_tensors(); }
   void account(TrainResult* r) override {
-    for (auto& st : impl_.stages)  // busy time over the whole run, not the stage's own end
-      if (r->seconds > 0 && impl_.local(st->index)) {
+    for (auto& st : impl_.stages)  // without a steady state: busy time over the whole run, not the stage's own end
+      if (r->seconds > 0 && impl_.local(st->index) && st->stats.window_s == 0) {
         const double busy_s = 1e-3 * (st->stats.fwd_ms + st->stats.bwd_ms + st->stats.update_ms) *
                               static_cast<double>(std::max<int64_t>(1, st->stats.updates));
         st->stats.busy_fraction = busy_s / r->seconds;
@@ -933,7 +933,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
   // Far enough for every schedule (1F1B: stage 0 is N - 1 mini-batches ahead of the loss stage,
   // and a validation waits for stage 0's update of its step, N - 1 forwards later).
   sh.lead = 2 * static_cast<int64_t>(I.stages.size()) + kPrefetchDepth + 2;
-  for (Stage* st : I.local_stages()) st->begin_train();
+  for (Stage* st : I.local_stages()) st->begin_train(loop.start(), loop.total());
   const int local_stages = co->local_stages();
 
   if (loop.nothing_left() && !co->distributed()) {

@@ -81,14 +81,20 @@ struct PassRecord {
   double start_ms = 0, end_ms = 0;  // since the start of train()
 };
 
+// A stage's times. They cover the steady state where the run had one: the mini-batches after the
+// first fifth of the run (the rule of TrainResult::steady_samples_per_s), from the end of the
+// stage's update before the first of them to the end of its last update (window_s); else the
+// whole run (window_s 0: the fractions are over the wall time of train()).
 struct StageStats {
   int stage = 0;
-  double busy_fraction = 0;     // time in passes and updates / wall time of train()
-  // Time in its passes waiting for (and receiving) their inputs from other stages / wall time; the
-  // rest, 1 - busy - wait, is spent between passes (the schedule's own order, claims, the loop).
+  double busy_fraction = 0;     // time in passes and updates / the window
+  // Time in its passes waiting for (and receiving) their inputs from other stages / the window;
+  // the rest, 1 - busy - wait, is spent between passes (the schedule's own order, claims, the loop).
   double wait_fraction = 0;
+  double window_s = 0;
   double wait_ms = 0;           // per mini-batch
   double fwd_ms = 0, bwd_ms = 0;  // measured per mini-batch (GPipe: summed over micro-batches)
+  double wgrad_ms = 0;          // of bwd_ms, in W passes (a split backward's weight-gradient part)
   double update_ms = 0;         // per update
   int64_t forwards = 0, backwards = 0, updates = 0;
   int64_t recomputes = 0;       // forwards rerun before their backward (--recompute)

@@ -753,6 +753,7 @@ Status Stage::weight_grad(RunShared& sh, int64_t key) {
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   bwd_s_ += busy;
+  wgrad_s_ += busy;
   r.start_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
@@ -875,6 +876,9 @@ Status Stage::update(RunShared& sh, int64_t step) {
   busy_s_ += busy;
   upd_s_ += busy;
   ++stats.updates;
+  last_update_end_ = std::chrono::steady_clock::now();
+  if (step + 1 == steady_from_)
+    steady_mark_ = Sums{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, stats.updates, last_update_end_};
   if (sh.snapshot_at(step) && replica == 0) RETURN_IF_ERROR(post_snapshot(sh, step));  // the replicas' are equal
   if (opts.after_update) opts.after_update(index, step);
   return Status::ok();
@@ -901,19 +905,35 @@ Status Stage::post_snapshot(RunShared& sh, int64_t step) {
   return Status::ok();
 }
 
-void Stage::begin_train() {
+void Stage::begin_train(int64_t start, int64_t total) {
   trace.clear();
   stats = StageStats{};
   stats.stage = index;
-  busy_s_ = fwd_s_ = bwd_s_ = upd_s_ = wait_s_ = 0;
+  busy_s_ = fwd_s_ = bwd_s_ = wgrad_s_ = upd_s_ = wait_s_ = 0;
+  // TrainingLoop's rule: the steady state starts after the first fifth of the run's steps (and
+  // never with its first), given at least 4 steps after it.
+  steady_from_ = total - start >= 5 ? start + std::max<int64_t>(1, (total - start) / 5) : -1;
+  steady_mark_.reset();
 }
 
 void Stage::finish_stats() {
-  const int64_t mbs = std::max<int64_t>(1, stats.updates);
-  stats.fwd_ms = 1e3 * fwd_s_ / mbs;
-  stats.bwd_ms = 1e3 * bwd_s_ / mbs;
-  stats.update_ms = 1e3 * upd_s_ / mbs;
-  stats.wait_ms = 1e3 * wait_s_ / mbs;
+  Sums now{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, stats.updates, last_update_end_};
+  Sums from{};
+  stats.window_s = 0;
+  if (steady_mark_ && stats.updates - steady_mark_->updates >= 4) {
+    from = *steady_mark_;
+    stats.window_s = std::chrono::duration<double>(now.t - from.t).count();
+  }
+  const double mbs = static_cast<double>(std::max<int64_t>(1, now.updates - from.updates));
+  stats.fwd_ms = 1e3 * (now.fwd - from.fwd) / mbs;
+  stats.bwd_ms = 1e3 * (now.bwd - from.bwd) / mbs;
+  stats.wgrad_ms = 1e3 * (now.wgrad - from.wgrad) / mbs;
+  stats.update_ms = 1e3 * (now.upd - from.upd) / mbs;
+  stats.wait_ms = 1e3 * (now.wait - from.wait) / mbs;
+  if (stats.window_s > 0) {  // else PipelineTrainer's account() divides by the run's wall time
+    stats.busy_fraction = (now.busy - from.busy) / stats.window_s;
+    stats.wait_fraction = (now.wait - from.wait) / stats.window_s;
+  }
 }
 
 void Stage::begin_segment(RunShared& sh) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <unordered_set>
 #include <vector>
@@ -295,8 +296,9 @@ class Stage {
   // Bytes of the stage's own buffers beside its executor: master weights, saved-activation
   // slots, stashed versions, GPipe's gradient sums.
   size_t held_bytes() const;
-  // Clears the trace and the statistics (at the start of PipelineTrainer::train).
-  void begin_train();
+  // Clears the trace and the statistics (at the start of PipelineTrainer::train, which runs the
+  // steps [start, total): the steady state's window opens after the update of the first fifth's last).
+  void begin_train(int64_t start, int64_t total);
   // Runs the stage's schedule for the current segment of the run (the body of its thread):
   // run_device over this stage alone.
   void run(RunShared& shared);
@@ -409,8 +411,18 @@ class Stage {
   Status serve_two_bw_predict(RunShared& sh, WeightLink& w);
   Status recv_two_bw_predict(int64_t key);
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
-  double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, upd_s_ = 0;
+  double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, wgrad_s_ = 0, upd_s_ = 0;
   double wait_s_ = 0;  // in passes, waiting for their inputs (StageStats::wait_fraction)
+  // The steady state (StageStats): the sums above as they stood at the end of the update of
+  // mini-batch steady_from_ - 1, and the end of the last update.
+  struct Sums {
+    double busy = 0, fwd = 0, bwd = 0, wgrad = 0, upd = 0, wait = 0;
+    int64_t updates = 0;
+    std::chrono::steady_clock::time_point t;
+  };
+  int64_t steady_from_ = -1;
+  std::optional<Sums> steady_mark_;
+  std::chrono::steady_clock::time_point last_update_end_;
 };
 
 // The body of one device's thread: `program` (a program over its chunks, ScheduleIR::stages of

@@ -167,7 +167,25 @@ TEST(Schedule, DryRunBubblesMatchTheFormulas) {
   p.schedule = Schedule::kZBH1;
   p.weights = WeightMode::kSync;
   const SimResult z = simulate(p, 1);
-  EXPECT_NEAR(z.makespan_ms, 13 * 0.25, 1e-9);  // 12 passes of 0.25 ms each per stage, one of fill
+  EXPECT_NEAR(z.makespan_ms, 13 * 1.0, 1e-9);  // 12 passes of 1 ms each per stage, one of fill
+}
+
+TEST(Schedule, DryRunTimesPassesPerMicroBatchAndTheUpdateOncePerMiniBatch) {
+  // The plan's times are per pass (one micro-batch) and its update per mini-batch: GPipe's steady
+  // state is the partitioner's formula M b / ((M + N - 1)(f + b) + u) at every M. (The dry run
+  // once divided the pass times by M while leaving the update whole, so a 0.5 ms update weighed
+  // M times too much against the passes and the bubble grew with M.)
+  for (int m : {4, 16}) {
+    Plan p = equal_stages(2, 1.0, 2.0, 1.0);
+    for (StagePlan& s : p.stages) s.update_ms = 0.5;
+    p.micro_batches = m;
+    p.schedule = Schedule::kGPipe;
+    p.weights = WeightMode::kSync;
+    const SimResult r = simulate(p, 6);
+    const double step_ms = (m + 1) * 3.0 + 0.5;
+    EXPECT_NEAR(r.samples_per_s, 1e3 * m * 8 / step_ms, 1e-6 * r.samples_per_s) << m;
+    EXPECT_NEAR(r.bubble_fraction, 1 - (m * 3.0 + 0.5) / step_ms, 1e-9) << m;
+  }
 }
 
 TEST(Schedule, ZbH1OrderFitsTheStageTimes) {

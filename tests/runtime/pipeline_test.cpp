@@ -360,6 +360,56 @@ TEST(PipelineModes, WeightModesDifferAndTrain) {
   EXPECT_GT(max_relative_diff(ws[1], ws[2]), 1e-6);
 }
 
+TEST(PipelineStats, SteadyStateCoversTheMiniBatchesAfterTheFirstFifth) {
+  // 20 steps of synchronous 1F1B over 2 micro-batches: each stage's figures cover mini-batches
+  // 4..19 (the steps after the first fifth), whose passes all run after the stage's update 3 and
+  // before its update 19. Their trace spans (waiting included) sum to what the stats say of those
+  // 16 mini-batches, which the whole run's (first steps' warm-up included) would not.
+  const int64_t batch = 8, steps = 20;
+  auto md = digits_model(batch / 2);
+  Dataset data = digits_data(*md, 96, 3);
+  Plan plan = make_plan(*md, 2, Schedule::k1F1B, WeightMode::kSync, 2);
+  PipelineOptions po = testing::test_pipeline_options();
+  po.threads_per_stage = 1;
+  po.schedule = Schedule::k1F1B;
+  po.weights = WeightMode::kSync;
+  po.micro_batches = 2;
+  po.record_trace = true;
+  auto p = PipelineTrainer::create(md->g(), md->tg, plan, po);
+  ASSERT_TRUE(p) << p.status().message();
+  auto r = (*p)->train(data, nullptr, config(steps));
+  ASSERT_TRUE(r) << r.status().message();
+  const std::vector<PassRecord> trace = (*p)->trace();
+  for (const StageStats& s : (*p)->stage_stats()) {
+    EXPECT_EQ(s.updates, steps);
+    EXPECT_GT(s.window_s, 0);
+    EXPECT_GT(s.busy_fraction, 0);
+    EXPECT_LE(s.busy_fraction + s.wait_fraction, 1.0 + 1e-9);
+    double in_passes_ms = 0, first_ms = 1e300, last_ms = 0;
+    int passes = 0;
+    for (const PassRecord& t : trace)
+      if (t.stage == s.stage && t.mini_batch >= 4) {
+        in_passes_ms += t.end_ms - t.start_ms;
+        first_ms = std::min(first_ms, t.start_ms);
+        last_ms = std::max(last_ms, t.end_ms);
+        ++passes;
+      }
+    EXPECT_EQ(passes, 16 * 2 * 2);
+    EXPECT_LE(last_ms - first_ms, 1e3 * s.window_s + 1e-6);  // the passes lie in the window
+    const double stats_ms = 16 * (s.fwd_ms + s.bwd_ms + s.wait_ms);
+    EXPECT_NEAR(in_passes_ms, stats_ms, 0.01 * stats_ms + 0.005 * passes) << "stage " << s.stage << ": " << in_passes_ms << " ms in the trace";
+    EXPECT_NEAR(s.busy_fraction, 16e-3 * (s.fwd_ms + s.bwd_ms + s.update_ms) / s.window_s, 1e-9);
+  }
+  // A run too short for a steady state (fewer than 5 steps) reports over the whole run.
+  auto q = PipelineTrainer::create(md->g(), md->tg, plan, po);
+  ASSERT_TRUE(q) << q.status().message();
+  ASSERT_TRUE((*q)->train(data, nullptr, config(4)));
+  for (const StageStats& s : (*q)->stage_stats()) {
+    EXPECT_EQ(s.window_s, 0);
+    EXPECT_GT(s.busy_fraction, 0);
+  }
+}
+
 TEST(PipelineEval, ValidationAndMetrics) {
   const int64_t batch = 8;
   auto md = digits_model(batch);

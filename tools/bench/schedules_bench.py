@@ -7,7 +7,8 @@ sharing the cores) and each schedule (asynchronous 1F1B SpecTrain; GPipe, synchr
 ZB-H1 and interleaved 1F1B with 2 virtual stages per device, m = 4, 8, 16 micro-batches) it trains a fixed number of steps and prints:
 
   - the measured throughput (samples/s) and each stage's idle fraction (1 - busy: the time a stage
-    thread spent neither running passes nor updating, waiting for its inputs included);
+    thread spent neither running passes nor updating, waiting for its inputs included), both in the
+    steady state (the steps after the first fifth of the run);
   - the bubble the schedule's program predicts with the cost model's stage times (the report) and
     with the pass times the run measured (the dry run again after training), and the textbook
     formula with equal stages: (p-1)/(m+p-1) for GPipe and 1F1B, a third of that for ZB-H1,
@@ -87,7 +88,10 @@ def run(binary, model, extra, out, steps):
         res["predicted_samples_per_s"] = float(m.group(2))
         res["measured_idle"] = float(m.group(3)) / 100
     with open(os.path.join(out, "partition.json")) as f:
-        stages = json.load(f)["stages"]
+        part = json.load(f)
+    stages = part["stages"]
+    # The steady state (steps after the first fifth), as the stages' idle fractions are.
+    res["samples_per_s"] = part.get("measured_steady_samples_per_s") or res["samples_per_s"]
     res["memory_mb"] = [s.get("measured", {}).get("memory_bytes", -1) / 1e6 for s in stages]
     return res
 
