@@ -94,12 +94,17 @@ struct StagePlan {
   int node = 0;                          // the node (machine) this stage runs on
   bool cut_crosses_nodes = false;        // the cut in front of this stage joins two nodes
   LinkSpec link_in;                      // the link of that cut (what comm_ms was charged with)
-  // Measured after training (ms per mini-batch); < 0 when not measured. With update_in_backward the
-  // backward includes the updates (they run inside it).
+  // Measured after training (ms per pass, as fwd_ms and bwd_ms: a mini-batch's M micro-batches
+  // take M of them); < 0 when not measured. With update_in_backward the backward includes the
+  // updates (they run inside it).
   double measured_fwd_ms = -1, measured_bwd_ms = -1;
   // Measured updates per mini-batch where they run after the backward (0 where the stage updates
   // in its backward: measured_bwd_ms holds them then).
   double measured_update_ms = 0;
+  // Stages sharing their cores (Plan::device_share > 1): the same sum as measured_fwd_ms +
+  // measured_bwd_ms + measured_update_ms in the stage thread's CPU time, what the stage computed
+  // without the time its core served the others (< 0: not measured; a stage of several threads).
+  double measured_cpu_ms = -1;
   // Measured after training: the bytes the stage's buffers took (executor buffers and arena,
   // master / saved / stashed copies); < 0 when not measured.
   int64_t measured_memory_bytes = -1;

@@ -96,7 +96,7 @@ std::string stage_table(const Plan& p, const Summary& sum) {
     s += td(human_bytes(static_cast<double>(st.send_bytes)), true);
     if (sum.measured) {
       if (is_measured(st)) {
-        const double e = measured_error(st);
+        const double e = measured_error(st, p.device_share);
         s += td(format("%.3f", st.measured_fwd_ms), true) + td(format("%.3f", st.measured_bwd_ms), true);
         s += format("<td class=\"n %s\">%+.1f%%</td>", std::abs(e) > 0.25 ? "err-hi" : "err-lo", 100 * e);
       } else {

@@ -35,7 +35,7 @@ json names_of(const std::vector<const Value*>& values) {
   return out;
 }
 
-json stage_json(const StagePlan& s) {
+json stage_json(const StagePlan& s, double device_share) {
   json nodes = json::array();
   for (const Node* n : s.forward_nodes) nodes.push_back(n->name);
   json j = {
@@ -88,7 +88,8 @@ json stage_json(const StagePlan& s) {
     j["measured"] = {{"fwd_ms", s.measured_fwd_ms},
                      {"bwd_ms", s.measured_bwd_ms},
                      {"update_ms", s.measured_update_ms},
-                     {"error", measured_error(s)}};
+                     {"error", measured_error(s, device_share)}};
+  if (is_measured(s) && s.measured_cpu_ms >= 0) j["measured"]["cpu_ms"] = s.measured_cpu_ms;
   if (s.measured_memory_bytes >= 0) j["measured"]["memory_bytes"] = s.measured_memory_bytes;
   return j;
 }
@@ -143,7 +144,7 @@ std::string report_json(const ReportInputs& r) {
   const Plan& p = *r.plan;
   const Summary sum = summarize(p);
   json stages = json::array();
-  for (const StagePlan& s : p.stages) stages.push_back(stage_json(s));
+  for (const StagePlan& s : p.stages) stages.push_back(stage_json(s, p.device_share));
   json doc = {
       {"schema_version", 1},
       {"model", p.model},

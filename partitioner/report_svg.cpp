@@ -116,7 +116,7 @@ std::string svg_stage_times(const Plan& p) {
       const double meas = st.measured_fwd_ms + st.measured_bwd_ms;
       s += rect(x0, y + 14, meas * scale, 7, "#333333", format("stage %d measured forward + backward: %.3f ms", k, meas));
       s += text(x0 + meas * scale + 8, y + 21,
-                format("measured %.3f ms, prediction %+.1f%%", meas, 100 * measured_error(st)),
+                format("measured %.3f ms, prediction %+.1f%%", meas, 100 * measured_error(st, p.device_share)),
                 " fill=\"#555\" font-size=\"10.5\"");
     }
   }

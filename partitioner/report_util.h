@@ -24,8 +24,9 @@ struct Summary {
 };
 Summary summarize(const Plan& p);
 
-// (predicted - measured) / measured of forward + backward; 0 when not measured.
-double measured_error(const StagePlan& s);
+// The cost model's relative error on stage s ((predicted - measured) / measured, whole stages); on
+// cores shared `device_share` to 1, against its CPU time x share where measured.
+double measured_error(const StagePlan& s, double device_share);
 bool is_measured(const StagePlan& s);
 
 std::string first_node(const StagePlan& s);

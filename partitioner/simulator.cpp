@@ -4,8 +4,10 @@
 #include "partitioner/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
@@ -35,9 +37,25 @@ class Engine {
   const SimEvent& event(int op) const { return ops_[op].ev; }
   double duration(int op) const { return ops_[op].dur; }
 
+  // Resources `members` share `capacity` units of rate: while r of them run an operation, each
+  // progresses at min(1, capacity / r) (processor sharing), so an operation of duration d takes
+  // d alone and longer beside others.
+  void share(const std::vector<int>& members, double capacity) {
+    if (pool_.empty()) pool_.assign(queue_.size(), -1);
+    for (int r : members) pool_[r] = static_cast<int>(capacity_.size());
+    capacity_.push_back(capacity);
+  }
+  double capacity() const {  // of every pool together
+    double c = 0;
+    for (double x : capacity_) c += x;
+    return c;
+  }
+  bool shared(int resource) const { return !pool_.empty() && pool_[resource] >= 0; }
+
   // Runs every queue as far as it goes; false when some queue cannot finish (a dependency cycle:
   // the schedule deadlocks). blocked(r) is then the operation queue r waits at (-1: finished).
   bool run() {
+    if (!capacity_.empty()) return run_shared();
     std::vector<size_t> next(queue_.size(), 0);
     std::vector<double> free_at(queue_.size(), 0);
     size_t done = 0;
@@ -70,6 +88,71 @@ class Engine {
     next_ = next;
     return true;
   }
+  // run() with shared resources: an event simulation from one completion to the next. Each
+  // queue starts its next operation once the one before it and its dependencies are done; the
+  // operations running in a pool share its capacity.
+  bool run_shared() {
+    const size_t R = queue_.size();
+    std::vector<size_t> next(R, 0);
+    std::vector<int> running(R, -1);
+    std::vector<double> left(R, 0), rate(R, 1);  // left: of the running operation, in its time alone
+    double now = 0;
+    size_t done = 0;
+    while (done < ops_.size()) {
+      // Start what can start now; operations of no duration end at once (and may free others).
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < R; ++r) {
+          if (running[r] >= 0 || next[r] >= queue_[r].size()) continue;
+          Op& op = ops_[queue_[r][next[r]]];
+          bool ok = true;
+          for (int d : op.deps) ok = ok && ops_[d].done;
+          if (!ok) continue;
+          op.ev.start_ms = now;
+          changed = true;
+          if (op.dur > 0) {
+            running[r] = queue_[r][next[r]];
+            left[r] = op.dur;
+            continue;
+          }
+          op.ev.end_ms = now;
+          op.done = true;
+          ++next[r];
+          ++done;
+        }
+      }
+      if (done == ops_.size()) break;
+      std::vector<int> in_pool(capacity_.size(), 0);
+      for (size_t r = 0; r < R; ++r)
+        if (running[r] >= 0 && pool_[r] >= 0) ++in_pool[pool_[r]];
+      double step = std::numeric_limits<double>::infinity();
+      for (size_t r = 0; r < R; ++r) {
+        if (running[r] < 0) continue;
+        const int p = pool_[r];
+        rate[r] = p < 0 ? 1.0 : std::min(1.0, capacity_[p] / in_pool[p]);
+        step = std::min(step, left[r] / rate[r]);
+      }
+      if (!std::isfinite(step)) {  // nothing runs and nothing can start: a dependency cycle
+        next_ = next;
+        return false;
+      }
+      now += step;
+      for (size_t r = 0; r < R; ++r) {
+        if (running[r] < 0) continue;
+        left[r] -= step * rate[r];
+        if (left[r] > 1e-12 * std::max(1.0, ops_[running[r]].dur)) continue;
+        Op& op = ops_[running[r]];
+        op.ev.end_ms = now;
+        op.done = true;
+        running[r] = -1;
+        ++next[r];
+        ++done;
+      }
+    }
+    next_ = next;
+    return true;
+  }
+
   int blocked(int resource) const {
     return next_[resource] < queue_[resource].size() ? queue_[resource][next_[resource]] : -1;
   }
@@ -86,7 +169,9 @@ class Engine {
     for (const Op& op : ops_) {
       const bool compute = op.ev.kind == SimEvent::kForward || op.ev.kind == SimEvent::kBackward ||
                            op.ev.kind == SimEvent::kInputGrad || op.ev.kind == SimEvent::kWeightGrad;
-      if (compute || op.dur > 0) out.push_back(op.ev);
+      if (!compute && op.dur <= 0) continue;
+      out.push_back(op.ev);
+      out.back().work_ms = op.dur;
     }
     std::sort(out.begin(), out.end(), [](const SimEvent& a, const SimEvent& b) {
       return a.start_ms != b.start_ms ? a.start_ms < b.start_ms : a.stage < b.stage;
@@ -105,6 +190,8 @@ class Engine {
   std::vector<Op> ops_;
   std::vector<std::vector<int>> queue_;
   std::vector<size_t> next_;
+  std::vector<int> pool_;         // [resource] -> its pool in capacity_ (-1: its own), empty: no pools
+  std::vector<double> capacity_;  // [pool]
 };
 
 SimEvent make_event(int stage, int mb, int micro, SimEvent::Kind kind) {
@@ -123,7 +210,9 @@ bool is_compute(SimEvent::Kind k) {
 
 // Makespan, steady-state throughput and bubble over mini-batches (i0, i1]: the window between the
 // completion of mini-batch i0 and that of i1 (all of the run when the window is empty).
-void measure(SimResult& res, int stages, int mini_batches, int64_t batch, int i0, int i1) {
+// `capacity` > 0: the stages share that many devices' worth of cores, and the bubble is what the
+// window left of them idle (a stage's idle time there lets the others run faster).
+void measure(SimResult& res, int stages, int mini_batches, int64_t batch, int i0, int i1, double capacity) {
   std::vector<double> done(mini_batches, 0);
   res.makespan_ms = 0;
   for (const SimEvent& e : res.events) {
@@ -139,13 +228,16 @@ void measure(SimResult& res, int stages, int mini_batches, int64_t batch, int i0
   }
   const double samples = static_cast<double>(batch > 0 ? batch : 1);
   res.samples_per_s = t1 > t0 ? counted * samples / ((t1 - t0) * 1e-3) : 0;
-  double busy = 0;
+  double busy = 0, work = 0;
   for (const SimEvent& e : res.events) {
     if (!is_compute(e.kind)) continue;
-    busy += std::max(0.0, std::min(e.end_ms, t1) - std::max(e.start_ms, t0));
+    const double in = std::max(0.0, std::min(e.end_ms, t1) - std::max(e.start_ms, t0));
+    busy += in;
+    if (e.end_ms > e.start_ms) work += e.work_ms * in / (e.end_ms - e.start_ms);
   }
   const double total = stages * (t1 - t0);
   res.bubble_fraction = total > 0 ? std::max(0.0, 1.0 - busy / total) : 0;
+  if (capacity > 0 && t1 > t0) res.bubble_fraction = std::max(0.0, 1.0 - work / (capacity * (t1 - t0)));
 }
 
 // Peak memory: the plan's prediction, with the saved_bytes (recomputing stages: their inputs) *
@@ -261,6 +353,15 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   // times and bytes are per pass (one run of the graph, a micro-batch of plan.batch_size samples),
   // its update per mini-batch: a mini-batch is m passes and one update.
   const int passes = t * m;
+  // Devices sharing their node's cores (plan.device_share > 1) share them here as the OS shares
+  // cores among threads: a node's devices compute at once, each at min(1, capacity / running) of
+  // its speed alone (the plan's times / share), capacity = the node's devices / share.
+  const double share = std::max(1.0, plan.device_share);
+  if (share > 1 + 1e-9) {
+    std::map<int, std::vector<int>> of_node;
+    for (int d = 0; d < devices; ++d) of_node[plan.stages[ir.virtual_of(d, 0)].node].push_back(d);
+    for (auto& [node, ds] : of_node) eng.share(ds, static_cast<double>(ds.size()) / share);
+  }
   std::vector<std::vector<int>> fwd(n, std::vector<int>(passes, -1)), bwd = fwd;
   std::vector<std::vector<int>> order(n);
   for (int d = 0; d < devices; ++d) {
@@ -279,7 +380,7 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
         case ActionKind::kWeightGrad: ms = wgrad; break;
         case ActionKind::kUpdate: ms = s.update_ms; break;
       }
-      const int op = eng.add(d, ms, ev);
+      const int op = eng.add(d, ms / share, ev);
       const int p = i * m + a.micro;
       if (a.kind == ActionKind::kForward) fwd[k][p] = op;
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kInputGrad) bwd[k][p] = op;
@@ -329,7 +430,8 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   // backward is in the drain; a synchronous schedule repeats whole mini-batches (flushes).
   const int i0 = ir.synchronous ? 0 : n - 1;
   const int i1 = ir.synchronous ? t - 1 : t - n;
-  measure(res, devices, t, static_cast<int64_t>(m) * plan.batch_size * std::max(1, plan.graph_replicas), i0, i1);
+  measure(res, devices, t, static_cast<int64_t>(m) * plan.batch_size * std::max(1, plan.graph_replicas), i0, i1,
+          share > 1 + 1e-9 ? eng.capacity() : 0);
   track_memory(res, plan, order, eng);
   return res;
 }
@@ -398,7 +500,7 @@ SimResult simulate_data_parallel(const Plan& single_stage_plan, int devices, con
   }
   eng.run();
   res.events = eng.events();
-  measure(res, n, t, single_stage_plan.batch_size, 0, t - 1);
+  measure(res, n, t, single_stage_plan.batch_size, 0, t - 1, 0);
   const int64_t act_share = static_cast<int64_t>(static_cast<double>(whole.saved_bytes) * (1.0 - 1.0 / n));
   res.peak_memory_bytes.assign(n, whole.memory_bytes - act_share);
   return res;

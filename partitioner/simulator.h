@@ -23,21 +23,27 @@ struct SimEvent {
   // kInputGrad, kWeightGrad: the two parts of a split backward (zero-bubble schedules).
   enum Kind { kForward, kBackward, kUpdate, kSend, kRecv, kAllReduce, kInputGrad, kWeightGrad } kind = kForward;
   double start_ms = 0, end_ms = 0;
+  double work_ms = 0;  // compute: its time alone (end - start, unless it shared cores with others)
 };
 
 struct SimResult {
   std::vector<SimEvent> events;
   double makespan_ms = 0;
   double samples_per_s = 0;       // steady state
-  double bubble_fraction = 0;     // idle / total across stages
+  // Idle / total across stages; stages sharing their cores: the cores' idle time / their time (a
+  // stage's idle time there is not lost: the others run faster meanwhile).
+  double bubble_fraction = 0;
   std::vector<int64_t> peak_memory_bytes;  // per stage
 };
 
 // Simulates `mini_batches` mini-batches of the plan's schedule. Compute times are the stages'
-// fwd_ms, bwd_ms and update_ms (per mini-batch; a GPipe micro-batch takes 1/M of them); transfers
-// take bytes / link.bandwidth + link.latency_s on their own link (overlapping compute; a link
-// bandwidth <= 0 counts as infinite). Asynchronous 1F1B: stage k runs N - k forwards before its
-// first backward, then alternates, updating after every backward. GPipe: all M micro-batch
+// fwd_ms and bwd_ms per pass (one run of the graph: a micro-batch of plan.batch_size samples) and
+// update_ms per mini-batch of M passes; transfers take bytes / link.bandwidth + link.latency_s
+// (per pass) on their own link (overlapping compute; a link bandwidth <= 0 counts as infinite).
+// Stages sharing their node's cores (plan.device_share > 1) share them (processor sharing): while
+// r of a node's D devices compute, each runs at min(1, (D / share) / r) of its speed alone (the
+// plan's times include the share: alone is 1/share of them). Asynchronous 1F1B: stage k runs
+// N - k forwards before its first backward, then alternates, updating after every backward. GPipe: all M micro-batch
 // forwards, all backwards, then the update (a flush). samples_per_s is measured over the later
 // half of the mini-batches; peak memory is the plan's memory_bytes corrected by the simulated
 // in-flight activations (saved_bytes each).
@@ -46,7 +52,7 @@ struct SimResult {
 // link of its own) between its last backward of a mini-batch and its update; samples_per_s counts
 // the whole mini-batch (batch_size x graph_replicas), bubble and memory are per device.
 // The schedule runs as the plan's program (plan_schedule): each stage's actions in its program's
-// order, I taking bwd_ms - wgrad_ms and W wgrad_ms (per mini-batch, divided among micro-batches).
+// order, I taking bwd_ms - wgrad_ms and W wgrad_ms.
 SimResult simulate(const Plan& plan, int mini_batches);
 // The program the plan's stages run: plan.program, or make_schedule of its schedule and weights.
 ScheduleIR plan_schedule(const Plan& plan);

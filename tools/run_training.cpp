@@ -557,41 +557,88 @@ std::string pipeline_line(const TrainingSpec& o, const StepBatch& b) {
                          : "");
 }
 
+// Whether the stages share their cores and every stage's CPU time was measured: the plan then
+// models each stage as `device_share` times slower than alone, and what is lost is the cores' idle
+// time, not a stage's (a stage waiting lets the others run faster).
+bool cpu_timed_on_shared_cores(const std::vector<StageStats>& stats, const Plan& plan) {
+  if (plan.device_share <= 1.05 || stats.empty()) return false;
+  for (const StageStats& st : stats)
+    if (!st.cpu_timed) return false;
+  return true;
+}
+
 // The schedule's program run again in the simulator with the pass times this run measured (the
 // plan's prediction with the cost model's times is in the report): its bubble and throughput
 // beside what the stages did. Plan stage times are per graph pass (a micro-batch), as measured
-// per mini-batch / M.
+// per mini-batch / M. On shared cores the passes' CPU times (x share, as the plan's times include
+// it) are the pass times, the simulation shares the cores among the stages, and the idle time
+// compared is the cores': 1 - the stages' CPU time / (cores x the time), cores = devices x
+// replicas / share.
 std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch& batch, const Plan& plan,
                                    const TrainResult& r) {
   Plan m = plan;
-  double busy = 0;
+  double busy = 0, cpu_ms = 0;
   const std::vector<StageStats> stats = pipe.stage_stats();
+  const bool cpu = cpu_timed_on_shared_cores(stats, plan);
+  const double x = cpu ? plan.device_share : 1;
   for (const StageStats& st : stats) {
     if (st.stage >= static_cast<int>(m.stages.size())) continue;
     StagePlan& s = m.stages[st.stage];
     // A split backward's W passes were timed apart; else the plan's share of W.
-    const double share = st.wgrad_ms > 0 && st.bwd_ms > 0 ? st.wgrad_ms / st.bwd_ms
-                         : s.bwd_ms > 0                 ? s.wgrad_ms / s.bwd_ms
-                                                        : 0;
-    s.fwd_ms = st.fwd_ms / batch.micro;
-    s.bwd_ms = st.bwd_ms / batch.micro;
-    s.wgrad_ms = share * s.bwd_ms;
-    s.update_ms = st.update_ms;
+    const double w_share = st.wgrad_ms > 0 && st.bwd_ms > 0 ? st.wgrad_ms / st.bwd_ms
+                           : s.bwd_ms > 0                 ? s.wgrad_ms / s.bwd_ms
+                                                          : 0;
+    s.fwd_ms = x * (cpu ? st.fwd_cpu_ms : st.fwd_ms) / batch.micro;
+    s.bwd_ms = x * (cpu ? st.bwd_cpu_ms : st.bwd_ms) / batch.micro;
+    s.wgrad_ms = w_share * s.bwd_ms;
+    s.update_ms = x * (cpu ? st.update_cpu_ms : st.update_ms);
     busy += st.busy_fraction;  // a device's chunks (interleaved stages) share its time
+    cpu_ms += st.fwd_cpu_ms + st.bwd_cpu_ms + st.update_cpu_ms;
   }
-  busy /= static_cast<double>(std::max<size_t>(1, stats.size() / static_cast<size_t>(std::max(1, plan.virtual_stages))));
+  const size_t devices = std::max<size_t>(1, stats.size() / static_cast<size_t>(std::max(1, plan.virtual_stages)));
+  busy /= static_cast<double>(devices);
+  // The hand-offs as measured (sending to the receiver holding the message, its copy included)
+  // replace the plan's link between stages of this process.
+  int64_t handoffs = 0;
+  double handoff_s = 0;
+  for (const StageStats& st : stats) {
+    handoffs += st.handoffs;
+    handoff_s += 1e-6 * st.handoff_us * static_cast<double>(st.handoffs);
+  }
+  if (handoffs > 0) {
+    const LinkSpec measured{"measured hand-off", 0, handoff_s / static_cast<double>(handoffs)};
+    for (StagePlan& s : m.stages)
+      if (!s.cut_crosses_nodes) s.link_in = measured;
+    if (plan.num_nodes <= 1) m.link = measured;
+  }
   const int n = static_cast<int>(m.stages.size());
   Expected<SimResult> sim = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
   if (!sim) return "";
   const bool steady = !stats.empty() && stats.front().window_s > 0 && r.steady_samples_per_s > 0;
-  char b[320];
+  const double rate = steady ? r.steady_samples_per_s : r.samples_per_s;
+  double idle = 1 - busy;
+  if (cpu && rate > 0)
+    idle = 1 - cpu_ms * plan.device_share / (static_cast<double>(devices) * 1e3 * static_cast<double>(batch.mini) / rate);
+  const bool cores = cpu && plan.device_share > 1.05;  // the simulation's bubble is the cores' idle time
+  char b[400];
+  std::string out;
+  if (handoffs > 0) {
+    std::snprintf(b, sizeof b,
+                  "hand-offs: the %lld messages a stage waited for took %.1f us each on average from their sending to "
+                  "the stage holding them (the plan's %s link: %.1f us + bytes / %.1f GB/s)\n",
+                  static_cast<long long>(handoffs), 1e6 * handoff_s / static_cast<double>(handoffs), plan.link.name.c_str(),
+                  1e6 * plan.link.latency_s, plan.link.bandwidth / 1e9);
+    out = b;
+  }
   std::snprintf(b, sizeof b,
-                "schedule %s with the measured pass times: bubble %.1f%%, %.0f samples/s predicted; measured: "
-                "%s idle %.1f%% %s on average, %.0f samples/s",
-                plan_schedule(plan).name.c_str(), 100 * sim->bubble_fraction, sim->samples_per_s,
-                plan.virtual_stages > 1 ? "devices" : "stages", 100 * (1 - busy),
-                steady ? "in the steady state" : "of the run", steady ? r.steady_samples_per_s : r.samples_per_s);
-  return b;
+                "schedule %s with the measured pass times%s: %s %.1f%%, %.0f samples/s predicted; measured: "
+                "%s idle %.1f%% %s%s, %.0f samples/s",
+                plan_schedule(plan).name.c_str(),
+                cores ? " (their CPU time, the cores shared) and hand-offs" : handoffs > 0 ? " and hand-offs" : "",
+                cores ? "cores idle" : "bubble", 100 * sim->bubble_fraction,
+                sim->samples_per_s, cores ? "cores" : plan.virtual_stages > 1 ? "devices" : "stages", 100 * idle,
+                steady ? "in the steady state" : "of the run", cores ? "" : " on average", rate);
+  return out + b;
 }
 
 // Per-stage busy fraction and pass times, and the pipeline's efficiency: the throughput reached
@@ -599,21 +646,32 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
 // mini-batch), beside the cost model's prediction. The measured times go into the plan.
 void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const StepBatch& batch, const TrainResult& r,
                    Plan& plan) {
-  double slowest = 0;
+  double slowest = 0, cpu_ms = 0;
   int which = 0;
-  for (const StageStats& st : pipe.stage_stats()) {
-    char b[256];
+  const std::vector<StageStats> all = pipe.stage_stats();
+  const bool cpu = cpu_timed_on_shared_cores(all, plan);
+  const double M = static_cast<double>(std::max(1, batch.micro));
+  for (const StageStats& st : all) {
+    char b[320];
     std::snprintf(b, sizeof b,
                   "stage %d: busy %.0f%%, forward %.3f ms, backward %.3f ms per mini-batch; waiting for inputs %.0f%%, "
                   "between passes %.0f%%",
                   st.stage, 100 * st.busy_fraction, st.fwd_ms, st.bwd_ms, 100 * st.wait_fraction,
                   100 * std::max(0.0, 1 - st.busy_fraction - st.wait_fraction));
-    say(o, b);
-    if (st.stage < static_cast<int>(plan.stages.size())) {
-      plan.stages[st.stage].measured_fwd_ms = st.fwd_ms;
-      plan.stages[st.stage].measured_bwd_ms = st.bwd_ms;
-      plan.stages[st.stage].measured_update_ms = st.update_ms;
+    std::string line = b;
+    if (cpu) {  // what it computed, without the time its core served the other stages
+      std::snprintf(b, sizeof b, "; CPU time %.3f + %.3f ms", st.fwd_cpu_ms, st.bwd_cpu_ms);
+      line += b;
     }
+    say(o, line);
+    if (st.stage < static_cast<int>(plan.stages.size())) {  // per pass, as the plan's
+      StagePlan& s = plan.stages[st.stage];
+      s.measured_fwd_ms = st.fwd_ms / M;
+      s.measured_bwd_ms = st.bwd_ms / M;
+      s.measured_update_ms = st.update_ms;
+      if (cpu) s.measured_cpu_ms = (st.fwd_cpu_ms + st.bwd_cpu_ms) / M + st.update_cpu_ms;
+    }
+    cpu_ms += st.fwd_cpu_ms + st.bwd_cpu_ms + st.update_cpu_ms;
     const double t = st.fwd_ms + st.bwd_ms + st.update_ms;
     if (t > slowest) {
       slowest = t;
@@ -644,10 +702,18 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
   for (size_t k = 0; k < graphs.size(); ++k) say(o, "stage " + std::to_string(k) + ": CUDA graphs: " + graphs[k].summary());
   say(o, measured_schedule_line(pipe, batch, plan, r));
   // The stage times cover the steady state where the run had one: so does the rate compared.
-  const std::vector<StageStats> all = pipe.stage_stats();
   const double rate = !all.empty() && all.front().window_s > 0 && r.steady_samples_per_s > 0 ? r.steady_samples_per_s
                                                                                             : r.samples_per_s;
-  if (slowest > 0 && rate > 0) {
+  if (cpu && rate > 0) {  // no stage's bound holds on shared cores: how busy the cores were
+    const size_t devices = std::max<size_t>(1, all.size() / static_cast<size_t>(V));
+    const double period_ms = 1e3 * static_cast<double>(batch.mini) / rate;
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  "pipeline efficiency: the shared cores computed the stages' passes %.0f%% of the time (their CPU time "
+                  "/ (cores x time)); the cost model predicted %.0f samples/s",
+                  100 * cpu_ms * plan.device_share / (static_cast<double>(devices) * period_ms), plan.predicted_samples_per_s);
+    say(o, b);
+  } else if (slowest > 0 && rate > 0) {
     const double bound = static_cast<double>(batch.mini) / (slowest * 1e-3);
     char b[320];
     std::snprintf(b, sizeof b,

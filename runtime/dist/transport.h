@@ -31,6 +31,14 @@ class Link {
   virtual bool recv(int64_t key, Executor& to) = 0;
   // Ends every wait, now and later, of this link (on either end in this process).
   virtual void abort() = 0;
+  // The messages recv() waited for and the seconds from their sending to the receiver holding
+  // them (copied into its buffers): the hand-off's own cost, without the wait for the sender's
+  // pass. Links that do not measure it say {0, 0}.
+  struct Handoffs {
+    int64_t count = 0;
+    double seconds = 0;
+  };
+  virtual Handoffs handoffs() const { return {}; }
   // Makes `from`'s stream wait until the copies of the last send() have read its buffers: call
   // before `from` runs kernels that overwrite the values sent (links that copy asynchronously,
   // on a stream of their own, need it; the others return at once).

@@ -586,7 +586,8 @@ Status PipelineTrainer::write_chrome_trace(const std::string& path) const {
                         {"ts", 1e3 * r.start_ms},
                         {"dur", 1e3 * (r.end_ms - r.start_ms)},
                         {"args", {{"mini_batch", r.mini_batch}, {"micro_batch", r.micro_batch},
-                                  {"version", r.version}, {"staleness", r.staleness}}}});
+                                  {"version", r.version}, {"staleness", r.staleness},
+                                  {"waiting_ms", r.run_ms - r.start_ms}}}});
     }
   }
   nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};

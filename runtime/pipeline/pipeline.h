@@ -79,6 +79,7 @@ struct PassRecord {
   int64_t version = 0;     // updates applied to the weights the pass started from (stash: the stashed version)
   int staleness = 0;       // s SpecTrain predicted over (0 when nothing is predicted)
   double start_ms = 0, end_ms = 0;  // since the start of train()
+  double run_ms = 0;  // when its inputs were in and it began to compute (start_ms .. run_ms: waiting)
 };
 
 // A stage's times. They cover the steady state where the run had one: the mini-batches after the
@@ -96,6 +97,16 @@ struct StageStats {
   double fwd_ms = 0, bwd_ms = 0;  // measured per mini-batch (GPipe: summed over micro-batches)
   double wgrad_ms = 0;          // of bwd_ms, in W passes (a split backward's weight-gradient part)
   double update_ms = 0;         // per update
+  // The same three in the stage thread's CPU time (CLOCK_THREAD_CPUTIME_ID): without the time its
+  // core served other stages or it waited for a core, so on shared cores what the stage would
+  // take alone. Only the stage's own thread is counted: with threads_per_stage > 1 its OpenMP
+  // workers' time is not in it (cpu_timed false).
+  double fwd_cpu_ms = 0, bwd_cpu_ms = 0, update_cpu_ms = 0;
+  bool cpu_timed = false;
+  // The activations and gradients it waited for: how many, and the mean time from their sending to
+  // this stage holding them (Link::handoffs; 0 where its links do not say).
+  int64_t handoffs = 0;
+  double handoff_us = 0;
   int64_t forwards = 0, backwards = 0, updates = 0;
   int64_t recomputes = 0;       // forwards rerun before their backward (--recompute)
 };

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <sstream>
 
+#include <time.h>
+
 #include <omp.h>
 
 namespace pt {
@@ -19,6 +21,14 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The CPU time of the calling thread: what a stage thread computed, without the time its core
+// served other threads (stages sharing cores) or it waited for one.
+double thread_cpu_seconds() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // The error a pass returns when the run was aborted elsewhere (never reported itself).
@@ -141,6 +151,7 @@ bool Channel::send(int64_t key, const Executor& from) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     slots_[slot].key = key;
+    slots_[slot].sent = std::chrono::steady_clock::now();
     changed();
   }
   cv_.notify_all();
@@ -149,6 +160,8 @@ bool Channel::send(int64_t key, const Executor& from) {
 
 bool Channel::recv(int64_t key, Executor& to) {
   Slot* slot = nullptr;
+  const auto asked = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point sent;
   {
     std::unique_lock<std::mutex> lock(mu_);
     wait(lock, [&] {
@@ -164,6 +177,7 @@ bool Channel::recv(int64_t key, Executor& to) {
         break;
       }
     slot->key = kBusy;
+    sent = slot->sent;
   }
   Status st = slot->filled->block(to.stream());
   for (size_t i = 0; i < values_.size() && st.is_ok(); ++i) st = to.copy_in(values_[i], slot->tensors[i].view(), *device_);
@@ -171,6 +185,10 @@ bool Channel::recv(int64_t key, Executor& to) {
   if (!st.is_ok()) {
     error_ = st;
     return false;
+  }
+  if (asked < sent) {  // the receiver was waiting: the time from the send to holding the message
+    ++handoffs_.count;
+    handoffs_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -624,6 +642,7 @@ Status Stage::forward(RunShared& sh, int64_t key) {
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, false));
   const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
+  const double cpu_run = thread_cpu_seconds();
   wait_s_ += std::chrono::duration<double>(t_run - t_start).count();
   RETURN_IF_ERROR(feed(sh, key));
   PassRecord r = begin_record(key, false, 0);
@@ -664,8 +683,10 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   fwd_s_ += busy;
+  fwd_cpu_s_ += thread_cpu_seconds() - cpu_run;
   ++stats.forwards;
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
+  r.run_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
   forwarded_end_ = std::max(forwarded_end_, r.mini_batch + 1);
@@ -687,6 +708,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, true));
   const auto t_run = std::chrono::steady_clock::now();
+  const double cpu_run = thread_cpu_seconds();
   wait_s_ += std::chrono::duration<double>(t_run - t_start).count();
   const Device& dev = *ex->device();
   RETURN_IF_ERROR(select_saved(slot));
@@ -724,8 +746,10 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   bwd_s_ += busy;
+  bwd_cpu_s_ += thread_cpu_seconds() - cpu_run;
   ++stats.backwards;
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
+  r.run_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
   return Status::ok();
@@ -738,6 +762,7 @@ Status Stage::weight_grad(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
   RETURN_IF_ERROR(fence_sends());
   const auto t_run = std::chrono::steady_clock::now();
+  const double cpu_run = thread_cpu_seconds();
   const int ws = w_slots_.at(key);
   for (const Value* v : w_state) RETURN_IF_ERROR(ex->select_storage(v, ws));
   w_slots_.give(key);
@@ -753,8 +778,9 @@ Status Stage::weight_grad(RunShared& sh, int64_t key) {
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   bwd_s_ += busy;
+  bwd_cpu_s_ += thread_cpu_seconds() - cpu_run;
   wgrad_s_ += busy;
-  r.start_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
+  r.start_ms = r.run_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
   return Status::ok();
@@ -831,6 +857,7 @@ Expected<int> Stage::load_two_bw_predict(int64_t step) {
 Status Stage::finish_gradients(RunShared& sh, int64_t step) {
   if (grads_ready_ == step) return Status::ok();
   const auto t_run = std::chrono::steady_clock::now();
+  const double cpu_run = thread_cpu_seconds();
   RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
   for (size_t i = 0; i < prev_.size(); ++i)  // 2BW: the version the next mini-batch's passes read
@@ -855,12 +882,14 @@ Status Stage::finish_gradients(RunShared& sh, int64_t step) {
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   upd_s_ += busy;
+  upd_cpu_s_ += thread_cpu_seconds() - cpu_run;
   return Status::ok();
 }
 
 Status Stage::update(RunShared& sh, int64_t step) {
   RETURN_IF_ERROR(finish_gradients(sh, step));
   const auto t_run = std::chrono::steady_clock::now();
+  const double cpu_run = thread_cpu_seconds();
   if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
   const Device& dev = *ex->device();
   if (!update_in_backward) {  // else the backward ran the updates, on the master weights
@@ -875,10 +904,11 @@ Status Stage::update(RunShared& sh, int64_t step) {
   const double busy = seconds_since(t_run);
   busy_s_ += busy;
   upd_s_ += busy;
+  upd_cpu_s_ += thread_cpu_seconds() - cpu_run;
   ++stats.updates;
   last_update_end_ = std::chrono::steady_clock::now();
   if (step + 1 == steady_from_)
-    steady_mark_ = Sums{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, stats.updates, last_update_end_};
+    steady_mark_ = sums();
   if (sh.snapshot_at(step) && replica == 0) RETURN_IF_ERROR(post_snapshot(sh, step));  // the replicas' are equal
   if (opts.after_update) opts.after_update(index, step);
   return Status::ok();
@@ -910,14 +940,27 @@ void Stage::begin_train(int64_t start, int64_t total) {
   stats = StageStats{};
   stats.stage = index;
   busy_s_ = fwd_s_ = bwd_s_ = wgrad_s_ = upd_s_ = wait_s_ = 0;
+  fwd_cpu_s_ = bwd_cpu_s_ = upd_cpu_s_ = 0;
   // TrainingLoop's rule: the steady state starts after the first fifth of the run's steps (and
   // never with its first), given at least 4 steps after it.
   steady_from_ = total - start >= 5 ? start + std::max<int64_t>(1, (total - start) / 5) : -1;
   steady_mark_.reset();
 }
 
+Stage::Sums Stage::sums() const {
+  Sums s{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, fwd_cpu_s_, bwd_cpu_s_, upd_cpu_s_, 0, 0, stats.updates,
+         last_update_end_};
+  for (const std::vector<Link*>* links : {&fwd_in, &bwd_in})  // received on this thread
+    for (const Link* l : *links) {
+      const Link::Handoffs x = l->handoffs();
+      s.handoffs += x.count;
+      s.handoff += x.seconds;
+    }
+  return s;
+}
+
 void Stage::finish_stats() {
-  Sums now{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, stats.updates, last_update_end_};
+  const Sums now = sums();
   Sums from{};
   stats.window_s = 0;
   if (steady_mark_ && stats.updates - steady_mark_->updates >= 4) {
@@ -930,6 +973,13 @@ void Stage::finish_stats() {
   stats.wgrad_ms = 1e3 * (now.wgrad - from.wgrad) / mbs;
   stats.update_ms = 1e3 * (now.upd - from.upd) / mbs;
   stats.wait_ms = 1e3 * (now.wait - from.wait) / mbs;
+  stats.fwd_cpu_ms = 1e3 * (now.fwd_cpu - from.fwd_cpu) / mbs;
+  stats.bwd_cpu_ms = 1e3 * (now.bwd_cpu - from.bwd_cpu) / mbs;
+  stats.update_cpu_ms = 1e3 * (now.upd_cpu - from.upd_cpu) / mbs;
+  stats.cpu_timed = ex && ex->device()->kind() == DeviceKind::kCpu && opts.threads_per_stage == 1;
+  const int64_t handoffs = now.handoffs - from.handoffs;
+  stats.handoffs = handoffs;
+  stats.handoff_us = handoffs > 0 ? 1e6 * (now.handoff - from.handoff) / static_cast<double>(handoffs) : 0;
   if (stats.window_s > 0) {  // else PipelineTrainer's account() divides by the run's wall time
     stats.busy_fraction = (now.busy - from.busy) / stats.window_s;
     stats.wait_fraction = (now.wait - from.wait) / stats.window_s;

@@ -50,6 +50,7 @@ class Channel : public Link {
   // A thread that waits here first spins for up to `spin` (PipelineOptions::handoff_spin_us) before
   // it sleeps: a message that arrives meanwhile is taken without a wake-up.
   void set_spin(std::chrono::nanoseconds spin) { spin_ = spin; }
+  Handoffs handoffs() const override { return handoffs_; }  // read once the receiver is done
 
  private:
   explicit Channel(std::vector<const Value*> values) : Link(std::move(values)) {}
@@ -64,6 +65,7 @@ class Channel : public Link {
     int64_t key = kFree;
     std::vector<DeviceBuffer> tensors;
     std::unique_ptr<Event> filled, drained;
+    std::chrono::steady_clock::time_point sent;  // when it was published under key
   };
   std::shared_ptr<Device> device_;  // of the slots
   std::vector<Slot> slots_;
@@ -77,6 +79,7 @@ class Channel : public Link {
   bool aborted_ = false;
   std::chrono::nanoseconds spin_{0};
   std::atomic<uint64_t> changes_{0};
+  Handoffs handoffs_;  // the receiver's (one thread)
 };
 
 // The sample order of every epoch, drawn on demand exactly as the single-stage trainer draws it
@@ -413,13 +416,17 @@ class Stage {
   std::unique_ptr<BatchPrefetcher> prefetch_;         // the segment's batches, when this stage reads data
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, wgrad_s_ = 0, upd_s_ = 0;
   double wait_s_ = 0;  // in passes, waiting for their inputs (StageStats::wait_fraction)
+  double fwd_cpu_s_ = 0, bwd_cpu_s_ = 0, upd_cpu_s_ = 0;  // the stage thread's CPU time in them
   // The steady state (StageStats): the sums above as they stood at the end of the update of
   // mini-batch steady_from_ - 1, and the end of the last update.
   struct Sums {
-    double busy = 0, fwd = 0, bwd = 0, wgrad = 0, upd = 0, wait = 0;
+    double busy = 0, fwd = 0, bwd = 0, wgrad = 0, upd = 0, wait = 0, fwd_cpu = 0, bwd_cpu = 0, upd_cpu = 0;
+    double handoff = 0;    // seconds of the messages it waited for (Link::handoffs of its links in)
+    int64_t handoffs = 0;  // their count
     int64_t updates = 0;
     std::chrono::steady_clock::time_point t;
   };
+  Sums sums() const;  // as they stand (t: the end of the last update)
   int64_t steady_from_ = -1;
   std::optional<Sums> steady_mark_;
   std::chrono::steady_clock::time_point last_update_end_;

@@ -4,6 +4,7 @@ whole-training-step oracle against PyTorch. Run: PIPETRAIN_BIN=build/tools/onnx-
 /usr/bin/python3 -m unittest tests/cli/test_cli.py"""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -727,6 +728,20 @@ class CliTest(unittest.TestCase):
             meas = m["fwd_ms"] + m["bwd_ms"] + m["update_ms"]
             pred = st["fwd_ms"] + st["bwd_ms"] + st["update_ms"]
             self.assertAlmostEqual(m["error"], (pred - meas) / meas, places=9)
+        # Micro-batches: the measured times are per pass, as the plan's (a mini-batch of 4
+        # micro-batches takes 4 passes), not per mini-batch as the run's stage lines print them.
+        out = os.path.join(self.dir, "measured3")
+        rc, so, se = run(self.model, "--data", self.data, "--steps", 6, "--gpus", 2, "--schedule", "gpipe",
+                         "--micro-batches", 4, "--out", out)
+        self.assertEqual(rc, 0, se)
+        printed = {int(k): (float(f), float(b)) for k, f, b in
+                   re.findall(r"^stage (\d+): busy \d+%, forward ([0-9.]+) ms, backward ([0-9.]+) ms per mini-batch", so, re.M)}
+        stages = json.load(open(os.path.join(out, "partition.json")))["stages"]
+        self.assertEqual(sorted(printed), [0, 1])
+        for st in stages:
+            f, b = printed[st["index"]]
+            self.assertAlmostEqual(4 * st["measured"]["fwd_ms"], f, delta=0.0006 + 1e-3 * f)
+            self.assertAlmostEqual(4 * st["measured"]["bwd_ms"], b, delta=0.0006 + 1e-3 * b)
 
     def test_manual_plans(self):
         out = os.path.join(self.dir, "manual")

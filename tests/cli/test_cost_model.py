@@ -6,6 +6,7 @@ as sharing them. Run:
 PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 -m unittest tests/cli/test_cost_model.py"""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,37 @@ class CostModelTest(unittest.TestCase):
         p, out = self.plan("alone", "--gpus", 1, model=lenet)
         with open(os.path.join(out, "partition.json")) as f:
             self.assertEqual(json.load(f)["device_share"], 1.0)
+
+    def test_stages_sharing_the_cores_are_measured_by_their_cpu_time(self):
+        # Trained on shared cores, each stage's wall time depends on what ran beside it: the report
+        # compares the plan with its thread's CPU time x the share, and what is lost is the cores'
+        # idle time (1 - CPU time / (cores x time)), which the dry run with those times predicts.
+        lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "models/fashion_lenet5_bn.onnx")
+        stages = 2 * (os.cpu_count() or 1)
+        if stages > 8:
+            self.skipTest(f"{os.cpu_count()} cores: LeNet-5 cannot be cut into {stages} stages")
+        out = os.path.join(self.dir, "shared_run")
+        p = subprocess.run([BIN, lenet, "--gpus", str(stages), "--steps", "12", "--batch-size", "16", "--out", out,
+                            "--overwrite"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"with the measured pass times \(their CPU time, the cores shared\) and hand-offs: cores idle [0-9.]+%, [0-9]+ samples/s "
+                                   r"predicted; measured: cores idle -?[0-9.]+% in the steady state")
+        self.assertIn("pipeline efficiency: the shared cores computed the stages' passes", p.stdout)
+        self.assertEqual(len(re.findall(r"^stage \d+: busy .*; CPU time [0-9.]+ \+ [0-9.]+ ms$", p.stdout, re.M)), stages)
+        with open(os.path.join(out, "partition.json")) as f:
+            j = json.load(f)
+        share = j["device_share"]
+        self.assertGreater(share, 1.0)
+        for st in j["stages"]:
+            m = st["measured"]
+            wall = m["fwd_ms"] + m["bwd_ms"] + m["update_ms"]
+            self.assertGreater(m["cpu_ms"], 0)
+            self.assertLessEqual(m["cpu_ms"], 1.01 * wall + 1e-3)  # one thread's CPU time within its wall time
+            pred = st["fwd_ms"] + st["bwd_ms"] + st["update_ms"]
+            self.assertAlmostEqual(m["error"], (pred - m["cpu_ms"] * share) / (m["cpu_ms"] * share), places=9)
+        with open(os.path.join(out, "partition.txt")) as f:
+            self.assertIn("the error compares them with each stage's CPU time x", f.read())
     def test_network_link_prices_the_cut_between_nodes(self):
         # Two stages on two nodes (--ranks-per-node 1): the cut crosses machines and costs what
         # --network-link says: bytes / bandwidth + transfers x latency, so a 10x slower link with

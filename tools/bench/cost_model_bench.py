@@ -3,7 +3,8 @@
 GPT decoder of the peer set (tools/bench/peer_models.py), on 1, 2 and 4 CPU stages (synthetic data,
 1F1B), the plan's predicted stage times (forward + backward) and samples/s beside the measured ones,
 the automatic split's measured imbalance (max / mean measured stage time), and whether the stages
-share the cores. Without --profile: the calibrated model (runtime/exec/calibrate.h) alone.
+share the cores (then a stage's measured time is its thread's CPU time x the share, what the plan
+prices: its wall time depends on what ran beside it). Without --profile: the calibrated model (runtime/exec/calibrate.h) alone.
 
   /usr/bin/python3 tools/bench/cost_model_bench.py [--build build] [--models resnet18 ...] [--stages 1 2 4]
                                                    [--steps 40] [--no-calibrate] [--repeat N]
@@ -78,9 +79,16 @@ def main():
             j = runs[0]
             # Whole stages, updates included (a stage updating in its backward measures them there).
             pred = [s["fwd_ms"] + s["bwd_ms"] + s["update_ms"] for s in j["stages"]]
-            # Each stage's and the throughput's median over the repeats.
-            meas = [statistics.median(r["stages"][k]["measured"]["fwd_ms"] + r["stages"][k]["measured"]["bwd_ms"] +
-                                      r["stages"][k]["measured"]["update_ms"] for r in runs)
+            # Each stage's and the throughput's median over the repeats. On shared cores a stage's wall
+            # time depends on what ran beside it: its CPU time x the share is what the plan prices
+            # (the report's error does the same).
+            share = j.get("device_share", 1)
+
+            def measured(m):
+                if share > 1.05 and m.get("cpu_ms", -1) > 0:
+                    return m["cpu_ms"] * share
+                return m["fwd_ms"] + m["bwd_ms"] + m["update_ms"]
+            meas = [statistics.median(measured(r["stages"][k]["measured"]) for r in runs)
                     for k in range(len(j["stages"])) if "measured" in j["stages"][k]]
             errs = [abs(p - m) / m for p, m in zip(pred, meas) if m > 0]
             ps = j["predicted_samples_per_s"]

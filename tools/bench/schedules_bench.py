@@ -8,7 +8,10 @@ ZB-H1 and interleaved 1F1B with 2 virtual stages per device, m = 4, 8, 16 micro-
 
   - the measured throughput (samples/s) and each stage's idle fraction (1 - busy: the time a stage
     thread spent neither running passes nor updating, waiting for its inputs included), both in the
-    steady state (the steps after the first fifth of the run);
+    steady state (the steps after the first fifth of the run). Where the stages share the cores (4
+    stages on 2 cores) the measured idle time is the cores' (1 - the stages' CPU time in passes /
+    (cores x time)): a stage that waits there lets the others run. The run's dry run then
+    prices each pass at its CPU time and shares the cores among the stages, as the plan does;
   - the bubble the schedule's program predicts with the cost model's stage times (the report) and
     with the pass times the run measured (the dry run again after training), and the textbook
     formula with equal stages: (p-1)/(m+p-1) for GPipe and 1F1B, a third of that for ZB-H1,
@@ -81,8 +84,8 @@ def run(binary, model, extra, out, steps):
     res["idle"] = [1 - float(b) / 100 for b in re.findall(r"^stage \d+: busy (\d+)%", so, re.M)]
     m = re.search(r"^schedule \S+: predicted bubble ([0-9.]+)%", so, re.M)
     res["predicted_plan"] = float(m.group(1)) / 100 if m else None
-    m = re.search(r"with the measured pass times: bubble ([0-9.]+)%, ([0-9.]+) samples/s predicted; "
-                  r"measured: (?:stages|devices) idle ([0-9.]+)%", so)
+    m = re.search(r"with the measured pass times[^:]*: (?:bubble|cores idle) ([0-9.]+)%, ([0-9.]+) samples/s "
+                  r"predicted; measured: (?:stages|devices|cores) idle (-?[0-9.]+)%", so)
     if m:
         res["predicted_measured"] = float(m.group(1)) / 100
         res["predicted_samples_per_s"] = float(m.group(2))
