@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include <time.h>
 
@@ -112,13 +113,19 @@ template <class Ready>
 void Channel::wait(std::unique_lock<std::mutex>& lock, Ready ready) {
   if (ready()) return;
   if (spin_.count() > 0) {
-    const auto until = std::chrono::steady_clock::now() + spin_;
+    // The first tenth of the spin holds the core; the rest yields it at each turn to any other
+    // runnable thread of the process (the training loop, the data prefetchers), which a thread
+    // spinning on every core would otherwise keep waiting.
+    const auto start = std::chrono::steady_clock::now(), until = start + spin_, yield_after = start + spin_ / 10;
     while (!ready()) {
       const uint64_t seen = changes_.load(std::memory_order_acquire);
       lock.unlock();
       bool late = false;
-      while (changes_.load(std::memory_order_acquire) == seen && !(late = std::chrono::steady_clock::now() >= until))
-        cpu_relax();
+      for (auto now = start; changes_.load(std::memory_order_acquire) == seen && !(late = now >= until);
+           now = std::chrono::steady_clock::now()) {
+        if (now < yield_after) cpu_relax();
+        else std::this_thread::yield();
+      }
       lock.lock();
       if (late) break;
     }

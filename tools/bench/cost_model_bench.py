@@ -7,7 +7,7 @@ share the cores (then a stage's measured time is its thread's CPU time x the sha
 prices: its wall time depends on what ran beside it). Without --profile: the calibrated model (runtime/exec/calibrate.h) alone.
 
   /usr/bin/python3 tools/bench/cost_model_bench.py [--build build] [--models resnet18 ...] [--stages 1 2 4]
-                                                   [--steps 40] [--no-calibrate] [--repeat N]
+                                                   [--steps N] [--no-calibrate] [--repeat N]
 
 Targets (issue #33): per-stage times and samples/s within 25 % of the measured steady state, the
 measured imbalance at most 1.15. Run it on an idle machine: other work on the cores is measured too.
@@ -55,7 +55,9 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--models", nargs="*", default=["resnet18", "mobilenet_v2", "transformer", "gpt"])
     ap.add_argument("--stages", type=int, nargs="*", default=[1, 2, 4])
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="steps per run (default: 40, and 300 for the Transformer and 120 for the GPT, whose steps of "
+                         "2-6 ms would leave a steady state of under 0.2 s, which one hiccup of this VM moves by 15 %%)")
     ap.add_argument("--no-calibrate", action="store_true", help="the analytic roofline model, for comparison")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "pipetrain-cost-bench"))
     ap.add_argument("--repeat", type=int, default=1,
@@ -74,7 +76,8 @@ def main():
         export(name, model)
         batch = peer_models.MODELS[name][1]
         for n in a.stages:
-            runs = [run(exe, model, n, a.steps, batch, os.path.join(a.work, f"{name}_{n}"), extra)
+            steps = a.steps or {"transformer": 300, "gpt": 120}.get(name, 40)
+            runs = [run(exe, model, n, steps, batch, os.path.join(a.work, f"{name}_{n}"), extra)
                     for _ in range(max(1, a.repeat))]
             j = runs[0]
             # Whole stages, updates included (a stage updating in its backward measures them there).
