@@ -99,13 +99,17 @@ class CostModelTest(unittest.TestCase):
             self.assertIn(needle, p.stderr)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
-    def test_stages_sharing_the_cores_are_priced_so(self):
+    def lenet_on_shared_cores(self):
         # LeNet-5 has 14 nodes to cut; twice as many stages as cores share them two to one.
         lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                              "models/fashion_lenet5_bn.onnx")
         stages = 2 * (os.cpu_count() or 1)
         if stages > 8:
             self.skipTest(f"{os.cpu_count()} cores: LeNet-5 cannot be cut into {stages} stages")
+        return lenet, stages
+
+    def test_stages_sharing_the_cores_are_priced_so(self):
+        lenet, stages = self.lenet_on_shared_cores()
         p, out = self.plan("shared", "--gpus", stages, model=lenet)
         self.assertEqual(p.returncode, 0, p.stderr)
         with open(os.path.join(out, "partition.json")) as f:
@@ -120,11 +124,7 @@ class CostModelTest(unittest.TestCase):
         # Trained on shared cores, each stage's wall time depends on what ran beside it: the report
         # compares the plan with its thread's CPU time x the share, and what is lost is the cores'
         # idle time (1 - CPU time / (cores x time)), which the dry run with those times predicts.
-        lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                             "models/fashion_lenet5_bn.onnx")
-        stages = 2 * (os.cpu_count() or 1)
-        if stages > 8:
-            self.skipTest(f"{os.cpu_count()} cores: LeNet-5 cannot be cut into {stages} stages")
+        lenet, stages = self.lenet_on_shared_cores()
         out = os.path.join(self.dir, "shared_run")
         p = subprocess.run([BIN, lenet, "--gpus", str(stages), "--steps", "12", "--batch-size", "16", "--out", out,
                             "--overwrite"], capture_output=True, text=True, timeout=600)
