@@ -162,6 +162,13 @@ struct Plan {
   // Stages sharing their device's cores (DeviceSpec::share of stage 0's device): each stage's times
   // are this many times its times alone. 1: every stage has its device to itself.
   double device_share = 1;
+  // How the dry run takes shared cores (device_share > 1). false (the plan's): each stage a device
+  // of its own, share times slower than alone; its idle time is then the cores'. true (the
+  // re-simulation with the CPU times a run measured): a node's stages share its cores (processor
+  // sharing). Sharing predicted the plans' throughput worse (docs/performance.md 2026-12-07): the
+  // cost model's times alone are low for stages running beside others, and short passes lose time
+  // to waking on busy cores, which `share` times slower happens to cover.
+  bool processor_sharing = false;
   bool calibrated = false;               // stage times from a calibrated cost model
   double measured_samples_per_s = 0;     // after training: the run's throughput (0: not trained)
   double measured_steady_samples_per_s = 0;  // ... in its steady state (TrainResult::steady_samples_per_s)

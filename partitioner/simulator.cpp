@@ -353,10 +353,11 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
   // times and bytes are per pass (one run of the graph, a micro-batch of plan.batch_size samples),
   // its update per mini-batch: a mini-batch is m passes and one update.
   const int passes = t * m;
-  // Devices sharing their node's cores (plan.device_share > 1) share them here as the OS shares
-  // cores among threads: a node's devices compute at once, each at min(1, capacity / running) of
-  // its speed alone (the plan's times / share), capacity = the node's devices / share.
-  const double share = std::max(1.0, plan.device_share);
+  // Devices sharing their node's cores (plan.device_share > 1, plan.processor_sharing) share them
+  // here as the OS shares cores among threads: a node's devices compute at once, each at min(1,
+  // capacity / running) of its speed alone (the plan's times / share), capacity = the node's
+  // devices / share. Otherwise each is a device `share` times slower (the plan's times as they are).
+  const double share = plan.processor_sharing ? std::max(1.0, plan.device_share) : 1.0;
   if (share > 1 + 1e-9) {
     std::map<int, std::vector<int>> of_node;
     for (int d = 0; d < devices; ++d) of_node[plan.stages[ir.virtual_of(d, 0)].node].push_back(d);

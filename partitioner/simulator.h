@@ -40,9 +40,10 @@ struct SimResult {
 // fwd_ms and bwd_ms per pass (one run of the graph: a micro-batch of plan.batch_size samples) and
 // update_ms per mini-batch of M passes; transfers take bytes / link.bandwidth + link.latency_s
 // (per pass) on their own link (overlapping compute; a link bandwidth <= 0 counts as infinite).
-// Stages sharing their node's cores (plan.device_share > 1) share them (processor sharing): while
-// r of a node's D devices compute, each runs at min(1, (D / share) / r) of its speed alone (the
-// plan's times include the share: alone is 1/share of them). Asynchronous 1F1B: stage k runs
+// Stages sharing their node's cores (plan.device_share > 1) run as devices of their own, `share`
+// times slower than alone (the plan's times include it), or with plan.processor_sharing share them:
+// while r of a node's D devices compute, each runs at min(1, (D / share) / r) of its speed alone.
+// Either way the bubble is then the cores' idle time. Asynchronous 1F1B: stage k runs
 // N - k forwards before its first backward, then alternates, updating after every backward. GPipe: all M micro-batch
 // forwards, all backwards, then the update (a flush). samples_per_s is measured over the later
 // half of the mini-batches; peak memory is the plan's memory_bytes corrected by the simulated

@@ -229,16 +229,12 @@ Status layout_plan(const Graph& g, Plan* plan) {
     s.wgrad_ms = all > 0 ? std::max(0.0, s.bwd_ms - s.recompute_ms) * w / all : 0;
   }
   // ZB-H1's and ZB-V's orders fit the stages' times (make_schedule); their throughput, like interleaved
-  // stages' and a schedule file's, is its simulated program's (no closed form). So is every
-  // synchronous schedule's on shared cores, whose simulation shares the cores (GPipe's closed form
-  // takes dedicated devices share times slower), so that --schedule auto compares them alike. The
-  // asynchronous 1F1B keeps its bound (the slowest stage, share times slower): processor sharing
-  // predicted it 16-54 % too fast on 4 stages of 2 cores (docs/performance.md, 2026-12-07).
+  // stages' and a schedule file's, is its simulated program's (no closed form).
   if ((plan->schedule == Schedule::kZBH1 || plan->schedule == Schedule::kZBV) &&
       (!plan->program || plan->program->name == schedule_name(plan->schedule)))
     plan->program = std::make_shared<const ScheduleIR>(fitted_schedule(*plan));
   if (plan->schedule == Schedule::kZBH1 || plan->schedule == Schedule::kInterleaved || plan->schedule == Schedule::kZBV ||
-      plan->program || (plan->device_share > 1 + 1e-9 && synchronous(plan->schedule, plan->weights))) {
+      plan->program) {
     const int n = static_cast<int>(plan->stages.size());
     Expected<SimResult> sim = dry_run(*plan, plan_schedule(*plan), std::max(4, 2 * n));
     if (!sim) return sim.status();

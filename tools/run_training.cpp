@@ -589,6 +589,7 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   const std::vector<StageStats> stats = pipe.stage_stats();
   const bool cpu = cpu_timed_on_shared_cores(stats, plan);
   const double x = cpu ? plan.device_share : 1;
+  m.processor_sharing = cpu;  // the CPU times say what each pass needs of a core
   for (const StageStats& st : stats) {
     if (st.stage >= static_cast<int>(m.stages.size())) continue;
     StagePlan& s = m.stages[st.stage];

@@ -44,6 +44,7 @@ TEST(Simulator, StagesSharingCoresShareTheirRate) {
   // with one micro-batch runs one pass at a time: each at its speed alone, the core never idle.
   Plan g = equal_stages(2, 2.0, 4.0);
   g.device_share = 2;
+  g.processor_sharing = true;
   g.schedule = Schedule::kGPipe;
   g.weights = WeightMode::kSync;
   const SimResult r = simulate(g, 6);
@@ -55,13 +56,21 @@ TEST(Simulator, StagesSharingCoresShareTheirRate) {
   // dedicated device per stage, twice as slow, would predict the same rate but no overlap).
   Plan a = equal_stages(2, 2.0, 4.0);
   a.device_share = 2;
+  a.processor_sharing = true;
   const SimResult s = simulate(a, 12);
   EXPECT_NEAR(s.samples_per_s, 1e3 * 64 / 6.0, 1e-3 * s.samples_per_s);
   EXPECT_NEAR(s.bubble_fraction, 0.0, 1e-3);
+  // The plan's own model (processor_sharing false): each stage a device of its own, twice as slow
+  // (its times as given): GPipe then takes 12 ms a mini-batch and its cores idle half of it.
+  g.processor_sharing = false;
+  const SimResult u = simulate(g, 6);
+  EXPECT_NEAR(u.samples_per_s, 1e3 * 64 / 12.0, 1e-6 * u.samples_per_s);
+  EXPECT_NEAR(u.bubble_fraction, 0.5, 1e-9);
   // One stage per node whose threads outnumber its cores 2 to 1: the stages do not share with each
   // other, each runs at half its speed alone throughout (the plan's times).
   Plan n = equal_stages(2, 2.0, 4.0);
   n.device_share = 2;
+  n.processor_sharing = true;
   n.stages[1].node = 1;
   const SimResult t = simulate(n, 12);
   EXPECT_NEAR(t.samples_per_s, 1e3 * 64 / 6.0, 1e-3 * t.samples_per_s);  // each stage 3 alone at half speed
