@@ -575,6 +575,27 @@ bool cpu_timed_on_shared_cores(const std::vector<StageStats>& stats, const Plan&
   return true;
 }
 
+// The throughput the stages' figures go with: the steady state's where they cover it.
+double stages_rate(const std::vector<StageStats>& stats, const TrainResult& r) {
+  return !stats.empty() && stats.front().window_s > 0 && r.steady_samples_per_s > 0 ? r.steady_samples_per_s
+                                                                                    : r.samples_per_s;
+}
+
+// The devices the stages ran on (interleaved stages and ZB-V: a device's chunks share its thread).
+size_t stage_devices(const std::vector<StageStats>& stats, const Plan& plan) {
+  return std::max<size_t>(1, stats.size() / static_cast<size_t>(std::max(1, plan.virtual_stages)));
+}
+
+// On shared cores: the fraction of the cores' time (cores = devices x replicas / share) the stages'
+// passes computed, by their CPU time, at `rate` samples/s (the replicas do alike, so one replica's
+// stages over its share of the cores).
+double cores_busy(const std::vector<StageStats>& stats, const Plan& plan, const StepBatch& batch, double rate) {
+  double cpu_ms = 0;
+  for (const StageStats& st : stats) cpu_ms += st.fwd_cpu_ms + st.bwd_cpu_ms + st.update_cpu_ms;
+  const double period_ms = 1e3 * static_cast<double>(batch.mini) / rate;
+  return cpu_ms * plan.device_share / (static_cast<double>(stage_devices(stats, plan)) * period_ms);
+}
+
 // The schedule's program run again in the simulator with the pass times this run measured (the
 // plan's prediction with the cost model's times is in the report): its bubble and throughput
 // beside what the stages did. Plan stage times are per graph pass (a micro-batch), as measured
@@ -585,7 +606,7 @@ bool cpu_timed_on_shared_cores(const std::vector<StageStats>& stats, const Plan&
 std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch& batch, const Plan& plan,
                                    const TrainResult& r) {
   Plan m = plan;
-  double busy = 0, cpu_ms = 0;
+  double busy = 0;
   const std::vector<StageStats> stats = pipe.stage_stats();
   const bool cpu = cpu_timed_on_shared_cores(stats, plan);
   const double x = cpu ? plan.device_share : 1;
@@ -602,10 +623,8 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
     s.wgrad_ms = w_share * s.bwd_ms;
     s.update_ms = x * (cpu ? st.update_cpu_ms : st.update_ms);
     busy += st.busy_fraction;  // a device's chunks (interleaved stages) share its time
-    cpu_ms += st.fwd_cpu_ms + st.bwd_cpu_ms + st.update_cpu_ms;
   }
-  const size_t devices = std::max<size_t>(1, stats.size() / static_cast<size_t>(std::max(1, plan.virtual_stages)));
-  busy /= static_cast<double>(devices);
+  busy /= static_cast<double>(stage_devices(stats, plan));
   // The hand-offs as measured (sending to the receiver holding the message, its copy included)
   // replace the plan's link between stages of this process.
   int64_t handoffs = 0;
@@ -624,11 +643,10 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   Expected<SimResult> sim = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
   if (!sim) return "";
   const bool steady = !stats.empty() && stats.front().window_s > 0 && r.steady_samples_per_s > 0;
-  const double rate = steady ? r.steady_samples_per_s : r.samples_per_s;
-  double idle = 1 - busy;
-  if (cpu && rate > 0)
-    idle = 1 - cpu_ms * plan.device_share / (static_cast<double>(devices) * 1e3 * static_cast<double>(batch.mini) / rate);
-  const bool cores = cpu && plan.device_share > 1.05;  // the simulation's bubble is the cores' idle time
+  const double rate = stages_rate(stats, r);
+  // On shared cores the simulation's bubble is the cores' idle time, and so is the one measured.
+  const bool cores = cpu && rate > 0;
+  const double idle = cores ? 1 - cores_busy(stats, plan, batch, rate) : 1 - busy;
   char b[400];
   std::string out;
   if (handoffs > 0) {
@@ -655,7 +673,7 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
 // mini-batch), beside the cost model's prediction. The measured times go into the plan.
 void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const StepBatch& batch, const TrainResult& r,
                    Plan& plan) {
-  double slowest = 0, cpu_ms = 0;
+  double slowest = 0;
   int which = 0;
   const std::vector<StageStats> all = pipe.stage_stats();
   const bool cpu = cpu_timed_on_shared_cores(all, plan);
@@ -680,7 +698,6 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
       s.measured_update_ms = st.update_ms;
       if (cpu) s.measured_cpu_ms = (st.fwd_cpu_ms + st.bwd_cpu_ms) / M + st.update_cpu_ms;
     }
-    cpu_ms += st.fwd_cpu_ms + st.bwd_cpu_ms + st.update_cpu_ms;
     const double t = st.fwd_ms + st.bwd_ms + st.update_ms;
     if (t > slowest) {
       slowest = t;
@@ -711,16 +728,13 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
   for (size_t k = 0; k < graphs.size(); ++k) say(o, "stage " + std::to_string(k) + ": CUDA graphs: " + graphs[k].summary());
   say(o, measured_schedule_line(pipe, batch, plan, r));
   // The stage times cover the steady state where the run had one: so does the rate compared.
-  const double rate = !all.empty() && all.front().window_s > 0 && r.steady_samples_per_s > 0 ? r.steady_samples_per_s
-                                                                                            : r.samples_per_s;
+  const double rate = stages_rate(all, r);
   if (cpu && rate > 0) {  // no stage's bound holds on shared cores: how busy the cores were
-    const size_t devices = std::max<size_t>(1, all.size() / static_cast<size_t>(V));
-    const double period_ms = 1e3 * static_cast<double>(batch.mini) / rate;
     char b[320];
     std::snprintf(b, sizeof b,
                   "pipeline efficiency: the shared cores computed the stages' passes %.0f%% of the time (their CPU time "
                   "/ (cores x time)); the cost model predicted %.0f samples/s",
-                  100 * cpu_ms * plan.device_share / (static_cast<double>(devices) * period_ms), plan.predicted_samples_per_s);
+                  100 * cores_busy(all, plan, batch, rate), plan.predicted_samples_per_s);
     say(o, b);
   } else if (slowest > 0 && rate > 0) {
     const double bound = static_cast<double>(batch.mini) / (slowest * 1e-3);

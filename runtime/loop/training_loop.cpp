@@ -113,8 +113,7 @@ Status TrainingLoop::end_step(int64_t step, double l, const EvalResult& ev) {
   const double elapsed = std::chrono::duration<double>(clock::now() - t0_).count();
   // The steady state: the steps after the first fifth of this run's (the first never), those that
   // ended without a validation.
-  const int64_t k = step - start_ - 1, first = std::max<int64_t>(1, (total_ - start_) / 5);
-  if (k >= first && ev.samples == 0) {
+  if (step - 1 >= steady_state_from(start_, total_) && ev.samples == 0) {
     steady_s_ += elapsed - last_end_;
     ++steady_steps_;
   }

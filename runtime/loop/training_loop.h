@@ -5,6 +5,7 @@
 // whatever runs it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -17,6 +18,13 @@
 #include "runtime/loop/train_config.h"
 
 namespace pt {
+
+// The steady state of a run of the steps [start, total) (0-based): the steps from this one on, after
+// the first fifth (the first never). TrainResult::steady_samples_per_s and the pipeline stages'
+// figures (StageStats) both cover it.
+inline int64_t steady_state_from(int64_t start, int64_t total) {
+  return start + std::max<int64_t>(1, (total - start) / 5);
+}
 
 class TrainingLoop {
  public:

@@ -3,6 +3,7 @@
 #include "runtime/pipeline/stage.h"
 
 #include "runtime/exec/optimizer.h"
+#include "runtime/loop/training_loop.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,20 @@ double thread_cpu_seconds() {
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
+
+}  // namespace
+
+Stage::BusyClock::BusyClock() : wall(std::chrono::steady_clock::now()), cpu(thread_cpu_seconds()) {}
+
+double Stage::count_busy(const BusyClock& since, double* wall, double* cpu) {
+  const double busy = seconds_since(since.wall);
+  busy_s_ += busy;
+  *wall += busy;
+  *cpu += thread_cpu_seconds() - since.cpu;
+  return busy;
+}
+
+namespace {
 
 // The error a pass returns when the run was aborted elsewhere (never reported itself).
 Status aborted() { return Status(StatusCode::kInternal, "pipeline aborted"); }
@@ -648,9 +663,8 @@ Status Stage::forward(RunShared& sh, int64_t key) {
   for (Link* c : fwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, false));
-  const auto t_run = std::chrono::steady_clock::now();  // waiting for inputs is not busy time
-  const double cpu_run = thread_cpu_seconds();
-  wait_s_ += std::chrono::duration<double>(t_run - t_start).count();
+  const BusyClock busy;  // waiting for inputs is not busy time
+  wait_s_ += std::chrono::duration<double>(busy.wall - t_start).count();
   RETURN_IF_ERROR(feed(sh, key));
   PassRecord r = begin_record(key, false, 0);
   RETURN_IF_ERROR(set_lr(sh, r.mini_batch));
@@ -687,13 +701,10 @@ Status Stage::forward(RunShared& sh, int64_t key) {
       for (size_t i = 0; i < params.size(); ++i)
         RETURN_IF_ERROR(ex->copy_out(params[i], fwd_weights_[slot][i].view(), dev));
   }
-  const double busy = seconds_since(t_run);
-  busy_s_ += busy;
-  fwd_s_ += busy;
-  fwd_cpu_s_ += thread_cpu_seconds() - cpu_run;
+  count_busy(busy, &fwd_s_, &fwd_cpu_s_);
   ++stats.forwards;
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
-  r.run_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
+  r.run_ms = 1e3 * std::chrono::duration<double>(busy.wall - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
   forwarded_end_ = std::max(forwarded_end_, r.mini_batch + 1);
@@ -714,9 +725,8 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   for (Link* c : bwd_in)
     if (!c->recv(key, *ex)) return link_failed(c);
   RETURN_IF_ERROR(recv_weights(key, true));
-  const auto t_run = std::chrono::steady_clock::now();
-  const double cpu_run = thread_cpu_seconds();
-  wait_s_ += std::chrono::duration<double>(t_run - t_start).count();
+  const BusyClock busy;
+  wait_s_ += std::chrono::duration<double>(busy.wall - t_start).count();
   const Device& dev = *ex->device();
   RETURN_IF_ERROR(select_saved(slot));
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
@@ -750,13 +760,10 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
     if (!c->send(key, *ex)) return link_failed(c);
   if (!input_part) RETURN_IF_ERROR(accumulate_grads());
   if (!input_part) slots_.give(key);  // else W gives it back
-  const double busy = seconds_since(t_run);
-  busy_s_ += busy;
-  bwd_s_ += busy;
-  bwd_cpu_s_ += thread_cpu_seconds() - cpu_run;
+  count_busy(busy, &bwd_s_, &bwd_cpu_s_);
   ++stats.backwards;
   r.start_ms = 1e3 * std::chrono::duration<double>(t_start - sh.t0).count();
-  r.run_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
+  r.run_ms = 1e3 * std::chrono::duration<double>(busy.wall - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
   return Status::ok();
@@ -768,8 +775,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
 Status Stage::weight_grad(RunShared& sh, int64_t key) {
   if (sh.abort) return aborted();
   RETURN_IF_ERROR(fence_sends());
-  const auto t_run = std::chrono::steady_clock::now();
-  const double cpu_run = thread_cpu_seconds();
+  const BusyClock busy;
   const int ws = w_slots_.at(key);
   for (const Value* v : w_state) RETURN_IF_ERROR(ex->select_storage(v, ws));
   w_slots_.give(key);
@@ -782,12 +788,8 @@ Status Stage::weight_grad(RunShared& sh, int64_t key) {
   const auto* w = &w_nodes;
   RETURN_IF_ERROR(ex->run_nodes([w](const Node* n) { return w->count(n) > 0; }));
   RETURN_IF_ERROR(accumulate_grads());
-  const double busy = seconds_since(t_run);
-  busy_s_ += busy;
-  bwd_s_ += busy;
-  bwd_cpu_s_ += thread_cpu_seconds() - cpu_run;
-  wgrad_s_ += busy;
-  r.start_ms = r.run_ms = 1e3 * std::chrono::duration<double>(t_run - sh.t0).count();
+  wgrad_s_ += count_busy(busy, &bwd_s_, &bwd_cpu_s_);
+  r.start_ms = r.run_ms = 1e3 * std::chrono::duration<double>(busy.wall - sh.t0).count();
   r.end_ms = 1e3 * seconds_since(sh.t0);
   if (opts.record_trace) trace.push_back(r);
   return Status::ok();
@@ -863,8 +865,7 @@ Expected<int> Stage::load_two_bw_predict(int64_t step) {
 
 Status Stage::finish_gradients(RunShared& sh, int64_t step) {
   if (grads_ready_ == step) return Status::ok();
-  const auto t_run = std::chrono::steady_clock::now();
-  const double cpu_run = thread_cpu_seconds();
+  const BusyClock busy;
   RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
   for (size_t i = 0; i < prev_.size(); ++i)  // 2BW: the version the next mini-batch's passes read
@@ -886,17 +887,13 @@ Status Stage::finish_gradients(RunShared& sh, int64_t step) {
   }
   if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(post_norm_part(sh, step));
   grads_ready_ = step;
-  const double busy = seconds_since(t_run);
-  busy_s_ += busy;
-  upd_s_ += busy;
-  upd_cpu_s_ += thread_cpu_seconds() - cpu_run;
+  count_busy(busy, &upd_s_, &upd_cpu_s_);
   return Status::ok();
 }
 
 Status Stage::update(RunShared& sh, int64_t step) {
   RETURN_IF_ERROR(finish_gradients(sh, step));
-  const auto t_run = std::chrono::steady_clock::now();
-  const double cpu_run = thread_cpu_seconds();
+  const BusyClock busy;
   if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
   const Device& dev = *ex->device();
   if (!update_in_backward) {  // else the backward ran the updates, on the master weights
@@ -908,10 +905,7 @@ Status Stage::update(RunShared& sh, int64_t step) {
     for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], master_[i].view(), dev));
   ++version_;
   RETURN_IF_ERROR(serve_readers(sh));
-  const double busy = seconds_since(t_run);
-  busy_s_ += busy;
-  upd_s_ += busy;
-  upd_cpu_s_ += thread_cpu_seconds() - cpu_run;
+  count_busy(busy, &upd_s_, &upd_cpu_s_);
   ++stats.updates;
   last_update_end_ = std::chrono::steady_clock::now();
   if (step + 1 == steady_from_)
@@ -948,9 +942,7 @@ void Stage::begin_train(int64_t start, int64_t total) {
   stats.stage = index;
   busy_s_ = fwd_s_ = bwd_s_ = wgrad_s_ = upd_s_ = wait_s_ = 0;
   fwd_cpu_s_ = bwd_cpu_s_ = upd_cpu_s_ = 0;
-  // TrainingLoop's rule: the steady state starts after the first fifth of the run's steps (and
-  // never with its first), given at least 4 steps after it.
-  steady_from_ = total - start >= 5 ? start + std::max<int64_t>(1, (total - start) / 5) : -1;
+  steady_from_ = steady_state_from(start, total);  // finish_stats wants 4 updates after it
   steady_mark_.reset();
 }
 

@@ -417,6 +417,14 @@ class Stage {
   double busy_s_ = 0, fwd_s_ = 0, bwd_s_ = 0, wgrad_s_ = 0, upd_s_ = 0;
   double wait_s_ = 0;  // in passes, waiting for their inputs (StageStats::wait_fraction)
   double fwd_cpu_s_ = 0, bwd_cpu_s_ = 0, upd_cpu_s_ = 0;  // the stage thread's CPU time in them
+  // Where a pass's busy time starts: the wall clock and the thread's CPU clock.
+  struct BusyClock {
+    BusyClock();
+    std::chrono::steady_clock::time_point wall;
+    double cpu;
+  };
+  // Adds the time since `since` to busy_s_ and *wall, its CPU time to *cpu; returns the wall time.
+  double count_busy(const BusyClock& since, double* wall, double* cpu);
   // The steady state (StageStats): the sums above as they stood at the end of the update of
   // mini-batch steady_from_ - 1, and the end of the last update.
   struct Sums {
