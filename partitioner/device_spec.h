@@ -49,6 +49,8 @@ struct LinkSpec {
   std::string name;            // "pcie3", "nvlink4", "host", "network"
   double bandwidth = 0;        // bytes/s, one direction
   double latency_s = 0;
+  // One message of `bytes` over it (bandwidth 0: too fast to matter, latency only).
+  double seconds(double bytes) const { return (latency_s > 0 ? latency_s : 0) + (bandwidth > 0 ? bytes / bandwidth : 0); }
 };
 
 // Built-in GPU specs: H100, H200, A100, V100, RTX3090, RTX4090, GTX1080Ti (case-insensitive).

@@ -105,6 +105,13 @@ struct StagePlan {
   // measured_bwd_ms + measured_update_ms in the stage thread's CPU time, what the stage computed
   // without the time its core served the others (< 0: not measured; a stage of several threads).
   double measured_cpu_ms = -1;
+  // Measured after training where the cut in front of this stage crosses nodes (cut_crosses_nodes):
+  // the mean time of one message across it, from its sending to the receiver holding it, over the
+  // messages their receiver was already waiting for: activations (this stage received them) and
+  // their gradients (the stage before received them); < 0: none such; measured_cut_messages:
+  // how many were timed, both ways together.
+  double measured_cut_fwd_us = -1, measured_cut_bwd_us = -1;
+  int64_t measured_cut_messages = 0;
   // Measured after training: the bytes the stage's buffers took (executor buffers and arena,
   // master / saved / stashed copies); < 0 when not measured.
   int64_t measured_memory_bytes = -1;

@@ -248,13 +248,19 @@ std::string report_text(const ReportInputs& r) {
   }
   for (const StagePlan& s : p.stages)
     if (s.cut_crosses_nodes) {
-      // What the plan charges one way per mini-batch: the activations' bytes over the link.
+      // What the plan charges a pass one way: the activations' bytes over the link (their
+      // gradients' the other way), beside what the messages took where they were timed.
       const double bytes = static_cast<double>(s.recv_bytes);
-      const double us = 1e6 * ((s.link_in.bandwidth > 0 ? bytes / s.link_in.bandwidth : 0) + s.link_in.latency_s);
-      out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per mini-batch, "
-                    "%.1f us each way predicted\n",
+      out += format("cut %d|%d crosses nodes %d -> %d: link %s (%.1f GB/s, %.1f us), %.2f MB per pass, "
+                    "%.1f us each way predicted",
                     s.index - 1, s.index, p.stages[s.index - 1].node, s.node, s.link_in.name.c_str(),
-                    s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, bytes / 1e6, us);
+                    s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, bytes / 1e6, 1e6 * s.link_in.seconds(bytes));
+      if (s.measured_cut_messages > 0) {
+        auto us = [](double v) { return v >= 0 ? format("%.1f us", v) : std::string("-"); };
+        out += format("; measured %s forward, %s backward (%lld messages)", us(s.measured_cut_fwd_us).c_str(),
+                      us(s.measured_cut_bwd_us).c_str(), static_cast<long long>(s.measured_cut_messages));
+      }
+      out += "\n";
     }
   if (p.recompute != Recompute::kNone) {
     std::string which;

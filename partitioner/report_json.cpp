@@ -91,6 +91,13 @@ json stage_json(const StagePlan& s, double device_share) {
                      {"error", measured_error(s, device_share)}};
   if (is_measured(s) && s.measured_cpu_ms >= 0) j["measured"]["cpu_ms"] = s.measured_cpu_ms;
   if (s.measured_memory_bytes >= 0) j["measured"]["memory_bytes"] = s.measured_memory_bytes;
+  if (s.cut_crosses_nodes && s.measured_cut_messages > 0) {
+    auto us = [](double v) { return v >= 0 ? json(v) : json(nullptr); };
+    j["measured_cut"] = {{"forward_us", us(s.measured_cut_fwd_us)},
+                         {"backward_us", us(s.measured_cut_bwd_us)},
+                         {"messages", s.measured_cut_messages},
+                         {"predicted_us", 1e6 * s.link_in.seconds(static_cast<double>(s.recv_bytes))}};
+  }
   return j;
 }
 

@@ -18,9 +18,7 @@ namespace {
 
 // Transfer time in ms of `bytes` over `link`; nothing to send costs nothing, not even latency.
 double transfer_ms(double bytes, const LinkSpec& link) {
-  if (bytes <= 0) return 0;
-  const double bw_s = link.bandwidth > 0 ? bytes / link.bandwidth : 0;
-  return 1e3 * (bw_s + std::max(0.0, link.latency_s));
+  return bytes > 0 ? 1e3 * link.seconds(bytes) : 0;
 }
 
 // Fixed-order list scheduling: operations run on their resource in the order they were queued.

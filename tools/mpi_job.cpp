@@ -10,6 +10,8 @@
 #include <memory>
 #include <thread>
 
+#include "core/cores.h"
+
 namespace pt {
 
 namespace {
@@ -317,7 +319,7 @@ void MpiJob::set_pipeline(PipelineOptions* po, bool use_cuda, int gpus_here, boo
 }
 
 int MpiJob::threads_per_stage(int stages) const {
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+  return std::max(1, usable_cores() /
                          (cluster_ ? cluster_->local_size() : std::max(1, stages)));
 }
 

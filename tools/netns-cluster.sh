@@ -5,9 +5,13 @@
 # an address from TEST-NET-1 (192.0.2.0/24) that exists only there. Needs root, iproute2 (ip, tc)
 # and util-linux (unshare); `run` needs OpenMPI's mpirun. docs/mpi.md ("Nodes on one machine").
 #
-#   tools/netns-cluster.sh up N [SLOTS]        make nodes <prefix>0..N-1 (SLOTS ranks each, default 2);
-#                                              a set left from before is removed first
-#   tools/netns-cluster.sh down                remove everything `up` made (processes in the nodes: SIGKILL)
+#   tools/netns-cluster.sh up N [SLOTS] [--split-cores]
+#                                              make nodes <prefix>0..N-1 (SLOTS ranks each, default 2);
+#                                              a set left from before is removed first; --split-cores:
+#                                              each node's processes run on cores of their own (node k
+#                                              gets the k-th of N equal shares of this machine's cores,
+#                                              as separate machines would), else every node on all
+##   tools/netns-cluster.sh down                remove everything `up` made (processes in the nodes: SIGKILL)
 #   tools/netns-cluster.sh exec NODE CMD...    run CMD inside a node (NODE: its name or its number)
 #   tools/netns-cluster.sh run MPIRUN-ARGS -- CMD...
 #                                              mpirun across the nodes: ranks fill node 0's slots, then
@@ -95,9 +99,21 @@ kill_node_procs() {
 
 cmd_up() {
   need_root
-  local n=${1:-} slots=${2:-2}
+  local split=0 a pos=()
+  for a in "$@"; do
+    case $a in
+      --split-cores) split=1 ;;
+      -*) die "up: unknown option '$a' (--split-cores)" ;;
+      *) pos+=("$a") ;;
+    esac
+  done
+  local n=${pos[0]:-} slots=${pos[1]:-2}
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] || die "up N: N must be 1..250 nodes"
   [[ $slots =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || die "up N SLOTS: SLOTS must be a positive number"
+  local cores
+  cores=$(nproc)
+  [ "$split" = 0 ] || [ "$cores" -ge "$n" ] ||
+    die "up $n --split-cores: this machine has $cores cores, fewer than one per node"
   [ ${#prefix} -le 12 ] || die "PT_NETNS_PREFIX '$prefix': at most 12 characters (interface names)"
   remove_set
   subnet=${PT_NETNS_SUBNET:-}
@@ -129,6 +145,8 @@ cmd_up() {
     ip link set "$(host_if "$ns")" master "$bridge"
     ip link set "$(host_if "$ns")" up
     echo "$ns slots=$slots" >>"$state/hostfile.tmp"
+    # --split-cores: the node's cores (taskset's list), read by the agent.
+    [ "$split" = 0 ] || echo "$((k * cores / n))-$(((k + 1) * cores / n - 1))" >"$state/cores.$ns"
   done
   mv "$state/hostfile.tmp" "$state/hostfile"
   # OpenMPI's launcher: `agent NODE orted ARGS...`, like `ssh NODE orted ARGS...` (one shell
@@ -137,7 +155,9 @@ cmd_up() {
 #!/bin/sh
 # plm_rsh_agent for the nodes of $me (made by '$me up'): runs a command line in node \$1.
 node=\$1; shift
-exec ip netns exec "\$node" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$node" "\$*"
+pin=
+[ -f "$state/cores.\$node" ] && pin="taskset -c \$(cat "$state/cores.\$node")"
+exec ip netns exec "\$node" \$pin unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$node" "\$*"
 EOF
   chmod +x "$state/agent"
   echo "$slots" >"$state/slots"
@@ -278,7 +298,9 @@ cmd_status() {
     ip -o link show "$(host_if "$ns")" 2>/dev/null | grep -q "state UP" && link=up
     qd=$(tc -n "$ns" qdisc show dev eth0 2>/dev/null | grep -oE "(netem|tbf) .*" | sed -E 's/ [0-9a-f]+: root refcnt [0-9]+//' || true)
     procs=$(ip netns pids "$ns" 2>/dev/null | wc -l || true)
-    echo "$ns $subnet.$((k + 1)) link $link${qd:+, $qd}; $procs processes"
+    local pin=""
+    [ -f "$state/cores.$ns" ] && pin="; cores $(cat "$state/cores.$ns")"
+    echo "$ns $subnet.$((k + 1)) link $link${qd:+, $qd}; $procs processes$pin"
   done
 }
 

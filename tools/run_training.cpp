@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cores.h"
 #include "core/file.h"
 #include "importer/fuse.h"
 #include "importer/importer.h"
@@ -378,7 +379,7 @@ LoadOptions load_options(const TrainingSpec& o, bool cuda) {
   // Auto: CPU stages take every core (threads per stage x stages = cores), so one thread gathers
   // (the prefetching thread itself, sharing the cores); CUDA stages keep one host thread each,
   // and the loader takes the other cores.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cores();
   lo.loader_threads = o.local.loader_threads > 0 ? o.local.loader_threads
                       : cuda                     ? std::max(1, cores - o.gpus * o.replicas)
                                                  : 1;
@@ -596,6 +597,11 @@ double cores_busy(const std::vector<StageStats>& stats, const Plan& plan, const 
   return cpu_ms * plan.device_share / (static_cast<double>(stage_devices(stats, plan)) * period_ms);
 }
 
+// Whether the cut in front of `stage` joins two nodes.
+bool crosses_nodes(const Plan& plan, int stage) {
+  return stage > 0 && stage < static_cast<int>(plan.stages.size()) && plan.stages[stage].cut_crosses_nodes;
+}
+
 // The schedule's program run again in the simulator with the pass times this run measured (the
 // plan's prediction with the cost model's times is in the report): its bubble and throughput
 // beside what the stages did. Plan stage times are per graph pass (a micro-batch), as measured
@@ -626,18 +632,30 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   }
   busy /= static_cast<double>(stage_devices(stats, plan));
   // The hand-offs as measured (sending to the receiver holding the message, its copy included)
-  // replace the plan's link between stages of this process.
+  // replace the plan's link between stages of a node; a cut between nodes takes its own messages'.
   int64_t handoffs = 0;
   double handoff_s = 0;
   for (const StageStats& st : stats) {
     handoffs += st.handoffs;
     handoff_s += 1e-6 * st.handoff_us * static_cast<double>(st.handoffs);
+    auto leave_out = [&](int64_t n, double us) {  // a cut between nodes' share
+      handoffs -= n;
+      handoff_s -= 1e-6 * us * static_cast<double>(n);
+    };
+    if (crosses_nodes(plan, st.stage)) leave_out(st.fwd_handoffs, st.fwd_handoff_us);
+    if (crosses_nodes(plan, st.stage + 1)) leave_out(st.bwd_handoffs(), st.bwd_handoff_us());
   }
   if (handoffs > 0) {
     const LinkSpec measured{"measured hand-off", 0, handoff_s / static_cast<double>(handoffs)};
     for (StagePlan& s : m.stages)
       if (!s.cut_crosses_nodes) s.link_in = measured;
     if (plan.num_nodes <= 1) m.link = measured;
+  }
+  for (StagePlan& s : m.stages) {
+    if (!s.cut_crosses_nodes || s.measured_cut_messages <= 0) continue;
+    // Both ways' mean; one way's where the other was never waited for (its time < 0).
+    const double f = s.measured_cut_fwd_us, b = s.measured_cut_bwd_us;
+    s.link_in = LinkSpec{"measured transfer", 0, 1e-6 * (f >= 0 && b >= 0 ? (f + b) / 2 : std::max(f, b))};
   }
   const int n = static_cast<int>(m.stages.size());
   Expected<SimResult> sim = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
@@ -666,6 +684,23 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
                 sim->samples_per_s, cores ? "cores" : plan.virtual_stages > 1 ? "devices" : "stages", 100 * idle,
                 steady ? "in the steady state" : "of the run", cores ? "" : " on average", rate);
   return out + b;
+}
+
+// The cuts between nodes as their messages measured (StagePlan::measured_cut_*): the activations
+// are stage s's messages from earlier stages, their gradients stage s-1's from later stages.
+void measure_cuts(const std::vector<StageStats>& stats, Plan& plan) {
+  for (const StageStats& st : stats) {
+    if (crosses_nodes(plan, st.stage) && st.fwd_handoffs > 0) {
+      StagePlan& s = plan.stages[st.stage];
+      s.measured_cut_fwd_us = st.fwd_handoff_us;
+      s.measured_cut_messages += st.fwd_handoffs;
+    }
+    if (crosses_nodes(plan, st.stage + 1) && st.bwd_handoffs() > 0) {
+      StagePlan& s = plan.stages[st.stage + 1];
+      s.measured_cut_bwd_us = st.bwd_handoff_us();
+      s.measured_cut_messages += st.bwd_handoffs();
+    }
+  }
 }
 
 // Per-stage busy fraction and pass times, and the pipeline's efficiency: the throughput reached
@@ -726,6 +761,7 @@ void report_stages(const TrainingSpec& o, const PipelineTrainer& pipe, const Ste
   }
   const std::vector<GraphStats> graphs = pipe.stage_graph_stats();
   for (size_t k = 0; k < graphs.size(); ++k) say(o, "stage " + std::to_string(k) + ": CUDA graphs: " + graphs[k].summary());
+  measure_cuts(all, plan);
   say(o, measured_schedule_line(pipe, batch, plan, r));
   // The stage times cover the steady state where the run had one: so does the rate compared.
   const double rate = stages_rate(all, r);
@@ -763,8 +799,8 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   po.threads_per_stage = job.threads_per_stage(o.gpus * o.replicas);
   // A stage waiting for another's message spins a while first where every stage thread has a core
   // of its own and the machine was idle at the start (as idle OpenMP threads do, tools/omp_env.h).
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (o.gpus * o.replicas * po.threads_per_stage <= cores && spinning_allowed()) po.handoff_spin_us = kHandoffSpinUs;
+  if (o.gpus * o.replicas * po.threads_per_stage <= usable_cores() && spinning_allowed())
+    po.handoff_spin_us = kHandoffSpinUs;
   po.record_trace = o.trace;
   po.device = dev.kind;
   po.adopt_initial_values = !dev.cuda;  // released below anyway: held once, not twice, while it starts

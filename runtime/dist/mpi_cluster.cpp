@@ -15,8 +15,10 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -26,6 +28,16 @@
 namespace pt {
 
 namespace {
+
+// Tests only (PIPETRAIN_TEST_CLOCK_SKEW_S): the seconds a rank of node n reads its clock ahead,
+// n x the variable, as machines whose clocks differ do (MpiCluster::start sets it).
+double g_test_clock_skew_s = 0;
+
+// The steady clock in seconds (one clock for every process of a machine).
+double steady_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() +
+         g_test_clock_skew_s;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -62,20 +74,27 @@ class MpiCluster;
 
 // One direction of a stage boundary between two ranks: `capacity` send buffers (the values
 // packed back to back), allocated once; the receiving end has one.
+// Each message carries its sender's steady clock at the send after the values (a trailer of one
+// double): the receiver times a message it was already waiting for from that send to holding it
+// (Link::handoffs), the peer's clock brought to its own by the offset the cluster estimated.
 class MpiLink : public Link {
  public:
-  MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity);
+  MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity,
+          double clock_offset);
   ~MpiLink() override;
   bool send(int64_t key, const Executor& from) override;
   bool recv(int64_t key, Executor& to) override;
   void abort() override { aborted_ = true; }
+  Handoffs handoffs() const override { return handoffs_; }  // read once the receiver is done
 
  private:
   bool stop() const;
   MpiCluster& c_;
   int peer_, kind_;
   bool sending_;
-  size_t bytes_ = 0;
+  double clock_offset_;  // seconds to add to this rank's steady clock to read the peer's
+  size_t bytes_ = 0;     // the values' (the message is one double longer)
+  Handoffs handoffs_;    // the receiver's (one thread)
   std::vector<std::vector<char>> bufs_;
   std::vector<MPI_Request> reqs_;
   std::atomic<bool> aborted_{false};
@@ -148,8 +167,9 @@ class MpiCluster : public Cluster {
     if (bytes > static_cast<size_t>(INT_MAX))
       return unsupported("the values crossing from stage " + std::to_string(from) + " to stage " + std::to_string(to) +
                          " are " + std::to_string(bytes >> 20) + " MiB per pass; MPI links carry at most 2 GiB per message");
-    return std::unique_ptr<Link>(new MpiLink(std::move(values), *this, from == rank_ ? to : from, from == rank_, kind,
-                                             capacity));
+    const int peer = from == rank_ ? to : from;
+    ASSIGN_OR_RETURN(const double offset, clock_offset(peer));
+    return std::unique_ptr<Link>(new MpiLink(std::move(values), *this, peer, from == rank_, kind, capacity, offset));
   }
   void abort_waits() override { aborted_ = true; }
   void start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) override;
@@ -188,6 +208,13 @@ class MpiCluster : public Cluster {
 
  private:
   static constexpr int kKinds = 16;  // message kinds < 16 (runtime/pipeline/stage.h, the NCCL link ids: 15)
+  static constexpr int kMsgClock = 14;  // clock_offset's (tools/mpi_job.cpp's link probe: 13)
+  // Seconds to add to a time of this rank's steady clock to read `peer`'s: 0 on one node (one
+  // clock); across nodes estimated once per pair, when its first link is made (every rank makes
+  // its links in one order, so both ends are here together), as NTP does: of 8 round trips of a
+  // time stamp, the one with the least delay; the lower rank's estimate serves both.
+  Expected<double> clock_offset(int peer);
+  std::map<int, double> clock_offsets_;  // by peer (made on the thread that wires the ranks)
   void beat();
   void judge(double timeout_s);
   void stop_watchdog();
@@ -214,11 +241,12 @@ class MpiCluster : public Cluster {
   bool finalized_ = false;
 };
 
-MpiLink::MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity)
-    : Link(std::move(values)), c_(c), peer_(peer), kind_(kind), sending_(sending) {
+MpiLink::MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity,
+                 double clock_offset)
+    : Link(std::move(values)), c_(c), peer_(peer), kind_(kind), sending_(sending), clock_offset_(clock_offset) {
   for (const Value* v : values_) bytes_ += static_cast<size_t>(numel(v->dims)) * dtype_size(v->dtype);
   const int n = sending ? std::max(1, capacity) : 1;
-  bufs_.assign(n, std::vector<char>(std::max<size_t>(bytes_, 1)));
+  bufs_.assign(n, std::vector<char>(bytes_ + sizeof(double)));
   reqs_.assign(n, MPI_REQUEST_NULL);
 }
 
@@ -259,15 +287,18 @@ bool MpiLink::send(int64_t key, const Executor& from) {
     }
     p += t.bytes();
   }
-  MPI_Isend(bufs_[slot].data(), static_cast<int>(bytes_), MPI_BYTE, peer_, c_.tag(kind_, key), c_.data_comm(),
-            &reqs_[slot]);
+  const double sent = steady_now();
+  std::memcpy(bufs_[slot].data() + bytes_, &sent, sizeof sent);
+  MPI_Isend(bufs_[slot].data(), static_cast<int>(bytes_ + sizeof sent), MPI_BYTE, peer_, c_.tag(kind_, key),
+            c_.data_comm(), &reqs_[slot]);
   return true;
 }
 
 bool MpiLink::recv(int64_t key, Executor& to) {
   PT_CHECK(!sending_) << "recv on the sending end of a link";
+  const double asked = steady_now();
   MPI_Request r;
-  MPI_Irecv(bufs_[0].data(), static_cast<int>(bytes_), MPI_BYTE, peer_, c_.tag(kind_, key), c_.data_comm(), &r);
+  MPI_Irecv(bufs_[0].data(), static_cast<int>(bytes_ + sizeof(double)), MPI_BYTE, peer_, c_.tag(kind_, key), c_.data_comm(), &r);
   int spins = 0;
   for (;;) {
     int done = 0;
@@ -289,10 +320,80 @@ bool MpiLink::recv(int64_t key, Executor& to) {
     }
     p += t.bytes();
   }
+  double sent = 0;
+  std::memcpy(&sent, bufs_[0].data() + bytes_, sizeof sent);
+  sent -= clock_offset_;  // on this rank's clock
+  if (asked < sent) {     // the receiver was waiting: the time from the send to holding the message
+    ++handoffs_.count;
+    handoffs_.seconds += std::max(0.0, steady_now() - sent);
+  }
   return true;
 }
 
+Expected<double> MpiCluster::clock_offset(int peer) {
+  if (node_of_.at(peer) == node_of_.at(rank_)) return 0.0;
+  if (auto it = clock_offsets_.find(peer); it != clock_offsets_.end()) return it->second;
+  // Polls without sleeping (a sleep would add to one side of the round trip), yielding the core.
+  auto move = [&](bool out, double* v, int n, int64_t seq) {
+    MPI_Request r;
+    if (out) MPI_Isend(v, n, MPI_DOUBLE, peer, tag(kMsgClock, seq), ctl_, &r);
+    else MPI_Irecv(v, n, MPI_DOUBLE, peer, tag(kMsgClock, seq), ctl_, &r);
+    for (;;) {
+      int done = 0;
+      const int rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        report_error(peer, rc);
+        return false;
+      }
+      if (done) return true;
+      if (aborted_) return false;
+      std::this_thread::yield();
+    }
+  };
+  constexpr int kRounds = 8;
+  const bool lead = rank_ < peer;
+  double offset = 0, best = -1;
+  bool ok = true;
+  for (int k = 0; k < kRounds && ok; ++k) {
+    if (lead) {  // t0 out; back the peer's receipt t1 and reply t2; t3 here
+      double t0 = steady_now(), t12[2];
+      ok = move(true, &t0, 1, 2 * k) && move(false, t12, 2, 2 * k + 1);
+      const double t3 = steady_now();
+      const double delay = (t3 - t0) - (t12[1] - t12[0]);
+      if (ok && (best < 0 || delay < best)) {
+        best = delay;
+        offset = ((t12[0] - t0) + (t12[1] - t3)) / 2;
+      }
+    } else {
+      double t0 = 0, t12[2];
+      ok = move(false, &t0, 1, 2 * k);
+      t12[0] = steady_now();
+      t12[1] = steady_now();
+      ok = ok && move(true, t12, 2, 2 * k + 1);
+    }
+  }
+  ok = ok && move(lead, &offset, 1, 2 * kRounds);
+  if (!ok) return internal_error("aborted while setting the clocks of ranks " + std::to_string(rank_) + " and " +
+                                 std::to_string(peer) + " side by side");
+  if (!lead) offset = -offset;
+  clock_offsets_[peer] = offset;
+  return offset;
+}
+
+// Open MPI's TCP transport sends a message over its eager limit (64 KiB by default) in two
+// phases, the second only when the sender's process next calls into MPI; a stage that sends its
+// activations and then computes for milliseconds held its gradients back that long (a 262 KB
+// message of ResNet-18 between two emulated nodes took 6.7 ms instead of 0.1). Up to the socket
+// buffers' size (4 MiB by default on Linux) a message sent eagerly is on its way when MPI_Isend
+// returns. Set before MPI_Init, unless the user's own (mpirun --mca, OMPI_MCA_*) are set.
+void set_tcp_eager_limits() {
+  for (const char* var : {"OMPI_MCA_btl_tcp_eager_limit", "OMPI_MCA_btl_tcp_rndv_eager_limit",
+                          "OMPI_MCA_btl_tcp_max_send_size"})
+    setenv(var, "4194304", 0);
+}
+
 Status MpiCluster::start(int* argc, char*** argv, const LaunchEnv& env) {
+  set_tcp_eager_limits();
   int provided = 0;
   if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     return internal_error("MPI_Init_thread failed");
@@ -337,6 +438,8 @@ Status MpiCluster::start(int* argc, char*** argv, const LaunchEnv& env) {
     if (it == nodes.end()) nodes.push_back(hosts_.back());
   }
   num_nodes_ = static_cast<int>(nodes.size());
+  if (const char* skew = std::getenv("PIPETRAIN_TEST_CLOCK_SKEW_S"))
+    g_test_clock_skew_s = std::strtod(skew, nullptr) * node_of_[rank_];
   local_rank_ = local_size_ = 0;
   for (int r = 0; r < size_; ++r)
     if (node_of_[r] == node_of_[rank_]) {

@@ -107,6 +107,16 @@ struct StageStats {
   // this stage holding them (Link::handoffs; 0 where its links do not say).
   int64_t handoffs = 0;
   double handoff_us = 0;
+  // Of them, the activations from earlier stages; the rest, the gradients from later stages.
+  int64_t fwd_handoffs = 0;
+  double fwd_handoff_us = 0;
+  int64_t bwd_handoffs() const { return handoffs - fwd_handoffs; }
+  double bwd_handoff_us() const {
+    const int64_t n = bwd_handoffs();
+    return n > 0 ? (handoff_us * static_cast<double>(handoffs) - fwd_handoff_us * static_cast<double>(fwd_handoffs)) /
+                       static_cast<double>(n)
+                 : 0;
+  }
   int64_t forwards = 0, backwards = 0, updates = 0;
   int64_t recomputes = 0;       // forwards rerun before their backward (--recompute)
 };

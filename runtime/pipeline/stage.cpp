@@ -947,13 +947,17 @@ void Stage::begin_train(int64_t start, int64_t total) {
 }
 
 Stage::Sums Stage::sums() const {
-  Sums s{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, fwd_cpu_s_, bwd_cpu_s_, upd_cpu_s_, 0, 0, stats.updates,
-         last_update_end_};
+  Sums s{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, fwd_cpu_s_, bwd_cpu_s_, upd_cpu_s_, 0, 0, 0, 0,
+         stats.updates, last_update_end_};
   for (const std::vector<Link*>* links : {&fwd_in, &bwd_in})  // received on this thread
     for (const Link* l : *links) {
       const Link::Handoffs x = l->handoffs();
       s.handoffs += x.count;
       s.handoff += x.seconds;
+      if (links == &fwd_in) {
+        s.fwd_handoffs += x.count;
+        s.fwd_handoff += x.seconds;
+      }
     }
   return s;
 }
@@ -979,6 +983,10 @@ void Stage::finish_stats() {
   const int64_t handoffs = now.handoffs - from.handoffs;
   stats.handoffs = handoffs;
   stats.handoff_us = handoffs > 0 ? 1e6 * (now.handoff - from.handoff) / static_cast<double>(handoffs) : 0;
+  stats.fwd_handoffs = now.fwd_handoffs - from.fwd_handoffs;
+  stats.fwd_handoff_us = stats.fwd_handoffs > 0 ? 1e6 * (now.fwd_handoff - from.fwd_handoff) /
+                                                      static_cast<double>(stats.fwd_handoffs)
+                                                : 0;
   if (stats.window_s > 0) {  // else PipelineTrainer's account() divides by the run's wall time
     stats.busy_fraction = (now.busy - from.busy) / stats.window_s;
     stats.wait_fraction = (now.wait - from.wait) / stats.window_s;

@@ -203,7 +203,9 @@ class NetnsTest(unittest.TestCase):
         single, multi = self.out("shaped-single"), self.out("shaped-nodes")
         rc, log, _ = tm.run([BIN, *common, "--out", single])
         self.assertEqual(rc, 0, log)
-        rc, log, _ = netrun(4, *common, "--out", multi)
+        # The other node's clock runs 1000 s ahead (a test hook), as a real machine's may: the
+        # transfers are timed on the receiver's clock with the offset estimated at the start.
+        rc, log, _ = netrun(4, *common, "--out", multi, mpi_args=["-x", "PIPETRAIN_TEST_CLOCK_SKEW_S=1000"])
         self.assertEqual(rc, 0, log)
         self.assert_same_weights(single, multi, "shaped")
         # What the plan charges for the cut between the nodes: the link measured at the start (rank
@@ -223,8 +225,23 @@ class NetnsTest(unittest.TestCase):
             ref = json.load(f)["stages"]
         self.assertEqual([s["cut_crosses_nodes"] for s in got], [s["cut_crosses_nodes"] for s in ref])
         cut = got[2]
+        # The messages across the cut, timed during training on the receiver's clock (the sender's
+        # time stamp brought over by the offset estimated at the start): a skew the offset missed
+        # would make them 1000 s long, or never waited for; each is well under 50 ms here.
+        mc = cut["measured_cut"]
+        self.assertGreater(mc["messages"], 0, mc)
+        timed = [mc[k] for k in ("forward_us", "backward_us") if mc[k] is not None]
+        self.assertTrue(timed, mc)
+        for us in timed:
+            self.assertGreater(us, 0, mc)
+            self.assertLess(us, 50e3, mc)
+        self.assertAlmostEqual(mc["predicted_us"], cut["recv_bytes"] / (float(m.group(1)) * 1e3) + float(m.group(2)),
+                               delta=0.05 * mc["predicted_us"] + 0.2)
+        self.assertRegex(txt, r"cut 1\|2 crosses nodes .* us each way predicted; measured (-|[\d.]+ us) forward, "
+                              r"(-|[\d.]+ us) backward \(\d+ messages\)")
         print(f"shaped: the cut 1|2 moves {cut['recv_bytes']} B in, the plan charges {1e3 * cut['comm_ms']:.1f} us "
-              f"per mini-batch on the measured link ({m.group(1)} GB/s, {m.group(2)} us)", file=sys.stderr)
+              f"per mini-batch on the measured link ({m.group(1)} GB/s, {m.group(2)} us); during training: {mc}",
+              file=sys.stderr)
 
     def test_network_link_measured_at_the_start(self):
         # The link between the nodes is measured before planning (4 KiB and 1 MiB ping-pongs between
