@@ -44,9 +44,9 @@ def one_run(env, binary, model, extra, flags, out, steps):
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
     link = re.search(r"^network: measured .*: ([\d.]+) GB/s, ([\d.]+) us$", p.stdout, re.M)
-    rate = re.search(r"([\d.]+) in the steady state \(", p.stdout)
     with open(os.path.join(out, "partition.json")) as f:
-        stages = json.load(f)["stages"]
+        doc = json.load(f)
+    stages = doc["stages"]
     cut = [s for s in stages if s["cut_crosses_nodes"]]
     if not cut or "measured_cut" not in cut[0]:
         return {"error": ["no measured cut in partition.json"]}
@@ -54,7 +54,7 @@ def one_run(env, binary, model, extra, flags, out, steps):
     return {"mb": cut[0]["recv_bytes"] / 1e6, "gbs": float(link.group(1)) if link else float("nan"),
             "lat": float(link.group(2)) if link else float("nan"), "pred": m["predicted_us"],
             "fwd": m["forward_us"], "bwd": m["backward_us"], "n": m["messages"],
-            "rate": float(rate.group(1)) if rate else float("nan")}
+            "rate": doc.get("measured_steady_samples_per_s", float("nan"))}
 
 
 def median_of(runs, key):
