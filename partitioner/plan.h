@@ -111,6 +111,7 @@ struct StagePlan {
   // their gradients (the stage before received them); < 0: none such; measured_cut_messages:
   // how many were timed, both ways together.
   double measured_cut_fwd_us = -1, measured_cut_bwd_us = -1;
+  double measured_cut_fwd_median_us = -1, measured_cut_bwd_median_us = -1;  // their medians (within 10 %)
   int64_t measured_cut_messages = 0;
   // Measured after training: the bytes the stage's buffers took (executor buffers and arena,
   // master / saved / stashed copies); < 0 when not measured.

@@ -255,10 +255,12 @@ std::string report_text(const ReportInputs& r) {
                     "%.1f us each way predicted",
                     s.index - 1, s.index, p.stages[s.index - 1].node, s.node, s.link_in.name.c_str(),
                     s.link_in.bandwidth / 1e9, s.link_in.latency_s * 1e6, bytes / 1e6, 1e6 * s.link_in.seconds(bytes));
-      if (s.measured_cut_messages > 0) {
-        auto us = [](double v) { return v >= 0 ? format("%.1f us", v) : std::string("-"); };
-        out += format("; measured %s forward, %s backward (%lld messages)", us(s.measured_cut_fwd_us).c_str(),
-                      us(s.measured_cut_bwd_us).c_str(), static_cast<long long>(s.measured_cut_messages));
+      if (s.measured_cut_messages > 0) {  // medians, then means (a few slow messages move the mean)
+        auto us = [](double v) { return v >= 0 ? format("%.0f us", v) : std::string("-"); };
+        out += format("; measured %s forward, %s backward (medians; means %s and %s; %lld messages)",
+                      us(s.measured_cut_fwd_median_us).c_str(), us(s.measured_cut_bwd_median_us).c_str(),
+                      us(s.measured_cut_fwd_us).c_str(), us(s.measured_cut_bwd_us).c_str(),
+                      static_cast<long long>(s.measured_cut_messages));
       }
       out += "\n";
     }

@@ -95,6 +95,8 @@ json stage_json(const StagePlan& s, double device_share) {
     auto us = [](double v) { return v >= 0 ? json(v) : json(nullptr); };
     j["measured_cut"] = {{"forward_us", us(s.measured_cut_fwd_us)},
                          {"backward_us", us(s.measured_cut_bwd_us)},
+                         {"forward_median_us", us(s.measured_cut_fwd_median_us)},
+                         {"backward_median_us", us(s.measured_cut_bwd_median_us)},
                          {"messages", s.measured_cut_messages},
                          {"predicted_us", 1e6 * s.link_in.seconds(static_cast<double>(s.recv_bytes))}};
   }

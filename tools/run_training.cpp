@@ -693,11 +693,13 @@ void measure_cuts(const std::vector<StageStats>& stats, Plan& plan) {
     if (crosses_nodes(plan, st.stage) && st.fwd_handoffs > 0) {
       StagePlan& s = plan.stages[st.stage];
       s.measured_cut_fwd_us = st.fwd_handoff_us;
+      s.measured_cut_fwd_median_us = st.fwd_handoff_median_us;
       s.measured_cut_messages += st.fwd_handoffs;
     }
     if (crosses_nodes(plan, st.stage + 1) && st.bwd_handoffs() > 0) {
       StagePlan& s = plan.stages[st.stage + 1];
       s.measured_cut_bwd_us = st.bwd_handoff_us();
+      s.measured_cut_bwd_median_us = st.bwd_handoff_median_us;
       s.measured_cut_messages += st.bwd_handoffs();
     }
   }

@@ -66,6 +66,12 @@ class Cluster {
   // polling; false once abort_waits() was called.
   virtual bool send(int to, int kind, int64_t seq, const void* data, size_t bytes) = 0;
   virtual bool recv(int from, int kind, int64_t seq, void* data, size_t bytes) = 0;
+  // The same, for a wait that need not end the moment the message arrives (rank 0's training loop
+  // waiting for a step's loss): its polls grow apart, up to 1 ms, so that the waiting thread takes
+  // little of a core a stage computes on (each poll's wake-up costs that core).
+  virtual bool recv_patiently(int from, int kind, int64_t seq, void* data, size_t bytes) {
+    return recv(from, kind, seq, data, bytes);
+  }
 
   // A link for `values` from rank `from` to rank `to`, of which this rank is one end. `kind`
   // (0..7) tells apart links between the same two ranks; `capacity` messages may be in flight.

@@ -47,9 +47,15 @@ extern "C" void on_sigterm(int) { g_sigterm.store(true); }
 
 // Short waits spin (yielding: with more ranks than cores the peer needs the core), longer ones
 // sleep 50 us per poll.
-void backoff(int& spins) {
-  if (spins++ < 200) std::this_thread::yield();
-  else std::this_thread::sleep_for(std::chrono::microseconds(50));
+// A polling wait's pause: 200 yields of the core, then naps of 50 us, which a patient wait
+// (max_nap_us above 50) doubles every 16 naps up to max_nap_us.
+void backoff(int& spins, int max_nap_us = 50) {
+  if (spins++ < 200) {
+    std::this_thread::yield();
+    return;
+  }
+  const int doublings = std::min(16, (spins - 200) / 16);
+  std::this_thread::sleep_for(std::chrono::microseconds(std::min(max_nap_us, 50 << doublings)));
 }
 
 // Whether process `pid` of this machine is running (not gone, not a zombie).
@@ -158,6 +164,12 @@ class MpiCluster : public Cluster {
     MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, tag(kind, seq), ctl_, &r);
     return wait(&r, from);
   }
+  bool recv_patiently(int from, int kind, int64_t seq, void* data, size_t bytes) override {
+    if (bytes > static_cast<size_t>(INT_MAX)) return false;
+    MPI_Request r;
+    MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, tag(kind, seq), ctl_, &r);
+    return wait(&r, from, 1000);
+  }
   Expected<std::unique_ptr<Link>> make_link(std::vector<const Value*> values, int from, int to, int kind,
                                             int capacity) override {
     if (from != rank_ && to != rank_) return internal_error("a link of which this rank is no end");
@@ -182,9 +194,9 @@ class MpiCluster : public Cluster {
     std::_Exit(code);
   }
 
-  // Waits for `r` by polling; false when aborted or on an MPI error (reported as `peer` lost
-  // when that is known).
-  bool wait(MPI_Request* r, int peer) {
+  // Waits for `r` by polling (backoff's pauses up to max_nap_us); false when aborted or on an MPI
+  // error (reported as `peer` lost when that is known).
+  bool wait(MPI_Request* r, int peer, int max_nap_us = 50) {
     int spins = 0;
     for (;;) {
       int done = 0;
@@ -195,7 +207,7 @@ class MpiCluster : public Cluster {
       }
       if (done) return true;
       if (aborted_) return false;
-      backoff(spins);
+      backoff(spins, max_nap_us);
     }
   }
   void report_error(int peer, int rc) {
@@ -324,8 +336,7 @@ bool MpiLink::recv(int64_t key, Executor& to) {
   std::memcpy(&sent, bufs_[0].data() + bytes_, sizeof sent);
   sent -= clock_offset_;  // on this rank's clock
   if (asked < sent) {     // the receiver was waiting: the time from the send to holding the message
-    ++handoffs_.count;
-    handoffs_.seconds += std::max(0.0, steady_now() - sent);
+    handoffs_.add(std::max(0.0, steady_now() - sent));
   }
   return true;
 }

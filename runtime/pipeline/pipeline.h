@@ -110,6 +110,7 @@ struct StageStats {
   // Of them, the activations from earlier stages; the rest, the gradients from later stages.
   int64_t fwd_handoffs = 0;
   double fwd_handoff_us = 0;
+  double fwd_handoff_median_us = 0, bwd_handoff_median_us = 0;  // each way's median (within 10 %)
   int64_t bwd_handoffs() const { return handoffs - fwd_handoffs; }
   double bwd_handoff_us() const {
     const int64_t n = bwd_handoffs();

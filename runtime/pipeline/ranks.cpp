@@ -268,7 +268,7 @@ Status MpiCoordinator::pass_losses(int64_t s0, std::vector<double>* losses) {
     if (impl_.local(L) && !cluster_.send(0, kMsgLoss, s0, losses->data(), bytes)) return lost();
     return Status::ok();
   }
-  if (rank0_of(L) != 0 && !cluster_.recv(rank0_of(L), kMsgLoss, s0, losses->data(), bytes)) return lost();
+  if (rank0_of(L) != 0 && !cluster_.recv_patiently(rank0_of(L), kMsgLoss, s0, losses->data(), bytes)) return lost();
   if (replicas() == 1) return Status::ok();
   std::vector<double> part(losses->size());
   for (int r = 1; r < replicas(); ++r) {

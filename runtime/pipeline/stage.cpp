@@ -209,8 +209,7 @@ bool Channel::recv(int64_t key, Executor& to) {
     return false;
   }
   if (asked < sent) {  // the receiver was waiting: the time from the send to holding the message
-    ++handoffs_.count;
-    handoffs_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    handoffs_.add(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -947,18 +946,10 @@ void Stage::begin_train(int64_t start, int64_t total) {
 }
 
 Stage::Sums Stage::sums() const {
-  Sums s{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, fwd_cpu_s_, bwd_cpu_s_, upd_cpu_s_, 0, 0, 0, 0,
+  Sums s{busy_s_, fwd_s_, bwd_s_, wgrad_s_, upd_s_, wait_s_, fwd_cpu_s_, bwd_cpu_s_, upd_cpu_s_, {}, {},
          stats.updates, last_update_end_};
-  for (const std::vector<Link*>* links : {&fwd_in, &bwd_in})  // received on this thread
-    for (const Link* l : *links) {
-      const Link::Handoffs x = l->handoffs();
-      s.handoffs += x.count;
-      s.handoff += x.seconds;
-      if (links == &fwd_in) {
-        s.fwd_handoffs += x.count;
-        s.fwd_handoff += x.seconds;
-      }
-    }
+  for (const Link* l : fwd_in) s.fwd_in += l->handoffs();  // received on this thread
+  for (const Link* l : bwd_in) s.bwd_in += l->handoffs();
   return s;
 }
 
@@ -980,13 +971,18 @@ void Stage::finish_stats() {
   stats.bwd_cpu_ms = 1e3 * (now.bwd_cpu - from.bwd_cpu) / mbs;
   stats.update_cpu_ms = 1e3 * (now.upd_cpu - from.upd_cpu) / mbs;
   stats.cpu_timed = ex && ex->device()->kind() == DeviceKind::kCpu && opts.threads_per_stage == 1;
-  const int64_t handoffs = now.handoffs - from.handoffs;
-  stats.handoffs = handoffs;
-  stats.handoff_us = handoffs > 0 ? 1e6 * (now.handoff - from.handoff) / static_cast<double>(handoffs) : 0;
-  stats.fwd_handoffs = now.fwd_handoffs - from.fwd_handoffs;
-  stats.fwd_handoff_us = stats.fwd_handoffs > 0 ? 1e6 * (now.fwd_handoff - from.fwd_handoff) /
-                                                      static_cast<double>(stats.fwd_handoffs)
-                                                : 0;
+  Link::Handoffs fwd = now.fwd_in, bwd = now.bwd_in;
+  fwd -= from.fwd_in;
+  bwd -= from.bwd_in;
+  auto mean_us = [](const Link::Handoffs& h) { return h.count > 0 ? 1e6 * h.seconds / static_cast<double>(h.count) : 0; };
+  Link::Handoffs all = fwd;
+  all += bwd;
+  stats.handoffs = all.count;
+  stats.handoff_us = mean_us(all);
+  stats.fwd_handoffs = fwd.count;
+  stats.fwd_handoff_us = mean_us(fwd);
+  stats.fwd_handoff_median_us = fwd.median_us();
+  stats.bwd_handoff_median_us = bwd.median_us();
   if (stats.window_s > 0) {  // else PipelineTrainer's account() divides by the run's wall time
     stats.busy_fraction = (now.busy - from.busy) / stats.window_s;
     stats.wait_fraction = (now.wait - from.wait) / stats.window_s;

@@ -429,10 +429,9 @@ class Stage {
   // mini-batch steady_from_ - 1, and the end of the last update.
   struct Sums {
     double busy = 0, fwd = 0, bwd = 0, wgrad = 0, upd = 0, wait = 0, fwd_cpu = 0, bwd_cpu = 0, upd_cpu = 0;
-    double handoff = 0;    // seconds of the messages it waited for (Link::handoffs of its links in)
-    int64_t handoffs = 0;  // their count
-    double fwd_handoff = 0;    // of them, activations (its links from earlier stages)
-    int64_t fwd_handoffs = 0;
+    // The messages it waited for (Link::handoffs of its links in): activations from earlier
+    // stages, gradients from later ones.
+    Link::Handoffs fwd_in, bwd_in;
     int64_t updates = 0;
     std::chrono::steady_clock::time_point t;
   };

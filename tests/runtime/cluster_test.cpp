@@ -1,10 +1,11 @@
 // Launcher detection (runtime/dist/cluster.h): which environment variables name the rank, and the
-// stable hash the start-up agreement compares across machines.
+// stable hash the start-up agreement compares across machines; a link's hand-off statistics.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "runtime/dist/cluster.h"
+#include "runtime/dist/transport.h"
 
 namespace pt {
 namespace {
@@ -82,6 +83,44 @@ TEST(Cluster, WithoutMpiAMultiRankLaunchIsRefused) {
 TEST(Cluster, Fnv1aIsStable) {
   EXPECT_EQ(fnv1a64(""), 14695981039346656037ull);
   EXPECT_EQ(fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+}
+
+
+// A link's hand-off times (Link::Handoffs): the mean from the sums, the median from bins of a
+// quarter octave (within 10 % of the true median), sums and differences bin by bin (a stage's
+// steady-state window is the difference of two of them).
+TEST(LinkHandoffs, MedianWithinTenPercentAndWindowsSubtract) {
+  Link::Handoffs h;
+  EXPECT_EQ(h.median_us(), 0);
+  // 9 messages of 100 us and one of 50 ms: the median stays at 100 us, the mean does not.
+  for (int i = 0; i < 9; ++i) h.add(100e-6);
+  h.add(50e-3);
+  EXPECT_EQ(h.count, 10);
+  EXPECT_NEAR(1e6 * h.seconds / static_cast<double>(h.count), 5090, 1e-6);
+  EXPECT_NEAR(h.median_us(), 100, 10);
+  for (double us : {0.3, 1.0, 7.0, 42.0, 999.0, 123456.0, 9e9}) {
+    Link::Handoffs one;
+    one.add(us * 1e-6);
+    const double m = one.median_us();
+    if (us >= 1 && us < 1e7) {
+      EXPECT_NEAR(m / us, 1.0, 0.1) << us;  // the last bin holds everything above 2^24 us
+    } else {
+      EXPECT_GT(m, 0) << us;
+    }
+  }
+  Link::Handoffs later = h;
+  for (int i = 0; i < 30; ++i) later.add(2e-3);
+  later -= h;  // only the 30 messages of 2 ms
+  EXPECT_EQ(later.count, 30);
+  EXPECT_NEAR(later.seconds, 60e-3, 1e-12);
+  EXPECT_NEAR(later.median_us(), 2000, 200);
+  later += h;
+  EXPECT_EQ(later.count, 40);
+  EXPECT_EQ(later.bins, [&] {
+    Link::Handoffs x = h;
+    for (int i = 0; i < 30; ++i) x.add(2e-3);
+    return x.bins;
+  }());
 }
 
 }  // namespace

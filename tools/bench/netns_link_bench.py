@@ -53,7 +53,8 @@ def one_run(env, binary, model, extra, flags, out, steps):
     m = cut[0]["measured_cut"]
     return {"mb": cut[0]["recv_bytes"] / 1e6, "gbs": float(link.group(1)) if link else float("nan"),
             "lat": float(link.group(2)) if link else float("nan"), "pred": m["predicted_us"],
-            "fwd": m["forward_us"], "bwd": m["backward_us"], "n": m["messages"],
+            "fwd": m["forward_us"], "bwd": m["backward_us"], "fwd_med": m.get("forward_median_us"),
+            "bwd_med": m.get("backward_median_us"), "n": m["messages"],
             "rate": doc.get("measured_steady_samples_per_s", float("nan"))}
 
 
@@ -81,8 +82,9 @@ def main():
         if shaped.stderr.strip():
             print(f"note: {shaped.stderr.strip()}", file=sys.stderr)
         print(f"| model | schedule | MB per pass | link measured at the start | predicted us | measured forward us "
-              f"| measured backward us | measured / predicted | messages | samples/s |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              f"(median / mean) | measured backward us (median / mean) | median / predicted | mean / predicted "
+              f"| messages | samples/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for model in a.only.split(","):
             path, extra = sb.prepare(model, work)
             steps = a.steps if model == "transformer" else max(40, a.steps // 5)
@@ -93,12 +95,18 @@ def main():
                 if not ok:
                     print(f"| {model} | {name} | error: {runs[0]['error']} |||||||")
                     continue
-                pred, fwd, bwd = median_of(ok, "pred"), median_of(ok, "fwd"), median_of(ok, "bwd")
-                both = [v for v in (fwd, bwd) if v is not None]
-                ratio = statistics.mean(both) / pred if both and pred else float("nan")
+                pred = median_of(ok, "pred")
+                fwd, bwd = median_of(ok, "fwd"), median_of(ok, "bwd")
+                fwd_med, bwd_med = median_of(ok, "fwd_med"), median_of(ok, "bwd_med")
+
+                def ratio(a, b):
+                    both = [v for v in (a, b) if v is not None]
+                    return statistics.mean(both) / pred if both and pred else float("nan")
+
                 fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
                 print(f"| {model} | {name} | {median_of(ok, 'mb'):.2f} | {median_of(ok, 'gbs'):.2f} GB/s, "
-                      f"{median_of(ok, 'lat'):.1f} us | {pred:.0f} | {fmt(fwd)} | {fmt(bwd)} | {ratio:.2f} | "
+                      f"{median_of(ok, 'lat'):.1f} us | {pred:.0f} | {fmt(fwd_med)} / {fmt(fwd)} | "
+                      f"{fmt(bwd_med)} / {fmt(bwd)} | {ratio(fwd_med, bwd_med):.2f} | {ratio(fwd, bwd):.2f} | "
                       f"{int(median_of(ok, 'n'))} | {median_of(ok, 'rate'):.0f} |", flush=True)
     finally:
         cluster(env, "down")
