@@ -26,6 +26,8 @@
 #   tools/netns-cluster.sh cut NODE            take the node's link down (its bridge end: nothing in
 #                                              or out; its processes and their local traffic go on)
 #   tools/netns-cluster.sh heal NODE           bring it back up
+#   tools/netns-cluster.sh quickack on|off     every node acknowledges TCP data at once (the route's
+#                                              quickack) instead of delaying acknowledgements up to 40 ms
 #   tools/netns-cluster.sh status              the nodes, their addresses, links, shaping, processes
 #
 # Environment: PT_NETNS_PREFIX (node names, default pt-node), PT_NETNS_SUBNET (first three octets
@@ -286,6 +288,19 @@ cmd_heal() {
   ip link set "$(host_if "$(node_name "$1")")" up
 }
 
+cmd_quickack() {
+  need_root
+  [ $# -eq 1 ] && { [ "$1" = on ] || [ "$1" = off ]; } || die "quickack on|off"
+  local n k ns
+  n=$(num_nodes)
+  [ "$n" -gt 0 ] || die "no nodes: run '$me up N' first"
+  for ((k = 0; k < n; k++)); do
+    ns=$prefix$k
+    ip -n "$ns" route change "$subnet.0/24" dev eth0 proto kernel scope link src "$subnet.$((k + 1))" \
+      quickack "$([ "$1" = on ] && echo 1 || echo 0)"
+  done
+}
+
 cmd_status() {
   local n k ns
   n=$(num_nodes)
@@ -298,9 +313,10 @@ cmd_status() {
     ip -o link show "$(host_if "$ns")" 2>/dev/null | grep -q "state UP" && link=up
     qd=$(tc -n "$ns" qdisc show dev eth0 2>/dev/null | grep -oE "(netem|tbf) .*" | sed -E 's/ [0-9a-f]+: root refcnt [0-9]+//' || true)
     procs=$(ip netns pids "$ns" 2>/dev/null | wc -l || true)
-    local pin=""
+    local pin="" qa=""
     [ -f "$state/cores.$ns" ] && pin="; cores $(cat "$state/cores.$ns")"
-    echo "$ns $subnet.$((k + 1)) link $link${qd:+, $qd}; $procs processes$pin"
+    ip -n "$ns" route show "$subnet.0/24" 2>/dev/null | grep -q "quickack 1" && qa="; quickack"
+    echo "$ns $subnet.$((k + 1)) link $link${qd:+, $qd}; $procs processes$pin$qa"
   done
 }
 
@@ -316,6 +332,7 @@ case $sub in
   shape) cmd_shape "$@" ;;
   cut) cmd_cut "$@" ;;
   heal) cmd_heal "$@" ;;
+  quickack) cmd_quickack "$@" ;;
   status) cmd_status "$@" ;;
   -h | --help | help) usage ;;
   *) echo "$me: unknown command '$sub'" >&2; usage ;;

@@ -143,6 +143,16 @@ class NetnsTest(unittest.TestCase):
         self.assertIn(f"{PREFIX}1 ", [ln[:len(PREFIX) + 2] for ln in cluster("status").stdout.splitlines() if "cut" in ln])
         cluster("heal", 1)
         self.assertNotIn("link cut", cluster("status").stdout)
+        # `quickack on` makes every node's route acknowledge TCP data at once; `off` undoes it.
+        cluster("quickack", "on")
+        for k in range(2):
+            route = cluster("exec", k, "ip", "route", "show").stdout
+            self.assertIn("quickack 1", route)
+        self.assertEqual(cluster("status").stdout.count("; quickack"), 2)
+        cluster("quickack", "off")
+        self.assertNotIn("quickack 1", cluster("exec", 0, "ip", "route", "show").stdout)
+        self.assertNotIn("; quickack", cluster("status").stdout)
+        self.assertEqual(cluster("quickack", "maybe", check=False).returncode, 2)
 
     # ---- training across the nodes equals one process
 

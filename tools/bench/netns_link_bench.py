@@ -9,7 +9,7 @@ charges one pass's activations over it, and what the messages across the cut too
 partition.json's `measured_cut`), with the ratio. Needs root, iproute2, util-linux and mpirun.
 
   sudo /usr/bin/python3 tools/bench/netns_link_bench.py [--pipetrain BIN] [--rate 10gbit] [--delay 50us]
-       [--steps 300] [--only transformer,resnet18] [--repeat 1]
+       [--steps 300] [--only transformer,resnet18] [--repeat 1] [--quickack]
 
 Prints a Markdown table (docs/mpi.md keeps one)."""
 import argparse
@@ -71,6 +71,8 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--only", default="transformer,resnet18")
     ap.add_argument("--repeat", type=int, default=1, help="runs per row (medians)")
+    ap.add_argument("--quickack", action="store_true",
+                    help="the nodes acknowledge TCP data at once (netns-cluster.sh quickack on)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("netns_link_bench.py: needs root (network namespaces)")
@@ -78,6 +80,8 @@ def main():
     env = dict(os.environ, PT_NETNS_PREFIX="ptb-n", PT_NETNS_BRIDGE="ptb-br", PT_NETNS_STATE=os.path.join(work, "state"))
     cluster(env, "up", "2", "1", "--split-cores")
     try:
+        if a.quickack:
+            cluster(env, "quickack", "on")
         shaped = cluster(env, "shape", a.rate, a.delay)
         if shaped.stderr.strip():
             print(f"note: {shaped.stderr.strip()}", file=sys.stderr)
