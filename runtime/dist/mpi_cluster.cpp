@@ -45,10 +45,9 @@ std::atomic<bool> g_sigterm{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 extern "C" void on_sigterm(int) { g_sigterm.store(true); }
 
-// Short waits spin (yielding: with more ranks than cores the peer needs the core), longer ones
-// sleep 50 us per poll.
-// A polling wait's pause: 200 yields of the core, then naps of 50 us, which a patient wait
-// (max_nap_us above 50) doubles every 16 naps up to max_nap_us.
+// A polling wait's pause: short waits spin, yielding the core (with more ranks than cores the
+// peer needs it); longer ones nap 50 us per poll, and a patient wait (max_nap_us above 50)
+// doubles its naps every 16 up to max_nap_us.
 void backoff(int& spins, int max_nap_us = 50) {
   if (spins++ < 200) {
     std::this_thread::yield();
