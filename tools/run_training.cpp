@@ -636,14 +636,13 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   int64_t handoffs = 0;
   double handoff_s = 0;
   for (const StageStats& st : stats) {
-    handoffs += st.handoffs;
-    handoff_s += 1e-6 * st.handoff_us * static_cast<double>(st.handoffs);
-    auto leave_out = [&](int64_t n, double us) {  // a cut between nodes' share
-      handoffs -= n;
-      handoff_s -= 1e-6 * us * static_cast<double>(n);
+    auto add = [&](const StageStats::Handoffs& h, bool cut_between_nodes) {
+      if (cut_between_nodes) return;
+      handoffs += h.count;
+      handoff_s += 1e-6 * h.mean_us * static_cast<double>(h.count);
     };
-    if (crosses_nodes(plan, st.stage)) leave_out(st.fwd_handoffs, st.fwd_handoff_us);
-    if (crosses_nodes(plan, st.stage + 1)) leave_out(st.bwd_handoffs(), st.bwd_handoff_us());
+    add(st.fwd_handoffs, crosses_nodes(plan, st.stage));
+    add(st.bwd_handoffs, crosses_nodes(plan, st.stage + 1));
   }
   if (handoffs > 0) {
     const LinkSpec measured{"measured hand-off", 0, handoff_s / static_cast<double>(handoffs)};
@@ -690,17 +689,17 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
 // are stage s's messages from earlier stages, their gradients stage s-1's from later stages.
 void measure_cuts(const std::vector<StageStats>& stats, Plan& plan) {
   for (const StageStats& st : stats) {
-    if (crosses_nodes(plan, st.stage) && st.fwd_handoffs > 0) {
+    if (crosses_nodes(plan, st.stage) && st.fwd_handoffs.count > 0) {
       StagePlan& s = plan.stages[st.stage];
-      s.measured_cut_fwd_us = st.fwd_handoff_us;
-      s.measured_cut_fwd_median_us = st.fwd_handoff_median_us;
-      s.measured_cut_messages += st.fwd_handoffs;
+      s.measured_cut_fwd_us = st.fwd_handoffs.mean_us;
+      s.measured_cut_fwd_median_us = st.fwd_handoffs.median_us;
+      s.measured_cut_messages += st.fwd_handoffs.count;
     }
-    if (crosses_nodes(plan, st.stage + 1) && st.bwd_handoffs() > 0) {
+    if (crosses_nodes(plan, st.stage + 1) && st.bwd_handoffs.count > 0) {
       StagePlan& s = plan.stages[st.stage + 1];
-      s.measured_cut_bwd_us = st.bwd_handoff_us();
-      s.measured_cut_bwd_median_us = st.bwd_handoff_median_us;
-      s.measured_cut_messages += st.bwd_handoffs();
+      s.measured_cut_bwd_us = st.bwd_handoffs.mean_us;
+      s.measured_cut_bwd_median_us = st.bwd_handoffs.median_us;
+      s.measured_cut_messages += st.bwd_handoffs.count;
     }
   }
 }

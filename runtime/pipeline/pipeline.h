@@ -103,21 +103,14 @@ struct StageStats {
   // workers' time is not in it (cpu_timed false).
   double fwd_cpu_ms = 0, bwd_cpu_ms = 0, update_cpu_ms = 0;
   bool cpu_timed = false;
-  // The activations and gradients it waited for: how many, and the mean time from their sending to
-  // this stage holding them (Link::handoffs; 0 where its links do not say).
-  int64_t handoffs = 0;
-  double handoff_us = 0;
-  // Of them, the activations from earlier stages; the rest, the gradients from later stages.
-  int64_t fwd_handoffs = 0;
-  double fwd_handoff_us = 0;
-  double fwd_handoff_median_us = 0, bwd_handoff_median_us = 0;  // each way's median (within 10 %)
-  int64_t bwd_handoffs() const { return handoffs - fwd_handoffs; }
-  double bwd_handoff_us() const {
-    const int64_t n = bwd_handoffs();
-    return n > 0 ? (handoff_us * static_cast<double>(handoffs) - fwd_handoff_us * static_cast<double>(fwd_handoffs)) /
-                       static_cast<double>(n)
-                 : 0;
-  }
+  // The messages it waited for (Link::handoffs; none where its links do not say): how many, and
+  // the mean and median time (within 10 %) from their sending to this stage holding them;
+  // activations from earlier stages, gradients from later ones.
+  struct Handoffs {
+    int64_t count = 0;
+    double mean_us = 0, median_us = 0;
+  };
+  Handoffs fwd_handoffs, bwd_handoffs;
   int64_t forwards = 0, backwards = 0, updates = 0;
   int64_t recomputes = 0;       // forwards rerun before their backward (--recompute)
 };

@@ -974,15 +974,11 @@ void Stage::finish_stats() {
   Link::Handoffs fwd = now.fwd_in, bwd = now.bwd_in;
   fwd -= from.fwd_in;
   bwd -= from.bwd_in;
-  auto mean_us = [](const Link::Handoffs& h) { return h.count > 0 ? 1e6 * h.seconds / static_cast<double>(h.count) : 0; };
-  Link::Handoffs all = fwd;
-  all += bwd;
-  stats.handoffs = all.count;
-  stats.handoff_us = mean_us(all);
-  stats.fwd_handoffs = fwd.count;
-  stats.fwd_handoff_us = mean_us(fwd);
-  stats.fwd_handoff_median_us = fwd.median_us();
-  stats.bwd_handoff_median_us = bwd.median_us();
+  auto figures = [](const Link::Handoffs& h) {
+    return StageStats::Handoffs{h.count, h.count > 0 ? 1e6 * h.seconds / static_cast<double>(h.count) : 0, h.median_us()};
+  };
+  stats.fwd_handoffs = figures(fwd);
+  stats.bwd_handoffs = figures(bwd);
   if (stats.window_s > 0) {  // else PipelineTrainer's account() divides by the run's wall time
     stats.busy_fraction = (now.busy - from.busy) / stats.window_s;
     stats.wait_fraction = (now.wait - from.wait) / stats.window_s;
