@@ -204,10 +204,10 @@ void grad_weight_few_rows(const ConvShape& cs, const float* x, const float* dy, 
 // Depthwise (one input channel per group, MobileNet's 3x3 layers): dW[m, 0, tap] = sum over n and
 // the output positions o of dY[n, m, o] * X[n, m / mult, in(o, tap)]. oneDNN 2.6's backward-weights
 // primitive took 5.9 ms for a [32, 960, 1x1] map (one live tap of nine: 31k multiply-adds) and
-// 2.5-3.8 ms at 2x2, 55 % of a MobileNet-V2 step. Here each output channel is one thread's: per
-// tap, the output positions whose input lies inside X form a box, and its rows are dot products
-// (contiguous for stride 1). Channels are split statically and each sum has a fixed order, so the
-// result does not depend on the thread count.
+// 2.5-3.8 ms at 2x2, 55 % of a MobileNet-V2 step. Small maps run by channel blocks (below); on larger
+// ones each output channel is one thread's: per tap, the output positions whose input lies inside X
+// form a box, and its rows are dot products (contiguous for stride 1). Channels are split statically
+// and each sum has a fixed order, so the result does not depend on the thread count.
 
 bool depthwise(const ConvShape& cs) { return cs.g > 1 && cs.g == cs.w.c && cs.m % cs.g == 0; }
 
@@ -220,55 +220,130 @@ inline void valid_outputs(int64_t in, int64_t out, int64_t s, int64_t pb, int64_
   if (*hi < *lo) *hi = *lo;
 }
 
-// Small maps (a few output positions: rows of 1-4): every (position, tap) pair's input offset in
-// one table, made once per call; per channel, each sample's positions are read once and all the
-// taps accumulated together, in table order.
-constexpr int64_t kSmallDepthwisePairs = 512;  // output positions x taps at most
+// Maps of up to kLaneMapMax output positions (MobileNet-V2's 1x1 to 16x16 layers): channels in
+// blocks of kDepthwiseLanes, one block per task. Per sample, the block's X planes are copied into a
+// zero-bordered plane with the channel innermost and dY likewise, and then every (output position,
+// tap) pair is one vector multiply-add across the block's channels, without bounds checks. Per row
+// (the path below) a 2x2 map gives dot products of 1-2 elements: at [32, 384, 2x2] that path took
+// 145 us, this one 35-50 us; at [32, 144, 8x8] 520 against 260 us; from about 28x28 the rows are
+// long enough to win (at 56x56 2.4 against 5.9 ms).
+constexpr int64_t kDepthwiseLanes = 16;
+constexpr int64_t kLaneMapMax = 256;
 
-void grad_weight_depthwise_small(const ConvShape& cs, const float* x, const float* dy, float* dw) {
+// The padded extents of the lane plane: every input position and every window position fit.
+std::array<int64_t, 3> lane_plane_extents(const Window& w) {
+  std::array<int64_t, 3> p{};
+  for (int i = 0; i < 3; ++i) p[i] = std::max(w.pb[i] + w.in[i], (w.out[i] - 1) * w.s[i] + (w.k[i] - 1) * w.d[i] + 1);
+  return p;
+}
+
+// One sample's X and dY for the block's channels (lane j at offsets xoff[j], yoff[j]) into the lane
+// layouts; the plane's borders and unused lanes stay zero. Lane-innermost where planes are tiny (one
+// strided read per lane and position), position-innermost where they are long enough to stream.
+// Inlined into each ISA's copy of lanes_block: called out of the AVX-512 copy, its SSE code ran
+// with the vector registers' upper halves dirty (GCC put no vzeroupper before the call), and the
+// [32, 960, 1x1] gradient took 320 us in a training step against 52 us inlined.
+__attribute__((always_inline)) inline void lanes_load(const ConvShape& cs, const float* xn, const float* dyn, const int64_t* xoff, const int64_t* yoff,
+                int64_t width, const std::array<int64_t, 3>& pext, float* xp, float* dyt) {
+  constexpr int64_t L = kDepthwiseLanes;
+  const Window& w = cs.w;
+  const int64_t OUT = w.out_size(), IN = w.in_size();
+  if (OUT >= 16) {
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t o = 0; o < OUT; ++o) dyt[o * L + j] = dyn[yoff[j] + o];
+  } else {
+    for (int64_t o = 0; o < OUT; ++o)
+      for (int64_t j = 0; j < width; ++j) dyt[o * L + j] = dyn[yoff[j] + o];
+  }
+  auto row_at = [&](int64_t id, int64_t ih) {
+    return xp + (((id + w.pb[0]) * pext[1] + ih + w.pb[1]) * pext[2] + w.pb[2]) * L;
+  };
+  if (IN >= 16) {
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t id = 0; id < w.in[0]; ++id)
+        for (int64_t ih = 0; ih < w.in[1]; ++ih) {
+          float* row = row_at(id, ih) + j;
+          const float* src = xn + xoff[j] + (id * w.in[1] + ih) * w.in[2];
+          for (int64_t iw = 0; iw < w.in[2]; ++iw) row[iw * L] = src[iw];
+        }
+  } else {
+    int64_t i = 0;
+    for (int64_t id = 0; id < w.in[0]; ++id)
+      for (int64_t ih = 0; ih < w.in[1]; ++ih) {
+        float* row = row_at(id, ih);
+        for (int64_t iw = 0; iw < w.in[2]; ++iw, ++i)
+          for (int64_t j = 0; j < width; ++j) row[iw * L + j] = xn[xoff[j] + i];
+      }
+  }
+}
+
+// The block [m0, m0 + width): each channel's sum runs over samples, output positions and taps in
+// that order, whatever the thread count.
+PT_CPU_CLONES void lanes_block(const ConvShape& cs, const float* x, const float* dy, float* dw, int64_t m0,
+                               int64_t width, const std::array<int64_t, 3>& pext, const int64_t* toff, float* xp,
+                               float* dyt, float* acc) {
+  constexpr int64_t L = kDepthwiseLanes;
   const Window& w = cs.w;
   const int64_t M = cs.m, mult = cs.m / cs.g, K = w.k_size(), OUT = w.out_size(), IN = w.in_size();
-  thread_local std::vector<int32_t> table;  // (OUT, K): input offset in the plane, or -1 (padding)
-  table.resize(static_cast<size_t>(OUT * K));
-  for (int64_t od = 0, o = 0; od < w.out[0]; ++od)
-    for (int64_t oh = 0; oh < w.out[1]; ++oh)
-      for (int64_t ow = 0; ow < w.out[2]; ++ow, ++o) {
-        int64_t tap = 0;
-        for (int64_t kd = 0; kd < w.k[0]; ++kd)
-          for (int64_t kh = 0; kh < w.k[1]; ++kh)
-            for (int64_t kw = 0; kw < w.k[2]; ++kw, ++tap) {
-              const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0], ih = oh * w.s[1] - w.pb[1] + kh * w.d[1],
-                            iw = ow * w.s[2] - w.pb[2] + kw * w.d[2];
-              const bool in = id >= 0 && id < w.in[0] && ih >= 0 && ih < w.in[1] && iw >= 0 && iw < w.in[2];
-              table[static_cast<size_t>(o * K + tap)] = in ? static_cast<int32_t>((id * w.in[1] + ih) * w.in[2] + iw) : -1;
-            }
+  int64_t xoff[L], yoff[L];  // lane j's channel plane in X and dY, within one sample
+  for (int64_t j = 0; j < width; ++j) {
+    xoff[j] = (m0 + j) / mult * IN;
+    yoff[j] = (m0 + j) * OUT;
+  }
+  std::fill(acc, acc + K * L, 0.0f);
+  for (int64_t n = 0; n < w.n; ++n) {
+    lanes_load(cs, x + n * w.c * IN, dy + n * M * OUT, xoff, yoff, width, pext, xp, dyt);
+    int64_t o = 0;
+    for (int64_t od = 0; od < w.out[0]; ++od)
+      for (int64_t oh = 0; oh < w.out[1]; ++oh)
+        for (int64_t ow = 0; ow < w.out[2]; ++ow, ++o) {
+          const float* g = dyt + o * L;
+          const float* at = xp + ((od * w.s[0] * pext[1] + oh * w.s[1]) * pext[2] + ow * w.s[2]) * L;
+          for (int64_t t = 0; t < K; ++t) {
+            const float* xv = at + toff[t];
+            float* a = acc + t * L;
+#pragma omp simd
+            for (int64_t l = 0; l < L; ++l) a[l] += g[l] * xv[l];
+          }
+        }
+  }
+  for (int64_t j = 0; j < width; ++j)
+    for (int64_t t = 0; t < K; ++t) dw[(m0 + j) * K + t] = acc[t * L + j];
+}
+
+void grad_weight_depthwise_lanes(const ConvShape& cs, const float* x, const float* dy, float* dw) {
+  constexpr int64_t L = kDepthwiseLanes;
+  const Window& w = cs.w;
+  const int64_t M = cs.m, K = w.k_size();
+  const std::array<int64_t, 3> pext = lane_plane_extents(w);
+  std::vector<int64_t> toff;  // each tap's offset in the lane plane
+  for (int64_t kd = 0; kd < w.k[0]; ++kd)
+    for (int64_t kh = 0; kh < w.k[1]; ++kh)
+      for (int64_t kw = 0; kw < w.k[2]; ++kw)
+        toff.push_back(((kd * w.d[0] * pext[1] + kh * w.d[1]) * pext[2] + kw * w.d[2]) * L);
+  const int64_t blocks = (M + L - 1) / L, plane = pext[0] * pext[1] * pext[2];
+  const bool par = blocks > 1 && M * w.n * w.out_size() * K > kParallelThreshold;
+#pragma omp parallel if (par)
+  {
+    std::vector<float> xp(static_cast<size_t>(plane * L), 0.0f), dyt(static_cast<size_t>(w.out_size() * L), 0.0f),
+        acc(static_cast<size_t>(K * L));
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t m0 = b * L, width = std::min(L, M - m0);
+      if (width < L) {  // the last block's unused lanes must read zeros
+        std::fill(xp.begin(), xp.end(), 0.0f);
+        std::fill(dyt.begin(), dyt.end(), 0.0f);
       }
-  const int32_t* tb = table.data();
-  const bool par = M * w.n * OUT * K > kParallelThreshold;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t m = 0; m < M; ++m) {
-    float acc[kSmallDepthwisePairs];
-    for (int64_t t = 0; t < K; ++t) acc[t] = 0.0f;
-    const int64_t c = m / mult;
-    for (int64_t n = 0; n < w.n; ++n) {
-      const float* dyn = dy + (n * M + m) * OUT;
-      const float* xn = x + (n * w.c + c) * IN;
-      for (int64_t o = 0; o < OUT; ++o) {
-        const float g = dyn[o];
-        const int32_t* row = tb + o * K;
-        for (int64_t t = 0; t < K; ++t)
-          if (row[t] >= 0) acc[t] += g * xn[row[t]];
-      }
+      lanes_block(cs, x, dy, dw, m0, width, pext, toff.data(), xp.data(), dyt.data(), acc.data());
     }
-    for (int64_t t = 0; t < K; ++t) dw[m * K + t] = acc[t];
   }
 }
 
 void grad_weight_depthwise(const ConvShape& cs, const float* x, const float* dy, float* dw) {
   const Window& w = cs.w;
   const int64_t M = cs.m, mult = cs.m / cs.g, K = w.k_size(), OUT = w.out_size(), IN = w.in_size();
-  if (OUT * K <= kSmallDepthwisePairs && OUT <= 16 && w.in_size() < (int64_t{1} << 31)) {
-    grad_weight_depthwise_small(cs, x, dy, dw);
+  if (OUT <= kLaneMapMax) {
+    grad_weight_depthwise_lanes(cs, x, dy, dw);
     return;
   }
   const bool par = M * w.n * OUT * K > kParallelThreshold;
