@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kCacheVersion = 3;
+constexpr int kCacheVersion = 4;
 constexpr const char* kPhases[2] = {"forward", "backward"};
 
 // A small graph under construction: float input x, parameters, nodes with inferred shapes.
@@ -51,6 +51,16 @@ struct Builder {
     HostTensor t(DType::kFloat32, d);
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = u(rng);
+    v->data = std::make_shared<HostTensor>(std::move(t));
+    v->from_initializer = true;
+    return v;
+  }
+  // A read-only scalar (Clip's bounds).
+  Value* constant(float value) {
+    Value* v = g.add_value(std::string("c").append(std::to_string(g.values().size())), DType::kFloat32, {},
+                           ValueKind::kConstant);
+    HostTensor t(DType::kFloat32, {});
+    t.as<float>()[0] = value;
     v->data = std::make_shared<HostTensor>(std::move(t));
     v->from_initializer = true;
     return v;
@@ -103,13 +113,21 @@ Value* max_pool(Builder& b, Value* x) {
   return b.op("MaxPool", {x}, attrs({{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}}));
 }
 
-// A MobileNet-V2 inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, each with its norm.
-Value* inverted_block(Builder& b, int64_t ch, int64_t expand) {
+// ReLU6 as PyTorch exports it: Clip with constant bounds (not fused into the norm before it).
+Value* relu6(Builder& b, Value* x) { return b.op("Clip", {x, b.constant(0.0f), b.constant(6.0f)}); }
+
+// A MobileNet-V2 inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, each with its norm,
+// ReLU6 after the first two. With stride 2 the depthwise halves the map and there is no residual.
+Value* inverted_block(Builder& b, int64_t ch, int64_t expand, int64_t stride = 1) {
   const int64_t e = ch * expand;
-  Value* h = b.op("Relu", {batch_norm(b, b.op("Conv", {b.x, b.param({e, ch, 1, 1})}), e)});
-  h = b.op("Relu", {batch_norm(b, b.op("Conv", {h, b.param({e, 1, 3, 3})}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", e}})), e)});
+  Value* h = relu6(b, batch_norm(b, b.op("Conv", {b.x, b.param({e, ch, 1, 1})}), e));
+  h = relu6(b, batch_norm(b, b.op("Conv", {h, b.param({e, 1, 3, 3})},
+                                  attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                                         {"strides", std::vector<int64_t>{stride, stride}},
+                                         {"group", e}})),
+                          e));
   h = batch_norm(b, b.op("Conv", {h, b.param({ch, e, 1, 1})}), ch);
-  return b.op("Add", {h, b.x});
+  return stride == 1 ? b.op("Add", {h, b.x}) : h;
 }
 
 // A transformer's MLP half: LayerNorm, two products around a ReLU (or a GELU), the residual.
@@ -154,8 +172,14 @@ std::vector<Case> cases(bool gpu) {
     add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) {
       return max_pool(b, repeat(b, 3, [&] { return residual_block(b, ch); }));
     });
-  for (auto [n, ch, hw] : {std::tuple{8, 16, 16}, {32, 24, 16}, {32, 32, 8}, {32, 64, 4}, {32, 96, 4}})
+  // Inverted residuals down to MobileNet's last maps (2x2 and 1x1 at 32x32 inputs, where nodes are
+  // small enough to pay their fixed costs, some below the kernels' threading threshold).
+  for (auto [n, ch, hw] : {std::tuple{8, 16, 16}, {32, 24, 16}, {32, 32, 8}, {32, 64, 4}, {32, 96, 4}, {32, 64, 2},
+                           {32, 96, 2}, {32, 160, 1}})
     add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) { return repeat(b, 3, [&] { return inverted_block(b, ch, 6); }); });
+  // A stride-2 block, as each MobileNet stage starts.
+  for (auto [n, ch, hw] : {std::tuple{32, 24, 16}, {32, 32, 8}, {32, 64, 4}, {32, 96, 2}})
+    add({n * s, ch, hw, hw}, [ch = int64_t(ch)](Builder& b) { return inverted_block(b, ch, 6, 2); });
   bool gelu = false;
   for (auto [n, t, d] : {std::tuple{8, 16, 32}, {32, 16, 64}, {32, 32, 64}, {32, 32, 128}, {16, 64, 256}, {8, 128, 512}}) {
     add({n * s, t, d}, [d = int64_t(d), gelu](Builder& b) { return repeat(b, 3, [&] { return mlp_block(b, d, gelu); }); });
