@@ -220,15 +220,16 @@ inline void valid_outputs(int64_t in, int64_t out, int64_t s, int64_t pb, int64_
   if (*hi < *lo) *hi = *lo;
 }
 
-// Maps of up to kLaneMapMax output positions (MobileNet-V2's 1x1 to 16x16 layers): channels in
-// blocks of kDepthwiseLanes, one block per task. Per sample, the block's X planes are copied into a
-// zero-bordered plane with the channel innermost and dY likewise, and then every (output position,
-// tap) pair is one vector multiply-add across the block's channels, without bounds checks. Per row
-// (the path below) a 2x2 map gives dot products of 1-2 elements: at [32, 384, 2x2] that path took
-// 145 us, this one 35-50 us; at [32, 144, 8x8] 520 against 260 us; from about 28x28 the rows are
-// long enough to win (at 56x56 2.4 against 5.9 ms).
+// Maps of up to kLaneMapMax output positions: channels in blocks of kDepthwiseLanes, one block per
+// task. Per sample, the block's X planes are copied into a zero-bordered plane with the channel
+// innermost and dY likewise, and then every (output position, tap) pair is one vector multiply-add
+// across the block's channels, without bounds checks. Per row (the path below) a 2x2 map gives dot
+// products of 1-2 elements. Alone, 2 threads: [32, 960, 1x1] 100 -> 30 us, [32, 384, 2x2] 135 -> 36
+// us, [32, 144, 8x8] 460 -> 180 us, [8, 32, 112x112] 2.2 -> 2.0 ms, [8, 96, 112x112] stride 2 3.3
+// -> 2.4 ms. The row path keeps larger maps, where the plane (16 channels of it per thread) would
+// pass a few MB.
 constexpr int64_t kDepthwiseLanes = 16;
-constexpr int64_t kLaneMapMax = 256;
+constexpr int64_t kLaneMapMax = 128 * 128;
 
 // The padded extents of the lane plane: every input position and every window position fit.
 std::array<int64_t, 3> lane_plane_extents(const Window& w) {
@@ -238,43 +239,34 @@ std::array<int64_t, 3> lane_plane_extents(const Window& w) {
 }
 
 // One sample's X and dY for the block's channels (lane j at offsets xoff[j], yoff[j]) into the lane
-// layouts; the plane's borders and unused lanes stay zero. Lane-innermost where planes are tiny (one
-// strided read per lane and position), position-innermost where they are long enough to stream.
+// layouts, position by position: one (vector gather) load of the 16 channels each; lanes past
+// `width` get zeros, the plane's borders stay zero. (Reading each channel's row and storing it with
+// a 64-byte stride took 1.3-2x as long from 4x4 maps on, and 2-3x on 28x28 to 112x112.)
 // Inlined into each ISA's copy of lanes_block: called out of the AVX-512 copy, its SSE code ran
 // with the vector registers' upper halves dirty (GCC put no vzeroupper before the call), and the
 // [32, 960, 1x1] gradient took 320 us in a training step against 52 us inlined.
-__attribute__((always_inline)) inline void lanes_load(const ConvShape& cs, const float* xn, const float* dyn, const int64_t* xoff, const int64_t* yoff,
-                int64_t width, const std::array<int64_t, 3>& pext, float* xp, float* dyt) {
+__attribute__((always_inline)) inline void lanes_load(const ConvShape& cs, const float* xn, const float* dyn,
+                                                      const int64_t* xoff, const int64_t* yoff, int64_t width,
+                                                      const std::array<int64_t, 3>& pext, float* xp, float* dyt) {
   constexpr int64_t L = kDepthwiseLanes;
   const Window& w = cs.w;
-  const int64_t OUT = w.out_size(), IN = w.in_size();
-  if (OUT >= 16) {
-    for (int64_t j = 0; j < width; ++j)
-      for (int64_t o = 0; o < OUT; ++o) dyt[o * L + j] = dyn[yoff[j] + o];
-  } else {
-    for (int64_t o = 0; o < OUT; ++o)
-      for (int64_t j = 0; j < width; ++j) dyt[o * L + j] = dyn[yoff[j] + o];
+  for (int64_t o = 0; o < w.out_size(); ++o) {
+    float* d = dyt + o * L;
+    const float* src = dyn + o;
+#pragma omp simd
+    for (int64_t j = 0; j < L; ++j) d[j] = j < width ? src[yoff[j]] : 0.0f;
   }
-  auto row_at = [&](int64_t id, int64_t ih) {
-    return xp + (((id + w.pb[0]) * pext[1] + ih + w.pb[1]) * pext[2] + w.pb[2]) * L;
-  };
-  if (IN >= 16) {
-    for (int64_t j = 0; j < width; ++j)
-      for (int64_t id = 0; id < w.in[0]; ++id)
-        for (int64_t ih = 0; ih < w.in[1]; ++ih) {
-          float* row = row_at(id, ih) + j;
-          const float* src = xn + xoff[j] + (id * w.in[1] + ih) * w.in[2];
-          for (int64_t iw = 0; iw < w.in[2]; ++iw) row[iw * L] = src[iw];
-        }
-  } else {
-    int64_t i = 0;
-    for (int64_t id = 0; id < w.in[0]; ++id)
-      for (int64_t ih = 0; ih < w.in[1]; ++ih) {
-        float* row = row_at(id, ih);
-        for (int64_t iw = 0; iw < w.in[2]; ++iw, ++i)
-          for (int64_t j = 0; j < width; ++j) row[iw * L + j] = xn[xoff[j] + i];
+  int64_t i = 0;
+  for (int64_t id = 0; id < w.in[0]; ++id)
+    for (int64_t ih = 0; ih < w.in[1]; ++ih) {
+      float* row = xp + (((id + w.pb[0]) * pext[1] + ih + w.pb[1]) * pext[2] + w.pb[2]) * L;
+      for (int64_t iw = 0; iw < w.in[2]; ++iw, ++i) {
+        float* d = row + iw * L;
+        const float* src = xn + i;
+#pragma omp simd
+        for (int64_t j = 0; j < L; ++j) d[j] = j < width ? src[xoff[j]] : 0.0f;
       }
-  }
+    }
 }
 
 // The block [m0, m0 + width): each channel's sum runs over samples, output positions and taps in
@@ -285,7 +277,7 @@ PT_CPU_CLONES void lanes_block(const ConvShape& cs, const float* x, const float*
   constexpr int64_t L = kDepthwiseLanes;
   const Window& w = cs.w;
   const int64_t M = cs.m, mult = cs.m / cs.g, K = w.k_size(), OUT = w.out_size(), IN = w.in_size();
-  int64_t xoff[L], yoff[L];  // lane j's channel plane in X and dY, within one sample
+  int64_t xoff[L] = {}, yoff[L] = {};  // lane j's channel plane in X and dY, within one sample
   for (int64_t j = 0; j < width; ++j) {
     xoff[j] = (m0 + j) / mult * IN;
     yoff[j] = (m0 + j) * OUT;
@@ -330,10 +322,6 @@ void grad_weight_depthwise_lanes(const ConvShape& cs, const float* x, const floa
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t m0 = b * L, width = std::min(L, M - m0);
-      if (width < L) {  // the last block's unused lanes must read zeros
-        std::fill(xp.begin(), xp.end(), 0.0f);
-        std::fill(dyt.begin(), dyt.end(), 0.0f);
-      }
       lanes_block(cs, x, dy, dw, m0, width, pext, toff.data(), xp.data(), dyt.data(), acc.data());
     }
   }

@@ -116,9 +116,8 @@ std::vector<ConvCase> cases() {
       {"2-D few taps (LeNet's first layer, threaded)", {8, 1, 28, 28}, {6, 1, 5, 5}, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}, true},
       {"2-D few taps, RGB 3x3 stride 2", {12, 3, 40, 40}, {8, 3, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 0, 1}, false},
       {"1-D few taps, dilation 2", {16, 2, 300}, {4, 2, 5}, 1, {1}, {2}, {2, 1}, true},
-      // Depthwise: float's dW takes grad_weight_depthwise, by channel blocks up to 256 output positions
-      // (MobileNet-V2's 3x3 layers at small maps; a last block with unused lanes, multipliers 2 and 3)
-      // and by rows above.
+      // Depthwise: float's dW takes grad_weight_depthwise, by channel blocks up to 128 x 128 output
+      // positions (a last block with unused lanes, multipliers 2 and 3) and by rows above.
       {"2-D depthwise over 1x1 (one live tap, threaded)", {32, 96, 1, 1}, {96, 1, 3, 3}, 96, {1, 1}, {1, 1}, {1, 1, 1, 1}, false},
       {"2-D depthwise stride 2 over 2x2", {4, 8, 2, 2}, {8, 1, 3, 3}, 8, {2, 2}, {1, 1}, {1, 1, 1, 1}, true},
       {"2-D depthwise stride 2, odd map, asymmetric pads", {3, 5, 9, 7}, {10, 1, 3, 3}, 5, {2, 2}, {1, 1}, {1, 0, 2, 1}, false},
@@ -128,8 +127,10 @@ std::vector<ConvCase> cases() {
       {"3-D depthwise", {2, 3, 4, 5, 6}, {3, 1, 3, 3, 3}, 3, {1, 2, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, false},
       {"2-D depthwise 16x16, 20 channels (blocks of 16 and 4)", {3, 20, 16, 16}, {20, 1, 3, 3}, 20, {1, 1}, {1, 1}, {1, 1, 1, 1}, false},
       {"2-D depthwise multiplier 3, stride 2 (threaded)", {8, 12, 10, 10}, {36, 1, 3, 3}, 12, {2, 2}, {1, 1}, {1, 1, 1, 1}, true},
-      {"2-D depthwise 20x18, by rows (threaded)", {6, 24, 20, 18}, {24, 1, 3, 3}, 24, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
-      {"3-D depthwise by rows, dilation 2", {2, 3, 6, 8, 9}, {3, 1, 3, 3, 3}, 3, {1, 1, 1}, {2, 1, 2}, {2, 1, 2, 2, 1, 2}, false},
+      {"2-D depthwise 20x18 (threaded)", {6, 24, 20, 18}, {24, 1, 3, 3}, 24, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+      {"3-D depthwise, dilation 2", {2, 3, 6, 8, 9}, {3, 1, 3, 3, 3}, 3, {1, 1, 1}, {2, 1, 2}, {2, 1, 2, 2, 1, 2}, false},
+      {"2-D depthwise 130x130, by rows (threaded)", {1, 4, 130, 130}, {4, 1, 3, 3}, 4, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+      {"3-D depthwise by rows, dilation 2", {1, 2, 6, 60, 64}, {2, 1, 3, 3, 3}, 2, {1, 1, 1}, {2, 1, 2}, {2, 1, 2, 2, 1, 2}, false},
   };
 }
 
@@ -232,11 +233,12 @@ TEST(ConvThreads, FewTapsWeightGradientIsRepeatable) {
 }
 
 // Depthwise dW sums each channel in a fixed order (channel blocks, or whole channels, per thread):
-// the same bits on 1, 2 and 3 threads, on both paths (a 4x4 map by blocks, 20x20 by rows).
+// the same bits on 1, 2 and 3 threads, on both paths (a 4x4 map by blocks, 130x130 by rows).
 TEST(ConvThreads, DepthwiseWeightGradientIsTheSameOnAnyThreadCount) {
-  for (const int64_t hw : {int64_t{4}, int64_t{20}}) {
-    ConvCase cc{"depthwise", {16, 40, hw, hw}, {40, 1, 3, 3}, 40, {1, 1}, {1, 1}, {1, 1, 1, 1}, false};
-    const Dims yd = {16, 40, hw, hw};
+  for (const int64_t hw : {int64_t{4}, int64_t{130}}) {
+    const int64_t n = hw > 100 ? 2 : 16;
+    ConvCase cc{"depthwise", {n, 40, hw, hw}, {40, 1, 3, 3}, 40, {1, 1}, {1, 1}, {1, 1, 1, 1}, false};
+    const Dims yd = {n, 40, hw, hw};
     auto x = Buf<float>::from_doubles(cc.x, random_values(numel(cc.x), 33));
     auto dy = Buf<float>::from_doubles(yd, random_values(numel(yd), 34));
     auto grad = [&](int threads) {
