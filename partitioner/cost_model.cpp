@@ -18,6 +18,11 @@ double cost_value_bytes(const Value* v) {
 
 bool is_forward_phase(const Node& n) { return n.phase == Phase::kForward || n.phase == Phase::kLoss; }
 
+int cost_phase(const Node& n) {
+  if (is_forward_phase(n)) return 0;
+  return n.op_type == "ConvGradWeight" || n.op_type == "ConvTransposeGradWeight" ? 2 : 1;
+}
+
 bool may_be_kept_for_backward(const Value* v) {
   if (!v) return false;
   if (v->kind == ValueKind::kInput || v->kind == ValueKind::kLabel) return true;
@@ -246,7 +251,7 @@ double node_time_s(const Node& n, const DeviceSpec& d) {
   // Copies: the executor aliases a Reshape's output to its input (no kernel runs), and a calibration
   // never sees them run, so they are free rather than priced at the class's floor.
   if (is_copy_op(n.op_type)) return 0;
-  const ClassCost& c = d.classes[static_cast<int>(op_class(n))][is_forward_phase(n) ? 0 : 1];
+  const ClassCost& c = d.classes[static_cast<int>(op_class(n))][cost_phase(n)];
   const RooflineTerms r = roofline_terms(n, d);
   return (c.floor_s + c.scale * r.flops_s + c.byte_scale * r.bytes_s) * d.share;
 }

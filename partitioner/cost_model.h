@@ -52,6 +52,9 @@ OpClass op_class(const Node& n);
 double cost_value_bytes(const Value* v);
 // Forward and loss nodes define stages; backward and update nodes follow them.
 bool is_forward_phase(const Node& n);
+// Which of a class's calibrated costs prices the node (DeviceSpec::classes): 0 forward and loss,
+// 1 backward and update, 2 a convolution's weight gradient.
+int cost_phase(const Node& n);
 // Values backward may keep from forward: activations of forward / loss nodes, model inputs, labels.
 bool may_be_kept_for_backward(const Value* v);
 

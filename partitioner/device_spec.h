@@ -13,6 +13,10 @@ namespace pt {
 // The classes of ops whose achieved speed a calibration measures apart (cost_model.h, op_class).
 enum class OpClass { kGemm, kConv, kDepthwise, kNorm, kSoftmax, kPool, kMovement, kElementwise };
 inline constexpr int kOpClasses = 8;
+// The phases a class is fitted for: forward (and loss) nodes, backward and update nodes, and the
+// weight gradients of convolutions (ConvGradWeight: its kernel runs at another speed than the
+// input gradient's with the same FLOPs, 2.5x slower on ResNet-18's 4x4 maps at one thread).
+inline constexpr int kCostPhases = 3;
 const char* op_class_name(OpClass c);
 
 // What a device achieves on one op class, fitted by a calibration (runtime/exec/calibrate.h): a
@@ -37,9 +41,10 @@ struct DeviceSpec {
   double memory_bytes = 0;     // usable device memory
   double kernel_overhead_s = 0;  // fixed cost per kernel launch
   // A calibrated device's per-class costs (calibrated: every node's time comes from them), for
-  // forward nodes ([k][0], the loss too) and backward and update nodes ([k][1]).
+  // forward nodes ([k][0], the loss too), backward and update nodes ([k][1]) and convolutions'
+  // weight gradients ([k][2]): cost_phase().
   bool calibrated = false;
-  ClassCost classes[kOpClasses][2];
+  ClassCost classes[kOpClasses][kCostPhases];
   // Stages that share this device's cores (more stage threads than cores): each runs `share` times
   // slower than alone while the others compute. 1: the device is the stage's own.
   double share = 1;

@@ -250,7 +250,7 @@ bool crosses_nodes(const PartitionOptions& o, int stage) {
 bool same_speed(const DeviceSpec& a, const DeviceSpec& b) {
   if (a.calibrated != b.calibrated || a.share != b.share) return false;
   for (int k = 0; k < kOpClasses && a.calibrated; ++k)
-    for (int ph = 0; ph < 2; ++ph)
+    for (int ph = 0; ph < kCostPhases; ++ph)
       if (a.classes[k][ph].floor_s != b.classes[k][ph].floor_s || a.classes[k][ph].scale != b.classes[k][ph].scale ||
           a.classes[k][ph].byte_scale != b.classes[k][ph].byte_scale)
         return false;

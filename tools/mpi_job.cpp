@@ -81,7 +81,7 @@ Status MpiJob::share_cpu_spec(DeviceSpec* d) {
     char name[64];
     int32_t kind, calibrated;
     double peak_flops, mem_bandwidth, memory_bytes, kernel_overhead_s, share;
-    double floor_s[kOpClasses][2], scale[kOpClasses][2], byte_scale[kOpClasses][2];
+    double floor_s[kOpClasses][kCostPhases], scale[kOpClasses][kCostPhases], byte_scale[kOpClasses][kCostPhases];
   } w{};
   if (sync_before_start() != 0) return internal_error("another rank failed");
   std::snprintf(w.name, sizeof w.name, "%s", d->name.c_str());
@@ -93,7 +93,7 @@ Status MpiJob::share_cpu_spec(DeviceSpec* d) {
   w.share = d->share;
   w.calibrated = d->calibrated ? 1 : 0;
   for (int k = 0; k < kOpClasses; ++k)
-    for (int ph = 0; ph < 2; ++ph) {
+    for (int ph = 0; ph < kCostPhases; ++ph) {
       w.floor_s[k][ph] = d->classes[k][ph].floor_s;
       w.scale[k][ph] = d->classes[k][ph].scale;
       w.byte_scale[k][ph] = d->classes[k][ph].byte_scale;
@@ -108,7 +108,7 @@ Status MpiJob::share_cpu_spec(DeviceSpec* d) {
   d->share = w.share;
   d->calibrated = w.calibrated != 0;
   for (int k = 0; k < kOpClasses; ++k)
-    for (int ph = 0; ph < 2; ++ph) d->classes[k][ph] = ClassCost{w.floor_s[k][ph], w.scale[k][ph], w.byte_scale[k][ph], 0};
+    for (int ph = 0; ph < kCostPhases; ++ph) d->classes[k][ph] = ClassCost{w.floor_s[k][ph], w.scale[k][ph], w.byte_scale[k][ph], 0};
   return Status::ok();
 }
 

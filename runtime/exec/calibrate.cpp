@@ -29,8 +29,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kCacheVersion = 4;
-constexpr const char* kPhases[2] = {"forward", "backward"};
+constexpr int kCacheVersion = 5;
+constexpr const char* kPhases[kCostPhases] = {"forward", "backward", "weight_grad"};
 
 // A small graph under construction: float input x, parameters, nodes with inferred shapes.
 struct Builder {
@@ -220,7 +220,7 @@ Status measure(const Case& c, DeviceSpec* spec, std::vector<Point>* out) {
     const double t = median[n->id];
     if (t <= 0) continue;
     const RooflineTerms r = roofline_terms(*n, *spec);
-    out->push_back(Point{static_cast<int>(op_class(*n)), is_forward_phase(*n) ? 0 : 1, 1, r.flops_s, r.bytes_s, t});
+    out->push_back(Point{static_cast<int>(op_class(*n)), cost_phase(*n), 1, r.flops_s, r.bytes_s, t});
   }
   return Status::ok();
 }
@@ -334,7 +334,7 @@ bool read_cache(const std::string& path, const nlohmann::json& key, DeviceSpec* 
       return false;
     }
     for (int k = 0; k < kOpClasses; ++k)
-      for (int ph = 0; ph < 2; ++ph) {
+      for (int ph = 0; ph < kCostPhases; ++ph) {
         const nlohmann::json& c = j.at("classes").at(op_class_name(static_cast<OpClass>(k))).at(kPhases[ph]);
         ClassCost& cc = spec->classes[k][ph];
         cc = ClassCost{c.at("floor_s").get<double>(), c.at("scale").get<double>(), c.at("byte_scale").get<double>(),
@@ -354,7 +354,7 @@ void write_cache(const std::string& path, const nlohmann::json& key, const Devic
   nlohmann::json j;
   j["key"] = key;
   for (int k = 0; k < kOpClasses; ++k)
-    for (int ph = 0; ph < 2; ++ph) {
+    for (int ph = 0; ph < kCostPhases; ++ph) {
       const ClassCost& c = spec.classes[k][ph];
       j["classes"][op_class_name(static_cast<OpClass>(k))][kPhases[ph]] = {
           {"floor_s", c.floor_s}, {"scale", c.scale}, {"byte_scale", c.byte_scale}, {"points", c.points}};
@@ -416,14 +416,14 @@ Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const Calibration
   if (spec->kind == DeviceKind::kCpu) set_cpu_kernel_threads(saved_threads);
   RETURN_IF_ERROR(st.with_context("calibration: "));
   // Each class and phase its own fit; one with fewer than 2 points takes its class's, or all points'.
-  std::vector<Point> by[kOpClasses][2], cls[kOpClasses];
+  std::vector<Point> by[kOpClasses][kCostPhases], cls[kOpClasses];
   for (const Point& p : pts) {
     by[p.cls][p.phase].push_back(p);
     cls[p.cls].push_back(p);
   }
   const ClassCost all = fit_class_cost(pts);
   for (int k = 0; k < kOpClasses; ++k)
-    for (int ph = 0; ph < 2; ++ph)
+    for (int ph = 0; ph < kCostPhases; ++ph)
       spec->classes[k][ph] = by[k][ph].size() >= 2 ? fit_class_cost(by[k][ph])
                              : cls[k].size() >= 2  ? fit_class_cost(cls[k])
                                                    : ClassCost{all.floor_s, all.scale, all.byte_scale, 0};

@@ -92,7 +92,7 @@ TEST(CalibratedCostModel, BackwardNodesArePricedByWhatTheyCompute) {
   d.mem_bandwidth = 1e10;
   d.calibrated = true;
   for (int k = 0; k < kOpClasses; ++k)
-    for (int ph = 0; ph < 2; ++ph) d.classes[k][ph] = ClassCost{1e-6 * (k + 1), 1.0 + k, 0.5 * ph + 0.1 * k, 3};
+    for (int ph = 0; ph < kCostPhases; ++ph) d.classes[k][ph] = ClassCost{1e-6 * (k + 1), 1.0 + k, 0.5 * ph + 0.1 * k, 3};
   int seen = 0;
   for (const auto& n : g.nodes()) {
     const std::string& op = n->op_type;
@@ -111,13 +111,14 @@ TEST(CalibratedCostModel, BackwardNodesArePricedByWhatTheyCompute) {
     }
     if (op == "ConvGradInput" || op == "ConvGradWeight") {
       EXPECT_EQ(c, OpClass::kDepthwise) << n->name;
+      EXPECT_EQ(cost_phase(*n), op == "ConvGradWeight" ? 2 : 1) << n->name;  // their kernels' own speeds
     }
     if (op == "Reshape") {
       EXPECT_EQ(node_time_s(*n, d), 0.0) << n->name;  // a view: aliased, no kernel
       ++seen;
       continue;
     }
-    const ClassCost& cc = d.classes[static_cast<int>(c)][is_forward_phase(*n) ? 0 : 1];
+    const ClassCost& cc = d.classes[static_cast<int>(c)][cost_phase(*n)];
     EXPECT_DOUBLE_EQ(node_time_s(*n, d),
                      cc.floor_s + cc.scale * node_flops(*n) / d.peak_flops + cc.byte_scale * node_bytes(*n) / d.mem_bandwidth)
         << n->name;
