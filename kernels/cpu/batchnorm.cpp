@@ -119,16 +119,17 @@ PT_CPU_CLONES void plane_dx_f32(const float* dy, const float* x, const float* co
 }
 
 // Channels [c0, c1) of maps with few elements per plane (s < kSmallPlane: the late layers of
-// ResNets and MobileNets, [32, 512, 1, 1]): the sums of x and x^2 (and of dy and dy * x) straight
-// into the channels' accumulators, a row of channels per image, so that the loop runs along the
-// channels instead of paying a reduction per one-element plane (10x faster there). Each plane's
-// elements are summed in order, then the planes in image order: for s = 1 the same sums as the
-// plane-wise path.
+// ResNets and MobileNets, [32, 512, 1, 1], [32, 576, 2, 2]): the sums of x and x^2 (and of dy and
+// dy * x) along each image's row of channels, so that the loop runs along the row instead of paying
+// a reduction per plane of 1-15 elements (10x faster at s = 1). For s = 1 straight into the
+// channels' accumulators, the planes in image order: the same sums as the plane-wise path; for
+// s > 1 per element position over the images first (`acc`, 4 (c1 - c0) s doubles), then the
+// positions of each channel in order.
 constexpr int64_t kSmallPlane = 16;
 template <typename T>
 [[gnu::always_inline]] inline void channel_sums(const T* x, const T* dy, int64_t n_count, int64_t c_count, int64_t s,
                                                 int64_t c0, int64_t c1, double* s1, double* s2, double* sd,
-                                                double* sdx) {
+                                                double* sdx, double* acc) {
   for (int64_t n = 0; n < n_count; ++n) {
     const T* xr = x + n * c_count * s;
     const T* dyr = dy ? dy + n * c_count * s : nullptr;
@@ -152,31 +153,46 @@ template <typename T>
       }
       continue;
     }
-    for (int64_t c = c0; c < c1; ++c) {
-      double a = 0, b = 0, d = 0, dx = 0;
-      for (int64_t i = 0; i < s; ++i) {
-        const double xi = xr[c * s + i];
-        a += xi;
-        b += xi * xi;
-        if (dyr) {
-          const double di = dyr[c * s + i];
-          d += di;
-          dx += di * xi;
-        }
+    // s > 1: the channels' rows of s elements side by side, summed per element position across
+    // the images (acc, 4 rows of (c1 - c0) * s), folded per channel after the last image.
+    const int64_t j0 = c0 * s, len = (c1 - c0) * s;
+    double *e1 = acc, *e2 = acc + len, *ed = acc + 2 * len, *edx = acc + 3 * len;
+    if (dyr) {
+#pragma omp simd
+      for (int64_t j = 0; j < len; ++j) {
+        const double xi = xr[j0 + j], di = dyr[j0 + j];
+        e1[j] += xi;
+        e2[j] += xi * xi;
+        ed[j] += di;
+        edx[j] += di * xi;
       }
-      s1[c] += a;
-      s2[c] += b;
-      if (dyr) {
-        sd[c] += d;
-        sdx[c] += dx;
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < len; ++j) {
+        const double xi = xr[j0 + j];
+        e1[j] += xi;
+        e2[j] += xi * xi;
       }
     }
   }
+  if (s == 1) return;
+  const int64_t len = (c1 - c0) * s;
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t i = 0; i < s; ++i) {
+      const int64_t j = (c - c0) * s + i;
+      s1[c] += acc[j];
+      s2[c] += acc[len + j];
+      if (dy) {
+        sd[c] += acc[2 * len + j];
+        sdx[c] += acc[3 * len + j];
+      }
+    }
 }
 
 PT_CPU_CLONES void channel_sums_f32(const float* x, const float* dy, int64_t n_count, int64_t c_count, int64_t s,
-                                    int64_t c0, int64_t c1, double* s1, double* s2, double* sd, double* sdx) {
-  channel_sums(x, dy, n_count, c_count, s, c0, c1, s1, s2, sd, sdx);
+                                    int64_t c0, int64_t c1, double* s1, double* s2, double* sd, double* sdx,
+                                    double* acc) {
+  channel_sums(x, dy, n_count, c_count, s, c0, c1, s1, s2, sd, sdx, acc);
 }
 
 // Runs fn(p0, p1) over the planes, split across the threads when the work is large enough.
@@ -213,10 +229,12 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
     {
       int64_t c0, c1;
       thread_share(g.c, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+      thread_local std::vector<double> acc;  // each thread's own (channel_sums)
+      acc.assign(static_cast<size_t>(g.s > 1 ? 4 * (c1 - c0) * g.s : 0), 0.0);
       if constexpr (std::is_same_v<T, float>)
-        channel_sums_f32(x, dy, g.n, g.c, g.s, c0, c1, s1, s2, sd, sdx);
+        channel_sums_f32(x, dy, g.n, g.c, g.s, c0, c1, s1, s2, sd, sdx, acc.data());
       else
-        channel_sums(x, dy, g.n, g.c, g.s, c0, c1, s1, s2, sd, sdx);
+        channel_sums(x, dy, g.n, g.c, g.s, c0, c1, s1, s2, sd, sdx, acc.data());
     }
   } else {
     // Every entry is written below: grown once, never cleared (no allocation per call once warm).
@@ -310,16 +328,26 @@ Status batch_normalization(const KernelCall& call) {
     a[c] = static_cast<T>(scale[c] * istd);
     b[c] = static_cast<T>(bias[c] - mean[c] * scale[c] * istd);
   }
-  if (g.s == 1) {  // one element per plane: rows of C channels
+  if (g.s < kSmallPlane) {  // few elements per plane: rows of C x S, the coefficients repeated S times
+    const int64_t row = g.c * g.s;
+    if (g.s > 1) {
+      std::vector<T> ae(static_cast<size_t>(row)), be(static_cast<size_t>(row));
+      for (int64_t j = 0; j < row; ++j) {
+        ae[j] = a[j / g.s];
+        be[j] = b[j / g.s];
+      }
+      a.swap(ae);
+      b.swap(be);
+    }
 #pragma omp parallel for if (par(g))
     for (int64_t n = 0; n < g.n; ++n) {
-      const T* xr = x + n * g.c;
-      T* yr = y + n * g.c;
+      const T* xr = x + n * row;
+      T* yr = y + n * row;
 #pragma omp simd
-      for (int64_t c = 0; c < g.c; ++c) yr[c] = xr[c] * a[c] + b[c];
+      for (int64_t j = 0; j < row; ++j) yr[j] = xr[j] * a[j] + b[j];
       if (relu)
 #pragma omp simd
-        for (int64_t c = 0; c < g.c; ++c) yr[c] = yr[c] > T(0) ? yr[c] : T(0);
+        for (int64_t j = 0; j < row; ++j) yr[j] = yr[j] > T(0) ? yr[j] : T(0);
     }
     return Status::ok();
   }
@@ -407,18 +435,26 @@ Status batch_normalization_grad(const KernelCall& call) {
     ckx[c] = training ? static_cast<T>(sdyxhat[c] * inv_m * istd[c]) : T(0);
     cmu[c] = training ? static_cast<T>(mean[c]) : T(0);
   }
-  if (g.s == 1) {  // one element per plane: rows of C channels
+  if (g.s < kSmallPlane) {  // few elements per plane: rows of C x S, the coefficients repeated S times
+    const int64_t row = g.c * g.s;
+    if (g.s > 1) {
+      std::vector<T> e(static_cast<size_t>(4 * row));
+      for (int k = 0; k < 4; ++k)
+        for (int64_t j = 0; j < row; ++j) e[k * row + j] = coef[k * g.c + j / g.s];
+      coef.swap(e);
+      ck = coef.data(), cmdy = ck + row, ckx = cmdy + row, cmu = ckx + row;
+    }
 #pragma omp parallel for if (par(g))
     for (int64_t n = 0; n < g.n; ++n) {
-      const T* dyr = dy + n * g.c;
-      const T* xr = x + n * g.c;
-      T* dxr = dx + n * g.c;
+      const T* dyr = dy + n * row;
+      const T* xr = x + n * row;
+      T* dxr = dx + n * row;
       if (training) {
 #pragma omp simd
-        for (int64_t c = 0; c < g.c; ++c) dxr[c] = ck[c] * (dyr[c] - cmdy[c] - (xr[c] - cmu[c]) * ckx[c]);
+        for (int64_t j = 0; j < row; ++j) dxr[j] = ck[j] * (dyr[j] - cmdy[j] - (xr[j] - cmu[j]) * ckx[j]);
       } else {
 #pragma omp simd
-        for (int64_t c = 0; c < g.c; ++c) dxr[c] = ck[c] * dyr[c];
+        for (int64_t j = 0; j < row; ++j) dxr[j] = ck[j] * dyr[j];
       }
     }
     return Status::ok();
