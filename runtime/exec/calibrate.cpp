@@ -386,17 +386,24 @@ Expected<CalibrationResult> calibrate_device(DeviceSpec* spec, const Calibration
   CalibrationResult r;
   const nlohmann::json key = cache_key(*spec, opts.threads);
   if (!opts.cache_dir.empty()) {
-    // One file per host, device kind and thread count (hosts sharing a home folder keep their
-    // own); a new build overwrites it.
+    // One file per host, device kind, thread count and program (hosts sharing a home folder keep
+    // their own; so do the tool and a test or benchmark binary of the same build, whose different
+    // build keys would otherwise make each measure again over the other's file, in parallel tests
+    // in the middle of a run whose memory a test checks); a new build overwrites it.
     char host[256] = "unknown";
     ::gethostname(host, sizeof host - 1);
+    std::error_code ec;
+    std::string program = fs::read_symlink("/proc/self/exe", ec).filename().string();
+    if (ec || program.empty()) program = "unknown";
     r.cache_path = (fs::path(opts.cache_dir) / std::string("calibration_")
                                                    .append(host)
                                                    .append("_")
                                                    .append(device_kind_name(spec->kind))
                                                    .append("_")
                                                    .append(std::to_string(opts.threads))
-                                                   .append("t.json"))
+                                                   .append("t")
+                                                   .append(program == "onnx-pipetrain" ? "" : "_" + program)
+                                                   .append(".json"))
                        .string();
     if (!opts.refresh && read_cache(r.cache_path, key, spec, opts.quiet)) {
       spec->calibrated = true;
