@@ -76,6 +76,23 @@ def losses(path):
     return [float(r.split(",")[2]) for r in rows]
 
 
+def divergence(ref_dir, run_dir):
+    """Where two runs that should be equal part: the first step whose losses differ and each run's
+    split (partition.txt's stage table), for a failure's message."""
+    la, lb = losses(os.path.join(ref_dir, "metrics.csv")), losses(os.path.join(run_dir, "metrics.csv"))
+    first = next((i + 1 for i, (a, b) in enumerate(zip(la, lb)) if a != b), None)
+    out = [f"losses first differ at step {first}: {la[first - 1]!r} against {lb[first - 1]!r}" if first
+           else f"losses equal over {min(len(la), len(lb))} steps ({len(la)} and {len(lb)} rows)"]
+    for d in (ref_dir, run_dir):
+        try:
+            with open(os.path.join(d, "partition.txt")) as f:
+                out += [f"{os.path.basename(d)}: {ln.strip()}" for ln in f
+                        if ln.lstrip().startswith("stage ") or ln.strip()[:1].isdigit()]
+        except OSError as e:
+            out.append(f"{d}: {e}")
+    return "\n".join(out)
+
+
 def stage_nodes(run_dir):
     with open(os.path.join(run_dir, "partition.json")) as f:
         return [s["nodes"] for s in json.load(f)["stages"]]
@@ -352,20 +369,23 @@ class MpiTest(unittest.TestCase):
         # take the SIGTERM as a stop request: drained, checkpointed, the model written.
         rc, log, step = self.stopped_run("stop_int", lambda p: p.send_signal(signal.SIGINT),
                                          ["--mca", "odls_base_sigkill_timeout", 3])
+        stop_log = log
         self.assertEqual(rc, 1, log)
         self.assertNotIn("lost rank", log)
         # --resume continues from there, and equals a run that drains at the same step (and at
         # no other before the end: step + 5 < 2 step) bit for bit, in one process.
         part, ref = self.out("stop_int"), self.out("stop_int_ref")
-        rc, log, _ = mpirun(3, *self.STOP_RUN, "--steps", step + 5, "--out", part, "--resume")
-        self.assertEqual(rc, 0, log)
-        self.assertIn(f"(step {step} of {step + 5}", log)
+        rc, resumed, _ = mpirun(3, *self.STOP_RUN, "--steps", step + 5, "--out", part, "--resume")
+        self.assertEqual(rc, 0, resumed)
+        self.assertIn(f"(step {step} of {step + 5}", resumed)
         self.assertGreater(step, 5)
         rc, log, _ = run([BIN, *self.STOP_RUN, "--steps", step + 5, "--checkpoint-every", step, "--quiet", "--out", ref])
         self.assertEqual(rc, 0, log)
         a, b = weights(os.path.join(ref, "digits_mlp.trained.onnx")), weights(os.path.join(part, "digits_mlp.trained.onnx"))
         for k in a:
-            self.assertTrue(np.array_equal(a[k], b[k]), f"{k} differs after the resume")
+            # (Seen once, 2026-12-07, under a loaded ctest -j2: 0.weight differed. The message says where.)
+            self.assertTrue(np.array_equal(a[k], b[k]), f"{k} differs after the resume (stopped at step {step})\n" +
+                            divergence(ref, part) + "\nthe stopped run:\n" + stop_log + "\nthe resumed run:\n" + resumed)
         self.assertEqual(losses(os.path.join(ref, "metrics.csv")), losses(os.path.join(part, "metrics.csv")))
 
     def test_sigusr1_on_mpirun_exits_130(self):
