@@ -210,23 +210,27 @@ TYPED_TEST(ConvTest, ConvRejectsMismatchedShapes) {
   EXPECT_NE(st.message().find("output"), std::string::npos) << st.message();
 }
 
+// float ConvGradWeight of case cc on random X and dY (of seeds x_seed, dy_seed) with `threads`
+// OpenMP threads.
+std::vector<float> grad_weight_on(const ConvCase& cc, const Dims& yd, int x_seed, int dy_seed, int threads) {
+  auto x = Buf<float>::from_doubles(cc.x, random_values(numel(cc.x), x_seed));
+  auto dy = Buf<float>::from_doubles(yd, random_values(numel(yd), dy_seed));
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  auto dw = Buf<float>::output(cc.w);
+  const Status st = run_kernel("ConvGradWeight", DType::kFloat32, {dy.view(), x.view()}, {dw.view()}, conv_attrs(cc));
+  omp_set_num_threads(before);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  const float* p = dw.view().as<float>();
+  return std::vector<float>(p, p + numel(cc.w));
+}
+
 // The few-taps weight gradient sums each thread's samples apart and adds the threads' sums in
 // thread order: repeated calls give the same bits, and one thread agrees with two to rounding.
 TEST(ConvThreads, FewTapsWeightGradientIsRepeatable) {
   ConvCase cc{"few taps", {16, 1, 28, 28}, {6, 1, 5, 5}, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}, false};
   const Dims yd = {16, 6, 28, 28};
-  auto x = Buf<float>::from_doubles(cc.x, random_values(numel(cc.x), 31));
-  auto dy = Buf<float>::from_doubles(yd, random_values(numel(yd), 32));
-  auto grad = [&](int threads) {
-    const int before = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    auto dw = Buf<float>::output(cc.w);
-    const Status st = run_kernel("ConvGradWeight", DType::kFloat32, {dy.view(), x.view()}, {dw.view()}, conv_attrs(cc));
-    omp_set_num_threads(before);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    const float* p = dw.view().as<float>();
-    return std::vector<float>(p, p + numel(cc.w));
-  };
+  auto grad = [&](int threads) { return grad_weight_on(cc, yd, 31, 32, threads); };
   const std::vector<float> a = grad(2), b = grad(2), one = grad(1);
   EXPECT_EQ(a, b);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], one[i], 1e-4 * (1 + std::fabs(one[i]))) << i;
@@ -239,18 +243,7 @@ TEST(ConvThreads, DepthwiseWeightGradientIsTheSameOnAnyThreadCount) {
     const int64_t n = hw > 100 ? 2 : 16;
     ConvCase cc{"depthwise", {n, 40, hw, hw}, {40, 1, 3, 3}, 40, {1, 1}, {1, 1}, {1, 1, 1, 1}, false};
     const Dims yd = {n, 40, hw, hw};
-    auto x = Buf<float>::from_doubles(cc.x, random_values(numel(cc.x), 33));
-    auto dy = Buf<float>::from_doubles(yd, random_values(numel(yd), 34));
-    auto grad = [&](int threads) {
-      const int before = omp_get_max_threads();
-      omp_set_num_threads(threads);
-      auto dw = Buf<float>::output(cc.w);
-      const Status st = run_kernel("ConvGradWeight", DType::kFloat32, {dy.view(), x.view()}, {dw.view()}, conv_attrs(cc));
-      omp_set_num_threads(before);
-      EXPECT_TRUE(st.is_ok()) << st.message();
-      const float* p = dw.view().as<float>();
-      return std::vector<float>(p, p + numel(cc.w));
-    };
+    auto grad = [&](int threads) { return grad_weight_on(cc, yd, 33, 34, threads); };
     const std::vector<float> one = grad(1);
     EXPECT_EQ(grad(2), one) << hw << "x" << hw;
     EXPECT_EQ(grad(3), one) << hw << "x" << hw;
