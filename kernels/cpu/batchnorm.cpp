@@ -321,24 +321,17 @@ Status batch_normalization(const KernelCall& call) {
   if (T* p = out(2))
     for (int64_t c = 0; c < g.c; ++c) p[c] = run_var[c];
 
-  // y = x * a + b per channel.
-  std::vector<T> a(static_cast<size_t>(g.c)), b(static_cast<size_t>(g.c));
+  // y = x * a + b per channel; for the rows below (few elements per plane) each channel's a and b
+  // repeated for its S positions.
+  const int64_t reps = g.s < kSmallPlane ? g.s : 1;
+  std::vector<T> a(static_cast<size_t>(g.c * reps)), b(static_cast<size_t>(g.c * reps));
   for (int64_t c = 0; c < g.c; ++c) {
     const double istd = 1.0 / std::sqrt(var[c] + eps);
-    a[c] = static_cast<T>(scale[c] * istd);
-    b[c] = static_cast<T>(bias[c] - mean[c] * scale[c] * istd);
+    std::fill_n(a.begin() + c * reps, reps, static_cast<T>(scale[c] * istd));
+    std::fill_n(b.begin() + c * reps, reps, static_cast<T>(bias[c] - mean[c] * scale[c] * istd));
   }
-  if (g.s < kSmallPlane) {  // few elements per plane: rows of C x S, the coefficients repeated S times
+  if (g.s < kSmallPlane) {  // few elements per plane: rows of C x S
     const int64_t row = g.c * g.s;
-    if (g.s > 1) {
-      std::vector<T> ae(static_cast<size_t>(row)), be(static_cast<size_t>(row));
-      for (int64_t j = 0; j < row; ++j) {
-        ae[j] = a[j / g.s];
-        be[j] = b[j / g.s];
-      }
-      a.swap(ae);
-      b.swap(be);
-    }
 #pragma omp parallel for if (par(g))
     for (int64_t n = 0; n < g.n; ++n) {
       const T* xr = x + n * row;
@@ -425,25 +418,20 @@ Status batch_normalization_grad(const KernelCall& call) {
 
   // training: dx = scale*istd * (dy - mean(dy) - xhat * mean(dy*xhat)); inference: scale*istd*dy.
   const double inv_m = 1.0 / static_cast<double>(std::max<int64_t>(g.m(), 1));
-  // Per channel: dx = k dy - k mdy - k kx (x - mu), as T (the same values for every plane).
-  thread_local std::vector<T> coef;  // (4, C): k, mdy, kx, mu
-  coef.resize(static_cast<size_t>(4 * g.c));
-  T *ck = coef.data(), *cmdy = ck + g.c, *ckx = cmdy + g.c, *cmu = ckx + g.c;
+  // Per channel: dx = k dy - k mdy - k kx (x - mu), as T (the same values for every plane); for the
+  // rows below (few elements per plane) each channel's values repeated for its S positions.
+  const int64_t reps = g.s < kSmallPlane ? g.s : 1, width = g.c * reps;
+  thread_local std::vector<T> coef;  // (4, C x reps): k, mdy, kx, mu
+  coef.resize(static_cast<size_t>(4 * width));
+  T *ck = coef.data(), *cmdy = ck + width, *ckx = cmdy + width, *cmu = ckx + width;
   for (int64_t c = 0; c < g.c; ++c) {
-    ck[c] = static_cast<T>(scale[c] * istd[c]);
-    cmdy[c] = training ? static_cast<T>(sdy[c] * inv_m) : T(0);
-    ckx[c] = training ? static_cast<T>(sdyxhat[c] * inv_m * istd[c]) : T(0);
-    cmu[c] = training ? static_cast<T>(mean[c]) : T(0);
+    std::fill_n(ck + c * reps, reps, static_cast<T>(scale[c] * istd[c]));
+    std::fill_n(cmdy + c * reps, reps, training ? static_cast<T>(sdy[c] * inv_m) : T(0));
+    std::fill_n(ckx + c * reps, reps, training ? static_cast<T>(sdyxhat[c] * inv_m * istd[c]) : T(0));
+    std::fill_n(cmu + c * reps, reps, training ? static_cast<T>(mean[c]) : T(0));
   }
-  if (g.s < kSmallPlane) {  // few elements per plane: rows of C x S, the coefficients repeated S times
-    const int64_t row = g.c * g.s;
-    if (g.s > 1) {
-      std::vector<T> e(static_cast<size_t>(4 * row));
-      for (int k = 0; k < 4; ++k)
-        for (int64_t j = 0; j < row; ++j) e[k * row + j] = coef[k * g.c + j / g.s];
-      coef.swap(e);
-      ck = coef.data(), cmdy = ck + row, ckx = cmdy + row, cmu = ckx + row;
-    }
+  if (g.s < kSmallPlane) {  // few elements per plane: rows of C x S
+    const int64_t row = width;
 #pragma omp parallel for if (par(g))
     for (int64_t n = 0; n < g.n; ++n) {
       const T* dyr = dy + n * row;

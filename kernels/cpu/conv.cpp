@@ -317,8 +317,11 @@ void grad_weight_depthwise_lanes(const ConvShape& cs, const float* x, const floa
   const bool par = blocks > 1 && M * w.n * w.out_size() * K > kParallelThreshold;
 #pragma omp parallel if (par)
   {
-    std::vector<float> xp(static_cast<size_t>(plane * L), 0.0f), dyt(static_cast<size_t>(w.out_size() * L), 0.0f),
-        acc(static_cast<size_t>(K * L));
+    // Each thread's, grown once (no allocation per call once warm); the plane's borders must be zero.
+    thread_local std::vector<float> xp, dyt, acc;
+    xp.assign(static_cast<size_t>(plane * L), 0.0f);
+    dyt.resize(static_cast<size_t>(w.out_size() * L));
+    acc.resize(static_cast<size_t>(K * L));
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t m0 = b * L, width = std::min(L, M - m0);
