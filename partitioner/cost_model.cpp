@@ -20,7 +20,7 @@ bool is_forward_phase(const Node& n) { return n.phase == Phase::kForward || n.ph
 
 int cost_phase(const Node& n) {
   if (is_forward_phase(n)) return 0;
-  return n.op_type == "ConvGradWeight" || n.op_type == "ConvTransposeGradWeight" ? 2 : 1;
+  return n.op_type == "ConvGradWeight" ? 2 : 1;  // ConvTranspose's dW is a ConvGradWeight too
 }
 
 bool may_be_kept_for_backward(const Value* v) {

@@ -45,25 +45,25 @@ struct Builder {
     g.inputs.push_back(in);
     x = op("Mul", {in, param({1})});
   }
-  Value* param(Dims d) {
-    Value* v = g.add_value(std::string("w").append(std::to_string(g.values().size())), DType::kFloat32, d,
-                           ValueKind::kParameter);
-    HostTensor t(DType::kFloat32, d);
-    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-    for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = u(rng);
+  // An initializer of kind k holding t.
+  Value* initializer(HostTensor t, ValueKind k) {
+    Value* v = g.add_value(std::string(k == ValueKind::kParameter ? "w" : "c").append(std::to_string(g.values().size())),
+                           DType::kFloat32, t.dims(), k);
     v->data = std::make_shared<HostTensor>(std::move(t));
     v->from_initializer = true;
     return v;
   }
+  Value* param(Dims d) {
+    HostTensor t(DType::kFloat32, d);
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    for (int64_t i = 0; i < t.size(); ++i) t.as<float>()[i] = u(rng);
+    return initializer(std::move(t), ValueKind::kParameter);
+  }
   // A read-only scalar (Clip's bounds).
   Value* constant(float value) {
-    Value* v = g.add_value(std::string("c").append(std::to_string(g.values().size())), DType::kFloat32, {},
-                           ValueKind::kConstant);
     HostTensor t(DType::kFloat32, {});
     t.as<float>()[0] = value;
-    v->data = std::make_shared<HostTensor>(std::move(t));
-    v->from_initializer = true;
-    return v;
+    return initializer(std::move(t), ValueKind::kConstant);
   }
   // A node with `outputs` outputs (inferred); its first.
   Value* op(const std::string& type, std::vector<Value*> ins, AttrMap attrs = {}, int since = 13, int outputs = 1) {
