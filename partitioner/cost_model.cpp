@@ -256,6 +256,13 @@ double node_time_s(const Node& n, const DeviceSpec& d) {
   return (c.floor_s + c.scale * r.flops_s + c.byte_scale * r.bytes_s) * d.share;
 }
 
+double weight_pass_s(double flops, double bytes, const DeviceSpec& d) {
+  const RooflineTerms r{d.peak_flops > 0 ? flops / d.peak_flops : 0, d.mem_bandwidth > 0 ? bytes / d.mem_bandwidth : 0};
+  if (!d.calibrated) return (std::max(r.flops_s, r.bytes_s) + d.kernel_overhead_s) * d.share;
+  const ClassCost& c = d.classes[static_cast<int>(OpClass::kElementwise)][1];
+  return (c.floor_s + c.scale * r.flops_s + c.byte_scale * r.bytes_s) * d.share;
+}
+
 static int64_t conv_workspace_bytes(const Node& n) {
   const std::string op = product_op(n.op_type);
   if (op != "Conv" && op != "ConvTranspose") return 0;

@@ -37,6 +37,10 @@ double node_bytes(const Node& n);
 // calibrated device, its class's floor + scale x flops / peak + byte_scale x bytes / bandwidth.
 // Times `d.share` when stages share the device.
 double node_time_s(const Node& n, const DeviceSpec& d);
+// One element-wise pass over a weight outside the graph (a pipeline stage writing a version of it:
+// SpecTrain's prediction, a stashed copy) moving `bytes` with `flops`, priced as an update node of
+// the element-wise class (node_time_s's rule).
+double weight_pass_s(double flops, double bytes, const DeviceSpec& d);
 // The roofline's two terms on `d` (0 where the device's rate is unknown), and the roofline alone:
 // max(flops / peak, bytes / bandwidth).
 struct RooflineTerms {

@@ -32,6 +32,22 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
   return 0;
 }
 
+WeightPasses stage_weight_passes(int stage, int num_stages, const PartitionOptions& opts) {
+  WeightPasses w;
+  if (synchronous(opts.schedule, opts.weights) || num_stages == 1) return w;
+  switch (opts.weights) {
+    case WeightMode::kSpecTrain:
+      w.fwd_predict = spectrain_staleness(stage, num_stages, false, opts.staleness) > 0;
+      w.bwd_predict = spectrain_staleness(stage, num_stages, true, opts.staleness) > 0;
+      break;
+    case WeightMode::kStash:  // a stash per pass in flight; every backward follows updates
+      w.fwd_copy = w.bwd_copy = stage_in_flight(stage, num_stages, opts) > 1;
+      break;
+    default: break;  // stale reads the master; 2BW's versions are not priced yet
+  }
+  return w;
+}
+
 int stage_gradient_accumulators(const PartitionOptions& opts) {
   return micro_batched(opts.schedule, opts.weights) && opts.micro_batches > 1 ? 1 : 0;
 }
@@ -222,6 +238,11 @@ struct Problem {
   // Plans with one replica of a whole-batch graph take the original arithmetic, bit for bit.
   bool replicated() const { return replicas != 1 || scale != 1; }
   std::vector<double> prefix_params;
+  // [class][position + 1]: one prediction of every parameter of the positions before (reading the
+  // master and the optimizer's state, writing the working copy) and one copy of them; [stage]: how
+  // many of each its forward and backward make (stage_weight_passes).
+  std::vector<std::vector<double>> prefix_predict, prefix_copy;
+  std::vector<WeightPasses> weight_passes;
   std::unordered_map<const Node*, int> pos_of;
   LinkSpec link;
   std::vector<LinkSpec> link_into;       // [stage]: the link its received values cross
@@ -424,6 +445,27 @@ Problem build_problem(const Graph& g, const std::vector<const Node*>& order, con
     }
   P.prefix_params.assign(n + 1, 0);
   for (int p = 0; p < n; ++p) P.prefix_params[p + 1] = P.prefix_params[p] + P.pos[p].param_bytes;
+  {
+    // The optimizer state a prediction reads beside the master: SGD's momentum, Adam's two moments.
+    std::unordered_map<const Value*, int> state_reads;
+    for (auto& node : g.nodes())
+      if (node->phase == Phase::kUpdate && !node->inputs.empty()) state_reads[node->inputs[0]] = node->op_type == "Adam" ? 2 : 1;
+    P.prefix_predict.assign(nc, std::vector<double>(n + 1, 0));
+    P.prefix_copy = P.prefix_predict;
+    for (size_t c = 0; c < nc; ++c)
+      for (int p = 0; p < n; ++p) {
+        double predict = 0, copy = 0;
+        for (const Value* v : P.pos[p].params) {
+          const double b = cost_value_bytes(v), elems = static_cast<double>(std::max<int64_t>(0, v->size()));
+          auto it = state_reads.find(v);
+          predict += weight_pass_s(2 * elems, (2.0 + (it == state_reads.end() ? 1 : it->second)) * b, P.classes[c]);
+          copy += weight_pass_s(0, 2 * b, P.classes[c]);
+        }
+        P.prefix_predict[c][p + 1] = P.prefix_predict[c][p] + predict;
+        P.prefix_copy[c][p + 1] = P.prefix_copy[c][p] + copy;
+      }
+    for (int k = 0; k < P.num_stages; ++k) P.weight_passes.push_back(stage_weight_passes(k, P.num_stages, opts));
+  }
   P.replicas = std::max(1, opts.replicas);
   P.scale = static_cast<double>(std::max(1, opts.graph_replicas)) / P.replicas;
   P.replica_link = opts.replica_link.name.empty() ? opts.link : opts.replica_link;
@@ -528,10 +570,19 @@ class StageSweep {
   double weight_bytes() const { return weight_bytes_; }
   const std::vector<const Value*>& shared() const { return shared_; }
   double time_s(int cls) const {
+    const double versions = weight_pass_s(cls, true) + weight_pass_s(cls, false);
     if (P_.replicated())
       return P_.share_s(P_.prefix_fb[cls][j_] - P_.prefix_fb[cls][i_], P_.prefix_oh[cls][j_] - P_.prefix_oh[cls][i_]) +
-             (P_.prefix_upd[cls][j_] - P_.prefix_upd[cls][i_]) + comm_s() + allreduce_s();
-    return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s();
+             (P_.prefix_upd[cls][j_] - P_.prefix_upd[cls][i_]) + comm_s() + allreduce_s() + versions;
+    return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s() + versions;
+  }
+  // The stage's passes over its weights outside the graph in its forward or backward (whole
+  // weights on every replica).
+  double weight_pass_s(int cls, bool forward) const {
+    if (stage_ >= static_cast<int>(P_.weight_passes.size())) return 0;
+    const WeightPasses& w = P_.weight_passes[stage_];
+    return (forward ? w.fwd_predict : w.bwd_predict) * (P_.prefix_predict[cls][j_] - P_.prefix_predict[cls][i_]) +
+           (forward ? w.fwd_copy : w.bwd_copy) * (P_.prefix_copy[cls][j_] - P_.prefix_copy[cls][i_]);
   }
   double forward_s(int cls) const { return P_.prefix_fwd[cls][j_] - P_.prefix_fwd[cls][i_]; }
   // The forward a recomputing stage reruns: forward_s, one replica's share of it with replicas.
@@ -769,6 +820,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
     }
     s.comm_ms = 1e3 * sw.comm_s();
     s.param_bytes = static_cast<int64_t>(sw.param_bytes());
+    const double fwd_weights_ms = 1e3 * sw.weight_pass_s(cls, true), bwd_weights_ms = 1e3 * sw.weight_pass_s(cls, false);
     s.recv_bytes = static_cast<int64_t>(sw.recv_bytes());
     s.grad_send_bytes = static_cast<int64_t>(sw.grad_bytes());
     s.saved_bytes = static_cast<int64_t>(sw.saved());
@@ -804,6 +856,10 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
       s.recompute_ms = P.replicated() ? s.fwd_ms : 1e3 * sw.forward_s(cls);
       s.bwd_ms += s.recompute_ms;
     }
+    s.fwd_weights_ms = fwd_weights_ms;  // the runtime times them inside the passes
+    s.bwd_weights_ms = bwd_weights_ms;
+    s.fwd_ms += fwd_weights_ms;
+    s.bwd_ms += bwd_weights_ms;
     s.memory_bytes = stage_memory_bytes(s, N, opts);
   }
   // Sends: each value once in the list, its bytes once per stage that receives it.

@@ -119,6 +119,15 @@ int stage_recompute_weight_copies(int stage, int num_stages, const PartitionOpti
 int shared_link_slots(int reader, int num_stages, bool backward, bool gpipe);
 int stage_in_flight(int stage, int num_stages, const PartitionOptions& opts);
 int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts);
+// The passes over its parameters outside the graph that a stage makes for one mini-batch's
+// forward and backward (runtime/pipeline/stage.cpp): predictions (SpecTrain: from the master and
+// the optimizer's state into the working copy) and copies (weight stashing: the forward's weights
+// out, then back in for the backward, after updates have moved the master on). The master is
+// updated in place and read where it is, so returning to it costs nothing.
+struct WeightPasses {
+  int fwd_predict = 0, fwd_copy = 0, bwd_predict = 0, bwd_copy = 0;
+};
+WeightPasses stage_weight_passes(int stage, int num_stages, const PartitionOptions& opts);
 // Parameter-sized gradient accumulators a stage holds: GPipe with several micro-batches sums their
 // gradients into one buffer per parameter (runtime/pipeline/stage.cpp grad_acc_) beside the
 // executor's own gradients; 0 otherwise.

@@ -44,6 +44,9 @@ struct StagePlan {
   int64_t param_count = 0;
   int64_t param_bytes = 0;
   double fwd_ms = 0, bwd_ms = 0, update_ms = 0;
+  // The parts of fwd_ms and bwd_ms that write weight versions outside the graph (SpecTrain's
+  // predictions, stash copies: stage_weight_passes), on the whole weights also with replicas.
+  double fwd_weights_ms = 0, bwd_weights_ms = 0;
   // The part of bwd_ms in the backward's weight-gradient part W (importer/training.h,
   // weight_gradient_nodes), by the cost model's share of those nodes: what a zero-bubble schedule
   // can defer (layout_plan sets it).

@@ -55,6 +55,8 @@ json stage_json(const StagePlan& s, double device_share) {
       {"param_bytes", s.param_bytes},
       {"params", names_of(s.params)},
       {"fwd_ms", s.fwd_ms},
+      {"fwd_weights_ms", s.fwd_weights_ms},
+      {"bwd_weights_ms", s.bwd_weights_ms},
       {"bwd_ms", s.bwd_ms},
       {"update_ms", s.update_ms},
       {"comm_ms", s.comm_ms},

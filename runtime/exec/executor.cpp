@@ -335,9 +335,24 @@ Status Executor::select_storage(const Value* v, int k) {
   if (selected_[id] >= 0) swap_storage(id, selected_[id]);  // its own back in place
   if (k >= 0) swap_storage(id, k);
   selected_[id] = k;
+  bump(v);  // a weight's other storage holds other data: cached reorders of the last one do not apply
   void* data = direct_ ? bufs_[id].data() : dptr_[id];
   for (const Use& u : uses_[id]) (u.output ? steps_[u.step].outputs : steps_[u.step].inputs)[u.index].data = data;
   return Status::ok();
+}
+
+int Executor::selected_storage(const Value* v) const {
+  const size_t id = static_cast<size_t>(v->id);
+  return id < selected_.size() ? selected_[id] : -1;
+}
+
+TensorView Executor::storage_view(const Value* v, int k) const {
+  const int sel = selected_storage(v);
+  if (k == sel) return view(v);
+  // select_storage swaps: the selected storage's place holds the value's own one.
+  const size_t id = static_cast<size_t>(v->id), slot = static_cast<size_t>(k < 0 ? sel : k);
+  if (direct_) return parked_host_.at(id).at(slot).view();
+  return TensorView{parked_dev_.at(id).at(slot), v->dtype, v->dims};
 }
 
 Executor::~Executor() {

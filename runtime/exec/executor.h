@@ -178,8 +178,14 @@ class Executor {
   // pipeline stage selects the slot of the pass it runs for the activations it keeps between
   // passes, so that they stay where the forward wrote them instead of being copied aside and back.
   // Selecting is O(uses of v); the data of every storage stays as it was.
+  // Selecting another storage of a weight gives it a new version (the weight cache's key).
   Status add_storages(const Value* v, int n);
   Status select_storage(const Value* v, int k);
+  // The storage selected for v (-1: its own, also for a value without storages).
+  int selected_storage(const Value* v) const;
+  // Storage k of v (-1: its own) whichever is selected; reading or writing it does not change v's
+  // version (select it, or write through the non-const view(), for that).
+  TensorView storage_view(const Value* v, int k) const;
 
   // Runs the prepared nodes whose phase passes `filter` (all when null), in order. Aliases' nodes
   // (MemoryPlan::alias_of) never run: their output is their input's bytes. With graphs on

@@ -41,22 +41,25 @@ int64_t Stage::shared_version_for(const WeightLink& w, int64_t step) const {
 // the current weights).
 Status Stage::load_version_for(RunShared& sh, const WeightLink& w, int64_t step) {
   if (two_bw()) {  // the master, or the version before the latest update (serve_readers checked which)
-    const std::vector<DeviceBuffer>& from = shared_version_for(w, step) == version_ ? master_ : prev_;
-    for (size_t j : w.params) RETURN_IF_ERROR(ex->copy_in(params[j], from[j].view(), *ex->device()));
-    buf_is_master_ = false;
+    const bool master = shared_version_for(w, step) == version_;
+    for (size_t j : w.params) {
+      RETURN_IF_ERROR(master ? use_master(j) : use_working(j));
+      if (!master) RETURN_IF_ERROR(ex->copy_in(params[j], prev_[j].view(), *ex->device()));
+    }
+    buf_is_master_ = false;  // other parameters may hold the other version
     return Status::ok();
   }
   if (!separate_master_) return Status::ok();
   const int s = opts.weights == WeightMode::kSpecTrain ? spectrain_staleness(w.reader, num_stages, w.backward, opts.staleness) : 0;
-  Device& dev = *ex->device();
   if (s == 0) {
-    if (buf_is_master_) return Status::ok();
-    for (size_t j : w.params) RETURN_IF_ERROR(ex->copy_in(params[j], master_[j].view(), dev));
+    for (size_t j : w.params) RETURN_IF_ERROR(use_master(j));
     return Status::ok();  // other parameters may still hold a predicted or stashed version
   }
   RETURN_IF_ERROR(set_lr(sh, step));  // the prediction's rate is that of the reader's step
-  for (size_t j : w.params)  // along the parameter's own optimizer step, as load_predicted does
-    RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_[j].view(), lr, s));
+  for (size_t j : w.params) {  // along the parameter's own optimizer step, as load_predicted does
+    RETURN_IF_ERROR(use_working(j));
+    RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_view(j), lr, s));
+  }
   buf_is_master_ = false;
   return Status::ok();
 }
@@ -77,14 +80,15 @@ Status Stage::serve_two_bw_predict(RunShared& sh, WeightLink& w) {
     if (need > version_) break;
     PT_CHECK(need == version_) << "stage " << index << ": version " << need << " of a shared weight for stage " << w.reader
                                << " mini-batch " << step << " is gone (now " << version_ << ")";
-    Device& dev = *ex->device();
     if (predicted) {  // one step along the direction of update step-1, at the rate of the reader's step
       RETURN_IF_ERROR(set_lr(sh, step));
-      for (size_t j : w.params)
-        RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_[j].view(), lr, 1));
+      for (size_t j : w.params) {
+        RETURN_IF_ERROR(use_working(j));
+        RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_view(j), lr, 1));
+      }
       buf_is_master_ = false;
-    } else if (!buf_is_master_) {
-      for (size_t j : w.params) RETURN_IF_ERROR(ex->copy_in(params[j], master_[j].view(), dev));
+    } else {
+      for (size_t j : w.params) RETURN_IF_ERROR(use_master(j));
     }
     if (!w.link->send(w.next, *ex)) return link_failed(w.link);
     RETURN_IF_ERROR(w.link->fence(*ex));  // what was sent may still be copied from these buffers

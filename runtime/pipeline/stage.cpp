@@ -454,13 +454,8 @@ Status Stage::prepare() {
   separate_master_ = !sync() && (opts.weights != WeightMode::kStale || keep_fwd_weights);
   buf_is_master_ = true;
   const Device& dev = *ex->device();
-  master_.clear();
   if (separate_master_)
-    for (const Value* p : params) {
-      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
-      RETURN_IF_ERROR(ex->copy_out(p, b.view(), dev));
-      master_.push_back(std::move(b));
-    }
+    for (const Value* p : params) RETURN_IF_ERROR(ex->add_storages(p, 1));  // the working copy
   prev_.clear();
   if (two_bw())
     for (const Value* p : params) {
@@ -527,7 +522,6 @@ Status Stage::prepare() {
 
 size_t Stage::held_bytes() const {
   size_t b = 0;
-  for (const auto& t : master_) b += t.bytes();
   for (const auto& t : prev_) b += t.bytes();
   for (const auto& slot : stash_)
     for (const auto& t : slot) b += t.bytes();
@@ -541,32 +535,39 @@ size_t Stage::held_bytes() const {
 }
 
 Expected<HostTensor> Stage::master(size_t i) const {
-  if (separate_master_) return master_[i].to_host(ex->stream());
-  return ex->fetch(params[i]);
+  if (!separate_master_) return ex->fetch(params[i]);
+  const TensorView m = master_view(i);
+  HostTensor t(m.dtype, m.dims);
+  if (t.bytes()) RETURN_IF_ERROR(ex->device()->to_host(t.data(), m.data, t.bytes(), ex->stream()));
+  return t;
 }
 
 Expected<HostTensor> Stage::take_master(size_t i) {
-  if (separate_master_) {
-    ASSIGN_OR_RETURN(HostTensor t, master_[i].to_host(ex->stream()));
-    master_[i] = DeviceBuffer{};
-    return t;
-  }
+  RETURN_IF_ERROR(use_master(i));
   if (!ex->direct()) return ex->fetch(params[i]);
   return std::move(ex->tensor(params[i]));
 }
 
+Status Stage::use_working(size_t i) {
+  if (!separate_master_) return internal_error("stage " + std::to_string(index) + " keeps no working copy of its weights");
+  return ex->select_storage(params[i], 0);
+}
+
 Status Stage::load_master() {
   if (!separate_master_ || buf_is_master_) return Status::ok();
-  const Device& dev = *ex->device();
-  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], master_[i].view(), dev));
+  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(use_master(i));
   buf_is_master_ = true;
   return Status::ok();
 }
 
+// The prediction reads the master and writes the working copy (through view(), a new version of
+// the weight even when the working copy was selected already).
 Status Stage::load_predicted(int s) {
   if (s == 0) return load_master();
-  for (size_t i = 0; i < params.size(); ++i)
-    RETURN_IF_ERROR(predict_weights(*ex, *updates[i], ex->view(params[i]), master_[i].view(), lr, s));
+  for (size_t i = 0; i < params.size(); ++i) {
+    RETURN_IF_ERROR(use_working(i));
+    RETURN_IF_ERROR(predict_weights(*ex, *updates[i], ex->view(params[i]), master_view(i), lr, s));
+  }
   buf_is_master_ = false;
   return Status::ok();
 }
@@ -617,7 +618,7 @@ Status Stage::feed(RunShared& sh, int64_t key) {
 Status Stage::set_lr(RunShared& sh, int64_t step) { return ex->set_scalar(lr, sh.lr.at(step + 1)); }
 
 Status Stage::set_master(size_t i, const HostTensor& t) {
-  if (separate_master_) RETURN_IF_ERROR(ex->device()->to_device(master_[i].view().data, t.data(), t.bytes(), ex->stream()));
+  RETURN_IF_ERROR(use_master(i));
   ex->host(params[i]) = t;
   RETURN_IF_ERROR(ex->upload(params[i]));
   buf_is_master_ = true;
@@ -726,7 +727,6 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
   RETURN_IF_ERROR(recv_weights(key, true));
   const BusyClock busy;
   wait_s_ += std::chrono::duration<double>(busy.wall - t_start).count();
-  const Device& dev = *ex->device();
   RETURN_IF_ERROR(select_saved(slot));
   if (rng_step) RETURN_IF_ERROR(ex->set_scalar(rng_step, static_cast<double>(key + 1)));
   if (recompute) RETURN_IF_ERROR(recompute_forward(slot, key));
@@ -736,8 +736,7 @@ Status Stage::backward(RunShared& sh, int64_t key, bool input_part) {
     r.staleness = spectrain_staleness(index, num_stages, true, opts.staleness);
     RETURN_IF_ERROR(load_predicted(r.staleness));
   } else if (!sync() && opts.weights == WeightMode::kStash && !stash_.empty() && stash_version_[slot] != version_) {
-    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
-    buf_is_master_ = false;
+    RETURN_IF_ERROR(load_working(stash_[slot]));
     r.version = stash_version_[slot];
   } else if (two_bw()) {
     RETURN_IF_ERROR(load_two_bw(r.mini_batch));
@@ -820,14 +819,11 @@ Status Stage::accumulate_grads() {
 Status Stage::recompute_forward(int slot, int64_t key) {
   const Device& dev = *ex->device();
   if (!fwd_weights_.empty()) {
-    for (size_t i = 0; i < params.size(); ++i)
-      RETURN_IF_ERROR(ex->copy_in(params[i], fwd_weights_[slot][i].view(), dev));
-    buf_is_master_ = false;
+    RETURN_IF_ERROR(load_working(fwd_weights_[slot]));
   } else if (two_bw()) {
     RETURN_IF_ERROR(load_two_bw(key / micro()));
   } else if (!stash_.empty() && stash_version_[slot] != version_) {
-    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], stash_[slot][i].view(), dev));
-    buf_is_master_ = false;
+    RETURN_IF_ERROR(load_working(stash_[slot]));
   } else {
     RETURN_IF_ERROR(load_master());
   }
@@ -844,8 +840,15 @@ Status Stage::load_two_bw(int64_t step) {
   if (version_ != need + 1)
     return internal_error("stage " + std::to_string(index) + ": 2BW pass of mini-batch " + std::to_string(step) + " needs version " +
                           std::to_string(need) + ", the stage has " + std::to_string(version_) + " and the one before");
+  return load_working(prev_);
+}
+
+Status Stage::load_working(const std::vector<DeviceBuffer>& version) {
   const Device& dev = *ex->device();
-  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_in(params[i], prev_[i].view(), dev));
+  for (size_t i = 0; i < params.size(); ++i) {
+    RETURN_IF_ERROR(use_working(i));
+    RETURN_IF_ERROR(ex->copy_in(params[i], version[i].view(), dev));
+  }
   buf_is_master_ = false;
   return Status::ok();
 }
@@ -868,7 +871,7 @@ Status Stage::finish_gradients(RunShared& sh, int64_t step) {
   RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
   for (size_t i = 0; i < prev_.size(); ++i)  // 2BW: the version the next mini-batch's passes read
-    RETURN_IF_ERROR(ex->device()->copy(prev_[i].view().data, dev, master_[i].view().data, dev, prev_[i].bytes(), ex->stream()));
+    RETURN_IF_ERROR(ex->device()->copy(prev_[i].view().data, dev, master_view(i).data, dev, prev_[i].bytes(), ex->stream()));
   if (!grad_acc_.empty()) {  // the mean of the micro-batch gradients (each loss is a mean)
     if (accumulated_ != opts.micro_batches)
       return internal_error("stage " + std::to_string(index) + ": update of mini-batch " + std::to_string(step) + " after " +
@@ -894,14 +897,16 @@ Status Stage::update(RunShared& sh, int64_t step) {
   RETURN_IF_ERROR(finish_gradients(sh, step));
   const BusyClock busy;
   if (sh.clip_grad_norm > 0) RETURN_IF_ERROR(clip_gradients(sh, step));
-  const Device& dev = *ex->device();
   if (!update_in_backward) {  // else the backward ran the updates, on the master weights
     RETURN_IF_ERROR(load_master());
     RETURN_IF_ERROR(set_lr(sh, step));
     RETURN_IF_ERROR(ex->run([](Phase p) { return p == Phase::kUpdate; }));
   }
-  if (separate_master_)
-    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(ex->copy_out(params[i], master_[i].view(), dev));
+  // The updates wrote the selected storages in place: the masters (a working copy updated would
+  // lose the step).
+  for (const Value* p : params)
+    if (ex->selected_storage(p) != -1)
+      return internal_error("stage " + std::to_string(index) + ": update of '" + p->name + "' ran on its working copy");
   ++version_;
   RETURN_IF_ERROR(serve_readers(sh));
   count_busy(busy, &upd_s_, &upd_cpu_s_);

@@ -296,8 +296,8 @@ class Stage {
   // Allocates slots and weight copies on the executor's device; call once after the fields
   // above are set.
   Status prepare();
-  // Bytes of the stage's own buffers beside its executor: master weights, saved-activation
-  // slots, stashed versions, GPipe's gradient sums.
+  // Bytes of the stage's own buffers beside its executor: stashed versions, 2BW's previous
+  // weights, GPipe's gradient sums (the working copies and pass slots are the executor's).
   size_t held_bytes() const;
   // Clears the trace and the statistics (at the start of PipelineTrainer::train, which runs the
   // steps [start, total): the steady state's window opens after the update of the first fifth's last).
@@ -386,12 +386,22 @@ class Stage {
   int accumulated_ = 0;       // passes of this mini-batch in grad_acc_
   int64_t grads_ready_ = -1;  // the mini-batch finish_gradients ran for
   double norm_sq_ = 0;        // its squared gradient norm here (--clip-grad-norm)
+  // Modes whose passes read other versions than the master (SpecTrain's prediction, stashed,
+  // 2BW's previous): each parameter has a second executor storage, the working copy (storage 0),
+  // where those versions are written and read in place; the master is the parameter's own storage,
+  // which the updates write in place. Moving between them selects a storage: nothing is copied.
   bool separate_master_ = false;
-  bool buf_is_master_ = true;
+  bool buf_is_master_ = true;  // every parameter's own storage (the master) selected
   int64_t version_ = 0;  // updates applied to the master weights
   int64_t segment_first_ = 0, forwarded_end_ = 0;  // shared weights: this segment's first step, 1 + last forwarded
+  // The master of parameter i (its own storage), whichever storage is selected.
+  TensorView master_view(size_t i) const { return ex->storage_view(params[i], -1); }
+  // Selects the working copy of parameter i (separate_master_): what copy_in writes next.
+  Status use_working(size_t i);
+  Status use_master(size_t i) { return separate_master_ ? ex->select_storage(params[i], -1) : Status::ok(); }
+  // Copies `version` ([param]) into the working copies and selects them.
+  Status load_working(const std::vector<DeviceBuffer>& version);
   // On the executor's device.
-  std::vector<DeviceBuffer> master_;
   std::vector<DeviceBuffer> prev_;  // 2BW: the master before the latest update
   std::vector<std::vector<DeviceBuffer>> stash_;        // [slot][param]
   std::vector<int64_t> stash_version_;                  // [slot]

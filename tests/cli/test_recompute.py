@@ -113,10 +113,11 @@ class RecomputeTest(unittest.TestCase):
         shared = os.path.join(self.dir, "shared_mlp.onnx")
         # 1F1B serves a reader stage a shared weight per pass; its forward's version is not kept.
         # Without the epilogue fusion (here and below): the cuts and the weight named are the per-node
-        # graph's (fused, the Gemm reading Ws also reads bz, which is then named first). The roofline
-        # (--no-calibrate) cuts this tiny model the same on every machine: stage 1 reads Ws.
+        # graph's (fused, the Gemm reading Ws also reads bz, which is then named first). The split
+        # fc0 relu0 fc1 | relu1 fc2 | ...: stage 1 reads Ws (and bz), both owned by stage 0.
         rc, so, se = run(shared, "--gpus", 3, "--steps", 2, "--recompute", "stage", "--plan-only", "--out",
-                         os.path.join(self.dir, "shared-1f1b"), "--no-fusion", "epilogue", "--no-calibrate")
+                         os.path.join(self.dir, "shared-1f1b"), "--no-fusion", "epilogue", "--no-calibrate",
+                         "--balance", "3,2,3")
         self.assertEqual(rc, 2, so + se)
         self.assertEqual(len(se.strip().splitlines()), 1, se)
         self.assertIn("--recompute stage: stage 1 reads weight 'Ws'", se)

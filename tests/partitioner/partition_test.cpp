@@ -455,6 +455,56 @@ TEST(Partition, MemoryFollowsScheduleAndWeightMode) {
   EXPECT_NEAR(plan->predicted_samples_per_s, 1e3 * 6 * 32 / ((6 + 4 - 1) * worst + worst_update), 1e-6);
 }
 
+// The passes a stage makes over its weights outside the graph are in its forward and backward
+// times: SpecTrain's predictions (paper staleness on 4 stages: every forward predicts, the
+// backwards of stages 2 and 3 too), weight stashing's copy out and back in (every stage but the
+// last); stale weights make none. Each priced as weight_pass_s over the stage's parameters.
+TEST(Partition, StagesPayForTheWeightVersionsTheyWrite) {
+  BigMlp big(32);
+  PartitionOptions opts = uniform_options(4);
+  opts.balance = {5, 4, 4, 5};
+  opts.weights = WeightMode::kStale;
+  auto stale = partition(big.m.graph(), opts);
+  ASSERT_TRUE(stale.has_value()) << stale.status().message();
+  for (WeightMode w : {WeightMode::kSpecTrain, WeightMode::kStash}) {
+    opts.weights = w;
+    auto plan = partition(big.m.graph(), opts);
+    ASSERT_TRUE(plan.has_value()) << plan.status().message();
+    for (const StagePlan& s : plan->stages) {
+      SCOPED_TRACE(std::string(w == WeightMode::kSpecTrain ? "spectrain" : "stash") + " stage " + std::to_string(s.index));
+      const StagePlan& base = stale->stages[s.index];
+      ASSERT_EQ(s.params, base.params);
+      double predict_ms = 0, copy_ms = 0;
+      for (const Value* v : s.params) {
+        const double b = static_cast<double>(v->bytes()), n = static_cast<double>(v->size());
+        predict_ms += 1e3 * weight_pass_s(2 * n, 3 * b, s.device);  // master and momentum in, the copy out
+        copy_ms += 1e3 * weight_pass_s(0, 2 * b, s.device);
+      }
+      ASSERT_GT(predict_ms, 0);
+      const WeightPasses wp = stage_weight_passes(s.index, 4, opts);
+      if (w == WeightMode::kSpecTrain) {
+        EXPECT_EQ(wp.fwd_predict, 1);
+        EXPECT_EQ(wp.bwd_predict, s.index >= 2 ? 1 : 0);
+        EXPECT_EQ(wp.fwd_copy + wp.bwd_copy, 0);
+      } else {
+        EXPECT_EQ(wp.fwd_copy, s.index < 3 ? 1 : 0);
+        EXPECT_EQ(wp.bwd_copy, wp.fwd_copy);
+        EXPECT_EQ(wp.fwd_predict + wp.bwd_predict, 0);
+      }
+      EXPECT_NEAR(s.fwd_ms - base.fwd_ms, wp.fwd_predict * predict_ms + wp.fwd_copy * copy_ms, 1e-9);
+      EXPECT_NEAR(s.bwd_ms - base.bwd_ms, wp.bwd_predict * predict_ms + wp.bwd_copy * copy_ms, 1e-9);
+      EXPECT_DOUBLE_EQ(s.update_ms, base.update_ms);
+    }
+  }
+  // One stage, or a synchronous schedule: none.
+  opts.weights = WeightMode::kSpecTrain;
+  const WeightPasses one = stage_weight_passes(0, 1, opts);
+  EXPECT_EQ(one.fwd_predict + one.bwd_predict + one.fwd_copy + one.bwd_copy, 0);
+  opts.schedule = Schedule::kGPipe;
+  const WeightPasses gpipe = stage_weight_passes(1, 4, opts);
+  EXPECT_EQ(gpipe.fwd_predict + gpipe.bwd_predict + gpipe.fwd_copy + gpipe.bwd_copy, 0);
+}
+
 TEST(Partition, BranchOrderKeepsBranchesTogether) {
   // Two branches written interleaved in the graph: a1 b1 a2 b2 a3 b3, joined by an Add.
   ModelBuilder m(4, 8);

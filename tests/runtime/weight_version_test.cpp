@@ -101,6 +101,68 @@ TEST(WeightVersion, EveryWriteGivesANewVersionReadsDoNot) {
   EXPECT_NE(ex.version(m.w2), w2_before);
 }
 
+// A weight's other storage (Executor::add_storages: a pipeline stage's working copy beside the
+// master) is another version: selecting it, or selecting the weight's own storage back, changes
+// the version, so the weight cache converts what the kernels now read instead of serving the other
+// storage's conversion; storage_view reads either storage in place whichever is selected.
+TEST(WeightVersion, AnotherStorageOfAWeightIsAnotherVersion) {
+  Cnn m;
+  ASSERT_TRUE(m.tg);
+  const Value* y = m.g.outputs[0];
+  auto logits = [&](bool cache, int storage) {
+    ExecutorOptions eo{true, {y}};
+    eo.weight_cache = cache;
+    auto made = Executor::create(m.g, DeviceKind::kCpu, {}, eo);
+    EXPECT_TRUE(made) << made.status().message();
+    Executor& ex = **made;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd;
+    HostTensor& x = ex.tensor(m.g.inputs[0]);
+    for (int64_t i = 0; i < x.size(); ++i) x.as<float>()[i] = nd(rng);
+    const HostTensor own = ex.tensor(m.w1);
+    HostTensor other = own;
+    for (int64_t i = 0; i < other.size(); ++i) other.as<float>()[i] = -0.5f * other.as<float>()[i];
+    std::vector<HostTensor> out;
+    EXPECT_TRUE(ex.add_storages(m.w1, 1).is_ok());
+    // Each read runs the forward twice (a cache hit the second time where the cache is on).
+    auto forward = [&]() {
+      for (int r = 0; r < 2; ++r) EXPECT_TRUE(ex.run([](Phase p) { return p == Phase::kForward; }).is_ok());
+      out.push_back(ex.tensor(y));
+    };
+    if (storage == -1) {
+      forward();  // the own storage, converted and cached
+      uint64_t before = ex.version(m.w1);
+      EXPECT_TRUE(ex.select_storage(m.w1, 0).is_ok());
+      EXPECT_NE(ex.version(m.w1), before);
+      EXPECT_EQ(ex.selected_storage(m.w1), 0);
+      ex.tensor(m.w1) = other;
+      EXPECT_EQ(std::memcmp(ex.storage_view(m.w1, -1).data, own.data(), own.bytes()), 0);
+      EXPECT_EQ(std::memcmp(ex.storage_view(m.w1, 0).data, other.data(), other.bytes()), 0);
+      forward();
+      before = ex.version(m.w1);
+      EXPECT_TRUE(ex.select_storage(m.w1, -1).is_ok());
+      EXPECT_NE(ex.version(m.w1), before);
+      EXPECT_EQ(ex.selected_storage(m.w1), -1);
+      EXPECT_EQ(std::memcmp(ex.storage_view(m.w1, 0).data, other.data(), other.bytes()), 0);
+      forward();
+    } else {  // the other weights alone, in a fresh executor's own storage
+      ex.tensor(m.w1) = other;
+      forward();
+    }
+    return out;
+  };
+  for (bool cache : {false, true}) {
+    SCOPED_TRACE(cache ? "weight cache on" : "weight cache off");
+    const std::vector<HostTensor> moved = logits(cache, -1), other = logits(false, 0);
+    ASSERT_EQ(moved.size(), 3u);
+    ASSERT_EQ(other.size(), 1u);
+    const auto same = [](const HostTensor& a, const HostTensor& b) { return a.bytes() == b.bytes() && std::memcmp(a.data(), b.data(), a.bytes()) == 0; };
+    EXPECT_TRUE(same(moved[1], other[0]));  // storage 0's weights, not the cached own ones
+    EXPECT_TRUE(same(moved[2], moved[0]));  // back to the own storage
+    EXPECT_FALSE(same(moved[0], other[0]));
+  }
+}
+
 // Trains 5 steps; each step runs the forward once alone (as validation would), then forward,
 // backward and update: the training forward reads the version the first forward converted.
 struct Trained {
