@@ -43,7 +43,8 @@ WeightPasses stage_weight_passes(int stage, int num_stages, const PartitionOptio
     case WeightMode::kStash:  // a stash per pass in flight; every backward follows updates
       w.fwd_copy = w.bwd_copy = stage_in_flight(stage, num_stages, opts) > 1;
       break;
-    default: break;  // stale reads the master; 2BW's versions are not priced yet
+    case WeightMode::k2BW: w.update_copy = 1; break;
+    default: break;  // stale reads the master; 2BW-predict's predictions are not priced yet
   }
   return w;
 }
@@ -570,11 +571,16 @@ class StageSweep {
   double weight_bytes() const { return weight_bytes_; }
   const std::vector<const Value*>& shared() const { return shared_; }
   double time_s(int cls) const {
-    const double versions = weight_pass_s(cls, true) + weight_pass_s(cls, false);
+    const double versions = weight_pass_s(cls, true) + weight_pass_s(cls, false) + update_copy_s(cls);
     if (P_.replicated())
       return P_.share_s(P_.prefix_fb[cls][j_] - P_.prefix_fb[cls][i_], P_.prefix_oh[cls][j_] - P_.prefix_oh[cls][i_]) +
              (P_.prefix_upd[cls][j_] - P_.prefix_upd[cls][i_]) + comm_s() + allreduce_s() + versions;
     return P_.prefix[cls][j_] - P_.prefix[cls][i_] + comm_s() + versions;
+  }
+  // 2BW's copy of the master with each update.
+  double update_copy_s(int cls) const {
+    if (stage_ >= static_cast<int>(P_.weight_passes.size())) return 0;
+    return P_.weight_passes[stage_].update_copy * (P_.prefix_copy[cls][j_] - P_.prefix_copy[cls][i_]);
   }
   // The stage's passes over its weights outside the graph in its forward or backward (whole
   // weights on every replica).
@@ -856,6 +862,7 @@ Plan build_plan(const Graph& g, const Problem& P, const std::vector<int>& starts
       s.recompute_ms = P.replicated() ? s.fwd_ms : 1e3 * sw.forward_s(cls);
       s.bwd_ms += s.recompute_ms;
     }
+    s.update_ms += 1e3 * sw.update_copy_s(cls);
     s.fwd_weights_ms = fwd_weights_ms;  // the runtime times them inside the passes
     s.bwd_weights_ms = bwd_weights_ms;
     s.fwd_ms += fwd_weights_ms;

@@ -122,10 +122,12 @@ int stage_weight_copies(int stage, int num_stages, const PartitionOptions& opts)
 // The passes over its parameters outside the graph that a stage makes for one mini-batch's
 // forward and backward (runtime/pipeline/stage.cpp): predictions (SpecTrain: from the master and
 // the optimizer's state into the working copy) and copies (weight stashing: the forward's weights
-// out, then back in for the backward, after updates have moved the master on). The master is
-// updated in place and read where it is, so returning to it costs nothing.
+// out, then back in for the backward, after updates have moved the master on), and with its update
+// (2BW: the master into the working copy, the version the next mini-batch's passes read beside the
+// master). The master is updated in place and read where it is, so returning to it costs nothing.
+// Not counted: 2BW-predict's predictions (some forwards of a mini-batch, by the schedule).
 struct WeightPasses {
-  int fwd_predict = 0, fwd_copy = 0, bwd_predict = 0, bwd_copy = 0;
+  int fwd_predict = 0, fwd_copy = 0, bwd_predict = 0, bwd_copy = 0, update_copy = 0;
 };
 WeightPasses stage_weight_passes(int stage, int num_stages, const PartitionOptions& opts);
 // Parameter-sized gradient accumulators a stage holds: GPipe with several micro-batches sums their

@@ -42,10 +42,7 @@ int64_t Stage::shared_version_for(const WeightLink& w, int64_t step) const {
 Status Stage::load_version_for(RunShared& sh, const WeightLink& w, int64_t step) {
   if (two_bw()) {  // the master, or the version before the latest update (serve_readers checked which)
     const bool master = shared_version_for(w, step) == version_;
-    for (size_t j : w.params) {
-      RETURN_IF_ERROR(master ? use_master(j) : use_working(j));
-      if (!master) RETURN_IF_ERROR(ex->copy_in(params[j], prev_[j].view(), *ex->device()));
-    }
+    for (size_t j : w.params) RETURN_IF_ERROR(master ? use_master(j) : use_working(j));
     buf_is_master_ = false;  // other parameters may hold the other version
     return Status::ok();
   }

@@ -453,16 +453,11 @@ Status Stage::prepare() {
   const bool keep_fwd_weights = recompute && !sync() && opts.weights != WeightMode::kStash && !two_bw();
   separate_master_ = !sync() && (opts.weights != WeightMode::kStale || keep_fwd_weights);
   buf_is_master_ = true;
-  const Device& dev = *ex->device();
   if (separate_master_)
     for (const Value* p : params) RETURN_IF_ERROR(ex->add_storages(p, 1));  // the working copy
-  prev_.clear();
-  if (two_bw())
-    for (const Value* p : params) {
-      ASSIGN_OR_RETURN(DeviceBuffer b, buffer_like(p));
-      RETURN_IF_ERROR(ex->copy_out(p, b.view(), dev));
-      prev_.push_back(std::move(b));
-    }
+  if (two_bw())  // the working copy is the version before the latest update, the master's at first
+    for (size_t i = 0; i < params.size(); ++i)
+      RETURN_IF_ERROR(copy_master_to_working(i));
   // The saved activations of each pass in flight stay in a storage of their own in the executor
   // (Executor::add_storages): a pass selects its slot's before its forward writes them and before
   // its backward reads them, so nothing is copied aside and back.
@@ -522,7 +517,6 @@ Status Stage::prepare() {
 
 size_t Stage::held_bytes() const {
   size_t b = 0;
-  for (const auto& t : prev_) b += t.bytes();
   for (const auto& slot : stash_)
     for (const auto& t : slot) b += t.bytes();
   for (const auto& slot : fwd_weights_)
@@ -840,7 +834,16 @@ Status Stage::load_two_bw(int64_t step) {
   if (version_ != need + 1)
     return internal_error("stage " + std::to_string(index) + ": 2BW pass of mini-batch " + std::to_string(step) + " needs version " +
                           std::to_string(need) + ", the stage has " + std::to_string(version_) + " and the one before");
-  return load_working(prev_);
+  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(use_working(i));  // the version before
+  buf_is_master_ = false;
+  return Status::ok();
+}
+
+Status Stage::copy_master_to_working(size_t i) {
+  RETURN_IF_ERROR(use_master(i));  // the working copy unselected: selecting it later gives it a new version
+  const TensorView m = master_view(i), w = ex->storage_view(params[i], 0);
+  Device& dev = *ex->device();
+  return dev.copy(w.data, dev, m.data, dev, m.bytes(), ex->stream());
 }
 
 Status Stage::load_working(const std::vector<DeviceBuffer>& version) {
@@ -870,8 +873,10 @@ Status Stage::finish_gradients(RunShared& sh, int64_t step) {
   const BusyClock busy;
   RETURN_IF_ERROR(fence_sends());
   const Device& dev = *ex->device();
-  for (size_t i = 0; i < prev_.size(); ++i)  // 2BW: the version the next mini-batch's passes read
-    RETURN_IF_ERROR(ex->device()->copy(prev_[i].view().data, dev, master_view(i).data, dev, prev_[i].bytes(), ex->stream()));
+  if (two_bw()) {  // the version the next mini-batch's passes read
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(copy_master_to_working(i));
+    buf_is_master_ = true;
+  }
   if (!grad_acc_.empty()) {  // the mean of the micro-batch gradients (each loss is a mean)
     if (accumulated_ != opts.micro_batches)
       return internal_error("stage " + std::to_string(index) + ": update of mini-batch " + std::to_string(step) + " after " +

@@ -296,8 +296,8 @@ class Stage {
   // Allocates slots and weight copies on the executor's device; call once after the fields
   // above are set.
   Status prepare();
-  // Bytes of the stage's own buffers beside its executor: stashed versions, 2BW's previous
-  // weights, GPipe's gradient sums (the working copies and pass slots are the executor's).
+  // Bytes of the stage's own buffers beside its executor: stashed versions, GPipe's gradient sums
+  // (the working copies, 2BW's previous weights among them, and pass slots are the executor's).
   size_t held_bytes() const;
   // Clears the trace and the statistics (at the start of PipelineTrainer::train, which runs the
   // steps [start, total): the steady state's window opens after the update of the first fifth's last).
@@ -365,7 +365,7 @@ class Stage {
   // one step ahead); returns the prediction's distance (0 or 1).
   Expected<int> load_two_bw_predict(int64_t step);
   // 2BW: the version the passes of mini-batch `step` read (the weights after update step - 1) into
-  // the executor: the master or prev_.
+  // the executor: selects the master or the working copy (the version before the latest update).
   Status load_two_bw(int64_t step);
   // Slots of the passes in flight, by pass key: taken by a forward, given back by its B or I;
   // the W state's likewise, taken by I, given back by W.
@@ -399,10 +399,12 @@ class Stage {
   // Selects the working copy of parameter i (separate_master_): what copy_in writes next.
   Status use_working(size_t i);
   Status use_master(size_t i) { return separate_master_ ? ex->select_storage(params[i], -1) : Status::ok(); }
+  // 2BW: the master of parameter i into its working copy (the version the passes of the next
+  // mini-batch read beside the master), the master selected.
+  Status copy_master_to_working(size_t i);
   // Copies `version` ([param]) into the working copies and selects them.
   Status load_working(const std::vector<DeviceBuffer>& version);
   // On the executor's device.
-  std::vector<DeviceBuffer> prev_;  // 2BW: the master before the latest update
   std::vector<std::vector<DeviceBuffer>> stash_;        // [slot][param]
   std::vector<int64_t> stash_version_;                  // [slot]
   // --recompute under 1F1B SpecTrain / stale: the weights each pass's forward read, [slot][param]

@@ -466,12 +466,12 @@ TEST(Partition, StagesPayForTheWeightVersionsTheyWrite) {
   opts.weights = WeightMode::kStale;
   auto stale = partition(big.m.graph(), opts);
   ASSERT_TRUE(stale.has_value()) << stale.status().message();
-  for (WeightMode w : {WeightMode::kSpecTrain, WeightMode::kStash}) {
+  for (WeightMode w : {WeightMode::kSpecTrain, WeightMode::kStash, WeightMode::k2BW}) {
     opts.weights = w;
     auto plan = partition(big.m.graph(), opts);
     ASSERT_TRUE(plan.has_value()) << plan.status().message();
     for (const StagePlan& s : plan->stages) {
-      SCOPED_TRACE(std::string(w == WeightMode::kSpecTrain ? "spectrain" : "stash") + " stage " + std::to_string(s.index));
+      SCOPED_TRACE(std::string(weight_mode_name(w)) + " stage " + std::to_string(s.index));
       const StagePlan& base = stale->stages[s.index];
       ASSERT_EQ(s.params, base.params);
       double predict_ms = 0, copy_ms = 0;
@@ -486,23 +486,26 @@ TEST(Partition, StagesPayForTheWeightVersionsTheyWrite) {
         EXPECT_EQ(wp.fwd_predict, 1);
         EXPECT_EQ(wp.bwd_predict, s.index >= 2 ? 1 : 0);
         EXPECT_EQ(wp.fwd_copy + wp.bwd_copy, 0);
-      } else {
+      } else if (w == WeightMode::kStash) {
         EXPECT_EQ(wp.fwd_copy, s.index < 3 ? 1 : 0);
         EXPECT_EQ(wp.bwd_copy, wp.fwd_copy);
         EXPECT_EQ(wp.fwd_predict + wp.bwd_predict, 0);
+      } else {  // 2BW: the master copied aside with each update; its passes select either
+        EXPECT_EQ(wp.update_copy, 1);
+        EXPECT_EQ(wp.fwd_predict + wp.bwd_predict + wp.fwd_copy + wp.bwd_copy, 0);
       }
       EXPECT_NEAR(s.fwd_ms - base.fwd_ms, wp.fwd_predict * predict_ms + wp.fwd_copy * copy_ms, 1e-9);
       EXPECT_NEAR(s.bwd_ms - base.bwd_ms, wp.bwd_predict * predict_ms + wp.bwd_copy * copy_ms, 1e-9);
-      EXPECT_DOUBLE_EQ(s.update_ms, base.update_ms);
+      EXPECT_NEAR(s.update_ms - base.update_ms, wp.update_copy * copy_ms, 1e-9);
     }
   }
   // One stage, or a synchronous schedule: none.
   opts.weights = WeightMode::kSpecTrain;
   const WeightPasses one = stage_weight_passes(0, 1, opts);
-  EXPECT_EQ(one.fwd_predict + one.bwd_predict + one.fwd_copy + one.bwd_copy, 0);
+  EXPECT_EQ(one.fwd_predict + one.bwd_predict + one.fwd_copy + one.bwd_copy + one.update_copy, 0);
   opts.schedule = Schedule::kGPipe;
   const WeightPasses gpipe = stage_weight_passes(1, 4, opts);
-  EXPECT_EQ(gpipe.fwd_predict + gpipe.bwd_predict + gpipe.fwd_copy + gpipe.bwd_copy, 0);
+  EXPECT_EQ(gpipe.fwd_predict + gpipe.bwd_predict + gpipe.fwd_copy + gpipe.bwd_copy + gpipe.update_copy, 0);
 }
 
 TEST(Partition, BranchOrderKeepsBranchesTogether) {
