@@ -112,6 +112,11 @@ std::vector<ConvCase> cases() {
       {"1-D one output position, dilation 2", {2, 3, 3}, {2, 3, 3}, 1, {1}, {2}, {1, 1}, false},
       {"2-D one output position (threaded)", {32, 128, 1, 1}, {96, 128, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, false},
       {"2-D larger (threaded)", {4, 16, 16, 16}, {32, 16, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+      // 2 to 4 output positions, a spatial kernel, N * OUT >= 32 and C * K >= 256: float's dW is one
+      // GEMM over the samples (grad_weight_tiny_map; one position is conv_point's).
+      {"2-D 2x2 maps, 3x3 pads 1 (tiny-map dW, threaded)", {32, 32, 2, 2}, {24, 32, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
+      {"2-D 2x2 kernel over 3x3, no pads (tiny-map dW)", {32, 64, 3, 3}, {16, 64, 2, 2}, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, false},
+      {"2-D dilation 2 onto 1x2, six taps all padding (tiny-map dW)", {32, 32, 1, 4}, {4, 32, 3, 3}, 1, {1, 1}, {1, 2}, {1, 1, 1, 1}, true},
       // Few input taps over many output positions: float's dW takes grad_weight_few_rows.
       {"2-D few taps (LeNet's first layer, threaded)", {8, 1, 28, 28}, {6, 1, 5, 5}, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}, true},
       {"2-D few taps, RGB 3x3 stride 2", {12, 3, 40, 40}, {8, 3, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 0, 1}, false},
