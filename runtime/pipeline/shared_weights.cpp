@@ -53,6 +53,7 @@ Status Stage::load_version_for(RunShared& sh, const WeightLink& w, int64_t step)
     return Status::ok();  // other parameters may still hold a predicted or stashed version
   }
   RETURN_IF_ERROR(set_lr(sh, step));  // the prediction's rate is that of the reader's step
+  working_prediction_ = -1;
   for (size_t j : w.params) {  // along the parameter's own optimizer step, as load_predicted does
     RETURN_IF_ERROR(use_working(j));
     RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_view(j), lr, s));
@@ -79,6 +80,7 @@ Status Stage::serve_two_bw_predict(RunShared& sh, WeightLink& w) {
                                << " mini-batch " << step << " is gone (now " << version_ << ")";
     if (predicted) {  // one step along the direction of update step-1, at the rate of the reader's step
       RETURN_IF_ERROR(set_lr(sh, step));
+      working_prediction_ = -1;
       for (size_t j : w.params) {
         RETURN_IF_ERROR(use_working(j));
         RETURN_IF_ERROR(predict_weights(*ex, *updates[j], ex->view(params[j]), master_view(j), lr, 1));

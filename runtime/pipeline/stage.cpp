@@ -558,6 +558,7 @@ Status Stage::load_master() {
 // the weight even when the working copy was selected already).
 Status Stage::load_predicted(int s) {
   if (s == 0) return load_master();
+  working_prediction_ = -1;
   for (size_t i = 0; i < params.size(); ++i) {
     RETURN_IF_ERROR(use_working(i));
     RETURN_IF_ERROR(predict_weights(*ex, *updates[i], ex->view(params[i]), master_view(i), lr, s));
@@ -612,6 +613,7 @@ Status Stage::feed(RunShared& sh, int64_t key) {
 Status Stage::set_lr(RunShared& sh, int64_t step) { return ex->set_scalar(lr, sh.lr.at(step + 1)); }
 
 Status Stage::set_master(size_t i, const HostTensor& t) {
+  working_prediction_ = -1;  // made from another master
   RETURN_IF_ERROR(use_master(i));
   ex->host(params[i]) = t;
   RETURN_IF_ERROR(ex->upload(params[i]));
@@ -840,6 +842,7 @@ Status Stage::load_two_bw(int64_t step) {
 }
 
 Status Stage::copy_master_to_working(size_t i) {
+  working_prediction_ = -1;
   RETURN_IF_ERROR(use_master(i));  // the working copy unselected: selecting it later gives it a new version
   const TensorView m = master_view(i), w = ex->storage_view(params[i], 0);
   Device& dev = *ex->device();
@@ -847,6 +850,7 @@ Status Stage::copy_master_to_working(size_t i) {
 }
 
 Status Stage::load_working(const std::vector<DeviceBuffer>& version) {
+  working_prediction_ = -1;
   const Device& dev = *ex->device();
   for (size_t i = 0; i < params.size(); ++i) {
     RETURN_IF_ERROR(use_working(i));
@@ -864,7 +868,15 @@ Expected<int> Stage::load_two_bw_predict(int64_t step) {
   if (version_ != step - 1)
     return internal_error("stage " + std::to_string(index) + ": 2BW pass of mini-batch " + std::to_string(step) +
                           " with " + std::to_string(version_) + " updates done");
+  // Every pass of the mini-batch that runs before its update reads the same prediction (the same
+  // master, momentum and rate): made once, selected by the rest.
+  if (working_prediction_ == step) {
+    for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(use_working(i));
+    buf_is_master_ = false;
+    return 1;
+  }
   RETURN_IF_ERROR(load_predicted(1));
+  working_prediction_ = step;
   return 1;
 }
 

@@ -393,6 +393,9 @@ class Stage {
   bool separate_master_ = false;
   bool buf_is_master_ = true;  // every parameter's own storage (the master) selected
   int64_t version_ = 0;  // updates applied to the master weights
+  // 2BW-predict: the mini-batch whose prediction the working copies hold (-1: none, or they were
+  // written since); every writer of the working copies resets it.
+  int64_t working_prediction_ = -1;
   int64_t segment_first_ = 0, forwarded_end_ = 0;  // shared weights: this segment's first step, 1 + last forwarded
   // The master of parameter i (its own storage), whichever storage is selected.
   TensorView master_view(size_t i) const { return ex->storage_view(params[i], -1); }
