@@ -13,6 +13,8 @@
 #   train_resnet18  ResNet-18 (3x32x32, batch 64) on 4 stages oversubscribed on one GPU, SpecTrain,
 #                   200 steps of Fashion-MNIST: the loss must fall (mean of steps 1-10 against
 #                   191-200); wall time, samples/s, validation accuracy
+#   cost_model      the train_resnet18 run's plan against what it measured (stage times, samples/s;
+#                   tools/bench/cost_model_bench.py --partition; target 25 %, issue #33)
 #   replicas        2 stages x 2 replicas (--replicas) on the one GPU against CPU stages (weights)
 #   cuda_graphs     the digits MLP on 2 stages with and without --no-cuda-graphs: weights bit for
 #                   bit equal, graphs replayed, samples/s of both
@@ -330,6 +332,25 @@ else
     tail_of "$log_dir/train_resnet18.log" 10
     row train_resnet18 FAIL "exit $rc: $(tool_message "$log_dir/train_resnet18.log")"
   fi
+fi
+
+# 6a. The cost model against that run (issue #33; tools/bench/cost_model_bench.py --partition): the
+#    plan's stage times and samples/s beside the measured ones, as on the CPU. No GPU time of its own.
+if [ -f "$log_dir/train_resnet18/partition.json" ]; then
+  if timeout 30 python3 tools/bench/cost_model_bench.py --partition "$log_dir/train_resnet18/partition.json" \
+      >"$log_dir/cost_model.log" 2>&1; then
+    sed 's/^/    /' "$log_dir/cost_model.log"
+    worst=$(sed -n 's/^largest error: \([0-9]*\)%.*/\1/p' "$log_dir/cost_model.log")
+    meas=$(awk 'NR == 2 {print "worst stage " $(NF - 4) ", samples/s " $(NF - 3) " predicted / " $(NF - 2) " measured"}' \
+      "$log_dir/cost_model.log")
+    if [ -n "$worst" ] && [ "$worst" -le 25 ]; then verdict="within"; else verdict="NOT within"; fi
+    row cost_model PASS "ResNet-18 on 4 stages: $meas; largest error ${worst:-?}% ($verdict the 25 % target)"
+  else
+    tail_of "$log_dir/cost_model.log" 5
+    row cost_model FAIL "tools/bench/cost_model_bench.py --partition failed; see $log_dir/cost_model.log"
+  fi
+else
+  row cost_model SKIP "no partition.json from train_resnet18"
 fi
 
 # 6b. Replicas on the GPU (--replicas, averaged through host copies): the digits MLP on 2 stages x 2
