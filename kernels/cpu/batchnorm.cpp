@@ -121,42 +121,21 @@ PT_CPU_CLONES void plane_dx_f32(const float* dy, const float* x, const float* co
 // Channels [c0, c1) of maps with few elements per plane (s < kSmallPlane: the late layers of
 // ResNets and MobileNets, [32, 512, 1, 1], [32, 576, 2, 2]): the sums of x and x^2 (and of dy and
 // dy * x) along each image's row of channels, so that the loop runs along the row instead of paying
-// a reduction per plane of 1-15 elements (10x faster at s = 1). For s = 1 straight into the
-// channels' accumulators, the planes in image order: the same sums as the plane-wise path; for
-// s > 1 per element position over the images first (`acc`, 4 (c1 - c0) s doubles), then the
-// positions of each channel in order.
+// a reduction per plane of 1-15 elements (10x faster at s = 1): per element position over the
+// images first (`acc`, 4 (c1 - c0) s doubles), then the positions of each channel in order into its
+// sums, which start at 0 (at s = 1 the planes in image order: the same sums as the plane-wise path).
 constexpr int64_t kSmallPlane = 16;
 template <typename T>
 [[gnu::always_inline]] inline void channel_sums(const T* x, const T* dy, int64_t n_count, int64_t c_count, int64_t s,
                                                 int64_t c0, int64_t c1, double* s1, double* s2, double* sd,
                                                 double* sdx, double* acc) {
+  // The channels' rows of s elements side by side, summed per element position across the images
+  // (acc, 4 rows of (c1 - c0) * s), folded per channel after the last image.
+  const int64_t j0 = c0 * s, len = (c1 - c0) * s;
+  double *e1 = acc, *e2 = acc + len, *ed = acc + 2 * len, *edx = acc + 3 * len;
   for (int64_t n = 0; n < n_count; ++n) {
     const T* xr = x + n * c_count * s;
     const T* dyr = dy ? dy + n * c_count * s : nullptr;
-    if (s == 1) {
-      if (dyr) {
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) {
-          const double xi = xr[c], di = dyr[c];
-          s1[c] += xi;
-          s2[c] += xi * xi;
-          sd[c] += di;
-          sdx[c] += di * xi;
-        }
-      } else {
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) {
-          const double xi = xr[c];
-          s1[c] += xi;
-          s2[c] += xi * xi;
-        }
-      }
-      continue;
-    }
-    // s > 1: the channels' rows of s elements side by side, summed per element position across
-    // the images (acc, 4 rows of (c1 - c0) * s), folded per channel after the last image.
-    const int64_t j0 = c0 * s, len = (c1 - c0) * s;
-    double *e1 = acc, *e2 = acc + len, *ed = acc + 2 * len, *edx = acc + 3 * len;
     if (dyr) {
 #pragma omp simd
       for (int64_t j = 0; j < len; ++j) {
@@ -175,16 +154,14 @@ template <typename T>
       }
     }
   }
-  if (s == 1) return;
-  const int64_t len = (c1 - c0) * s;
   for (int64_t c = c0; c < c1; ++c)
     for (int64_t i = 0; i < s; ++i) {
       const int64_t j = (c - c0) * s + i;
-      s1[c] += acc[j];
-      s2[c] += acc[len + j];
+      s1[c] += e1[j];
+      s2[c] += e2[j];
       if (dy) {
-        sd[c] += acc[2 * len + j];
-        sdx[c] += acc[3 * len + j];
+        sd[c] += ed[j];
+        sdx[c] += edx[j];
       }
     }
 }
@@ -230,7 +207,7 @@ void batch_stats(const BnGeometry& g, const T* x, std::vector<double>* mean, std
       int64_t c0, c1;
       thread_share(g.c, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
       thread_local std::vector<double> acc;  // each thread's own (channel_sums)
-      acc.assign(static_cast<size_t>(g.s > 1 ? 4 * (c1 - c0) * g.s : 0), 0.0);
+      acc.assign(static_cast<size_t>(4 * (c1 - c0) * g.s), 0.0);
       if constexpr (std::is_same_v<T, float>)
         channel_sums_f32(x, dy, g.n, g.c, g.s, c0, c1, s1, s2, sd, sdx, acc.data());
       else
