@@ -633,10 +633,11 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   busy /= static_cast<double>(stage_devices(stats, plan));
   // The hand-offs as measured (sending to the receiver holding the message, its copy included)
   // replace the plan's link between stages of a node; a cut between nodes takes its own messages'.
-  int64_t handoffs = 0;
+  int64_t handoffs = 0, traded = 0;
   double handoff_s = 0;
   for (const StageStats& st : stats) {
     auto add = [&](const StageStats::Handoffs& h, bool cut_between_nodes) {
+      traded += h.traded;
       if (cut_between_nodes) return;
       handoffs += h.count;
       handoff_s += 1e-6 * h.mean_us * static_cast<double>(h.count);
@@ -669,10 +670,15 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
   if (handoffs > 0) {
     std::snprintf(b, sizeof b,
                   "hand-offs: the %lld messages a stage waited for took %.1f us each on average from their sending to "
-                  "the stage holding them (the plan's %s link: %.1f us + bytes / %.1f GB/s)\n",
+                  "the stage holding them (the plan's %s link: %.1f us + bytes / %.1f GB/s)",
                   static_cast<long long>(handoffs), 1e6 * handoff_s / static_cast<double>(handoffs), plan.link.name.c_str(),
                   1e6 * plan.link.latency_s, plan.link.bandwidth / 1e9);
     out = b;
+    if (traded > 0) {  // Channel::trade: storages handed over instead of copied
+      std::snprintf(b, sizeof b, "; %lld copies left out (values handed over with their storage)", static_cast<long long>(traded));
+      out += b;
+    }
+    out += "\n";
   }
   std::snprintf(b, sizeof b,
                 "schedule %s with the measured pass times%s: %s %.1f%%, %.0f samples/s predicted; measured: "
@@ -802,6 +808,8 @@ Expected<Trained> train_pipeline(const TrainingSpec& o, Model& md, const Devices
   // of its own and the machine was idle at the start (as idle OpenMP threads do, tools/omp_env.h).
   if (o.gpus * o.replicas * po.threads_per_stage <= usable_cores() && spinning_allowed())
     po.handoff_spin_us = kHandoffSpinUs;
+  // PIPETRAIN_HANDOFF_TRADE=0: hand-offs copied, as before trading (for measuring what trading saves).
+  if (const char* e = std::getenv("PIPETRAIN_HANDOFF_TRADE"); e && std::string(e) == "0") po.trade_handoffs = false;
   po.record_trace = o.trace;
   po.device = dev.kind;
   po.adopt_initial_values = !dev.cuda;  // released below anyway: held once, not twice, while it starts

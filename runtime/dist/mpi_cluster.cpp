@@ -87,7 +87,7 @@ class MpiLink : public Link {
   MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity,
           double clock_offset);
   ~MpiLink() override;
-  bool send(int64_t key, const Executor& from) override;
+  bool send(int64_t key, Executor& from) override;
   bool recv(int64_t key, Executor& to) override;
   void abort() override { aborted_ = true; }
   Handoffs handoffs() const override { return handoffs_; }  // read once the receiver is done
@@ -269,7 +269,7 @@ MpiLink::~MpiLink() {
 
 bool MpiLink::stop() const { return aborted_ || c_.aborted(); }
 
-bool MpiLink::send(int64_t key, const Executor& from) {
+bool MpiLink::send(int64_t key, Executor& from) {
   PT_CHECK(sending_) << "send on the receiving end of a link";
   int slot = -1, spins = 0;
   while (slot < 0) {

@@ -109,7 +109,7 @@ class NcclLink : public Link {
     return Status::ok();
   }
 
-  bool send(int64_t key, const Executor& from) override {
+  bool send(int64_t key, Executor& from) override {
     if (aborted_) return false;
     Status st = in_order(key, &next_send_);
     if (st.is_ok()) st = do_send(from);

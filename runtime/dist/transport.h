@@ -28,7 +28,8 @@ class Link {
   // Copies every value out of `from` and sends them under `key`; may wait for room (the link
   // holds a bounded number of messages in flight). False once the link was aborted (or its
   // copies failed: then error() says why).
-  virtual bool send(int64_t key, const Executor& from) = 0;
+  // `from` is not changed but where a link trades storages with it (Channel::trade).
+  virtual bool send(int64_t key, Executor& from) = 0;
   // Waits for the message `key` and copies it into `to`'s buffers. False once aborted.
   virtual bool recv(int64_t key, Executor& to) = 0;
   // Ends every wait, now and later, of this link (on either end in this process).
@@ -43,6 +44,10 @@ class Link {
     // below 1 us, the last also above), so a median read from it is within 10 % of the true one.
     static constexpr int kBins = 96;
     std::array<int32_t, kBins> bins{};
+    // Copies of a value left out by trading storages instead (Channel::trade), on every message
+    // received, whether waited for or not: one per value the sender gave, one per value the
+    // receiver took.
+    int64_t traded = 0;
     void add(double s);
     Handoffs& operator+=(const Handoffs& o);
     Handoffs& operator-=(const Handoffs& o);
@@ -71,6 +76,7 @@ inline void Link::Handoffs::add(double s) {
 inline Link::Handoffs& Link::Handoffs::operator+=(const Handoffs& o) {
   count += o.count;
   seconds += o.seconds;
+  traded += o.traded;
   for (int b = 0; b < kBins; ++b) bins[b] += o.bins[b];
   return *this;
 }
@@ -78,6 +84,7 @@ inline Link::Handoffs& Link::Handoffs::operator+=(const Handoffs& o) {
 inline Link::Handoffs& Link::Handoffs::operator-=(const Handoffs& o) {
   count -= o.count;
   seconds -= o.seconds;
+  traded -= o.traded;
   for (int b = 0; b < kBins; ++b) bins[b] -= o.bins[b];
   return *this;
 }

@@ -293,19 +293,7 @@ Status Executor::add_storages(const Value* v, int n) {
     RETURN_IF_ERROR(allocate_value(v));
     allocated_[id] = 1;
   }
-  if (uses_.empty()) {
-    uses_.resize(value_of_.size());
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      const Node* node = steps_[i].node;
-      for (size_t j = 0; j < node->inputs.size(); ++j)
-        if (node->inputs[j]) uses_[node->inputs[j]->id].push_back({i, j, false});
-      for (size_t j = 0; j < node->outputs.size(); ++j)
-        if (node->outputs[j]) uses_[node->outputs[j]->id].push_back({i, j, true});
-    }
-    parked_host_.resize(value_of_.size());
-    parked_dev_.resize(value_of_.size());
-    selected_.assign(value_of_.size(), -1);
-  }
+  build_uses();
   for (int k = 0; k < n; ++k) {
     if (direct_) {
       try {
@@ -319,6 +307,38 @@ Status Executor::add_storages(const Value* v, int n) {
     }
   }
   return Status::ok();
+}
+
+void Executor::build_uses() {
+  if (!uses_.empty()) return;
+  uses_.resize(value_of_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Node* node = steps_[i].node;
+    for (size_t j = 0; j < node->inputs.size(); ++j)
+      if (node->inputs[j]) uses_[node->inputs[j]->id].push_back({i, j, false});
+    for (size_t j = 0; j < node->outputs.size(); ++j)
+      if (node->outputs[j]) uses_[node->outputs[j]->id].push_back({i, j, true});
+  }
+  parked_host_.resize(value_of_.size());
+  parked_dev_.resize(value_of_.size());
+  selected_.assign(value_of_.size(), -1);
+}
+
+void Executor::repoint(size_t id) {
+  void* data = direct_ ? bufs_[id].data() : dptr_[id];
+  for (const Use& u : uses_[id]) (u.output ? steps_[u.step].outputs : steps_[u.step].inputs)[u.index].data = data;
+}
+
+bool Executor::exchange(const Value* v, HostTensor& t) {
+  if (!direct_ || plan_.planned(v) || t.dtype() != v->dtype || t.dims() != v->dims || t.bytes() == 0) return false;
+  const size_t id = static_cast<size_t>(v->id);
+  if (!allocated_.at(id)) (void)host(v);
+  if (bufs_[id].dtype() != t.dtype() || bufs_[id].dims() != t.dims()) return false;
+  build_uses();
+  std::swap(bufs_[id], t);
+  bump(v);
+  repoint(id);
+  return true;
 }
 
 void Executor::swap_storage(size_t id, int k) {
@@ -336,8 +356,7 @@ Status Executor::select_storage(const Value* v, int k) {
   if (k >= 0) swap_storage(id, k);
   selected_[id] = k;
   bump(v);  // a weight's other storage holds other data: cached reorders of the last one do not apply
-  void* data = direct_ ? bufs_[id].data() : dptr_[id];
-  for (const Use& u : uses_[id]) (u.output ? steps_[u.step].outputs : steps_[u.step].inputs)[u.index].data = data;
+  repoint(id);
   return Status::ok();
 }
 

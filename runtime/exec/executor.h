@@ -186,6 +186,12 @@ class Executor {
   // Storage k of v (-1: its own) whichever is selected; reading or writing it does not change v's
   // version (select it, or write through the non-const view(), for that).
   TensorView storage_view(const Value* v, int k) const;
+  // Trades the storage v has now (the selected one) for `t`, a host tensor of v's type and shape:
+  // the kernels and views see t's bytes from then on (a new version), and t holds what was v's
+  // storage. How a stage takes a message out of a channel, or hands one over, without copying it.
+  // False, with nothing done, where the storage cannot be traded: a planned value (the arena),
+  // separate host copies or a device's memory, another type or shape.
+  bool exchange(const Value* v, HostTensor& t);
 
   // Runs the prepared nodes whose phase passes `filter` (all when null), in order. Aliases' nodes
   // (MemoryPlan::alias_of) never run: their output is their input's bytes. With graphs on
@@ -263,8 +269,10 @@ class Executor {
     size_t index;
     bool output;
   };
-  std::vector<std::vector<Use>> uses_;  // built by the first add_storages
+  std::vector<std::vector<Use>> uses_;  // built by the first add_storages or exchange (build_uses)
+  void build_uses();
   void swap_storage(size_t id, int k);
+  void repoint(size_t id);  // the steps' views of value id at its storage now
   bool weight_cache_wanted_ = false;
   ExecSettings settings_;
   std::unique_ptr<WeightCache> weight_cache_;

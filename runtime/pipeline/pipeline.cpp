@@ -331,6 +331,8 @@ Status PipelineTrainer::Impl::wire_replica(const StageLayout& layout, std::vecto
       Stage& to = *of[f.to];
       ASSIGN_OR_RETURN(std::unique_ptr<Channel> ch, Channel::create(f.values, capacity, to.ex->device()));
       ch->set_spin(std::chrono::microseconds(opts.handoff_spin_us));
+      if (opts.trade_handoffs && from.ex->device()->host_memory() && to.ex->device()->host_memory())
+        ch->trade(handed_over(from, layout, f.values), true);
       channels.push_back(std::move(ch));
       Link* c = channels.back().get();
       (forward ? from.fwd_out : from.bwd_out).push_back(c);

@@ -46,6 +46,9 @@ struct PipelineOptions {
   // sleeps (Channel::set_spin): a wake-up costs tens of microseconds, more in a VM. Worth it only
   // where every stage thread has cores of its own (the CLI decides); 0: sleep at once.
   int handoff_spin_us = 0;
+  // Messages between stages of this process on the CPU move by trading storages instead of copies
+  // where both ends allow it (Channel::trade); false: copied into the link and out again.
+  bool trade_handoffs = true;
   bool record_trace = true;  // keep every pass for trace() (--trace); false: no memory per step
   // Where the stages run: the CPU, or CUDA with stage k on GPU gpu_of_stage[k % size] (empty:
   // GPU k % the number of GPUs, so that several stages share a GPU when there are fewer).
@@ -109,6 +112,7 @@ struct StageStats {
   struct Handoffs {
     int64_t count = 0;
     double mean_us = 0, median_us = 0;
+    int64_t traded = 0;  // copies left out: values handed over with their storage (Channel::trade)
   };
   Handoffs fwd_handoffs, bwd_handoffs;
   int64_t forwards = 0, backwards = 0, updates = 0;

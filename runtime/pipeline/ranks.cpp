@@ -55,6 +55,8 @@ Status PipelineTrainer::Impl::wire_ranks(const StageLayout& layout, int capacity
       if (from != me && to != me) continue;
       ASSIGN_OR_RETURN(std::unique_ptr<Link> link, make(f.values, from, to, forward ? kLinkForward : kLinkBackward, capacity));
       Link* l = add(std::move(link));
+      if (from == to && opts.trade_handoffs && my_device->host_memory())  // two stages of this rank
+        static_cast<Channel*>(l)->trade(handed_over(*stages[f.from], layout, f.values), true);
       if (from == me) (forward ? stages[f.from]->fwd_out : stages[f.from]->bwd_out).push_back(l);
       if (to == me) (forward ? stages[f.to]->fwd_in : stages[f.to]->bwd_in).push_back(l);
     }

@@ -2,6 +2,7 @@
 // sequence of forwards, backwards and updates with its weight versions.
 #include "runtime/pipeline/stage.h"
 
+#include "runtime/exec/memory.h"
 #include "runtime/exec/optimizer.h"
 #include "runtime/loop/training_loop.h"
 
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 
 #include <time.h>
 
@@ -72,8 +75,17 @@ Expected<std::unique_ptr<Channel>> Channel::create(std::vector<const Value*> val
   std::unique_ptr<Channel> c(new Channel(std::move(values)));
   c->device_ = std::move(slot_device);
   c->slots_.resize(std::max(1, capacity));
+  const bool host = c->device_->host_memory();
   for (Slot& s : c->slots_) {
     for (const Value* v : c->values_) {
+      if (host) {
+        try {
+          s.host.emplace_back(v->dtype, v->dims);
+        } catch (const std::bad_alloc&) {
+          return internal_error(out_of_memory_message("a channel slot of '" + v->name + "'", v->bytes()));
+        }
+        continue;
+      }
       ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(c->device_, v->dtype, v->dims, nullptr));
       s.tensors.push_back(std::move(b));
     }
@@ -94,7 +106,7 @@ Channel::~Channel() {
   if (sender_) sender_->destroy_stream(copy_stream_);
 }
 
-Status Channel::copy_into_slot(int slot, const Executor& from) {
+Status Channel::copy_into_slot(int slot, Executor& from) {
   Device& dev = *from.device();
   if (!sender_) {  // the first send: the sender's copy stream and events
     ASSIGN_OR_RETURN(copy_stream_, dev.create_stream());
@@ -111,8 +123,12 @@ Status Channel::copy_into_slot(int slot, const Executor& from) {
   RETURN_IF_ERROR(computed_->block(copy_stream_));
   RETURN_IF_ERROR(s.drained->block(copy_stream_));
   for (size_t i = 0; i < values_.size(); ++i) {
-    const TensorView src = from.view(values_[i]);
-    const TensorView dst = s.tensors[i].view();
+    if (i < gives_.size() && gives_[i] && !s.host.empty() && from.exchange(values_[i], s.host[i])) {
+      given_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    const TensorView src = std::as_const(from).view(values_[i]);
+    const TensorView dst = s.view(i);
     if (src.bytes() != dst.bytes()) return internal_error("channel: '" + values_[i]->name + "' changed size");
     RETURN_IF_ERROR(dev.copy(dst.data, *device_, src.data, dev, src.bytes(), copy_stream_));
   }
@@ -148,7 +164,7 @@ void Channel::wait(std::unique_lock<std::mutex>& lock, Ready ready) {
   cv_.wait(lock, ready);
 }
 
-bool Channel::send(int64_t key, const Executor& from) {
+bool Channel::send(int64_t key, Executor& from) {
   int slot = -1;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -202,7 +218,9 @@ bool Channel::recv(int64_t key, Executor& to) {
     sent = slot->sent;
   }
   Status st = slot->filled->block(to.stream());
-  for (size_t i = 0; i < values_.size() && st.is_ok(); ++i) st = to.copy_in(values_[i], slot->tensors[i].view(), *device_);
+  for (size_t i = 0; i < values_.size() && st.is_ok(); ++i)
+    if (takes_ && !slot->host.empty() && to.exchange(values_[i], slot->host[i])) ++handoffs_.traded;
+    else st = to.copy_in(values_[i], slot->view(i), *device_);
   if (st.is_ok()) st = slot->drained->record(to.stream());
   if (!st.is_ok()) {
     error_ = st;
@@ -218,6 +236,21 @@ bool Channel::recv(int64_t key, Executor& to) {
   }
   cv_.notify_all();
   return true;
+}
+
+std::vector<bool> handed_over(const Stage& from, const StageLayout& layout, const std::vector<const Value*>& values) {
+  std::unordered_map<const Value*, int> links;  // how many of from's links send each value
+  for (const auto* flows : {&layout.activations, &layout.gradients})
+    for (const ValueFlow& f : *flows)
+      if (f.from == from.index)
+        for (const Value* v : f.values) ++links[v];
+  std::unordered_set<const Value*> read_later(from.saved.begin(), from.saved.end());
+  read_later.insert(from.w_state.begin(), from.w_state.end());
+  if (from.loss) read_later.insert(from.loss);
+  std::vector<bool> gives;
+  for (const Value* v : values)
+    gives.push_back(v->kind == ValueKind::kActivation && !v->data && links[v] == 1 && !read_later.count(v));
+  return gives;
 }
 
 void Channel::abort() {
@@ -997,7 +1030,8 @@ void Stage::finish_stats() {
   fwd -= from.fwd_in;
   bwd -= from.bwd_in;
   auto figures = [](const Link::Handoffs& h) {
-    return StageStats::Handoffs{h.count, h.count > 0 ? 1e6 * h.seconds / static_cast<double>(h.count) : 0, h.median_us()};
+    return StageStats::Handoffs{h.count, h.count > 0 ? 1e6 * h.seconds / static_cast<double>(h.count) : 0, h.median_us(),
+                                h.traded};
   };
   stats.fwd_handoffs = figures(fwd);
   stats.bwd_handoffs = figures(bwd);

@@ -41,16 +41,30 @@ class Channel : public Link {
   static Expected<std::unique_ptr<Channel>> create(std::vector<const Value*> values, int capacity,
                                                    std::shared_ptr<Device> slot_device);
   ~Channel() override;
-  // Waits for a free slot, copies every value from `from` into it, publishes it under `key`.
-  bool send(int64_t key, const Executor& from) override;
-  // Waits for the message `key`, copies it into `to`'s buffers, frees the slot.
+  // Waits for a free slot, copies every value from `from` into it (or trades storages, below),
+  // publishes it under `key`.
+  bool send(int64_t key, Executor& from) override;
+  // Waits for the message `key`, copies it into `to`'s buffers (or trades), frees the slot.
   bool recv(int64_t key, Executor& to) override;
+  // Between stages that share the host's memory, a message can move without copies: the sender
+  // trades its storage of value i for the slot's when sender_gives[i] (the sender reads that value
+  // no more before computing it again), and the receiver trades the slot's storage for its own
+  // when receiver_takes (Executor::exchange; each side copies instead where it cannot trade).
+  // Off by default; the slots are host tensors when the slot device is the host.
+  void trade(std::vector<bool> sender_gives, bool receiver_takes) {
+    gives_ = std::move(sender_gives);
+    takes_ = receiver_takes;
+  }
   void abort() override;
   Status fence(const Executor& from) override;
   // A thread that waits here first spins for up to `spin` (PipelineOptions::handoff_spin_us) before
   // it sleeps: a message that arrives meanwhile is taken without a wake-up.
   void set_spin(std::chrono::nanoseconds spin) { spin_ = spin; }
-  Handoffs handoffs() const override { return handoffs_; }  // read once the receiver is done
+  Handoffs handoffs() const override {  // read once the receiver is done
+    Handoffs h = handoffs_;
+    h.traded += given_.load(std::memory_order_relaxed);
+    return h;
+  }
 
  private:
   explicit Channel(std::vector<const Value*> values) : Link(std::move(values)) {}
@@ -59,11 +73,13 @@ class Channel : public Link {
   template <class Ready>
   void wait(std::unique_lock<std::mutex>& lock, Ready ready);
   void changed();  // caller holds mu_
-  Status copy_into_slot(int slot, const Executor& from);
+  Status copy_into_slot(int slot, Executor& from);
   static constexpr int64_t kFree = -1, kBusy = -2;
   struct Slot {
     int64_t key = kFree;
-    std::vector<DeviceBuffer> tensors;
+    std::vector<DeviceBuffer> tensors;  // on a device
+    std::vector<HostTensor> host;       // on the host (the slot device's memory is the host's)
+    TensorView view(size_t i) const { return host.empty() ? tensors[i].view() : host[i].view(); }
     std::unique_ptr<Event> filled, drained;
     std::chrono::steady_clock::time_point sent;  // when it was published under key
   };
@@ -80,7 +96,16 @@ class Channel : public Link {
   std::chrono::nanoseconds spin_{0};
   std::atomic<uint64_t> changes_{0};
   Handoffs handoffs_;  // the receiver's (one thread)
+  std::vector<bool> gives_;  // trade()
+  bool takes_ = false;
+  std::atomic<int64_t> given_{0};  // values the sender traded (its thread)
 };
+
+class Stage;
+// Which of `values`, sent by stage `from` on one of its links, it may hand over with their storage
+// (Channel::trade): values it sends on no other link and reads in none of its later passes (not
+// kept for its backward or its W, not its loss or its weights).
+std::vector<bool> handed_over(const Stage& from, const StageLayout& layout, const std::vector<const Value*>& values);
 
 // The sample order of every epoch, drawn on demand exactly as the single-stage trainer draws it
 // (one shuffle per epoch from one seeded RNG), so memory does not grow with --steps; the newest
