@@ -51,6 +51,10 @@ struct StagePlan {
   // weight_gradient_nodes), by the cost model's share of those nodes: what a zero-bubble schedule
   // can defer (layout_plan sets it).
   double wgrad_ms = 0;
+  // The runtime's own time on the stage's device after each of its actions (claims, slot
+  // selections, bookkeeping between passes): not work, the device idles. 0 in a plan; the run's
+  // re-simulation sets what it measured (tools/run_training.cpp), on devices that are the stage's own.
+  double pass_gap_ms = 0;
   // Transfers are charged to the receiving stage: receiving its `recv` activations and sending
   // their gradients back, one message each, once per receiving stage (see partition.h).
   double comm_ms = 0;

@@ -281,6 +281,8 @@ std::string svg_timeline(const Plan& p, const SimResult& sim) {
                   format("stage %d all-reduce across replicas, mini-batch %d: %.3f ms", e.stage, e.mini_batch,
                          e.end_ms - e.start_ms));
         break;
+      case SimEvent::kGap:  // idle, as the bubble counts it
+        break;
     }
   }
   s += "</g>\n";

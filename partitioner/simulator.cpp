@@ -380,6 +380,8 @@ Expected<SimResult> dry_run(const Plan& plan, const ScheduleIR& ir, int mini_bat
         case ActionKind::kUpdate: ms = s.update_ms; break;
       }
       const int op = eng.add(d, ms / share, ev);
+      // The runtime's own time after the action, before the device's next (on a device of its own).
+      if (s.pass_gap_ms > 0 && share <= 1 + 1e-9) eng.add(d, s.pass_gap_ms, make_event(k, i, a.micro, SimEvent::kGap));
       const int p = i * m + a.micro;
       if (a.kind == ActionKind::kForward) fwd[k][p] = op;
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kInputGrad) bwd[k][p] = op;
@@ -579,6 +581,7 @@ std::string trace_json(const std::vector<SimEvent>& events, const Plan& plan) {
       case SimEvent::kSend: name = "send F" + id; cat = "comm"; tid = n + e.stage; break;
       case SimEvent::kRecv: name = "grad B" + id; cat = "comm"; tid = 2 * n + e.stage; break;
       case SimEvent::kAllReduce: name = "all-reduce " + std::to_string(e.mini_batch); cat = "comm"; tid = 3 * n + e.stage; break;
+      case SimEvent::kGap: name = "runtime " + id; cat = "runtime"; break;
     }
     list.push_back({{"name", name},
                     {"cat", cat},

@@ -21,7 +21,8 @@ struct SimEvent {
   int mini_batch = 0;
   int micro_batch = 0;
   // kInputGrad, kWeightGrad: the two parts of a split backward (zero-bubble schedules).
-  enum Kind { kForward, kBackward, kUpdate, kSend, kRecv, kAllReduce, kInputGrad, kWeightGrad } kind = kForward;
+  // kGap: the runtime's own time after a pass (StagePlan::pass_gap_ms), idle for the bubble.
+  enum Kind { kForward, kBackward, kUpdate, kSend, kRecv, kAllReduce, kInputGrad, kWeightGrad, kGap } kind = kForward;
   double start_ms = 0, end_ms = 0;
   double work_ms = 0;  // compute: its time alone (end - start, unless it shared cores with others)
 };

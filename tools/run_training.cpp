@@ -602,6 +602,28 @@ bool crosses_nodes(const Plan& plan, int stage) {
   return stage > 0 && stage < static_cast<int>(plan.stages.size()) && plan.stages[stage].cut_crosses_nodes;
 }
 
+// The runtime's own time between a device's passes (the stages' "between passes": claims, slot
+// selections, the loop's bookkeeping) as StagePlan::pass_gap_ms, spread over the device's actions
+// per mini-batch, where every device has its cores (on shared cores that time is the others' to
+// use). Returns the devices' mean share of their time spent so (0 where not set).
+double set_pass_gaps(Plan& m, const std::vector<StageStats>& stats, const StepBatch& batch, double rate) {
+  const ScheduleIR ir = plan_schedule(m);
+  const int D = static_cast<int>(ir.stages.size()), n = static_cast<int>(m.stages.size());
+  if (rate <= 0 || D == 0 || ir.virtual_stages() != n) return 0;
+  std::vector<double> between(D, 1.0);
+  for (const StageStats& st : stats)
+    if (st.stage < n) between[ir.device_of(st.stage)] -= st.busy_fraction + st.wait_fraction;
+  const double period_ms = 1e3 * static_cast<double>(batch.mini) / rate;
+  double mean = 0;
+  for (int k = 0; k < n; ++k) {
+    const int d = ir.device_of(k);
+    const size_t actions = std::max<size_t>(1, ir.stages[d].steady.size());
+    m.stages[k].pass_gap_ms = std::max(0.0, between[d]) * period_ms / static_cast<double>(actions);
+  }
+  for (double g : between) mean += std::max(0.0, g) / D;
+  return mean;
+}
+
 // The schedule's program run again in the simulator with the pass times this run measured (the
 // plan's prediction with the cost model's times is in the report): its bubble and throughput
 // beside what the stages did. Plan stage times are per graph pass (a micro-batch), as measured
@@ -658,10 +680,12 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
     s.link_in = LinkSpec{"measured transfer", 0, 1e-6 * (f >= 0 && b >= 0 ? (f + b) / 2 : std::max(f, b))};
   }
   const int n = static_cast<int>(m.stages.size());
-  Expected<SimResult> sim = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
-  if (!sim) return "";
   const bool steady = !stats.empty() && stats.front().window_s > 0 && r.steady_samples_per_s > 0;
   const double rate = stages_rate(stats, r);
+  Expected<SimResult> without = dry_run(m, plan_schedule(plan), std::max(8, 3 * n));
+  const double gaps = cpu || !steady ? 0 : set_pass_gaps(m, stats, batch, rate);
+  Expected<SimResult> sim = gaps > 0 ? dry_run(m, plan_schedule(plan), std::max(8, 3 * n)) : without;
+  if (!sim || !without) return "";
   // On shared cores the simulation's bubble is the cores' idle time, and so is the one measured.
   const bool cores = cpu && rate > 0;
   const double idle = cores ? 1 - cores_busy(stats, plan, batch, rate) : 1 - busy;
@@ -688,7 +712,15 @@ std::string measured_schedule_line(const PipelineTrainer& pipe, const StepBatch&
                 cores ? "cores idle" : "bubble", 100 * sim->bubble_fraction,
                 sim->samples_per_s, cores ? "cores" : plan.virtual_stages > 1 ? "devices" : "stages", 100 * idle,
                 steady ? "in the steady state" : "of the run", cores ? "" : " on average", rate);
-  return out + b;
+  out += b;
+  if (gaps > 0) {  // what the runtime's own time between passes adds to the program's bubble
+    std::snprintf(b, sizeof b,
+                  "\nthe runtime between passes: %.1f%% of each device's time, in the prediction above; without it "
+                  "the program's bubble is %.1f%%",
+                  100 * gaps, 100 * without->bubble_fraction);
+    out += b;
+  }
+  return out;
 }
 
 // The cuts between nodes as their messages measured (StagePlan::measured_cut_*): the activations

@@ -146,6 +146,28 @@ class CostModelTest(unittest.TestCase):
             self.assertAlmostEqual(m["error"], (pred - m["cpu_ms"] * share) / (m["cpu_ms"] * share), places=9)
         with open(os.path.join(out, "partition.txt")) as f:
             self.assertIn("the error compares them with each stage's CPU time x", f.read())
+    def test_the_runtimes_time_between_passes_is_in_the_measured_prediction(self):
+        # 2 stages with a core each: the re-simulation puts each device's measured time between passes
+        # after its actions (StagePlan::pass_gap_ms) and says how much it was and the bubble without it.
+        if (os.cpu_count() or 1) < 2:
+            self.skipTest("one core: the two stages share it")
+        lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "models/fashion_lenet5_bn.onnx")
+        out = os.path.join(self.dir, "gaps_run")
+        p = subprocess.run([BIN, lenet, "--gpus", "2", "--steps", "30", "--batch-size", "16", "--balance", "5,6",
+                            "--no-calibrate", "--out", out, "--overwrite"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        if "cores idle" in p.stdout:
+            self.skipTest("the stages shared the cores (a busy machine)")
+        m = re.search(r"^the runtime between passes: ([0-9.]+)% of each device's time, in the prediction above; "
+                      r"without it the program's bubble is ([0-9.]+)%$", p.stdout, re.M)
+        self.assertIsNotNone(m, p.stdout)
+        between = [1 - (int(b) + int(w)) / 100 for b, w in
+                   re.findall(r"^stage \d+: busy (\d+)%.*waiting for inputs (\d+)%", p.stdout, re.M)]
+        self.assertEqual(len(between), 2, p.stdout)
+        # The stage lines round each figure to a point: their mean within 1.5 points of the line's.
+        self.assertAlmostEqual(float(m.group(1)) / 100, max(0.0, sum(between) / 2), delta=0.015)
+
     def test_network_link_prices_the_cut_between_nodes(self):
         # Two stages on two nodes (--ranks-per-node 1): the cut crosses machines and costs what
         # --network-link says: bytes / bandwidth + transfers x latency, so a 10x slower link with

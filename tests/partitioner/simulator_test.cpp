@@ -86,6 +86,46 @@ TEST(Simulator, OneStageHasNoBubble) {
   EXPECT_NEAR(r.samples_per_s, 64 / 3.5e-3, 1e-6);
 }
 
+TEST(Simulator, TheRuntimesTimeBetweenPassesIsIdleAfterEachAction) {
+  // One stage, F 1 + B 2 + U 0.5 a mini-batch, 0.25 ms of the runtime's own after each of its 3
+  // actions: 4.25 ms a mini-batch, of which 0.75 idle.
+  Plan p = equal_stages(1, 1.0, 2.0);
+  p.stages[0].update_ms = 0.5;
+  p.stages[0].pass_gap_ms = 0.25;
+  const SimResult r = simulate(p, 10);
+  EXPECT_NEAR(r.makespan_ms, 10 * 4.25, 1e-9);
+  EXPECT_NEAR(r.samples_per_s, 64 / 4.25e-3, 1e-6);
+  EXPECT_NEAR(r.bubble_fraction, 0.75 / 4.25, 1e-9);
+  int gaps = 0;
+  for (size_t i = 0; i < r.events.size(); ++i)
+    if (r.events[i].kind == SimEvent::kGap) {
+      ++gaps;
+      ASSERT_GT(i, 0u);
+      EXPECT_NEAR(r.events[i].start_ms, r.events[i - 1].end_ms, 1e-9);  // right behind its action
+      EXPECT_NEAR(r.events[i].end_ms - r.events[i].start_ms, 0.25, 1e-9);
+    }
+  EXPECT_EQ(gaps, 30);
+  // GPipe on 2 stages, M = 4 (F 1, B 2), gaps of 0.5: a gap delays its stage's next pass, not the
+  // send of the pass before it. Stage 0's forwards end at 1, 2.5, 4 and 5.5; stage 1 runs each as it
+  // arrives (1-2, 2.5-3.5, 4-5, 5.5-6.5) and starts its first backward after the last one's gap.
+  Plan g = equal_stages(2, 1.0, 2.0);
+  g.schedule = Schedule::kGPipe;
+  g.weights = WeightMode::kSync;
+  g.micro_batches = 4;
+  for (StagePlan& s : g.stages) s.pass_gap_ms = 0.5;
+  const SimResult q = simulate(g, 3);
+  double first_b1 = 1e300;
+  for (const SimEvent& e : q.events)
+    if (e.stage == 1 && e.kind == SimEvent::kBackward && e.mini_batch == 0) first_b1 = std::min(first_b1, e.start_ms);
+  EXPECT_NEAR(first_b1, 7.0, 1e-9);
+  // On shared cores (processor sharing) the gap is not simulated: the core serves the others then.
+  Plan c = equal_stages(2, 2.0, 4.0);
+  c.device_share = 2;
+  c.processor_sharing = true;
+  for (StagePlan& s : c.stages) s.pass_gap_ms = 1.0;
+  for (const SimEvent& e : simulate(c, 6).events) EXPECT_NE(e.kind, SimEvent::kGap);
+}
+
 TEST(Simulator, EqualStages1F1BReachBatchOverStageTime) {
   for (int n : {2, 4, 8}) {
     const SimResult r = simulate(equal_stages(n, 1.0, 2.0), 48);
