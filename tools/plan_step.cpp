@@ -263,29 +263,56 @@ Expected<LayoutChoice> choose_layout(const Graph& g, const PlanFlags& f) {
 
 namespace {
 
-// --schedule auto: each synchronous schedule planned and its program dry-run; the fastest that fits
-// (ties: the one that keeps fewer passes in flight, listed first). They train the same weights, so
-// only speed and memory choose. Prints why unless quiet.
-Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Profile* profile) {
+// The largest number of virtual stages per device that --schedule auto and --whatif try with
+// interleaved stages (Megatron-LM's order; more chunks shrink the bubble by 1/V and pay a hand-off each).
+constexpr int kMaxAutoChunks = 4;
+
+// What a chunked schedule's name says of its chunks: "interleaved-v3"; the others as they are.
+std::string schedule_label(Schedule s, int virtual_stages) {
+  if (s == Schedule::k1F1B) return "1f1b-sync";
+  if (s == Schedule::kInterleaved) return "interleaved-v" + std::to_string(virtual_stages);
+  return schedule_name(s);
+}
+
+// Why `stages` devices x `chunks` cannot run schedule s at all ("" when they can): the model's
+// forward nodes too few to cut, interleaved stages' micro-batch groups, ZB-V on one device.
+std::string chunks_error(const Graph& g, Schedule s, int stages, int chunks, int micro_batches) {
+  if (s == Schedule::kInterleaved) {
+    if (const std::string why = interleaved_error(stages, chunks, micro_batches); !why.empty()) return why;
+  }
+  if (s == Schedule::kZBV && stages < 2) return "one stage";
+  const size_t nodes = forward_order(g, NodeOrder::kGraph).size();
+  if (static_cast<size_t>(stages) * chunks > nodes) return "the model's " + std::to_string(nodes) + " forward nodes are too few";
+  return "";
+}
+
+struct ScheduleChoice {
+  Schedule schedule = Schedule::k1F1B;
+  int virtual_stages = 1;
+};
+
+// --schedule auto: each synchronous schedule planned and its program dry-run (interleaved stages
+// with 2 to kMaxAutoChunks virtual stages per device, ZB-V with 2, where they can run); the fastest
+// that fits (ties: the one listed first, which keeps fewer passes in flight). They train the same
+// weights, so only speed and memory choose. Prints why unless quiet.
+Expected<ScheduleChoice> choose_schedule(const Graph& g, const PlanFlags& f, const Profile* profile) {
   struct Option {
-    Schedule s;
+    ScheduleChoice c;
     double samples_per_s = -1;
     std::string why_not;
     bool applies = true;  // false: the schedule cannot run these stages and micro-batches at all
   };
-  std::vector<Option> opts = {{Schedule::k1F1B, -1, ""},
-                              {Schedule::kZBH1, -1, ""},
-                              {Schedule::kGPipe, -1, ""},
-                              {Schedule::kInterleaved, -1, ""},
-                              {Schedule::kZBV, -1, ""}};
+  std::vector<ScheduleChoice> choices = {{Schedule::k1F1B, 1}, {Schedule::kZBH1, 1}, {Schedule::kGPipe, 1}};
+  for (int v = 2; v <= kMaxAutoChunks; ++v) choices.push_back({Schedule::kInterleaved, v});
+  choices.push_back({Schedule::kZBV, 2});
+  std::vector<Option> opts(choices.size());
+  for (size_t i = 0; i < choices.size(); ++i) opts[i].c = choices[i];
   for (Option& o : opts) {
     PlanFlags fc = f;
-    fc.schedule = o.s;
+    fc.schedule = o.c.schedule;
     fc.weights = WeightMode::kSync;
-    // Interleaved stages and ZB-V with 2 virtual stages per device, where they can run.
-    fc.virtual_stages = chunked_schedule(o.s) ? 2 : 1;
-    if (o.s == Schedule::kInterleaved) o.why_not = interleaved_error(f.stages, 2, f.micro_batches);
-    if (o.s == Schedule::kZBV && f.stages < 2) o.why_not = "one stage";
+    fc.virtual_stages = o.c.virtual_stages;
+    if (chunked_schedule(o.c.schedule)) o.why_not = chunks_error(g, o.c.schedule, f.stages, o.c.virtual_stages, f.micro_batches);
     if (!o.why_not.empty()) {
       o.applies = false;
       continue;
@@ -303,19 +330,19 @@ Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Pro
   const Option* best = nullptr;
   for (const Option& o : opts)
     if (o.samples_per_s > 0 && (!best || o.samples_per_s > best->samples_per_s * (1 + 1e-9))) best = &o;
-  auto label = [](Schedule s) { return s == Schedule::k1F1B ? std::string("1f1b-sync") : std::string(schedule_name(s)); };
-  if (!best) return invalid_input("--schedule auto: no synchronous schedule fits: " + label(opts[0].s) + ": " + opts[0].why_not);
+  auto label = [](const ScheduleChoice& c) { return schedule_label(c.schedule, c.virtual_stages); };
+  if (!best) return invalid_input("--schedule auto: no synchronous schedule fits: " + label(opts[0].c) + ": " + opts[0].why_not);
   if (!f.quiet) {
     std::string others;
     for (const Option& o : opts)
       if (&o != best)
-        others += "; " + label(o.s) + (o.samples_per_s > 0 ? " " + std::to_string(static_cast<int64_t>(o.samples_per_s))
+        others += "; " + label(o.c) + (o.samples_per_s > 0 ? " " + std::to_string(static_cast<int64_t>(o.samples_per_s))
                                        : o.applies                ? " does not fit"
                                                                   : " not applicable");
-    std::printf("schedule auto: %s, the best predicted throughput that fits (%lld samples/s%s)\n", label(best->s).c_str(),
+    std::printf("schedule auto: %s, the best predicted throughput that fits (%lld samples/s%s)\n", label(best->c).c_str(),
                 static_cast<long long>(best->samples_per_s), others.c_str());
   }
-  return best->s;
+  return best->c;
 }
 
 }  // namespace
@@ -323,31 +350,37 @@ Expected<Schedule> choose_schedule(const Graph& g, const PlanFlags& f, const Pro
 namespace {
 
 // --whatif: for 1..D devices (D = stages x replicas) the pipeline with each schedule (interleaved
-// stages and ZB-V with 2 virtual stages per device, where they can run), then every hybrid and
+// stages with 2 to kMaxAutoChunks virtual stages per device and the plan's own, ZB-V with 2, where
+// they can run), then every hybrid and
 // data-parallel layout of d devices (with the plan's schedule); at D the chosen layout is marked.
 Expected<std::vector<WhatIfRow>> what_if_rows(const Graph& g, const PlanFlags& f, int devices, const PlanOutcome& out) {
   std::vector<WhatIfRow> rows;
   for (int d = 1; d <= devices; ++d) {
     const PlanFlags base = layout_flags(f, d, 1);
     int user_row = -1;  // the row of d x 1 with the plan's schedule
-    for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe, Schedule::kZBH1, Schedule::kInterleaved, Schedule::kZBV}) {
-      if (chunked_schedule(sched) && (d < 2 || (sched == Schedule::kInterleaved && !interleaved_error(d, 2, f.micro_batches).empty())))
-        continue;
+    std::vector<ScheduleChoice> choices = {{Schedule::k1F1B, 1}, {Schedule::kGPipe, 1}, {Schedule::kZBH1, 1}};
+    for (int v = 2; v <= kMaxAutoChunks; ++v) choices.push_back({Schedule::kInterleaved, v});
+    if (f.schedule == Schedule::kInterleaved && f.virtual_stages > kMaxAutoChunks)
+      choices.push_back({Schedule::kInterleaved, f.virtual_stages});
+    choices.push_back({Schedule::kZBV, 2});
+    for (const auto& [sched, chunks] : choices) {
+      if (chunked_schedule(sched) && (d < 2 || !chunks_error(g, sched, d, chunks, f.micro_batches).empty())) continue;
       PlanFlags fd = base;
       fd.schedule = sched;
-      fd.virtual_stages = chunked_schedule(sched) ? 2 : 1;
+      fd.virtual_stages = chunks;
       if (sched != Schedule::k1F1B) fd.weights = WeightMode::kSync;  // 1F1B: the run's weights
       if (sched != f.schedule) fd.program = nullptr;
       auto o = options_from(fd, out.options.profile);
       if (!o) return o.status();
-      if (fd.schedule == f.schedule || d == 1) user_row = static_cast<int>(rows.size());
+      if ((fd.schedule == f.schedule && (sched != Schedule::kInterleaved || chunks == f.virtual_stages)) || d == 1)
+        user_row = static_cast<int>(rows.size());
       auto p = partition(g, *o);
       if (!p) {
-        rows.push_back({std::string(schedule_name(sched)) + " (does not fit)", d, 0, 0, 0});
+        rows.push_back({schedule_label(sched, chunks) + " (does not fit)", d, 0, 0, 0});
         continue;
       }
       SimResult s = simulate(*p, 4 * d + 4);
-      const std::string name = plan_schedule(*p).name;
+      const std::string name = sched == Schedule::kInterleaved ? schedule_label(sched, chunks) : plan_schedule(*p).name;
       rows.push_back({micro_batched(fd.schedule, fd.weights) ? name + " (M=" + std::to_string(o->micro_batches) + ")" : name, d,
                       s.samples_per_s, s.bubble_fraction, peak_of(s)});
       if (d == 1) break;  // one device: both schedules are sequential training
@@ -389,8 +422,9 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
   }
   if (f.agree_profile) RETURN_IF_ERROR(f.agree_profile(&out.profile, &out.have_profile));
   if (f.schedule == Schedule::kAuto) {
-    ASSIGN_OR_RETURN(f.schedule, choose_schedule(g, f, out.have_profile ? &out.profile : nullptr));
-    f.virtual_stages = chunked_schedule(f.schedule) ? 2 : 1;
+    ASSIGN_OR_RETURN(const ScheduleChoice c, choose_schedule(g, f, out.have_profile ? &out.profile : nullptr));
+    f.schedule = c.schedule;
+    f.virtual_stages = c.virtual_stages;
   }
   ASSIGN_OR_RETURN(out.options, options_from(f, out.have_profile ? &out.profile : nullptr));
   out.options.profile = out.have_profile ? &out.profile : nullptr;

@@ -300,9 +300,11 @@ class SchedulesTest(unittest.TestCase):
                       so, re.M)
         self.assertIsNotNone(m, so)
         others = dict(x.split(" ", 1) for x in m.group(3).split("; ")[1:])
-        self.assertEqual(sorted([m.group(1), *others]), ["1f1b-sync", "gpipe", "interleaved", "zb-h1", "zbv"])
+        self.assertEqual(sorted([m.group(1), *others]),
+                         ["1f1b-sync", "gpipe", "interleaved-v2", "interleaved-v3", "interleaved-v4", "zb-h1", "zbv"])
         # 3 stages: interleaved stages need a multiple of 3 micro-batches; ZB-V 6 stages of 4 nodes.
-        self.assertEqual((others["interleaved"], others["zbv"]), ("not applicable", "does not fit"))
+        for name in ("interleaved-v2", "interleaved-v3", "interleaved-v4", "zbv"):
+            self.assertEqual(others[name], "not applicable", name)
         for v in others.values():
             if v.isdigit():
                 self.assertGreaterEqual(int(m.group(2)), int(v))
@@ -314,10 +316,41 @@ class SchedulesTest(unittest.TestCase):
         for d in (2, 3):
             for row in ("gpipe (M=4)", "zb-h1 (M=4)"):
                 self.assertRegex(so, rf"(?m)^{re.escape(row)} +{d} ", so)
-        # Interleaved stages and ZB-V where they can run: 2 devices (4 stages of the MLP's 4 nodes).
-        for row in ("interleaved (M=4)", "zbv (M=4)"):
+        # Interleaved stages and ZB-V where they can run: 2 devices x 2 chunks (4 stages of the MLP's
+        # 4 nodes), not 3 or 4 chunks.
+        for row in ("interleaved-v2 (M=4)", "zbv (M=4)"):
             self.assertRegex(so, rf"(?m)^{re.escape(row)} +2 ", so)
             self.assertNotRegex(so, rf"(?m)^{re.escape(row)} +3 ", so)
+        self.assertNotRegex(so, r"(?m)^interleaved-v[34] ", so)
+
+    def test_auto_and_whatif_try_more_chunks_where_the_model_has_the_nodes(self):
+        # LeNet-5 with BatchNorm (14 forward nodes) on 2 devices: interleaved stages with 2, 3 and 4
+        # chunks per device are planned and dry-run; whichever auto takes, the plan is cut into that
+        # many chunks per device (its header says so), and --whatif lists the same rows.
+        lenet = os.path.join(ROOT, "models", "fashion_lenet5_bn.onnx")
+        rc, so, se = run(lenet, "--gpus", 2, "--micro-batches", 8, "--schedule", "auto", "--plan-only", "--no-calibrate",
+                         "--device-spec", "h100", "--whatif", "--out", os.path.join(self.dir, "auto_chunks"))
+        self.assertEqual(rc, 0, se)
+        m = re.search(r"^schedule auto: (\S+), the best predicted throughput that fits \((\d+) samples/s((?:; \S+ (?:\d+|does not fit|not applicable))+)\)$",
+                      so, re.M)
+        self.assertIsNotNone(m, so)
+        others = dict(x.split(" ", 1) for x in m.group(3).split("; ")[1:])
+        others[m.group(1)] = m.group(2)
+        for v in (2, 3, 4):
+            self.assertTrue(others[f"interleaved-v{v}"].isdigit(), others)
+            self.assertRegex(so, rf"(?m)^interleaved-v{v} \(M=8\) +2 +[1-9][0-9]*\.[0-9] ", so)
+        # Whichever auto takes, the plan has its chunks (the MLP on 2 devices: interleaved-v2 today).
+        for model, name in ((lenet, "lenet"), (MLP, "mlp")):
+            out = os.path.join(self.dir, "auto_chunks_" + name)
+            rc, so, se = run(model, "--gpus", 2, "--micro-batches", 4, "--schedule", "auto", "--plan-only", "--no-calibrate",
+                             "--out", out)
+            self.assertEqual(rc, 0, se)
+            chosen = re.search(r"^schedule auto: (\S+),", so, re.M).group(1)
+            with open(os.path.join(out, "partition.json")) as f:
+                doc = json.load(f)
+            chunks = int(chosen[len("interleaved-v"):]) if chosen.startswith("interleaved-v") else 2 if chosen == "zbv" else 1
+            self.assertEqual(doc["virtual_stages"], chunks, chosen)
+            self.assertEqual(len(doc["stages"]), 2 * chunks, chosen)
 
     def test_report_predicts_zb_h1_below_1f1b(self):
         import export_models as em
