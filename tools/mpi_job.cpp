@@ -191,6 +191,10 @@ MpiJob::~MpiJob() = default;
 
 Status MpiJob::leave() {
   if (!cluster_) return Status::ok();
+  if (const int64_t n = cluster_->driven_sends(); n > 0 && cluster_->rank() == 0 && !quiet_)
+    std::printf("mpi: rank 0 sent %lld messages over the TCP transport's eager limit (%.1f MiB); a progress thread "
+                "of its own moved them while its stage computed\n",
+                static_cast<long long>(n), static_cast<double>(cluster_->eager_limit_bytes()) / (1 << 20));
   Status s = cluster_->finalize();
   cluster_.reset();
   return s;
@@ -297,6 +301,7 @@ void MpiJob::set_plan_flags(PlanFlags* pf) {
   for (int k = 0; k < pf->stages; ++k) pf->node_of_stage.push_back(cluster_->node_of(std::min(k * R, cluster_->size() - 1)));
   pf->cpu_threads = threads_per_stage(pf->stages);
   pf->agree_cpu_spec = [this](DeviceSpec* d) { return share_cpu_spec(d); };
+  quiet_ = pf->quiet;
   if (cluster_->num_nodes() > 1) {
     const bool quiet = pf->quiet;
     pf->measure_network_link = [this, quiet] { return measure_network_link(quiet); };

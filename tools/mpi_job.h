@@ -91,6 +91,7 @@ class MpiJob {
   bool started_ = false;  // every rank agreed (after that, a failure ends the job)
   int peer_failed_ = 0;   // the exit code of a rank that failed before the start (it printed why)
   std::optional<LinkSpec> network_link_;  // measured once (measure_network_link)
+  bool quiet_ = false;                    // the run's --quiet (set_plan_flags)
 };
 
 // Stop requests, while alive (TrainConfig::stop of the run under way): Ctrl-C (SIGINT) and SIGTERM

@@ -99,6 +99,10 @@ class Cluster {
 
   // The clean end: a barrier, the watchdog stopped, MPI_Finalize.
   virtual Status finalize() = 0;
+  // This rank's sends over the transport's eager limit that a progress thread of its own drove
+  // while the sending stage computed (mpi_cluster.cpp's SendPump), and that limit in bytes.
+  virtual int64_t driven_sends() const { return 0; }
+  virtual size_t eager_limit_bytes() const { return 0; }
   // Ends the whole job now (MPI_Abort) with `code`.
   [[noreturn]] virtual void abort_job(int code) = 0;
 

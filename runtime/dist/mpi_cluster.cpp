@@ -14,13 +14,18 @@
 #include <chrono>
 #include <climits>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/dist/cluster.h"
 #include "runtime/exec/executor.h"
@@ -77,6 +82,89 @@ std::string mpi_error_string(int rc) {
 
 class MpiCluster;
 
+// Open MPI's TCP transport moves a message over its eager limit (4 MiB as set_tcp_eager_limits
+// leaves it) by rendezvous: the data goes only while the sending process calls into MPI, so a
+// stage that sent its activations and then computed for milliseconds held them back that long.
+// The pump drives such sends: a thread that, while any is in flight, tests them (a nap of 200 us
+// between rounds: the 4 MiB socket buffer drains in about 1.5 ms at 2.5 GB/s, and shorter naps
+// take the sending stage's core from it) and marks each one's state done or failed when it
+// completes; with none in flight it sleeps on a condition variable. It alone tests the requests
+// it was given.
+class SendPump {
+ public:
+  enum : int { kIdle = 0, kInFlight = 1, kDone = 2, kFailed = 3 };
+  explicit SendPump(const std::atomic<bool>& aborted) : aborted_(aborted) {}
+  ~SendPump() { stop(); }
+  // Takes `r` (a started send); *state goes from kInFlight to kDone (or kFailed on an MPI error).
+  void add(MPI_Request r, std::atomic<int>* state) {
+    state->store(kInFlight, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!thread_.joinable() && !stop_) thread_ = std::thread([this] { loop(); });
+      incoming_.push_back({r, state});
+    }
+    cv_.notify_one();
+  }
+  // Ends the thread (what is in flight then is left as it is: the job is ending).
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  int64_t pumped() const { return pumped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Send {
+    MPI_Request r;
+    std::atomic<int>* state;
+  };
+  void loop() {
+    std::vector<Send> mine;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || !mine.empty(); });
+        if (stop_) return;
+        mine.insert(mine.end(), incoming_.begin(), incoming_.end());
+        incoming_.clear();
+      }
+      for (size_t i = 0; i < mine.size();) {
+        int done = 0;
+        const int rc = MPI_Test(&mine[i].r, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done) {
+          mine[i].state->store(rc == MPI_SUCCESS ? kDone : kFailed, std::memory_order_release);
+          pumped_.fetch_add(1, std::memory_order_relaxed);
+          mine[i] = mine.back();
+          mine.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      if (aborted_) return;
+      if (!mine.empty()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  const std::atomic<bool>& aborted_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Send> incoming_;
+  bool stop_ = false;
+  std::thread thread_;
+  std::atomic<int64_t> pumped_{0};
+};
+
+// The size above which a send goes through the pump: the TCP transport's eager limit in effect
+// (PIPETRAIN_MPI_PUMP=0: none, to measure what the pump saves).
+size_t rendezvous_bytes() {
+  if (const char* off = std::getenv("PIPETRAIN_MPI_PUMP"); off && std::string(off) == "0") return SIZE_MAX;
+  const char* e = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
+  const long long v = e ? std::atoll(e) : 0;
+  return v > 0 ? static_cast<size_t>(v) : size_t{4} << 20;
+}
+
 // One direction of a stage boundary between two ranks: `capacity` send buffers (the values
 // packed back to back), allocated once; the receiving end has one.
 // Each message carries its sender's steady clock at the send after the values (a trailer of one
@@ -102,6 +190,10 @@ class MpiLink : public Link {
   Handoffs handoffs_;    // the receiver's (one thread)
   std::vector<std::vector<char>> bufs_;
   std::vector<MPI_Request> reqs_;
+  // A send over the rendezvous size is the pump's (SendPump): its slot is free again once its
+  // state says done. [slot]
+  std::unique_ptr<std::atomic<int>[]> pumped_;
+  bool pump_ = false;
   std::atomic<bool> aborted_{false};
 };
 
@@ -186,6 +278,8 @@ class MpiCluster : public Cluster {
   void start_watchdog(double timeout_s, std::function<void(int, const std::string&)> on_lost) override;
   void share_stop(std::atomic<bool>* flag) override { stop_flag_ = flag; }
   Status finalize() override;
+  int64_t driven_sends() const override { return pump_.pumped(); }
+  size_t eager_limit_bytes() const override { return rendezvous_bytes(); }
   [[noreturn]] void abort_job(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -215,6 +309,7 @@ class MpiCluster : public Cluster {
   }
   int tag(int kind, int64_t seq) const { return static_cast<int>(seq % tag_mod_) * kKinds + kind; }
   MPI_Comm data_comm() const { return data_; }
+  SendPump& pump() { return pump_; }
   bool aborted() const { return aborted_; }
 
  private:
@@ -250,6 +345,7 @@ class MpiCluster : public Cluster {
   std::function<void(int, const std::string&)> on_lost_;
   std::atomic<std::atomic<bool>*> stop_flag_{nullptr};
   bool finalized_ = false;
+  SendPump pump_{aborted_};  // after aborted_, which it reads
 };
 
 MpiLink::MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool sending, int kind, int capacity,
@@ -259,12 +355,19 @@ MpiLink::MpiLink(std::vector<const Value*> values, MpiCluster& c, int peer, bool
   const int n = sending ? std::max(1, capacity) : 1;
   bufs_.assign(n, std::vector<char>(bytes_ + sizeof(double)));
   reqs_.assign(n, MPI_REQUEST_NULL);
+  pumped_ = std::make_unique<std::atomic<int>[]>(n);
+  for (int i = 0; i < n; ++i) pumped_[i].store(SendPump::kIdle);
+  pump_ = sending && bytes_ + sizeof(double) > rendezvous_bytes();
 }
 
 MpiLink::~MpiLink() {
   if (c_.aborted() || aborted_) return;  // the job is ending; outstanding sends may never match
   for (MPI_Request& r : reqs_)
     if (r != MPI_REQUEST_NULL) c_.wait(&r, peer_);
+  for (size_t i = 0; i < reqs_.size(); ++i) {  // the pump's
+    int spins = 0;
+    while (pumped_[i].load(std::memory_order_acquire) == SendPump::kInFlight && !c_.aborted()) backoff(spins);
+  }
 }
 
 bool MpiLink::stop() const { return aborted_ || c_.aborted(); }
@@ -274,6 +377,14 @@ bool MpiLink::send(int64_t key, Executor& from) {
   int slot = -1, spins = 0;
   while (slot < 0) {
     for (size_t i = 0; i < reqs_.size() && slot < 0; ++i) {
+      if (const int p = pumped_[i].load(std::memory_order_acquire); p != SendPump::kIdle) {
+        if (p == SendPump::kInFlight) continue;
+        pumped_[i].store(SendPump::kIdle, std::memory_order_relaxed);
+        if (p == SendPump::kFailed) {
+          c_.report_error(peer_, MPI_ERR_OTHER);
+          return false;
+        }
+      }
       if (reqs_[i] != MPI_REQUEST_NULL) {
         int done = 0;
         const int rc = MPI_Test(&reqs_[i], &done, MPI_STATUS_IGNORE);
@@ -302,6 +413,10 @@ bool MpiLink::send(int64_t key, Executor& from) {
   std::memcpy(bufs_[slot].data() + bytes_, &sent, sizeof sent);
   MPI_Isend(bufs_[slot].data(), static_cast<int>(bytes_ + sizeof sent), MPI_BYTE, peer_, c_.tag(kind_, key),
             c_.data_comm(), &reqs_[slot]);
+  if (pump_) {  // the pump drives it while this stage computes (see SendPump)
+    c_.pump().add(reqs_[slot], &pumped_[slot]);
+    reqs_[slot] = MPI_REQUEST_NULL;
+  }
   return true;
 }
 
@@ -459,7 +574,10 @@ Status MpiCluster::start(int* argc, char*** argv, const LaunchEnv& env) {
   return Status::ok();
 }
 
-MpiCluster::~MpiCluster() { stop_watchdog(); }
+MpiCluster::~MpiCluster() {
+  stop_watchdog();
+  pump_.stop();
+}
 
 void MpiCluster::stop_watchdog() {
   stop_ = true;
@@ -617,6 +735,7 @@ Status MpiCluster::finalize() {
   Status s = barrier();
   finished_ = true;
   stop_watchdog();
+  pump_.stop();
   if (!s.is_ok()) return s;
   for (MPI_Comm* c : {&coll_, &ctl_, &data_, &hb_}) MPI_Comm_free(c);
   if (group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);

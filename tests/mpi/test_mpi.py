@@ -8,6 +8,7 @@ PIPETRAIN_BIN=build/tools/onnx-pipetrain /usr/bin/python3 tests/mpi/test_mpi.py
 Exits 77 (ctest: skipped) when mpirun is absent or the binary was built without MPI."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -161,6 +162,29 @@ class MpiTest(unittest.TestCase):
         with open(os.path.join(self.out(tag + "-mpi"), "trace.json")) as f:
             tids = {e["tid"] for e in json.load(f)["traceEvents"] if e.get("ph") == "X"}
         self.assertEqual(tids, set(range(n)))
+
+    def test_sends_over_the_eager_limit_are_driven_and_equal_one_process(self):
+        # With the TCP transport's eager limit at 1 KiB every stage message is over it: each send goes
+        # through the progress thread (SendPump), which frees its slot when done. Trained weights are
+        # one process's, and rank 0 says how many it drove (its stage sends activations every pass).
+        env = dict(ENV, OMPI_MCA_btl_tcp_eager_limit="1024")
+        common = [MODEL, "--data", TRAIN, "--gpus", 2, "--steps", 40, "--seed", 7, "--schedule", "1f1b", "--weights", "spectrain"]
+        rc, log, _ = run([BIN, *common, "--out", self.out("pump-single")])
+        self.assertEqual(rc, 0, log)
+        rc, log, _ = mpirun(2, *common, "--out", self.out("pump-mpi"), env_vars=["OMPI_MCA_btl_tcp_eager_limit"], env=env)
+        self.assertEqual(rc, 0, log)
+        m = re.search(r"^mpi: rank 0 sent (\d+) messages over the TCP transport's eager limit \(0\.0 MiB\); a progress "
+                      r"thread of its own moved them while its stage computed$", log, re.M)
+        self.assertIsNotNone(m, log)
+        self.assertGreaterEqual(int(m.group(1)), 40, log)  # one forward message per step at least
+        a = weights(os.path.join(self.out("pump-single"), "digits_mlp.trained.onnx"))
+        b = weights(os.path.join(self.out("pump-mpi"), "digits_mlp.trained.onnx"))
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], k)
+        # With the default limit (4 MiB) none of these small messages is driven.
+        rc, log, _ = mpirun(2, *common, "--out", self.out("pump-none"))
+        self.assertEqual(rc, 0, log)
+        self.assertNotIn("mpi: rank 0 sent", log)
 
     def test_1f1b_spectrain_np2(self):
         # with a learning-rate schedule and validation every 10 steps (weights gathered to rank 0)

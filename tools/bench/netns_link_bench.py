@@ -8,8 +8,14 @@ charges one pass's activations over it, and what the messages across the cut too
 (from their sending to the receiver holding them, over the messages the receiver was waiting for:
 partition.json's `measured_cut`), with the ratio. Needs root, iproute2, util-linux and mpirun.
 
+`--only wide` is an MLP whose cut carries 8 MiB per pass each way under GPipe with 4 micro-batches
+(batch 2048: 512 x 4096 floats; 32 MiB under 1F1B), over the TCP transport's eager limit (4 MiB):
+such sends go through the ranks' progress thread (SendPump in
+runtime/dist/mpi_cluster.cpp); `--pump-ab` runs every row also with PIPETRAIN_MPI_PUMP=0 (no
+progress thread: the data moves only when the sending stage next calls into MPI).
+
   sudo /usr/bin/python3 tools/bench/netns_link_bench.py [--pipetrain BIN] [--rate 10gbit] [--delay 50us]
-       [--steps 300] [--only transformer,resnet18] [--repeat 1] [--quickack]
+       [--steps 300] [--only transformer,resnet18,wide] [--repeat 1] [--quickack] [--pump-ab]
 
 Prints a Markdown table (docs/mpi.md keeps one)."""
 import argparse
@@ -37,9 +43,36 @@ def cluster(env, *args):
     return p
 
 
-def one_run(env, binary, model, extra, flags, out, steps):
-    cmd = [SCRIPT, "run", "-np", "2", "--", binary, model, "--gpus", "2", "--batch-size", "32", "--steps", str(steps),
-           "--seed", "1", "--out", out, "--overwrite", *extra, *flags]
+def wide_mlp(work):
+    """x[N,64] -> Gemm 4096 -> Relu | Gemm 64 -> Relu -> Gemm 10, cut after the first Relu: a pass of
+    512 samples sends 8 MiB of activations forward and 8 MiB of gradients back."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+    rng = np.random.default_rng(3)
+    dims = [(64, 4096), (4096, 64), (64, 10)]
+    inits, nodes, x = [], [], "x"
+    for i, (a, b) in enumerate(dims):
+        w = (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(b, np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"h{i}"], name=f"gemm{i}"))
+        x = f"h{i}"
+        if i + 1 < len(dims):
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"], name=f"relu{i}"))
+            x = f"r{i}"
+    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 10])], inits)
+    path = os.path.join(work, "wide.onnx")
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path, ["--split-at", "gemm1"]
+
+
+BATCH = {"wide": 2048}
+
+
+def one_run(env, binary, model, extra, flags, out, steps, mpirun_args=()):
+    batch = BATCH.get(os.path.splitext(os.path.basename(model))[0], 32)
+    cmd = [SCRIPT, "run", "-np", "2", *mpirun_args, "--", binary, model, "--gpus", "2", "--batch-size", str(batch),
+           "--steps", str(steps), "--seed", "1", "--out", out, "--overwrite", *extra, *flags]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
@@ -71,6 +104,7 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--only", default="transformer,resnet18")
     ap.add_argument("--repeat", type=int, default=1, help="runs per row (medians)")
+    ap.add_argument("--pump-ab", action="store_true", help="every row also without the progress thread (PIPETRAIN_MPI_PUMP=0)")
     ap.add_argument("--quickack", action="store_true",
                     help="the nodes acknowledge TCP data at once (netns-cluster.sh quickack on)")
     a = ap.parse_args()
@@ -90,10 +124,12 @@ def main():
               f"| messages | samples/s |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for model in a.only.split(","):
-            path, extra = sb.prepare(model, work)
+            path, extra = wide_mlp(work) if model == "wide" else sb.prepare(model, work)
             steps = a.steps if model == "transformer" else max(40, a.steps // 5)
-            for name, flags in SCHEDULES:
-                runs = [one_run(env, a.pipetrain, path, extra, flags, os.path.join(work, f"{model}-{i}"), steps)
+            variants = [("", ())] + ([(" no pump", ("-x", "PIPETRAIN_MPI_PUMP=0"))] if a.pump_ab else [])
+            for (name, flags), (variant, margs) in [(r, v) for r in SCHEDULES for v in variants]:
+                name += variant
+                runs = [one_run(env, a.pipetrain, path, extra, flags, os.path.join(work, f"{model}-{i}"), steps, margs)
                         for i in range(a.repeat)]
                 ok = [r for r in runs if "error" not in r]
                 if not ok:
