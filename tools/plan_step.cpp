@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <thread>
 
@@ -275,13 +276,12 @@ std::string schedule_label(Schedule s, int virtual_stages) {
 }
 
 // Why `stages` devices x `chunks` cannot run schedule s at all ("" when they can): the model's
-// forward nodes too few to cut, interleaved stages' micro-batch groups, ZB-V on one device.
-std::string chunks_error(const Graph& g, Schedule s, int stages, int chunks, int micro_batches) {
+// `nodes` forward nodes too few to cut, interleaved stages' micro-batch groups, ZB-V on one device.
+std::string chunks_error(size_t nodes, Schedule s, int stages, int chunks, int micro_batches) {
   if (s == Schedule::kInterleaved) {
     if (const std::string why = interleaved_error(stages, chunks, micro_batches); !why.empty()) return why;
   }
   if (s == Schedule::kZBV && stages < 2) return "one stage";
-  const size_t nodes = forward_order(g, NodeOrder::kGraph).size();
   if (static_cast<size_t>(stages) * chunks > nodes) return "the model's " + std::to_string(nodes) + " forward nodes are too few";
   return "";
 }
@@ -290,6 +290,17 @@ struct ScheduleChoice {
   Schedule schedule = Schedule::k1F1B;
   int virtual_stages = 1;
 };
+
+// The synchronous schedules `unchunked` (in the caller's order), then interleaved stages with 2 to
+// kMaxAutoChunks virtual stages per device (and `also_chunks` beyond that, 0: none), then ZB-V.
+std::vector<ScheduleChoice> schedule_choices(std::initializer_list<Schedule> unchunked, int also_chunks = 0) {
+  std::vector<ScheduleChoice> c;
+  for (Schedule s : unchunked) c.push_back({s, 1});
+  for (int v = 2; v <= kMaxAutoChunks; ++v) c.push_back({Schedule::kInterleaved, v});
+  if (also_chunks > kMaxAutoChunks) c.push_back({Schedule::kInterleaved, also_chunks});
+  c.push_back({Schedule::kZBV, 2});
+  return c;
+}
 
 // --schedule auto: each synchronous schedule planned and its program dry-run (interleaved stages
 // with 2 to kMaxAutoChunks virtual stages per device, ZB-V with 2, where they can run); the fastest
@@ -302,9 +313,8 @@ Expected<ScheduleChoice> choose_schedule(const Graph& g, const PlanFlags& f, con
     std::string why_not;
     bool applies = true;  // false: the schedule cannot run these stages and micro-batches at all
   };
-  std::vector<ScheduleChoice> choices = {{Schedule::k1F1B, 1}, {Schedule::kZBH1, 1}, {Schedule::kGPipe, 1}};
-  for (int v = 2; v <= kMaxAutoChunks; ++v) choices.push_back({Schedule::kInterleaved, v});
-  choices.push_back({Schedule::kZBV, 2});
+  const std::vector<ScheduleChoice> choices = schedule_choices({Schedule::k1F1B, Schedule::kZBH1, Schedule::kGPipe});
+  const size_t nodes = forward_order(g, NodeOrder::kGraph).size();
   std::vector<Option> opts(choices.size());
   for (size_t i = 0; i < choices.size(); ++i) opts[i].c = choices[i];
   for (Option& o : opts) {
@@ -312,7 +322,7 @@ Expected<ScheduleChoice> choose_schedule(const Graph& g, const PlanFlags& f, con
     fc.schedule = o.c.schedule;
     fc.weights = WeightMode::kSync;
     fc.virtual_stages = o.c.virtual_stages;
-    if (chunked_schedule(o.c.schedule)) o.why_not = chunks_error(g, o.c.schedule, f.stages, o.c.virtual_stages, f.micro_batches);
+    if (chunked_schedule(o.c.schedule)) o.why_not = chunks_error(nodes, o.c.schedule, f.stages, o.c.virtual_stages, f.micro_batches);
     if (!o.why_not.empty()) {
       o.applies = false;
       continue;
@@ -355,16 +365,14 @@ namespace {
 // data-parallel layout of d devices (with the plan's schedule); at D the chosen layout is marked.
 Expected<std::vector<WhatIfRow>> what_if_rows(const Graph& g, const PlanFlags& f, int devices, const PlanOutcome& out) {
   std::vector<WhatIfRow> rows;
+  const size_t nodes = forward_order(g, NodeOrder::kGraph).size();
+  const std::vector<ScheduleChoice> choices = schedule_choices(
+      {Schedule::k1F1B, Schedule::kGPipe, Schedule::kZBH1}, f.schedule == Schedule::kInterleaved ? f.virtual_stages : 0);
   for (int d = 1; d <= devices; ++d) {
     const PlanFlags base = layout_flags(f, d, 1);
     int user_row = -1;  // the row of d x 1 with the plan's schedule
-    std::vector<ScheduleChoice> choices = {{Schedule::k1F1B, 1}, {Schedule::kGPipe, 1}, {Schedule::kZBH1, 1}};
-    for (int v = 2; v <= kMaxAutoChunks; ++v) choices.push_back({Schedule::kInterleaved, v});
-    if (f.schedule == Schedule::kInterleaved && f.virtual_stages > kMaxAutoChunks)
-      choices.push_back({Schedule::kInterleaved, f.virtual_stages});
-    choices.push_back({Schedule::kZBV, 2});
     for (const auto& [sched, chunks] : choices) {
-      if (chunked_schedule(sched) && (d < 2 || !chunks_error(g, sched, d, chunks, f.micro_batches).empty())) continue;
+      if (chunked_schedule(sched) && !chunks_error(nodes, sched, d, chunks, f.micro_batches).empty()) continue;
       PlanFlags fd = base;
       fd.schedule = sched;
       fd.virtual_stages = chunks;

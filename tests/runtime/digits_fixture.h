@@ -15,6 +15,7 @@
 #include "importer/training.h"
 #include "partitioner/device_spec.h"
 #include "runtime/data/data.h"
+#include "runtime/loop/train_config.h"
 
 namespace pt::digits_fixture {
 
@@ -38,6 +39,16 @@ inline std::unique_ptr<Model> digits_model(int64_t batch, const SgdOptions& opt 
   if (!tg) return nullptr;
   out->tg = std::move(*tg);
   return out;
+}
+
+// The training run the pipeline tests compare: `steps` steps at lr 0.1, seed 5, quiet.
+inline TrainConfig digits_config(int64_t steps) {
+  TrainConfig cfg;
+  cfg.steps = steps;
+  cfg.lr = 0.1f;
+  cfg.seed = 5;
+  cfg.quiet = true;
+  return cfg;
 }
 
 inline Dataset digits_data(Model& md, int64_t n, uint64_t seed) {

@@ -95,7 +95,9 @@ TEST(Handoff, ChannelMovesMessagesWithoutCopies) {
       written.push_back(std::as_const(*s.a).view(s.h).data);
       const HostTensor expect = s.a->host(s.h);
       ASSERT_TRUE(ch.send(k, *s.a));
-      if (trade) EXPECT_NE(std::as_const(*s.a).view(s.h).data, written.back());  // handed over
+      if (trade) {
+        EXPECT_NE(std::as_const(*s.a).view(s.h).data, written.back());  // handed over
+      }
       ASSERT_TRUE(ch.recv(k, *s.b));
       EXPECT_EQ(std::as_const(*s.b).view(s.h).data == written.back(), trade) << "message " << k;
       ASSERT_TRUE(s.b->run().is_ok());
@@ -140,12 +142,7 @@ TEST(Handoff, PipelinesTrainTheSameBitsWithTrading) {
       po.trade_handoffs = trade;
       auto p = PipelineTrainer::create(md->g(), md->tg, *plan, po);
       ASSERT_TRUE(p) << p.status().message();
-      TrainConfig cfg;
-      cfg.steps = steps;
-      cfg.lr = 0.1f;
-      cfg.seed = 5;
-      cfg.quiet = true;
-      auto r = (*p)->train(data, nullptr, cfg);
+      auto r = (*p)->train(data, nullptr, digits_config(steps));
       ASSERT_TRUE(r) << r.status().message();
       weights.push_back((*p)->parameters());
       int64_t n = 0;

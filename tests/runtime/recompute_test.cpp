@@ -49,12 +49,7 @@ RunResult train(int64_t graph_batch, int stages, const PipelineOptions& po, Reco
   auto p = PipelineTrainer::create(md->g(), md->tg, *plan, po);
   EXPECT_TRUE(p) << p.status().message();
   if (!p) return out;
-  TrainConfig cfg;
-  cfg.steps = steps;
-  cfg.lr = 0.1f;
-  cfg.seed = 5;
-  cfg.quiet = true;
-  auto r = (*p)->train(data, nullptr, cfg);
+  auto r = (*p)->train(data, nullptr, digits_config(steps));
   EXPECT_TRUE(r) << r.status().message();
   out.weights = (*p)->parameters();
   out.allocated = (*p)->stage_allocated_bytes();
