@@ -2,12 +2,14 @@
 #include "runtime/exec/profiler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/hash.h"
 #include "runtime/exec/executor.h"
 
 namespace pt {
@@ -29,11 +31,45 @@ Expected<Profile> read_cache(const ProfileOptions& o) {
   }
 }
 
-void write_cache(const ProfileOptions& o, const Profile& p) {
+// A hash of what the profile measured: every node's op, name, phase and its values' dtypes and
+// shapes, so that a cache made for another training graph of the same model (another precision,
+// optimizer, fusion or recompute choice, frozen weights) is not taken for this one.
+std::string graph_fingerprint(const Graph& g) {
+  uint64_t h = fnv1a64(std::string("pipetrain-profile-1"));
+  auto add_value = [&h](const Value* v) {
+    if (!v) {
+      h = fnv1a64(std::string("-"), h);
+      return;
+    }
+    const int t = static_cast<int>(v->dtype);
+    h = fnv1a64(&t, sizeof t, h);
+    for (int64_t d : v->dims) h = fnv1a64(&d, sizeof d, h);
+  };
+  for (const auto& n : g.nodes()) {
+    h = fnv1a64(n->op_type + "|" + n->name + "|" + phase_name(n->phase), h);
+    for (const Value* v : n->inputs) add_value(v);
+    for (const Value* v : n->outputs) add_value(v);
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void write_cache(const ProfileOptions& o, const Profile& p, const Graph& g, const std::vector<double>& median) {
   nlohmann::json j;
   j["key"] = o.key;
   j["fwd_s"] = p.fwd_s;
   j["bwd_s"] = p.bwd_s;
+  // Every node's own time, in the graph's order (for reading where a step's time goes; the
+  // partitioner reads fwd_s and bwd_s): name, op, phase, the forward node a backward node serves.
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const auto& n : g.nodes()) {
+    nlohmann::json r = {{"name", n->name}, {"op", n->op_type}, {"phase", phase_name(n->phase)},
+                        {"dtype", dtype_name(n->kernel_dtype())}, {"s", median[n->id]}};
+    if (n->forward) r["serves"] = n->forward->name;
+    nodes.push_back(std::move(r));
+  }
+  j["nodes"] = std::move(nodes);
   const std::string tmp = o.cache_path + ".tmp";
   {
     std::ofstream out(tmp);
@@ -82,7 +118,9 @@ Expected<std::vector<double>> median_node_seconds(const Graph& g, DeviceKind dev
   return median;
 }
 
-Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const ProfileOptions& opts) {
+Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const ProfileOptions& opts_in) {
+  ProfileOptions opts = opts_in;
+  opts.key += "/graph " + graph_fingerprint(g);
   if (!opts.cache_path.empty()) {
     auto cached = read_cache(opts);
     if (cached) return cached;
@@ -94,7 +132,7 @@ Expected<Profile> profile_graph(const Graph& g, DeviceKind device, const Profile
     if (n->phase == Phase::kForward || n->phase == Phase::kLoss) p.fwd_s[n->name] += t;
     else if (n->phase == Phase::kBackward && n->forward) p.bwd_s[n->forward->name] += t;
   }
-  if (!opts.cache_path.empty()) write_cache(opts, p);
+  if (!opts.cache_path.empty()) write_cache(opts, p, g, median);
   return p;
 }
 

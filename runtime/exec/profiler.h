@@ -1,6 +1,8 @@
 // Measured per-node costs for the partitioner (--profile): the training graph runs on the real
 // device (warm-up, then the median of repeats), each forward node gets its own time and the time
-// of the backward nodes that serve it. Cached as JSON keyed by model hash, batch size and device.
+// of the backward nodes that serve it. Cached as JSON keyed by model hash, batch size, device and a
+// fingerprint of the training graph (its nodes, their values' dtypes and shapes); the JSON also lists
+// every node's own time ("nodes": name, op, phase, dtype, seconds, the forward node it serves).
 #pragma once
 
 #include <string>
@@ -15,7 +17,8 @@ struct ProfileOptions {
   int warmup = 2;
   int repeats = 5;
   std::string cache_path;  // empty: no cache
-  std::string key;         // model hash + batch + device; a cache with another key is ignored
+  std::string key;         // model hash + batch + device (profile_graph adds the graph's fingerprint);
+                           // a cache with another key is ignored
 };
 
 // Runs the whole training graph `warmup + repeats` times on random inputs and valid labels (the

@@ -826,6 +826,24 @@ class CliTest(unittest.TestCase):
         rc, so, se = run(self.model, "--gpus", 2, "--plan-only", "--profile", "--out", out)
         self.assertEqual(rc, 0, se)
         self.assertEqual(read_bytes(cache), before)
+        # Every node of the training graph with its own time; the per-forward-node sums the
+        # partitioner reads are those times added up.
+        doc = json.loads(before)
+        nodes = doc["nodes"]
+        phases = {n["phase"] for n in nodes}
+        self.assertTrue({"forward", "loss", "backward", "update"} <= phases, phases)
+        self.assertTrue(all(n["s"] >= 0 for n in nodes))
+        fwd = sum(n["s"] for n in nodes if n["phase"] in ("forward", "loss"))
+        self.assertAlmostEqual(fwd, sum(doc["fwd_s"].values()), delta=1e-9 + 1e-6 * fwd)
+        bwd = sum(n["s"] for n in nodes if n["phase"] == "backward" and "serves" in n)
+        self.assertAlmostEqual(bwd, sum(doc["bwd_s"].values()), delta=1e-9 + 1e-6 * bwd)
+        # Another training graph of the same model (here bf16 products) is profiled anew, not
+        # served the float32 graph's times.
+        rc, so, se = run(self.model, "--gpus", 2, "--plan-only", "--profile", "--precision", "bf16", "--out", out)
+        self.assertEqual(rc, 0, se)
+        doc16 = json.loads(read_bytes(cache))
+        self.assertNotEqual(doc16["key"], doc["key"])
+        self.assertIn("Cast", {n["op"] for n in doc16["nodes"]})
 
     # --- the whole training step against PyTorch ------------------------------------------
     def test_pytorch_oracle(self):
