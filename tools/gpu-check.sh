@@ -24,13 +24,17 @@
 #   gpu_bench       ResNet-50 (batch 32, 128) and a GPT-2-small-shaped decoder in fp32, tf32 and
 #                   bf16 on 1 and 4 stages against PyTorch on the same GPU: ms per step, ratio,
 #                   GPU memory peak against the plan, model FLOP utilisation (tools/bench/gpu_bench.py)
+#   breakdown       ResNet-50 (batch 32) in tf32 and bf16: where a step's time goes by kind of work
+#                   (convolutions forward and backward, batch norm, element-wise, casts, optimizer),
+#                   ours (--profile's per-node times) beside PyTorch's profiler (tools/bench/gpu_breakdown.py);
+#                   80 s of the budget are kept for it (GPU_CHECK_BREAKDOWN=0: none, gpu_bench gets them)
 # and a short table last. A step the tool refuses (`--device cuda` before the runtime has a CUDA
 # device) is a FAIL row quoting its one-line message. Exits non-zero on any failure. A global
 # budget (GPU_CHECK_BUDGET, 360 s) keeps the whole run near 6 minutes: a step that would not fit
 # is skipped and says so; gpu_bench takes what the steps before it left.
 #
 #   tools/gpu-check.sh     env: PREBUILT (.gpu-prebuilt), BUILD_DIR (build-gpu), JOBS (nproc),
-#                               GPU_CHECK_SANITIZER=0, GPU_CHECK_BUDGET (seconds),
+#                               GPU_CHECK_SANITIZER=0, GPU_CHECK_BUDGET (seconds), GPU_CHECK_BREAKDOWN=0,
 #                               PT_BUNDLED_CXX=1/0 (force the archive's libstdc++ on/off),
 #                               GPU_CHECK_DEVICE=cpu (train_resnet18 and step_vs_torch on the CPU:
 #                               a dry run of their logic on a machine without a GPU)
@@ -39,6 +43,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 start=$(date +%s)
 budget=${GPU_CHECK_BUDGET:-360}
+breakdown_s=80  # kept for the breakdown step (10.) unless GPU_CHECK_BREAKDOWN=0
 prebuilt=${PREBUILT:-.gpu-prebuilt}
 build=${BUILD_DIR:-build-gpu}
 jobs=${JOBS:-$(nproc)}
@@ -490,6 +495,8 @@ elif [ "$(cap 600)" -lt 60 ]; then
 else
   t0=$(date +%s)
   c=$(cap 600)
+  # What the breakdown after it needs stays in the budget.
+  [ "${GPU_CHECK_BREAKDOWN:-1}" = 1 ] && [ "$c" -gt $((60 + breakdown_s)) ] && c=$((c - breakdown_s))
   bench_args=(--pipetrain "$pipetrain" --budget $((c - 15)) --work "$log_dir/gpu_bench" --json "$log_dir/gpu_bench.json")
   [ "$train_dev" = cpu ] && bench_args+=(--device cpu --tiny)
   timeout "$c" python3 tools/bench/gpu_bench.py "${bench_args[@]}" >"$log_dir/gpu_bench.log" 2>&1
@@ -504,6 +511,34 @@ else
   else
     tail_of "$log_dir/gpu_bench.log" 15
     row gpu_bench FAIL "exit $rc: ${result:-see $log_dir/gpu_bench.log}"
+  fi
+fi
+
+# 10. Where the time goes (tools/bench/gpu_breakdown.py): ResNet-50 at batch 32 in tf32 and bf16, our
+#     per-node times by class beside PyTorch's profiler, so that a ratio above 1 in gpu_bench's
+#     table comes with the classes that make it. With GPU_CHECK_DEVICE=cpu tiny models on the CPU.
+if [ "${GPU_CHECK_BREAKDOWN:-1}" != 1 ]; then
+  row breakdown SKIP "GPU_CHECK_BREAKDOWN=0"
+elif [ -z "$pipetrain" ]; then
+  row breakdown SKIP "no onnx-pipetrain (see the binaries row)"
+elif [ "$(cap "$breakdown_s")" -lt 30 ]; then
+  row breakdown SKIP "under 30 s of the budget left (tools/bench/gpu_breakdown.py runs it alone)"
+else
+  t0=$(date +%s)
+  c=$(cap "$breakdown_s")
+  bd_args=(--pipetrain "$pipetrain" --work "$log_dir/gpu_bench" --json "$log_dir/gpu_breakdown.json")
+  [ "$train_dev" = cpu ] && bd_args+=(--device cpu --tiny)
+  timeout "$c" python3 tools/bench/gpu_breakdown.py "${bd_args[@]}" >"$log_dir/gpu_breakdown.log" 2>&1
+  rc=$?
+  sed -n '/^== /,$p' "$log_dir/gpu_breakdown.log" | grep -v '^RESULT '
+  if [ "$rc" = 0 ]; then
+    row breakdown PASS "$(elapsed "$t0"): tables above; $log_dir/gpu_breakdown.json"
+  elif [ "$rc" = 124 ]; then
+    tail_of "$log_dir/gpu_breakdown.log" 15
+    row breakdown FAIL "timed out after its cap ($c s); see $log_dir/gpu_breakdown.log"
+  else
+    tail_of "$log_dir/gpu_breakdown.log" 15
+    row breakdown FAIL "exit $rc; see $log_dir/gpu_breakdown.log"
   fi
 fi
 
