@@ -410,9 +410,13 @@ Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std:
       dims->push_back(batch);  // the symbolic batch dimension
     } else {
       return invalid_input(path + ": graph input '" + vi.name() + "' dimension " + std::to_string(d) +
-                           " is symbolic ('" + dim.dim_param() + "'); only the first (batch) dimension may be");
+                           " is symbolic ('" + dim.dim_param() + "'); only the first (batch) dimension may be symbolic: "
+                           "export the model with a fixed size there (for a sequence, the length you train at)");
     }
   }
+  if (dims->empty())
+    return invalid_input(path + ": graph input '" + vi.name() + "' is a scalar ([]); a model input's first dimension "
+                         "is the batch");
   return Status::ok();
 }
 

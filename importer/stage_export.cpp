@@ -223,7 +223,8 @@ Status check_stage(const onnx::ModelProto& m, int k, bool strict) {
 
 Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
                                                     const std::map<std::string, HostTensor>& values,
-                                                    const std::vector<StageCut>& stages, const std::string& dir) {
+                                                    const std::vector<StageCut>& stages, const std::string& dir,
+                                                    bool check_only) {
   const Graph& ir = *model.graph;
   // Stage models follow the trained model's rule: inference form (BatchNorm with running
   // statistics, Dropout off); node indices are unchanged by the rewrite.
@@ -269,6 +270,7 @@ Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
                          (owner[s->second] < 0 ? std::string("no stage") : stage_name(owner[s->second])) +
                          "; a stage model needs it whole (move the cut with --split-at or --balance)");
   }
+  if (check_only) return std::vector<StageModelInfo>{};
 
   std::set<std::string> batch = batch_names(g, src);
   bool strict = true;

@@ -45,9 +45,13 @@ struct StageModelInfo {
 // imports and producer; each passes onnx::checker and strict shape inference (where the source model
 // does; else non-strict) before it is written.
 // Errors: a boundary value that is no tensor of the source graph, or one a stage needs but neither
-// computes nor receives, names the stage and the value (kInvalidInput).
+// computes nor receives, names the stage and the value (kInvalidInput); a node of the source that
+// the cuts split (an LSTM / GRU expanded at import) names the node and the stages (kUnsupported).
+// check_only: the checks of the cuts against the source model alone (the splits), nothing written:
+// a training run makes them before it trains.
 Expected<std::vector<StageModelInfo>> export_stages(const ImportedModel& model,
                                                     const std::map<std::string, HostTensor>& values,
-                                                    const std::vector<StageCut>& stages, const std::string& dir);
+                                                    const std::vector<StageCut>& stages, const std::string& dir,
+                                                    bool check_only = false);
 
 }  // namespace pt

@@ -97,6 +97,10 @@ Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index) {
   }
   Value* out = g.outputs[0];
   if (!is_floating(out->dtype)) return invalid_input("model output '" + out->name + "' is " + dtype_name(out->dtype) + ", not a float tensor");
+  // The loss compares each sample's output with its label: the output's first dimension is the batch.
+  if (out->dims.empty())
+    return invalid_input("model output '" + out->name + "' is a scalar ([]): the loss needs one output per sample, "
+                         "with the batch as its first dimension; export the model before it reduces over the batch");
   const bool nc = out->dims.size() == 2;
   // Sequence outputs: [N, T, V], or [N*T, V] where N is the batch (the first input's first dimension).
   const int64_t batch = g.inputs.empty() || g.inputs[0]->dims.empty() ? 0 : g.inputs[0]->dims[0];

@@ -481,15 +481,15 @@ Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_di
 }
 
 Status export_plan_stages(const ImportedModel& m, const std::map<std::string, HostTensor>& values, const Plan& plan,
-                          const std::string& dir, bool quiet) {
+                          const std::string& dir, bool quiet, bool check_only) {
   // Cut at the plan's stage layout (partitioner/stage_layout.h), the boundary the runtime wires.
   if (!plan.layout_status.is_ok()) return plan.layout_status;
   if (!plan.layout.describes(plan)) return internal_error("--export-stages: the plan has no stage layout of its stages");
   std::vector<StageCut> cuts;
   for (const StagePlan& s : plan.stages)
     cuts.push_back({s.forward_nodes, plan.layout.stages[s.index].recv, plan.layout.stages[s.index].send});
-  ASSIGN_OR_RETURN(std::vector<StageModelInfo> infos, export_stages(m, values, cuts, dir));
-  if (!quiet) {
+  ASSIGN_OR_RETURN(std::vector<StageModelInfo> infos, export_stages(m, values, cuts, dir, check_only));
+  if (!quiet && !check_only) {
     size_t folded = 0;
     for (const StageModelInfo& s : infos) folded += s.folded_constants.size();
     std::printf("stages: %zu stage model%s in %s (inputs and outputs in stages.json)%s\n", infos.size(),

@@ -101,7 +101,8 @@ Status rewrite_reports(PlanOutcome& p, const Graph& g, const std::string& out_di
 
 // --export-stages: one ONNX model per stage of `plan` in `dir` (importer/stage_export.h), with
 // `values` (the trained initializers; empty: the source's) substituted; prints one line.
+// check_only: whether the plan's cuts can be exported at all, nothing written (before training).
 Status export_plan_stages(const ImportedModel& m, const std::map<std::string, HostTensor>& values, const Plan& plan,
-                          const std::string& dir, bool quiet);
+                          const std::string& dir, bool quiet, bool check_only = false);
 
 }  // namespace pt

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/device.h"
 #include "partitioner/plan.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/data.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/memory.h"
@@ -238,6 +240,15 @@ Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const Sg
                "; training with batches of that size (--batch-size " + std::to_string(o.batch.mini_batch) + " ignored)");
     md.batch.mini = g.inputs[0]->dims[0] * md.batch.micro * md.batch.replicas;  // from here on the run's batch
   }
+  // A NaN in a weight would surface as a divergence after the first step; it is the model file's.
+  for (const Value* v : g.values_of_kind(ValueKind::kParameter)) {
+    if (!v->data || v->data->dtype() != DType::kFloat32) continue;
+    const float* p = v->data->as<float>();
+    for (int64_t i = 0; i < v->data->size(); ++i)
+      if (std::isnan(p[i]))
+        return invalid_input(o.model + ": initializer '" + v->name + "' holds NaN (element " + std::to_string(i) +
+                             " of " + std::to_string(v->data->size()) + "); the model's weights must be numbers");
+  }
   auto tg = build_training_graph(g, o.loss, sgd, o.ignore_index);
   if (!tg) return tg.status().with_context(o.model + ": ");
   md.tg = std::move(*tg);
@@ -256,20 +267,43 @@ Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const Sg
 
 // ---- Phase 3: the run folder ---------------------------------------------------------------------
 
+// Whether a metrics.csv holds a step's row (a run that failed before its first step leaves the
+// header alone, and its folder is not a finished run).
+bool metrics_has_rows(const fs::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0;
+  while (lines < 2 && std::getline(in, line))
+    if (!line.empty()) ++lines;
+  return lines >= 2;
+}
+
 // The run folder, created; a finished run is not overwritten by accident (rank 0 alone writes it).
 Expected<fs::path> open_run_folder(const TrainingSpec& o, const ImportedModel& m, const MpiJob& job) {
   const fs::path out_dir = o.local.out.empty() ? fs::path("runs") / m.stem : fs::path(o.local.out);
   std::error_code ec;
   if (!o.plan_only && !o.local.overwrite && !o.resume && job.leads_run()) {
     std::string found;
-    for (const fs::path& f : {out_dir / (m.stem + ".trained.onnx"), out_dir / "metrics.csv"})
-      if (fs::exists(f, ec)) found += (found.empty() ? "" : ", ") + f.filename().string();
+    if (fs::exists(out_dir / (m.stem + ".trained.onnx"), ec)) found = m.stem + ".trained.onnx";
+    if (metrics_has_rows(out_dir / "metrics.csv")) found += (found.empty() ? "" : ", ") + std::string("metrics.csv");
     if (!found.empty())
       return invalid_input("--out " + out_dir.string() + ": the folder holds a finished run (" + found +
                            "); add --overwrite to replace it, --resume to continue it, or choose another --out");
   }
   fs::create_directories(out_dir, ec);
   if (ec) return invalid_input("--out " + out_dir.string() + ": cannot create the folder: " + ec.message());
+  if (!o.plan_only && o.local.overwrite && !o.resume && job.leads_run()) {
+    // Replacing a run: what would make the folder look finished or be resumed from goes first (a
+    // failure before this run's first checkpoint must not leave the old run's to --resume, nor
+    // may the old run's later steps outrank this run's checkpoints when they are pruned).
+    int removed = 0;
+    for (const std::string& c : list_checkpoints((out_dir / "checkpoints").string()))
+      if (fs::remove(c, ec)) ++removed;
+    std::string what = removed ? plural(removed, "checkpoint") : "";
+    for (const fs::path& f : {out_dir / (m.stem + ".trained.onnx"), out_dir / "metrics.csv"})
+      if (fs::remove(f, ec)) what += (what.empty() ? "" : ", ") + f.filename().string();
+    if (!what.empty()) say(o, "notice: --overwrite: removed the previous run's " + what);
+  }
   return out_dir;
 }
 
@@ -1004,6 +1038,11 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
     return es.is_ok() ? 0 : job.fail(es);
   }
 
+  // --export-stages writes after training: a cut it cannot export is refused before any step.
+  if (o.local.export_stages && job.leads_run())
+    if (Status es = export_plan_stages(md.m, {}, plan, (*out_dir / "stages").string(), true, /*check_only=*/true);
+        !es.is_ok())
+      return job.fail(es);
   if (!dev->cuda) release_zero_state(md.g());  // the CPU executors start optimizer state at zero themselves
   if (Status cs = write_classes(*data, *out_dir, job); !cs.is_ok()) return job.fail(cs);
   if (int code = job.agree_start(o, md.m.hash, plan); code != 0) return code;

@@ -5,6 +5,7 @@
 #include "runtime/data/npy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -202,14 +203,33 @@ Status check_input_shape(const Dims& dims, DType file_dtype, const std::string& 
 namespace {
 
 // Converts integer samples for a float input and checks a loaded input array against the model
-// input (dtype, sample dims; samples of the right element count are reshaped).
-Status check_input_array(HostTensor* x, const std::string& xp, const Dims& sample_dims, DType want, bool scale_pixels) {
+// input (dtype, sample dims; samples of the right element count are reshaped), then its values: float samples finite, token ids within the vocabulary of the embedding they
+// index (vocab > 0; Gather's range [-vocab, vocab)), each refusal naming the file and the sample.
+Status check_input_array(HostTensor* x, const std::string& xp, const Dims& sample_dims, DType want, bool scale_pixels,
+                         int64_t vocab) {
   RETURN_IF_ERROR(check_input_shape(x->dims(), x->dtype(), xp, sample_dims, want));
   const int64_t n = x->dims()[0];
   if (want == DType::kFloat32 && converts_to_float(x->dtype())) *x = convert_input(*x, scale_pixels);
   Dims nd = sample_dims;
   nd.insert(nd.begin(), n);
   x->reshape(nd);
+  const int64_t per = n > 0 ? x->size() / n : 1;
+  auto bad = [&](int64_t i, const std::string& what) {
+    return invalid_input(xp + ": sample " + std::to_string(i / per) + " (value " + std::to_string(i % per) + ") " + what);
+  };
+  if (x->dtype() == DType::kFloat32 || x->dtype() == DType::kFloat64) {
+    for (int64_t i = 0; i < x->size(); ++i) {
+      const double v = x->dtype() == DType::kFloat32 ? x->as<float>()[i] : x->as<double>()[i];
+      if (!std::isfinite(v)) return bad(i, "is " + std::string(std::isnan(v) ? "NaN" : "infinite") + "; the inputs must be finite");
+    }
+  } else if (vocab > 0 && (x->dtype() == DType::kInt64 || x->dtype() == DType::kInt32)) {
+    for (int64_t i = 0; i < x->size(); ++i) {
+      const int64_t id = x->dtype() == DType::kInt64 ? x->as<int64_t>()[i] : x->as<int32_t>()[i];
+      if (id < -vocab || id >= vocab)
+        return bad(i, "is token id " + std::to_string(id) + ", outside the model's vocabulary (the embedding's " +
+                          std::to_string(vocab) + " rows)");
+    }
+  }
   return Status::ok();
 }
 
@@ -316,12 +336,12 @@ Expected<Dataset> load_npy_dataset(const std::string& dir, const DataSpec& spec)
   d.source = f.source;
   ASSIGN_OR_RETURN(d.x, read_npy(f.x[0]));
   ASSIGN_OR_RETURN(d.y, read_npy(f.y));
-  RETURN_IF_ERROR(check_input_array(&d.x, f.x[0], spec.sample_dims, spec.input_dtype, spec.scale_pixels));
+  RETURN_IF_ERROR(check_input_array(&d.x, f.x[0], spec.sample_dims, spec.input_dtype, spec.scale_pixels, spec.input_vocab));
   const int64_t n = d.x.dims()[0];
   for (size_t k = 1; k < f.x.size(); ++k) {
     const InputSpec& is = spec.more_inputs[k - 1];
     ASSIGN_OR_RETURN(HostTensor t, read_npy(f.x[k]));
-    RETURN_IF_ERROR(check_input_array(&t, f.x[k], is.sample_dims, is.dtype, spec.scale_pixels));
+    RETURN_IF_ERROR(check_input_array(&t, f.x[k], is.sample_dims, is.dtype, spec.scale_pixels, is.vocab));
     RETURN_IF_ERROR(check_counts(f, k, n, t.dims()[0], dir));
     d.more.push_back(std::move(t));
   }

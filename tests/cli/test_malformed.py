@@ -187,6 +187,11 @@ class MalformedInputTest(unittest.TestCase):
           extra_opsets=[("com.example", 1)])
         m("undeclared_domain.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r", domain="ai.unknown")])
         m("no_nodes.onnx", [], inits=[W1, b1])
+        w_nan = rnd(16, 8)
+        w_nan[2, 3] = np.nan
+        m("nan_weight.onnx", [fc()], "initializer 'W1' holds NaN (element 19 of 128)", inits=[init("W1", w_nan), b1])
+        m("scalar_output.onnx", [fc(), helper.make_node("ReduceMean", ["y"], ["s"], name="mean", keepdims=0)],
+          "output 's' is a scalar", inits=[W1, b1], outputs=[vi("s", F32, [])])
         m("no_outputs.onnx", [fc()], inits=[W1, b1], outputs=[])
         m("no_inputs.onnx", [helper.make_node("Relu", ["W1"], ["y"], name="r")], inits=[W1], inputs=[])
         m("output_not_produced.onnx", [fc()], "nowhere", inits=[W1, b1], outputs=[vi("nowhere", F32, None)])
@@ -373,7 +378,7 @@ class MalformedInputTest(unittest.TestCase):
           inputs=[vi("x", F32, ["batch", 1 << 40])], inits=[init("W", rnd(8, 3))])
         m("negative_input_dim.onnx", [fc()], "'x'", inputs=[vi("x", F32, ["batch", -8])], inits=[W1, b1])
         m("zero_input_dim.onnx", [fc()], "fc", inputs=[vi("x", F32, ["batch", 0])], inits=[W1, b1])
-        m("scalar_input.onnx", [fc()], "fc", inputs=[vi("x", F32, [])], inits=[W1, b1])
+        m("scalar_input.onnx", [fc()], "graph input 'x' is a scalar", inputs=[vi("x", F32, [])], inits=[W1, b1])
         m("no_shape_input.onnx", [fc()], "shape", inputs=[vi("x", F32, None)], inits=[W1, b1])
         big = raw_tensor("Wbig", F32, [1 << 40, 8], b"")
         m("huge_initializer.onnx", [helper.make_node("MatMul", ["x", "Wbig"], ["y"], name="mm")], "Wbig",
@@ -527,6 +532,9 @@ class MalformedInputTest(unittest.TestCase):
         folder("x_float64", x=x_good.astype(np.float64), y=y_good)
         folder("x_header_len_lies", x_raw=b"\x93NUMPY\x01\x00" + (60000).to_bytes(2, "little") + b"{'descr'",
                y=y_good)
+        x_nan = x_good.copy()
+        x_nan[6, 6] = np.nan
+        folder("x_nan", x=x_nan, y=y_good, needles=("x.npy", "sample 6", "NaN"))
         folder("y_missing", x=x_good, needles=("y.npy",))
         folder("x_missing", y=y_good, needles=("x.npy",))
         folder("y_count", x=x_good, y=y_good[:10], needles=("y.npy",))

@@ -196,6 +196,10 @@ class RnnOracle(unittest.TestCase):
         rc, so, se = run(*common, "--split-at", inside, "--out", os.path.join(self.dir, "inside"))
         self.assertEqual(rc, 2, se)
         self.assertIn("node '/rnn/LSTM_1' (LSTM) is split between", se)
+        # Refused before any step: nothing trained, no metrics, no trained model.
+        self.assertNotIn("done:", so)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "inside", "metrics.csv")))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "inside", "lstm.trained.onnx")))
 
     def test_unsupported_attributes_exit_2_naming_node_and_attribute(self):
         path, _, _, _ = build_case("gru", self.dir)

@@ -482,6 +482,23 @@ class RunsTest(unittest.TestCase):
                          "--out", ck, "--resume")
         self.assertEqual(rc, 0, se)
         self.assertEqual(len(metrics(ck)), 6)
+        # --overwrite replaces the run, its checkpoints included: none is left to resume from, and
+        # the old run's later steps cannot outrank the new run's when they are pruned.
+        rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 2, "--out", ck, "--overwrite")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("notice: --overwrite: removed the previous run's 2 checkpoints, digits_mlp.trained.onnx, "
+                      "metrics.csv", so + se)
+        self.assertEqual(os.listdir(os.path.join(ck, "checkpoints")), [])
+        rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 6, "--out", ck, "--resume")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("no checkpoint to resume from", se)
+        # A run that failed before its first step (metrics.csv holds the header alone) is no finished run.
+        bare = os.path.join(self.dir, "failed_early")
+        os.makedirs(bare, exist_ok=True)
+        with open(os.path.join(bare, "metrics.csv"), "w") as f:
+            f.write(open(os.path.join(ck, "metrics.csv")).readline())
+        rc, so, se = run(MLP, "--data", os.path.join(DIGITS, "train"), "--steps", 2, "--out", bare)
+        self.assertEqual(rc, 0, se)
         # Planning alone does not finish a run.
         rc, so, se = run(MLP, "--plan-only", "--out", out)
         self.assertEqual(rc, 0, se)
