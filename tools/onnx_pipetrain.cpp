@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,16 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E* target, std::
       help);
   opt->check(CLI::IsMember(keys))->default_str(current);
   return opt;
+}
+
+// Ctrl-C or SIGTERM before training starts (importing, calibrating, planning): there is nothing to
+// save yet, so the process ends at once with the documented code; training installs its own
+// handler (StopRequests: finish the step, checkpoint, exit 130). Async-signal-safe.
+extern "C" void on_early_stop(int) {
+  static const char msg[] = "onnx-pipetrain: stopped before training started; nothing to save\n";
+  ssize_t w = ::write(2, msg, sizeof msg - 1);
+  (void)w;
+  ::_exit(130);
 }
 
 // The watchdog's verdict on a lost rank: one line naming it, then this rank exits, so that no
@@ -456,6 +467,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "onnx-pipetrain: error: %s\n", job.status().message().c_str());
     return pt::exit_code_for(job.status());
   }
+  if (!(*job)->cluster()) {  // under MPI, mpirun owns the signals (StopRequests shares the stop)
+    std::signal(SIGINT, on_early_stop);
+    std::signal(SIGTERM, on_early_stop);
+  }
+  // Lines reach a log file as they are printed, not when a buffer fills (or never, when the
+  // process is stopped).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int code = main_impl(argc, argv, **job);
   if (pt::Status s = (*job)->leave(); !s.is_ok() && code == 0) {
     std::fprintf(stderr, "onnx-pipetrain: rank %d: error: %s\n", (*job)->rank(), s.message().c_str());

@@ -463,6 +463,10 @@ Expected<Data> open_data(const TrainingSpec& o, const Model& md, bool cuda, cons
     if (d.train.size() < 2) return invalid_input("--val-split: the training set has fewer than 2 samples");
     d.val = split_validation(&d.train, o.val_split, o.seed);
   }
+  // A step takes a whole mini-batch of distinct samples, after --val-split (an epoch is floor(samples / batch) steps).
+  if (job.leads_run() && d.train.size() < md.batch.mini)
+    return invalid_input("--batch-size " + std::to_string(md.batch.mini) + ": the training set (" + d.train.source +
+                         ") has " + std::to_string(d.train.size()) + " samples, fewer than one mini-batch");
   RETURN_IF_ERROR(normalize_dataset(&d.train, o.mean, o.std));
   RETURN_IF_ERROR(normalize_dataset(&d.val, o.mean, o.std));
   return d;
@@ -1058,6 +1062,9 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   if (!trained) return job.fail(trained.status());
   Trained& t = *trained;
   if (!job.leads_run()) return t.result.interrupted ? kExitInterrupted : 0;  // rank 0 writes the run folder
+  if (LoaderStats* ls = data->train.stats.get(); ls && ls->bad > 0)  // --on-bad-sample skip, during training
+    say(o, "data: " + plural(ls->bad.load(), "sample") + " failed to decode while training; the next image of the "
+               "set stood in for each (--on-bad-sample skip); first: " + ls->first_bad_message());
   report_memory(o, t, md.baseline_rss, data->bytes(), job.in_job(), plan);
   // With --trace, trace.json holds the passes as they ran instead of the simulated schedule.
   const bool real_trace = o.trace && t.pipeline != nullptr;

@@ -171,6 +171,24 @@ class DataCliTest(unittest.TestCase):
             # --on-bad-sample skip counts, names and leaves the file out.
             out, so, _ = self.train(LENET, "skip_bad", "--data", corrupt, "--on-bad-sample", "skip", "--steps", 1)
             self.assertIn("skipped 1 unreadable file, first: " + bad, so)
+            # An image whose header reads but whose data does not decode fails while training: under
+            # skip the next image stands in, and the run says how often and names the file.
+            trunc = os.path.join(self.dir, "truncated")
+            shutil.copytree(self.images, trunc)
+            folder = os.path.join(trunc, sorted(os.listdir(trunc))[0])
+            png = os.path.join(folder, next(f for f in sorted(os.listdir(folder)) if f.endswith(".png")))
+            with open(png, "rb") as f:
+                head = f.read()[:60]  # the signature and IHDR: the header scan passes
+            with open(png, "wb") as f:
+                f.write(head)
+            out, so, _ = self.train(LENET, "skip_trunc", "--data", trunc, "--on-bad-sample", "skip", "--steps", 12,
+                                    "--batch-size", 32)
+            self.assertIn("failed to decode while training; the next image of the set stood in for each "
+                          "(--on-bad-sample skip); first: " + png, so)
+            rc, _, se = run(LENET, "--out", os.path.join(self.dir, "fail_trunc"), "--data", trunc, "--steps", "12",
+                            "--batch-size", "32")
+            self.assertEqual(rc, 2, se)  # under fail (the default) the run stops naming it
+            self.assertIn(png, se)
         # A graph input of 2^40 values a sample, synthesised: refused naming the input and the bytes.
         import onnx
         from onnx import TensorProto, helper, numpy_helper

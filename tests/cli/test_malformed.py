@@ -691,7 +691,9 @@ class MalformedInputTest(unittest.TestCase):
         for flag in ("--batch-size", "--steps", "--micro-batches", "--checkpoint-every", "--keep-checkpoints",
                      "--eval-every", "--gpus", "--lr-decay-every", "--ranks-per-node"):
             bad(flag, "0")
-        bad("--batch-size", "1000000000", needle="out of memory")  # parses and fits int32; no memory holds it
+        # Parses and fits int32, but the 64 samples are fewer than a mini-batch (the allocation that no
+        # memory holds is test_memory's out-of-memory case).
+        bad("--batch-size", "1000000000", needle="fewer than one mini-batch")
         cases.append(("--epochs overflow", [self.model, "--data", self.data, "--out", self.out(), "--epochs",
                                             "9223372036854775807"], ("--epochs", "overflow"), 2))
         for flag, value in (("--loss", "hinge"), ("--device", "tpu"), ("--optimizer", "lion"),

@@ -222,6 +222,25 @@ class TrainingToolsTest(unittest.TestCase):
             self.assertEqual(len(metrics(out)), step)
             self.train(f"term{gpus}", "--gpus", gpus, "--steps", step + 2, "--resume", resumed_from=step)
 
+    def test_a_stop_before_training_exits_130_and_keeps_the_log(self):
+        # SIGTERM while the run still calibrates (before any step): nothing to save, exit 130 at
+        # once with one line, and what the run printed before is in its log (line-buffered).
+        out = os.path.join(self.dir, "early_stop")
+        log = os.path.join(self.dir, "early_stop.log")
+        with open(log, "w") as f:
+            p = subprocess.Popen([BIN, self.model, "--data", self.data, "--out", out, "--batch-size", "8",
+                                  "--calibrate", "--steps", "100000000"], stdout=f, stderr=subprocess.PIPE, text=True)
+            for _ in range(600):  # the model line is printed before the calibration
+                if "model:" in open(log).read():
+                    break
+                time.sleep(0.05)
+            p.send_signal(signal.SIGTERM)
+            _, se = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, se)
+        self.assertIn("stopped before training started; nothing to save", se)
+        self.assertIn("model:", open(log).read())
+        self.assertFalse(os.path.exists(os.path.join(out, "metrics.csv")))
+
     def test_a_failed_report_write_keeps_the_model(self):
         # The reports are rewritten after the model: a report that cannot be written (here a folder
         # in the way of partition.html's temporary file, made once training runs) ends the run with
