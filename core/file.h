@@ -37,11 +37,17 @@ inline Status write_file_atomic(const std::filesystem::path& path, const std::st
   std::filesystem::path tmp = path;
   tmp += ".tmp";
   auto failed = [&](const std::string& what) {
-    const std::string why = std::strerror(errno);
+    const int err = errno;
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
-    return invalid_input(path.string() + ": " + what + ": " + why);
+    return invalid_input(path.string() + ": " + what + (err ? ": " + std::string(std::strerror(err)) : std::string()));
   };
+  {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) return invalid_input(path.string() + ": is a folder, not a file");
+    if (std::filesystem::is_directory(tmp, ec))
+      return invalid_input(path.string() + ": cannot be written: " + tmp.string() + " is a folder in the way");
+  }
   {
     errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -65,6 +65,24 @@ extern "C" void on_early_stop(int) {
   ::_exit(130);
 }
 
+// CLI11's messages where they read as its internals: a flag without its value ("--steps: 1 required
+// INT:INT:POSITIVE missing") and a value of the wrong type ("Could not convert: --steps = 2.5").
+std::string plain_parse_error(const CLI::ParseError& e) {
+  const std::string m = e.what();
+  const std::string convert = "Could not convert: ";
+  if (m.rfind(convert, 0) == 0) {
+    const size_t eq = m.find(" = ", convert.size());
+    if (eq != std::string::npos)
+      return m.substr(convert.size(), eq - convert.size()) + ": '" + m.substr(eq + 3) +
+             "' is not a value of the flag's type (see --help)";
+  }
+  const size_t colon = m.find(": ");
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && colon != std::string::npos && m.size() > 8 &&
+      m.compare(m.size() - 8, 8, " missing") == 0)
+    return m.substr(0, colon) + ": needs a value";
+  return m;
+}
+
 // The watchdog's verdict on a lost rank: one line naming it, then this rank exits, so that no
 // rank waits for a stage that is gone.
 void on_lost_rank(int me, int lost, const std::string& why) {
@@ -128,10 +146,27 @@ CLI::Validator finite() {
         const double v = std::strtod(s.c_str(), &end);
         if (end == s.c_str() || *end != '\0') return "Value " + s + " is not a number";
         if (!std::isfinite(v)) return "Value " + s + " is not a finite number";
+        // The values train in float32: one beyond its range would be infinite there.
+        if (std::fabs(v) > 3.4028234663852886e38) return "Value " + s + " is beyond float32's range (3.4e38)";
         return std::string();
       },
       "FINITE", "finite");
 }
+
+// Bounds with plain messages (CLI11's PositiveNumber prints its range with 300 digits). A value that
+// is no number passes here: the flag's type check says what it is not.
+CLI::Validator above(double lo, bool inclusive) {
+  return CLI::Validator(
+      [lo, inclusive](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0' || (inclusive ? v >= lo : v > lo)) return std::string();
+        return "Value " + s + " must be " + (inclusive ? "at least " : "above ") + (lo == 0 ? "0" : std::to_string(lo));
+      },
+      inclusive ? "NONNEGATIVE" : "POSITIVE", inclusive ? "at least 0" : "above 0");
+}
+CLI::Validator positive() { return above(0, false); }
+CLI::Validator non_negative() { return above(0, true); }
 
 // Integer flags refuse values beyond 64 bits (CLI11 saturates them) and, for the unsigned --seed,
 // negative ones (which would wrap around).
@@ -210,26 +245,26 @@ void add_run_and_data_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) 
   app.add_option("--mean", o.mean, "subtract per channel (one value, or one per channel of [C,H,W] inputs), after scaling pixels")->check(finite())->delimiter(',');
   app.add_option("--std", o.std, "divide per channel, after --mean")->check(finite())->delimiter(',');
   app.add_flag("--raw-pixels", o.raw_pixels, "keep integer pixels (IDX, CIFAR, uint8/uint16 x.npy) as 0..255 / 0..65535 instead of scaling to [0, 1]");
-  app.add_option("--eval-every", o.eval_every, "also validate every N steps (besides every epoch end)")->check(integer())->check(CLI::PositiveNumber);
-  auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
-  auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(integer())->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", o.eval_every, "also validate every N steps (besides every epoch end)")->check(integer())->check(positive());
+  auto* ep = app.add_option("--epochs", o.epochs, "passes over the training set")->check(integer())->check(positive())->capture_default_str();
+  auto* sp = app.add_option("--steps", o.steps, "total mini-batch steps (instead of --epochs)")->check(integer())->check(positive());
   ep->excludes(sp);
-  app.add_option("--batch-size", o.batch.mini_batch, "samples per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", o.batch.mini_batch, "samples per mini-batch")->check(integer())->check(positive())->capture_default_str();
 }
 
 // The learning rate, its schedule and the optimizer.
 void add_optimizer_flags(CLI::App& app, pt::TrainingSpec& o) {
-  app.add_option("--lr", o.lr, "learning rate")->check(finite())->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->check(finite())->check(positive())->capture_default_str();
   add_choice(app, "--lr-schedule", &o.lr_schedule,
              {{"constant", pt::LrSchedule::Kind::kConstant}, {"step", pt::LrSchedule::Kind::kStep},
               {"cosine", pt::LrSchedule::Kind::kCosine}, {"poly", pt::LrSchedule::Kind::kPoly}},
              "constant | step | cosine | poly (decay over the run's total steps)");
-  app.add_option("--warmup-steps", o.warmup_steps, "linear warm-up from lr/N to lr over the first N steps")->check(integer())->check(CLI::NonNegativeNumber);
-  app.add_option("--lr-decay-every", o.lr_decay_every, "step schedule: multiply the rate by --lr-gamma every N steps")->check(integer())->check(CLI::PositiveNumber);
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warm-up from lr/N to lr over the first N steps")->check(integer())->check(non_negative());
+  app.add_option("--lr-decay-every", o.lr_decay_every, "step schedule: multiply the rate by --lr-gamma every N steps")->check(integer())->check(positive());
   app.add_option("--lr-gamma", o.lr_gamma, "step schedule: the decay factor")->check(finite())->capture_default_str();
   app.add_option("--lr-power", o.lr_power, "poly schedule: lr * (1 - progress)^P")->check(finite())->capture_default_str();
   app.add_option("--lr-min", o.lr_min, "cosine and poly schedules: the rate at the last step")->check(finite())->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay, added to the gradient (adamw: decoupled, w -= lr*wd*w each step)")->check(finite())->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay, added to the gradient (adamw: decoupled, w -= lr*wd*w each step)")->check(finite())->check(non_negative())->capture_default_str();
   // The optimizer and its flags.
   app.add_option_function<std::string>(
          "--optimizer",
@@ -248,13 +283,13 @@ void add_optimizer_flags(CLI::App& app, pt::TrainingSpec& o) {
   app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum > 0 and --dampening 0)");
   app.add_option("--beta1", o.beta1, "adam, adamw: decay of the first moment")->check(finite())->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
   app.add_option("--beta2", o.beta2, "adam, adamw: decay of the second moment")->check(finite())->check(CLI::Range(0.0f, 0.999999f))->capture_default_str();
-  app.add_option("--eps", o.eps, "adam, adamw: added to sqrt(v_hat)")->check(finite())->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--eps", o.eps, "adam, adamw: added to sqrt(v_hat)")->check(finite())->check(positive())->capture_default_str();
   app.add_option("--clip-grad-norm", o.clip_grad_norm,
                  "scale the gradients by min(1, X/(norm+1e-6)) before each update (torch.nn.utils.clip_grad_norm_): "
                  "the global norm of the mini-batch on one stage and under GPipe (summed across stages); under "
                  "asynchronous 1F1B no update sees every stage's gradient of one mini-batch, so each stage clips by "
                  "its own norm")
-      ->check(finite())->check(CLI::NonNegativeNumber);
+      ->check(finite())->check(non_negative());
 }
 
 // The loss and what trains, then the run folder, the plan-only modes and the profile.
@@ -265,7 +300,7 @@ void add_model_and_output_flags(CLI::App& app, pt::TrainingSpec& o) {
       ->delimiter(',');
   app.add_option("--seed", o.seed, "seed for data order and synthetic data")->check(integer(false))->capture_default_str();
   app.add_option("--out", o.local.out, "run folder (default ./runs/<model stem>)");
-  app.add_option("--log-every", o.local.log_every, "print the loss every N steps (default: 10 lines per run)")->check(integer());
+  app.add_option("--log-every", o.local.log_every, "print the loss every N steps (default: 10 lines per run)")->check(integer())->check(positive());
   app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
   app.add_flag("--oversubscribe", o.oversubscribe, "--device cuda: allow more stages than GPUs (several stages share a GPU)");
   app.add_flag_callback("--no-cuda-graphs", [&o] { o.cuda_graphs = false; },
@@ -326,7 +361,7 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
              {{"auto", pt::WeightCachePolicy::kAuto}, {"off", pt::WeightCachePolicy::kOff}, {"all", pt::WeightCachePolicy::kAll}},
              "auto | off | all: which executors keep convolution weights in oneDNN's layout while they are unchanged "
              "(auto: GPipe stages with micro-batches and the evaluators; all: every executor)");
-  f.micro_batches = app.add_option("--micro-batches", o.batch.micro_batches, "synchronous schedules (gpipe, zb-h1, 1f1b --weights sync): micro-batches per mini-batch")->check(integer())->check(CLI::PositiveNumber)->capture_default_str();
+  f.micro_batches = app.add_option("--micro-batches", o.batch.micro_batches, "synchronous schedules (gpipe, zb-h1, 1f1b --weights sync): micro-batches per mini-batch")->check(integer())->check(positive())->capture_default_str();
   f.staleness = add_choice(app, "--spectrain-staleness", &o.staleness, {{"paper", pt::Staleness::kPaper}, {"exact", pt::Staleness::kExact}},
              "paper: s_fwd = floor(k/2) + N-k-1, s_bwd = floor(k/2); exact: N-k-1 and 0");
   app.add_flag("--trace", o.trace, "write every stage's forward and backward passes (mini-batch, weight version, staleness) to trace.json");
@@ -337,7 +372,7 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   app.add_option("--ranks-per-node", o.ranks_per_node,
                  "with --plan-only: plan a multi-node job, R stages per node (cuts between nodes use the network "
                  "link); under mpirun/srun the nodes come from the job")->check(integer())
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_option("--split-at", o.split_at, "manual plan: the first node of stages 1..N-1 (comma-separated)")->delimiter(',');
   app.add_option("--balance", o.balance, "manual plan: forward nodes per stage, e.g. 3,5,4")->delimiter(',');
 }
@@ -346,9 +381,9 @@ void add_pipeline_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
 void add_checkpoint_and_export_flags(CLI::App& app, pt::TrainingSpec& o, FlagHandles& f) {
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "write RUN/checkpoints/step-<k>.ckpt every N steps and after the last (pipelined runs drain there)")->check(integer())
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_option("--keep-checkpoints", o.local.keep_checkpoints, "keep the newest K checkpoints")->check(integer())
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   f.resume = app.add_option("--resume", o.local.resume_path,
                                 "continue from the newest intact checkpoint of the run folder, or from PATH (a .ckpt "
                                 "file or a folder); --steps/--epochs stay totals; write --resume=PATH before the model")
@@ -428,6 +463,9 @@ int parse_into_spec(CLI::App& app, int argc, char** argv, const FlagHandles& f, 
     for (const char* flag : {"--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps"})
       if (app.count(flag) > 0) o.optimizer_flags.push_back(flag);
     o.local.data_given = f.data->count() > 0;
+    for (const char* flag : {"--lr-decay-every", "--lr-gamma", "--lr-power", "--lr-min"})
+      if (app.count(flag) > 0) o.local.schedule_flags.push_back(flag);
+    o.local.eval_every_given = app.count("--eval-every") > 0;
     if (o.local.overwrite && o.resume) throw CLI::ExcludesError("--overwrite", "--resume");
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -437,7 +475,7 @@ int parse_into_spec(CLI::App& app, int argc, char** argv, const FlagHandles& f, 
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (job.leads_run()) {
-      std::fprintf(stderr, "onnx-pipetrain: error: %s\n", e.what());
+      std::fprintf(stderr, "onnx-pipetrain: error: %s\n", plain_parse_error(e).c_str());
       std::fprintf(stderr, "run 'onnx-pipetrain --help' for the flags\n");
     }
     return 2;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -91,6 +92,20 @@ Status check_bounds(const TrainingSpec& o, const MpiJob& job) {
   if (o.replicas > 4096 || int64_t{o.gpus} * o.replicas > 4096)
     return invalid_input("--gpus " + std::to_string(o.gpus) + " x --replicas " + std::to_string(o.replicas) +
                          ": at most 4096 devices");
+  // A learning-rate flag of another schedule would be ignored: refused, as the optimizer's are.
+  for (const std::string& f : o.local.schedule_flags) {
+    const LrSchedule::Kind k = o.lr_schedule;
+    const bool applies = (f == "--lr-decay-every" || f == "--lr-gamma") ? k == LrSchedule::Kind::kStep
+                         : f == "--lr-power"                          ? k == LrSchedule::Kind::kPoly
+                                                                       : k == LrSchedule::Kind::kCosine || k == LrSchedule::Kind::kPoly;
+    if (!applies)
+      return invalid_input(f + ": does not apply to --lr-schedule " + lr_schedule_name(k) + " (" +
+                           (f == "--lr-min" ? "cosine and poly use it" : f == "--lr-power" ? "poly uses it" : "step uses it") + ")");
+  }
+  // --ranks-per-node describes the nodes of a job: one process has one node.
+  if (o.ranks_per_node > 0 && !o.plan_only && !job.in_job())
+    return invalid_input("--ranks-per-node " + std::to_string(o.ranks_per_node) +
+                         ": plans a job across nodes; use it with --plan-only, or start the ranks with mpirun or srun");
   if (o.calibrate && !o.device_spec.empty())
     return invalid_input("--calibrate: the devices are described by --device-spec, so there is no device here to measure");
   if (o.calibrate && o.device == DeviceChoice::kCuda && !cuda_available())
@@ -241,7 +256,10 @@ Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const Sg
     md.batch.mini = g.inputs[0]->dims[0] * md.batch.micro * md.batch.replicas;  // from here on the run's batch
   }
   // A NaN in a weight would surface as a divergence after the first step; it is the model file's.
+  // (PIPETRAIN_TEST_NAN_WEIGHTS=1, for the tests of the divergence guard, lets such a model train.)
+  const char* nan_ok = std::getenv("PIPETRAIN_TEST_NAN_WEIGHTS");
   for (const Value* v : g.values_of_kind(ValueKind::kParameter)) {
+    if (nan_ok && std::string(nan_ok) == "1") break;
     if (!v->data || v->data->dtype() != DType::kFloat32) continue;
     const float* p = v->data->as<float>();
     for (int64_t i = 0; i < v->data->size(); ++i)
@@ -462,7 +480,15 @@ Expected<Data> open_data(const TrainingSpec& o, const Model& md, bool cuda, cons
   } else if (o.val_split > 0 && d.train.size() > 0) {
     if (d.train.size() < 2) return invalid_input("--val-split: the training set has fewer than 2 samples");
     d.val = split_validation(&d.train, o.val_split, o.seed);
+    if (d.val.size() == 0) {
+      char b[96];
+      std::snprintf(b, sizeof b, "--val-split %g: of %lld samples, no validation sample (%g is one)", o.val_split,
+                    static_cast<long long>(d.train.size()), 1.0 / static_cast<double>(d.train.size()));
+      return invalid_input(b);
+    }
   }
+  if (job.leads_run() && o.local.eval_every_given && d.val.size() == 0)
+    say(o, "notice: --eval-every: there is no validation set (--val-data or --val-split), so nothing is validated");
   // A step takes a whole mini-batch of distinct samples, after --val-split (an epoch is floor(samples / batch) steps).
   if (job.leads_run() && d.train.size() < md.batch.mini)
     return invalid_input("--batch-size " + std::to_string(md.batch.mini) + ": the training set (" + d.train.source +

@@ -66,6 +66,8 @@ struct RunLocal {
   bool export_stages = false;
   bool export_training = false;
   bool tensorboard = false;
+  std::vector<std::string> schedule_flags;  // the --lr-* schedule flags given (checked against --lr-schedule)
+  bool eval_every_given = false;
 };
 
 struct TrainingSpec {

@@ -25,6 +25,16 @@ bool parse_lr_schedule_kind(const std::string& s, LrSchedule::Kind* kind) {
   return true;
 }
 
+const char* lr_schedule_name(LrSchedule::Kind kind) {
+  switch (kind) {
+    case LrSchedule::Kind::kStep: return "step";
+    case LrSchedule::Kind::kCosine: return "cosine";
+    case LrSchedule::Kind::kPoly: return "poly";
+    case LrSchedule::Kind::kConstant: break;
+  }
+  return "constant";
+}
+
 double LrSchedule::at(int64_t t) const {
   if (warmup > 0 && t <= warmup) return base * static_cast<double>(t) / static_cast<double>(warmup);
   const int64_t after = t - warmup;                       // 1-based step after the warm-up

@@ -32,5 +32,7 @@ struct LrSchedule {
 
 // "constant" | "step" | "cosine" | "poly"; false when unknown.
 bool parse_lr_schedule_kind(const std::string& s, LrSchedule::Kind* kind);
+// The flag value of `kind` ("constant", ...).
+const char* lr_schedule_name(LrSchedule::Kind kind);
 
 }  // namespace pt

@@ -703,6 +703,27 @@ class CliTest(unittest.TestCase):
                     "--network-link", "warp9")
         self.refuse([self.model, "--gpus", 2, "--ranks-per-node", 1, "--plan-only", "--network-link", "measure",
                      "--out", os.path.join(self.dir, "bad_link")], "--network-link measure", "more than one node")
+        # Training in one process: one node, so --ranks-per-node would price cuts that do not exist.
+        self.refuse([self.model, "--data", self.data, "--gpus", 2, "--ranks-per-node", 1, "--steps", 1,
+                     "--out", os.path.join(self.dir, "rpn")], "--ranks-per-node 1", "--plan-only")
+
+    def test_flag_messages_read_plainly(self):
+        out = os.path.join(self.dir, "plain")
+        for args, want in (((["--steps", 0]), "--steps: Value 0 must be above 0"),
+                           ((["--weight-decay", -1]), "--weight-decay: Value -1 must be at least 0"),
+                           ((["--lr", "1e40"]), "--lr: Value 1e40 is beyond float32's range"),
+                           ((["--steps", "2.5"]), "--steps: '2.5' is not a value of the flag's type"),
+                           ((["--log-every", 0]), "--log-every: Value 0 must be above 0"),
+                           ((["--val-split", "0.0001"]), "--val-split 0.0001: of ")):
+            line = self.refuse([self.model, "--data", self.data, "--out", out, *args], want)
+            self.assertLess(len(line), 160, line)
+        rc, so, se = run(self.model, "--data", self.data, "--steps")  # (no --out: nothing is appended)
+        self.assertEqual(rc, 2)
+        self.assertIn("--steps: needs a value", se)
+        # A flag that would do nothing says so.
+        rc, so, se = run(self.model, "--data", self.data, "--out", out, "--steps", 2, "--eval-every", 1)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("notice: --eval-every: there is no validation set", so + se)
 
     def test_training_writes_measured_times(self):
         import json

@@ -274,10 +274,18 @@ class TrainingToolsTest(unittest.TestCase):
                 t.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(t).shape, np.nan, np.float32), "W1"))
         bad = os.path.join(self.dir, "nan_mlp.onnx")
         onnx.save(m, bad)
+        # Such a model file is refused at load (exit 2, naming the initializer); the divergence
+        # guard is tested by letting it train (the hidden PIPETRAIN_TEST_NAN_WEIGHTS=1).
+        rc, so, se = run(bad, "--data", self.data, "--out", os.path.join(self.dir, "nanw_load"), *COMMON)
+        self.assertEqual(rc, 2, so + se)
+        self.assertIn("initializer 'W1' holds NaN (element 0 of", se)
         for gpus in ("1", "2"):
             out = os.path.join(self.dir, f"nanw{gpus}")
-            rc, so, se = run(bad, "--data", self.data, "--out", out, *COMMON, "--lr", 0.1, "--gpus", gpus,
-                             "--steps", 4, *(["--checkpoint-every", 2] if gpus == "2" else []))
+            args = [BIN, bad, "--data", self.data, "--out", out, *map(str, COMMON), "--lr", "0.1", "--gpus", gpus,
+                    "--steps", "4", *(["--checkpoint-every", "2"] if gpus == "2" else [])]
+            p = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, PIPETRAIN_TEST_NAN_WEIGHTS="1"))
+            rc, so, se = p.returncode, p.stdout, p.stderr
             self.assertEqual(rc, 3, f"--gpus {gpus}: {so}{se}")
             self.assertIn("'W1' holds NaN", se)
             self.assertEqual(len(se.strip().splitlines()), 1, se)
@@ -367,7 +375,12 @@ class TrainingToolsTest(unittest.TestCase):
         for flags, needle in ((["--lr-schedule", "step"], "--lr-decay-every"),
                               (["--warmup-steps", 50], "--warmup-steps 50"),
                               (["--lr-schedule", "cosine", "--lr-min", 0.5], "--lr-min"),
-                              (["--lr-schedule", "step", "--lr-decay-every", 2, "--lr-gamma", 2], "--lr-gamma")):
+                              (["--lr-schedule", "step", "--lr-decay-every", 2, "--lr-gamma", 2], "--lr-gamma"),
+                              # a flag of another schedule would be ignored
+                              (["--lr-decay-every", 2], "--lr-decay-every: does not apply to --lr-schedule constant"),
+                              (["--lr-schedule", "poly", "--lr-gamma", 0.5], "--lr-gamma: does not apply to --lr-schedule poly"),
+                              (["--lr-schedule", "step", "--lr-decay-every", 2, "--lr-power", 3], "--lr-power"),
+                              (["--lr-schedule", "step", "--lr-decay-every", 2, "--lr-min", 0.01], "--lr-min")):
             rc, so, se = run(self.model, "--data", self.data, "--out", os.path.join(self.dir, "refused"), *COMMON,
                              "--lr", 0.1, "--steps", 10, *flags)
             self.assertEqual(rc, 2, f"{flags}: {so}{se}")
