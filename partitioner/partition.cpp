@@ -1139,8 +1139,10 @@ Expected<Plan> partition(const Graph& g, const PartitionOptions& opts) {
     std::unordered_map<const Value*, int> param_owner;
     const std::vector<const Node*> ord = forward_order(g, order);
     if (static_cast<int>(ord.size()) < N)
-      return invalid_input((opts.virtual_stages > 1 ? "--gpus " + std::to_string(N / opts.virtual_stages) + " x --virtual-stages " +
-                                                          std::to_string(opts.virtual_stages)
+      return invalid_input((opts.virtual_stages > 1 ? "--gpus " + std::to_string(N / opts.virtual_stages) +
+                                                          (opts.schedule == Schedule::kZBV
+                                                               ? " under --schedule zbv (2 chunks per GPU)"
+                                                               : " x --virtual-stages " + std::to_string(opts.virtual_stages))
                                                     : "--gpus " + std::to_string(N)) +
                            ": " + std::to_string(N) + " stages need at least " +
                            std::to_string(N) + " forward nodes; the model has " +

@@ -457,6 +457,8 @@ Expected<PlanOutcome> plan_and_report(const ImportedModel& m, const Graph& g, co
     out.plan.layouts = f.layouts;
   } else if (f.whatif && devices > 1) {
     ASSIGN_OR_RETURN(out.plan.layouts, layouts_of(g, f, devices, out.options.profile));
+    // The layout given (--gpus x --replicas) is the chosen one; evaluate_layouts marked the fastest.
+    for (LayoutOption& L : out.plan.layouts) L.chosen = L.stages == f.stages && L.replicas == std::max(1, f.replicas);
   }
   // The dry run before launch: the program over the plan's times; a deadlock is refused here.
   ASSIGN_OR_RETURN(out.sim, dry_run(out.plan, plan_schedule(out.plan), 2 * static_cast<int>(out.plan.stages.size()) + 2));

@@ -111,8 +111,9 @@ std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) 
   if (s.model_hash != n.model_hash) add("the model (hash)", s.model_hash, n.model_hash);
   if (s.batch_size != n.batch_size) add("--batch-size", std::to_string(s.batch_size), std::to_string(n.batch_size));
   if (s.lr != n.lr) add("--lr", float_str(s.lr), float_str(n.lr));
-  if (s.momentum != n.momentum) add("--momentum", float_str(s.momentum), float_str(n.momentum));
+  // Another optimizer is the difference to name (its momentum default follows from it).
   if (s.optimizer != n.optimizer) add("--optimizer", s.optimizer, n.optimizer);
+  else if (s.momentum != n.momentum) add("--momentum", float_str(s.momentum), float_str(n.momentum));
   if (s.precision != n.precision) add("--precision", s.precision, n.precision);
   if (s.clip_grad_norm != n.clip_grad_norm)
     add("--clip-grad-norm", float_str(s.clip_grad_norm), float_str(n.clip_grad_norm));

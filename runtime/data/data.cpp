@@ -305,7 +305,10 @@ Status check_labels(HostTensor* y, const std::string& yp, int64_t n, const std::
       *y = cast_tensor(*y, DType::kInt64);
     else
       return invalid_input(yp + ": dtype " + dtype_name(y->dtype()) + ", the loss wants " + dtype_name(spec.label_dtype) +
-                           (spec.label_dtype == DType::kInt64 ? " class labels" : " targets"));
+                           (spec.label_dtype == DType::kInt64
+                                ? std::string(" class labels") +
+                                      (is_floating(yt) ? " (float targets: regression, --loss mse)" : "")
+                                : std::string(" targets")));
   }
   Dims ls(y->dims().begin() + 1, y->dims().end());
   if (numel(ls) != numel(spec.label_sample_dims))

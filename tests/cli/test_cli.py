@@ -656,6 +656,15 @@ class CliTest(unittest.TestCase):
         self.assertEqual(so.count("<- chosen"), 2, so)  # the report's layouts and the what-if table
         self.assertIn("layouts of 4 devices", read_bytes(os.path.join(out, "partition.txt")).decode())
         self.assertIn("Stages x replicas", read_bytes(os.path.join(out, "partition.html")).decode())
+        # Given stages x replicas, the what-if marks that layout, fastest or not.
+        for n, r in ((2, 2), (1, 4)):  # (this model has 3 nodes: no 4x1)
+            rc, so, se = run(self.model, "--gpus", n, "--replicas", r, "--plan-only", "--device-spec", "h100",
+                             "--whatif", "--out", out + f"_{n}x{r}")
+            self.assertEqual(rc, 0, se)
+            marked = [l for l in so.splitlines() if l.endswith("<- chosen")]
+            self.assertEqual(len(marked), 2, so)
+            name = {1: f"pipeline {n}x1", 4: "data-parallel 1x4"}.get(r, f"hybrid {n}x{r}")
+            self.assertTrue(marked[0].strip().startswith(name), (name, marked))
         # One device: the only layout, 1x1, no error.
         rc, so, se = run(self.model, "--gpus", 1, "--replicas", "auto", "--plan-only", "--device-spec", "h100",
                          "--out", out)
