@@ -414,9 +414,6 @@ Status bind_input_dims(const onnx::ValueInfoProto& vi, int64_t batch, const std:
                            "export the model with a fixed size there (for a sequence, the length you train at)");
     }
   }
-  if (dims->empty())
-    return invalid_input(path + ": graph input '" + vi.name() + "' is a scalar ([]); a model input's first dimension "
-                         "is the batch");
   return Status::ok();
 }
 

@@ -66,11 +66,21 @@ Expected<LossInfo> attach_token_loss(Graph& g, Value* out, int64_t batch, int64_
 
 }  // namespace
 
-Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index) {
+Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index, const std::string& output) {
   if (g.outputs.empty()) return invalid_input("the model has no outputs to attach a loss to");
   LossInfo info;
+  Value* chosen = nullptr;  // --loss-output's
+  if (!output.empty()) {
+    std::string names;
+    for (Value* v : g.outputs) {
+      if (v->name == output) chosen = v;
+      names += (names.empty() ? "'" : ", '") + v->name + "'";
+    }
+    if (!chosen) return invalid_input("--loss-output " + output + ": the model has no such output (its outputs: " + names + ")");
+  }
   // A model that already computes its loss.
   for (Value* out : g.outputs) {
+    if (chosen && out != chosen) continue;
     Node* p = out->producer;
     if (p && p->op_type == "SoftmaxCrossEntropyLoss" && out == p->outputs[0] && kind != LossKind::kMse) {
       if (!out->dims.empty()) return invalid_input("the model's SoftmaxCrossEntropyLoss '" + p->name + "' has reduction 'none'; a scalar loss is needed");
@@ -95,8 +105,14 @@ Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index) {
       return info;
     }
   }
-  Value* out = g.outputs[0];
-  if (!is_floating(out->dtype)) return invalid_input("model output '" + out->name + "' is " + dtype_name(out->dtype) + ", not a float tensor");
+  // The first float output unless one is named (an argmax or a mask may come first).
+  Value* out = chosen;
+  for (Value* v : g.outputs)
+    if (!out && is_floating(v->dtype)) out = v;
+  if (!out) out = g.outputs[0];
+  if (!is_floating(out->dtype))
+    return invalid_input("model output '" + out->name + "' is " + dtype_name(out->dtype) + ", not a float tensor" +
+                         (chosen ? "" : " (and no output is)"));
   // The loss compares each sample's output with its label: the output's first dimension is the batch.
   if (out->dims.empty())
     return invalid_input("model output '" + out->name + "' is a scalar ([]): the loss needs one output per sample, "
@@ -252,9 +268,10 @@ Expected<OptimizerKind> parse_optimizer(const std::string& name) {
   return invalid_input("--optimizer " + name + ": unknown optimizer (valid: sgd-paper, sgd, adam, adamw)");
 }
 
-Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd, int64_t ignore_index) {
+Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd, int64_t ignore_index,
+                                             const std::string& loss_output) {
   TrainingGraph tg;
-  ASSIGN_OR_RETURN(tg.loss, attach_loss(g, kind, ignore_index));
+  ASSIGN_OR_RETURN(tg.loss, attach_loss(g, kind, ignore_index, loss_output));
   // The gradient seed, the learning rate and the updates are made in the loss's type: a float16
   // scalar output used as the loss reached scalar_one's float32 write (an abort; fuzz_model).
   const DType loss_dt = tg.loss.loss->dtype;

@@ -27,8 +27,10 @@ struct LossInfo {
 // Appends the loss. kAuto: a model that already ends in SoftmaxCrossEntropyLoss uses it; an output
 // shaped [N, C] gets softmax cross-entropy (mean, int64 labels [N]); a sequence output, [N, T, V]
 // or [N*T, V] (N the batch), token-level cross-entropy (int64 labels [N, T], mean over the tokens
-// whose label is not `ignore_index`); other shapes get MSE.
-Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index = -100);
+// whose label is not `ignore_index`); other shapes get MSE. `output` names the model output the loss
+// reads (--loss-output); empty: the first float output (a model that returns an int64 argmax first
+// and its logits second trains on the logits).
+Expected<LossInfo> attach_loss(Graph& g, LossKind kind, int64_t ignore_index = -100, const std::string& output = "");
 
 // Reverse-mode autodiff. Seeds pair a value with its incoming gradient; returns the gradient of
 // every value in `wrt` that the seeds depend on (absent: no path). Gradients nobody needs are never
@@ -74,7 +76,7 @@ struct TrainingGraph {
 // pipetrain): SGDMomentum(W, G, V, lr); SGD(W, G, B, lr, step [, D]) with D, the last step
 // direction, only when nesterov; Adam(W, G, M, V, lr, step). Every input after lr is kState.
 Expected<TrainingGraph> build_training_graph(Graph& g, LossKind kind, const SgdOptions& sgd,
-                                             int64_t ignore_index = -100);
+                                             int64_t ignore_index = -100, const std::string& loss_output = "");
 
 // The backward split of zero-bubble schedules (partitioner/schedule.h): of a stage's `nodes`, the
 // backward nodes that computing `sent` (the gradients the stage sends to earlier stages) does not

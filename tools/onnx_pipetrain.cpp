@@ -400,6 +400,8 @@ void add_checkpoint_and_export_flags(CLI::App& app, pt::TrainingSpec& o, FlagHan
   app.add_flag("--tensorboard", o.local.tensorboard,
                "also write the metrics (train/loss, train/lr, train/samples_per_s, val/loss, val/accuracy) as a "
                "TensorBoard event file into the run folder (tensorboard --logdir RUN)");
+  app.add_option("--loss-output", o.loss_output,
+                 "the model output the loss reads, by name (default: the first float output)");
   app.add_option("--ignore-index", o.ignore_index,
                  "cross-entropy: labels equal to this count for nothing (token-level labels [N, T] of sequence "
                  "outputs [N, T, V] or [N*T, V]; padding)")->check(integer())->capture_default_str();
@@ -427,7 +429,7 @@ void assign_groups(CLI::App& app) {
         "--lr-min", "--weight-decay", "--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps",
         "--clip-grad-norm"}},
       {"Model",
-       {"--loss", "--ignore-index", "--trainable", "--freeze", "--no-fusion", "--precision", "--reshape-alias",
+       {"--loss", "--loss-output", "--ignore-index", "--trainable", "--freeze", "--no-fusion", "--precision", "--reshape-alias",
         "--weight-cache"}},
       {"Output",
        {"--out", "--overwrite", "--log-every", "--quiet", "--trace", "--export-stages", "--export-training",

@@ -244,12 +244,16 @@ Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const Sg
                " bias/activation epilogues (--no-fusion layernorm,attention,gelu,dropout,epilogue turns them off)");
   // Training reads whole samples: an input with no elements (a batch dimension fixed at 0) has
   // nothing to learn from (and would divide by zero in the epoch arithmetic).
-  for (const Value* in : g.inputs)
+  for (const Value* in : g.inputs) {
+    if (in->dims.empty())
+      return invalid_input(o.model + ": graph input '" + in->name + "' is a scalar ([]); a data input's first "
+                           "dimension is the batch");
     for (size_t d = 0; d < in->dims.size(); ++d)
       if (in->dims[d] <= 0)
         return invalid_input(o.model + ": graph input '" + in->name + "' dimension " + std::to_string(d) + " is " +
                              std::to_string(in->dims[d]) + "; every dimension of a data input must be at least 1" +
                              (d == 0 ? " (make the batch dimension symbolic, or fix it at the --batch-size)" : ""));
+  }
   if (!g.inputs.empty() && !g.inputs[0]->dims.empty() && g.inputs[0]->dims[0] != io.batch_size) {
     say(o, "notice: the model's batch dimension is fixed at " + std::to_string(g.inputs[0]->dims[0]) +
                "; training with batches of that size (--batch-size " + std::to_string(o.batch.mini_batch) + " ignored)");
@@ -267,7 +271,7 @@ Expected<Model> import_model(const TrainingSpec& o, const Devices& dev, const Sg
         return invalid_input(o.model + ": initializer '" + v->name + "' holds NaN (element " + std::to_string(i) +
                              " of " + std::to_string(v->data->size()) + "); the model's weights must be numbers");
   }
-  auto tg = build_training_graph(g, o.loss, sgd, o.ignore_index);
+  auto tg = build_training_graph(g, o.loss, sgd, o.ignore_index, o.loss_output);
   if (!tg) return tg.status().with_context(o.model + ": ");
   md.tg = std::move(*tg);
   if (o.precision == Precision::kBf16) {

@@ -24,7 +24,7 @@ using json = nlohmann::ordered_json;
 // (GCC, libstdc++, x86-64/aarch64 LP64).
 static_assert(sizeof(BatchSpec) == 16, "BatchSpec changed: serialize the new field below");
 static_assert(sizeof(TestHooks) == 72, "TestHooks changed: serialize the new field below");
-static_assert(sizeof(TrainingSpec) == 656 + sizeof(TestHooks) + sizeof(RunLocal),
+static_assert(sizeof(TrainingSpec) == 688 + sizeof(TestHooks) + sizeof(RunLocal),
               "TrainingSpec changed: serialize the new field below (or move a rank-local one into RunLocal)");
 
 json to_json_value(const BatchSpec& b) {
@@ -80,6 +80,7 @@ json to_json_value(const TrainingSpec& s) {
       {"optimizer_flags", s.optimizer_flags},
       {"loss", static_cast<int>(s.loss)},
       {"ignore_index", s.ignore_index},
+      {"loss_output", s.loss_output},
       {"freeze", s.freeze},
       {"trainable", s.trainable},
       {"no_fusion", s.no_fusion},

@@ -120,6 +120,7 @@ struct TrainingSpec {
   // Loss, parameters, data handling.
   LossKind loss = LossKind::kAuto;
   int64_t ignore_index = -100;
+  std::string loss_output;  // --loss-output: the model output the loss reads; empty: the first float one
   std::vector<std::string> freeze, trainable;
   std::vector<std::string> no_fusion;  // fusion passes turned off (importer/fuse.h)
   int64_t eval_every = 0;

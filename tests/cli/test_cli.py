@@ -716,6 +716,34 @@ class CliTest(unittest.TestCase):
         self.refuse([self.model, "--data", self.data, "--gpus", 2, "--ranks-per-node", 1, "--steps", 1,
                      "--out", os.path.join(self.dir, "rpn")], "--ranks-per-node 1", "--plan-only")
 
+    def test_loss_output_picks_the_output_the_loss_reads(self):
+        # A model that returns its argmax (int64) first and its logits second: the loss reads the
+        # first float output by default, the one --loss-output names otherwise; a name that is no
+        # output, or an int64 one, is refused naming it. Both outputs stay in the trained model.
+        src = onnx.load(self.model)
+        g = src.graph
+        g.node.append(helper.make_node("ArgMax", ["y"], ["idx"], name="argmax", axis=1, keepdims=0))
+        del g.output[:]
+        g.output.extend([helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch"]),
+                         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])
+        path = os.path.join(self.dir, "two_outputs.onnx")
+        onnx.save(src, path)
+        trained = {}
+        for name, extra in (("first_float", []), ("named", ["--loss-output", "y"])):
+            out = os.path.join(self.dir, "lo_" + name)
+            rc, so, se = run(path, "--data", self.data, "--steps", 3, "--seed", 2, "--out", out, *extra)
+            self.assertEqual(rc, 0, se)
+            self.assertIn("loss: softmax cross-entropy", so)
+            self.assertIn("on output 'y'", so)
+            m = onnx.load(os.path.join(out, "two_outputs.trained.onnx"))
+            self.assertEqual([o.name for o in m.graph.output], ["idx", "y"])
+            trained[name] = read_bytes(os.path.join(out, "two_outputs.trained.onnx"))
+        self.assertEqual(trained["first_float"], trained["named"])
+        self.refuse([path, "--data", self.data, "--loss-output", "idx", "--out", os.path.join(self.dir, "lo_bad")],
+                    "model output 'idx' is int64, not a float tensor")
+        self.refuse([path, "--data", self.data, "--loss-output", "logits", "--out", os.path.join(self.dir, "lo_bad")],
+                    "--loss-output logits", "'idx', 'y'")
+
     def test_flag_messages_read_plainly(self):
         out = os.path.join(self.dir, "plain")
         for args, want in (((["--steps", 0]), "--steps: Value 0 must be above 0"),

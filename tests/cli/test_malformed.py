@@ -378,7 +378,9 @@ class MalformedInputTest(unittest.TestCase):
           inputs=[vi("x", F32, ["batch", 1 << 40])], inits=[init("W", rnd(8, 3))])
         m("negative_input_dim.onnx", [fc()], "'x'", inputs=[vi("x", F32, ["batch", -8])], inits=[W1, b1])
         m("zero_input_dim.onnx", [fc()], "fc", inputs=[vi("x", F32, ["batch", 0])], inits=[W1, b1])
-        m("scalar_input.onnx", [fc()], "graph input 'x' is a scalar", inputs=[vi("x", F32, [])], inits=[W1, b1])
+        m("scalar_input.onnx", [fc()], "fc", inputs=[vi("x", F32, [])], inits=[W1, b1])
+        m("scalar_data_input.onnx", [helper.make_node("Mul", ["x", "W1"], ["y"], name="scale")],
+          "graph input 'x' is a scalar", inits=[W1], inputs=[vi("x", F32, [])])
         m("no_shape_input.onnx", [fc()], "shape", inputs=[vi("x", F32, None)], inits=[W1, b1])
         big = raw_tensor("Wbig", F32, [1 << 40, 8], b"")
         m("huge_initializer.onnx", [helper.make_node("MatMul", ["x", "Wbig"], ["y"], name="mm")], "Wbig",

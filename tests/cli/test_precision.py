@@ -31,6 +31,11 @@ from test_cli import BIN, mlp_model, reuse_ok, write_data  # noqa: E402
 # (LeNet-BN), 3.9e-5 (Transformer); after 8 steps LeNet-BN reaches 7e-2 (chaotic: BatchNorm at lr
 # 0.05), so the oracle runs 3 steps. The fp32 run must be at least 10x farther than the bound, so
 # a run that ignored --precision fails.
+# The Transformer runs 1 step: on a CPU whose float32 sums run in yet another order (a 2-core
+# Sapphire Rapids VM, 2026-12-07: avx512_fp16, the same binary) a flip in the first step gave
+# 6.2e-5 after 1 step, 3.0e-4 after 2 and 2.2e-3 after 3, as far as fp32 itself is from the
+# emulation then (1.8e-3): three steps of this model amplify a flip to the size of what bf16
+# changes. After 1 step fp32 is 6.5e-4 away, more than 5x the bound.
 TOL_EMULATED = 1e-4
 
 
@@ -53,13 +58,13 @@ class PrecisionOracleTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def check(self, model):
+    def check(self, model, steps=3, fp32_farther=10):
         import torch
         import torch_bf16_oracle as oracle
         torch.set_num_threads(1)
-        c = oracle.run_case(model, self.tmp.name, BIN, steps=3)
+        c = oracle.run_case(model, self.tmp.name, BIN, steps=steps)
         self.assertLessEqual(c["bf16_vs_emulated"][0], TOL_EMULATED, c)
-        self.assertGreater(c["bf16_vs_torch_fp32"][0], 10 * TOL_EMULATED, c)
+        self.assertGreater(c["bf16_vs_torch_fp32"][0], fp32_farther * TOL_EMULATED, c)
         self.assertLessEqual(c["loss_bf16_vs_emulated"], 1e-4, c)
         self.assertGreater(c["moved"], 1e-3, c)
 
@@ -76,7 +81,7 @@ class PrecisionOracleTest(unittest.TestCase):
             # vectorised kernels than this bound allows (docs/reliability.md, 2026-12-07); the
             # transformer still trains under TSan in reshape_alias_tests and model_tests.
             self.skipTest("TSan build: baseline kernels, not PyTorch's rounding")
-        self.check("transformer")
+        self.check("transformer", steps=1, fp32_farther=5)
 
 
 class PrecisionMpiTest(unittest.TestCase):

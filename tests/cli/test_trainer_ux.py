@@ -699,7 +699,8 @@ class TokenDataTest(unittest.TestCase):
         np.save(os.path.join(d, "y.npy"), y)
         rc, so, se = run(model, "--data", d, "--steps", 1, "--out", os.path.join(self.dir, "ign"))
         self.assertEqual(rc, 2, se)
-        rc, so, se = run(model, "--data", d, "--steps", 1, "--ignore-index", -1, "--out", os.path.join(self.dir, "ign"))
+        rc, so, se = run(model, "--data", d, "--steps", 1, "--ignore-index", -1, "--batch-size", 8,
+                         "--out", os.path.join(self.dir, "ign"))
         self.assertEqual(rc, 0, se)
 
 

@@ -108,6 +108,28 @@ def make_data(name, batch, seed=7):
     return x, y
 
 
+def step_is_stable(model, keys, x, y, tol, micro=1):
+    """Whether one float64 step on x is a smooth function of x at float32's resolution: the step on
+    x with every value moved by about 1e-6 of itself (four draws) changes no update by more than `tol` of its
+    largest element. Where it does, a ReLU or a max-pooling window sits within float32's rounding of
+    its switch, and two correct float32 implementations (their sums in other orders) may route a
+    gradient differently: such data cannot tell a right step from a wrong one."""
+    if not np.issubdtype(x.dtype, np.floating):
+        return True
+    w0 = {k: v.detach().double().numpy().copy() for k, v in model.named_parameters()}
+    a, _ = torch_step(copy.deepcopy(model).double(), keys, x, y, micro)
+    for draw in range(4):  # a draw finds a switch about half the time (GoogLeNet, seed 7)
+        rng = np.random.default_rng(draw)
+        xp = (x.astype(np.float64) * (1 + 1e-6 * rng.standard_normal(x.shape))).astype(x.dtype)
+        b, _ = torch_step(copy.deepcopy(model).double(), keys, xp, y, micro)
+        for k, v0 in w0.items():
+            if k in a and k in b:
+                ua, ub = a[k] - v0, b[k] - v0
+                if np.abs(ua - ub).max() > tol * max(np.abs(ua).max(), 1e-30):
+                    return False
+    return True
+
+
 def named_keys(named):
     return [n for n, _ in named]
 
@@ -245,7 +267,16 @@ def run_oracle(name, outdir, opset=13, binary=None, batch=8, log=print, gpus=1, 
     name_map = map_to_initializers(named, inits)
     w0 = {name_map[n]: t.detach().numpy().copy() for n, t in named}
 
-    x, y = make_data(name, batch)
+    # Data on which the float64 step is stable at float32's resolution (step_is_stable): the first
+    # such seed from 7 on (GoogLeNet's seed 7 moved its updates by 1.6 % under a 1e-6 change of
+    # the input, and a float32 run on another CPU landed on the other side of a switch).
+    seed = 7
+    x, y = make_data(name, batch, seed)
+    while seed < 30 and not step_is_stable(model, named_keys(named), x, y, tol_u / 10, micro):
+        seed += 1
+        x, y = make_data(name, batch, seed)
+    if seed != 7:
+        log(f"  data seed {seed}: on the earlier seeds' data the float64 step moved under a 1e-6 change of the input")
     np.save(os.path.join(outdir, "data", "x.npy"), x)
     np.save(os.path.join(outdir, "data", "y.npy"), y)
 
