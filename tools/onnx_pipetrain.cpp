@@ -465,6 +465,7 @@ int parse_into_spec(CLI::App& app, int argc, char** argv, const FlagHandles& f, 
     for (const char* flag : {"--momentum", "--dampening", "--nesterov", "--beta1", "--beta2", "--eps"})
       if (app.count(flag) > 0) o.optimizer_flags.push_back(flag);
     o.local.data_given = f.data->count() > 0;
+    if (app.count("--out") > 0 && o.local.out.empty()) throw CLI::ValidationError("--out", "needs a folder (it is empty)");
     for (const char* flag : {"--lr-decay-every", "--lr-gamma", "--lr-power", "--lr-min"})
       if (app.count(flag) > 0) o.local.schedule_flags.push_back(flag);
     o.local.eval_every_given = app.count("--eval-every") > 0;

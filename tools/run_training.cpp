@@ -301,9 +301,10 @@ bool metrics_has_rows(const fs::path& path) {
 }
 
 // The run folder, created; a finished run is not overwritten by accident (rank 0 alone writes it).
-Expected<fs::path> open_run_folder(const TrainingSpec& o, const ImportedModel& m, const MpiJob& job) {
+Expected<fs::path> open_run_folder(const TrainingSpec& o, const ImportedModel& m, const MpiJob& job, bool* created) {
   const fs::path out_dir = o.local.out.empty() ? fs::path("runs") / m.stem : fs::path(o.local.out);
   std::error_code ec;
+  *created = !fs::exists(out_dir, ec);
   if (!o.plan_only && !o.local.overwrite && !o.resume && job.leads_run()) {
     std::string found;
     if (fs::exists(out_dir / (m.stem + ".trained.onnx"), ec)) found = m.stem + ".trained.onnx";
@@ -1044,7 +1045,17 @@ int train_layout(const TrainingSpec& o, MpiJob& job, const std::vector<LayoutOpt
   Expected<Data> data = Data{};
   if (!o.plan_only && !o.replicas_auto) data = open_data(o, md, dev->cuda, job);
   if (!data) return job.fail(data.status());
-  auto out_dir = open_run_folder(o, md.m, job);
+  bool created = false;
+  auto out_dir = open_run_folder(o, md.m, job, &created);
+  // A run that fails before writing anything leaves no empty folder of its own behind.
+  struct RemoveIfEmpty {
+    fs::path dir;
+    bool armed;
+    ~RemoveIfEmpty() {
+      std::error_code ec;
+      if (armed && fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
+    }
+  } cleanup{out_dir ? *out_dir : fs::path(), out_dir && created && job.leads_run()};
   if (!out_dir) return job.fail(out_dir.status());
 
   PlanFlags pf = plan_flags(o, md, *dev, *out_dir, layouts, job);

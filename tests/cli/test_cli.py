@@ -754,6 +754,11 @@ class CliTest(unittest.TestCase):
                            ((["--val-split", "0.0001"]), "--val-split 0.0001: of ")):
             line = self.refuse([self.model, "--data", self.data, "--out", out, *args], want)
             self.assertLess(len(line), 160, line)
+        line = self.refuse([self.model, "--data", self.data, "--out", ""], "--out", "needs a folder")
+        # A run refused after its folder was made (here by the planner) leaves no empty folder.
+        gone = os.path.join(self.dir, "refused_by_the_plan")
+        self.refuse([self.model, "--data", self.data, "--gpus", 64, "--out", gone], "--gpus 64")
+        self.assertFalse(os.path.exists(gone))
         rc, so, se = run(self.model, "--data", self.data, "--steps")  # (no --out: nothing is appended)
         self.assertEqual(rc, 2)
         self.assertIn("--steps: needs a value", se)
