@@ -716,6 +716,7 @@ Status PipelineTrainer::Impl::restore_tensors(const std::map<std::string, HostTe
       RETURN_IF_ERROR(st->ex->upload(v));
     }
     st->set_version(step);
+    RETURN_IF_ERROR(st->restart_two_bw());
   }
   return Status::ok();
 }
@@ -894,6 +895,9 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     loop.continue_from(&c);
     start = loop.start();
     loop.announce_resume(path, c.meta.pipeline, run_meta().pipeline);
+    if (I.opts.weights == WeightMode::k2BW && !cfg.quiet)
+      std::printf("notice: --weights 2bw: the first mini-batch after the resume reads the checkpoint's weights (a "
+                  "checkpoint holds no earlier version), so from here the run is not bit for bit the uninterrupted one\n");
     return Status::ok();
   };
   // The leader alone reads the checkpoint; every process learns from it whether and where it resumes.

@@ -874,6 +874,13 @@ Status Stage::load_two_bw(int64_t step) {
   return Status::ok();
 }
 
+Status Stage::restart_two_bw() {
+  if (!two_bw() || !separate_master_) return Status::ok();
+  for (size_t i = 0; i < params.size(); ++i) RETURN_IF_ERROR(copy_master_to_working(i));
+  buf_is_master_ = true;
+  return Status::ok();
+}
+
 Status Stage::copy_master_to_working(size_t i) {
   working_prediction_ = -1;
   RETURN_IF_ERROR(use_master(i));  // the working copy unselected: selecting it later gives it a new version

@@ -349,6 +349,10 @@ class Stage {
   // Replaces master weight i (a resume; nothing may be in flight); updates_done: its version.
   Status set_master(size_t i, const HostTensor& t);
   void set_version(int64_t updates_done) { version_ = updates_done; }
+  // After a resume under 2BW: a checkpoint holds the master alone, not the version before it, so
+  // the first mini-batch reads the checkpoint's weights (the working copies set to the master),
+  // as a run's first mini-batch reads the initial ones (they held the source model's weights).
+  Status restart_two_bw();
   // Folds the time of the passes so far into stats (after each segment).
   void finish_stats();
 

@@ -140,6 +140,34 @@ class SchedulesTest(unittest.TestCase):
         for e in events:
             self.assertEqual(e["args"]["version"], max(0, e["args"]["mini_batch"] - 1), e)
 
+    def test_2bw_resume_reads_the_checkpoints_weights(self):
+        # A checkpoint holds the master weights alone, not the version before them: the first
+        # mini-batch after a resume reads the checkpoint's weights (its loss is the step-6 model's
+        # on that batch, in ONNX Runtime), never the source model's (they read those until
+        # 2026-12-07), and the run says it is not bit for bit the uninterrupted one.
+        import shutil
+        import onnxruntime as ort
+        data = os.path.join(ROOT, "models", "digits", "train")
+        common = ["--data", data, "--batch-size", 32, "--lr", 0.5, "--seed", 1, "--gpus", 2, "--weights", "2bw",
+                  "--no-shuffle", "--checkpoint-every", 6]
+        out = os.path.join(self.dir, "2bw-resume")
+        rc, so, se = run(MLP, *common, "--steps", 6, "--out", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        at6 = os.path.join(self.dir, "2bw-at6.onnx")
+        shutil.copy(os.path.join(out, "digits_mlp.trained.onnx"), at6)
+        rc, so, se = run(MLP, *common, "--steps", 8, "--out", out, "--resume")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("notice: --weights 2bw: the first mini-batch after the resume reads the checkpoint's weights", so)
+        x = np.load(os.path.join(data, "x.npy"))[6 * 32:7 * 32].astype(np.float32)
+        y = np.load(os.path.join(data, "y.npy"))[6 * 32:7 * 32]
+        for model, near in ((at6, True), (MLP, False)):
+            s = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+            z = s.run(None, {s.get_inputs()[0].name: x})[0].astype(np.float64)
+            z -= z.max(axis=1, keepdims=True)
+            ce = float(np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]))
+            got = float(losses(out)[6])
+            self.assertEqual(abs(got - ce) <= 1e-5 * ce, near, (model, got, ce))
+
     def test_weight_shared_across_stages(self):
         rng = np.random.default_rng(5)
         d, classes = 16, 10
