@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <thread>
 
@@ -18,10 +19,23 @@ namespace {
 
 // Set by the stop signals' handler, polled by the trainer at every mini-batch boundary.
 std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the stop flag is set from a signal handler");
+std::atomic<int64_t> g_first_stop_ns{0};
+
+// The first SIGINT/SIGTERM asks for a stop at the next mini-batch boundary (checkpoint, model,
+// exit 130). A second one within 2 s is the same request again (a launcher that signals both the
+// process and its group, `timeout` among them) and changes nothing; one after that ends the
+// process at once. Async-signal-safe: an atomic flag, clock_gettime, signal and raise.
 extern "C" void on_stop_signal(int sig) {
-  g_stop.store(true);
-  std::signal(sig, SIG_DFL);  // a second one ends the process at once
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  if (!g_stop.exchange(true)) {
+    g_first_stop_ns.store(now);
+    return;
+  }
+  if (now - g_first_stop_ns.load() < 2000000000) return;
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
 }
 
 }  // namespace

@@ -212,6 +212,9 @@ class TrainingToolsTest(unittest.TestCase):
                 time.sleep(0.05)
             time.sleep(0.3)
             p.send_signal(signal.SIGTERM)
+            if gpus == "3":  # a second one at once (a launcher signalling the process and its group): the same stop
+                time.sleep(0.005)
+                p.send_signal(signal.SIGTERM)
             so, se = p.communicate(timeout=120)
             self.assertEqual(p.returncode, 130, f"--gpus {gpus}: {se}")
             self.assertIn("interrupted at step", se)
