@@ -358,9 +358,11 @@ StopRequests::StopRequests(const MpiJob& job) : cluster_(job.cluster()) {
 }
 
 StopRequests::~StopRequests() {
-  std::signal(SIGINT, SIG_DFL);
+  // After a stop the run writes its model and exits 130: a repeated signal must not cut that short.
+  const auto after = g_stop.load() ? SIG_IGN : SIG_DFL;
+  std::signal(SIGINT, after);
   if (!cluster_) {
-    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGTERM, after);
     return;
   }
   std::signal(SIGUSR1, SIG_DFL);
