@@ -1,6 +1,8 @@
 // The shared bookkeeping of a training run (runtime/loop/training_loop.h).
 #include "runtime/loop/training_loop.h"
 
+#include <filesystem>
+
 #include "runtime/loop/run_state.h"
 
 #include <algorithm>
@@ -74,6 +76,15 @@ Checkpoint TrainingLoop::checkpoint_at(int64_t step, const CheckpointMeta& meta)
 Status TrainingLoop::save(const Checkpoint& c) {
   ASSIGN_OR_RETURN(r_.last_checkpoint, save_checkpoint(cfg_.checkpoint.dir, cfg_.checkpoint.keep, c));
   return Status::ok();
+}
+
+Status TrainingLoop::finish_without_steps() {
+  std::error_code ec;
+  if (cfg_.metrics_path.empty() || std::filesystem::exists(cfg_.metrics_path, ec)) return Status::ok();
+  RETURN_IF_ERROR(csv_.open(cfg_.metrics_path, rows_, ""));
+  std::vector<std::string>().swap(rows_);
+  if (!cfg_.curves_path.empty()) RETURN_IF_ERROR(write_curves_svg(curves_, cfg_.curves_path));
+  return csv_.close();
 }
 
 Status TrainingLoop::begin(const std::string& path) {

@@ -51,6 +51,10 @@ class TrainingLoop {
   void announce_resume(const std::string& path, const std::string& written_by, const std::string& now) const;
   // A resumed run with no step left: nothing is trained or written (the finished run's files stand).
   bool nothing_left() const { return start_ == total_ && !cfg_.checkpoint.resume.empty(); }
+  // A resume with nothing left to train: the run folder keeps the finished run's metrics.csv and
+  // curves.svg, or, resumed into another folder (--resume=PATH --out NEW), gets them from the
+  // checkpoint's rows (which leave out the validation after the last step).
+  Status finish_without_steps();
 
   // The end (exclusive, 0-based) of the segment that starts at `first`: the next checkpoint step
   // (cfg.checkpoint.every with a checkpoint folder) or the run's end.

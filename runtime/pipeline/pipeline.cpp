@@ -947,6 +947,7 @@ Expected<TrainResult> PipelineTrainer::train(const Dataset& train, const Dataset
     // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
     // checkpoint's rows leave out the validation after the last step).
     r.val = EvalResult{};
+    RETURN_IF_ERROR(loop.finish_without_steps());
     return r;
   }
   RETURN_IF_ERROR(loop.begin(coord ? cfg.metrics_path : std::string()));  // the leader alone writes metrics

@@ -287,6 +287,7 @@ Expected<TrainResult> Trainer::train(const Dataset& train, const Dataset* val, c
     // Nothing left to train: metrics.csv and curves.svg stay as the finished run wrote them (the
     // checkpoint's rows leave out the validation after the last step).
     r.val = EvalResult{};
+    RETURN_IF_ERROR(loop.finish_without_steps());
     return r;
   }
   RETURN_IF_ERROR(loop.begin(cfg.metrics_path));

@@ -137,6 +137,18 @@ class TrainingToolsTest(unittest.TestCase):
         self.assertIn("the metrics of steps 1..11 were not found", so + se)
         self.assertEqual([r["step"] for r in metrics(out)], ["12", "13", "14", "15"])
 
+    def test_resuming_a_finished_run_into_another_folder_writes_its_metrics(self):
+        # Nothing left to train: the new folder gets the checkpoint's rows as metrics.csv and its
+        # curves (the run names both on its wrote: line), on one stage and on a pipeline.
+        src = self.train("done_src", "--steps", 12, "--checkpoint-every", 12)
+        for gpus in ("1", "2"):
+            out = os.path.join(self.dir, f"done_dst{gpus}")
+            rc, so, se = run(self.model, "--data", self.data, "--out", out, "--batch-size", 8, "--seed", 3, "--lr", 0.1,
+                             "--steps", 12, "--gpus", gpus, "--resume=" + os.path.join(src, "checkpoints", "step-12.ckpt"))
+            self.assertEqual(rc, 0, se)
+            self.assertEqual([r["loss"] for r in metrics(out)], [r["loss"] for r in metrics(src)], gpus)
+            self.assertTrue(os.path.getsize(os.path.join(out, "curves.svg")) > 0)
+
     def test_resume_with_another_optimizer_is_refused(self):
         self.train("opt_then", "--steps", 6, "--checkpoint-every", 3, "--optimizer", "adam", "--lr", 0.01)
         rc, so, se = run(self.model, "--data", self.data, "--out", os.path.join(self.dir, "opt_then"), *COMMON,
