@@ -125,7 +125,9 @@ std::string describe_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) 
   if (s.data_samples != n.data_samples)
     add("the training set (samples)", std::to_string(s.data_samples), std::to_string(n.data_samples));
   else if (s.data_hash != n.data_hash)
-    add("the training set (contents hash)", s.data_hash, n.data_hash);
+    add("the training set (contents hash)", s.data_hash,
+        n.data_hash + " (data held in memory and data streamed from disk hash differently: if only --stream-data "
+                      "changed, resume in the checkpoint's mode)");
   std::string out;
   for (size_t i = 0; i < d.size(); ++i) out += (i ? "; " : "") + d[i];
   return out;
