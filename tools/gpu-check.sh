@@ -62,6 +62,16 @@ tail_of() {  # the last lines of a log, indented, when a step fails
   tail -n "${2:-25}" "$1" | sed 's/^/    /'
 }
 elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
+# script_row STEP RC LOG PASS_DETAIL FAIL_DETAIL: the row of a step that ran a script into LOG
+# (exit 124: its cap ran out), with the log's last lines when it failed.
+script_row() {
+  if [ "$2" = 0 ]; then
+    row "$1" PASS "$4"
+    return 0
+  fi
+  tail_of "$3" 15
+  if [ "$2" = 124 ]; then row "$1" FAIL "timed out after its cap; see $3"; else row "$1" FAIL "$5"; fi
+}
 left() { echo $(( budget - ($(date +%s) - start) )); }
 # cap WANT: the seconds a step may take, WANT or what is left of the budget; 0 when under 20.
 cap() {
@@ -503,15 +513,9 @@ else
   rc=$?
   sed -n '/^== gpu_bench/,$p' "$log_dir/gpu_bench.log"
   result=$(grep -m1 '^RESULT ' "$log_dir/gpu_bench.log" | cut -d' ' -f2-)
-  if [ "$rc" = 0 ]; then
-    row gpu_bench PASS "$(elapsed "$t0"): ${result#PASS: } (table above; $log_dir/gpu_bench.json)"
-  elif [ "$rc" = 124 ]; then
-    tail_of "$log_dir/gpu_bench.log" 15
-    row gpu_bench FAIL "timed out after its cap; see $log_dir/gpu_bench.log"
-  else
-    tail_of "$log_dir/gpu_bench.log" 15
-    row gpu_bench FAIL "exit $rc: ${result:-see $log_dir/gpu_bench.log}"
-  fi
+  script_row gpu_bench "$rc" "$log_dir/gpu_bench.log" \
+    "$(elapsed "$t0"): ${result#PASS: } (table above; $log_dir/gpu_bench.json)" \
+    "exit $rc: ${result:-see $log_dir/gpu_bench.log}"
 fi
 
 # 10. Where the time goes (tools/bench/gpu_breakdown.py): ResNet-50 at batch 32 in tf32 and bf16, our
@@ -531,15 +535,8 @@ else
   timeout "$c" python3 tools/bench/gpu_breakdown.py "${bd_args[@]}" >"$log_dir/gpu_breakdown.log" 2>&1
   rc=$?
   sed -n '/^== /,$p' "$log_dir/gpu_breakdown.log" | grep -v '^RESULT '
-  if [ "$rc" = 0 ]; then
-    row breakdown PASS "$(elapsed "$t0"): tables above; $log_dir/gpu_breakdown.json"
-  elif [ "$rc" = 124 ]; then
-    tail_of "$log_dir/gpu_breakdown.log" 15
-    row breakdown FAIL "timed out after its cap ($c s); see $log_dir/gpu_breakdown.log"
-  else
-    tail_of "$log_dir/gpu_breakdown.log" 15
-    row breakdown FAIL "exit $rc; see $log_dir/gpu_breakdown.log"
-  fi
+  script_row breakdown "$rc" "$log_dir/gpu_breakdown.log" "$(elapsed "$t0"): tables above; $log_dir/gpu_breakdown.json" \
+    "exit $rc; see $log_dir/gpu_breakdown.log"
 fi
 
 # Last: the GPU list and the table.
