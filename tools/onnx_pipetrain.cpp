@@ -155,18 +155,18 @@ CLI::Validator finite() {
 
 // Bounds with plain messages (CLI11's PositiveNumber prints its range with 300 digits). A value that
 // is no number passes here: the flag's type check says what it is not.
-CLI::Validator above(double lo, bool inclusive) {
+CLI::Validator zero_bound(bool zero_allowed) {
   return CLI::Validator(
-      [lo, inclusive](std::string& s) -> std::string {
+      [zero_allowed](std::string& s) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0' || (inclusive ? v >= lo : v > lo)) return std::string();
-        return "Value " + s + " must be " + (inclusive ? "at least " : "above ") + (lo == 0 ? "0" : std::to_string(lo));
+        if (end == s.c_str() || *end != '\0' || (zero_allowed ? v >= 0 : v > 0)) return std::string();
+        return "Value " + s + (zero_allowed ? " must be at least 0" : " must be above 0");
       },
-      inclusive ? "NONNEGATIVE" : "POSITIVE", inclusive ? "at least 0" : "above 0");
+      zero_allowed ? "NONNEGATIVE" : "POSITIVE", zero_allowed ? "at least 0" : "above 0");
 }
-CLI::Validator positive() { return above(0, false); }
-CLI::Validator non_negative() { return above(0, true); }
+CLI::Validator positive() { return zero_bound(false); }
+CLI::Validator non_negative() { return zero_bound(true); }
 
 // Integer flags refuse values beyond 64 bits (CLI11 saturates them) and, for the unsigned --seed,
 // negative ones (which would wrap around).

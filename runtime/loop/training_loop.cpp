@@ -1,13 +1,12 @@
 // The shared bookkeeping of a training run (runtime/loop/training_loop.h).
 #include "runtime/loop/training_loop.h"
 
-#include <filesystem>
-
 #include "runtime/loop/run_state.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 
 namespace pt {

@@ -757,7 +757,7 @@ class CliTest(unittest.TestCase):
         line = self.refuse([self.model, "--data", self.data, "--out", ""], "--out", "needs a folder")
         # A run refused after its folder was made (here by the planner) leaves no empty folder.
         gone = os.path.join(self.dir, "refused_by_the_plan")
-        self.refuse([self.model, "--data", self.data, "--gpus", 64, "--out", gone], "--gpus 64")
+        self.refuse([self.model, "--data", self.data, "--gpus", 64, "--no-calibrate", "--out", gone], "--gpus 64")
         self.assertFalse(os.path.exists(gone))
         rc, so, se = run(self.model, "--data", self.data, "--steps")  # (no --out: nothing is appended)
         self.assertEqual(rc, 2)
